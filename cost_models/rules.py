@@ -296,6 +296,16 @@ def _compile(job: Job) -> str | None:
     return None
 
 
+def _tp_comm_overlap(job: Job) -> str | None:
+    if not job.training.tp_comm_overlap:
+        return None
+    if job.layout.tp == 1 or not job.sp:
+        return f"tp_comm_overlap needs tp > 1 with sequence parallel (tp={job.layout.tp}, sp={job.sp})"
+    if job.training.framework is DEEPSPEED:
+        return "tp_comm_overlap is a Megatron (--tp-comm-overlap) or torchtitan (async TP) feature"
+    return None
+
+
 def _fsdp2_megatron(job: Job) -> str | None:
     lay = job.layout
     if job.zero is Zero.PARAMETERS and lay.pp > 1:
@@ -327,6 +337,7 @@ RULES: tuple[Rule, ...] = (
     Rule("dp_shard", ALL, _dp_shard, "HSDP: shard groups tile the dp group"),
     Rule("recompute_layers", ALL, _recompute_layers, "Megatron --recompute-method block --recompute-num-layers"),
     Rule("compile", frozenset({MEGATRON, DEEPSPEED}), _compile, "torchtitan --compile.enable"),
+    Rule("tp_comm_overlap", ALL, _tp_comm_overlap, "Megatron arguments.py (--tp-comm-overlap requires --sequence-parallel); torchtitan async TP"),
     Rule("cp_flash", ALL, _cp_flash, "ring attention (Megatron/TE, torch context_parallel) uses fused attention"),
 )
 

@@ -18,3 +18,7 @@ class TrainingSpec(Spec):
     # torch.compile of the model and the loss (torchtitan --compile.enable): the memory model counts
     # its fused cross entropy (cost_models.activations.head_activations / loss_workspace).
     compile: bool = False
+    # Tensor-parallel communication overlapped with the GEMMs around it: Megatron --tp-comm-overlap
+    # (Transformer Engine userbuffers, needs sequence parallel), torchtitan async TP
+    # (--parallelism.enable_async_tensor_parallel, needs compile).
+    tp_comm_overlap: bool = False

@@ -4,6 +4,7 @@ heavy imports (pydantic, the cost model) happen inside the commands so `planner 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from contextlib import contextmanager
 from typing import Annotated, Optional
 from collections.abc import Iterator
@@ -58,48 +59,67 @@ Gpus = Annotated[int, typer.Option("--gpus", "-g", help="Number of GPUs.")]
 IntOpt = Optional[int]
 
 
+# Layout and training flags shared by memory and estimate (and later plan).
+Tp = Annotated[IntOpt, typer.Option("--tp", help="Tensor-parallel size.")]
+Pp = Annotated[IntOpt, typer.Option("--pp", help="Pipeline-parallel size.")]
+Vpp = Annotated[IntOpt, typer.Option("--vpp", help="Virtual pipeline chunks per rank (interleaved).")]
+Cp = Annotated[IntOpt, typer.Option("--cp", help="Context-parallel size.")]
+Ep = Annotated[IntOpt, typer.Option("--ep", help="Expert-parallel size.")]
+Etp = Annotated[IntOpt, typer.Option("--etp", help="Expert tensor-parallel size (default: framework's).")]
+Mbs = Annotated[IntOpt, typer.Option("--mbs", help="Micro-batch size (sequences).")]
+Sp = Annotated[Optional[bool], typer.Option("--sp/--no-sp", help="Sequence parallel (default: on when tp > 1).")]
+ZeroOpt = Annotated[IntOpt, typer.Option("--zero", help="Data-parallel sharding: 0 none, 1 optimizer, 2 +grads, 3 +params.")]
+DpShard = Annotated[IntOpt, typer.Option("--dp-shard", help="HSDP: shard within groups of this many dp ranks.")]
+RecomputeOpt = Annotated[Optional[Recompute], typer.Option("--recompute", help="Activation recomputation.")]
+RecomputeLayers = Annotated[IntOpt, typer.Option("--recompute-layers", help="Full recompute of only the first K layers of each model chunk (each stage without vpp).")]
+ScheduleOpt = Annotated[Optional[Schedule], typer.Option("--schedule", help="Pipeline schedule (default: interleaved if vpp > 1).")]
+PpFirst = Annotated[IntOpt, typer.Option("--pp-first-layers", help="Decoder layers on the first pipeline stage.")]
+PpLast = Annotated[IntOpt, typer.Option("--pp-last-layers", help="Decoder layers on the last pipeline stage.")]
+SeqLen = Annotated[IntOpt, typer.Option("--seq-len", help="Sequence length (default 4096).")]
+GlobalBatch = Annotated[IntOpt, typer.Option("--global-batch-size", help="Sequences per step (default: mbs·dp, ×4·pp with a pipeline).")]
+FrameworkOpt = Annotated[Optional[Framework], typer.Option("--framework", help="Training framework (default megatron).")]
+Dtype = Annotated[Optional[Precision], typer.Option("--dtype", help="Compute precision (default bf16).")]
+OptimizerOpt = Annotated[Optional[OptimizerKind], typer.Option("--optimizer", help="Optimizer (default adamw).")]
+AttentionOpt = Annotated[Optional[AttentionKernel], typer.Option("--attention", help="Attention kernel (default flash).")]
+Compile = Annotated[Optional[bool], typer.Option("--compile/--no-compile", help="torch.compile the model and loss (torchtitan).")]
+TpOverlap = Annotated[Optional[bool], typer.Option("--tp-comm-overlap/--no-tp-comm-overlap", help="Overlap tp communication with GEMMs (Megatron --tp-comm-overlap, torchtitan async TP).")]
+Headroom = Annotated[Optional[float], typer.Option("--headroom", help="Fraction of HBM kept free when judging fit (default 5%).")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+
+
+def _specs(
+    *, tp, pp, vpp, cp, ep, etp, mbs, sp, zero, dp_shard, recompute, recompute_layers, schedule, pp_first, pp_last,
+    seq_len, global_batch_size, framework, dtype, optimizer, attention, compile, tp_comm_overlap,
+) -> tuple[dict, dict]:  # type: ignore[no-untyped-def]
+    """(training, layout) field dicts from the shared flags; None = derive."""
+    layout = dict(
+        tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, mbs=mbs, sp=sp, zero=zero, dp_shard=dp_shard,
+        recompute=recompute, recompute_layers=recompute_layers, schedule=schedule,
+        pp_first_stage_layers=pp_first, pp_last_stage_layers=pp_last,
+    )
+    training = dict(
+        seq_len=seq_len, global_batch_size=global_batch_size, framework=framework, precision=dtype,
+        optimizer=optimizer, attention=attention, compile=compile, tp_comm_overlap=tp_comm_overlap,
+    )
+    return training, layout
+
+
 @app.command()
 def memory(
-    model: Model,
-    cluster: ClusterOpt,
-    gpus: Gpus,
-    tp: Annotated[IntOpt, typer.Option("--tp", help="Tensor-parallel size.")] = None,
-    pp: Annotated[IntOpt, typer.Option("--pp", help="Pipeline-parallel size.")] = None,
-    vpp: Annotated[IntOpt, typer.Option("--vpp", help="Virtual pipeline chunks per rank (interleaved).")] = None,
-    cp: Annotated[IntOpt, typer.Option("--cp", help="Context-parallel size.")] = None,
-    ep: Annotated[IntOpt, typer.Option("--ep", help="Expert-parallel size.")] = None,
-    etp: Annotated[IntOpt, typer.Option("--etp", help="Expert tensor-parallel size (default: framework's).")] = None,
-    mbs: Annotated[IntOpt, typer.Option("--mbs", help="Micro-batch size (sequences).")] = None,
-    sp: Annotated[Optional[bool], typer.Option("--sp/--no-sp", help="Sequence parallel (default: on when tp > 1).")] = None,
-    zero: Annotated[IntOpt, typer.Option("--zero", help="Data-parallel sharding: 0 none, 1 optimizer, 2 +grads, 3 +params.")] = None,
-    dp_shard: Annotated[IntOpt, typer.Option("--dp-shard", help="HSDP: shard within groups of this many dp ranks.")] = None,
-    recompute: Annotated[Optional[Recompute], typer.Option("--recompute", help="Activation recomputation.")] = None,
-    recompute_layers: Annotated[IntOpt, typer.Option("--recompute-layers", help="Full recompute of only the first K layers of each model chunk (each stage without vpp).")] = None,
-    schedule: Annotated[Optional[Schedule], typer.Option("--schedule", help="Pipeline schedule (default: interleaved if vpp > 1).")] = None,
-    pp_first: Annotated[IntOpt, typer.Option("--pp-first-layers", help="Decoder layers on the first pipeline stage.")] = None,
-    pp_last: Annotated[IntOpt, typer.Option("--pp-last-layers", help="Decoder layers on the last pipeline stage.")] = None,
-    seq_len: Annotated[IntOpt, typer.Option("--seq-len", help="Sequence length (default 4096).")] = None,
-    global_batch_size: Annotated[IntOpt, typer.Option("--global-batch-size", help="Sequences per step (default: mbs·dp, ×4·pp with a pipeline).")] = None,
-    framework: Annotated[Optional[Framework], typer.Option("--framework", help="Training framework (default megatron).")] = None,
-    dtype: Annotated[Optional[Precision], typer.Option("--dtype", help="Compute precision (default bf16).")] = None,
-    optimizer: Annotated[Optional[OptimizerKind], typer.Option("--optimizer", help="Optimizer (default adamw).")] = None,
-    attention: Annotated[Optional[AttentionKernel], typer.Option("--attention", help="Attention kernel (default flash).")] = None,
-    headroom: Annotated[Optional[float], typer.Option("--headroom", help="Fraction of HBM kept free when judging fit (default 5%).")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+    model: Model, cluster: ClusterOpt, gpus: Gpus,
+    tp: Tp = None, pp: Pp = None, vpp: Vpp = None, cp: Cp = None, ep: Ep = None, etp: Etp = None, mbs: Mbs = None,
+    sp: Sp = None, zero: ZeroOpt = None, dp_shard: DpShard = None, recompute: RecomputeOpt = None,
+    recompute_layers: RecomputeLayers = None, schedule: ScheduleOpt = None, pp_first: PpFirst = None, pp_last: PpLast = None,
+    seq_len: SeqLen = None, global_batch_size: GlobalBatch = None, framework: FrameworkOpt = None, dtype: Dtype = None,
+    optimizer: OptimizerOpt = None, attention: AttentionOpt = None, compile: Compile = None, tp_comm_overlap: TpOverlap = None,
+    headroom: Headroom = None, as_json: AsJson = False,
 ) -> None:
     """Per-GPU memory of one layout: every component, every pipeline stage, and whether it fits."""
+    flags = {k: v for k, v in locals().items() if k not in _NOT_SPECS}
     with _user_errors():
         from planner.runners import run_memory
 
-        layout = dict(
-            tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, mbs=mbs, sp=sp, zero=zero, dp_shard=dp_shard,
-            recompute=recompute, recompute_layers=recompute_layers, schedule=schedule,
-            pp_first_stage_layers=pp_first, pp_last_stage_layers=pp_last,
-        )
-        training = dict(
-            seq_len=seq_len, global_batch_size=global_batch_size, framework=framework, precision=dtype,
-            optimizer=optimizer, attention=attention,
-        )
+        training, layout = _specs(**flags)
         report = run_memory(model, cluster, gpus, training=training, layout=layout, headroom=headroom)
     if as_json:
         from planner.render import print_json
@@ -111,6 +131,42 @@ def memory(
         from planner.render import render_memory
 
         render_memory(report, Console())
+
+
+_NOT_SPECS = {"model", "cluster", "gpus", "headroom", "as_json", "calibration"}
+
+
+@app.command()
+def estimate(
+    model: Model, cluster: ClusterOpt, gpus: Gpus,
+    tp: Tp = None, pp: Pp = None, vpp: Vpp = None, cp: Cp = None, ep: Ep = None, etp: Etp = None, mbs: Mbs = None,
+    sp: Sp = None, zero: ZeroOpt = None, dp_shard: DpShard = None, recompute: RecomputeOpt = None,
+    recompute_layers: RecomputeLayers = None, schedule: ScheduleOpt = None, pp_first: PpFirst = None, pp_last: PpLast = None,
+    seq_len: SeqLen = None, global_batch_size: GlobalBatch = None, framework: FrameworkOpt = None, dtype: Dtype = None,
+    optimizer: OptimizerOpt = None, attention: AttentionOpt = None, compile: Compile = None, tp_comm_overlap: TpOverlap = None,
+    headroom: Headroom = None,
+    calibration: Annotated[Optional[Path], typer.Option("--calibration", help="JSON file of fitted efficiency constants (from validate --calibrate).")] = None,
+    as_json: AsJson = False,
+) -> None:
+    """Step time, throughput and MFU of one layout, with its memory: every term, and the bottleneck."""
+    flags = {k: v for k, v in locals().items() if k not in _NOT_SPECS}
+    with _user_errors():
+        from cost_models.calibration import DEFAULT, load_calibration
+        from planner.runners import run_estimate
+
+        training, layout = _specs(**flags)
+        cal = load_calibration(calibration) if calibration else DEFAULT
+        report = run_estimate(model, cluster, gpus, training=training, layout=layout, headroom=headroom, calibration=cal)
+    if as_json:
+        from planner.render import print_json
+
+        print_json(report.to_json())
+    else:
+        from rich.console import Console
+
+        from planner.render import render_estimate
+
+        render_estimate(report, Console())
 
 
 @app.command()

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from cost_models.units import BILLION, BITS_PER_BYTE, GB, GiB, TB, TFLOP
+from cost_models.units import BILLION, BITS_PER_BYTE, GB, MS, GiB, TB, TFLOP
 
 
 def fill_bar(used: float, capacity: float, width: int = 24) -> Text:
@@ -145,3 +145,32 @@ def render_presets(models: dict, gpus: dict, clusters: dict, console: Console) -
             f"{cl.scaleup_bandwidth_bytes_per_s / GB:,.0f}", f"{cl.nic_bandwidth_bytes_per_s * BITS_PER_BYTE / GB:,.0f}",
         )
     console.print(c)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds / MS:,.1f}"
+
+
+def render_estimate(report: Any, console: Console) -> None:
+    """Memory (as `planner memory` prints it), then the step-time breakdown and throughput."""
+    render_memory(report.memory, console)
+    t = report.time
+    step = t.step_s
+    table = Table(
+        title=f"Step time, critical pipeline rank {t.critical.rank} ({report.job.num_microbatches} micro-batches)",
+        title_justify="left", box=box.SIMPLE_HEAD,
+    )
+    table.add_column("part")
+    table.add_column("ms", justify="right")
+    table.add_column("share", justify="right")
+    for key, value in t.breakdown.flat().items():
+        if value:
+            table.add_row(key, _ms(value), f"{value / step:6.1%}")
+    table.add_section()
+    table.add_row("[bold]step[/]", f"[bold]{_ms(step)}[/]", "")
+    console.print(table)
+    console.print(
+        f"{t.tokens_per_s:,.0f} tokens/s · [bold]{t.tokens_per_s_per_gpu:,.0f} tokens/s/GPU[/] · "
+        f"{t.model_flop_per_s_per_gpu / TFLOP:,.0f} model TFLOP/s/GPU · MFU [bold]{t.mfu:.1%}[/] · "
+        f"HFU {t.hfu:.1%} (of {t.peak_flop_per_s / TFLOP:,.0f} TFLOP/s dense 16-bit) · bottleneck: [bold]{t.bottleneck}[/]"
+    )

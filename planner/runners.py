@@ -8,12 +8,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from cost_models.calibration import DEFAULT, Calibration
 from cost_models.hardware import Cluster
 from cost_models.job import Job
 from cost_models.layout import Layout
 from cost_models.memory import DEFAULT_HEADROOM, MemoryEstimate, memory_estimate
 from cost_models.rules import resolve
+from cost_models.step_time import TimeEstimate, time_estimate
 from cost_models.training import TrainingSpec
+from cost_models.units import TFLOP
 from planner.errors import spec_error
 from planner.loaders import load_cluster, load_model
 
@@ -95,3 +98,62 @@ def run_memory(
     job = build_job(model, cluster, gpus, training=training, layout=layout)
     estimate = memory_estimate(job, headroom=DEFAULT_HEADROOM if headroom is None else headroom)
     return MemoryReport(job=job, estimate=estimate)
+
+
+@dataclass(frozen=True)
+class EstimateReport:
+    """Memory and time of one layout: what `planner estimate` prints, and each plan of `planner plan`."""
+
+    memory: MemoryReport
+    time: TimeEstimate
+
+    @property
+    def job(self) -> Job:
+        return self.memory.job
+
+    def to_json(self) -> dict[str, Any]:
+        t = self.time
+        doc = self.memory.to_json()
+        doc["time"] = {
+            "step_s": t.step_s,
+            "breakdown": t.breakdown.to_json(),
+            "critical_stage": t.critical.rank,
+            "per_stage": [
+                {
+                    "rank": s.rank,
+                    "microbatch_s": s.microbatch_s,
+                    "microbatch": s.microbatch.to_json(),
+                    "dp_exposed_s": s.dp_exposed_s,
+                    "optimizer_s": s.optimizer_s,
+                }
+                for s in t.stages
+            ],
+            "calibration": t.calibration.to_json(),
+        }
+        doc["throughput"] = {
+            "tokens_per_step": t.tokens_per_step,
+            "tokens_per_s": t.tokens_per_s,
+            "tokens_per_s_per_gpu": t.tokens_per_s_per_gpu,
+            "model_tflops_per_gpu": t.model_flop_per_s_per_gpu / TFLOP,
+            "mfu": t.mfu,
+            "hfu": t.hfu,
+            "model_flop_per_step": t.model_flop_per_step,
+            "hardware_flop_per_step": t.hardware_flop_per_step,
+            "peak_tflops_per_gpu": t.peak_flop_per_s / TFLOP,
+        }
+        doc["bottleneck"] = t.bottleneck
+        return doc
+
+
+def run_estimate(
+    model: str,
+    cluster: str,
+    gpus: int,
+    *,
+    training: dict[str, Any],
+    layout: dict[str, Any],
+    headroom: float | None = None,
+    calibration: Calibration = DEFAULT,
+) -> EstimateReport:
+    memory = run_memory(model, cluster, gpus, training=training, layout=layout, headroom=headroom)
+    return EstimateReport(memory=memory, time=time_estimate(memory.job, calibration=calibration))

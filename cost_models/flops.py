@@ -1,0 +1,199 @@
+"""Exact FLOPs of one micro-batch on one GPU, as the list of matrix multiplies the kernels run.
+
+A GEMM of an (m x k) by a (k x n) matrix costs 2·m·n·k FLOPs (one multiply and one add per term).
+Per GPU and micro-batch: t = mbs·seq_len/cp tokens; tp splits the heads and the ffn width
+(column-parallel n, row-parallel k); with sequence parallel the GEMMs still see all t tokens (the
+input is all-gathered first). Backward of a GEMM is two GEMMs of the same size (input and weight
+gradients), so 2x its forward; FlashAttention's backward is 2.5x its forward (five matrix
+multiplies against two: Dao 2023, FlashAttention-2, Sec. 3.1.2; flash-attn's benchmarks count
+`flops_bwd = 2.5 * flops_fwd`).
+
+`model_flops_per_token` is the PaLM convention used for MFU (Chowdhery et al. 2022, Appendix B).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cost_models.enums import AttentionKernel, Framework, MLPKind, Recompute
+from cost_models.job import Job
+from cost_models.model_spec import ModelSpec
+from cost_models.states import local_kv_heads, padded_vocab
+
+FLASH_BACKWARD_FACTOR = 2.5  # see the module docstring
+GEMM_BACKWARD_FACTOR = 2  # dX = dY·Wᵀ and dW = Xᵀ·dY
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """`count` multiplies of (m x k)·(k x n), forward."""
+
+    name: str
+    m: int
+    n: int
+    k: int
+    count: int = 1
+
+    @property
+    def flop(self) -> int:
+        return 2 * self.m * self.n * self.k * self.count
+
+
+@dataclass(frozen=True)
+class Attention:
+    """Core attention (scores and context) of one layer on one GPU, forward."""
+
+    batch_heads: int  # mbs x local query heads
+    q_len: int  # queries on this rank (seq_len/cp)
+    k_len: int  # keys each query sees in total (seq_len: cp ranks pass K/V around)
+    head_dim: int
+    causal_fraction: float  # share of the q x k score matrix the kernel computes
+
+    @property
+    def flop(self) -> float:
+        # QKᵀ and PV: 2 GEMMs of 2·q·k·d each per head
+        return 4 * self.batch_heads * self.q_len * self.k_len * self.head_dim * self.causal_fraction
+
+
+def causal_fraction(job: Job) -> float:
+    """Flash kernels skip the blocks above the causal diagonal: (s+1)/(2s) of the scores for one
+    sequence, whichever cp rank holds which chunk (Megatron/torch CP balance the chunks). Eager
+    attention computes every score and masks afterwards (Megatron's fused_scale_mask_softmax)."""
+    if job.training.attention is AttentionKernel.EAGER:
+        return 1.0
+    s = job.training.seq_len
+    return (s + 1) / (2 * s)
+
+
+def tokens(job: Job) -> int:
+    """Tokens of one micro-batch on one GPU (all of them pass through every tp rank's GEMMs)."""
+    return job.layout.mbs * job.seq_per_rank
+
+
+def attention_gemms(job: Job) -> tuple[Gemm, ...]:
+    m, tp = job.model, job.layout.tp
+    t, h = tokens(job), m.hidden_size
+    q = m.q_width // tp
+    kv = local_kv_heads(job) * m.head_size
+    return (Gemm("qkv", t, q + 2 * kv, h), Gemm("out_proj", t, h, q))
+
+
+def core_attention(job: Job) -> Attention:
+    m = job.model
+    heads = m.num_attention_heads // job.layout.tp
+    return Attention(job.layout.mbs * heads, job.seq_per_rank, job.training.seq_len, m.head_size, causal_fraction(job))
+
+
+def mlp_gemms(spec: ModelSpec, name: str, m_tokens: int, width: int, count: int = 1) -> tuple[Gemm, ...]:
+    """GELU: fc1 h->f, fc2 f->h. SwiGLU: gate and up as one h->2f GEMM (Megatron fuses them;
+    separate GEMMs cost the same FLOPs), down f->h."""
+    h = spec.hidden_size
+    up = 2 * width if spec.mlp is MLPKind.SWIGLU else width
+    return (Gemm(f"{name}_fc1", m_tokens, up, h, count), Gemm(f"{name}_fc2", m_tokens, h, width, count))
+
+
+def expert_tokens_per_gpu(job: Job) -> int:
+    """Routed token copies one GPU's experts process per micro-batch with balanced routing: its
+    t/tp tokens (sequence parallel) times top_k, preserved by the ep all-to-all, gathered over etp."""
+    moe = job.model.moe
+    assert moe is not None
+    local = tokens(job) // (job.layout.tp if job.sp else 1)
+    return local * moe.top_k * job.etp
+
+
+def moe_gemms(job: Job) -> tuple[Gemm, ...]:
+    m, lay = job.model, job.layout
+    moe = m.moe
+    assert moe is not None
+    t = tokens(job)
+    local = t // (lay.tp if job.sp else 1)
+    local_experts = moe.num_experts // lay.ep
+    routed = expert_tokens_per_gpu(job)
+    # Grouped GEMM: each local expert multiplies its share of the routed tokens.
+    per_expert = max(1, routed // local_experts)
+    out = [Gemm("router", local, moe.num_experts, m.hidden_size)]
+    out += mlp_gemms(m, "experts", per_expert, moe.expert_ffn_hidden_size // job.etp, local_experts)
+    if moe.num_shared_experts:
+        out += mlp_gemms(m, "shared", t, moe.num_shared_experts * moe.shared_width // lay.tp)
+    return tuple(out)
+
+
+def layer_gemms(job: Job, *, moe: bool) -> tuple[Gemm, ...]:
+    mlp = moe_gemms(job) if moe else mlp_gemms(job.model, "mlp", tokens(job), job.model.ffn_hidden_size // job.layout.tp)
+    return attention_gemms(job) + mlp
+
+
+def head_gemm(job: Job) -> Gemm:
+    """Output layer: vocabulary split over tp (vocab-parallel), padded as the framework pads it."""
+    vocab = -(-padded_vocab(job) // job.layout.tp)
+    return Gemm("output", tokens(job), vocab, job.model.hidden_size)
+
+
+@dataclass(frozen=True)
+class LayerFlops:
+    """One decoder layer, one micro-batch, one GPU."""
+
+    forward_gemm: float
+    forward_attention: float
+    recompute_gemm: float  # forward work repeated in backward under the layer's recompute mode
+    recompute_attention: float
+    attention_backward_factor: float  # flash 2.5, eager 2 (two batched GEMMs)
+
+    @property
+    def forward(self) -> float:
+        return self.forward_gemm + self.forward_attention
+
+    @property
+    def backward(self) -> float:
+        return GEMM_BACKWARD_FACTOR * self.forward_gemm + self.attention_backward_factor * self.forward_attention
+
+    @property
+    def recompute(self) -> float:
+        return self.recompute_gemm + self.recompute_attention
+
+    @property
+    def total(self) -> float:
+        return self.forward + self.backward + self.recompute
+
+
+def recomputed_share(job: Job, mode: Recompute) -> tuple[float, float]:
+    """(share of GEMM FLOPs, share of attention FLOPs) a layer repeats in backward.
+
+    Full: the whole forward. Selective: Megatron recomputes core attention only (Korthikanti et al.
+    2022, Sec. 5; --recompute-granularity selective); torchtitan's per-op policy saves every other
+    matmul output and the attention kernel's (torchtitan/distributed/activation_checkpoint.py
+    `_custom_policy`), so half the GEMMs run again; DeepSpeed has no selective mode of its own and
+    is counted like Megatron.
+    """
+    if mode is Recompute.NONE:
+        return 0.0, 0.0
+    if mode is Recompute.FULL:
+        return 1.0, 1.0
+    if job.training.framework is Framework.TORCHTITAN:
+        return 0.5, 0.0
+    return 0.0, 1.0
+
+
+def layer_flops(job: Job, *, moe: bool, mode: Recompute) -> LayerFlops:
+    gemm = sum(g.flop for g in layer_gemms(job, moe=moe))
+    attention = core_attention(job).flop
+    share_gemm, share_attn = recomputed_share(job, mode)
+    return LayerFlops(gemm, attention, share_gemm * gemm, share_attn * attention, attention_backward_factor(job))
+
+
+def attention_backward_factor(job: Job) -> float:
+    return FLASH_BACKWARD_FACTOR if job.training.attention is AttentionKernel.FLASH else GEMM_BACKWARD_FACTOR
+
+
+def model_flops_per_token(spec: ModelSpec, seq_len: int) -> float:
+    """PaLM's model FLOPs per token, forward + backward, no recomputation: 6·N + 12·L·H·Q·T
+    (Chowdhery et al. 2022, Appendix B), N = parameters that take part in a matmul (active ones for
+    MoE: every parameter except the input embedding table, which is a lookup; a tied table counts
+    once, as the output layer), L layers, H·Q the attention width, T the sequence length. Causal
+    masking is not discounted. torchtitan's MFU uses the same N (parameters minus the embedding)."""
+    from cost_models.params import embedding_params
+
+    emb = embedding_params(spec)
+    lookup = emb.value("position") + (0 if spec.tie_embeddings else emb.value("word"))
+    n = spec.params_active - lookup
+    return 6 * n + 12 * spec.num_layers * spec.q_width * seq_len
