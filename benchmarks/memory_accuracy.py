@@ -19,21 +19,19 @@ from pathlib import Path
 
 import yaml
 
-from cost_models.enums import Framework, Precision, Recompute, Schedule, Zero
-from cost_models.hardware import Cluster
-from cost_models.layout import Layout
 from cost_models.memory import memory_estimate
 from cost_models.rules import resolve
-from cost_models.training import TrainingSpec
 from cost_models.units import GiB
 from planner import presets
 
-DATA = Path(__file__).parent / "data" / "published_runs.yaml"
-
-MODELS = {"Llama 3.1 8B": "llama-3.1-8b", "Llama 3.1 70B": "llama-3.1-70b", "Llama 3.1 405B": "llama-3.1-405b"}
-# Grand Teton H100s have 96 GB HBM2e (torchtitan benchmark page, "Hardware"); only the capacity
-# differs from the dgx-h100 preset, and it only decides `fits`, not the predicted bytes.
-GRAND_TETON_HBM_BYTES = 96 * GiB
+sys.path.insert(0, str(Path(__file__).parent))
+from published import (  # the torchtitan row -> job mapping, shared with the time benchmark
+    DATA,
+    TORCHTITAN_MODELS,
+    torchtitan_cluster,
+    torchtitan_layout,
+    torchtitan_training,
+)
 
 
 @dataclass(frozen=True)
@@ -49,55 +47,10 @@ class Row:
         return (self.predicted_gib - self.measured_gib) / self.measured_gib
 
 
-def _cluster(row: dict) -> Cluster:
-    hw = row["hardware"]
-    if "H200" in hw["gpu"]:
-        spec = presets.clusters()["hgx-h200"]
-    else:
-        base = presets.clusters()["dgx-h100"]
-        gpu = base.gpu.model_copy(update={"name": "H100-96GB (Grand Teton)", "hbm_bytes": GRAND_TETON_HBM_BYTES})
-        spec = base.model_copy(update={"gpu": gpu})
-    return Cluster(spec=spec, num_gpus=hw["gpu_count"])
-
-
-def _layout(row: dict, num_layers: int) -> Layout:
-    lay = row["layout"]
-    tp, pp, cp, dp = lay["tp"], lay["pp"], lay["cp"], lay["dp"]
-    interleaved = (lay.get("pp_schedule") or "").lower().startswith("interleaved")
-    vpp = 2 if interleaved else 1  # torchtitan 9dec370: two stages per rank for looped schedules
-    if lay["micro_batch"]:
-        mbs = lay["micro_batch"]
-    else:
-        # torchtitan 9dec370 pipeline_llama.py: n_microbatches defaults to pp x stages per rank
-        mbs = lay["local_batch"] // (pp * vpp)
-    rc = Recompute.FULL if lay["recompute"].startswith("full") else Recompute.SELECTIVE
-    first = last = None
-    if pp > 1 and num_layers % (pp * vpp):
-        # 126 layers: the ends take fewer layers so the middle ranks split evenly (torchtitan's
-        # split points also shorten the first and last stages).
-        first, last = (15, 15) if vpp == 1 else (16, 14)
-    return Layout(
-        tp=tp, pp=pp, vpp=vpp, cp=cp, dp=dp, mbs=mbs, zero=Zero.PARAMETERS, recompute=rc,
-        schedule=Schedule.INTERLEAVED if interleaved else (Schedule.ONE_F_ONE_B if pp > 1 else None),
-        pp_first_stage_layers=first, pp_last_stage_layers=last,
-    )
-
-
 def predict(row: dict) -> Row:
-    model = presets.models()[MODELS[row["model"]["name"]]]
-    techniques = row["layout"].get("techniques") or ""
-    float8 = "Float8" in techniques
-    # torchtitan compiled only the transformer blocks at the Dec 2024 commit (9dec370); from 2025 on
-    # --training.compile also compiles the loss, which is what TrainingSpec.compile models.
-    compiled_loss = "compile" in techniques and not row["id"].startswith("torchtitan-2412")
-    training = TrainingSpec(
-        compile=compiled_loss,
-        seq_len=row["model"]["seq_len"],
-        global_batch_size=row["layout"]["global_batch"],
-        framework=Framework.TORCHTITAN,
-        precision=Precision.FP8 if float8 else Precision.BF16,
-    )
-    job = resolve(model, _cluster(row), training, _layout(row, model.num_layers))
+    model = presets.models()[TORCHTITAN_MODELS[row["model"]["name"]]]
+    # The compile rule (the Dec 2024 commit compiled the blocks only) lives in published.torchtitan_training.
+    job = resolve(model, torchtitan_cluster(row), torchtitan_training(row), torchtitan_layout(row, model.num_layers))
     est = memory_estimate(job)
     allocator = [s.peak_bytes - s.breakdown.value("overhead/cuda_context") - s.breakdown.value("overhead/nccl") for s in est.stages]
     peak = max(range(len(allocator)), key=allocator.__getitem__)

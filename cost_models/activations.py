@@ -299,7 +299,7 @@ def head_activations(job: Job) -> Breakdown:
     16-bit logits and a per-row fp32 log-sum-exp from which Inductor's fused cross entropy
     recomputes the softmax in backward."""
     d = dims(job)
-    logits = d.t * (d.vocab * ACT_BYTES + FP32) if job.training.compile else d.t * d.vocab * FP32
+    logits = d.t * (d.vocab * ACT_BYTES + FP32) if job.training.compiles_loss else d.t * d.vocab * FP32
     return Breakdown.of(
         "bytes",
         final_norm=_norm(job, d, d.t // d.sp_div, d.h),
@@ -324,7 +324,7 @@ def loss_workspace(job: Job) -> int:
     - A compiled loss (torchtitan --compile.enable) fuses all of it: 2 bytes for the 16-bit gradient.
     """
     d = dims(job)
-    if d.conv.loss_in_place or job.training.compile:  # compiled: only the 16-bit gradient is new
+    if d.conv.loss_in_place or job.training.compiles_loss:  # compiled: only the 16-bit gradient is new
         per_logit = 2
     elif job.training.framework is Framework.TORCHTITAN and d.tp > 1:
         per_logit = 12

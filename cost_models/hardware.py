@@ -37,6 +37,9 @@ class PeakFlops(_SIFromHuman):
 class GPUSpec(_SIFromHuman):
     name: str
     vendor: str = ""
+    # GPU generation ("ampere", "hopper", "blackwell", ...): the efficiency constants of
+    # cost_models.calibration are kept per architecture, since kernels and clocks differ by generation
+    architecture: str = ""
     hbm_bytes: Annotated[int, Field(gt=0)]  # capacity a framework can allocate from (see presets for what each counts)
     hbm_bandwidth_bytes_per_s: Positive
     peak_flop_per_s: PeakFlops

@@ -18,7 +18,14 @@ class TrainingSpec(Spec):
     # torch.compile of the model and the loss (torchtitan --compile.enable): the memory model counts
     # its fused cross entropy (cost_models.activations.head_activations / loss_workspace).
     compile: bool = False
+    # The loss compiled with the model: None = same as compile. False for torchtitan before 2025,
+    # which compiled the transformer blocks only (9dec370 and earlier).
+    compile_loss: bool | None = None
     # Tensor-parallel communication overlapped with the GEMMs around it: Megatron --tp-comm-overlap
     # (Transformer Engine userbuffers, needs sequence parallel), torchtitan async TP
     # (--parallelism.enable_async_tensor_parallel, needs compile).
     tp_comm_overlap: bool = False
+
+    @property
+    def compiles_loss(self) -> bool:
+        return self.compile if self.compile_loss is None else self.compile_loss
