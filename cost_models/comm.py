@@ -122,8 +122,12 @@ def scaleout_link(cluster: ClusterSpec, span_gpus: int) -> Link:
     return Link(cluster.nic_bandwidth_bytes_per_s * SCALEOUT_EFFICIENCY / over, cluster.nic_latency_s)
 
 
-def collective_time(op: Collective, size_bytes: float, where: Placement, cluster: ClusterSpec) -> float:
-    """Seconds for one collective of a group placed as `where` (see the module docstring)."""
+def collective_time(op: Collective, size_bytes: float, where: Placement, cluster: ClusterSpec, *, flat: bool = False) -> float:
+    """Seconds for one collective of a group placed as `where` (see the module docstring).
+
+    `flat`: one ring over all n ranks at one NIC's bandwidth per rank, the whole buffer crossing
+    every rank's NIC, instead of the hierarchical split (used for DeepSpeed ZeRO-3, see step_time).
+    """
     n, k = where.n, where.per_domain
     if n <= 1 or size_bytes <= 0:
         return 0.0
@@ -132,6 +136,8 @@ def collective_time(op: Collective, size_bytes: float, where: Placement, cluster
         return COLLECTIVE_BASE_LATENCY_S + _flat(op, n, size_bytes, up)
     nodes = n // k
     out = scaleout_link(cluster, where.span_gpus)
+    if flat:
+        return COLLECTIVE_BASE_LATENCY_S + _flat(op, n, size_bytes, out)
     if op is Collective.ALL_TO_ALL:
         # each rank sends (n−1)/n of its buffer: (k−1)/n of it stays inside the domain, (n−k)/n
         # leaves through its own NIC; both run at once, the slower sets the time

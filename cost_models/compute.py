@@ -35,7 +35,7 @@ def _peak(gpu: GPUSpec, precision: Precision) -> float:
 
 def gemm_time(g: Gemm, gpu: GPUSpec, precision: Precision, cal: Calibration) -> float:
     fp8 = precision is Precision.FP8 and gpu.peak_flop_per_s.fp8 is not None
-    eff = cal.fp8_gemm_efficiency if fp8 else cal.gemm_efficiency
+    eff = cal.efficiency("fp8_gemm_efficiency" if fp8 else "gemm_efficiency", gpu.architecture)
     d = min(g.m, g.n, g.k)
     rate = _peak(gpu, precision) * eff * d / (d + cal.gemm_half_dim)
     operand = 1 if fp8 else ACT_BYTES
@@ -49,7 +49,7 @@ def attention_time(a: Attention, job: Job, cal: Calibration) -> float:
     them and a 1-byte mask; PV reads them)."""
     gpu, precision = job.cluster.gpu, job.training.precision
     if job.training.attention is AttentionKernel.FLASH:
-        return a.flop / (_peak(gpu, Precision.BF16) * cal.attention_efficiency)
+        return a.flop / (_peak(gpu, Precision.BF16) * cal.efficiency("attention_efficiency", gpu.architecture))
     scores = Gemm("scores", a.q_len, a.k_len, a.head_dim, a.batch_heads)
     context = Gemm("context", a.q_len, a.head_dim, a.k_len, a.batch_heads)
     elements = a.batch_heads * a.q_len * a.k_len

@@ -141,14 +141,21 @@ def _expert_group(job: Job):
 
 
 def _fsdp_layer_comm(job: Job, layer_id: int) -> tuple[float, float]:
-    """(all-gather, reduce-scatter) seconds of one layer's parameters over the shard groups."""
+    """(all-gather, reduce-scatter) seconds of one layer's parameters over the shard groups.
+
+    DeepSpeed ZeRO-3 gathers over all dp ranks as one flat group, each rank's NIC carrying the
+    whole buffer: MiCS (Zhang et al. 2022, VLDB, Sec. 2-3) and ZeRO++ (Wang et al. 2023, Sec. 1)
+    measure ZeRO-3's cross-node gathers at about one NIC's bandwidth, which is what they fix; the
+    ZeRO-3 rows of Narayanan et al. 2021 Table 2 imply the same (~23 GB/s per A100 on 200 Gb/s HDR).
+    """
     cl = job.cluster.spec
+    flat = job.training.framework is Framework.DEEPSPEED
     p = local_layer_params(job, layer_id)
-    gather = collective_time(Collective.ALL_GATHER, p.dense * ACT_BYTES, _dense_group(job), cl)
-    reduce = collective_time(Collective.REDUCE_SCATTER, p.dense * _grad_bytes(job), _dense_group(job), cl)
+    gather = collective_time(Collective.ALL_GATHER, p.dense * ACT_BYTES, _dense_group(job), cl, flat=flat)
+    reduce = collective_time(Collective.REDUCE_SCATTER, p.dense * _grad_bytes(job), _dense_group(job), cl, flat=flat)
     if p.expert:
-        gather += collective_time(Collective.ALL_GATHER, p.expert * ACT_BYTES, _expert_group(job), cl)
-        reduce += collective_time(Collective.REDUCE_SCATTER, p.expert * _grad_bytes(job), _expert_group(job), cl)
+        gather += collective_time(Collective.ALL_GATHER, p.expert * ACT_BYTES, _expert_group(job), cl, flat=flat)
+        reduce += collective_time(Collective.REDUCE_SCATTER, p.expert * _grad_bytes(job), _expert_group(job), cl, flat=flat)
     return gather, reduce
 
 
@@ -164,14 +171,16 @@ def layer_pass(job: Job, *, moe: bool, mode: Recompute, cal: Calibration) -> Lay
         attention=(1 + attn_bwd) * lt.attention,
         elementwise=3 * lt.elementwise,  # backward reads and writes about twice what forward does
         recompute=recompute,
+        routing=(cal.moe_layer_overhead_s if moe else 0.0),
     )
     # passes that run the layer's forward collectives: forward, backward, and forward again under
     # full recompute (selective recompute repeats local work only)
     fwd_passes = 2 if mode is Recompute.FULL else 1
     tp_one = _tp_comm(job, moe=moe)
     if job.training.tp_comm_overlap:
-        exposed_fwd = max(0.0, tp_one - lt.gemm)
-        exposed_bwd = max(0.0, tp_one - GEMM_BACKWARD_FACTOR * lt.gemm)
+        hidden = cal.tp_overlap_fraction * tp_one
+        exposed_fwd = tp_one - min(hidden, lt.gemm)
+        exposed_bwd = tp_one - min(hidden, GEMM_BACKWARD_FACTOR * lt.gemm)
     else:
         exposed_fwd = exposed_bwd = tp_one
     cp_one = _cp_comm(job)
@@ -262,7 +271,7 @@ def _optimizer_params(job: Job, rank: int) -> float:
 
 def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[bool, Recompute], LayerPass]) -> StageTime:
     lay, cl = job.layout, job.cluster.spec
-    parts = {k: 0.0 for k in ("gemm", "attention", "elementwise", "recompute", "loss")}
+    parts = {k: 0.0 for k in ("gemm", "attention", "elementwise", "recompute", "routing", "loss")}
     comm = {k: 0.0 for k in COMM_KINDS}
     flop = 0.0
     backward_s = 0.0
@@ -275,7 +284,7 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[bool, R
         for pos, layer_id in enumerate(chunk):
             moe = job.model.is_moe_layer(layer_id)
             lp = passes[moe, _layer_mode(job, pos)]
-            for name in ("gemm", "attention", "elementwise", "recompute"):
+            for name in ("gemm", "attention", "elementwise", "recompute", "routing"):
                 parts[name] += lp.compute.value(name)
             for name in ("tp", "cp", "ep"):
                 comm[name] += lp.comm.value(name)

@@ -157,8 +157,8 @@ def render_estimate(report: Any, console: Console) -> None:
     t = report.time
     step = t.step_s
     table = Table(
-        title=f"Step time, critical pipeline rank {t.critical.rank} ({report.job.num_microbatches} micro-batches)",
-        title_justify="left", box=box.SIMPLE_HEAD,
+        title=f"Step time (critical rank {t.critical.rank}, {report.job.num_microbatches} micro-batches)",
+        title_justify="left", box=box.SIMPLE_HEAD, min_width=60,
     )
     table.add_column("part")
     table.add_column("ms", justify="right")

@@ -1,6 +1,12 @@
-"""Regression guard for benchmarks/memory_accuracy.py: the predicted peak memory against the
-published torchtitan measurements. Tolerances: median |error| within the 10% the memory model aims
-at for every row; no row beyond 20% (the two rows outside 10% are explained in docs/accuracy.md)."""
+"""Regression guards for the accuracy benchmarks.
+
+Memory (benchmarks/memory_accuracy.py): median |error| within the 10% the memory model aims at for
+every row; no row beyond 20% (the two rows outside 10% are explained in docs/accuracy.md).
+
+Throughput (benchmarks/time_accuracy.py) with the default, fitted constants: the overall median
+|error| is 5.0% against a 5% target, held to 5.5% so that a real regression (not the rounding of
+the fitted constants) fails; every source's median within 10%, except Megatron-Bridge, whose
+median over 9 runs is 10.7% (docs/accuracy.md says why), held to 11%."""
 
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
 
 import memory_accuracy  # noqa: E402
+import time_accuracy  # noqa: E402
 
 
 def test_published_torchtitan_memory():
@@ -19,3 +26,18 @@ def test_published_torchtitan_memory():
     errors = [abs(r.error) for r in rows]
     assert statistics.median(errors) <= 0.10
     assert max(errors) <= 0.20, [(r.id, round(r.error, 3)) for r in rows]
+
+
+def test_published_throughput():
+    from collections import defaultdict
+
+    runs, skipped = time_accuracy.load()
+    assert len(runs) == 100
+    rows = time_accuracy.evaluate([(r, r.job()) for r in runs], time_accuracy.DEFAULT)
+    by_source = defaultdict(list)
+    for r in rows:
+        by_source[r.run.group].append(abs(r.error))
+    assert statistics.median(abs(r.error) for r in rows) <= 0.055
+    limits = {"megatron_bridge": 0.11}
+    for source, errors in by_source.items():
+        assert statistics.median(errors) <= limits.get(source, 0.10), source

@@ -59,6 +59,48 @@ def test_presets_lists_every_required_name():
     assert {"gpt3-175b", "megatron-gpt-1t", "llama-2-70b", "llama-3.1-405b", "mistral-7b", "mixtral-8x22b", "qwen2.5-72b", "qwen3-235b-a22b"} <= set(doc["models"])
 
 
+def estimate_json(*args: str) -> dict:
+    result = run("estimate", *args, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_estimate_json_document():
+    args = ["llama-3.1-70b", "--cluster", "dgx-h100", "--gpus", "64", "--tp", "8", "--pp", "4", "--recompute", "full", "--zero", "1"]
+    doc = estimate_json(*args)
+    assert doc["layout"]["dp"] == 2
+    assert doc["memory"] == memory_json(*args)["memory"]  # the same memory model and document
+    t, thr = doc["time"], doc["throughput"]
+    assert t["step_s"] == pytest.approx(t["breakdown"]["total"])
+    parts = {k for k in t["breakdown"] if k != "total"}
+    assert parts == {"compute", "tp", "cp", "ep", "pp", "dp", "bubble", "optimizer"}
+    assert thr["tokens_per_s"] == pytest.approx(thr["tokens_per_step"] / t["step_s"])
+    assert thr["tokens_per_s_per_gpu"] == pytest.approx(thr["tokens_per_s"] / 64)
+    assert 0 < thr["mfu"] < thr["hfu"] < 1  # full recompute: executed FLOPs exceed model FLOPs
+    assert doc["bottleneck"] == max(parts, key=lambda k: t["breakdown"][k]["total"] if isinstance(t["breakdown"][k], dict) else t["breakdown"][k])
+
+
+def test_estimate_of_a_layout_that_does_not_fit_still_has_a_time():
+    doc = estimate_json("llama-3.1-70b", *BASE)
+    assert doc["memory"]["fits"] is False
+    assert doc["time"]["step_s"] > 0 and doc["throughput"]["mfu"] > 0
+
+
+def test_estimate_reads_a_calibration_file(tmp_path):
+    base = estimate_json("llama-3.1-8b", *BASE)
+    slow = tmp_path / "cal.json"
+    slow.write_text(json.dumps({"gemm_efficiency": {"hopper": 0.25}, "source": "test"}))
+    doc = estimate_json("llama-3.1-8b", *BASE, "--calibration", str(slow))
+    assert doc["time"]["calibration"]["gemm_efficiency"]["hopper"] == 0.25
+    assert doc["time"]["breakdown"]["compute"]["gemm"] > 1.5 * base["time"]["breakdown"]["compute"]["gemm"]
+
+
+def test_estimate_table_shows_the_step_and_throughput():
+    result = run("estimate", "llama-3.1-8b", *BASE)
+    assert result.exit_code == 0, result.output
+    assert "Step time" in result.output and "tokens/s/GPU" in result.output and "MFU" in result.output
+
+
 def test_version():
     result = run("--version")
     assert result.exit_code == 0 and result.output.startswith("planner ")
@@ -98,6 +140,12 @@ BAD = [
     ("negative seq", lambda t: ["memory", "llama-3.1-8b", *BASE, "--seq-len", "-5"], "seq_len = -5"),
     ("framework rule", lambda t: ["memory", "llama-3.1-8b", *BASE, "--tp", "8", "--zero", "1", "--framework", "torchtitan"], "FSDP2 only"),
     ("headroom", lambda t: ["memory", "llama-3.1-8b", *BASE, "--headroom", "1.5"], "headroom(1.5) must be a fraction in [0, 1)"),
+    ("estimate layout", lambda t: ["estimate", "llama-3.1-70b", "--cluster", "dgx-h100", "--gpus", "96", "--tp", "8", "--pp", "4", "--cp", "2"], "does not divide gpus(96)"),
+    ("tp overlap without tp", lambda t: ["estimate", "llama-3.1-8b", *BASE, "--tp-comm-overlap"], "tp_comm_overlap needs tp > 1"),
+    ("calibration not json", lambda t: ["estimate", "llama-3.1-8b", *BASE, "--calibration", _write(t, "c.json", "{")], "cannot read JSON"),
+    ("calibration unknown key", lambda t: ["estimate", "llama-3.1-8b", *BASE, "--calibration", _write(t, "c.json", '{"gemm_eff": 0.5}')], "unknown field(s) ['gemm_eff']"),
+    ("calibration bad value", lambda t: ["estimate", "llama-3.1-8b", *BASE, "--calibration", _write(t, "c.json", '{"gemm_efficiency": {"hopper": -1}}')], "gemm_efficiency.hopper(-1) must be a positive number"),
+    ("calibration missing", lambda t: ["estimate", "llama-3.1-8b", *BASE, "--calibration", str(t / "none.json")], "cannot read JSON"),
 ]
 
 
