@@ -202,7 +202,7 @@ def main() -> int:
         for g in sorted({r.group for r in runs}):
             train = [c for c in cases if c[0].group != g]
             test = [c for c in cases if c[0].group == g]
-            held = fit(train, cal, fields, rounds=2)
+            held = fit(train, cal, fields, rounds=1)
             holdout[g] = _stats([r.error for r in evaluate(test, held)])[0]
     rows = evaluate(cases, cal)
     text = "\n\n".join([summary(rows, holdout), calibration_table(cal), table(rows, jobs)])
