@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from cost_models.enums import Schedule, Zero
+from cost_models.enums import Recompute, Schedule, Zero
 from cost_models.hardware import Cluster
 from cost_models.layout import Layout
 from cost_models.model_spec import ModelSpec
@@ -104,6 +104,15 @@ class Job:
             tuple(tuple(range(starts[v * lay.pp + r], starts[v * lay.pp + r] + sizes[v * lay.pp + r])) for v in range(lay.vpp))
             for r in range(lay.pp)
         )
+
+    def recompute_mode(self, position_in_chunk: int) -> Recompute:
+        """The recompute mode of the layer at this position of its model chunk: full recompute of
+        only the first recompute_layers layers (Megatron --recompute-method block) leaves the rest
+        without recomputation."""
+        lay = self.layout
+        if lay.recompute is Recompute.FULL and lay.recompute_layers is not None:
+            return Recompute.FULL if position_in_chunk < lay.recompute_layers else Recompute.NONE
+        return lay.recompute
 
     def stage_layer_ids(self, rank: int) -> tuple[int, ...]:
         return tuple(i for chunk in self.stage_chunks[rank] for i in chunk)

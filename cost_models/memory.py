@@ -100,13 +100,6 @@ def inflight_microbatches(job: Job, rank: int) -> tuple[int, ...]:
     return tuple(sum(1 for k in range(forwards) if (k // pp) % v == c) for c in range(v))
 
 
-def _layer_mode(job: Job, position_in_chunk: int) -> Recompute:
-    lay = job.layout
-    if lay.recompute is Recompute.FULL and lay.recompute_layers is not None:
-        return Recompute.FULL if position_in_chunk < lay.recompute_layers else Recompute.NONE
-    return lay.recompute
-
-
 @dataclass(frozen=True)
 class LayerCost:
     """What one decoder layer of a kind (dense or MoE) costs under one recompute mode."""
@@ -131,7 +124,7 @@ def layer_costs(job: Job) -> dict[tuple[bool, Recompute], LayerCost]:
 
 
 def _chunk_layer_costs(job: Job, rank: int, chunk: int, costs: dict[tuple[bool, Recompute], LayerCost]) -> list[LayerCost]:
-    return [costs[job.model.is_moe_layer(i), _layer_mode(job, n)] for n, i in enumerate(job.stage_chunks[rank][chunk])]
+    return [costs[job.model.is_moe_layer(i), job.recompute_mode(n)] for n, i in enumerate(job.stage_chunks[rank][chunk])]
 
 
 def _chunk_activations(job: Job, rank: int, chunk: int, costs: dict[tuple[bool, Recompute], LayerCost]) -> Breakdown:

@@ -190,13 +190,6 @@ def layer_pass(job: Job, *, moe: bool, mode: Recompute, cal: Calibration) -> Lay
     return LayerPass(compute=compute, forward_s=lt.total, comm=comm, flop=flops.total)
 
 
-def _layer_mode(job: Job, position_in_chunk: int) -> Recompute:
-    lay = job.layout
-    if lay.recompute is Recompute.FULL and lay.recompute_layers is not None:
-        return Recompute.FULL if position_in_chunk < lay.recompute_layers else Recompute.NONE
-    return lay.recompute
-
-
 @dataclass(frozen=True)
 class StageTime:
     rank: int
@@ -283,7 +276,7 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[bool, R
     for chunk in job.stage_chunks[rank]:
         for pos, layer_id in enumerate(chunk):
             moe = job.model.is_moe_layer(layer_id)
-            lp = passes[moe, _layer_mode(job, pos)]
+            lp = passes[moe, job.recompute_mode(pos)]
             for name in ("gemm", "attention", "elementwise", "recompute", "routing"):
                 parts[name] += lp.compute.value(name)
             for name in ("tp", "cp", "ep"):
@@ -421,7 +414,7 @@ class TimeEstimate:
 
 
 def time_estimate(job: Job, *, calibration: Calibration = DEFAULT) -> TimeEstimate:
-    modes = {_layer_mode(job, 0), _layer_mode(job, 10**9), job.layout.recompute, Recompute.NONE}
+    modes = {job.recompute_mode(0), job.recompute_mode(10**9), job.layout.recompute, Recompute.NONE}
     kinds = {job.model.is_moe_layer(i) for i in range(job.model.num_layers)}
     passes = {(moe, mode): layer_pass(job, moe=moe, mode=mode, cal=calibration) for moe in kinds for mode in modes}
     stages = tuple(stage_time(job, r, calibration, passes) for r in range(job.layout.pp))
