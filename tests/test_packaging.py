@@ -1,5 +1,5 @@
 """Installation: the wheel carries the presets, the console script runs from any directory, and
-`memory` never imports torch."""
+`memory` and `estimate` never import torch."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).parent.parent
 
@@ -29,8 +31,9 @@ def _planner(*args: str, cwd: Path, importtime: bool = False) -> subprocess.Comp
     return subprocess.run([sys.executable, *flags, "-c", code, *args], cwd=cwd, capture_output=True, text=True)
 
 
-def test_runs_from_any_directory_without_torch(tmp_path):
-    result = _planner("memory", "llama-3.1-8b", "--cluster", "dgx-h100", "--gpus", "8", "--json", cwd=tmp_path, importtime=True)
+@pytest.mark.parametrize("command", ["memory", "estimate"])
+def test_runs_from_any_directory_without_torch(tmp_path, command):
+    result = _planner(command, "llama-3.1-8b", "--cluster", "dgx-h100", "--gpus", "8", "--json", cwd=tmp_path, importtime=True)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["model"]["params_total"] == 8_030_261_248
     imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if "|" in line}
