@@ -157,11 +157,16 @@ def state_bytes(job: Job, *, params: int, shard: int) -> Breakdown:
     )
 
 
+def dense_params(params: Breakdown) -> int:
+    """The parameters of a rank_params breakdown that follow dense (dp·cp) sharding: all but experts."""
+    return int(params.value("embedding") + params.value("layers") + params.value("head"))
+
+
 def rank_state_bytes(job: Job, rank: int) -> Breakdown:
     """Model states of pipeline rank `rank`: dense parameters shard over dp·cp (or the HSDP shard
     group), expert parameters over expert-dp."""
     p = rank_params(job, rank)
-    dense = p.value("embedding") + p.value("layers") + p.value("head")
+    dense = dense_params(p)
     dense_states = state_bytes(job, params=dense, shard=job.dense_shard_group)
     expert_states = state_bytes(job, params=int(p.value("experts")), shard=job.expert_shard_group)
     merged = {name: dense_states.value(name) + expert_states.value(name) for name, _ in dense_states}

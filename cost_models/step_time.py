@@ -46,7 +46,7 @@ from cost_models.flops import (
     tokens,
 )
 from cost_models.job import Job
-from cost_models.states import local_kv_heads, local_layer_params, rank_params
+from cost_models.states import dense_params, local_kv_heads, local_layer_params, rank_params
 
 MIN_DDP_BUCKET_PARAMS = 40_000_000  # Megatron DDP bucket: max(40M, 1M x dp) params
 BUCKET_PARAMS_PER_DP_RANK = 1_000_000  # (megatron/training/training.py, ddp_config.bucket_size)
@@ -213,7 +213,7 @@ def _dp_tail(job: Job, rank: int) -> tuple[float, float]:
     """(seconds, seconds that cannot hide) of the end-of-step data-parallel traffic of a rank."""
     lay, cl, z = job.layout, job.cluster.spec, job.zero
     p = rank_params(job, rank)
-    dense = p.value("embedding") + p.value("layers") + p.value("head")
+    dense = dense_params(p)
     experts = p.value("experts")
     if job.dense_shard_group == 1 and job.expert_shard_group == 1 and job.dp == 1:
         return 0.0, 0.0
@@ -256,7 +256,7 @@ def _dp_tail(job: Job, rank: int) -> tuple[float, float]:
 
 def _optimizer_params(job: Job, rank: int) -> float:
     p = rank_params(job, rank)
-    dense = p.value("embedding") + p.value("layers") + p.value("head")
+    dense = dense_params(p)
     if job.zero >= Zero.OPTIMIZER:
         return dense / job.dense_shard_group + p.value("experts") / job.expert_shard_group
     return dense + p.value("experts")
