@@ -23,6 +23,7 @@ import yaml
 
 from cost_models.enums import (
     AttentionKernel,
+    Fp8Recipe,
     Framework,
     MLPKind,
     NormKind,
@@ -122,6 +123,7 @@ def torchtitan_training(row: dict) -> TrainingSpec:
         global_batch_size=row["layout"]["global_batch"],
         framework=Framework.TORCHTITAN,
         precision=Precision.FP8 if float8 else Precision.BF16,
+        fp8_recipe=Fp8Recipe.ROWWISE if "rowwise" in (row["hardware"].get("precision") or "") else Fp8Recipe.TENSORWISE,
         tp_comm_overlap="AsyncTP" in techniques,
     )
 
@@ -302,8 +304,8 @@ def _torchtitan(entry: dict) -> Mapped:
     techniques, precision = entry["layout"].get("techniques") or "", entry["hardware"].get("precision") or ""
     if "AsyncTP" in techniques:
         notes.append("AsyncTP = tp_comm_overlap")
-    if "rowwise" in precision or "tensorwise" in precision:
-        notes.append("Float8 rowwise and tensorwise scaling are both Precision.FP8")
+    if "rowwise" in precision:
+        notes.append("Float8 (rowwise) = fp8_recipe rowwise")
     if "float8 all-gather" in techniques:
         notes.append("FSDP float8 all-gather (parameters gathered in fp8) is not modelled")
     if layout.pp > 1:
@@ -364,7 +366,11 @@ def _megatron_bridge(entry: dict) -> Mapped:
             raise Skip(f"num_layers({model.num_layers}) + embedding + loss is not divisible by pp·vpp({lay['pp'] * vpp})")
         first = last = per_stage * vpp - 1
         notes.append(f"end ranks hold {first} layers: the embedding and the loss count as one pipeline layer each")
+    mx = entry["hardware"]["precision"].upper() == "FP8-MX"
+    if mx:
+        notes.append("FP8-MX = fp8_recipe mxfp8")
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=precision,
+                            fp8_recipe=Fp8Recipe.MXFP8 if mx else Fp8Recipe.TENSORWISE,
                             framework=Framework.MEGATRON, attention=AttentionKernel.FLASH)
     layout = Layout(tp=lay["tp"], pp=lay["pp"], vpp=vpp, cp=lay.get("cp") or 1, ep=lay.get("ep") or 1, etp=etp,
                     mbs=lay["micro_batch"], zero=_megatron_zero(lay["zero"]), recompute=recompute,

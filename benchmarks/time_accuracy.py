@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.memory_accuracy import write_section  # noqa: E402
 from benchmarks.published import PublishedRun, load  # noqa: E402
 from cost_models.calibration import DEFAULT, PER_ARCHITECTURE, Calibration  # noqa: E402
+from cost_models.enums import AttentionKernel, Framework  # noqa: E402
 from cost_models.job import Job  # noqa: E402
 from cost_models.step_time import time_estimate  # noqa: E402
 
@@ -34,7 +35,9 @@ from cost_models.step_time import time_estimate  # noqa: E402
 BOUNDS = {
     "gemm_efficiency": (0.3, 0.95),
     "fp8_gemm_efficiency": (0.2, 0.95),
+    "fp8_rowwise_gemm_ratio": (0.3, 1.0),
     "attention_efficiency": (0.15, 0.9),
+    "te_attention_efficiency": (0.15, 0.9),
     "gemm_half_dim": (1.0, 1024.0),
     "hbm_efficiency": (0.5, 0.95),
     "tp_overlap_fraction": (0.05, 1.0),
@@ -75,8 +78,17 @@ def coordinates(cases: list[tuple[PublishedRun, Job]]) -> tuple[str, ...]:
     def archs(precisions: set[str]) -> list[str]:
         return sorted({j.cluster.gpu.architecture for _, j in cases if j.training.precision.value in precisions})
 
+    # flash runs split by whose kernel they use (compute.attention_efficiency): Transformer Engine's
+    # on the architectures it is calibrated for, flash-attn/SDPA otherwise
+    te_archs = set(DEFAULT.te_attention_efficiency)
+
+    def uses_te(j: Job) -> bool:
+        return j.training.framework is Framework.MEGATRON and j.cluster.gpu.architecture in te_archs
+
+    flash = [j for _, j in cases if j.training.attention is AttentionKernel.FLASH]
     used = {"gemm_efficiency": archs({"bf16", "fp16"}), "fp8_gemm_efficiency": archs({"fp8"}),
-            "attention_efficiency": archs({"bf16", "fp16", "fp8"})}
+            "attention_efficiency": sorted({j.cluster.gpu.architecture for j in flash if not uses_te(j)}),
+            "te_attention_efficiency": sorted({j.cluster.gpu.architecture for j in flash if uses_te(j)})}
     out = []
     for name in Calibration.fitted_fields():
         if name == "hbm_efficiency":
@@ -194,7 +206,7 @@ def main() -> int:
     if args.fit:
         cal = fit(cases, DEFAULT, fields)
         # architectures without runs take the newest measured generation's value (hopper)
-        cal = cal.with_values(**{f"{n}__default": cal.efficiency(n, "hopper") for n in PER_ARCHITECTURE})
+        cal = cal.with_values(**{f"{n}__default": cal.efficiency(n, "hopper") for n in PER_ARCHITECTURE if n != "te_attention_efficiency"})
         print("fitted:", {k: round(_value(cal, k), 4) for k in fields}, f"({time.perf_counter() - started:.0f} s)")
     holdout = None
     if args.holdout:

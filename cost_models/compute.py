@@ -4,7 +4,8 @@ HBM bandwidth.
 A GEMM runs at peak x gemm_efficiency x d/(d + n½), d its smallest dimension (small or skinny
 GEMMs fill fewer tiles and waves; Hockney's half-performance length), and never faster than
 moving its operands through HBM (roofline, Williams et al. 2009). fp8 GEMMs use the fp8 peak and
-their own efficiency. Attention kernels run at attention_efficiency of the 16-bit peak (flash) or
+their own efficiency; where the framework casts operands to fp8 in kernels of their own
+(torchao), those casts are priced as elementwise traffic. Attention kernels run at attention_efficiency of the 16-bit peak (flash) or
 as two batched GEMMs plus the softmax's memory traffic (eager).
 
 Elementwise kernels (norms, residual adds, rotary embedding, activation functions, dropout,
@@ -17,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cost_models.calibration import Calibration
-from cost_models.enums import AttentionKernel, Framework, MLPKind, NormKind, OptimizerKind, PositionKind, Precision
+from cost_models.enums import AttentionKernel, Fp8Recipe, Framework, MLPKind, NormKind, OptimizerKind, PositionKind, Precision
 from cost_models.flops import Attention, Gemm, core_attention, expert_tokens_per_gpu, head_gemm, layer_gemms, tokens
 from cost_models.hardware import GPUSpec
 from cost_models.job import Job
@@ -33,14 +34,28 @@ def _peak(gpu: GPUSpec, precision: Precision) -> float:
     return p.fp16 if precision is Precision.FP16 else p.bf16
 
 
-def gemm_time(g: Gemm, gpu: GPUSpec, precision: Precision, cal: Calibration) -> float:
+def gemm_time(
+    g: Gemm, gpu: GPUSpec, precision: Precision, cal: Calibration, recipe: Fp8Recipe = Fp8Recipe.TENSORWISE
+) -> float:
     fp8 = precision is Precision.FP8 and gpu.peak_flop_per_s.fp8 is not None
     eff = cal.efficiency("fp8_gemm_efficiency" if fp8 else "gemm_efficiency", gpu.architecture)
+    if fp8 and recipe is Fp8Recipe.ROWWISE:
+        eff *= cal.fp8_rowwise_gemm_ratio
     d = min(g.m, g.n, g.k)
     rate = _peak(gpu, precision) * eff * d / (d + cal.gemm_half_dim)
     operand = 1 if fp8 else ACT_BYTES
     moved = g.count * (operand * (g.m * g.k + g.k * g.n) + ACT_BYTES * g.m * g.n)
     return max(g.flop / rate, moved / (gpu.hbm_bandwidth_bytes_per_s * cal.hbm_efficiency))
+
+
+def attention_efficiency(job: Job, cal: Calibration) -> float:
+    """Fraction of the 16-bit peak the fused attention kernel reaches: Transformer Engine's (Megatron)
+    where it is calibrated for the architecture, else the flash-attention kernels' (PyTorch SDPA in
+    torchtitan, flash-attn in other stacks)."""
+    arch = job.cluster.gpu.architecture
+    if job.training.framework is Framework.MEGATRON and arch in cal.te_attention_efficiency:
+        return cal.te_attention_efficiency[arch]
+    return cal.efficiency("attention_efficiency", arch)
 
 
 def attention_time(a: Attention, job: Job, cal: Calibration) -> float:
@@ -49,7 +64,7 @@ def attention_time(a: Attention, job: Job, cal: Calibration) -> float:
     them and a 1-byte mask; PV reads them)."""
     gpu, precision = job.cluster.gpu, job.training.precision
     if job.training.attention is AttentionKernel.FLASH:
-        return a.flop / (_peak(gpu, Precision.BF16) * cal.efficiency("attention_efficiency", gpu.architecture))
+        return a.flop / (_peak(gpu, Precision.BF16) * attention_efficiency(job, cal))
     scores = Gemm("scores", a.q_len, a.k_len, a.head_dim, a.batch_heads)
     context = Gemm("context", a.q_len, a.head_dim, a.k_len, a.batch_heads)
     elements = a.batch_heads * a.q_len * a.k_len
@@ -137,25 +152,61 @@ def elementwise_time(job: Job, *, moe: bool, cal: Calibration) -> float:
     return elementwise_bytes_per_layer(job, moe=moe) / (job.cluster.gpu.hbm_bandwidth_bytes_per_s * cal.hbm_efficiency)
 
 
+# A dynamically scaled cast to fp8 reads its 16-bit input twice (the amax reduction, then the
+# scaled cast: the scale depends on the whole tensor or row, so the two cannot share a pass) and
+# writes 1 byte per element.
+FP8_CAST_BYTES = 5
+
+
+def fp8_casts_separate(job: Job) -> bool:
+    """Whether fp8 casts run as kernels of their own. torchao (torchtitan) casts each operand of
+    each of the three GEMMs of a linear, forward and backward (torchao "Quantized Training" docs:
+    to_fp8 of input and weight; of grad_output and weight; of input.t and grad_output).
+    Transformer Engine (Megatron, DeepSpeed) emits fp8 from the kernel that produces the
+    activation (LayerNormLinear, fused bias-activation) and casts weights once per step, so its
+    casts are not counted."""
+    tr = job.training
+    return tr.precision is Precision.FP8 and tr.framework is Framework.TORCHTITAN and job.cluster.gpu.peak_flop_per_s.fp8 is not None
+
+
+def fp8_cast_bytes(job: Job, *, moe: bool) -> tuple[float, float]:
+    """Bytes the fp8 casts of one layer move for one micro-batch, (forward, backward). A GEMM
+    (m x k)·(k x n) casts input and weight forward (mk + kn), and grad_output twice, weight and
+    input backward (2mn + kn + mk)."""
+    if not fp8_casts_separate(job):
+        return 0.0, 0.0
+    gemms = layer_gemms(job, moe=moe)
+    fwd = sum(g.count * (g.m * g.k + g.k * g.n) for g in gemms)
+    bwd = sum(g.count * (2 * g.m * g.n + g.k * g.n + g.m * g.k) for g in gemms)
+    return FP8_CAST_BYTES * fwd, FP8_CAST_BYTES * bwd
+
+
 @dataclass(frozen=True)
 class LayerTime:
-    """Forward seconds of one decoder layer for one micro-batch on one GPU, by kind of work."""
+    """Forward seconds of one decoder layer for one micro-batch on one GPU, by kind of work;
+    fp8_cast_backward is the backward's casts, which do not scale with the forward's bytes."""
 
     gemm: float
     attention: float
     elementwise: float
+    fp8_cast: float = 0.0
+    fp8_cast_backward: float = 0.0
 
     @property
     def total(self) -> float:
-        return self.gemm + self.attention + self.elementwise
+        return self.gemm + self.attention + self.elementwise + self.fp8_cast
 
 
 def layer_time(job: Job, *, moe: bool, cal: Calibration) -> LayerTime:
-    gpu, precision = job.cluster.gpu, job.training.precision
+    gpu, precision, recipe = job.cluster.gpu, job.training.precision, job.training.fp8_recipe
+    hbm = gpu.hbm_bandwidth_bytes_per_s * cal.hbm_efficiency
+    cast_fwd, cast_bwd = fp8_cast_bytes(job, moe=moe)
     return LayerTime(
-        gemm=sum(gemm_time(g, gpu, precision, cal) for g in layer_gemms(job, moe=moe)),
+        gemm=sum(gemm_time(g, gpu, precision, cal, recipe) for g in layer_gemms(job, moe=moe)),
         attention=attention_time(core_attention(job), job, cal),
         elementwise=elementwise_time(job, moe=moe, cal=cal),
+        fp8_cast=cast_fwd / hbm,
+        fp8_cast_backward=cast_bwd / hbm,
     )
 
 

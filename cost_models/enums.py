@@ -26,6 +26,14 @@ class Precision(StrEnum):
     FP8 = "fp8"  # fp8 GEMMs, bf16 activations and weights, fp32 master weights
 
 
+class Fp8Recipe(StrEnum):
+    """How fp8 GEMM operands are scaled (only read when precision is fp8)."""
+
+    TENSORWISE = "tensorwise"  # one scale per tensor: TE delayed/current scaling, torchao tensorwise
+    ROWWISE = "rowwise"  # one scale per row: torchao rowwise (row-scaled CUTLASS GEMMs)
+    MXFP8 = "mxfp8"  # one e8m0 scale per 32 elements: TE MXFP8BlockScaling, Blackwell tensor cores only
+
+
 class OptimizerKind(StrEnum):
     ADAMW = "adamw"  # two fp32 states per parameter (exp_avg, exp_avg_sq)
     ADAM = "adam"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cost_models.enums import AttentionKernel, Framework, PositionKind, Recompute, Schedule, Zero
+from cost_models.enums import AttentionKernel, Fp8Recipe, Framework, PositionKind, Precision, Recompute, Schedule, Zero
 from cost_models.errors import SpecError
 from cost_models.hardware import Cluster
 from cost_models.job import Job, stage_layer_counts
@@ -306,6 +306,19 @@ def _tp_comm_overlap(job: Job) -> str | None:
     return None
 
 
+def _fp8_recipe(job: Job) -> str | None:
+    recipe, tr = job.training.fp8_recipe, job.training
+    if recipe is Fp8Recipe.TENSORWISE:
+        return None
+    if tr.precision is not Precision.FP8:
+        return f"fp8_recipe {recipe} needs precision fp8 (precision={tr.precision})"
+    if recipe is Fp8Recipe.ROWWISE and tr.framework is not TITAN:
+        return f"fp8_recipe rowwise is torchao's (torchtitan); {tr.framework} uses tensorwise or mxfp8"
+    if recipe is Fp8Recipe.MXFP8 and job.cluster.gpu.architecture != "blackwell":
+        return f"fp8_recipe mxfp8 needs Blackwell tensor cores ({job.cluster.gpu.name} is {job.cluster.gpu.architecture}); use tensorwise"
+    return None
+
+
 def _fsdp2_megatron(job: Job) -> str | None:
     lay = job.layout
     if job.zero is Zero.PARAMETERS and lay.pp > 1:
@@ -338,6 +351,7 @@ RULES: tuple[Rule, ...] = (
     Rule("recompute_layers", ALL, _recompute_layers, "Megatron --recompute-method block --recompute-num-layers"),
     Rule("compile", frozenset({MEGATRON, DEEPSPEED}), _compile, "torchtitan --compile.enable"),
     Rule("tp_comm_overlap", ALL, _tp_comm_overlap, "Megatron arguments.py (--tp-comm-overlap requires --sequence-parallel); torchtitan async TP"),
+    Rule("fp8_recipe", ALL, _fp8_recipe, "Megatron --fp8-recipe (transformer_config.py L594); torchtitan quantize.linear.float8 recipe_name"),
     Rule("cp_flash", ALL, _cp_flash, "ring attention (Megatron/TE, torch context_parallel) uses fused attention"),
 )
 

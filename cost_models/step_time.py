@@ -164,12 +164,17 @@ def layer_pass(job: Job, *, moe: bool, mode: Recompute, cal: Calibration) -> Lay
     flops = layer_flops(job, moe=moe, mode=mode)
     attn_bwd = attention_backward_factor(job)
     share_gemm, share_attn = recomputed_share(job, mode)
-    recompute = share_gemm * lt.gemm + share_attn * lt.attention + (lt.elementwise if mode is Recompute.FULL else 0.0)
+    recompute = (
+        share_gemm * (lt.gemm + lt.fp8_cast)
+        + share_attn * lt.attention
+        + (lt.elementwise if mode is Recompute.FULL else 0.0)
+    )
     compute = Breakdown.of(
         "s",
         gemm=(1 + GEMM_BACKWARD_FACTOR) * lt.gemm,
         attention=(1 + attn_bwd) * lt.attention,
-        elementwise=3 * lt.elementwise,  # backward reads and writes about twice what forward does
+        # backward reads and writes about twice what forward does; fp8 casts are counted per pass
+        elementwise=3 * lt.elementwise + lt.fp8_cast + lt.fp8_cast_backward,
         recompute=recompute,
         routing=(cal.moe_layer_overhead_s if moe else 0.0),
     )

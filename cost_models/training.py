@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cost_models.enums import AttentionKernel, Framework, OptimizerKind, Precision
+from cost_models.enums import AttentionKernel, Fp8Recipe, Framework, OptimizerKind, Precision
 from cost_models.model_spec import Count, Spec
 
 
@@ -12,6 +12,7 @@ class TrainingSpec(Spec):
     # 4·pp with one (legal for every schedule), filled in by cost_models.rules.resolve
     global_batch_size: Count | None = None
     precision: Precision = Precision.BF16  # compute dtype; master weights are always fp32
+    fp8_recipe: Fp8Recipe = Fp8Recipe.TENSORWISE  # scaling of fp8 GEMM operands (precision fp8 only)
     optimizer: OptimizerKind = OptimizerKind.ADAMW
     framework: Framework = Framework.MEGATRON
     attention: AttentionKernel = AttentionKernel.FLASH

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import typer
 
-from cost_models.enums import AttentionKernel, Framework, OptimizerKind, Precision, Recompute, Schedule
+from cost_models.enums import AttentionKernel, Fp8Recipe, Framework, OptimizerKind, Precision, Recompute, Schedule
 from planner import __version__
 
 app = typer.Typer(
@@ -79,6 +79,7 @@ SeqLen = Annotated[IntOpt, typer.Option("--seq-len", help="Sequence length (defa
 GlobalBatch = Annotated[IntOpt, typer.Option("--global-batch-size", help="Sequences per step (default: mbs·dp, ×4·pp with a pipeline).")]
 FrameworkOpt = Annotated[Optional[Framework], typer.Option("--framework", help="Training framework (default megatron).")]
 Dtype = Annotated[Optional[Precision], typer.Option("--dtype", help="Compute precision (default bf16).")]
+Fp8RecipeOpt = Annotated[Optional[Fp8Recipe], typer.Option("--fp8-recipe", help="fp8 scaling with --dtype fp8 (default tensorwise; rowwise: torchao; mxfp8: Blackwell).")]
 OptimizerOpt = Annotated[Optional[OptimizerKind], typer.Option("--optimizer", help="Optimizer (default adamw).")]
 AttentionOpt = Annotated[Optional[AttentionKernel], typer.Option("--attention", help="Attention kernel (default flash).")]
 Compile = Annotated[Optional[bool], typer.Option("--compile/--no-compile", help="torch.compile the model and loss (torchtitan).")]
@@ -89,7 +90,7 @@ AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of tabl
 
 def _specs(
     *, tp, pp, vpp, cp, ep, etp, mbs, sp, zero, dp_shard, recompute, recompute_layers, schedule, pp_first, pp_last,
-    seq_len, global_batch_size, framework, dtype, optimizer, attention, compile, tp_comm_overlap,
+    seq_len, global_batch_size, framework, dtype, fp8_recipe, optimizer, attention, compile, tp_comm_overlap,
 ) -> tuple[dict, dict]:  # type: ignore[no-untyped-def]
     """(training, layout) field dicts from the shared flags; None = derive."""
     layout = dict(
@@ -99,7 +100,7 @@ def _specs(
     )
     training = dict(
         seq_len=seq_len, global_batch_size=global_batch_size, framework=framework, precision=dtype,
-        optimizer=optimizer, attention=attention, compile=compile, tp_comm_overlap=tp_comm_overlap,
+        fp8_recipe=fp8_recipe, optimizer=optimizer, attention=attention, compile=compile, tp_comm_overlap=tp_comm_overlap,
     )
     return training, layout
 
@@ -111,7 +112,7 @@ def memory(
     sp: Sp = None, zero: ZeroOpt = None, dp_shard: DpShard = None, recompute: RecomputeOpt = None,
     recompute_layers: RecomputeLayers = None, schedule: ScheduleOpt = None, pp_first: PpFirst = None, pp_last: PpLast = None,
     seq_len: SeqLen = None, global_batch_size: GlobalBatch = None, framework: FrameworkOpt = None, dtype: Dtype = None,
-    optimizer: OptimizerOpt = None, attention: AttentionOpt = None, compile: Compile = None, tp_comm_overlap: TpOverlap = None,
+    fp8_recipe: Fp8RecipeOpt = None, optimizer: OptimizerOpt = None, attention: AttentionOpt = None, compile: Compile = None, tp_comm_overlap: TpOverlap = None,
     headroom: Headroom = None, as_json: AsJson = False,
 ) -> None:
     """Per-GPU memory of one layout: every component, every pipeline stage, and whether it fits."""
@@ -143,7 +144,7 @@ def estimate(
     sp: Sp = None, zero: ZeroOpt = None, dp_shard: DpShard = None, recompute: RecomputeOpt = None,
     recompute_layers: RecomputeLayers = None, schedule: ScheduleOpt = None, pp_first: PpFirst = None, pp_last: PpLast = None,
     seq_len: SeqLen = None, global_batch_size: GlobalBatch = None, framework: FrameworkOpt = None, dtype: Dtype = None,
-    optimizer: OptimizerOpt = None, attention: AttentionOpt = None, compile: Compile = None, tp_comm_overlap: TpOverlap = None,
+    fp8_recipe: Fp8RecipeOpt = None, optimizer: OptimizerOpt = None, attention: AttentionOpt = None, compile: Compile = None, tp_comm_overlap: TpOverlap = None,
     headroom: Headroom = None,
     calibration: Annotated[Optional[Path], typer.Option("--calibration", help="JSON file of fitted efficiency constants (from validate --calibrate).")] = None,
     as_json: AsJson = False,

@@ -11,7 +11,7 @@ from cost_models import comm
 from cost_models.calibration import DEFAULT, Calibration
 from cost_models.comm import Collective, collective_time, placement
 from cost_models.compute import gemm_time
-from cost_models.enums import Recompute
+from cost_models.enums import Fp8Recipe, Precision, Recompute
 from cost_models.hardware import NetworkTier
 from cost_models.flops import Gemm, causal_fraction, layer_flops, model_flops_per_token
 from cost_models.states import rank_params
@@ -276,3 +276,53 @@ def test_calibration_changes_the_compute_time_proportionally():
     slow = time_estimate(job, calibration=DEFAULT.with_values(gemm_efficiency__hopper=half))
     fast = time_estimate(job)
     assert slow.breakdown.value("compute/gemm") > 1.9 * fast.breakdown.value("compute/gemm")
+
+
+# --- fp8 recipes and kernel families ------------------------------------------------------------
+
+
+def test_torchao_fp8_casts_move_five_bytes_per_operand_element():
+    # LLAMA_TINY, 128 tokens, tp 1: (m x k)·(k x n) per GEMM, forward casts input and weight (mk + kn)
+    #   qkv     128x256·256x384:  32,768 +  98,304     (q 256 + k 64 + v 64)
+    #   out     128x256·256x256:  32,768 +  65,536
+    #   fc1     128x256·256x1376: 32,768 + 352,256     (SwiGLU gate and up, 2 x 688)
+    #   fc2     128x688·688x256:  88,064 + 176,128
+    #   sum 878,592 elements x 5 bytes (amax read 2, cast read 2, write 1) = 4,392,960
+    # backward casts grad_output twice, weight and input (2mn + kn + mk):
+    #   qkv 2·49,152 + 98,304 + 32,768 = 229,376; out 2·32,768 + 65,536 + 32,768 = 163,840;
+    #   fc1 2·176,128 + 352,256 + 32,768 = 737,280; fc2 2·32,768 + 176,128 + 88,064 = 329,728
+    #   = 1,460,224 elements x 5 = 7,301,120
+    from cost_models.compute import fp8_cast_bytes
+
+    fp8 = dict(seq_len=128, precision="fp8", framework="torchtitan")
+    job = make_job(LLAMA_TINY, gpus=1, training=fp8)
+    assert fp8_cast_bytes(job, moe=False) == (4_392_960, 7_301_120)
+    # Transformer Engine emits fp8 from the producing kernels: nothing extra for Megatron
+    megatron = make_job(LLAMA_TINY, gpus=1, training={**fp8, "framework": "megatron"})
+    assert fp8_cast_bytes(megatron, moe=False) == (0, 0)
+    # and the casts show in the step: the same job in bf16 has none
+    bf16 = make_job(LLAMA_TINY, gpus=1, training={**fp8, "precision": "bf16"})
+    assert fp8_cast_bytes(bf16, moe=False) == (0, 0)
+
+
+def test_rowwise_fp8_gemms_run_at_the_rowwise_ratio():
+    gpu = presets.gpus()["H100-SXM"]
+    g = Gemm("big", 8192, 8192, 8192)  # compute-bound: the efficiency sets the time
+    tensorwise = gemm_time(g, gpu, Precision.FP8, DEFAULT)
+    rowwise = gemm_time(g, gpu, Precision.FP8, DEFAULT, Fp8Recipe.ROWWISE)
+    assert rowwise == pytest.approx(tensorwise / DEFAULT.fp8_rowwise_gemm_ratio)
+
+
+def test_megatron_attention_runs_at_transformer_engine_efficiency_where_calibrated():
+    from cost_models.compute import attention_time
+    from cost_models.flops import core_attention
+
+    def attn(framework: str, cluster: str) -> float:
+        job = make_job("llama-3.1-8b", gpus=8, cluster=cluster, training=dict(seq_len=8192, framework=framework))
+        return attention_time(core_attention(job), job, DEFAULT)
+
+    # same FLOPs on the same GPU; only the kernel family's efficiency differs
+    ratio = DEFAULT.efficiency("attention_efficiency", "hopper") / DEFAULT.te_attention_efficiency["hopper"]
+    assert attn("megatron", "dgx-h100") == pytest.approx(ratio * attn("torchtitan", "dgx-h100"))
+    # on Ampere Transformer Engine runs flash-attn: the same efficiency for both
+    assert attn("megatron", "dgx-a100-80gb") == pytest.approx(attn("torchtitan", "dgx-a100-80gb"))
