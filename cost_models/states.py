@@ -138,22 +138,26 @@ def optimizer_states_per_param(optimizer: OptimizerKind) -> int:
     return 1 if optimizer is OptimizerKind.SGD else 2
 
 
+def state_parts(framework: Framework, precision: Precision, optimizer: OptimizerKind, zero: Zero) -> dict[str, tuple[int, bool]]:
+    """Bytes per parameter of each model state, and whether `zero` shards it over the dp group."""
+    c = convention(framework, precision)
+    fp32 = 4
+    return {
+        "weights": (c.weight_bytes, zero >= c.weight_sharded_from),
+        "gradients": (c.grad_bytes, zero >= c.grad_sharded_from),
+        "fp32_gradients": (c.optimizer_grad_bytes, zero >= Zero.OPTIMIZER),
+        "master_weights": (c.master_bytes, zero >= Zero.OPTIMIZER),
+        "optimizer_states": (fp32 * optimizer_states_per_param(optimizer), zero >= Zero.OPTIMIZER),
+    }
+
+
 def state_bytes(job: Job, *, params: int, shard: int) -> Breakdown:
     """Weights, gradients and optimizer bytes of `params` parameters sharded over `shard` ranks."""
-    c = convention(job.training.framework, job.training.precision)
-    z = job.zero
-
-    def part(n_bytes: int, sharded: bool) -> int:
-        return -(-params * n_bytes // shard) if sharded else params * n_bytes
-
-    fp32 = 4
+    tr = job.training
+    parts = state_parts(tr.framework, tr.precision, tr.optimizer, job.zero)
     return Breakdown.of(
         "bytes",
-        weights=part(c.weight_bytes, z >= c.weight_sharded_from),
-        gradients=part(c.grad_bytes, z >= c.grad_sharded_from),
-        fp32_gradients=part(c.optimizer_grad_bytes, z >= Zero.OPTIMIZER),
-        master_weights=part(c.master_bytes, z >= Zero.OPTIMIZER),
-        optimizer_states=part(fp32 * optimizer_states_per_param(job.training.optimizer), z >= Zero.OPTIMIZER),
+        **{name: -(-params * n // shard) if sharded else params * n for name, (n, sharded) in parts.items()},
     )
 
 

@@ -171,6 +171,48 @@ def estimate(
 
 
 @app.command()
+def plan(
+    model: Model, cluster: ClusterOpt, gpus: Gpus,
+    seq_len: SeqLen = None,
+    global_batch_size: Annotated[IntOpt, typer.Option("--global-batch-size", help="Sequences per step (default: 4M tokens / seq len).")] = None,
+    framework: FrameworkOpt = None, dtype: Dtype = None, fp8_recipe: Fp8RecipeOpt = None, optimizer: OptimizerOpt = None,
+    attention: AttentionOpt = None, compile: Compile = None, tp_comm_overlap: TpOverlap = None,
+    top: Annotated[int, typer.Option("--top", help="How many plans to list.")] = 10,
+    fix: Annotated[Optional[list[str]], typer.Option("--fix", help="Pin an axis, e.g. --fix tp=8 --fix recompute=full.")] = None,
+    allow_cross_node_tp: Annotated[bool, typer.Option("--allow-cross-node-tp", help="Let tp span scale-up domains.")] = False,
+    headroom: Headroom = None,
+    calibration: Annotated[Optional[Path], typer.Option("--calibration", help="JSON file of fitted efficiency constants.")] = None,
+    explain: Annotated[bool, typer.Option("--explain", help="Say why #1 beats #2 and what kept other layouts out.")] = False,
+    as_json: AsJson = False,
+) -> None:
+    """Search every layout (tp/sp, pp/vpp, dp and sharding, cp, ep/etp, mbs, recompute) and rank the fastest that fit."""
+    with _user_errors():
+        from cost_models.calibration import DEFAULT, load_calibration
+        from planner.runners import run_plan
+
+        training = dict(
+            seq_len=seq_len, global_batch_size=global_batch_size, framework=framework, precision=dtype,
+            fp8_recipe=fp8_recipe, optimizer=optimizer, attention=attention, compile=compile,
+            tp_comm_overlap=tp_comm_overlap,
+        )
+        cal = load_calibration(calibration) if calibration else DEFAULT
+        if not as_json:
+            print(f"searching layouts of {model} on {gpus} GPUs…", file=sys.stderr)
+        report = run_plan(model, cluster, gpus, training=training, fixes=fix or [], top=top, headroom=headroom,
+                          allow_cross_node_tp=allow_cross_node_tp, calibration=cal)
+    if as_json:
+        from planner.render import print_json
+
+        print_json(report.to_json())
+    else:
+        from rich.console import Console
+
+        from planner.render import render_plan
+
+        render_plan(report, Console(), explain=explain)
+
+
+@app.command()
 def presets(as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False) -> None:
     """List the model, GPU and cluster presets."""
     with _user_errors():
@@ -209,3 +251,7 @@ def main() -> None:
     except typer.Abort:
         sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

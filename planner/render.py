@@ -174,3 +174,67 @@ def render_estimate(report: Any, console: Console) -> None:
         f"{t.model_flop_per_s_per_gpu / TFLOP:,.0f} model TFLOP/s/GPU · MFU [bold]{t.mfu:.1%}[/] · "
         f"HFU {t.hfu:.1%} (of {t.peak_flop_per_s / TFLOP:,.0f} TFLOP/s dense 16-bit) · bottleneck: [bold]{t.bottleneck}[/]"
     )
+
+
+def short_layout(job: Any) -> str:
+    lay = job.layout
+    zero = {0: "ddp", 1: "z1", 2: "z2", 3: "z3"}[int(job.zero)]
+    shard = f"/{lay.dp_shard}" if lay.dp_shard != job.dp else ""
+    parts = [f"tp{lay.tp}" + ("sp" if job.sp else ""), f"pp{lay.pp}" + (f"v{lay.vpp}" if lay.vpp > 1 else "")]
+    if lay.pp_first_stage_layers or lay.pp_last_stage_layers:
+        parts[-1] += f"[{lay.pp_first_stage_layers or '-'}/{lay.pp_last_stage_layers or '-'}]"
+    parts.append(f"dp{job.dp} {zero}{shard}")
+    if lay.cp > 1:
+        parts.append(f"cp{lay.cp}")
+    if job.model.moe:
+        parts.append(f"ep{lay.ep} etp{job.etp}")
+    rc = {"none": "", "selective": "sel", "full": "full"}[lay.recompute.value]
+    if lay.recompute_layers:
+        rc += f"{lay.recompute_layers}"
+    parts.append(f"mbs{lay.mbs}" + (f" {rc}" if rc else ""))
+    return " ".join(parts)
+
+
+def render_plan(report: Any, console: Console, *, explain: bool = False) -> None:
+    p, r = report.problem, report.result
+    tr = p.training
+    console.print(
+        f"[bold]{p.model.name}[/] on {p.gpus}× {p.cluster.gpu.name} ({p.cluster.spec.name}) · {tr.framework.value} · "
+        f"{tr.precision.value} · seq {tr.seq_len} · global batch {tr.global_batch_size}"
+        + (f" · fixed {', '.join(f'{k}={v}' for k, v in p.fixed.items())}" if p.fixed else "")
+    )
+    table = Table(box=box.SIMPLE_HEAD, title_justify="left")
+    for name, justify in (("#", "right"), ("layout", "left"), ("memory/GPU", "left"), ("step s", "right"),
+                          ("tok/s/GPU", "right"), ("MFU", "right"), ("bottleneck", "left")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for rank, plan in enumerate(report.plans, 1):
+        mem, t = plan.memory.estimate, plan.time
+        bar = fill_bar(mem.peak_bytes, mem.capacity_bytes, width=10) + Text(f" {_gib(mem.peak_bytes)} GiB")
+        table.add_row(str(rank), short_layout(plan.job), bar, f"{t.step_s:,.3f}", f"{t.tokens_per_s_per_gpu:,.0f}",
+                      f"{t.mfu:.1%}", t.bottleneck)
+    console.print(table)
+    proof = "optimal (top-k proven)" if r.optimal else "best found within the time limit (not proven)"
+    console.print(f"search: {r.seconds:.2f} s · {r.candidates} layouts scored exactly · {proof} · {r.solver}")
+    if explain:
+        for line in explain_lines(report):
+            console.print(line)
+
+
+def explain_lines(report: Any) -> list[str]:
+    """Why #1 beats #2 (the terms that differ most), and what kept other layouts out."""
+    out = []
+    plans = report.plans
+    if len(plans) >= 2:
+        a, b = plans[0].time, plans[1].time
+        fa, fb = a.breakdown.flat(), b.breakdown.flat()
+        diffs = sorted(((fb.get(k, 0.0) - fa.get(k, 0.0), k) for k in set(fa) | set(fb) if k != "total"), reverse=True)
+        gain = b.step_s / a.step_s - 1
+        terms = ", ".join(f"{k} {d / MS:+,.1f} ms" for d, k in diffs if abs(d) > 1e-4 * b.step_s)[:400]
+        out.append(f"#1 beats #2 by {gain:.2%} of step time ({short_layout(plans[1].job)}: {terms or 'equal terms; tie broken by the layout key'})")
+    reasons: dict[str, int] = {}
+    for rej in report.result.rejected:
+        reasons[rej.reason if not rej.reason.startswith("needs ") else "did not fit in memory"] = reasons.get(
+            rej.reason if not rej.reason.startswith("needs ") else "did not fit in memory", 0) + 1
+    for reason, count in sorted(reasons.items(), key=lambda kv: -kv[1])[:6]:
+        out.append(f"{count} scored layout(s) rejected: {reason}")
+    return out

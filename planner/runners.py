@@ -157,3 +157,88 @@ def run_estimate(
 ) -> EstimateReport:
     memory = run_memory(model, cluster, gpus, training=training, layout=layout, headroom=headroom)
     return EstimateReport(memory=memory, time=time_estimate(memory.job, calibration=calibration))
+
+
+@dataclass(frozen=True)
+class PlanReport:
+    """What `planner plan` found: the ranked plans, each as `planner estimate` reports it, and the search."""
+
+    problem: Any  # planner.space.Problem
+    result: Any  # planner.search.SearchResult
+
+    @property
+    def plans(self) -> list[EstimateReport]:
+        return [EstimateReport(memory=MemoryReport(job=p.job, estimate=p.memory), time=p.time) for p in self.result.plans]
+
+    def to_json(self) -> dict[str, Any]:
+        plans = []
+        for rank, report in enumerate(self.plans, 1):
+            doc = report.to_json()
+            plans.append({"rank": rank, **{k: doc[k] for k in ("layout", "memory", "time", "throughput", "bottleneck")}})
+        r = self.result
+        return {
+            "plans": plans,
+            "search": {
+                "seconds": r.seconds,
+                "candidates": r.candidates,
+                "optimal": r.optimal,
+                "solver": r.solver,
+                "lower_bound_s": r.lower_bound_s,
+            },
+        }
+
+
+def run_plan(
+    model: str,
+    cluster: str,
+    gpus: int,
+    *,
+    training: dict[str, Any],
+    fixes: list[str],
+    top: int = 10,
+    headroom: float | None = None,
+    allow_cross_node_tp: bool = False,
+    calibration: Calibration = DEFAULT,
+) -> PlanReport:
+    from cost_models.errors import SpecError
+    from planner.search import search
+    from planner.space import Problem, default_global_batch, parse_fixes
+
+    if top < 1:
+        raise SpecError(f"--top({top}) must be at least 1")
+    model_spec = load_model(model)
+    cluster_spec = load_cluster(cluster)
+    try:
+        cluster_obj = Cluster(spec=cluster_spec, num_gpus=gpus)
+    except ValidationError as e:
+        raise spec_error(e, Cluster, "--gpus") from None
+    fields = {k: v for k, v in training.items() if v is not None}
+    try:
+        spec = TrainingSpec.model_validate(fields)
+    except ValidationError as e:
+        raise spec_error(e, TrainingSpec, "training") from None
+    if spec.global_batch_size is None:
+        spec = spec.model_copy(update=dict(global_batch_size=default_global_batch(spec.seq_len)))
+    problem = Problem(model_spec, cluster_obj, spec, fixed=parse_fixes(fixes), allow_cross_node_tp=allow_cross_node_tp)
+    result = search(problem, top=top, headroom=DEFAULT_HEADROOM if headroom is None else headroom, calibration=calibration)
+    if not result.plans:
+        raise SpecError(_no_plan(problem, result))
+    return PlanReport(problem=problem, result=result)
+
+
+def _no_plan(problem: Any, result: Any) -> str:
+    """One line: why nothing fits, and the closest thing that was tried."""
+    where = f"{problem.model.name} on {problem.gpus}x {problem.cluster.gpu.name}"
+    fixed = f" with --fix {' '.join(f'{k}={v}' for k, v in problem.fixed.items())}" if problem.fixed else ""
+    memory = [r for r in result.rejected if r.reason.startswith("needs ")]
+    if memory:
+        closest = min(memory, key=lambda r: float(r.reason.split()[1]))
+        lay = closest.layout
+        return (f"no layout of {where}{fixed} fits: the closest (tp {lay.tp}, pp {lay.pp}, cp {lay.cp}, zero "
+                f"{int(lay.zero or 0)}, mbs {lay.mbs}, recompute {lay.recompute}) {closest.reason}; add GPUs, "
+                f"shorten --seq-len or relax --fix")
+    if result.rejected:
+        return f"no layout of {where}{fixed} is legal: {result.rejected[0].reason}; relax --fix or change --global-batch-size"
+    return (f"no layout of {where}{fixed} passes the memory bound (states and activations alone exceed "
+            f"{problem.cluster.gpu.hbm_bytes / 2**30:.0f} GiB) or divides --global-batch-size({problem.global_batch}); "
+            f"add GPUs, shorten --seq-len, change --global-batch-size or relax --fix")

@@ -51,3 +51,12 @@ def test_help_does_not_load_the_cost_model(tmp_path):
     assert result.returncode == 0
     imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if "|" in line}
     assert "pydantic" not in imported and "cost_models.memory" not in imported
+
+
+def test_plan_runs_without_torch(tmp_path):
+    result = _planner("plan", "llama-3.1-8b", "--cluster", "dgx-h100", "--gpus", "8", "--global-batch-size", "64",
+                      "--top", "2", "--json", cwd=tmp_path, importtime=True)
+    assert result.returncode == 0, result.stderr
+    assert len(json.loads(result.stdout)["plans"]) == 2
+    imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if "|" in line}
+    assert not any(m == "torch" or m.startswith("torch.") for m in imported)

@@ -1,0 +1,318 @@
+"""The layout space `planner plan` searches: legal values per axis, and the named predicates that
+tie axes together. The CP-SAT model (planner.search) and the brute-force reference enumerate the
+same space from these generators.
+
+A layout is four choices and one derived degree:
+- a Shard: what one layer's work per GPU depends on (tp, sp, cp, ep, etp, mbs);
+- a Stages: the pipeline (pp, vpp, the first/last stage sizes) with a recompute plan (Recompute);
+- a Sharding: how data-parallel ranks split model states (zero, dp_shard);
+- dp = gpus / (tp·cp·pp), and m = global batch / (mbs·dp) micro-batches.
+Every candidate is finally checked by cost_models.rules (the frameworks' own rules), so a
+generator may be looser than the rules but never stricter than what the search promises.
+
+Bounds of the search, beyond the frameworks' rules:
+- cp keeps at least MIN_CP_TOKENS tokens per rank (ring attention below that is all latency);
+- mbs is a power of two up to MAX_MBS;
+- uneven pipelines make the end stages lighter than the middle ones, which hold ceil(L/pp) or
+  ceil(L/pp)+1 layers (what --decoder-first/last-pipeline-num-layers are used for);
+- vpp is at most MAX_VPP;
+- HSDP shard groups are powers of two from 8 to 256 data-parallel ranks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from cost_models.enums import Framework, Recompute, Schedule, Zero
+from cost_models.errors import SpecError
+from cost_models.hardware import Cluster
+from cost_models.job import stage_layer_counts
+from cost_models.layout import Layout
+from cost_models.model_spec import ModelSpec
+from cost_models.training import TrainingSpec
+
+MIN_CP_TOKENS = 1024
+MAX_MBS = 16
+MAX_VPP = 8
+HSDP_GROUPS = (8, 16, 32, 64, 128, 256)
+# Llama 3 pre-training started at 4M tokens per step (Llama Team 2024, Sec. 3.4.1); GPT-3 175B used 3.2M.
+DEFAULT_TOKENS_PER_STEP = 4 * 1024 * 1024
+
+FIXABLE = ("tp", "sp", "pp", "vpp", "cp", "ep", "etp", "mbs", "dp", "zero", "dp_shard", "recompute", "recompute_layers")
+
+
+@dataclass(frozen=True)
+class Shard:
+    tp: int
+    sp: bool
+    cp: int
+    ep: int
+    etp: int
+    mbs: int
+
+
+@dataclass(frozen=True)
+class Stages:
+    pp: int
+    vpp: int
+    first: int | None  # decoder layers on the first stage when it differs from the middle ones
+    last: int | None
+    recompute: Recompute
+    recompute_layers: int | None  # full recompute of the first k layers of each model chunk
+
+    def counts(self, num_layers: int) -> list[int]:
+        return stage_layer_counts(num_layers, self.pp, self.first, self.last)
+
+    def recomputed(self, count: int) -> int:
+        """Layers of a rank holding `count` decoder layers that run under the recompute mode."""
+        if self.recompute is Recompute.NONE:
+            return 0
+        if self.recompute_layers is None:
+            return count
+        return self.vpp * min(self.recompute_layers, count // self.vpp)
+
+
+@dataclass(frozen=True)
+class Sharding:
+    zero: Zero
+    dp_shard: int | None  # None: shard over all of dp
+
+
+@dataclass(frozen=True)
+class Problem:
+    model: ModelSpec
+    cluster: Cluster
+    training: TrainingSpec  # global_batch_size set
+    fixed: dict[str, object] = field(default_factory=dict)
+    allow_cross_node_tp: bool = False
+
+    @property
+    def gpus(self) -> int:
+        return self.cluster.num_gpus
+
+    @property
+    def framework(self) -> Framework:
+        return self.training.framework
+
+    @property
+    def global_batch(self) -> int:
+        assert self.training.global_batch_size is not None
+        return self.training.global_batch_size
+
+
+def default_global_batch(seq_len: int) -> int:
+    return max(1, DEFAULT_TOKENS_PER_STEP // seq_len)
+
+
+def parse_fixes(items: list[str]) -> dict[str, object]:
+    """`--fix tp=8 --fix recompute=full` -> {"tp": 8, "recompute": Recompute.FULL}."""
+    out: dict[str, object] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in FIXABLE:
+            raise SpecError(f"--fix {item!r}: expected AXIS=VALUE with AXIS one of {', '.join(FIXABLE)}")
+        value = value.strip()
+        try:
+            if key == "recompute":
+                out[key] = Recompute(value)
+            elif key == "sp":
+                if value.lower() not in ("true", "false", "1", "0", "on", "off"):
+                    raise ValueError
+                out[key] = value.lower() in ("true", "1", "on")
+            elif key == "zero":
+                out[key] = Zero(int(value))
+            else:
+                n = int(value)
+                if n < 1:
+                    raise ValueError
+                out[key] = n
+        except ValueError:
+            allowed = {"recompute": "none, selective or full", "sp": "true or false", "zero": "0, 1, 2 or 3"}
+            raise SpecError(f"--fix {key}={value}: must be {allowed.get(key, 'a positive integer')}") from None
+    return out
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _fixed(problem: Problem, axis: str, values: list) -> list:
+    if axis in problem.fixed:
+        return [v for v in values if v == problem.fixed[axis]]
+    return values
+
+
+# --- per-axis generators -------------------------------------------------------------------------
+
+
+def tp_values(problem: Problem) -> list[int]:
+    """Divisors of the head count that fit the scale-up domain (unless cross-node tp is allowed)."""
+    m, cl = problem.model, problem.cluster.spec
+    limit = problem.gpus if problem.allow_cross_node_tp else min(problem.gpus, cl.scaleup_domain_gpus)
+    out = [t for t in _divisors(m.num_attention_heads) if t <= limit and problem.gpus % t == 0]
+    return _fixed(problem, "tp", out)
+
+
+def sp_values(problem: Problem, tp: int) -> list[bool]:
+    if tp == 1:
+        out = [False]
+    elif problem.framework is Framework.DEEPSPEED:
+        out = [False]
+    elif problem.framework is Framework.TORCHTITAN:
+        out = [True]  # torchtitan's tensor parallel plan always shards the norms' sequence
+    else:
+        out = [True, False]
+    return _fixed(problem, "sp", out)
+
+
+def cp_values(problem: Problem) -> list[int]:
+    if problem.framework is Framework.DEEPSPEED:
+        return _fixed(problem, "cp", [1])
+    s = problem.training.seq_len
+    out = [c for c in _divisors(problem.gpus) if s % (2 * c) == 0 and s // c >= MIN_CP_TOKENS or c == 1]
+    return _fixed(problem, "cp", out)
+
+
+def ep_values(problem: Problem) -> list[int]:
+    moe = problem.model.moe
+    out = [1] if moe is None else [e for e in _divisors(moe.num_experts) if problem.gpus % e == 0]
+    return _fixed(problem, "ep", out)
+
+
+def etp_values(problem: Problem, tp: int) -> list[int]:
+    if problem.model.moe is None:
+        out = [tp if problem.framework is Framework.MEGATRON else 1]  # unused without experts
+    elif problem.framework is Framework.DEEPSPEED:
+        out = [1]
+    else:
+        out = sorted({1, tp})
+    return _fixed(problem, "etp", out) if problem.model.moe is not None else out
+
+
+def mbs_values(problem: Problem) -> list[int]:
+    out = [b for b in (2**i for i in range(int(math.log2(MAX_MBS)) + 1)) if problem.global_batch % b == 0]
+    return _fixed(problem, "mbs", out)
+
+
+def shards(problem: Problem) -> Iterator[Shard]:
+    s = problem.training.seq_len
+    for tp in tp_values(problem):
+        for cp in cp_values(problem):
+            if problem.gpus % (tp * cp):
+                continue
+            for sp in sp_values(problem, tp):
+                if sp and (s // cp) % tp:
+                    continue
+                for ep in ep_values(problem):
+                    for etp in etp_values(problem, tp):
+                        for mbs in mbs_values(problem):
+                            yield Shard(tp=tp, sp=sp, cp=cp, ep=ep, etp=etp, mbs=mbs)
+
+
+def _splits(num_layers: int, pp: int) -> Iterator[tuple[int | None, int | None]]:
+    if pp == 1:
+        yield None, None
+        return
+    if num_layers % pp == 0:
+        yield None, None
+    base = -(-num_layers // pp)
+    seen = set()
+    for middle in (base, base + 1):
+        if pp > 2:
+            rest = num_layers - (pp - 2) * middle
+            if rest % 2 == 0 and 1 <= rest // 2 < middle:
+                seen.add((rest // 2, rest // 2))
+        one = num_layers - (pp - 1) * middle
+        if 1 <= one < middle:
+            seen.update({(one, None), (None, one)})
+    yield from sorted(seen, key=lambda fl: (fl[0] or 0, fl[1] or 0))
+
+
+def stages(problem: Problem) -> Iterator[Stages]:
+    """Pipeline splits with their recompute plans."""
+    n, fw = problem.model.num_layers, problem.framework
+    pps = _fixed(problem, "pp", [p for p in _divisors(problem.gpus) if p <= n])
+    modes = [Recompute.NONE, Recompute.FULL] + ([] if fw is Framework.DEEPSPEED else [Recompute.SELECTIVE])
+    modes = _fixed(problem, "recompute", modes)
+    for pp in pps:
+        for first, last in _splits(n, pp):
+            counts = stage_layer_counts(n, pp, first, last)
+            common = math.gcd(*counts)
+            vpps = [1] if pp == 1 or fw is Framework.DEEPSPEED else [v for v in _divisors(common) if v <= MAX_VPP]
+            for vpp in _fixed(problem, "vpp", vpps):
+                for mode in modes:
+                    ks: list[int | None] = [None]
+                    if mode is Recompute.FULL and fw is Framework.MEGATRON:
+                        ks += list(range(1, min(counts) // vpp))
+                    if "recompute_layers" in problem.fixed:
+                        ks = [k for k in ks if k == problem.fixed["recompute_layers"]]
+                    for k in ks:
+                        yield Stages(pp=pp, vpp=vpp, first=first, last=last, recompute=mode, recompute_layers=k)
+
+
+def shardings(problem: Problem) -> list[Sharding]:
+    fw = problem.framework
+    if fw is Framework.MEGATRON:
+        zeros = [Zero.NONE, Zero.OPTIMIZER, Zero.PARAMETERS]
+    elif fw is Framework.TORCHTITAN:
+        zeros = [Zero.NONE, Zero.GRADIENTS, Zero.PARAMETERS]
+    else:
+        zeros = list(Zero)
+    zeros = _fixed(problem, "zero", zeros)
+    out = [Sharding(z, None) for z in zeros]
+    if fw is Framework.TORCHTITAN:
+        out += [Sharding(z, g) for z in zeros if z >= Zero.GRADIENTS for g in HSDP_GROUPS]
+    if "dp_shard" in problem.fixed:
+        out = [Sharding(s.zero, problem.fixed["dp_shard"]) for s in out if s.dp_shard is None]  # type: ignore[arg-type]
+    return out
+
+
+# --- predicates across axes (the CP-SAT model states the same ones as constraints) ---------------
+
+
+def degrees_ok(problem: Problem, shard: Shard, st: Stages) -> int | None:
+    """dp, if tp·cp·pp divides the GPUs and dp the global batch in whole micro-batches; else None."""
+    model_par = shard.tp * shard.cp * st.pp
+    if problem.gpus % model_par:
+        return None
+    dp = problem.gpus // model_par
+    if "dp" in problem.fixed and dp != problem.fixed["dp"]:
+        return None
+    if problem.global_batch % (shard.mbs * dp):
+        return None
+    return dp
+
+
+def sharding_ok(problem: Problem, st: Stages, sh: Sharding, dp: int) -> bool:
+    if sh.dp_shard is not None and (sh.dp_shard >= dp or dp % sh.dp_shard):
+        return False
+    if sh.zero is Zero.PARAMETERS and st.pp > 1 and problem.framework is Framework.MEGATRON:
+        return False
+    if sh.zero >= Zero.GRADIENTS and st.pp > 1 and problem.framework is Framework.DEEPSPEED:
+        return False
+    return not (sh.dp_shard is not None and sh.zero is Zero.NONE)
+
+
+def layout_of(shard: Shard, st: Stages, sh: Sharding, dp: int) -> Layout:
+    return Layout(
+        tp=shard.tp, sp=shard.sp, cp=shard.cp, ep=shard.ep, etp=shard.etp, mbs=shard.mbs, dp=dp,
+        pp=st.pp, vpp=st.vpp, pp_first_stage_layers=st.first, pp_last_stage_layers=st.last,
+        recompute=st.recompute, recompute_layers=st.recompute_layers,
+        schedule=Schedule.INTERLEAVED if st.vpp > 1 else Schedule.ONE_F_ONE_B,
+        zero=sh.zero, dp_shard=sh.dp_shard or dp,
+    )
+
+
+def layout_key(lay: Layout) -> tuple:
+    """The documented tie-break between layouts of equal predicted step time and memory: fewer
+    model-parallel degrees first (tp, pp, vpp, cp, ep, etp), then the larger micro-batch, less
+    recomputation, lower ZeRO stage, larger shard group, sequence parallel on."""
+    order = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
+    return (
+        lay.tp, lay.pp, lay.vpp, lay.cp, lay.ep, lay.etp or 0, -lay.mbs, order[lay.recompute],
+        -(lay.recompute_layers or 10**6), int(lay.zero or 0), -(lay.dp_shard or 0), not lay.sp,
+        lay.pp_first_stage_layers or 0, lay.pp_last_stage_layers or 0,
+    )

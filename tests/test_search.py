@@ -1,0 +1,134 @@
+"""planner plan: the CP-SAT search against the brute-force reference on small problems, the bound
+it prunes with against the exact model, and the command's output."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from cost_models.hardware import Cluster
+from cost_models.model_spec import ModelSpec
+from cost_models.training import TrainingSpec
+from planner import presets
+from planner.cli import app
+from planner.search import Model, Plan, brute_force, evaluate, search
+from planner.space import Problem, layout_of, parse_fixes
+from tests.helpers import GPT_TINY, LLAMA_TINY
+
+MOE_TINY = ModelSpec(
+    name="moe-tiny", num_layers=4, hidden_size=256, ffn_hidden_size=688, num_attention_heads=8, num_kv_heads=4,
+    vocab_size=1000, max_position_embeddings=4096, moe=dict(num_experts=4, top_k=2, expert_ffn_hidden_size=256),
+)
+
+
+def problem(model: ModelSpec, gpus: int, *, seq: int = 2048, gbs: int = 16, framework: str = "megatron",
+            cluster: str = "dgx-h100", **fixed) -> Problem:
+    cl = Cluster(spec=presets.clusters()[cluster], num_gpus=gpus)
+    return Problem(model, cl, TrainingSpec(seq_len=seq, global_batch_size=gbs, framework=framework), fixed=fixed)
+
+
+# Small problems across models, GPU counts, batch sizes and frameworks, chosen so brute force stays
+# a few seconds; each runs the full space of planner.space.
+CASES = [
+    (LLAMA_TINY, 4, 8, "megatron", 2048),
+    (LLAMA_TINY, 8, 16, "megatron", 2048),
+    (GPT_TINY, 4, 16, "megatron", 1024),
+    (LLAMA_TINY, 4, 8, "torchtitan", 2048),
+    (LLAMA_TINY, 8, 32, "deepspeed", 2048),
+    (MOE_TINY, 4, 8, "megatron", 2048),
+]
+
+
+@pytest.fixture(scope="module", params=CASES, ids=lambda c: f"{c[0].name}-{c[1]}gpu-gbs{c[2]}-{c[3]}-seq{c[4]}")
+def solved(request):
+    model, gpus, gbs, fw, seq = request.param
+    p = problem(model, gpus, gbs=gbs, framework=fw, seq=seq)
+    return p, search(p, top=5), brute_force(p, top=5)
+
+
+def test_cpsat_and_brute_force_return_the_same_top_k(solved):
+    _, cpsat, brute = solved
+    assert cpsat.optimal
+    assert brute.plans, "every case has feasible layouts"
+    assert [p.key for p in cpsat.plans] == [p.key for p in brute.plans]
+    # and it scores fewer layouts than brute force does: the bound prunes
+    assert cpsat.candidates < brute.candidates
+
+
+def test_the_bound_never_exceeds_the_exact_step_time(solved):
+    p, _, brute = solved
+    from cost_models.calibration import DEFAULT
+
+    model = Model(p, headroom=0.05, cal=DEFAULT)
+    checked = 0
+    for cell in model.cells:
+        for sharding in model.shardings:
+            out = evaluate(p, layout_of(model.shards[cell.shard], model.stages[cell.stages], sharding, cell.dp))
+            if isinstance(out, Plan):
+                # lb is in whole ns and rounded down; the exact step is a float of seconds
+                assert cell.lb_ns <= out.time.step_s * 1e9 + 1, (out.job.layout, cell.lb_ns, out.time.step_s)
+                checked += 1
+        if checked > 200:
+            break
+    assert checked > 0
+
+
+def test_search_is_deterministic():
+    p = problem(LLAMA_TINY, 8, gbs=16)
+    a, b = search(p, top=5), search(p, top=5)
+    assert [x.key for x in a.plans] == [x.key for x in b.plans]
+
+
+def test_fixes_pin_the_axis():
+    p = problem(LLAMA_TINY, 8, gbs=16, **parse_fixes(["tp=2", "recompute=full"]))
+    result = search(p, top=5)
+    assert result.plans
+    assert all(x.job.layout.tp == 2 and x.job.layout.recompute.value == "full" for x in result.plans)
+
+
+runner = CliRunner()
+
+
+def test_plan_json_gives_each_plan_as_estimate_does():
+    res = runner.invoke(app, ["plan", "llama-3.1-8b", "--cluster", "dgx-h100", "--gpus", "8", "--global-batch-size", "64",
+                              "--top", "3", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert doc["search"]["solver"] == "cp-sat" and doc["search"]["optimal"] is True
+    assert [p["rank"] for p in doc["plans"]] == [1, 2, 3]
+    steps = [p["time"]["step_s"] for p in doc["plans"]]
+    assert steps == sorted(steps)
+    best = doc["plans"][0]["layout"]
+    flags = ["--tp", best["tp"], "--pp", best["pp"], "--cp", best["cp"], "--mbs", best["mbs"], "--zero", best["zero"],
+             "--recompute", best["recompute"], "--dp-shard", best["dp_shard"]]
+    flags += ["--sp"] if best["sp"] else ["--no-sp"]
+    est = runner.invoke(app, ["estimate", "llama-3.1-8b", "--cluster", "dgx-h100", "--gpus", "8", "--global-batch-size", "64",
+                              *map(str, flags), "--json"])
+    assert est.exit_code == 0, est.output
+    e = json.loads(est.output)
+    for key in ("layout", "memory", "time", "throughput", "bottleneck"):
+        assert doc["plans"][0][key] == e[key], key
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--fix", "tp8"], "expected AXIS=VALUE"),
+        (["--fix", "zero=5"], "--fix zero=5: must be 0, 1, 2 or 3"),
+        (["--top", "0"], "--top(0) must be at least 1"),
+        (["--fix", "tp=3"], "no layout of llama-3.1-8b"),
+    ],
+)
+def test_plan_bad_input_is_one_line_and_exit_2(args, message):
+    res = runner.invoke(app, ["plan", "llama-3.1-8b", "--cluster", "dgx-h100", "--gpus", "8", "--json", *args])
+    assert res.exit_code == 2
+    assert message in res.output
+    assert "Traceback" not in res.output
+
+
+def test_no_layout_fits_names_the_closest():
+    res = runner.invoke(app, ["plan", "llama-3.1-405b", "--cluster", "dgx-h100", "--gpus", "8", "--json"])
+    assert res.exit_code == 2
+    assert res.output.startswith("error: no layout of llama-3.1-405b on 8x H100-SXM")
