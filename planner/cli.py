@@ -98,11 +98,19 @@ def _specs(
         recompute=recompute, recompute_layers=recompute_layers, schedule=schedule,
         pp_first_stage_layers=pp_first, pp_last_stage_layers=pp_last,
     )
-    training = dict(
+    training = _training(
+        seq_len=seq_len, global_batch_size=global_batch_size, framework=framework, dtype=dtype, fp8_recipe=fp8_recipe,
+        optimizer=optimizer, attention=attention, compile=compile, tp_comm_overlap=tp_comm_overlap,
+    )
+    return training, layout
+
+
+def _training(*, seq_len, global_batch_size, framework, dtype, fp8_recipe, optimizer, attention, compile, tp_comm_overlap) -> dict:  # type: ignore[no-untyped-def]
+    """TrainingSpec fields from the training flags; None = default."""
+    return dict(
         seq_len=seq_len, global_batch_size=global_batch_size, framework=framework, precision=dtype,
         fp8_recipe=fp8_recipe, optimizer=optimizer, attention=attention, compile=compile, tp_comm_overlap=tp_comm_overlap,
     )
-    return training, layout
 
 
 @app.command()
@@ -190,8 +198,8 @@ def plan(
         from cost_models.calibration import DEFAULT, load_calibration
         from planner.runners import run_plan
 
-        training = dict(
-            seq_len=seq_len, global_batch_size=global_batch_size, framework=framework, precision=dtype,
+        training = _training(
+            seq_len=seq_len, global_batch_size=global_batch_size, framework=framework, dtype=dtype,
             fp8_recipe=fp8_recipe, optimizer=optimizer, attention=attention, compile=compile,
             tp_comm_overlap=tp_comm_overlap,
         )

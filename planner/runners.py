@@ -21,20 +21,25 @@ from planner.errors import spec_error
 from planner.loaders import load_cluster, load_model
 
 
-def build_job(model: str, cluster: str, gpus: int, *, training: dict[str, Any], layout: dict[str, Any]) -> Job:
-    """Specs from MODEL/--cluster/--gpus and the layout and training flags (None = default)."""
+def load_specs(model: str, cluster: str, gpus: int, training: dict[str, Any]) -> tuple[Any, Cluster, TrainingSpec]:
+    """Model, cluster and training specs from MODEL/--cluster/--gpus and the training flags (None = default)."""
     model_spec = load_model(model)
     cluster_spec = load_cluster(cluster)
-    lay_fields = {k: v for k, v in layout.items() if v is not None}
-    tr_fields = {k: v for k, v in training.items() if v is not None}
     try:
         cluster_obj = Cluster(spec=cluster_spec, num_gpus=gpus)
     except ValidationError as e:
         raise spec_error(e, Cluster, "--gpus") from None
     try:
-        training_spec = TrainingSpec.model_validate(tr_fields)
+        training_spec = TrainingSpec.model_validate({k: v for k, v in training.items() if v is not None})
     except ValidationError as e:
         raise spec_error(e, TrainingSpec, "training") from None
+    return model_spec, cluster_obj, training_spec
+
+
+def build_job(model: str, cluster: str, gpus: int, *, training: dict[str, Any], layout: dict[str, Any]) -> Job:
+    """Specs from MODEL/--cluster/--gpus and the layout and training flags (None = default)."""
+    model_spec, cluster_obj, training_spec = load_specs(model, cluster, gpus, training)
+    lay_fields = {k: v for k, v in layout.items() if v is not None}
     try:
         layout_spec = Layout.model_validate(lay_fields)
     except ValidationError as e:
@@ -206,17 +211,7 @@ def run_plan(
 
     if top < 1:
         raise SpecError(f"--top({top}) must be at least 1")
-    model_spec = load_model(model)
-    cluster_spec = load_cluster(cluster)
-    try:
-        cluster_obj = Cluster(spec=cluster_spec, num_gpus=gpus)
-    except ValidationError as e:
-        raise spec_error(e, Cluster, "--gpus") from None
-    fields = {k: v for k, v in training.items() if v is not None}
-    try:
-        spec = TrainingSpec.model_validate(fields)
-    except ValidationError as e:
-        raise spec_error(e, TrainingSpec, "training") from None
+    model_spec, cluster_obj, spec = load_specs(model, cluster, gpus, training)
     if spec.global_batch_size is None:
         spec = spec.model_copy(update=dict(global_batch_size=default_global_batch(spec.seq_len)))
     problem = Problem(model_spec, cluster_obj, spec, fixed=parse_fixes(fixes), allow_cross_node_tp=allow_cross_node_tp)
