@@ -6,7 +6,7 @@ assume a legal layout.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from cost_models.enums import Recompute, Schedule, Zero
@@ -23,6 +23,8 @@ class Job:
     training: TrainingSpec
     layout: Layout  # every optional field filled in
     # ... and training.global_batch_size too
+    # per-job results of the cost models that depend on nothing but the job (see states.local_layer_params)
+    memo: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
     @property
     def gpus(self) -> int:

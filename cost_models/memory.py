@@ -88,13 +88,17 @@ def inflight_microbatches(job: Job, rank: int) -> tuple[int, ...]:
     forward k runs chunk (k // pp) % vpp (Megatron schedules.py with microbatch group = pp; torch
     ScheduleInterleaved1F1B uses the same warm-up). GPipe: all m on every chunk.
     """
-    lay, m = job.layout, job.num_microbatches
-    pp, v = lay.pp, lay.vpp
+    lay = job.layout
+    return inflight_counts(lay.pp, lay.vpp, job.num_microbatches, rank, job.schedule)
+
+
+def inflight_counts(pp: int, v: int, m: int, rank: int, schedule: Schedule) -> tuple[int, ...]:
+    """inflight_microbatches from the numbers it depends on."""
     if pp == 1:
         return (1,) * v
-    if job.schedule is Schedule.GPIPE:
+    if schedule is Schedule.GPIPE:
         return (m,) * v
-    if job.schedule is Schedule.ONE_F_ONE_B:
+    if schedule is Schedule.ONE_F_ONE_B:
         return (min(pp - rank, m),)
     forwards = min((pp - rank - 1) * 2 + (v - 1) * pp + 1, m * v)
     return tuple(sum(1 for k in range(forwards) if (k // pp) % v == c) for c in range(v))
@@ -152,7 +156,7 @@ def _transient(job: Job, rank: int, costs: dict[tuple[bool, Recompute], LayerCos
     return Breakdown.of("bytes", layer_backward=best)
 
 
-def _buffers(job: Job, rank: int) -> Breakdown:
+def stage_buffers(job: Job, rank: int) -> Breakdown:
     """Unsharded parameter/gradient copies, fp8 weight caches and ZeRO buckets."""
     fw, z, lay = job.training.framework, job.zero, job.layout
     params = rank_params(job, rank)
@@ -195,8 +199,13 @@ def _buffers(job: Job, rank: int) -> Breakdown:
 
 def _process_groups(job: Job) -> int:
     lay = job.layout
-    sizes = (lay.tp, lay.pp, lay.cp, job.dp, lay.ep, job.etp if job.etp != lay.tp else 1)
-    return sum(1 for n in sizes if n > 1)
+    return process_groups(lay.tp, lay.pp, lay.cp, job.dp, lay.ep, job.etp)
+
+
+def process_groups(tp, pp, cp, dp, ep, etp):  # type: ignore[no-untyped-def]
+    """Communicators with more than one rank (ints or numpy arrays): tp, pp, cp, dp, ep, and etp
+    where it differs from tp."""
+    return (tp > 1) * 1 + (pp > 1) + (cp > 1) + (dp > 1) + (ep > 1) + ((etp != tp) & (etp > 1))
 
 
 def stage_memory(job: Job, rank: int, costs: dict[tuple[bool, Recompute], LayerCost] | None = None) -> StageMemory:
@@ -211,7 +220,7 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[bool, Recompute], LayerC
         },
     )
     transient = _transient(job, rank, costs)
-    buffers = _buffers(job, rank)
+    buffers = stage_buffers(job, rank)
     dynamic = activations.total + transient.total + buffers.value("unsharded_params") + buffers.value("unsharded_grads")
     overhead = Breakdown.of(
         "bytes",

@@ -47,6 +47,14 @@ class LayerParams:
 
 
 def local_layer_params(job: Job, layer_id: int) -> LayerParams:
+    """Parameters of one decoder layer on one GPU: the same for every layer of a kind (dense/MoE)."""
+    key = ("layer_params", job.model.is_moe_layer(layer_id))
+    if key not in job.memo:
+        job.memo[key] = _local_layer_params(job, layer_id)
+    return job.memo[key]
+
+
+def _local_layer_params(job: Job, layer_id: int) -> LayerParams:
     m, tp = job.model, job.layout.tp
     h, d = m.hidden_size, m.head_size
     q_local = m.q_width // tp
@@ -88,6 +96,13 @@ def head_params_local(job: Job) -> int:
 
 def rank_params(job: Job, rank: int) -> Breakdown:
     """Parameters held by pipeline rank `rank` (any tp/cp/dp coordinate), by component."""
+    key = ("rank_params", rank)
+    if key not in job.memo:
+        job.memo[key] = _rank_params(job, rank)
+    return job.memo[key]
+
+
+def _rank_params(job: Job, rank: int) -> Breakdown:
     layers = [local_layer_params(job, i) for i in job.stage_layer_ids(rank)]
     return Breakdown.of(
         "params",

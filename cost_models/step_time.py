@@ -140,6 +140,13 @@ def _expert_group(job: Job):
     return placement(job.cluster.spec, job.expert_shard_group, job.etp * job.layout.ep)
 
 
+def fsdp_layer_comm(job: Job, layer_id: int) -> tuple[float, float]:
+    key = ("fsdp_layer_comm", job.model.is_moe_layer(layer_id))
+    if key not in job.memo:
+        job.memo[key] = _fsdp_layer_comm(job, layer_id)
+    return job.memo[key]
+
+
 def _fsdp_layer_comm(job: Job, layer_id: int) -> tuple[float, float]:
     """(all-gather, reduce-scatter) seconds of one layer's parameters over the shard groups.
 
@@ -291,7 +298,7 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[bool, R
             bwd_compute.append(lp.compute.total - lp.forward_s)
             backward_s += lp.compute.total - lp.forward_s
             if fsdp:
-                g, r = _fsdp_layer_comm(job, layer_id)
+                g, r = fsdp_layer_comm(job, layer_id)
                 gathers.append(g)
                 reduces.append(r)
     if fsdp and gathers:

@@ -1,39 +1,48 @@
 """Layout search: OR-Tools CP-SAT over the space of planner.space, with exact re-scoring.
 
 The exact cost model (cost_models.memory / step_time) is too rich to state as integer constraints
-(per-stage maxima, prefetch overlap, bucketed tails), so CP-SAT works on a bound of it:
+(per-stage maxima, prefetch overlap, bucketed tails), so CP-SAT works on a bound of it, tabulated
+from the exact model's own per-layer numbers (Space):
 
-    step ≥ LB = m·M + (Σ_r S_r − M)/vpp,   M = max_r S_r,
+    step ≥ LB = m·M + (Σ_r S_r − M)/vpp + m·F,   M = max_r S_r
     S_r = Σ over rank r's layers of one layer pass (compute + exposed tp/cp/ep), + head and loss on the last rank
-    peak ≥ CUDA context + model states of rank 0 + min(pp, m) micro-batches of its first chunk's activations
+    F   = the FSDP gathers and reduce-scatters one micro-batch exposes at pp = 1, at least (fsdp_ns)
+    peak ≥ CUDA context + NCCL + states of rank 0's dense and expert parameters under the sharding
+           + its in-flight micro-batches' activations (+ fragmentation) + at pp = 1 its buffers
 
 Each S_r drops only non-negative terms of the exact stage time T_r, and the exact step is
-m·T_max + (Σ T_r − T_max)/vpp + dp tail + optimizer, which is increasing in T_max, so LB never
-exceeds it (likewise for memory). The layer-pass and activation numbers are the exact model's own,
-tabulated per Shard and recompute mode; CP-SAT links them to the degrees with element constraints
-and products, and states the divisibility rules (tp·cp·pp·dp = gpus, mbs·dp·m = global batch).
+m·T_max + (Σ T_r − T_max)/vpp + dp tail + optimizer, which is increasing in every T_r, so LB never
+exceeds it (likewise for memory; tests/test_search.py checks both on every layout of small spaces).
 
-Search: minimise LB, then enumerate every layout whose LB lies in a band, score each exactly, and
-widen the band to the k-th best exact step time. When no layout is left below that, no unseen
-layout can enter the top k (its LB, hence its step, is larger): the top k is proven.
+Search: enumerate with CP-SAT every layout whose LB lies in a band (BandModel: the degrees, the
+framework's sharding rules, the memory bound with products and a division, the step bound as an
+element of the (cell, sharding) table), score each exactly, and widen the band to the k-th best
+exact step time. When no layout is left below that, no unseen layout can enter the top k (its LB,
+hence its step, is larger): the top k is proven.
 """
 
 from __future__ import annotations
 
+import sys
 import time
+import types
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cost_models.calibration import DEFAULT, Calibration
 from cost_models.compute import head_time, loss_time
-from cost_models.enums import Recompute
+from cost_models.enums import Recompute, Schedule, Zero
 from cost_models.errors import SpecError
 from cost_models.flops import GEMM_BACKWARD_FACTOR
 from cost_models.job import Job
 from cost_models.layout import Layout
-from cost_models.memory import CUDA_CONTEXT_BYTES, DEFAULT_HEADROOM, MemoryEstimate, layer_costs, memory_estimate
+from cost_models.memory import (
+    CUDA_CONTEXT_BYTES, DEFAULT_HEADROOM, FRAGMENTATION, NCCL_BYTES_PER_GROUP, MemoryEstimate, inflight_counts, layer_costs,
+    memory_estimate, process_groups, stage_buffers,
+)
 from cost_models.rules import fill_defaults, resolve
 from cost_models.states import embedding_params_local, local_layer_params, state_parts
-from cost_models.step_time import TimeEstimate, layer_pass, time_estimate
+from cost_models.step_time import TimeEstimate, fsdp_layer_comm, layer_pass, time_estimate
 from planner.space import (
     Problem, Shard, Sharding, Stages, degrees_ok, layout_key, layout_of, shardings, shards, sharding_ok, stages,
 )
@@ -83,32 +92,118 @@ def evaluate(problem: Problem, layout: Layout, *, headroom: float = DEFAULT_HEAD
     return Plan(job=job, memory=mem, time=time_estimate(job, calibration=calibration))
 
 
+def cp_model():  # type: ignore[no-untyped-def]
+    """`ortools.sat.python.cp_model`, imported without pandas when pandas is not loaded yet.
+
+    cp_model imports pandas for its `*_series` helpers and names pd.Index/pd.Series in annotations
+    at import time; pandas costs about 0.9 s of a 2-core machine's start-up, which `planner plan`
+    cannot afford. The module is imported with two placeholder classes standing in for those
+    names, then its `pd` is pointed at a proxy that imports the real pandas on first use."""
+    if "ortools.sat.python.cp_model" in sys.modules or "pandas" in sys.modules:
+        from ortools.sat.python import cp_model as module
+
+        return module
+
+    class Pandas(types.ModuleType):
+        def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+            import pandas
+
+            return getattr(pandas, name)
+
+    stub = types.ModuleType("pandas")
+    stub.Index = type("Index", (), {})  # type: ignore[attr-defined]
+    stub.Series = type("Series", (), {})  # type: ignore[attr-defined]
+    sys.modules["pandas"] = stub
+    try:
+        from ortools.sat.python import cp_model as module
+    finally:
+        del sys.modules["pandas"]
+    module.pd = Pandas("pandas")  # type: ignore[attr-defined]
+    return module
+
+
 # --- tables of the bound --------------------------------------------------------------------------
+
+
+def _kinds(problem: Problem) -> dict[bool, int]:
+    """One layer id per layer kind (dense, MoE) of the model."""
+    m = problem.model
+    out: dict[bool, int] = {}
+    for i in range(m.num_layers):
+        out.setdefault(m.is_moe_layer(i), i)
+    return out
 
 
 @dataclass(frozen=True)
 class ShardTable:
-    pass_ns: tuple[int, int, int]  # one layer pass (fwd + bwd + recompute, exposed comm) per mode
+    """What one layer costs on one GPU under a Shard, per recompute mode (the minimum over layer
+    kinds, so that every layer costs at least this)."""
+
+    pass_ns: tuple[int, int, int]  # one layer pass (fwd + bwd + recompute, exposed tp/cp/ep) per mode
+    forward_ns: int  # the forward compute of a layer (the most over kinds: what hides a gather)
+    backward_ns: tuple[int, int, int]  # backward compute with recompute (the most over kinds) per mode
     head_ns: int  # output layer forward + backward and the loss, on the last rank
     kept_bytes: tuple[int, int, int]  # activations one layer keeps per micro-batch, per mode
-    layer_params: int  # parameters of one decoder layer on one GPU
+    dense_params: int  # non-expert parameters of one decoder layer on one GPU (the fewest over kinds)
+    expert_params: int  # expert parameters of one MoE layer on one GPU
     embedding_params: int
 
 
 def shard_table(problem: Problem, shard: Shard, cal: Calibration) -> ShardTable:
-    passes, kept = [], []
-    for mode in MODES:
-        lay = Layout(tp=shard.tp, sp=shard.sp, cp=shard.cp, ep=shard.ep, etp=shard.etp, mbs=shard.mbs, recompute=mode)
-        job = fill_defaults(problem.model, problem.cluster, problem.training, lay)
-        kinds = {job.model.is_moe_layer(i) for i in range(job.model.num_layers)}
-        lp = [layer_pass(job, moe=moe, mode=mode, cal=cal) for moe in kinds]
-        passes.append(int(min(p.compute.total + p.comm.total for p in lp) * NS))
-        kept.append(min(c.kept_bytes for (_, m), c in layer_costs(job).items() if m is mode))
-        if mode is Recompute.NONE:
-            head = int(((1 + GEMM_BACKWARD_FACTOR) * head_time(job, cal) + loss_time(job, cal)) * NS)
-            params = min(local_layer_params(job, i).total for i in range(job.model.num_layers))
-            emb = embedding_params_local(job)
-    return ShardTable(tuple(passes), head, tuple(kept), params, emb)  # type: ignore[arg-type]
+    lay = Layout(tp=shard.tp, sp=shard.sp, cp=shard.cp, ep=shard.ep, etp=shard.etp, mbs=shard.mbs)
+    job = fill_defaults(problem.model, problem.cluster, problem.training, lay)
+    kinds = _kinds(problem)
+    passes = {mode: [layer_pass(job, moe=moe, mode=mode, cal=cal) for moe in kinds] for mode in MODES}
+    kept = {}
+    for mode in (Recompute.SELECTIVE, Recompute.FULL):
+        costs = layer_costs(fill_defaults(problem.model, problem.cluster, problem.training, lay.model_copy(update=dict(recompute=mode))))
+        kept.update({m: min(c.kept_bytes for (_, mm), c in costs.items() if mm is m) for m in (mode, Recompute.NONE)})
+    head = ((1 + GEMM_BACKWARD_FACTOR) * head_time(job, cal) + loss_time(job, cal)) * NS
+    return ShardTable(
+        pass_ns=tuple(int(min(p.compute.total + p.comm.total for p in passes[m]) * NS) for m in MODES),  # type: ignore[arg-type]
+        forward_ns=int(-(-max(p.forward_s for p in passes[Recompute.NONE]) * NS // 1)),
+        backward_ns=tuple(int(-(-max(p.compute.total - p.forward_s for p in passes[m]) * NS // 1)) for m in MODES),  # type: ignore[arg-type]
+        head_ns=int(head),
+        kept_bytes=tuple(kept[m] for m in MODES),  # type: ignore[arg-type]
+        dense_params=min(local_layer_params(job, i).dense for i in kinds.values()),
+        expert_params=max(local_layer_params(job, i).expert for i in kinds.values()),
+        embedding_params=embedding_params_local(job),
+    )
+
+
+def fsdp_ns(problem: Problem, shard: Shard, sharding: Sharding, table: ShardTable) -> tuple[int, int, int]:
+    """Exposed parameter gathers and gradient reduce-scatters of one micro-batch when FSDP/ZeRO-3
+    works per micro-batch (pp = 1), per recompute mode, at least: step_time.stage_time hides layer
+    i's gather behind layer i−1's compute, which with every gather at least the smallest layer's
+    (g, r) and every compute at most the largest layer's (f, b) exposes at least
+        g + (L−1)·max(0, g − f)  forward,   g + r + (L−1)·max(0, g + r − b)  backward."""
+    gpus = problem.gpus
+    dp = gpus // (shard.tp * shard.cp)
+    if sharding.zero is not Zero.PARAMETERS or (sharding.dp_shard or dp) * shard.cp == 1:
+        return (0, 0, 0)
+    if sharding.dp_shard is not None and (sharding.dp_shard >= dp or dp % sharding.dp_shard):
+        return (0, 0, 0)
+    lay = Layout(tp=shard.tp, sp=shard.sp, cp=shard.cp, ep=shard.ep, etp=shard.etp, mbs=shard.mbs,
+                 zero=sharding.zero, dp_shard=sharding.dp_shard)
+    job = fill_defaults(problem.model, problem.cluster, problem.training, lay)
+    comm = [fsdp_layer_comm(job, i) for i in _kinds(problem).values()]
+    g, r = (min(c[0] for c in comm) * NS, min(c[1] for c in comm) * NS)
+    n = problem.model.num_layers
+    fwd = g + (n - 1) * max(0.0, g - table.forward_ns)
+    return tuple(int(fwd + g + r + (n - 1) * max(0.0, g + r - b)) for b in table.backward_ns)  # type: ignore[return-value]
+
+
+def pp1_buffers(problem: Problem, shard: Shard, sharding: Sharding) -> int:
+    """Unsharded copies, buckets and caches of the only pipeline rank, with their share of the
+    allocator's fragmentation: at pp = 1 they depend on the Shard and the Sharding alone."""
+    dp = problem.gpus // (shard.tp * shard.cp)
+    if sharding.dp_shard is not None and (sharding.dp_shard >= dp or dp % sharding.dp_shard):
+        return 0
+    lay = Layout(tp=shard.tp, sp=shard.sp, cp=shard.cp, ep=shard.ep, etp=shard.etp, mbs=shard.mbs,
+                 zero=sharding.zero, dp_shard=sharding.dp_shard)
+    b = stage_buffers(fill_defaults(problem.model, problem.cluster, problem.training, lay), 0)
+    dynamic = b.value("unsharded_params") + b.value("unsharded_grads")
+    return int(b.total) + max(0, int(FRAGMENTATION * dynamic) - 1)
 
 
 @dataclass(frozen=True)
@@ -147,68 +242,133 @@ def state_coefficients(problem: Problem, sh: Sharding) -> tuple[int, int]:
     return sum(n for n, s in parts if not s), sum(n for n, s in parts if s)
 
 
-# --- the CP-SAT model ---------------------------------------------------------------------------
+class Space:
+    """The bound over every layout of the space, as arrays: cells are the (Shard, Stages) pairs
+    whose degrees divide the GPUs and the batch; each cell takes each legal Sharding.
 
+        step ≥ lb[cell, sharding] = m·M + (Σ_r S_r − M)/vpp + m·F,   M = max_r S_r
+        peak ≥ mem[cell, sharding] = CUDA context + states of rank 0's parameters + activations
 
-@dataclass(frozen=True)
-class Cell:
-    """A Shard with a Stages whose degrees divide the GPUs and the batch, and its bounds."""
+    (S_r and the memory bound: see the module docstring; F, the FSDP exposure at pp = 1: fsdp_ns.)"""
 
-    shard: int
-    stages: int
-    dp: int
-    microbatches: int
-    lb_ns: int  # the step-time bound
-    params0: int  # parameters on a GPU of pipeline rank 0
-    activations0: int  # activation bytes rank 0 holds at its peak, at least
-
-
-def cell_bound(problem: Problem, sh: ShardTable, pt: StagesTable, pp: int, vpp: int, m: int) -> tuple[int, int, int]:
-    """(step-time bound in ns, rank-0 parameters, rank-0 activation bytes) of one cell."""
-    per_rank = [pt.recomputed[i] * sh.pass_ns[pt.mode] + pt.plain[i] * sh.pass_ns[0] for i in range(3)]
-    per_rank[2] += sh.head_ns
-    top = max(per_rank)
-    total = pt.weights[0] * per_rank[0] + pt.weights[1] * per_rank[1] + per_rank[2]
-    lb = m * top + (total - top) // vpp
-    chunk0 = pt.chunk0[0] * sh.kept_bytes[pt.mode] + pt.chunk0[1] * sh.kept_bytes[0]
-    return lb, sh.embedding_params + pt.first_layers * sh.layer_params, min(pp, m) * chunk0
-
-
-class Model:
-    """CP-SAT model of the layout space with the step-time and memory bounds."""
-
-    def __init__(self, problem: Problem, *, headroom: float, cal: Calibration) -> None:
-        from ortools.sat.python import cp_model
+    def __init__(self, problem: Problem, *, cal: Calibration) -> None:
+        import numpy as np
 
         self.problem = problem
         self.shards = list(shards(problem))
         self.stages = list(stages(problem))
         self.shardings = shardings(problem)
+        S, T, Z = len(self.shards), len(self.stages), len(self.shardings)
         n, gbs = problem.gpus, problem.global_batch
-        tables = {}
-        self.cells: list[Cell] = []
-        pts = [stages_table(problem, p) for p in self.stages]
-        for si, shard in enumerate(self.shards):
-            for pi, st in enumerate(self.stages):
-                dp = degrees_ok(problem, shard, st)
-                if dp is None:
-                    continue
-                if si not in tables:
-                    tables[si] = shard_table(problem, shard, cal)
-                mb = gbs // (shard.mbs * dp)
-                lb, params0, acts0 = cell_bound(problem, tables[si], pts[pi], st.pp, st.vpp, mb)
-                self.cells.append(Cell(si, pi, dp, mb, lb, params0, acts0))
-        self.coef = [state_coefficients(problem, z) for z in self.shardings]
-        usable = int(problem.cluster.gpu.hbm_bytes * (1 - headroom))
+        i64 = np.int64
 
-        m = self.m = cp_model.CpModel()
-        C, Z = len(self.cells), len(self.shardings)
-        self.c = m.new_int_var(0, max(C - 1, 0), "cell")
-        self.z = m.new_int_var(0, max(Z - 1, 0), "sharding")
-        if not (C and Z):
-            m.add_bool_or([])  # no legal degrees: infeasible
-            self.lb = m.new_int_var(0, 0, "lb")
-            return
+        def col(rows, name):
+            return np.array([getattr(r, name) for r in rows], dtype=i64)
+
+        sh_tp, sh_cp, sh_mbs = col(self.shards, "tp"), col(self.shards, "cp"), col(self.shards, "mbs")
+        st_pp, st_vpp = col(self.stages, "pp"), col(self.stages, "vpp")
+        # the degrees of every (shard, stages): dp = gpus / (tp·cp·pp), m = gbs / (mbs·dp)
+        model_par = (sh_tp * sh_cp)[:, None] * st_pp[None, :]
+        ok = n % model_par == 0
+        dp = np.where(ok, n // np.where(ok, model_par, 1), 0)
+        if "dp" in problem.fixed:
+            ok &= dp == problem.fixed["dp"]
+        per_step = sh_mbs[:, None] * np.maximum(dp, 1)
+        ok &= gbs % per_step == 0
+        si, ti = np.nonzero(ok)
+        self.cell_shard, self.cell_stages = si, ti
+        self.dp = dp[si, ti]
+        self.microbatches = gbs // (sh_mbs[si] * self.dp)
+        C = len(si)
+
+        # per-shard tables, only for shards that take part in some cell
+        used = sorted(set(si.tolist()))
+        self.tables = {s: shard_table(problem, self.shards[s], cal) for s in used}
+        blank = ShardTable((0, 0, 0), 0, (0, 0, 0), 0, (0, 0, 0), 0, 0, 0)
+        tabs = [self.tables.get(s, blank) for s in range(S)]
+        pass_ns = np.array([t.pass_ns for t in tabs], dtype=i64).reshape(S, 3)
+        kept = np.array([t.kept_bytes for t in tabs], dtype=i64).reshape(S, 3)
+        head = col(tabs, "head_ns")
+        dparams, xparams, eparams = col(tabs, "dense_params"), col(tabs, "expert_params"), col(tabs, "embedding_params")
+        pts = [stages_table(problem, p) for p in self.stages]
+        mode = col(pts, "mode")
+        weights = np.array([p.weights for p in pts], dtype=i64).reshape(T, 3)
+        rec = np.array([p.recomputed for p in pts], dtype=i64).reshape(T, 3)
+        plain = np.array([p.plain for p in pts], dtype=i64).reshape(T, 3)
+        chunk0 = np.array([p.chunk0 for p in pts], dtype=i64).reshape(T, 2)
+        first = col(pts, "first_layers")
+
+        # the step bound of every cell (cell_bound, vectorised)
+        p_mode = pass_ns[si, mode[ti]]
+        p_none = pass_ns[si, 0]
+        per_rank = rec[ti] * p_mode[:, None] + plain[ti] * p_none[:, None]
+        per_rank[:, 2] += head[si]
+        top = per_rank.max(axis=1)
+        total = (weights[ti] * per_rank).sum(axis=1)
+        m = self.microbatches
+        self.cell_lb = m * top + (total - top) // st_vpp[ti]
+        # rank 0's dense parameters, and its expert parameters: at least its layers beyond the
+        # model's dense ones are MoE layers
+        dense_layers = sum(1 for i in range(problem.model.num_layers) if not problem.model.is_moe_layer(i))
+        self.params0 = eparams[si] + first[ti] * dparams[si]
+        self.experts0 = np.maximum(0, first[ti] - dense_layers) * xparams[si]
+        edp = n // (col(self.shards, "etp")[si] * col(self.shards, "ep")[si] * st_pp[ti])
+        # rank 0 holds in-flight micro-batches of each of its chunks, all alike in layers and recompute
+        code = (st_pp[ti] << 40) + (st_vpp[ti] << 32) + m  # (pp, vpp, m) as one key
+        keys, where = np.unique(code, return_inverse=True)
+        held = np.array([sum(inflight_counts(int(k >> 40), int(k >> 32 & 0xFF), int(k & 0xFFFFFFFF), 0,
+                                             Schedule.INTERLEAVED if k >> 32 & 0xFF > 1 else Schedule.ONE_F_ONE_B))
+                         for k in keys.tolist()], dtype=i64)
+        chunk_acts = chunk0[ti, 0] * kept[si, mode[ti]] + chunk0[ti, 1] * kept[si, 0]
+        self.acts0 = held[where.reshape(-1)] * chunk_acts
+        shard_col = {name: col(self.shards, name)[si] for name in ("ep", "etp")}
+        self.overhead = overhead = (CUDA_CONTEXT_BYTES + np.maximum(0, (self.acts0 * FRAGMENTATION).astype(i64) - 1)
+                    + NCCL_BYTES_PER_GROUP * process_groups(sh_tp[si], st_pp[ti], sh_cp[si], self.dp, shard_col["ep"], shard_col["etp"]))
+
+        # every (cell, sharding): the framework's rules, the FSDP term, the memory bound
+        self.coef = [state_coefficients(problem, z) for z in self.shardings]
+        self.legal = np.zeros((C, Z), dtype=bool)
+        self.lb = np.repeat(self.cell_lb[:, None], Z, axis=1)
+        self.mem = np.zeros((C, Z), dtype=i64)
+        self.pair_bytes = np.zeros((C, Z), dtype=i64)  # the part of the memory bound that depends on both
+        pp_c = st_pp[ti]
+        cp_c = sh_cp[si]
+        one_stage = pp_c == 1
+        for zi, z in enumerate(self.shardings):
+            self.legal[:, zi] = sharding_ok(problem, pp_c, z, self.dp)
+            group = self.dp if z.dp_shard is None else np.full(C, z.dp_shard, dtype=i64)
+            rep, shd = self.coef[zi]
+            expert_group = np.maximum(1, edp * group // np.maximum(self.dp, 1))
+            pp1 = set(si[one_stage].tolist())
+            buffers = np.array([pp1_buffers(problem, self.shards[s], z) if s in pp1 else 0 for s in range(S)], dtype=i64)
+            self.pair_bytes[:, zi] = (self.experts0 * rep + (self.experts0 * shd) // expert_group
+                                      + np.where(one_stage, buffers[si], 0))
+            self.mem[:, zi] = overhead + self.params0 * rep + (self.params0 * shd) // (group * cp_c) + self.acts0 + self.pair_bytes[:, zi]
+            if z.zero is Zero.PARAMETERS:
+                f = np.array([fsdp_ns(problem, self.shards[s], z, self.tables[s]) if s in self.tables else (0, 0, 0)
+                              for s in range(S)], dtype=i64).reshape(S, 3)
+                self.lb[:, zi] += np.where(one_stage, m * f[si, mode[ti]], 0)
+
+    def __len__(self) -> int:
+        return len(self.cell_shard)
+
+    def layout(self, cell: int, sharding: int) -> Layout:
+        return layout_of(self.shards[self.cell_shard[cell]], self.stages[self.cell_stages[cell]],
+                         self.shardings[sharding], int(self.dp[cell]))
+
+
+class BandModel:
+    """CP-SAT model of the layouts whose step bound lies in (lo, hi]: the cell and sharding indices,
+    the degrees they imply, the framework's sharding rules as allowed pairs, the rank-0 memory bound
+    stated with products and a division, and the step bound as an element of the (cell, sharding)
+    table."""
+
+    def __init__(self, space: Space, cells: list[int], lo: int, hi: int, usable: int) -> None:
+        self.space, self.cells = space, cells
+        m = self.m = cp_model().CpModel()
+        B, Z, n = len(cells), len(space.shardings), space.problem.gpus
+        self.c = m.new_int_var(0, B - 1, "cell")
+        self.z = m.new_int_var(0, Z - 1, "sharding")
 
         def element(index, values: list[int], name: str):
             v = m.new_int_var(min(values), max(values), name)
@@ -220,122 +380,118 @@ class Model:
             m.add_multiplication_equality(v, [a, b])
             return v
 
-        cells = self.cells
-        # degrees: tp·cp·pp·dp = gpus and mbs·dp·m = global batch hold in every cell by construction;
-        # the model keeps dp, m and pp to relate shardings and the memory bound to them
-        self.dp = element(self.c, [c.dp for c in cells], "dp")
-        self.mb = element(self.c, [c.microbatches for c in cells], "microbatches")
-        # shardings: the framework's limits per pipeline depth; HSDP groups divide dp and stay below it
-        pairs = [(ci, zi) for ci, c in enumerate(cells) for zi, z in enumerate(self.shardings)
-                 if sharding_ok(problem, self.stages[c.stages], z, c.dp)]
-        m.add_allowed_assignments([self.c, self.z], pairs)
-        shard_size = element(self.z, [z.dp_shard or 0 for z in self.shardings], "hsdp_group")
+        s = space
+        dp = element(self.c, [int(s.dp[c]) for c in cells], "dp")
+        m.add_allowed_assignments([self.c, self.z], [(b, zi) for b, c in enumerate(cells) for zi in range(Z) if s.legal[c, zi]])
+        shard_size = element(self.z, [z.dp_shard or 0 for z in s.shardings], "hsdp_group")
         full = m.new_bool_var("shard_over_dp")
         m.add(shard_size == 0).only_enforce_if(full)
         m.add(shard_size >= 1).only_enforce_if(~full)
         group = m.new_int_var(1, n, "dp_shard")
-        m.add(group == self.dp).only_enforce_if(full)
+        m.add(group == dp).only_enforce_if(full)
         m.add(group == shard_size).only_enforce_if(~full)
 
-        # the step-time bound: tabulated per cell
-        self.lb = element(self.c, [c.lb_ns for c in cells], "lb")
+        # the step bound: lo < lb[cell, sharding] <= hi
+        pair = m.new_int_var(0, B * Z - 1, "pair")
+        m.add(pair == self.c * Z + self.z)
+        self.lb = element(pair, [int(s.lb[c, zi]) for c in cells for zi in range(Z)], "lb")
+        m.add(self.lb > lo)
+        m.add(self.lb <= hi)
 
-        # the memory bound (rank 0): states of its parameters under the sharding, plus activations
-        max_params = max(c.params0 for c in cells)
-        params0 = element(self.c, [c.params0 for c in cells], "params0")
-        acts0 = element(self.c, [c.activations0 for c in cells], "activations0")
-        cp = element(self.c, [self.shards[c.shard].cp for c in cells], "cp")
-        rep = element(self.z, [k[0] for k in self.coef], "replicated_bytes")
-        shd = element(self.z, [k[1] for k in self.coef], "sharded_bytes")
-        states_rep = product(params0, rep, 32 * max_params, "states_replicated")
-        sharded_total = product(params0, shd, 32 * max_params, "states_sharded_total")
+        # the memory bound of rank 0: states of its parameters under the sharding, plus activations
+        params = [int(s.params0[c]) for c in cells]
+        params0 = element(self.c, params, "params0")
+        acts0 = element(self.c, [int(s.acts0[c] + s.overhead[c]) for c in cells], "activations_and_overhead0")
+        experts = element(pair, [int(s.pair_bytes[c, zi]) for c in cells for zi in range(Z)], "expert_states_and_buffers0")
+        cp = element(self.c, [s.shards[s.cell_shard[c]].cp for c in cells], "cp")
+        rep = element(self.z, [k[0] for k in s.coef], "replicated_bytes")
+        shd = element(self.z, [k[1] for k in s.coef], "sharded_bytes")
+        states_rep = product(params0, rep, 32 * max(params), "states_replicated")
+        sharded_total = product(params0, shd, 32 * max(params), "states_sharded_total")
         shard_ranks = product(group, cp, n, "shard_ranks", lo=1)
-        states_shd = m.new_int_var(0, 32 * max_params, "states_sharded")
+        states_shd = m.new_int_var(0, 32 * max(params), "states_sharded")
         m.add_division_equality(states_shd, sharded_total, shard_ranks)
-        m.add(CUDA_CONTEXT_BYTES + states_rep + states_shd + acts0 <= usable)
+        m.add(states_rep + states_shd + experts + acts0 <= usable)
 
-    def decode(self, solver) -> tuple[Shard, Stages, Sharding, int]:
-        c = self.cells[solver.value(self.c)]
-        return self.shards[c.shard], self.stages[c.stages], self.shardings[solver.value(self.z)], c.dp
+    def enumerate(self, seconds: float) -> tuple[list[tuple[int, int, int]], bool]:
+        """Every (cell, sharding, bound) of the band that passes the memory bound, and whether the
+        enumeration finished."""
+        cp = cp_model()
+        model = self
+
+        class Collect(cp.CpSolverSolutionCallback):
+            def __init__(self) -> None:
+                super().__init__()
+                self.found: list[tuple[int, int, int]] = []
+
+            def on_solution_callback(self) -> None:
+                self.found.append((model.cells[self.value(model.c)], self.value(model.z), self.value(model.lb)))
+
+        solver = _solver(seconds)
+        solver.parameters.enumerate_all_solutions = True
+        cb = Collect()
+        status = solver.solve(self.m, cb)
+        return sorted(cb.found), status in (cp.OPTIMAL, cp.INFEASIBLE)
 
 
 def _solver(seconds: float, workers: int = 1):
-    from ortools.sat.python import cp_model
-
-    solver = cp_model.CpSolver()
+    solver = cp_model().CpSolver()
     solver.parameters.max_time_in_seconds = max(0.05, seconds)
     solver.parameters.num_workers = workers
     solver.parameters.random_seed = 0
     return solver
 
 
-def _enumerate(model: Model, lo: int, hi: int, seconds: float) -> tuple[list[tuple[Shard, Stages, Sharding, int, int]], bool]:
-    """Every layout with lo < LB <= hi that passes the memory bound, and whether the enumeration finished."""
-    from ortools.sat.python import cp_model
-
-    cells = [i for i, c in enumerate(model.cells) if lo < c.lb_ns <= hi]
-    if not cells:
-        return [], True
-
-    class Collect(cp_model.CpSolverSolutionCallback):
-        def __init__(self) -> None:
-            super().__init__()
-            self.found: list = []
-
-        def on_solution_callback(self) -> None:
-            self.found.append((*model.decode(self), model.cells[self.value(model.c)].lb_ns))
-
-    banded = model.m.clone()
-    cell = banded.get_int_var_from_proto_index(model.c.index)
-    banded.add_linear_expression_in_domain(cell, cp_model.Domain.from_values(cells))
-    solver = _solver(seconds)
-    solver.parameters.enumerate_all_solutions = True
-    cb = Collect()
-    status = solver.solve(banded, cb)
-    return cb.found, status in (cp_model.OPTIMAL, cp_model.INFEASIBLE)
-
-
 def search(
     problem: Problem, *, top: int = 10, headroom: float = DEFAULT_HEADROOM, calibration: Calibration = DEFAULT,
-    time_limit_s: float = 30.0,
+    time_limit_s: float = 30.0, progress: Callable[[str], None] | None = None,
 ) -> SearchResult:
     """Top `top` layouts by the exact model: bands of the bound, lowest first, until the k-th best
     exact step time lies below every layout not yet scored."""
+    import numpy as np
+
     start = time.perf_counter()
-    model = Model(problem, headroom=headroom, cal=calibration)
-    bounds = sorted(c.lb_ns for c in model.cells)
+    space = Space(problem, cal=calibration)
+    usable = int(problem.cluster.gpu.hbm_bytes * (1 - headroom))
+    feasible = space.legal & (space.mem <= usable)
+    bounds = np.sort(space.lb[feasible])
     plans: list[Plan] = []
     rejected: list[Rejected] = []
     scored = 0
-    optimal = False
-    lo = -1
-    hi = int(bounds[0] * 1.05) + 1 if bounds else -1
-    lb0 = None
-    while bounds:
-        left = time_limit_s - (time.perf_counter() - start)
-        if left <= 0:
-            break
-        found, complete = _enumerate(model, lo, hi, left)
-        for shard, st, sh, dp, lb in sorted(found, key=lambda f: f[4]):
-            lb0 = lb if lb0 is None else min(lb0, lb)
+    optimal = complete = False
+    lo, hi = -1, (int(bounds[0] * 1.05) + 1 if len(bounds) else -1)
+    while len(bounds):
+        cells = np.nonzero((feasible & (space.lb > lo) & (space.lb <= hi)).any(axis=1))[0].tolist()
+        found: list[tuple[int, int, int]] = []
+        if cells:
+            left = time_limit_s - (time.perf_counter() - start)
+            if left <= 0:
+                break
+            found, complete = BandModel(space, cells, lo, hi, usable).enumerate(left)
+        for cell, zi, _ in sorted(found, key=lambda f: (f[2], f[0], f[1])):
+            if time.perf_counter() - start > time_limit_s:
+                complete = False
+                break
             scored += 1
-            out = evaluate(problem, layout_of(shard, st, sh, dp), headroom=headroom, calibration=calibration)
+            out = evaluate(problem, space.layout(cell, zi), headroom=headroom, calibration=calibration)
             (plans if isinstance(out, Plan) else rejected).append(out)  # type: ignore[arg-type]
-        if not complete:
+        if progress is not None:
+            progress(f"{scored} layouts scored, bound ≤ {hi / NS:.3g} s, best {plans and min(p.time.step_s for p in plans) or 0:.3g} s")
+        if cells and not complete:
             break
         plans.sort(key=lambda p: p.key)
         if len(plans) >= top and plans[top - 1].time.step_s * NS <= hi:
             optimal = True
             break
-        above = [b for b in bounds if b > hi]
-        if not above:
+        above = bounds[bounds > hi]
+        if not len(above):
             optimal = True  # every layout has been scored
             break
         nxt = int(plans[top - 1].time.step_s * NS) if len(plans) >= top else int(above[0] * 1.05) + 1
-        lo, hi = hi, max(nxt, above[0])
+        lo, hi = hi, max(nxt, int(above[0]))
     plans.sort(key=lambda p: p.key)
     return SearchResult(plans[:top], time.perf_counter() - start, scored, optimal, "cp-sat", rejected,
-                        None if lb0 is None else lb0 / NS)
+                        float(bounds[0]) / NS if len(bounds) else None)
 
 
 def brute_force(problem: Problem, *, top: int = 10, headroom: float = DEFAULT_HEADROOM, calibration: Calibration = DEFAULT) -> SearchResult:
@@ -351,7 +507,7 @@ def brute_force(problem: Problem, *, top: int = 10, headroom: float = DEFAULT_HE
             if dp is None:
                 continue
             for sh in shs:
-                if not sharding_ok(problem, st, sh, dp):
+                if not sharding_ok(problem, st.pp, sh, dp):
                     continue
                 scored += 1
                 out = evaluate(problem, layout_of(shard, st, sh, dp), headroom=headroom, calibration=calibration)

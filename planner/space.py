@@ -286,14 +286,20 @@ def degrees_ok(problem: Problem, shard: Shard, st: Stages) -> int | None:
     return dp
 
 
-def sharding_ok(problem: Problem, st: Stages, sh: Sharding, dp: int) -> bool:
-    if sh.dp_shard is not None and (sh.dp_shard >= dp or dp % sh.dp_shard):
-        return False
-    if sh.zero is Zero.PARAMETERS and st.pp > 1 and problem.framework is Framework.MEGATRON:
-        return False
-    if sh.zero >= Zero.GRADIENTS and st.pp > 1 and problem.framework is Framework.DEEPSPEED:
-        return False
-    return not (sh.dp_shard is not None and sh.zero is Zero.NONE)
+def sharding_ok(problem: Problem, pp, sh: Sharding, dp):  # type: ignore[no-untyped-def]
+    """Whether a Sharding is legal at pipeline depth pp with dp data-parallel ranks. Written with
+    `&` so that pp and dp may be ints or numpy arrays (planner.search tests every cell at once)."""
+    fw = problem.framework
+    if sh.dp_shard is not None and sh.zero is Zero.NONE:
+        return pp != pp  # False, or all False
+    ok = pp == pp
+    if sh.dp_shard is not None:
+        ok = ok & (sh.dp_shard < dp) & (dp % sh.dp_shard == 0)
+    if sh.zero is Zero.PARAMETERS and fw is Framework.MEGATRON:
+        ok = ok & (pp == 1)
+    if sh.zero >= Zero.GRADIENTS and fw is Framework.DEEPSPEED:
+        ok = ok & (pp == 1)
+    return ok
 
 
 def layout_of(shard: Shard, st: Stages, sh: Sharding, dp: int) -> Layout:
