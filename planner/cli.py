@@ -204,10 +204,21 @@ def plan(
             tp_comm_overlap=tp_comm_overlap,
         )
         cal = load_calibration(calibration) if calibration else DEFAULT
+        status = None
         if not as_json:
-            print(f"searching layouts of {model} on {gpus} GPUs…", file=sys.stderr)
-        report = run_plan(model, cluster, gpus, training=training, fixes=fix or [], top=top, headroom=headroom,
-                          allow_cross_node_tp=allow_cross_node_tp, calibration=cal)
+            from rich.console import Console as StatusConsole
+
+            status = StatusConsole(stderr=True).status(f"searching layouts of {model} on {gpus} GPUs…")
+            status.start()
+        try:
+            report = run_plan(
+                model, cluster, gpus, training=training, fixes=fix or [], top=top, headroom=headroom,
+                allow_cross_node_tp=allow_cross_node_tp, calibration=cal,
+                progress=None if status is None else lambda line: status.update(f"searching {model} on {gpus} GPUs: {line}"),
+            )
+        finally:
+            if status is not None:
+                status.stop()
     if as_json:
         from planner.render import print_json
 

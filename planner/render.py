@@ -220,21 +220,92 @@ def render_plan(report: Any, console: Console, *, explain: bool = False) -> None
             console.print(line)
 
 
+def _term_diffs(a: Any, b: Any, scale: float) -> str:
+    """The terms of step-time breakdown b that differ from a's, largest first."""
+    fa, fb = a.breakdown.flat(), b.breakdown.flat()
+    diffs = sorted(((fb.get(k, 0.0) - fa.get(k, 0.0), k) for k in set(fa) | set(fb) if k != "total"),
+                   key=lambda d: -abs(d[0]))
+    return ", ".join(f"{k} {d / MS:+,.1f} ms" for d, k in diffs[:3] if abs(d) > 1e-4 * scale)
+
+
 def explain_lines(report: Any) -> list[str]:
-    """Why #1 beats #2 (the terms that differ most), and what kept other layouts out."""
+    """Why #1 beats #2 (the terms that differ most), why the usual alternatives to #1 lost, and
+    what kept other layouts out."""
     out = []
     plans = report.plans
     if len(plans) >= 2:
         a, b = plans[0].time, plans[1].time
-        fa, fb = a.breakdown.flat(), b.breakdown.flat()
-        diffs = sorted(((fb.get(k, 0.0) - fa.get(k, 0.0), k) for k in set(fa) | set(fb) if k != "total"), reverse=True)
-        gain = b.step_s / a.step_s - 1
-        terms = ", ".join(f"{k} {d / MS:+,.1f} ms" for d, k in diffs if abs(d) > 1e-4 * b.step_s)[:400]
-        out.append(f"#1 beats #2 by {gain:.2%} of step time ({short_layout(plans[1].job)}: {terms or 'equal terms; tie broken by the layout key'})")
+        terms = _term_diffs(a, b, b.step_s)
+        out.append(f"#1 beats #2 by {b.step_s / a.step_s - 1:.2%} of step time ({short_layout(plans[1].job)}: "
+                   f"{terms or 'equal terms; tie broken by the layout key'})")
+    if plans:
+        out += suspect_lines(report)
     reasons: dict[str, int] = {}
     for rej in report.result.rejected:
-        reasons[rej.reason if not rej.reason.startswith("needs ") else "did not fit in memory"] = reasons.get(
-            rej.reason if not rej.reason.startswith("needs ") else "did not fit in memory", 0) + 1
+        key = "did not fit in memory" if rej.reason.startswith("needs ") else rej.reason
+        reasons[key] = reasons.get(key, 0) + 1
     for reason, count in sorted(reasons.items(), key=lambda kv: -kv[1])[:6]:
         out.append(f"{count} scored layout(s) rejected: {reason}")
+    return out
+
+
+def suspects(problem: Any, job: Any) -> list[tuple[str, dict[str, Any]]]:
+    """The usual alternatives to a layout, one axis at a time: tp, pp, cp and mbs halved and
+    doubled, the other sharding stages, and the other recompute modes, with dp rebalanced so that
+    the degrees still multiply to the GPU count."""
+    from cost_models.enums import Framework, Recompute, Zero
+
+    lay = job.layout
+    out: list[tuple[str, dict[str, Any]]] = []
+    for axis in ("tp", "pp", "cp", "mbs"):
+        now = getattr(lay, axis)
+        for v in (now * 2, now // 2):
+            if v >= 1 and v != now:
+                out.append((f"{axis}={v}", {axis: v}))
+    zeros = {Framework.MEGATRON: (0, 1, 3), Framework.TORCHTITAN: (0, 2, 3), Framework.DEEPSPEED: (0, 1, 2, 3)}
+    for z in zeros[problem.framework]:
+        if z != int(lay.zero or 0):
+            out.append((f"zero={z}", {"zero": Zero(z)}))
+    for mode in Recompute:
+        if mode is not lay.recompute:
+            out.append((f"recompute={mode.value}", {"recompute": mode}))
+    return out
+
+
+def suspect_lines(report: Any) -> list[str]:
+    """One line per usual alternative to #1: its rank, or by how much it is slower and which terms
+    grow, or the rule or the memory it breaks."""
+    from cost_models.layout import Layout
+    from planner.search import Plan, evaluate
+
+    problem, best = report.problem, report.plans[0]
+    job = best.job
+    lay = job.layout
+    ranked = {p.job.layout: i for i, p in enumerate(report.plans, 1)}
+    domain = problem.cluster.spec.scaleup_domain_gpus
+    out = []
+    for name, change in suspects(problem, job):
+        base = lay.model_dump()
+        base.update(dp=None, dp_shard=None, schedule=None, **change)
+        if "pp" in change or "recompute" in change:
+            base.update(vpp=1, pp_first_stage_layers=None, pp_last_stage_layers=None, recompute_layers=None)
+        if "tp" in change:
+            base.update(etp=None, sp=None)
+        if change.get("tp", 0) > domain and not problem.allow_cross_node_tp:
+            out.append(f"{name}: crosses the {domain}-GPU scale-up domain (--allow-cross-node-tp to consider it)")
+            continue
+        try:
+            alt = Layout(**base)
+        except ValueError as e:
+            out.append(f"{name}: {str(e).splitlines()[0]}")
+            continue
+        result = evaluate(problem, alt, headroom=report.headroom, calibration=best.time.calibration)
+        if not isinstance(result, Plan):
+            out.append(f"{name}: {result.reason}")
+            continue
+        rank = ranked.get(result.job.layout)
+        slower = result.time.step_s / best.time.step_s - 1
+        where = f"#{rank} here" if rank else f"{slower:+.1%} step time"
+        terms = _term_diffs(best.time, result.time, result.time.step_s)
+        out.append(f"{name}: {where}" + (f" ({terms})" if terms else ""))
     return out

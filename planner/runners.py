@@ -170,6 +170,7 @@ class PlanReport:
 
     problem: Any  # planner.space.Problem
     result: Any  # planner.search.SearchResult
+    headroom: float = DEFAULT_HEADROOM
 
     @property
     def plans(self) -> list[EstimateReport]:
@@ -204,6 +205,7 @@ def run_plan(
     headroom: float | None = None,
     allow_cross_node_tp: bool = False,
     calibration: Calibration = DEFAULT,
+    progress: Any = None,
 ) -> PlanReport:
     from cost_models.errors import SpecError
     from planner.search import search
@@ -215,10 +217,11 @@ def run_plan(
     if spec.global_batch_size is None:
         spec = spec.model_copy(update=dict(global_batch_size=default_global_batch(spec.seq_len)))
     problem = Problem(model_spec, cluster_obj, spec, fixed=parse_fixes(fixes), allow_cross_node_tp=allow_cross_node_tp)
-    result = search(problem, top=top, headroom=DEFAULT_HEADROOM if headroom is None else headroom, calibration=calibration)
+    headroom = DEFAULT_HEADROOM if headroom is None else headroom
+    result = search(problem, top=top, headroom=headroom, calibration=calibration, progress=progress)
     if not result.plans:
         raise SpecError(_no_plan(problem, result))
-    return PlanReport(problem=problem, result=result)
+    return PlanReport(problem=problem, result=result, headroom=headroom)
 
 
 def _no_plan(problem: Any, result: Any) -> str:
