@@ -137,3 +137,23 @@ def test_no_layout_fits_names_the_closest():
     res = runner.invoke(app, ["plan", "llama-3.1-405b", "--cluster", "dgx-h100", "--gpus", "8", "--json"])
     assert res.exit_code == 2
     assert res.output.startswith("error: no layout of llama-3.1-405b on 8x H100-SXM")
+
+
+def test_explain_names_why_the_usual_alternatives_lost():
+    from planner.render import suspect_lines, suspects
+    from planner.runners import run_plan
+
+    report = run_plan("llama-3.1-8b", "dgx-h100", 16, training=dict(seq_len=4096, global_batch_size=64),
+                      fixes=["tp=8"], top=3)
+    best = report.plans[0]
+    lines = dict(line.split(": ", 1) for line in suspect_lines(report))
+    assert [name for name, _ in suspects(report.problem, best.job)] == list(lines)
+    # tp 16 leaves the 8-GPU NVLink domain of a DGX H100
+    assert lines["tp=16"].startswith("crosses the 8-GPU scale-up domain")
+    # every other alternative is scored by the exact model: its slowdown is the step-time ratio
+    alt = best.job.layout.model_copy(update=dict(tp=4, dp=None, dp_shard=None, etp=None, sp=None))
+    out = evaluate(report.problem, alt, headroom=report.headroom)
+    if isinstance(out, Rejected):
+        assert lines["tp=4"] == out.reason
+    else:
+        assert lines["tp=4"].startswith(f"{out.time.step_s / best.time.step_s - 1:+.1%} step time")
