@@ -29,6 +29,7 @@ import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from cost_models.activations import head_activations, loss_workspace
 from cost_models.calibration import DEFAULT, Calibration
 from cost_models.compute import head_time, loss_time
 from cost_models.enums import Recompute, Schedule, Zero
@@ -194,16 +195,21 @@ def fsdp_ns(problem: Problem, shard: Shard, sharding: Sharding, table: ShardTabl
 
 
 def pp1_buffers(problem: Problem, shard: Shard, sharding: Sharding) -> int:
-    """Unsharded copies, buckets and caches of the only pipeline rank, with their share of the
-    allocator's fragmentation: at pp = 1 they depend on the Shard and the Sharding alone."""
+    """Unsharded copies, buckets and caches of the only pipeline rank, its output layer's activations
+    and the loss's working set,
+    with their share of the allocator's fragmentation: at pp = 1 they depend on the Shard and the
+    Sharding alone."""
     dp = problem.gpus // (shard.tp * shard.cp)
     if sharding.dp_shard is not None and (sharding.dp_shard >= dp or dp % sharding.dp_shard):
         return 0
     lay = Layout(tp=shard.tp, sp=shard.sp, cp=shard.cp, ep=shard.ep, etp=shard.etp, mbs=shard.mbs,
                  zero=sharding.zero, dp_shard=sharding.dp_shard)
-    b = stage_buffers(fill_defaults(problem.model, problem.cluster, problem.training, lay), 0)
-    dynamic = b.value("unsharded_params") + b.value("unsharded_grads")
-    return int(b.total) + max(0, int(FRAGMENTATION * dynamic) - 1)
+    job = fill_defaults(problem.model, problem.cluster, problem.training, lay)
+    b = stage_buffers(job, 0)
+    # the only rank is also the last: the output layer's activations and the loss's working set
+    head = int(head_activations(job).total) + loss_workspace(job)
+    dynamic = b.value("unsharded_params") + b.value("unsharded_grads") + head
+    return int(b.total) + head + max(0, int(FRAGMENTATION * dynamic) - 1)
 
 
 @dataclass(frozen=True)
@@ -214,8 +220,10 @@ class StagesTable:
     weights: tuple[int, int, int]  # how many ranks are first, middle, last (pp = 1: the only rank is "last")
     recomputed: tuple[int, int, int]  # recomputed layers on a first, middle, last rank
     plain: tuple[int, int, int]  # layers without recompute on each
-    chunk0: tuple[int, int]  # (recomputed, plain) layers in rank 0's first chunk
+    chunk0: tuple[int, int]  # (recomputed, plain) layers in each of rank 0's chunks
     first_layers: int  # decoder layers on rank 0
+    chunk1: tuple[int, int]  # ... and of rank 1's (0, 0 at pp = 1)
+    second_layers: int  # decoder layers on rank 1
 
 
 def stages_table(problem: Problem, st: Stages) -> StagesTable:
@@ -226,12 +234,16 @@ def stages_table(problem: Problem, st: Stages) -> StagesTable:
         kinds = [0, 0, counts[0]]
     weights = (0, 0, 1) if pp == 1 else (1, max(0, pp - 2), 1)
     rec = tuple(st.recomputed(c) for c in kinds)
-    chunk = counts[0] // st.vpp
-    chunk_rec = 0 if st.recompute is Recompute.NONE else min(st.recompute_layers or chunk, chunk)
+    def chunk(layers: int) -> tuple[int, int]:
+        size = layers // st.vpp
+        recomputed = 0 if st.recompute is Recompute.NONE else min(st.recompute_layers or size, size)
+        return recomputed, size - recomputed
+
+    second = counts[1] if pp > 1 else 0
     return StagesTable(
         mode=MODES.index(st.recompute), weights=weights, recomputed=rec,  # type: ignore[arg-type]
         plain=tuple(c - r for c, r in zip(kinds, rec)),  # type: ignore[arg-type]
-        chunk0=(chunk_rec, chunk - chunk_rec), first_layers=counts[0],
+        chunk0=chunk(counts[0]), first_layers=counts[0], chunk1=chunk(second), second_layers=second,
     )
 
 
@@ -297,6 +309,8 @@ class Space:
         plain = np.array([p.plain for p in pts], dtype=i64).reshape(T, 3)
         chunk0 = np.array([p.chunk0 for p in pts], dtype=i64).reshape(T, 2)
         first = col(pts, "first_layers")
+        chunk1 = np.array([p.chunk1 for p in pts], dtype=i64).reshape(T, 2)
+        second = col(pts, "second_layers")
 
         # the step bound of every cell (cell_bound, vectorised)
         p_mode = pass_ns[si, mode[ti]]
@@ -316,21 +330,29 @@ class Space:
         # rank 0 holds in-flight micro-batches of each of its chunks, all alike in layers and recompute
         code = (st_pp[ti] << 40) + (st_vpp[ti] << 32) + m  # (pp, vpp, m) as one key
         keys, where = np.unique(code, return_inverse=True)
-        held = np.array([sum(inflight_counts(int(k >> 40), int(k >> 32 & 0xFF), int(k & 0xFFFFFFFF), 0,
-                                             Schedule.INTERLEAVED if k >> 32 & 0xFF > 1 else Schedule.ONE_F_ONE_B))
-                         for k in keys.tolist()], dtype=i64)
-        chunk_acts = chunk0[ti, 0] * kept[si, mode[ti]] + chunk0[ti, 1] * kept[si, 0]
-        self.acts0 = held[where.reshape(-1)] * chunk_acts
+        def held(rank: int):  # type: ignore[no-untyped-def]
+            per_key = [sum(inflight_counts(int(k >> 40), int(k >> 32 & 0xFF), int(k & 0xFFFFFFFF), rank,
+                                           Schedule.INTERLEAVED if k >> 32 & 0xFF > 1 else Schedule.ONE_F_ONE_B))
+                       if rank < k >> 40 else 0 for k in keys.tolist()]
+            return np.array(per_key, dtype=i64)[where.reshape(-1)]
+
+        self.acts0 = held(0) * (chunk0[ti, 0] * kept[si, mode[ti]] + chunk0[ti, 1] * kept[si, 0])
         shard_col = {name: col(self.shards, name)[si] for name in ("ep", "etp")}
-        self.overhead = overhead = (CUDA_CONTEXT_BYTES + np.maximum(0, (self.acts0 * FRAGMENTATION).astype(i64) - 1)
-                    + NCCL_BYTES_PER_GROUP * process_groups(sh_tp[si], st_pp[ti], sh_cp[si], self.dp, shard_col["ep"], shard_col["etp"]))
+        groups = NCCL_BYTES_PER_GROUP * process_groups(sh_tp[si], st_pp[ti], sh_cp[si], self.dp, shard_col["ep"], shard_col["etp"])
+        self.overhead = overhead = CUDA_CONTEXT_BYTES + groups + np.maximum(0, (self.acts0 * FRAGMENTATION).astype(i64) - 1)
+        # rank 1 (pp > 1): no embedding, a middle stage's layers, one in-flight micro-batch fewer
+        acts1 = held(1) * (chunk1[ti, 0] * kept[si, mode[ti]] + chunk1[ti, 1] * kept[si, 0])
+        params1 = second[ti] * dparams[si]
+        experts1 = np.maximum(0, second[ti] - dense_layers) * xparams[si]
+        fixed1 = CUDA_CONTEXT_BYTES + groups + np.maximum(0, (acts1 * FRAGMENTATION).astype(i64) - 1) + acts1
 
         # every (cell, sharding): the framework's rules, the FSDP term, the memory bound
         self.coef = [state_coefficients(problem, z) for z in self.shardings]
         self.legal = np.zeros((C, Z), dtype=bool)
         self.lb = np.repeat(self.cell_lb[:, None], Z, axis=1)
         self.mem = np.zeros((C, Z), dtype=i64)
-        self.pair_bytes = np.zeros((C, Z), dtype=i64)  # the part of the memory bound that depends on both
+        self.pair_bytes = np.zeros((C, Z), dtype=i64)  # the part of rank 0's memory bound that depends on both
+        self.mem1 = np.zeros((C, Z), dtype=i64)  # rank 1's memory bound
         pp_c = st_pp[ti]
         cp_c = sh_cp[si]
         one_stage = pp_c == 1
@@ -344,6 +366,10 @@ class Space:
             self.pair_bytes[:, zi] = (self.experts0 * rep + (self.experts0 * shd) // expert_group
                                       + np.where(one_stage, buffers[si], 0))
             self.mem[:, zi] = overhead + self.params0 * rep + (self.params0 * shd) // (group * cp_c) + self.acts0 + self.pair_bytes[:, zi]
+            mem1 = np.where(one_stage, 0, fixed1 + (params1 + experts1) * rep + (params1 * shd) // (group * cp_c)
+                            + (experts1 * shd) // expert_group)
+            self.mem1[:, zi] = mem1
+            self.mem[:, zi] = np.maximum(self.mem[:, zi], mem1)
             if z.zero is Zero.PARAMETERS:
                 f = np.array([fsdp_ns(problem, self.shards[s], z, self.tables[s]) if s in self.tables else (0, 0, 0)
                               for s in range(S)], dtype=i64).reshape(S, 3)
@@ -412,6 +438,8 @@ class BandModel:
         states_shd = m.new_int_var(0, 32 * max(params), "states_sharded")
         m.add_division_equality(states_shd, sharded_total, shard_ranks)
         m.add(states_rep + states_shd + experts + acts0 <= usable)
+        # and rank 1's, tabulated per (cell, sharding)
+        m.add(element(pair, [int(s.mem1[c, zi]) for c in cells for zi in range(Z)], "memory1") <= usable)
 
     def enumerate(self, seconds: float) -> tuple[list[tuple[int, int, int]], bool]:
         """Every (cell, sharding, bound) of the band that passes the memory bound, and whether the
@@ -459,7 +487,8 @@ def search(
     rejected: list[Rejected] = []
     scored = 0
     optimal = complete = False
-    lo, hi = -1, (int(bounds[0] * 1.05) + 1 if len(bounds) else -1)
+    # the first band holds the `top` smallest bounds: the k-th best step is at least the k-th bound
+    lo, hi = -1, (int(bounds[min(top, len(bounds)) - 1]) if len(bounds) else -1)
     while len(bounds):
         cells = np.nonzero((feasible & (space.lb > lo) & (space.lb <= hi)).any(axis=1))[0].tolist()
         found: list[tuple[int, int, int]] = []
@@ -487,7 +516,8 @@ def search(
         if not len(above):
             optimal = True  # every layout has been scored
             break
-        nxt = int(plans[top - 1].time.step_s * NS) if len(plans) >= top else int(above[0] * 1.05) + 1
+        # next: up to the k-th best step found, or (fewer than k found) the next k bounds
+        nxt = int(plans[top - 1].time.step_s * NS) if len(plans) >= top else int(above[min(top, len(above)) - 1])
         lo, hi = hi, max(nxt, int(above[0]))
     plans.sort(key=lambda p: p.key)
     return SearchResult(plans[:top], time.perf_counter() - start, scored, optimal, "cp-sat", rejected,

@@ -212,23 +212,77 @@ def shards(problem: Problem) -> Iterator[Shard]:
                             yield Shard(tp=tp, sp=sp, cp=cp, ep=ep, etp=etp, mbs=mbs)
 
 
-def _splits(num_layers: int, pp: int) -> Iterator[tuple[int | None, int | None]]:
+def head_in_layers(problem: Problem) -> float:
+    """The output layer and loss (forward + backward) in decoder-layer passes, on one GPU of the
+    model's plain layout (tp 1, mbs 1): what the last pipeline stage carries beyond its layers.
+    Both scale alike with tp, cp and mbs, so the ratio holds across layouts to first order."""
+    from cost_models.calibration import DEFAULT
+    from cost_models.compute import head_time, loss_time
+    from cost_models.flops import GEMM_BACKWARD_FACTOR
+    from cost_models.rules import fill_defaults
+    from cost_models.step_time import layer_pass
+
+    job = fill_defaults(problem.model, problem.cluster, problem.training, Layout())
+    moe = problem.model.is_moe_layer(problem.model.num_layers - 1)
+    layer = layer_pass(job, moe=moe, mode=Recompute.NONE, cal=DEFAULT)
+    head = (1 + GEMM_BACKWARD_FACTOR) * head_time(job, DEFAULT) + loss_time(job, DEFAULT)
+    return head / (layer.compute.total + layer.comm.total)
+
+
+def _split(num_layers: int, pp: int, vpp: int, head: float) -> tuple[int, int, int] | None:
+    """The uneven pipeline split as a CP-SAT model: f decoder layers on the first stage, l on the
+    last and c on each middle one, f + l + (pp−2)·c = L, each a multiple of vpp (equal model
+    chunks); the ends no heavier than the middle. Stage time is counted in layer passes, the last
+    stage's plus `head`. Minimise the slowest stage (the step grows with it: m·T_max, and the
+    bubble's ΣT is the same for every split), then the first stage's layers (it holds the most
+    in-flight micro-batches, so memory peaks there). (f, l, c), or None when no split exists."""
+    if num_layers % vpp or num_layers // vpp < pp:
+        return None
+    from planner.search import cp_model
+
+    cp = cp_model()
+    unit = 1000
+    h = round(head * unit)
+    m = cp.CpModel()
+    f, l, c = (m.new_int_var(1, num_layers // vpp, n) for n in ("first", "last", "middle"))
+    if pp > 2:
+        m.add(f + l + (pp - 2) * c == num_layers // vpp)
+        m.add(f <= c)
+        m.add(l <= c)
+    else:
+        m.add(f + l == num_layers // vpp)
+        m.add(c == l)
+    slowest = m.new_int_var(0, num_layers * unit + h, "slowest")
+    m.add_max_equality(slowest, [unit * vpp * f, unit * vpp * c, unit * vpp * l + h])
+    m.minimize(slowest * (num_layers + 1) + f)
+    solver = cp.CpSolver()
+    solver.parameters.num_workers = 1
+    if solver.solve(m) != cp.OPTIMAL:
+        return None
+    return vpp * solver.value(f), vpp * solver.value(l), vpp * solver.value(c)
+
+
+def splits(problem: Problem, pp: int, head: float) -> list[tuple[int, int | None, int | None]]:
+    """(vpp, first, last) of a pipeline depth: per vpp, the even split where the layers divide,
+    and the CP-SAT split (_split) as Megatron's --decoder-first/last-pipeline-num-layers, None where
+    an end holds as many layers as a middle stage."""
+    n, fw = problem.model.num_layers, problem.framework
     if pp == 1:
-        yield None, None
-        return
-    if num_layers % pp == 0:
-        yield None, None
-    base = -(-num_layers // pp)
-    seen = set()
-    for middle in (base, base + 1):
-        if pp > 2:
-            rest = num_layers - (pp - 2) * middle
-            if rest % 2 == 0 and 1 <= rest // 2 < middle:
-                seen.add((rest // 2, rest // 2))
-        one = num_layers - (pp - 1) * middle
-        if 1 <= one < middle:
-            seen.update({(one, None), (None, one)})
-    yield from sorted(seen, key=lambda fl: (fl[0] or 0, fl[1] or 0))
+        return [(1, None, None)]
+    vpps = [1] if fw is Framework.DEEPSPEED else list(range(1, MAX_VPP + 1))
+    out: set[tuple[int, int | None, int | None]] = set()
+    for vpp in _fixed(problem, "vpp", vpps):
+        if n % pp == 0 and (n // pp) % vpp == 0:
+            out.add((vpp, None, None))
+        best = _split(n, pp, vpp, head)
+        if best is None:
+            continue
+        first, last, middle = best
+        if pp == 2:
+            out.add((vpp, None, None) if first == last else (vpp, first, None))
+        else:
+            out.add((vpp, None if first == middle else first, None if last == middle else last))
+    return sorted(out, key=lambda s: (s[0], s[1] or 0, s[2] or 0))
 
 
 def stages(problem: Problem) -> Iterator[Stages]:
@@ -237,20 +291,20 @@ def stages(problem: Problem) -> Iterator[Stages]:
     pps = _fixed(problem, "pp", [p for p in _divisors(problem.gpus) if p <= n])
     modes = [Recompute.NONE, Recompute.FULL] + ([] if fw is Framework.DEEPSPEED else [Recompute.SELECTIVE])
     modes = _fixed(problem, "recompute", modes)
+    head = head_in_layers(problem) if any(p > 1 for p in pps) else 0.0
     for pp in pps:
-        for first, last in _splits(n, pp):
+        for vpp, first, last in splits(problem, pp, head):
+            if vpp not in _fixed(problem, "vpp", [vpp]):
+                continue
             counts = stage_layer_counts(n, pp, first, last)
-            common = math.gcd(*counts)
-            vpps = [1] if pp == 1 or fw is Framework.DEEPSPEED else [v for v in _divisors(common) if v <= MAX_VPP]
-            for vpp in _fixed(problem, "vpp", vpps):
-                for mode in modes:
-                    ks: list[int | None] = [None]
-                    if mode is Recompute.FULL and fw is Framework.MEGATRON:
-                        ks += list(range(1, min(counts) // vpp))
-                    if "recompute_layers" in problem.fixed:
-                        ks = [k for k in ks if k == problem.fixed["recompute_layers"]]
-                    for k in ks:
-                        yield Stages(pp=pp, vpp=vpp, first=first, last=last, recompute=mode, recompute_layers=k)
+            for mode in modes:
+                ks: list[int | None] = [None]
+                if mode is Recompute.FULL and fw is Framework.MEGATRON:
+                    ks += list(range(1, min(counts) // vpp))
+                if "recompute_layers" in problem.fixed:
+                    ks = [k for k in ks if k == problem.fixed["recompute_layers"]]
+                for k in ks:
+                    yield Stages(pp=pp, vpp=vpp, first=first, last=last, recompute=mode, recompute_layers=k)
 
 
 def shardings(problem: Problem) -> list[Sharding]:
