@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from cost_models.hardware import Cluster
@@ -78,6 +80,35 @@ def test_the_bounds_never_exceed_the_exact_model(solved):
             assert space.mem[cell, zi] <= out.memory.peak_bytes, (out.job.layout, space.mem[cell, zi])
             checked += 1
     assert checked + rejected == brute.candidates and checked > 0
+
+
+@st.composite
+def small_problems(draw):  # type: ignore[no-untyped-def]
+    """Small but varied problems: layer counts that do and do not divide the pipeline, GQA or
+    not, dense or MoE, GELU or SwiGLU, every framework, 2 to 8 GPUs on nodes of 4 or 8."""
+    heads = draw(st.sampled_from([4, 8]))
+    moe = draw(st.booleans())
+    gelu = draw(st.booleans())
+    model = ModelSpec(
+        name="drawn", num_layers=draw(st.sampled_from([2, 3, 4, 5, 6])), hidden_size=heads * 32,
+        ffn_hidden_size=heads * 96, num_attention_heads=heads,
+        num_kv_heads=draw(st.sampled_from([1, 2, heads])), vocab_size=draw(st.sampled_from([512, 1000])),
+        max_position_embeddings=4096, tie_embeddings=gelu,
+        **(dict(mlp="gelu", norm="layernorm", position_embedding="learned") if gelu else {}),
+        **(dict(moe=dict(num_experts=4, top_k=2, expert_ffn_hidden_size=heads * 32)) if moe else {}),
+    )
+    gpus = draw(st.sampled_from([2, 4, 8]))
+    fw = draw(st.sampled_from(["megatron", "torchtitan", "deepspeed"]))
+    return problem(model, gpus, gbs=draw(st.sampled_from([4, 8, 16])), framework=fw,
+                   seq=draw(st.sampled_from([1024, 2048])), cluster=draw(st.sampled_from(["dgx-h100", "dgx-a100-40gb", "l40s-pcie-8"])))
+
+
+@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(small_problems())
+def test_cpsat_agrees_with_brute_force_on_drawn_problems(p):
+    cpsat, brute = search(p, top=3), brute_force(p, top=3)
+    assert cpsat.optimal
+    assert [x.key for x in cpsat.plans] == [x.key for x in brute.plans]
 
 
 def test_search_is_deterministic():
