@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Union
 
 Part = Union[int, float, "Breakdown"]
@@ -30,7 +31,7 @@ class Breakdown:
             if isinstance(part, Breakdown):
                 assert part.unit == self.unit, (name, part.unit, self.unit)
 
-    @property
+    @cached_property
     def total(self) -> int | float:
         return sum(_value(part) for _, part in self.parts)
 

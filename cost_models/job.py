@@ -119,6 +119,17 @@ class Job:
     def stage_layer_ids(self, rank: int) -> tuple[int, ...]:
         return tuple(i for chunk in self.stage_chunks[rank] for i in chunk)
 
+    def rank_signature(self, rank: int) -> tuple:
+        """What a pipeline rank's costs depend on besides the job: whether it is the first and/or the
+        last rank, and each chunk's layers as (is MoE, recompute mode). Ranks with equal signatures
+        (the middle ranks of most pipelines) cost the same per micro-batch."""
+        key = ("rank_signature", rank)
+        if key not in self.memo:
+            is_moe = self.model.is_moe_layer
+            chunks = tuple(tuple((is_moe(i), self.recompute_mode(n)) for n, i in enumerate(c)) for c in self.stage_chunks[rank])
+            self.memo[key] = (rank == 0, rank == self.layout.pp - 1, chunks)
+        return self.memo[key]
+
 
 def stage_layer_counts(num_layers: int, pp: int, first: int | None, last: int | None) -> list[int]:
     """Decoder layers per pipeline rank; the middle ranks share what the ends leave evenly."""

@@ -219,8 +219,10 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[bool, Recompute], LayerC
             for name in ("embedding", "layers", "head")
         },
     )
-    transient = _transient(job, rank, costs)
-    buffers = stage_buffers(job, rank)
+    key = ("stage_fixed", job.rank_signature(rank))  # what does not depend on the in-flight count
+    if key not in job.memo:
+        job.memo[key] = (_transient(job, rank, costs), stage_buffers(job, rank), rank_state_bytes(job, rank))
+    transient, buffers, states = job.memo[key]
     dynamic = activations.total + transient.total + buffers.value("unsharded_params") + buffers.value("unsharded_grads")
     overhead = Breakdown.of(
         "bytes",
@@ -230,7 +232,7 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[bool, Recompute], LayerC
     )
     breakdown = Breakdown.of(
         "bytes",
-        model_states=rank_state_bytes(job, rank),
+        model_states=states,
         activations=activations,
         transient=transient,
         buffers=buffers,

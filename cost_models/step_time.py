@@ -27,7 +27,7 @@ Overlap model, per kind of communication:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from cost_models.breakdown import Breakdown
@@ -429,5 +429,11 @@ def time_estimate(job: Job, *, calibration: Calibration = DEFAULT) -> TimeEstima
     modes = {job.recompute_mode(0), job.recompute_mode(10**9), job.layout.recompute, Recompute.NONE}
     kinds = {job.model.is_moe_layer(i) for i in range(job.model.num_layers)}
     passes = {(moe, mode): layer_pass(job, moe=moe, mode=mode, cal=calibration) for moe in kinds for mode in modes}
-    stages = tuple(stage_time(job, r, calibration, passes) for r in range(job.layout.pp))
-    return TimeEstimate(job=job, stages=stages, calibration=calibration)
+    alike: dict[tuple, StageTime] = {}  # ranks with equal signatures cost the same
+    stages = []
+    for r in range(job.layout.pp):
+        sig = job.rank_signature(r)
+        if sig not in alike:
+            alike[sig] = stage_time(job, r, calibration, passes)
+        stages.append(replace(alike[sig], rank=r))
+    return TimeEstimate(job=job, stages=tuple(stages), calibration=calibration)
