@@ -112,16 +112,14 @@ class LayerCost:
     backward_bytes: int  # recomputed activations plus gradient tensors during its backward
 
 
-def layer_costs(job: Job) -> dict[tuple[bool, Recompute], LayerCost]:
-    """Every (is MoE, recompute mode) a job's layers can take, computed once: a layer's activations
-    depend on nothing else."""
-    m = job.model
-    kinds = {m.is_moe_layer(i): i for i in range(m.num_layers)}  # one layer id per kind
+def layer_costs(job: Job, modes: tuple[Recompute, ...] | None = None) -> dict[tuple[bool, Recompute], LayerCost]:
+    """Every (is MoE, recompute mode) a job's layers can take (or the modes given), computed once:
+    a layer's activations depend on nothing else."""
     out = {}
-    for moe, layer_id in kinds.items():
+    for moe, layer_id in job.model.layer_kinds.items():
         full = act.layer_items(job, layer_id).total
         workspace = act.layer_backward_workspace(job, layer_id)
-        for mode in {job.layout.recompute, Recompute.NONE}:
+        for mode in modes or {job.layout.recompute, Recompute.NONE}:
             kept = act.layer_activations(job, layer_id, mode).total
             out[moe, mode] = LayerCost(kept_bytes=int(kept), backward_bytes=int(full - kept + workspace))
     return out

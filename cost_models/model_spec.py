@@ -115,6 +115,14 @@ class ModelSpec(Spec):
     def moe_layer_ids(self) -> tuple[int, ...]:
         return tuple(i for i in range(self.num_layers) if self.is_moe_layer(i))
 
+    @cached_property
+    def layer_kinds(self) -> dict[bool, int]:
+        """One layer id per kind of decoder layer (False: dense, True: MoE), the first of each."""
+        out: dict[bool, int] = {}
+        for i in range(self.num_layers):
+            out.setdefault(self.is_moe_layer(i), i)
+        return out
+
     @property
     def num_moe_layers(self) -> int:
         return len(self.moe_layer_ids)

@@ -126,15 +126,6 @@ def cp_model():  # type: ignore[no-untyped-def]
 # --- tables of the bound --------------------------------------------------------------------------
 
 
-def _kinds(problem: Problem) -> dict[bool, int]:
-    """One layer id per layer kind (dense, MoE) of the model."""
-    m = problem.model
-    out: dict[bool, int] = {}
-    for i in range(m.num_layers):
-        out.setdefault(m.is_moe_layer(i), i)
-    return out
-
-
 @dataclass(frozen=True)
 class ShardTable:
     """What one layer costs on one GPU under a Shard, per recompute mode (the minimum over layer
@@ -153,12 +144,10 @@ class ShardTable:
 def shard_table(problem: Problem, shard: Shard, cal: Calibration) -> ShardTable:
     lay = Layout(tp=shard.tp, sp=shard.sp, cp=shard.cp, ep=shard.ep, etp=shard.etp, mbs=shard.mbs)
     job = fill_defaults(problem.model, problem.cluster, problem.training, lay)
-    kinds = _kinds(problem)
+    kinds = problem.model.layer_kinds
     passes = {mode: [layer_pass(job, moe=moe, mode=mode, cal=cal) for moe in kinds] for mode in MODES}
-    kept = {}
-    for mode in (Recompute.SELECTIVE, Recompute.FULL):
-        costs = layer_costs(fill_defaults(problem.model, problem.cluster, problem.training, lay.model_copy(update=dict(recompute=mode))))
-        kept.update({m: min(c.kept_bytes for (_, mm), c in costs.items() if mm is m) for m in (mode, Recompute.NONE)})
+    costs = layer_costs(job, MODES)
+    kept = {m: min(c.kept_bytes for (_, mm), c in costs.items() if mm is m) for m in MODES}
     head = ((1 + GEMM_BACKWARD_FACTOR) * head_time(job, cal) + loss_time(job, cal)) * NS
     return ShardTable(
         pass_ns=tuple(int(min(p.compute.total + p.comm.total for p in passes[m]) * NS) for m in MODES),  # type: ignore[arg-type]
@@ -187,7 +176,7 @@ def fsdp_ns(problem: Problem, shard: Shard, sharding: Sharding, table: ShardTabl
     lay = Layout(tp=shard.tp, sp=shard.sp, cp=shard.cp, ep=shard.ep, etp=shard.etp, mbs=shard.mbs,
                  zero=sharding.zero, dp_shard=sharding.dp_shard)
     job = fill_defaults(problem.model, problem.cluster, problem.training, lay)
-    comm = [fsdp_layer_comm(job, i) for i in _kinds(problem).values()]
+    comm = [fsdp_layer_comm(job, i) for i in problem.model.layer_kinds.values()]
     g, r = (min(c[0] for c in comm) * NS, min(c[1] for c in comm) * NS)
     n = problem.model.num_layers
     fwd = g + (n - 1) * max(0.0, g - table.forward_ns)
