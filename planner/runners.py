@@ -220,8 +220,47 @@ def run_plan(
     headroom = DEFAULT_HEADROOM if headroom is None else headroom
     result = search(problem, top=top, headroom=headroom, calibration=calibration, progress=progress)
     if not result.plans:
-        raise SpecError(_no_plan(problem, result))
+        hint = _what_fits(problem, headroom, calibration, batch_given=training.get("global_batch_size") is not None)
+        raise SpecError(_no_plan(problem, result) + hint)
     return PlanReport(problem=problem, result=result, headroom=headroom)
+
+
+def _what_fits(problem: Any, headroom: float, calibration: Calibration, *, batch_given: bool, budget_s: float = 6.0) -> str:
+    """The nearest problems that have a layout: the fewest GPUs (doubling, up to 64x, in whole
+    nodes) and the longest sequence (halving, down to 1024 tokens), each found by a top-1 search."""
+    import time
+
+    from cost_models.hardware import Cluster
+    from planner.search import search
+    from planner.space import Problem, default_global_batch
+
+    start = time.perf_counter()
+
+    def fits(p: Any) -> bool:
+        left = budget_s - (time.perf_counter() - start)
+        return left > 0 and bool(search(p, top=1, headroom=headroom, calibration=calibration, time_limit_s=left).plans)
+
+    out = []
+    node = problem.cluster.spec.gpus_per_node
+    for factor in (2, 4, 8, 16, 32, 64):
+        gpus = problem.gpus * factor
+        if gpus % node and node % gpus:  # whole nodes, or a part of one
+            continue
+        if fits(Problem(problem.model, Cluster(spec=problem.cluster.spec, num_gpus=gpus), problem.training,
+                        fixed=problem.fixed, allow_cross_node_tp=problem.allow_cross_node_tp)):
+            out.append(f"it fits on {gpus} GPUs")
+            break
+    seq = problem.training.seq_len // 2
+    while seq >= 1024:
+        update: dict[str, Any] = {"seq_len": seq}
+        if not batch_given:
+            update["global_batch_size"] = default_global_batch(seq)
+        if fits(Problem(problem.model, problem.cluster, problem.training.model_copy(update=update),
+                        fixed=problem.fixed, allow_cross_node_tp=problem.allow_cross_node_tp)):
+            out.append(f"on {problem.gpus} GPUs with --seq-len {seq}")
+            break
+        seq //= 2
+    return f" ({'; '.join(out)})" if out else ""
 
 
 def _no_plan(problem: Any, result: Any) -> str:

@@ -16,7 +16,7 @@ from cost_models.training import TrainingSpec
 from planner import presets
 from planner.cli import app
 from planner.search import Rejected, Space, brute_force, evaluate, search
-from planner.space import Problem, layout_of, parse_fixes
+from planner.space import Problem, parse_fixes
 from tests.helpers import GPT_TINY, LLAMA_TINY
 
 MOE_TINY = ModelSpec(
@@ -188,3 +188,18 @@ def test_explain_names_why_the_usual_alternatives_lost():
         assert lines["tp=4"] == out.reason
     else:
         assert lines["tp=4"].startswith(f"{out.time.step_s / best.time.step_s - 1:+.1%} step time")
+
+
+def test_no_layout_says_the_fewest_gpus_that_fit():
+    import re
+
+    res = runner.invoke(app, ["plan", "llama-3.1-8b", "--cluster", "dgx-h100", "--gpus", "1", "--seq-len", "8192", "--json"])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    found = re.search(r"it fits on (\d+) GPUs", res.output)
+    assert found, res.output
+    n = int(found.group(1))
+    # the search agrees: a layout at n GPUs, none at half of it
+    for gpus, fits in ((n, True), (n // 2, False)):
+        res = runner.invoke(app, ["plan", "llama-3.1-8b", "--cluster", "dgx-h100", "--gpus", str(gpus), "--seq-len", "8192",
+                                  "--top", "1", "--json"])
+        assert (res.exit_code == 0) is fits, (gpus, res.output)
