@@ -60,7 +60,7 @@ class Plan:
 
     @property
     def key(self) -> tuple:
-        return (self.time.step_s, self.memory.peak_bytes, layout_key(self.job.layout))
+        return (self.time.step_s, layout_key(self.job.layout), self.memory.peak_bytes)
 
 
 @dataclass(frozen=True)

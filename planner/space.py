@@ -13,8 +13,9 @@ generator may be looser than the rules but never stricter than what the search p
 Bounds of the search, beyond the frameworks' rules:
 - cp keeps at least MIN_CP_TOKENS tokens per rank (ring attention below that is all latency);
 - mbs is a power of two up to MAX_MBS;
-- uneven pipelines make the end stages lighter than the middle ones, which hold ceil(L/pp) or
-  ceil(L/pp)+1 layers (what --decoder-first/last-pipeline-num-layers are used for);
+- a pipeline depth takes, per vpp, the even split where the layers divide and the uneven split of
+  the CP-SAT model in `_split` (ends no heavier than the middle; what
+  --decoder-first/last-pipeline-num-layers are used for);
 - vpp is at most MAX_VPP;
 - HSDP shard groups are powers of two from 8 to 256 data-parallel ranks.
 """
@@ -367,7 +368,8 @@ def layout_of(shard: Shard, st: Stages, sh: Sharding, dp: int) -> Layout:
 
 
 def layout_key(lay: Layout) -> tuple:
-    """The documented tie-break between layouts of equal predicted step time and memory: fewer
+    """The documented tie-break between layouts of equal predicted step time (then the lower peak
+    memory): fewer
     model-parallel degrees first (tp, pp, vpp, cp, ep, etp), then the larger micro-batch, less
     recomputation, lower ZeRO stage, larger shard group, sequence parallel on."""
     order = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
