@@ -206,6 +206,7 @@ def run_plan(
     allow_cross_node_tp: bool = False,
     calibration: Calibration = DEFAULT,
     progress: Any = None,
+    hints: bool = True,
 ) -> PlanReport:
     from cost_models.errors import SpecError
     from planner.search import search
@@ -220,7 +221,7 @@ def run_plan(
     headroom = DEFAULT_HEADROOM if headroom is None else headroom
     result = search(problem, top=top, headroom=headroom, calibration=calibration, progress=progress)
     if not result.plans:
-        hint = _what_fits(problem, headroom, calibration, batch_given=training.get("global_batch_size") is not None)
+        hint = _what_fits(problem, headroom, calibration, batch_given=training.get("global_batch_size") is not None) if hints else ""
         raise SpecError(_no_plan(problem, result) + hint)
     return PlanReport(problem=problem, result=result, headroom=headroom)
 

@@ -1,0 +1,110 @@
+"""`planner sweep`: the best plan at each GPU count, and how well it scales.
+
+Strong scaling at a fixed global batch: the efficiency of n GPUs relative to the smallest count
+that fits, n0, is
+
+    E(n) = (tokens/s at n) / (tokens/s at n0 · n / n0)
+
+and where it falls, the term of the step breakdown whose share of the step grew most since n0 says
+why (a bubble from fewer micro-batches per pipeline, exposed dp traffic, ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from cost_models.calibration import DEFAULT, Calibration
+from cost_models.errors import SpecError
+
+
+def parse_gpus(text: str) -> list[int]:
+    """`64..16384` (the powers of two in between, both ends included when they are powers of two),
+    or a comma list `64,96,128`."""
+    text = text.strip()
+    try:
+        if ".." in text:
+            lo_s, hi_s = text.split("..", 1)
+            lo, hi = int(lo_s), int(hi_s)
+            if lo < 1 or hi < lo:
+                raise ValueError
+            out, n = [], 1
+            while n <= hi:
+                if n >= lo:
+                    out.append(n)
+                n *= 2
+            if lo not in out:
+                out.insert(0, lo)
+            if hi not in out:
+                out.append(hi)
+            return out
+        out = sorted({int(x) for x in text.split(",") if x.strip()})
+        if not out or out[0] < 1:
+            raise ValueError
+        return out
+    except ValueError:
+        raise SpecError(f"--gpus({text!r}): expected LO..HI (powers of two between) or a list like 64,128,256 of positive integers") from None
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    gpus: int
+    report: Any | None  # planner.runners.EstimateReport of the best plan, or None
+    reason: str | None  # why nothing fits at this count
+    efficiency: float | None = None  # strong-scaling efficiency vs the smallest count that fits
+    grew: str | None = None  # the term whose share of the step grew most since that count
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"gpus": self.gpus}
+        if self.report is None:
+            return {**doc, "fits": False, "reason": self.reason}
+        t = self.report.time
+        return {
+            **doc,
+            "fits": True,
+            "layout": self.report.to_json()["layout"],
+            "step_s": t.step_s,
+            "tokens_per_s": t.tokens_per_s,
+            "tokens_per_s_per_gpu": t.tokens_per_s_per_gpu,
+            "mfu": t.mfu,
+            "bottleneck": t.bottleneck,
+            "scaling_efficiency": self.efficiency,
+            "share_grown_most": self.grew,
+        }
+
+
+def _shares(report: Any) -> dict[str, float]:
+    t = report.time
+    b = t.breakdown
+    return {name: float(b.value(name)) / t.step_s for name, _ in b}
+
+
+def run_sweep(
+    model: str, cluster: str, counts: list[int], *, training: dict[str, Any], fixes: list[str],
+    headroom: float | None = None, allow_cross_node_tp: bool = False, calibration: Calibration = DEFAULT,
+    progress: Callable[[str], None] | None = None,
+) -> list[SweepRow]:
+    from planner.runners import run_plan
+
+    rows: list[SweepRow] = []
+    base = None
+    for n in counts:
+        if progress is not None:
+            progress(f"searching {n} GPUs")
+        try:
+            report = run_plan(model, cluster, n, training=training, fixes=fixes, top=1, headroom=headroom,
+                              allow_cross_node_tp=allow_cross_node_tp, calibration=calibration, hints=False).plans[0]
+        except SpecError as e:
+            if "no layout" not in str(e):
+                raise  # bad input, not an infeasible count
+            rows.append(SweepRow(n, None, str(e).removeprefix("error: ")))
+            continue
+        if base is None:
+            base = (n, report)
+        n0, r0 = base
+        eff = report.time.tokens_per_s / (r0.time.tokens_per_s * n / n0)
+        s0, s1 = _shares(r0), _shares(report)
+        grew = max(s1, key=lambda k: s1[k] - s0.get(k, 0.0)) if n != n0 else None
+        rows.append(SweepRow(n, report, None, eff, grew))
+    return rows
