@@ -1,0 +1,329 @@
+"""Megatron-LM: train.sh running `torchrun … pretrain_gpt.py` with the plan's flags.
+
+Spellings are those of Megatron-LM main (core 0.19/0.20.dev, commit d98e8a64), read from the files
+named per flag: ARG = megatron/training/arguments.py, TC = megatron/core/transformer/
+transformer_config.py, MPC = megatron/core/model_parallel_config.py, TRC = megatron/training/config/
+training_config.py, CC = megatron/training/config/common_config.py; "§" = a section of
+shared/reference/launch_formats.md. Since core 0.16, flags named after a TransformerConfig or
+ModelParallelConfig field are generated from it (`--field-name`; a bool defaulting to True becomes
+`--no-field-name`/`--disable-field-name`; megatron/training/argument_utils.py L160-212).
+"""
+
+from __future__ import annotations
+
+from cost_models.enums import (
+    AttentionKernel, MLPKind, NormKind, OptimizerKind, PositionKind, Precision, Recompute, Schedule, Zero,
+)
+from cost_models.errors import SpecError
+from cost_models.job import Job
+from planner.launch.shell import Raw, Word, command
+from planner.launch.slurm import script_head, torchrun_head
+from planner.launch.target import MegatronFsdp, Target
+
+VERSION = "Megatron-LM main (core 0.19 spellings; checked against commit d98e8a64)"
+
+Flag = tuple[Word, ...]
+
+# Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by·tp
+# (megatron/training/vocab_utils.py L58); its default is 128 (ARG L2441).
+MAX_VOCAB_DIVISOR = 128
+
+
+def vocab_divisor(vocab: int, tp: int) -> int:
+    """The largest power of two up to 128 with vocab % (d·tp) == 0, so the embedding is not padded;
+    128 (Megatron's default) when no such d exists."""
+    d = MAX_VOCAB_DIVISOR
+    while d >= 1:
+        if vocab % (d * tp) == 0:
+            return d
+        d //= 2
+    return MAX_VOCAB_DIVISOR
+
+
+def padded_vocab(vocab: int, tp: int) -> int:
+    multiple = vocab_divisor(vocab, tp) * tp
+    return -(-vocab // multiple) * multiple
+
+
+def fsdp_kind(job: Job, target: Target) -> MegatronFsdp | None:
+    """Which fully sharded data parallel runs zero 2/3, or None (DDP / distributed optimizer)."""
+    return target.options.megatron_fsdp if job.zero >= Zero.GRADIENTS else None
+
+
+def check(target: Target) -> None:
+    """Refuse what Megatron cannot run or the flags cannot say, with the rule and the way out."""
+    job = target.job
+    m, lay, tr = job.model, job.layout, job.training
+    if m.position_embedding is PositionKind.ALIBI:
+        raise SpecError(
+            f"model {m.name!r}: alibi positions have no Megatron flag (--position-embedding-type takes "
+            "learned_absolute, rope, yarn, mrope, relative or none; ARG L2397); this model cannot be emitted for megatron"
+        )
+    if m.embedding_norm:
+        raise SpecError(f"model {m.name!r}: a norm after the token embedding has no Megatron flag; this model cannot be emitted for megatron")
+    if (m.qkv_bias, m.out_bias, m.mlp_bias) not in {(True, True, True), (False, False, False), (True, False, False)}:
+        raise SpecError(
+            f"model {m.name!r}: biases qkv={m.qkv_bias} out={m.out_bias} mlp={m.mlp_bias} have no Megatron flags; "
+            "Megatron has all linear biases, none (--disable-bias-linear) or q/k/v only (--add-qkv-bias)"
+        )
+    if job.schedule is Schedule.GPIPE and lay.pp > 1:
+        raise SpecError("layout: Megatron pipelines run 1F1B or interleaved 1F1B, not gpipe; drop --schedule gpipe [megatron]")
+    fsdp = fsdp_kind(job, target)
+    if fsdp is not None and lay.pp > 1:
+        raise SpecError(
+            f"layout: zero {int(job.zero)} runs Megatron's fully sharded data parallel, which runs with pp = 1 "
+            f"(pp={lay.pp}; ARG L1031-1049 for torch-FSDP2); use zero 1 (distributed optimizer) [megatron]"
+        )
+    if fsdp is MegatronFsdp.TORCH:
+        # ARG L1031-1049: the --use-torch-fsdp2 assertions.
+        why = None
+        if lay.ep > 1:
+            why = f"expert parallelism (ep={lay.ep})"
+        elif m.tie_embeddings:
+            why = "tied embeddings (it needs --untie-embeddings-and-output-weights)"
+        elif tr.precision is Precision.FP16:
+            why = "fp16"
+        elif lay.dp_shard != job.dp:
+            why = f"sharding within groups of {lay.dp_shard} (HSDP has no torch-FSDP2 flag in Megatron)"
+        if why:
+            raise SpecError(f"layout: Megatron's --use-torch-fsdp2 does not run with {why} (ARG L1031-1049); use --megatron-fsdp megatron")
+
+
+def args(target: Target) -> dict[str, list[Flag]]:
+    """pretrain_gpt.py flags, in named groups (each a bash array in train.sh)."""
+    check(target)
+    job = target.job
+    return {
+        "MODEL_ARGS": _model(job),
+        "PARALLEL_ARGS": _parallel(job, target),
+        "BATCH_ARGS": _batch(job),
+        "PRECISION_ARGS": _precision(job),
+        "DATA_ARGS": _data(job, target),
+    }
+
+
+def _model(job: Job) -> list[Flag]:
+    m, s = job.model, job.training.seq_len
+    out: list[Flag] = [
+        ("--num-layers", m.num_layers),  # TC L65
+        ("--hidden-size", m.hidden_size),  # TC L145
+        ("--ffn-hidden-size", m.ffn_hidden_size),  # TC L180
+        ("--num-attention-heads", m.num_attention_heads),  # TC L148
+    ]
+    if m.head_dim is not None:
+        out.append(("--kv-channels", m.head_size))  # TC L184
+    if m.kv_heads != m.num_attention_heads:
+        # Without --group-query-attention, --num-query-groups is ignored (argument_utils.py L330-333, §1.2).
+        out += [("--group-query-attention",), ("--num-query-groups", m.kv_heads)]  # ARG L2382, TC L175
+    # max positions >= seq length (ARG L1354); a rotary model's table size is only that limit.
+    positions = m.max_position_embeddings if m.position_embedding is PositionKind.LEARNED else max(m.max_position_embeddings, s)
+    out += [("--seq-length", s), ("--max-position-embeddings", positions)]  # ARG L3305, L2394
+    kind = {PositionKind.ROPE: "rope", PositionKind.LEARNED: "learned_absolute", PositionKind.NONE: "none"}
+    out.append(("--position-embedding-type", kind[m.position_embedding]))  # ARG L2397
+    if m.mlp is MLPKind.SWIGLU:
+        out.append(("--swiglu",))  # ARG L2450 (gelu is the default activation)
+    norm = {NormKind.RMSNORM: "RMSNorm", NormKind.LAYERNORM: "LayerNorm"}
+    out.append(("--normalization", norm[m.norm]))  # TC L256
+    if m.qk_norm:
+        out.append(("--qk-layernorm",))  # TC qk_layernorm
+    if not m.tie_embeddings:
+        out.append(("--untie-embeddings-and-output-weights",))  # ARG L2460
+    if not m.out_bias:
+        out.append(("--disable-bias-linear",))  # TC L212 (add_bias_linear=False)
+        if m.qkv_bias:
+            out.append(("--add-qkv-bias",))  # TC add_qkv_bias
+    # Megatron's dropouts default to 0.1 (TC hidden_dropout / attention_dropout); the spec's are explicit.
+    out += [("--hidden-dropout", m.hidden_dropout), ("--attention-dropout", m.attention_dropout)]
+    out.append(("--make-vocab-size-divisible-by", vocab_divisor(m.vocab_size, job.layout.tp)))  # ARG L2441
+    if job.training.attention is AttentionKernel.EAGER:
+        out.append(("--attention-backend", "unfused"))  # TC attention_backend (AttnBackend)
+    if m.moe is not None:
+        moe = m.moe
+        out += [
+            ("--num-experts", moe.num_experts),  # ARG L3518 (-> num_moe_experts)
+            ("--moe-router-topk", moe.top_k),  # TC L760
+            ("--moe-ffn-hidden-size", moe.expert_ffn_hidden_size),  # TC L740
+            ("--moe-grouped-gemm",),  # TC L850
+            ("--moe-token-dispatcher-type", "alltoall"),  # TC L891 (the Mixtral example's choice, §1.5)
+        ]
+        if moe.num_shared_experts:
+            out.append(("--moe-shared-expert-intermediate-size", moe.num_shared_experts * moe.shared_width))  # TC L701
+            if moe.shared_expert_gate:
+                out.append(("--moe-shared-expert-gate",))  # TC moe_shared_expert_gate
+        if m.num_dense_layers:
+            # A Python list, one entry per layer, 1 = MoE (ARG L327 moe_freq_type; TC moe_layer_freq).
+            pattern = ",".join("1" if m.is_moe_layer(i) else "0" for i in range(m.num_layers))
+            out.append(("--moe-layer-freq", f"[{pattern}]"))  # ARG L3520
+    return out
+
+
+def _parallel(job: Job, target: Target) -> list[Flag]:
+    lay = job.layout
+    out: list[Flag] = [("--tensor-model-parallel-size", lay.tp)]  # MPC L55
+    if job.sp:
+        out.append(("--sequence-parallel",))  # MPC L94
+    out.append(("--pipeline-model-parallel-size", lay.pp))  # MPC L83
+    uneven = lay.pp_first_stage_layers is not None or lay.pp_last_stage_layers is not None
+    if lay.pp_first_stage_layers is not None:
+        out.append(("--decoder-first-pipeline-num-layers", lay.pp_first_stage_layers))  # ARG L3095
+    if lay.pp_last_stage_layers is not None:
+        out.append(("--decoder-last-pipeline-num-layers", lay.pp_last_stage_layers))  # ARG L3099
+    if job.schedule is Schedule.INTERLEAVED:
+        # --virtual-pipeline-model-parallel-size does not exist on main (§1.1). With uneven ends only
+        # the stages-per-rank form is accepted (ARG L954-978).
+        if uneven:
+            out.append(("--num-virtual-stages-per-pipeline-rank", lay.vpp))  # ARG L3116
+        else:
+            out.append(("--num-layers-per-virtual-pipeline-stage", job.model.num_layers // (lay.pp * lay.vpp)))  # ARG L3114
+    if lay.cp > 1:
+        # Ring attention with p2p exchange of K/V, as the planner times it; spelled as TE spells it (§1.2).
+        out += [("--context-parallel-size", lay.cp), ("--cp-comm-type", "p2p")]  # MPC L100, ARG L3221
+    if job.model.moe is not None:
+        out += [("--expert-model-parallel-size", lay.ep), ("--expert-tensor-parallel-size", job.etp)]  # MPC L127, L130
+    out += _sharding(job, target)
+    if job.training.tp_comm_overlap:
+        out.append(("--tp-comm-overlap",))  # MPC L265 (needs --sequence-parallel, ARG L1441)
+    out += _recompute(job)
+    return out
+
+
+def _sharding(job: Job, target: Target) -> list[Flag]:
+    lay, zero = job.layout, job.zero
+    fsdp = fsdp_kind(job, target)
+    reduce_group = job.dp * lay.cp  # gradients are reduced over the dp-cp group (§1.4)
+    instances = job.dp // lay.dp_shard if lay.dp_shard else 1
+    out: list[Flag] = []
+    if fsdp is MegatronFsdp.TORCH:
+        out.append(("--use-torch-fsdp2",))  # CC L95
+        if zero is Zero.GRADIENTS:
+            out.append(("--torch-fsdp2-no-reshard-after-forward",))  # ARG L3218
+        out.append(("--no-gradient-accumulation-fusion",))  # ARG L2944; required by ARG L1039
+        return out
+    if fsdp is MegatronFsdp.MEGATRON:
+        strategy = "optim_grads" if zero is Zero.GRADIENTS else "optim_grads_params"
+        out += [
+            ("--use-megatron-fsdp",),  # CC L92
+            ("--data-parallel-sharding-strategy", strategy),  # ARG L3190
+            ("--use-distributed-optimizer",),  # ARG L3156; Megatron-FSDP v1 needs it (ARG L1124-1136)
+            ("--no-gradient-accumulation-fusion",),  # ARG L2944, as examples/megatron_fsdp (§1.5)
+            ("--ckpt-format", "fsdp_dtensor"),  # TRC L486; required by ARG L1169
+        ]
+        if instances > 1:
+            # HSDP: shard within dp_shard ranks, replicate across (ARG L3193, L3216).
+            out += [("--num-distributed-optimizer-instances", instances), ("--outer-dp-sharding-strategy", "no_shard")]
+    elif zero is Zero.OPTIMIZER:
+        out.append(("--use-distributed-optimizer",))  # ARG L3156
+        if instances > 1:
+            out.append(("--num-distributed-optimizer-instances", instances))  # ARG L3216 (partial DistOpt)
+    if reduce_group > 1:
+        out.append(("--overlap-grad-reduce",))  # ARG L3121
+        if zero >= Zero.OPTIMIZER:
+            out.append(("--overlap-param-gather",))  # ARG L3148; needs DistOpt/FSDP and grad overlap (ARG L1024-1029)
+    return out
+
+
+def _recompute(job: Job) -> list[Flag]:
+    lay = job.layout
+    if lay.recompute is Recompute.SELECTIVE:
+        # Core attention only (--recompute-modules defaults to core_attn), the planner's selective mode;
+        # selective forbids --recompute-method/--recompute-num-layers (TC L1901-1932).
+        return [("--recompute-granularity", "selective")]  # TC L532
+    if lay.recompute is Recompute.FULL:
+        if lay.recompute_layers is not None:
+            # The first k layers of each model chunk (TC L543-551: block method).
+            return [("--recompute-granularity", "full"), ("--recompute-method", "block"), ("--recompute-num-layers", lay.recompute_layers)]
+        # Every layer checkpointed on its own: uniform units of one layer (TC L543-551).
+        return [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", 1)]
+    return []
+
+
+def _batch(job: Job) -> list[Flag]:
+    assert job.training.global_batch_size is not None
+    return [
+        ("--micro-batch-size", job.layout.mbs),  # TRC L11
+        ("--global-batch-size", job.training.global_batch_size),  # TRC L15; mbs·dp divides it (rules.global_batch)
+    ]
+
+
+def _precision(job: Job) -> list[Flag]:
+    tr = job.training
+    if tr.precision is Precision.FP16:
+        return [("--fp16",)]  # MPC L177
+    out: list[Flag] = [("--bf16",)]  # MPC L180
+    if tr.precision is Precision.FP8:
+        # E4M3 forward, E5M2 gradients (TC L587 `fp8` exposed as --fp8-format); recipe TC L594.
+        out += [("--fp8-format", "hybrid"), ("--fp8-recipe", str(tr.fp8_recipe))]
+    optimizer = "sgd" if tr.optimizer is OptimizerKind.SGD else "adam"  # ARG L2913: adam is AdamW (decoupled decay)
+    out.append(("--optimizer", optimizer))
+    return out
+
+
+def _data(job: Job, target: Target) -> list[Flag]:
+    """Data, tokenizer, schedule and checkpoints: user-filled variables (train.sh's first block)."""
+    out: list[Flag] = [
+        ("--tokenizer-type", "HuggingFaceTokenizer"),  # TRC L698
+        ("--tokenizer-model", Raw('"$TOKENIZER_MODEL"')),  # TRC L714
+        ("--data-path", Raw('"${DATA_PATH[@]}"')),  # ARG L3255 (nargs='*': weight prefix ... pairs)
+        ("--split", Raw('"$SPLIT"')),  # ARG L3266
+        ("--train-iters", Raw('"$TRAIN_ITERS"')),  # TRC L64
+        ("--lr", Raw('"$LR"')),  # ARG L2984
+        ("--min-lr", Raw('"$MIN_LR"')),  # ARG L2991
+        ("--lr-decay-style", "cosine"),  # TRC L169
+        ("--lr-warmup-iters", Raw('"$LR_WARMUP_ITERS"')),  # TRC L190
+        ("--weight-decay", 0.1),  # ARG L2611
+        ("--clip-grad", 1.0),  # ARG L2615
+        ("--log-interval", 10),  # TRC L247
+        ("--eval-interval", Raw('"$EVAL_INTERVAL"')),  # TRC L119
+        ("--eval-iters", 10),  # TRC L115
+        ("--save", Raw('"$CHECKPOINT_DIR"')),  # TRC L395
+        ("--load", Raw('"$CHECKPOINT_DIR"')),  # TRC L430
+        ("--save-interval", Raw('"$SAVE_INTERVAL"')),  # TRC L398
+        ("--wandb-exp-name", Raw('"$RUN_NAME"')),  # TRC L342 (used when --wandb-project is given)
+    ]
+    return out
+
+
+def environment(target: Target) -> list[str]:
+    """CUDA_DEVICE_MAX_CONNECTIONS: 1 where Megatron asserts it, unset where FSDP forbids it."""
+    job = target.job
+    lay = job.layout
+    if fsdp_kind(job, target) is not None:
+        return ["# Megatron-FSDP and torch-FSDP2 need more than one hardware queue (ARG L1048, L1166).",
+                "unset CUDA_DEVICE_MAX_CONNECTIONS"]
+    if (lay.tp > 1 or lay.cp > 1) and job.cluster.gpu.architecture != "blackwell":
+        return ["# tp or cp > 1 before Blackwell: Megatron asserts one hardware queue (ARG L1453-1478).",
+                "export CUDA_DEVICE_MAX_CONNECTIONS=1"]
+    return []
+
+
+FILL_IN = [
+    'MEGATRON_LM="${MEGATRON_LM:?set MEGATRON_LM to a Megatron-LM checkout (main, core 0.19 or later)}"',
+    'TOKENIZER_MODEL="${TOKENIZER_MODEL:?set TOKENIZER_MODEL to a Hugging Face tokenizer name or directory}"',
+    "# One or more Megatron indexed-dataset prefixes, optionally weighted: \"0.7 /data/a_text_document 0.3 /data/b_text_document\".",
+    'read -r -a DATA_PATH <<< "${DATA_PATH:?set DATA_PATH to the prefix(es) of the preprocessed .bin/.idx data}"',
+    'SPLIT="${SPLIT:-99,1,0}"',
+    'CHECKPOINT_DIR="${CHECKPOINT_DIR:-checkpoints}"',
+    "# Schedule and optimizer settings are not part of the plan; these are common defaults.",
+    'TRAIN_ITERS="${TRAIN_ITERS:-1000}"',
+    'LR="${LR:-3e-4}"',
+    'MIN_LR="${MIN_LR:-3e-5}"',
+    'LR_WARMUP_ITERS="${LR_WARMUP_ITERS:-100}"',
+    'EVAL_INTERVAL="${EVAL_INTERVAL:-1000}"',
+    'SAVE_INTERVAL="${SAVE_INTERVAL:-1000}"',
+]
+
+
+def train_sh(target: Target) -> str:
+    groups = args(target)
+    lines = script_head(target, f"Megatron-LM launch written by planner launch, for {VERSION}.", FILL_IN)
+    env = environment(target)
+    if env:
+        lines += [*env, ""]
+    for name, flags in groups.items():
+        lines.append(f"{name}=(")
+        lines += ["  " + command(flag, []) for flag in flags]
+        lines += [")", ""]
+    head = [*torchrun_head(), Raw('"$MEGATRON_LM/pretrain_gpt.py"')]
+    tail = [(Raw(f'"${{{name}[@]}}"'),) for name in groups] + [(Raw('"$@"'),)]
+    lines += [command(head, tail), ""]
+    return "\n".join(lines)

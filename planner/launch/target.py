@@ -1,0 +1,50 @@
+"""What every emitter reads: the resolved job, the launch options, and the node geometry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cost_models.errors import SpecError
+from cost_models.job import Job
+from planner.launch.options import LaunchOptions, MegatronFsdp, TitanVersion
+
+__all__ = ["File", "LaunchOptions", "MegatronFsdp", "Target", "TitanVersion"]
+
+
+@dataclass(frozen=True)
+class File:
+    text: str
+    executable: bool = False
+
+
+@dataclass(frozen=True)
+class Target:
+    job: Job
+    options: LaunchOptions = field(default_factory=LaunchOptions)
+
+    def __post_init__(self) -> None:
+        hosts = self.options.hosts
+        if hosts and len(hosts) != self.nnodes:
+            raise SpecError(
+                f"--nodes-file lists {len(hosts)} hosts but the plan runs on {self.nnodes} node(s) "
+                f"of {self.nproc_per_node} GPUs; list exactly {self.nnodes}"
+            )
+        if not 0 < self.options.port < 65536:
+            raise SpecError(f"--port({self.options.port}) must be between 1 and 65535")
+
+    @property
+    def nproc_per_node(self) -> int:
+        return min(self.job.gpus, self.job.cluster.spec.gpus_per_node)
+
+    @property
+    def nnodes(self) -> int:
+        # Cluster validation makes gpus a multiple of gpus_per_node or a divisor of it.
+        return self.job.gpus // self.nproc_per_node
+
+    @property
+    def multi_node(self) -> bool:
+        return self.nnodes > 1
+
+    @property
+    def run_name(self) -> str:
+        return self.job.model.name

@@ -1,0 +1,379 @@
+"""torchtitan: train.sh running `torchrun … -m torchtitan.train`.
+
+0.3.x (--torchtitan-version 0.3): `--module M --config C` picks a config function of torchtitan's
+registry, and `--parallelism.* --training.* --compile.*` flags and an `activation-checkpoint:MODE`
+subcommand override it (torchtitan/config/manager.py, ConfigManager.parse_args; §2.4 of
+shared/reference/launch_formats.md). What no flag reaches (float8/MX converters, an explicit
+stage split) goes into torchtitan_plan.py, a config function that wraps the registry's.
+0.2.x (--torchtitan-version 0.2): torchtitan.toml with [job] [model] [training] [parallelism]
+[activation_checkpoint] [compile] [quantize…] (torchtitan/config/job_config.py v0.2.2, §2.2),
+passed as --job.config_file.
+
+torchtitan's degrees: dp_replicate·dp_shard·cp·tp·pp = world (parallel_dims.py); FSDP shards over
+dp_shard·cp, as the planner's dense shard group. local_batch_size is one gradient-accumulation
+step of one dp rank; with a pipeline it is split into micro-batches of
+pipeline_parallel_microbatch_size (configs.py TrainingConfig, trainer.py L118-140 in 0.3.0).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from cost_models.enums import Fp8Recipe, Precision, Recompute, Schedule, Zero
+from cost_models.errors import SpecError
+from cost_models.job import Job
+from cost_models.model_spec import ModelSpec
+from planner.launch.shell import Raw, Word, command
+from planner.launch.slurm import layout_summary, script_head, torchrun_head
+from planner.launch.target import File, Target, TitanVersion
+
+PLAN_MODULE = "torchtitan_plan"  # torchtitan_plan.py, the config function for 0.3.x
+PLAN_FUNCTION = "plan_config"
+
+
+@dataclass(frozen=True)
+class TitanModel:
+    """A model of torchtitan's registry and the planner preset with its shape."""
+
+    preset: str
+    module: str  # torchtitan.models.<module>
+    config: str | None  # 0.3.0 config_registry function (None: the registry has none)
+    flavor: str  # 0.2.2 [model] flavor; 0.3.0 model_registry key
+
+
+# torchtitan/models/llama3/config_registry.py L184-295 and qwen3/config_registry.py L295 (0.3.0);
+# flavors in torchtitan/models/{llama3,qwen3}/__init__.py (v0.2.2 and 0.3.0).
+TITAN_MODELS = (
+    TitanModel("llama-3.1-8b", "llama3", "llama3_8b", "8B"),
+    TitanModel("llama-3.1-70b", "llama3", "llama3_70b", "70B"),
+    TitanModel("llama-3.1-405b", "llama3", "llama3_405b", "405B"),
+    TitanModel("qwen3-30b-a3b", "qwen3", "qwen3_30b_a3b", "30B-A3B"),
+    TitanModel("qwen3-235b-a22b", "qwen3", None, "235B-A22B"),
+)
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z0-9_.-]+")
+
+
+def _shape(model: ModelSpec) -> dict:
+    return model.model_dump(exclude={"name", "source"})
+
+
+def titan_model(target: Target) -> TitanModel:
+    """The registry entry for the plan's model: --torchtitan-model, else the preset of the same shape."""
+    opts, model = target.options, target.job.model
+    v03 = opts.torchtitan_version is TitanVersion.V03
+    if opts.torchtitan_model is not None:
+        if not _NAME.fullmatch(opts.torchtitan_model):
+            form = "MODULE:CONFIG, e.g. llama3:llama3_8b" if v03 else "NAME:FLAVOR, e.g. llama3:8B"
+            raise SpecError(f"--torchtitan-model {opts.torchtitan_model!r}: expected {form}")
+        module, _, second = opts.torchtitan_model.partition(":")
+        return TitanModel("", module, second if v03 else None, "" if v03 else second)
+    from planner import presets
+
+    known = presets.models()
+    for entry in TITAN_MODELS:
+        if _shape(known[entry.preset]) == _shape(model) and (entry.config or not v03):
+            return entry
+    have = ", ".join(e.preset for e in TITAN_MODELS if e.config or not v03)
+    form = "MODULE:CONFIG" if v03 else "NAME:FLAVOR"
+    raise SpecError(
+        f"model {model.name!r}: torchtitan {opts.torchtitan_version} has no registry entry of its shape "
+        f"(known: {have}); name one with --torchtitan-model {form}"
+    )
+
+
+def check(target: Target) -> None:
+    job = target.job
+    lay, tr = job.layout, job.training
+    v = target.options.torchtitan_version
+    if tr.precision is Precision.FP16:
+        raise SpecError("training: torchtitan trains in bf16 or fp8 (mixed_precision_param: bfloat16, float32); use --dtype bf16")
+    if lay.recompute_layers is not None:
+        raise SpecError(
+            "layout: recompute_layers (full recompute of the first k layers of each chunk) has no torchtitan "
+            "setting (activation checkpointing is none, selective, full or memory_budget); drop --recompute-layers"
+        )
+    if job.schedule is Schedule.GPIPE and lay.vpp > 1:
+        raise SpecError("layout: GPipe is a single-stage schedule; use vpp 1")
+    if lay.ep > 1 or job.model.moe is not None:
+        if v is TitanVersion.V03 and job.etp != 1:
+            raise SpecError(
+                f"layout: torchtitan 0.3 has no expert tensor parallel (ParallelismConfig lost "
+                f"expert_tensor_parallel_degree); etp({job.etp}) must be 1, or use --torchtitan-version 0.2"
+            )
+    if v is TitanVersion.V02 and lay.tp > 1 and not job.sp:
+        raise SpecError("layout: torchtitan 0.2 always runs sequence parallel with tp > 1; use --sp or --torchtitan-version 0.3")
+    if tr.precision is Precision.FP8 and v is TitanVersion.V03:
+        if tr.fp8_recipe is Fp8Recipe.TENSORWISE:
+            raise SpecError(
+                "training: torchtitan 0.3's Float8LinearConverter has recipes rowwise and rowwise_with_gw_hp only "
+                "(torchtitan/components/quantization/float8.py L58); use --fp8-recipe rowwise or --torchtitan-version 0.2"
+            )
+        if target.options.torchtitan_model is not None:
+            raise SpecError("training: fp8 with --torchtitan-model needs the model's flavor; drop --torchtitan-model or use --torchtitan-version 0.2")
+
+
+# --- the stage split ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Split:
+    """How torchtitan is told the planner's stage split: layers per virtual stage and the
+    first/last "less layers" weights (pipeline_parallel.py 0.3.0 L194-265, L366-476), or an
+    explicit module list when no weights give it (uneven ends with vpp > 1)."""
+
+    layers_per_stage: int | None
+    first_less: int
+    last_less: int
+    fqns: list[list[str]] | None
+
+
+def split(job: Job, output: str) -> Split:
+    lay, n = job.layout, job.model.num_layers
+    first, last = lay.pp_first_stage_layers, lay.pp_last_stage_layers
+    if lay.pp == 1:
+        return Split(None, 1, 1, None)
+    if first is None and last is None:
+        # Weights 0: ceil(n / per) = pp·vpp stages of exactly n/(pp·vpp) layers each.
+        return Split(n // (lay.pp * lay.vpp), 0, 0, None)
+    counts = [len(job.stage_layer_ids(r)) for r in range(lay.pp)]
+    middle = max(counts)
+    if lay.vpp == 1 and all(c == middle for c in counts[1:-1]):
+        # Weights middle-first and middle-last: pp stages of `middle` effective layers, the first
+        # holding `first` real layers and the last `last` (the generator's arithmetic).
+        return Split(middle, middle - counts[0], middle - counts[-1], None)
+    # Stage s = chunk v of rank r with s = v·pp + r (the "loop" style, pipeline_parallel.py L541-575).
+    fqns: list[list[str]] = []
+    for v in range(lay.vpp):
+        for r in range(lay.pp):
+            layers = [f"layers.{i}" for i in job.stage_chunks[r][v]]
+            s = v * lay.pp + r
+            head = ["tok_embeddings"] if s == 0 else []
+            tail = ["norm", output] if s == lay.pp * lay.vpp - 1 else []
+            fqns.append(head + layers + tail)
+    return Split(None, 1, 1, fqns)
+
+
+def _schedule(job: Job) -> str:
+    # torch.distributed.pipelining get_schedule_class names (§2.2).
+    return {Schedule.ONE_F_ONE_B: "1F1B", Schedule.INTERLEAVED: "Interleaved1F1B", Schedule.GPIPE: "GPipe"}[job.schedule]
+
+
+def settings(job: Job, output: str) -> dict[str, dict[str, object]]:
+    """The plan as torchtitan sections and keys (the same names in 0.2.2's TOML and 0.3.0's flags)."""
+    lay, tr = job.layout, job.training
+    assert tr.global_batch_size is not None and lay.dp_shard is not None
+    par: dict[str, object] = {}
+    if job.zero is Zero.NONE:
+        par |= {"data_parallel_replicate_degree": job.dp, "data_parallel_shard_degree": 1}  # DDP
+    else:
+        par |= {
+            "data_parallel_replicate_degree": job.dp // lay.dp_shard,  # HSDP when > 1
+            "data_parallel_shard_degree": lay.dp_shard,
+            # zero 3 reshards after forward, zero 2 keeps the gathered parameters (§2.2)
+            "fsdp_reshard_after_forward": "always" if job.zero is Zero.PARAMETERS else "never",
+        }
+    par["tensor_parallel_degree"] = lay.tp
+    par["context_parallel_degree"] = lay.cp
+    if lay.pp > 1:
+        sp = split(job, output)
+        par |= {"pipeline_parallel_degree": lay.pp, "pipeline_parallel_schedule": _schedule(job)}
+        if sp.fqns is not None:
+            par["module_fqns_per_model_part"] = sp.fqns
+        else:
+            par |= {
+                "pipeline_parallel_layers_per_stage": sp.layers_per_stage,
+                "pipeline_parallel_first_stage_less_layers": sp.first_less,
+                "pipeline_parallel_last_stage_less_layers": sp.last_less,
+            }
+        par["pipeline_parallel_microbatch_size"] = lay.mbs
+    if job.model.moe is not None:
+        par["expert_parallel_degree"] = lay.ep
+    # With a pipeline, one step of a dp rank is all its micro-batches; else one micro-batch per
+    # gradient-accumulation step (torchtitan train.py: accumulation = global / (local·dp)).
+    local = lay.mbs * job.num_microbatches if lay.pp > 1 else lay.mbs
+    training: dict[str, object] = {
+        "local_batch_size": local,
+        "global_batch_size": tr.global_batch_size,
+        "seq_len": tr.seq_len,
+        "mixed_precision_param": "bfloat16",
+    }
+    ac = {Recompute.NONE: "none", Recompute.SELECTIVE: "selective", Recompute.FULL: "full"}[lay.recompute]
+    return {"parallelism": par, "training": training, "activation_checkpoint": {"mode": ac}}
+
+
+# --- 0.3.x: flags and a config function -----------------------------------------------------------
+
+
+def _flag_value(value: object) -> list[Word]:
+    assert not isinstance(value, (bool, list)), value
+    return [value]  # type: ignore[list-item]
+
+
+def overrides(target: Target) -> tuple[list[tuple[Word, ...]], str | None]:
+    """0.3.x: the flags after --module/--config, and the text of torchtitan_plan.py (or None)."""
+    job = target.job
+    conf = settings(job, "lm_head")  # 0.3.0 names the output projection lm_head (pipeline_parallel.py L396)
+    par = conf["parallelism"]
+    fqns = par.pop("module_fqns_per_model_part", None)
+    out: list[tuple[Word, ...]] = []
+    for key, value in par.items():
+        out.append((f"--parallelism.{key}", *_flag_value(value)))  # configs.py ParallelismConfig L112
+    if job.layout.tp > 1 and not job.sp:
+        out.append(("--parallelism.no_enable_sequence_parallel",))  # configs.py: enable_sequence_parallel=True
+    for key, value in conf["training"].items():
+        out.append((f"--training.{key}", *_flag_value(value)))  # configs.py TrainingConfig L36
+    if job.layout.pp > 1 or job.layout.ep > 1:
+        # CUDA graphs are on by default and refuse pp > 1, and ep > 1 with the standard dispatcher (trainer.py L179-209).
+        out.append(("--training.disable_cuda_graphs",))
+    if job.training.compile:
+        out.append(("--compile.enable",))  # configs.py CompileConfig L291
+    if job.training.tp_comm_overlap:
+        out.append(("--compile.enable_async_tensor_parallel",))  # configs.py L295 (needs compile of the model)
+    need_function = fqns is not None or job.training.precision is Precision.FP8
+    return out, (plan_function(target, fqns) if need_function else None)
+
+
+def plan_function(target: Target, fqns: list[list[str]] | None) -> str:
+    """torchtitan_plan.py: the registry's config function with what no flag can set."""
+    entry = titan_model(target)
+    tr = target.job.training
+    module = entry.module if "." in entry.module else f"torchtitan.models.{entry.module}"
+    lines = [
+        '"""torchtitan 0.3.x config function written by planner launch: the registry\'s config with',
+        'what no command-line flag reaches. train.sh selects it with --module torchtitan_plan --config plan_config."""',
+        "",
+        f"from {module}.config_registry import {entry.config}",
+    ]
+    body = [f"    config = {entry.config}()"]
+    if tr.precision is Precision.FP8:
+        if tr.fp8_recipe is Fp8Recipe.MXFP8:
+            lines.append("from torchtitan.components.quantization import MXFP8LinearConverter")
+            converter = "MXFP8LinearConverter.Config(model_compile_enabled=config.compile.enable)"
+        else:
+            lines.append("from torchtitan.components.quantization import Float8LinearConverter")
+            converter = (f"Float8LinearConverter.Config(recipe_name={str(tr.fp8_recipe)!r}, filter_fqns=['lm_head'], "
+                         "model_compile_enabled=config.compile.enable)")
+        lines.append(f"from {module} import model_registry")
+        # model_spec is not reachable from the command line (Trainer.Config: tyro.conf.Suppress, §2.1).
+        body.append(f"    config.model_spec = model_registry({entry.flavor!r}, converters=[{converter}])")
+    if fqns is not None:
+        body.append("    # Uneven first/last stages with interleaving: stage s = chunk v of pipeline rank r, s = v*pp + r.")
+        body.append("    config.parallelism.module_fqns_per_model_part = [")
+        body += [f"        {json.dumps(stage)}," for stage in fqns]
+        body.append("    ]")
+    lines += ["", "", f"def {PLAN_FUNCTION}():", *body, "    return config", ""]
+    return "\n".join(lines)
+
+
+# --- 0.2.x: a TOML file -------------------------------------------------------------------------
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a TOML basic string (same escapes, \uXXXX for the rest)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(value)
+
+
+def toml(target: Target) -> str:
+    job = target.job
+    entry = titan_model(target)
+    tr = job.training
+    conf = settings(job, "output")  # v0.2.2 names the output projection output (pipeline_parallel.py L264)
+    model: dict[str, object] = {"name": entry.module, "flavor": entry.flavor}
+    sections: dict[str, dict[str, object]] = {
+        "job": {"dump_folder": "./outputs", "description": target.run_name},
+        "model": model,
+        "training": conf["training"] | {"dataset": "c4"},
+        "parallelism": conf["parallelism"],
+        "activation_checkpoint": conf["activation_checkpoint"],
+    }
+    if job.layout.recompute is Recompute.SELECTIVE:
+        sections["activation_checkpoint"]["selective_ac_option"] = "op"  # per-op SAC, as 0.3's default
+    if job.layout.tp > 1 and tr.tp_comm_overlap:
+        sections["parallelism"]["enable_async_tensor_parallel"] = True
+    if job.model.moe is not None:
+        sections["parallelism"]["expert_tensor_parallel_degree"] = job.etp
+    if tr.compile:
+        sections["compile"] = {"enable": True, "components": ["model", "loss"]}
+    if tr.precision is Precision.FP8:
+        if tr.fp8_recipe is Fp8Recipe.MXFP8:
+            model["converters"] = ["quantize.linear.mx"]  # job_config.py L767 MXLinear
+            sections["quantize.linear.mx"] = {"recipe_name": "mxfp8_cublas"}
+        else:
+            # The registry key is quantize.linear.float8, not the "float8" of the shipped 405B TOML (§2.2 gotcha).
+            model["converters"] = ["quantize.linear.float8"]
+            sections["quantize.linear.float8"] = {"recipe_name": str(tr.fp8_recipe), "filter_fqns": ["output"]}
+    lines = [
+        "# torchtitan 0.2.x job written by planner launch; train.sh passes it as --job.config_file.",
+        f"# {job.gpus} GPUs: {layout_summary(job)}",
+        "# plan.json holds the layout, the specs and the prediction.",
+    ]
+    for name, keys in sections.items():
+        lines += ["", f"[{name}]"]
+        lines += [f"{key} = {_toml_value(value)}" for key, value in keys.items()]
+    return "\n".join(lines) + "\n"
+
+
+# --- train.sh -----------------------------------------------------------------------------------
+
+FILL_IN = [
+    'HF_ASSETS_PATH="${HF_ASSETS_PATH:?set HF_ASSETS_PATH to the Hugging Face assets (tokenizer) directory of the model}"',
+    "# A dataset name torchtitan registers (c4, c4_test, ...); add --dataloader.dataset_path / --training.dataset_path after the script name for a local copy.",
+    'DATASET="${DATASET:-c4}"',
+    'STEPS="${STEPS:-1000}"',
+]
+
+
+def files(target: Target) -> dict[str, File]:
+    check(target)
+    job = target.job
+    v03 = target.options.torchtitan_version is TitanVersion.V03
+    out: dict[str, File] = {}
+    head = [
+        *script_head(target, f"torchtitan {target.options.torchtitan_version}.x launch written by planner launch.", FILL_IN),
+        'export PYTORCH_ALLOC_CONF="expandable_segments:True"  # as torchtitan run_train.sh (§2.5)',
+    ]
+    run = [*torchrun_head(), "-m", "torchtitan.train"]
+    if v03:
+        flags, function = overrides(target)
+        if function is not None:
+            out[f"{PLAN_MODULE}.py"] = File(function)
+            head.append('export PYTHONPATH="$LAUNCH_DIR${PYTHONPATH:+:$PYTHONPATH}"  # torchtitan_plan.py')
+            selected: list[tuple[Word, ...]] = [("--module", PLAN_MODULE), ("--config", PLAN_FUNCTION)]
+        else:
+            entry = titan_model(target)
+            selected = [("--module", entry.module), ("--config", entry.config or "")]
+        ac = settings(job, "lm_head")["activation_checkpoint"]["mode"]
+        args = [
+            *selected,
+            ("--hf_assets_path", Raw('"$HF_ASSETS_PATH"')),  # Trainer.Config.hf_assets_path
+            ("--dataloader.dataset", Raw('"$DATASET"')),  # HuggingFaceTextDataLoader.Config.dataset
+            ("--training.steps", Raw('"$STEPS"')),
+            ("--dump_folder", Raw('"./outputs/$RUN_NAME"')),  # Trainer.Config.dump_folder
+            *flags,
+            (Raw('"$@"'),),
+            # A tyro subcommand (distributed/activation_checkpoint.py); it comes last.
+            (f"activation-checkpoint:{ac}",),
+        ]
+    else:
+        out["torchtitan.toml"] = File(toml(target))
+        args = [
+            ("--job.config_file", Raw('"$LAUNCH_DIR/torchtitan.toml"')),  # v0.2.2 run_train.sh
+            ("--model.hf_assets_path", Raw('"$HF_ASSETS_PATH"')),
+            ("--training.dataset", Raw('"$DATASET"')),
+            ("--training.steps", Raw('"$STEPS"')),
+            ("--job.dump_folder", Raw('"./outputs/$RUN_NAME"')),
+            (Raw('"$@"'),),
+        ]
+    text = "\n".join([*head, "", command(run, args), ""])
+    out["train.sh"] = File(text, executable=True)
+    return out

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Megatron-LM launch written by planner launch, for Megatron-LM main (core 0.19 spellings; checked against commit d98e8a64).
+# 8 GPUs (1 node(s) x 8): tp 1, pp 1, vpp 1, dp 8 (zero 0), cp 1, mbs 4, 2 micro-batches, recompute none
+# plan.json holds the layout, the specs and the prediction.
+set -euo pipefail
+LAUNCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+# Fill in (or export before running):
+MEGATRON_LM="${MEGATRON_LM:?set MEGATRON_LM to a Megatron-LM checkout (main, core 0.19 or later)}"
+TOKENIZER_MODEL="${TOKENIZER_MODEL:?set TOKENIZER_MODEL to a Hugging Face tokenizer name or directory}"
+# One or more Megatron indexed-dataset prefixes, optionally weighted: "0.7 /data/a_text_document 0.3 /data/b_text_document".
+read -r -a DATA_PATH <<< "${DATA_PATH:?set DATA_PATH to the prefix(es) of the preprocessed .bin/.idx data}"
+SPLIT="${SPLIT:-99,1,0}"
+CHECKPOINT_DIR="${CHECKPOINT_DIR:-checkpoints}"
+# Schedule and optimizer settings are not part of the plan; these are common defaults.
+TRAIN_ITERS="${TRAIN_ITERS:-1000}"
+LR="${LR:-3e-4}"
+MIN_LR="${MIN_LR:-3e-5}"
+LR_WARMUP_ITERS="${LR_WARMUP_ITERS:-100}"
+EVAL_INTERVAL="${EVAL_INTERVAL:-1000}"
+SAVE_INTERVAL="${SAVE_INTERVAL:-1000}"
+
+RUN_NAME=gpt2
+
+# Rendezvous: job.sbatch exports these on every node; a one-node run needs none of them.
+NNODES=1
+NPROC_PER_NODE=8
+MASTER_ADDR="${MASTER_ADDR:-localhost}"
+MASTER_PORT="${MASTER_PORT:-29500}"
+RDZV_ID="${RDZV_ID:-planner}"
+
+MODEL_ARGS=(
+  --num-layers 12
+  --hidden-size 768
+  --ffn-hidden-size 3072
+  --num-attention-heads 12
+  --seq-length 1024
+  --max-position-embeddings 1024
+  --position-embedding-type learned_absolute
+  --normalization LayerNorm
+  --hidden-dropout 0.1
+  --attention-dropout 0.1
+  --make-vocab-size-divisible-by 1
+)
+
+PARALLEL_ARGS=(
+  --tensor-model-parallel-size 1
+  --pipeline-model-parallel-size 1
+  --overlap-grad-reduce
+)
+
+BATCH_ARGS=(
+  --micro-batch-size 4
+  --global-batch-size 64
+)
+
+PRECISION_ARGS=(
+  --bf16
+  --optimizer adam
+)
+
+DATA_ARGS=(
+  --tokenizer-type HuggingFaceTokenizer
+  --tokenizer-model "$TOKENIZER_MODEL"
+  --data-path "${DATA_PATH[@]}"
+  --split "$SPLIT"
+  --train-iters "$TRAIN_ITERS"
+  --lr "$LR"
+  --min-lr "$MIN_LR"
+  --lr-decay-style cosine
+  --lr-warmup-iters "$LR_WARMUP_ITERS"
+  --weight-decay 0.1
+  --clip-grad 1.0
+  --log-interval 10
+  --eval-interval "$EVAL_INTERVAL"
+  --eval-iters 10
+  --save "$CHECKPOINT_DIR"
+  --load "$CHECKPOINT_DIR"
+  --save-interval "$SAVE_INTERVAL"
+  --wandb-exp-name "$RUN_NAME"
+)
+
+torchrun --nnodes "$NNODES" --nproc-per-node "$NPROC_PER_NODE" --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" --rdzv-id "$RDZV_ID" "$MEGATRON_LM/pretrain_gpt.py" \
+  "${MODEL_ARGS[@]}" \
+  "${PARALLEL_ARGS[@]}" \
+  "${BATCH_ARGS[@]}" \
+  "${PRECISION_ARGS[@]}" \
+  "${DATA_ARGS[@]}" \
+  "$@"

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# torchtitan 0.3.x launch written by planner launch.
+# 32 GPUs (4 node(s) x 8): tp 2 (sp), pp 4 (first 6) (last 6), vpp 1, dp 4 (zero 3), cp 1, mbs 1, 8 micro-batches, recompute none
+# plan.json holds the layout, the specs and the prediction.
+set -euo pipefail
+LAUNCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+# Fill in (or export before running):
+HF_ASSETS_PATH="${HF_ASSETS_PATH:?set HF_ASSETS_PATH to the Hugging Face assets (tokenizer) directory of the model}"
+# A dataset name torchtitan registers (c4, c4_test, ...); add --dataloader.dataset_path / --training.dataset_path after the script name for a local copy.
+DATASET="${DATASET:-c4}"
+STEPS="${STEPS:-1000}"
+
+RUN_NAME=llama-3.1-8b
+
+# Rendezvous: job.sbatch exports these on every node; a one-node run needs none of them.
+NNODES=4
+NPROC_PER_NODE=8
+MASTER_ADDR="${MASTER_ADDR:?set MASTER_ADDR to the first node (job.sbatch does this)}"
+MASTER_PORT="${MASTER_PORT:-29500}"
+RDZV_ID="${RDZV_ID:-planner}"
+
+export PYTORCH_ALLOC_CONF="expandable_segments:True"  # as torchtitan run_train.sh (§2.5)
+
+torchrun --nnodes "$NNODES" --nproc-per-node "$NPROC_PER_NODE" --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" --rdzv-id "$RDZV_ID" -m torchtitan.train \
+  --module llama3 \
+  --config llama3_8b \
+  --hf_assets_path "$HF_ASSETS_PATH" \
+  --dataloader.dataset "$DATASET" \
+  --training.steps "$STEPS" \
+  --dump_folder "./outputs/$RUN_NAME" \
+  --parallelism.data_parallel_replicate_degree 1 \
+  --parallelism.data_parallel_shard_degree 4 \
+  --parallelism.fsdp_reshard_after_forward always \
+  --parallelism.tensor_parallel_degree 2 \
+  --parallelism.context_parallel_degree 1 \
+  --parallelism.pipeline_parallel_degree 4 \
+  --parallelism.pipeline_parallel_schedule 1F1B \
+  --parallelism.pipeline_parallel_layers_per_stage 10 \
+  --parallelism.pipeline_parallel_first_stage_less_layers 4 \
+  --parallelism.pipeline_parallel_last_stage_less_layers 4 \
+  --parallelism.pipeline_parallel_microbatch_size 1 \
+  --training.local_batch_size 8 \
+  --training.global_batch_size 32 \
+  --training.seq_len 4096 \
+  --training.mixed_precision_param bfloat16 \
+  --training.disable_cuda_graphs \
+  "$@" \
+  activation-checkpoint:none

@@ -1,0 +1,305 @@
+"""`planner launch`: golden files per emitter, the written directory, quoting, refusals and the
+search path.
+
+Golden files live in tests/golden/launch/<case>/<file> (the cases are in tests/launch_cases.py);
+plan.json and README.md are not pinned, as they carry the cost model's numbers. After a deliberate
+change to an emitter, regenerate them with
+
+    PLANNER_UPDATE_GOLDEN=1 python -m pytest tests/test_launch.py -k golden
+
+and review the diff.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from launch_cases import BY_NAME, CASES, GOLDEN, after, run_train_sh, write
+from planner.cli import app
+from planner.launch.build import LaunchOptions, run_launch, write_launch
+from planner.launch.megatron import padded_vocab, vocab_divisor
+from planner.launch.shell import slug
+
+runner = CliRunner()
+UPDATE = os.environ.get("PLANNER_UPDATE_GOLDEN") == "1"
+PINNED = {"train.sh", "job.sbatch", "ds_config.json", "torchtitan.toml", "torchtitan_plan.py"}
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_golden(case):
+    files = case.build().files
+    folder = GOLDEN / case.name
+    pinned = {name: f.text for name, f in files.items() if name in PINNED}
+    if UPDATE:
+        folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.iterdir():
+            old.unlink()
+        for name, text in pinned.items():
+            (folder / name).write_text(text)
+    assert sorted(p.name for p in folder.iterdir()) == sorted(pinned), "files differ from the golden set"
+    for name, text in pinned.items():
+        assert text == (folder / name).read_text(), f"{case.name}/{name} differs from its golden file"
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_scripts_are_valid_bash(case, tmp_path):
+    directory = write(case.build(), tmp_path / "launch")
+    for script in ("train.sh", "job.sbatch"):
+        if (directory / script).exists():
+            result = subprocess.run(["bash", "-n", str(directory / script)], capture_output=True, text=True)
+            assert result.returncode == 0, result.stderr
+            assert os.stat(directory / script).st_mode & stat.S_IXUSR
+
+
+# --- what the files say ---------------------------------------------------------------------------
+
+
+def test_plan_json_is_the_estimate_document(tmp_path):
+    args = ["llama-3.1-8b", "--cluster", "dgx-h100", "--gpus", "16", "--tp", "2", "--pp", "2", "--zero", "1", "--recompute", "full"]
+    result = runner.invoke(app, ["launch", *args, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    plan = json.loads((tmp_path / "out" / "plan.json").read_text())
+    estimate = json.loads(runner.invoke(app, ["estimate", *args, "--json"]).stdout)
+    assert plan["prediction"] == estimate
+    assert plan["layout"] == estimate["layout"] and plan["rank"] is None
+    assert plan["specs"]["model"]["name"] == "llama-3.1-8b" and plan["specs"]["gpus"] == 16
+    assert plan["specs"]["training"] == estimate["training"]
+    assert (plan["nodes"], plan["gpus_per_node"]) == (2, 8)
+    assert plan["files"] == sorted(p.name for p in (tmp_path / "out").iterdir())
+    readme = (tmp_path / "out" / "README.md").read_text()
+    assert f"step time {estimate['time']['step_s']:.3f} s" in readme
+    assert f"MFU {estimate['throughput']['mfu']:.1%}" in readme
+    assert "`MEGATRON_LM`" in readme and "`job.sbatch`" in readme and "sbatch job.sbatch" in readme
+
+
+def test_search_takes_plan_k(tmp_path):
+    base = ["llama-3.1-8b", "--cluster", "dgx-h100", "--gpus", "8", "--global-batch-size", "64"]
+    plans = json.loads(runner.invoke(app, ["plan", *base, "--top", "2", "--json"]).stdout)["plans"]
+    for rank in (1, 2):
+        out = tmp_path / f"rank{rank}"
+        flags = [] if rank == 1 else ["--rank", "2"]
+        result = runner.invoke(app, ["launch", *base, *flags, "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        plan = json.loads((out / "plan.json").read_text())
+        assert plan["rank"] == rank
+        assert plan["layout"] == plans[rank - 1]["layout"]
+        assert plan["prediction"]["time"]["step_s"] == pytest.approx(plans[rank - 1]["time"]["step_s"])
+        assert "from plan #%d of `planner plan`" % rank in (out / "README.md").read_text()
+
+
+def test_search_with_fix_pins_the_axis(tmp_path):
+    result = runner.invoke(app, ["launch", "llama-3.1-8b", "-c", "dgx-h100", "-g", "8", "--global-batch-size", "64",
+                                 "--framework", "deepspeed", "--fix", "pp=2", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "plan #1 of the search cannot be launched" in result.output  # a pipeline
+    assert not (tmp_path / "o").exists()
+    result = runner.invoke(app, ["launch", "llama-3.1-8b", "-c", "dgx-h100", "-g", "8", "--global-batch-size", "64",
+                                 "--framework", "deepspeed", "--fix", "pp=1", "--fix", "zero=1", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    config = json.loads((tmp_path / "o" / "ds_config.json").read_text())
+    assert config["zero_optimization"]["stage"] == 1
+
+
+def test_megatron_environment_follows_the_rules():
+    def env(name: str, **kw) -> str:
+        return next(line for line in BY_NAME[name].build().files["train.sh"].text.splitlines()
+                    if "CUDA_DEVICE_MAX_CONNECTIONS" in line and not line.startswith("#"))
+
+    assert env("megatron-gqa-selective") == "export CUDA_DEVICE_MAX_CONNECTIONS=1"  # tp 2 on Hopper
+    assert env("megatron-fsdp") == "unset CUDA_DEVICE_MAX_CONNECTIONS"  # FSDP forbids 1, even with tp 2
+    text = BY_NAME["megatron-gpt-learned-tied"].build().files["train.sh"].text  # tp 1, cp 1: neither
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in text
+
+
+def test_megatron_on_blackwell_leaves_the_queues_alone():
+    report = run_launch("llama-3.1-8b", "dgx-b200", 8, training={}, layout={"tp": 2}).files["train.sh"].text
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in report
+
+
+@pytest.mark.parametrize(("vocab", "tp", "divisor", "padded"), [
+    (128256, 2, 128, 128256),  # 128256 = 2^8 * 501: 128 * 2 divides it, no padding
+    (128256, 8, 32, 128256),  # 128 * 8 and 64 * 8 do not divide it, 32 * 8 = 256 does
+    (50257, 1, 1, 50257),  # GPT-2's odd vocabulary needs no padding without tp
+    (50257, 8, 128, 51200),  # ... and cannot avoid it with tp 8: Megatron's default, up to a multiple of 1024
+])
+def test_vocab_padding(vocab, tp, divisor, padded):
+    assert vocab_divisor(vocab, tp) == divisor
+    assert padded_vocab(vocab, tp) == padded
+
+
+def test_slurm_options_and_nodes_file(tmp_path):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("# two nodes\ngpu-a01\ngpu-a02 slots=8\n\n")
+    out = tmp_path / "o"
+    result = runner.invoke(app, ["launch", "llama-3.1-8b", "-c", "dgx-h100", "-g", "16", "--tp", "2", "--zero", "1",
+                                 "--nodes-file", str(hosts), "--partition", "gpu", "--time", "01:00:00", "--port", "29600",
+                                 "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    sbatch = (out / "job.sbatch").read_text()
+    assert "#SBATCH --nodes=2" in sbatch and "#SBATCH --partition=gpu" in sbatch and "#SBATCH --time=01:00:00" in sbatch
+    assert "#SBATCH --nodelist=gpu-a01,gpu-a02" in sbatch and "export MASTER_PORT=29600" in sbatch
+    assert 'MASTER_ADDR="${MASTER_ADDR:-gpu-a01}"' in (out / "train.sh").read_text()  # the first host by default
+    argv = run_train_sh(out, tmp_path)  # MASTER_ADDR=node0, as job.sbatch exports it
+    assert argv[argv.index("--rdzv-endpoint") + 1] == "node0:29600"
+
+
+def test_single_node_needs_no_rendezvous_and_no_sbatch(tmp_path):
+    launch = BY_NAME["megatron-gqa-selective"].build()
+    assert "job.sbatch" not in launch.files
+    directory = write(launch, tmp_path / "launch")
+    argv = run_train_sh(directory, tmp_path, {"MASTER_ADDR": "localhost"})
+    assert argv[:10] == ["--nnodes", "1", "--nproc-per-node", "8", "--rdzv-backend", "c10d",
+                         "--rdzv-endpoint", "localhost:29500", "--rdzv-id", "planner"]
+
+
+def test_multi_node_train_sh_demands_master_addr(tmp_path):
+    directory = write(BY_NAME["megatron-cp"].build(), tmp_path / "launch")
+    env = {"PATH": os.environ["PATH"], "MEGATRON_LM": "/m", "TOKENIZER_MODEL": "t", "DATA_PATH": "/d"}
+    result = subprocess.run(["bash", str(directory / "train.sh")], env=env, capture_output=True, text=True)
+    assert result.returncode != 0 and "MASTER_ADDR" in result.stderr
+
+
+def test_fill_in_variables_are_required(tmp_path):
+    directory = write(BY_NAME["megatron-gqa-selective"].build(), tmp_path / "launch")
+    env = {"PATH": os.environ["PATH"]}
+    result = subprocess.run(["bash", str(directory / "train.sh")], env=env, capture_output=True, text=True)
+    assert result.returncode != 0 and "set MEGATRON_LM" in result.stderr
+
+
+# --- quoting --------------------------------------------------------------------------------------
+
+
+def test_hostile_model_name_cannot_inject(tmp_path):
+    marker = tmp_path / f"pwned-{uuid.uuid4().hex}"
+    name = f'evil $(touch {marker}) `touch {marker}` "quote\' name; touch {marker}\nnext line'
+    spec = {"name": name, "num_layers": 32, "hidden_size": 4096, "ffn_hidden_size": 14336, "num_attention_heads": 32,
+            "num_kv_heads": 8, "vocab_size": 128256, "max_position_embeddings": 131072}
+    spec_file = tmp_path / "evil.json"
+    spec_file.write_text(json.dumps(spec))
+    checked = 0
+    for framework, marker_arg in (("megatron", "--wandb-exp-name"), ("torchtitan", "--dump_folder"), ("deepspeed", None)):
+        out = tmp_path / framework
+        flags = ["--tp", "2", "--zero", "1" if framework != "torchtitan" else "3"]
+        result = runner.invoke(app, ["launch", str(spec_file), "-c", "dgx-h100", "-g", "16", "--framework", framework,
+                                     *flags, "--partition", "p1", "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        for script in ("train.sh", "job.sbatch"):
+            check = subprocess.run(["bash", "-n", str(out / script)], capture_output=True, text=True)
+            assert check.returncode == 0, check.stderr
+        assert "#SBATCH --job-name=evil-touch" in (out / "job.sbatch").read_text()
+        argv = run_train_sh(out, tmp_path)
+        assert not marker.exists(), f"{framework}: the name ran a command"
+        if marker_arg:
+            value = argv[argv.index(marker_arg) + 1]
+            assert value.endswith(name) and value.count("\n") == 1  # one argv element, newline and all
+            checked += 1
+        assert json.loads((out / "plan.json").read_text())["specs"]["model"]["name"] == name
+    assert checked == 2
+
+
+def test_torchtitan_toml_escapes_the_name(tmp_path):
+    import tomllib
+
+    name = 'quote" back\\slash\nnewline ] [section]'
+    spec = {"name": name, "num_layers": 32, "hidden_size": 4096, "ffn_hidden_size": 14336, "num_attention_heads": 32,
+            "num_kv_heads": 8, "vocab_size": 128256, "max_position_embeddings": 131072}
+    (tmp_path / "m.json").write_text(json.dumps(spec))
+    launch = run_launch(str(tmp_path / "m.json"), "dgx-h100", 8, training={"framework": "torchtitan"}, layout={"tp": 1},
+                        options=LaunchOptions(torchtitan_version="0.2"))
+    doc = tomllib.loads(launch.files["torchtitan.toml"].text)
+    assert doc["job"]["description"] == name and doc["model"] == {"name": "llama3", "flavor": "8B"}
+
+
+def test_slug():
+    assert slug("evil $(touch x)") == "evil-touch-x"
+    assert slug("$$$") == "planner"
+
+
+# --- refusals: one line, exit 2, nothing written -----------------------------------------------------
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["llama-3.1-8b", "-g", "16", "--pp", "2", "--zero", "3"], "zero 3"),  # torch-FSDP2 / FSDP with pp > 1 (rules)
+    (["gpt2", "-g", "8", "--seq-len", "1024", "--zero", "3", "--megatron-fsdp", "torch"], "--use-torch-fsdp2 does not run with tied embeddings"),
+    (["mixtral-8x7b", "-g", "16", "--ep", "8", "--zero", "3", "--megatron-fsdp", "torch"], "expert parallelism"),
+    (["llama-3.1-8b", "-g", "16", "--pp", "2", "--zero", "2"], "runs with pp = 1"),
+    (["llama-3.1-8b", "-g", "16", "--pp", "2", "--framework", "deepspeed"], "PipelineModule"),
+    (["llama-3.1-8b", "-g", "16", "--pp", "2", "--schedule", "gpipe"], "not gpipe"),
+    (["llama-3.1-8b", "-g", "16", "--tp", "2", "--zero", "3", "--framework", "deepspeed"], "AutoTP"),
+    (["llama-3.1-8b", "-g", "16", "--zero", "3", "--dp-shard", "8", "--framework", "deepspeed"], "MiCS"),
+    (["llama-3.1-8b", "-g", "8", "--framework", "deepspeed", "--dtype", "fp8"], "fp8"),
+    (["llama-3.1-8b", "-g", "8", "--framework", "torchtitan", "--dtype", "fp16"], "bf16 or fp8"),
+    (["llama-3.1-8b", "-g", "8", "--framework", "torchtitan", "--recompute", "full", "--recompute-layers", "2"], "recompute_layers"),
+    (["qwen3-30b-a3b", "-g", "16", "--framework", "torchtitan", "--tp", "2", "--ep", "4", "--etp", "2"], "etp(2) must be 1"),
+    (["llama-3.1-8b", "-g", "8", "--framework", "torchtitan", "--dtype", "fp8"], "rowwise"),
+    (["llama-3.1-8b", "-g", "8", "--framework", "torchtitan", "--tp", "2", "--no-sp", "--torchtitan-version", "0.2"], "sequence parallel"),
+    (["mixtral-8x7b", "-g", "32", "--ep", "8", "--framework", "torchtitan"], "no registry entry"),
+    (["llama-3.1-8b", "-g", "8", "--framework", "torchtitan", "--torchtitan-model", "llama3 8B"], "--torchtitan-model"),
+    (["llama-3.1-8b", "-g", "8", "--tp", "2", "--rank", "2"], "--rank steers the search"),
+    (["llama-3.1-8b", "-g", "8", "--global-batch-size", "64", "--rank", "0"], "--rank(0) must be at least 1"),
+    (["llama-3.1-8b", "-g", "8", "--global-batch-size", "64", "--rank", "3", *"--fix tp=8 --fix sp=true --fix mbs=1 --fix zero=1 --fix recompute=none".split()],
+     "--rank(3): the search found only"),
+    (["llama-3.1-8b", "-g", "16", "--tp", "2", "--partition", "a b"], "#SBATCH value"),
+    (["llama-3.1-8b", "-g", "8", "--tp", "3"], "tp(3)·pp(1)·cp(1) = 3 does not divide gpus(8)"),
+])
+def test_refusals_are_one_line_and_write_nothing(tmp_path, args, message):
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["launch", *args, "--cluster", "dgx-h100", "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.output
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_nodes_file_must_match_the_node_count(tmp_path):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("a\nb\nc\n")
+    result = runner.invoke(app, ["launch", "llama-3.1-8b", "-c", "dgx-h100", "-g", "16", "--tp", "2",
+                                 "--nodes-file", str(hosts), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "lists 3 hosts" in result.output and not (tmp_path / "o").exists()
+
+
+def test_non_empty_out_needs_force(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep")
+    args = ["launch", "llama-3.1-8b", "-c", "dgx-h100", "-g", "8", "--tp", "2", "--out", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and "--force" in result.output and result.output.count("\n") == 1
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
+    result = runner.invoke(app, [*args, "--force"])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "plan.json", "train.sh"]
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no staging directory left behind
+
+
+def test_write_is_all_or_nothing(tmp_path, monkeypatch):
+    launch = BY_NAME["megatron-gqa-selective"].build()
+    out = tmp_path / "out"
+    real = Path.write_text
+    calls = []
+
+    def failing(self, *a, **k):
+        calls.append(self.name)
+        if len(calls) == 2:
+            raise OSError("disk full")
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(Path, "write_text", failing)
+    with pytest.raises(OSError):
+        write_launch(launch, out)
+    monkeypatch.undo()
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_train_sh_passes_extra_arguments(tmp_path):
+    directory = write(BY_NAME["titan-interleaved"].build(), tmp_path / "launch")
+    argv = run_train_sh(directory, tmp_path, None, "--training.steps", "5")
+    assert after(argv, "torchtitan.train")[-3:] == ["--training.steps", "5", "activation-checkpoint:none"]
