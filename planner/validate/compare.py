@@ -1,0 +1,175 @@
+"""Predicted vs measured, term by term, for the slice that ran.
+
+Measured step time is, per timed step, the slowest rank's wall time of that step (ranks meet in
+collectives every step, so the slowest sets the pace); its median and spread are over the timed
+steps. The time split comes from the profiler trace of one rank, the critical one (the largest
+compute time, which under a pipeline is the stage the cost model calls critical): compute is the
+main thread's operators less the time spent inside communication calls and the optimizer;
+communication per kind is its collectives' time not hidden behind that compute (exposed); what is
+left of the step ("idle") is pipeline bubble, waits for other ranks and host time between operators.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from cost_models.memory import memory_estimate
+from cost_models.step_time import COMM_KINDS, TimeEstimate
+from planner.validate.slices import Slice
+
+STATE_PARTS = ("weights", "gradients", "optimizer_states")
+# memory model state lines the emitted job never allocates (torchtitan keeps fp32 parameters that
+# the optimizer updates in place: no master copy, no separate fp32 gradient)
+ABSENT_PARTS = ("fp32_gradients", "master_weights")
+
+
+@dataclass(frozen=True)
+class Row:
+    term: str
+    unit: str  # "s", "bytes", "tokens/s", "fraction"
+    predicted: float | None
+    measured: float | None
+    note: str = ""
+
+    @property
+    def error(self) -> float | None:
+        """(predicted - measured) / measured: how far the prediction is from what ran."""
+        if self.predicted is None or self.measured is None or self.measured == 0:
+            return None
+        return (self.predicted - self.measured) / self.measured
+
+    def to_json(self) -> dict[str, Any]:
+        return {"term": self.term, "unit": self.unit, "predicted": self.predicted, "measured": self.measured,
+                "error": self.error, "note": self.note}
+
+
+@dataclass(frozen=True)
+class Measured:
+    steps_s: list[float]  # per timed step, the slowest rank
+    critical_rank: int
+    split: dict[str, Any]  # medians over the profiled steps of the critical rank
+    split_steps: list[dict[str, Any]]  # the critical rank's per-step split
+    state_bytes: dict[int, dict[str, int]]  # rank -> measured state bytes
+    stage_of_rank: dict[int, int]  # rank -> pipeline rank
+    peak: dict[int, dict[str, Any]]
+    world: int
+
+    @property
+    def step_s(self) -> float:
+        return statistics.median(self.steps_s)
+
+    def to_json(self) -> dict[str, Any]:
+        s = sorted(self.steps_s)
+        return {
+            "step_s": {"median": self.step_s, "min": s[0], "max": s[-1], "steps": self.steps_s},
+            "critical_rank": self.critical_rank,
+            "split": self.split,
+            "split_steps": self.split_steps,
+            "state_bytes": {str(r): v for r, v in self.state_bytes.items()},
+            "peak_memory": {str(r): v for r, v in self.peak.items()},
+            "ranks": self.world,
+        }
+
+
+def _median_split(steps: list[dict[str, Any]]) -> dict[str, Any]:
+    if not steps:
+        return {}
+    med = {k: statistics.median(s[k] for s in steps) for k in ("step_s", "compute_s", "optimizer_s", "other_s")}
+    med["comm"] = {
+        kind: {part: statistics.median(s["comm"][kind][part] for s in steps) for part in ("busy_s", "exposed_s")}
+        for kind in steps[0]["comm"]
+    }
+    return med
+
+
+def measure(results: list[dict[str, Any]]) -> Measured:
+    """Combine the ranks' result files of one run."""
+    by_rank = {r["rank"]: r for r in results}
+    n = min(len(r["step_times_s"]) for r in results)
+    steps = [max(r["step_times_s"][k] for r in results) for k in range(n)]
+    splits = {r["rank"]: (r.get("split") or {}).get("steps", []) for r in results}
+    med = {rank: _median_split(s) for rank, s in splits.items()}
+    critical = max(sorted(by_rank), key=lambda rank: med[rank].get("compute_s", 0.0))
+    return Measured(
+        steps_s=steps,
+        critical_rank=critical,
+        split=med[critical],
+        split_steps=splits[critical],
+        state_bytes={rank: r["state_bytes"] for rank, r in sorted(by_rank.items())},
+        stage_of_rank={rank: r["coord"]["pp"] for rank, r in by_rank.items()},
+        peak={rank: r.get("peak_memory") or {} for rank, r in sorted(by_rank.items())},
+        world=len(results),
+    )
+
+
+@dataclass(frozen=True)
+class StateCheck:
+    ok: bool
+    mismatches: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "mismatches": self.mismatches}
+
+
+def check_states(slice_: Slice, measured: Measured) -> StateCheck:
+    """Parameter, gradient and optimizer bytes of every rank against the memory model's model
+    states for its pipeline stage, exactly."""
+    est = memory_estimate(slice_.job)
+    bad = []
+    for rank, got in measured.state_bytes.items():
+        stage = est.stages[measured.stage_of_rank[rank]].breakdown
+        for part in STATE_PARTS:
+            want = int(stage.value(f"model_states/{part}"))
+            if got.get(part) != want:
+                bad.append(f"rank {rank} {part}: measured {got.get(part)} B, predicted {want} B")
+        for part in ABSENT_PARTS:
+            if stage.value(f"model_states/{part}"):
+                bad.append(f"rank {rank} {part}: predicted {int(stage.value(f'model_states/{part}'))} B, the job keeps none")
+    return StateCheck(ok=not bad, mismatches=bad)
+
+
+def rows(slice_: Slice, time: TimeEstimate, measured: Measured, *, device: str, dtype: str) -> list[Row]:
+    job = slice_.job
+    br = time.breakdown
+    sp = measured.split
+    out = [Row("step time", "s", time.step_s, measured.step_s,
+               f"median of {len(measured.steps_s)} steps, {min(measured.steps_s) * 1e3:.1f}-{max(measured.steps_s) * 1e3:.1f} ms")]
+    if sp:
+        out.append(Row("compute", "s", float(br.value("compute")), sp["compute_s"], f"rank {measured.critical_rank}"))
+        for kind in COMM_KINDS:
+            pred = float(br.value(kind))
+            got = sp["comm"].get(kind, {}).get("exposed_s")
+            if kind in slice_.not_measured:
+                out.append(Row(f"{kind} exposed", "s", None, None, f"the plan's {kind} collectives are not in this slice"))
+            elif pred > 0 or (got or 0) > 0:
+                busy = sp["comm"].get(kind, {}).get("busy_s", 0.0)
+                out.append(Row(f"{kind} exposed", "s", pred, got, f"busy {busy * 1e3:.1f} ms"))
+        out.append(Row("bubble / idle", "s", time.bubble_s, sp["other_s"], "measured: bubble, waits and host time between operators"))
+        out.append(Row("optimizer", "s", float(br.value("optimizer")), sp["optimizer_s"]))
+    step = measured.step_s
+    tokens_per_s_gpu = time.tokens_per_step / step / job.gpus
+    out.append(Row("tokens/s/GPU", "tokens/s", time.tokens_per_s_per_gpu, tokens_per_s_gpu))
+    out.append(Row("MFU", "fraction", time.mfu, time.model_flop_per_step / step / job.gpus / time.peak_flop_per_s,
+                   f"of {job.cluster.gpu.name}'s {time.peak_flop_per_s / 1e12:.0f} TFLOP/s"))
+    est = memory_estimate(job)
+    rank = measured.critical_rank
+    stage = est.stages[measured.stage_of_rank[rank]].breakdown
+    got = measured.state_bytes[rank]
+    for part in STATE_PARTS:
+        out.append(Row(f"memory {part}", "bytes", float(stage.value(f"model_states/{part}")), float(got[part]), f"rank {rank}"))
+    dynamic = float(stage.value("activations") + stage.value("transient") + stage.value("buffers/unsharded_params")
+                    + stage.value("buffers/unsharded_grads"))
+    peak = measured.peak.get(rank, {})
+    if device == "cuda" and peak.get("max_allocated_bytes") is not None:
+        states = float(stage.value("model_states"))
+        alloc = states + dynamic + float(stage.value("buffers/zero_buckets"))
+        out.append(Row("memory peak allocated", "bytes", alloc, float(peak["max_allocated_bytes"]), "torch.cuda.max_memory_allocated"))
+        reserved = alloc + float(stage.value("overhead/fragmentation"))
+        out.append(Row("memory peak reserved", "bytes", reserved, float(peak["max_reserved_bytes"]), "torch.cuda.max_memory_reserved"))
+    elif peak.get("profiler_peak_bytes") is not None:
+        fp32 = f"; ran in {dtype}, predicted for {job.training.precision}" if dtype == "float32" else ""
+        out.append(Row("memory peak in step", "bytes", dynamic, float(peak["profiler_peak_bytes"]),
+                       f"activations + transient + gathered buffers; measured: profiler's tensor peak{fp32}"))
+    return out

@@ -1,0 +1,1135 @@
+"""The training job `planner validate` emits and runs: `torchrun --nproc-per-node N worker.py job.json`.
+
+Self-contained: it needs only torch and the standard library, so the copy kept in a validate output
+directory can be read and rerun anywhere (multi-node too, under the Slurm file from `launch`).
+`job.json` next to it describes one or more runs (the model slice, the device mesh, the layout,
+the steps); this file builds the transformer with the run's real per-GPU shapes, applies the
+layout with PyTorch's own distributed APIs and measures it:
+
+- mesh: one DeviceMesh with dimensions (pp, dp_replicate, dp_shard, cp, tp), with dp_shard split
+  into (dp_shard_out, ep) when experts are parallel (torchtitan's order: tp fastest);
+- data parallel: DDP (zero 0), FSDP2 `fully_shard` per block and at the root (zero 2: no reshard
+  after forward, zero 3: reshard), HSDP on a 2-D (dp_replicate, dp_shard) mesh;
+- tensor/sequence parallel: `parallelize_module` with the Colwise/Rowwise/SequenceParallel plan of
+  torchtitan's llama (q/k/v and gate/up column-wise, output and down row-wise);
+- pipeline: `torch.distributed.pipelining` stages (virtual stage v of rank r holds segment v*pp + r)
+  under Schedule1F1B, ScheduleInterleaved1F1B or ScheduleGPipe;
+- experts: top-k routing with all-to-all token dispatch and combine over the ep group;
+- context parallel: a ring exchange of K/V blocks (load-balanced chunks, log-sum-exp merge);
+- recompute: `checkpoint_wrapper` on the planned layers (full), or checkpointed core attention
+  (selective, Korthikanti et al. 2022).
+
+Per rank it writes progress lines, a result file (step times, the profiler's time split, state bytes,
+peak memory) and a Chrome trace, or an error file with the cause when it fails.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import sys
+import threading
+import time
+import traceback
+import zlib
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+FORMAT_VERSION = 1
+INIT_STD = 0.02  # GPT-2/Megatron init: N(0, 0.02) for every matrix (Radford et al. 2019; Megatron init_method_std)
+
+# --------------------------------------------------------------------------------------------------
+# model
+
+
+class Norm(nn.Module):
+    def __init__(self, width: int, kind: str, eps: float = 1e-5):
+        super().__init__()
+        self.kind, self.eps = kind, eps
+        self.weight = nn.Parameter(torch.ones(width))
+        self.bias = nn.Parameter(torch.zeros(width)) if kind == "layernorm" else None
+
+    def forward(self, x):
+        if self.kind == "layernorm":
+            return F.layer_norm(x, (x.shape[-1],), self.weight, self.bias, self.eps)
+        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+
+
+def _rotate_half(x):
+    a, b = x.chunk(2, dim=-1)
+    return torch.cat([-b, a], dim=-1)
+
+
+def rope_tables(positions: torch.Tensor, head_dim: int, dtype: torch.dtype):
+    """cos/sin of rotary embedding (Su et al. 2021) for the given token positions, shape (s, 1, d)."""
+    inv = 1.0 / (10000.0 ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=positions.device) / head_dim))
+    ang = torch.outer(positions.float(), inv)
+    ang = torch.cat([ang, ang], dim=-1)[:, None, :]
+    return ang.cos().to(dtype), ang.sin().to(dtype)
+
+
+class _RingShift(torch.autograd.Function):
+    """Send a tensor to the next rank of the ring and receive the previous rank's; backward sends the
+    gradient the other way. Every rank issues the same sequence, so forward and backward match."""
+
+    @staticmethod
+    def forward(ctx, x, group, nxt, prv):
+        ctx.group, ctx.nxt, ctx.prv = group, nxt, prv
+        return _shift(x.contiguous(), group, nxt, prv)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _shift(grad.contiguous(), ctx.group, ctx.prv, ctx.nxt), None, None, None
+
+
+def _shift(x, group, dst, src):
+    out = torch.empty_like(x)
+    with torch.profiler.record_function("cp_ring"):  # names these sends/receives for the trace analysis
+        ops = [dist.P2POp(dist.isend, x, group=group, group_peer=dst), dist.P2POp(dist.irecv, out, group=group, group_peer=src)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+    return out
+
+
+def ring_attention(q, k, v, group, q_pos, kv_pos, scale):
+    """Causal attention over a context-parallel ring (Liu et al. 2023, Ring Attention): each rank
+    holds its queries; K/V blocks travel around the ring cp-1 times; each block's partial output is
+    merged by its log-sum-exp. Masked blocks are computed with a -1e30 fill, never skipped, so every
+    rank builds the same autograd graph (and the same p2p sequence in backward)."""
+    n, r = dist.get_world_size(group), dist.get_rank(group)
+    nxt, prv = (r + 1) % n, (r - 1) % n
+    outs, lses = [], []
+    for step in range(n):
+        s = (q @ k.transpose(-2, -1)) * scale
+        mask = q_pos[:, None] < kv_pos[None, :]
+        s = s.masked_fill(mask, -1e30)
+        lse = torch.logsumexp(s, dim=-1, keepdim=True)
+        outs.append(torch.exp(s - lse) @ v)
+        lses.append(lse)
+        if step < n - 1:
+            k, v, kv_pos = _RingShift.apply(k, group, nxt, prv), _RingShift.apply(v, group, nxt, prv), _shift(kv_pos, group, nxt, prv)
+    total = torch.logsumexp(torch.stack(lses), dim=0)
+    return sum(torch.exp(lse - total) * o for lse, o in zip(lses, outs))
+
+
+class Attention(nn.Module):
+    def __init__(self, m: dict, attention: str, selective: bool):
+        super().__init__()
+        h, d = m["hidden"], m["head_dim"]
+        self.head_dim, self.kind, self.selective = d, attention, selective
+        self.rope = m["positions"] == "rope"
+        self.dropout = m.get("attention_dropout", 0.0)
+        self.wq = nn.Linear(h, m["heads"] * d, bias=m["qkv_bias"])
+        self.wk = nn.Linear(h, m["kv_heads"] * d, bias=m["qkv_bias"])
+        self.wv = nn.Linear(h, m["kv_heads"] * d, bias=m["qkv_bias"])
+        self.wo = nn.Linear(m["heads"] * d, h, bias=m["out_bias"])
+        if m["qk_norm"]:
+            self.q_norm, self.k_norm = Norm(d, m["norm"]), Norm(d, m["norm"])
+        else:
+            self.q_norm = self.k_norm = None
+        self.cp = None  # (group, positions of the local tokens) when context parallel
+
+    def _core(self, q, k, v):
+        d = self.head_dim
+        if self.cp is not None:
+            group, pos = self.cp
+            return ring_attention(q, k, v, group, pos, pos, 1.0 / math.sqrt(d))
+        if self.kind == "eager":
+            s = q.shape[-2]
+            scores = (q @ k.transpose(-2, -1)) / math.sqrt(d)
+            scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+            probs = F.dropout(torch.softmax(scores, dim=-1), self.dropout, self.training)
+            return probs @ v
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        d = self.head_dim
+        q = self.wq(x).view(b, s, -1, d)  # local heads under tp: the column split keeps whole heads
+        k = self.wk(x).view(b, s, -1, d)
+        v = self.wv(x).view(b, s, -1, d)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if self.rope:
+            pos = self.cp[1] if self.cp is not None else torch.arange(s, device=x.device)
+            cos, sin = rope_tables(pos, d, q.dtype)
+            q = q * cos + _rotate_half(q) * sin
+            k = k * cos + _rotate_half(k) * sin
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        rep = q.shape[1] // k.shape[1]
+        if rep > 1:
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        if self.selective:
+            out = torch.utils.checkpoint.checkpoint(self._core, q, k, v, use_reentrant=False)
+        else:
+            out = self._core(q, k, v)
+        return self.wo(out.transpose(1, 2).reshape(b, s, -1))
+
+
+class MLP(nn.Module):
+    """SwiGLU as gate (w1), up (w3) and down (w2) matrices, torchtitan's names; GELU as w1, w2."""
+
+    def __init__(self, h: int, ffn: int, swiglu: bool, bias: bool):
+        super().__init__()
+        self.w1 = nn.Linear(h, ffn, bias=bias)
+        self.w2 = nn.Linear(ffn, h, bias=bias)
+        self.w3 = nn.Linear(h, ffn, bias=bias) if swiglu else None
+
+    def forward(self, x):
+        if self.w3 is not None:
+            return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        return self.w2(F.gelu(self.w1(x)))
+
+
+class Experts(nn.Module):
+    """The routed experts held by one ep rank, stacked: w1/w3 (E_local, h, ffn), w2 (E_local, ffn, h)."""
+
+    def __init__(self, n: int, h: int, ffn: int, swiglu: bool, bias: bool):
+        super().__init__()
+        self.w1 = nn.Parameter(torch.empty(n, h, ffn))
+        self.w2 = nn.Parameter(torch.empty(n, ffn, h))
+        self.w3 = nn.Parameter(torch.empty(n, h, ffn)) if swiglu else None
+        self.b1 = nn.Parameter(torch.zeros(n, ffn)) if bias else None
+        self.b2 = nn.Parameter(torch.zeros(n, h)) if bias else None
+        self.b3 = nn.Parameter(torch.zeros(n, ffn)) if bias and swiglu else None
+
+    def forward(self, x, splits: list[int]):
+        """Token rows grouped by local expert (`splits` rows each) -> each expert's output, same order.
+        A module call, so FSDP's hooks gather the stacked weights around it."""
+        outs = []
+        for e, xe in enumerate(x.split(splits)):
+            a = xe @ self.w1[e] + (self.b1[e] if self.b1 is not None else 0)
+            if self.w3 is not None:
+                a = F.silu(a) * (xe @ self.w3[e] + (self.b3[e] if self.b3 is not None else 0))
+            else:
+                a = F.gelu(a)
+            outs.append(a @ self.w2[e] + (self.b2[e] if self.b2 is not None else 0))
+        return torch.cat(outs)
+
+
+class MoE(nn.Module):
+    """Router (softmax, top-k, weights not renormalised: Mixtral/torch_model), routed experts split
+    over ep, and shared experts. With ep > 1 the routed token copies are sorted by expert and sent to
+    the expert's rank with an all-to-all, and the outputs come back with the reverse one."""
+
+    def __init__(self, m: dict, ep: int):
+        super().__init__()
+        moe, h = m["moe"], m["hidden"]
+        swiglu = m["mlp"] == "swiglu"
+        self.num_experts, self.top_k, self.ep = moe["experts"], moe["top_k"], ep
+        self.local = moe["experts"] // ep
+        self.router = nn.Linear(h, moe["experts"], bias=False)
+        self.experts = Experts(self.local, h, moe["ffn"], swiglu, m["mlp_bias"])
+        self.shared = nn.ModuleList(MLP(h, moe["shared_ffn"], swiglu, m["mlp_bias"]) for _ in range(moe["shared"]))
+        self.shared_gate = nn.Linear(h, 1, bias=False) if moe["shared_gate"] else None
+        self.ep_group = None
+
+    def forward(self, x):
+        b, s, h = x.shape
+        flat = x.reshape(-1, h)
+        probs = torch.softmax(self.router(flat).float(), dim=-1)
+        weights, chosen = probs.topk(self.top_k, dim=-1)
+        order = chosen.reshape(-1).argsort(stable=True)
+        token = order // self.top_k
+        routed = flat[token]  # token copies sorted by expert
+        counts = torch.bincount(chosen.reshape(-1), minlength=self.num_experts)
+        if self.ep_group is None:
+            back = self.experts(routed, counts.tolist())
+        else:
+            back = self._dispatch(routed, counts)
+        out = torch.zeros_like(flat).index_add(0, token, back * weights.reshape(-1)[order, None].to(flat.dtype))
+        for shared in self.shared:
+            y = shared(flat)
+            if self.shared_gate is not None:
+                y = y * torch.sigmoid(self.shared_gate(flat))
+            out = out + y
+        return out.view(b, s, h)
+
+    def _dispatch(self, routed, counts):
+        from torch.distributed._functional_collectives import all_to_all_single_autograd
+
+        ep, n = self.ep, self.local
+        recv_counts = torch.empty_like(counts)
+        dist.all_to_all_single(recv_counts, counts, group=self.ep_group)
+        send_split = counts.view(ep, n).sum(1).tolist()
+        recv_split = recv_counts.view(ep, n).sum(1).tolist()
+        recv = all_to_all_single_autograd(routed, recv_split, send_split, self.ep_group)
+        grid = recv_counts.view(ep, n).tolist()  # [source rank][local expert]
+        pieces = list(recv.split([c for row in grid for c in row]))
+        by_expert = torch.cat([pieces[src * n + e] for e in range(n) for src in range(ep)])
+        sizes = [sum(grid[src][e] for src in range(ep)) for e in range(n)]
+        outs = self.experts(by_expert, sizes).split(sizes)
+        per_src = [list(o.split([grid[src][e] for src in range(ep)])) for e, o in enumerate(outs)]
+        regrouped = torch.cat([per_src[e][src] for src in range(ep) for e in range(n)])
+        return all_to_all_single_autograd(regrouped, send_split, recv_split, self.ep_group)
+
+
+class Block(nn.Module):
+    def __init__(self, m: dict, layer_id: int, run: dict):
+        super().__init__()
+        self.dropout = m.get("hidden_dropout", 0.0)
+        self.attn_norm = Norm(m["hidden"], m["norm"])
+        self.attn = Attention(m, run.get("attention", "flash"), run["recompute"]["selective"])
+        self.mlp_norm = Norm(m["hidden"], m["norm"])
+        if layer_id in m["moe_layers"]:
+            self.mlp = MoE(m, run["mesh"]["ep"])
+        else:
+            self.mlp = MLP(m["hidden"], m["ffn"], m["mlp"] == "swiglu", m["mlp_bias"])
+
+    def forward(self, x):
+        x = x + F.dropout(self.attn(self.attn_norm(x)), self.dropout, self.training)
+        return x + F.dropout(self.mlp(self.mlp_norm(x)), self.dropout, self.training)
+
+
+class Stage(nn.Module):
+    """The layers of one pipeline stage (all of them without a pipeline): the embedding on the first,
+    the final norm and output layer on the last. Layers are keyed by their global id, so a stage's
+    parameter names are the full model's."""
+
+    def __init__(self, m: dict, layer_ids, run: dict, *, first: bool, last: bool):
+        super().__init__()
+        h = m["hidden"]
+        self.first, self.last = first, last
+        self.embed = nn.Embedding(m["vocab"], h) if first else None
+        self.pos = nn.Embedding(m["max_positions"], h) if first and m["positions"] == "learned" else None
+        self.embed_norm = Norm(h, m["norm"]) if first and m["embedding_norm"] else None
+        self.layers = nn.ModuleDict({str(i): Block(m, i, run) for i in layer_ids})
+        self.norm = Norm(h, m["norm"]) if last else None
+        self.output = nn.Linear(h, m["vocab"], bias=False) if last else None
+        if last and first and m["tie"]:
+            self.output.weight = self.embed.weight
+        self.dropout = m.get("hidden_dropout", 0.0)
+        self.cp_positions = None
+
+    def forward(self, x):
+        if self.embed is not None:
+            tokens = x
+            x = self.embed(tokens)
+            if self.pos is not None:
+                pos = self.cp_positions if self.cp_positions is not None else torch.arange(tokens.shape[1], device=x.device)
+                x = x + self.pos(pos)
+            if self.embed_norm is not None:
+                x = self.embed_norm(x)
+            x = F.dropout(x, self.dropout, self.training)
+        for layer in self.layers.values():
+            x = layer(x)
+        if self.output is not None:
+            x = self.output(self.norm(x))
+        return x
+
+
+def init_local(module: nn.Module, seed: int) -> None:
+    """Draw only this rank's shards (timing runs): the same distributions as init_parameters."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            t = _local(p)
+            leaf = name.rsplit(".", 1)[-1]
+            parent = name.rsplit(".", 2)[-2] if name.count(".") else ""
+            if leaf == "bias" or (parent == "experts" and leaf.startswith("b")):
+                t.zero_()
+            elif "norm" in parent and leaf == "weight":
+                t.fill_(1.0)
+            else:
+                t.copy_(torch.empty(t.shape, dtype=torch.float32).normal_(0.0, INIT_STD, generator=gen))
+
+
+def init_parameters(module: nn.Module, seed: int, expert_slice: tuple[int, int] | None = None) -> None:
+    """Deterministic init by parameter name, so that every rank, stage and the single-process
+    reference get identical full tensors: matrices N(0, 0.02), norm weights 1, biases 0. Routed
+    experts are drawn full (all experts) and sliced to this ep rank's block."""
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            leaf = name.rsplit(".", 1)[-1]
+            parent = name.rsplit(".", 2)[-2] if name.count(".") else ""
+            if leaf == "bias" or (parent == "experts" and leaf.startswith("b")):
+                p.zero_()
+            elif "norm" in parent and leaf == "weight":
+                p.fill_(1.0)
+            else:
+                gen = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
+                if parent == "experts" and expert_slice is not None:
+                    ep, rank = expert_slice
+                    full = torch.empty((p.shape[0] * ep, *p.shape[1:]), dtype=torch.float32).normal_(0.0, INIT_STD, generator=gen)
+                    p.copy_(full[rank * p.shape[0] : (rank + 1) * p.shape[0]])
+                else:
+                    p.copy_(torch.empty(p.shape, dtype=torch.float32).normal_(0.0, INIT_STD, generator=gen))
+
+
+# --------------------------------------------------------------------------------------------------
+# data and reference
+
+
+def batch(run: dict, step: int, device="cpu"):
+    """The global batch of one step: random tokens (inputs) and the next tokens (targets)."""
+    gen = torch.Generator().manual_seed(run["seed"] * 7919 + step)
+    tokens = torch.randint(0, run["model"]["vocab"], (run["global_batch"], run["seq_len"] + 1), generator=gen)
+    return tokens[:, :-1].to(device), tokens[:, 1:].to(device)
+
+
+def loss_fn(logits, targets):
+    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+
+
+def make_optimizer(params, opt: dict):
+    if opt["kind"] == "sgd":
+        return torch.optim.SGD(params, lr=opt["lr"], momentum=opt.get("momentum", 0.9), weight_decay=opt["weight_decay"])
+    cls = torch.optim.AdamW if opt["kind"] == "adamw" else torch.optim.Adam
+    return cls(params, lr=opt["lr"], betas=tuple(opt["betas"]), eps=opt["eps"], weight_decay=opt["weight_decay"])
+
+
+def reference(run: dict) -> dict:
+    """The same training in one process on the whole global batch: per-step losses, the first
+    step's gradients and the weights after the last step (fp32, CPU)."""
+    torch.manual_seed(run["seed"])
+    m = run["model"]
+    one = dict(run, mesh=dict(run["mesh"], ep=1), recompute={"full_layers": [], "selective": False})
+    model = Stage(m, range(m["layers"]), one, first=True, last=True)
+    init_parameters(model, run["seed"])
+    opt = make_optimizer(model.parameters(), run["optimizer"])
+    losses, grads = [], {}
+    for step in range(run["steps"] + run["warmup"]):
+        x, y = batch(run, step)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        if step == 0:
+            grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    return {"losses": losses, "grads": grads, "params": {n: p.detach().clone() for n, p in model.named_parameters()}}
+
+
+# --------------------------------------------------------------------------------------------------
+# process groups and mesh
+
+
+def _thread_ids() -> set[int]:
+    try:
+        return {int(t) for t in os.listdir("/proc/self/task")}
+    except OSError:
+        return set()
+
+
+class Groups:
+    """Creates every process group itself (each rank calls new_group for every group, as c10d
+    requires) and remembers which gloo worker threads each group of this rank started, so that the
+    profiler's `gloo:*` events, which carry no group, can be attributed to a mesh dimension."""
+
+    def __init__(self, rank: int):
+        self.rank = rank
+        self.thread_kind: dict[int, str] = {}
+
+    def new(self, ranks: list[int], kind: str, desc: str):
+        before = _thread_ids()
+        g = dist.new_group(ranks, group_desc=desc)
+        new = _thread_ids() - before
+        if self.rank in ranks:
+            for t in new:
+                self.thread_kind[t] = kind
+            return g
+        return None
+
+
+KIND_OF_DIM = {"pp": "pp", "dp_replicate": "dp", "dp_shard": "dp", "dp_shard_out": "dp", "dp_dense": "dp", "ep": "ep", "cp": "cp",
+               "tp": "tp", "sync": "sync"}
+
+
+def mesh_dims(run: dict) -> list[tuple[str, int]]:
+    ms = run["mesh"]
+    dims = [("pp", ms["pp"]), ("dp_replicate", ms["dp_replicate"])]
+    if ms["ep"] > 1:
+        dims += [("dp_shard_out", ms["dp_shard"] // ms["ep"]), ("ep", ms["ep"])]
+    else:
+        dims += [("dp_shard", ms["dp_shard"])]
+    return dims + [("cp", ms["cp"]), ("tp", ms["tp"])]
+
+
+def build_mesh(run: dict, groups: Groups, device_type: str):
+    """The run's DeviceMesh from groups made here, plus the flat FSDP group of dense parameters."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    dims = mesh_dims(run)
+    names = tuple(n for n, _ in dims)
+    sizes = [s for _, s in dims]
+    world = math.prod(sizes)
+    grid = torch.arange(world).view(*sizes)
+    dim_groups = []
+    for i, name in enumerate(names):
+        lines = grid.transpose(i, -1).reshape(-1, sizes[i]).tolist()
+        mine = None
+        for line in lines:
+            g = groups.new(line, KIND_OF_DIM[name], f"validate_{name}")
+            if g is not None:
+                mine = g
+        dim_groups.append(mine)
+    mesh = DeviceMesh.from_group(dim_groups, device_type, mesh=grid, mesh_dim_names=names)
+    # Dense parameters shard over dp_shard x cp (and ep, which torchtitan carves out of dp_shard):
+    # one flat group over those dimensions.
+    flat = [n for n in names if n in ("dp_shard", "dp_shard_out", "ep", "cp")]
+    idx = [names.index(n) for n in flat]
+    rest = [i for i in range(len(names)) if i not in idx]
+    perm = grid.permute(*rest, *idx)
+    size = math.prod(sizes[i] for i in idx)
+    dense = None
+    for line in perm.reshape(-1, size).tolist():
+        g = groups.new(line, "dp", "validate_dp_dense")
+        if g is not None:
+            dense = (g, line)
+    return mesh, dense
+
+
+# --------------------------------------------------------------------------------------------------
+# parallelism
+
+
+def apply_tp(stage: Stage, tp_mesh, sp: bool) -> None:
+    """torchtitan's llama plan (torchtitan/models/llama3/infra/parallelize.py apply_tp)."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
+
+    seq = Shard(1) if sp else Replicate()
+    top = {}
+    if stage.embed is not None:
+        top["embed"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=seq)
+    if stage.output is not None:
+        if sp:
+            top["norm"] = SequenceParallel()
+        top["output"] = ColwiseParallel(input_layouts=seq, output_layouts=Replicate())
+    if top:
+        parallelize_module(stage, tp_mesh, top)
+    for block in stage.layers.values():
+        plan = {
+            "attn": PrepareModuleInput(input_layouts=(seq,), desired_input_layouts=(Replicate(),)),
+            "attn.wq": ColwiseParallel(),
+            "attn.wk": ColwiseParallel(),
+            "attn.wv": ColwiseParallel(),
+            "attn.wo": RowwiseParallel(output_layouts=seq),
+            "mlp": PrepareModuleInput(input_layouts=(seq,), desired_input_layouts=(Replicate(),)),
+            "mlp.w1": ColwiseParallel(),
+            "mlp.w2": RowwiseParallel(output_layouts=seq),
+        }
+        if block.mlp.w3 is not None:
+            plan["mlp.w3"] = ColwiseParallel()
+        if sp:
+            plan["attn_norm"] = SequenceParallel()
+            plan["mlp_norm"] = SequenceParallel()
+        parallelize_module(block, tp_mesh, plan)
+
+
+def keep_grad_layout(module: nn.Module) -> None:
+    """Give each DTensor gradient its parameter's placements after accumulation. DTensor's embedding
+    backward returns a replicated gradient for a row-sharded (vocab-parallel) table; FSDP would
+    reduce-scatter it, and without FSDP this keeps the shard, as Megatron's vocab-parallel embedding
+    does (the redistribution from Replicate to Shard is a local slice)."""
+    for p in module.parameters():
+        if hasattr(p, "placements"):
+
+            def hook(param):
+                g = param.grad
+                if g is not None and hasattr(g, "placements") and g.placements != param.placements:
+                    param.grad = g.redistribute(param.device_mesh, param.placements)
+
+            p.register_post_accumulate_grad_hook(hook)
+
+
+def apply_recompute(stage: Stage, full_layers: set[int]) -> None:
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    for key in list(stage.layers.keys()):
+        if int(key) in full_layers:
+            stage.layers[key] = checkpoint_wrapper(stage.layers[key], preserve_rng_state=False)
+
+
+def apply_fsdp(stage: Stage, fsdp_mesh, expert_mesh, run: dict, dtype: torch.dtype) -> None:
+    """FSDP2 per block, then the root (torchtitan apply_fsdp): zero 3 reshards after forward without
+    a pipeline, zero 2 (and any pipeline) keeps the gathered parameters until backward. Experts are
+    sharded over their own (expert-dp) mesh first, their gradients divided by the dense group's size."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32) if dtype != torch.float32 else MixedPrecisionPolicy()
+    reshard = run["zero"] == 3 and run["mesh"]["pp"] == 1
+    dense_size = fsdp_mesh.size()
+    for block in stage.layers.values():
+        moe = getattr(getattr(block, "_checkpoint_wrapped_module", block), "mlp", None)
+        if isinstance(moe, MoE) and expert_mesh is not None:
+            fully_shard(moe.experts, mesh=expert_mesh, reshard_after_forward=reshard, mp_policy=mp)
+            moe.experts.set_gradient_divide_factor(float(dense_size))
+        fully_shard(block, mesh=fsdp_mesh, reshard_after_forward=reshard, mp_policy=mp)
+    fully_shard(stage, mesh=fsdp_mesh, reshard_after_forward=reshard, mp_policy=mp)
+
+
+# --------------------------------------------------------------------------------------------------
+# one run
+
+
+def _dtype(name: str) -> torch.dtype:
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def _local(t):
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def state_bytes(modules, optimizer) -> dict[str, int]:
+    """Bytes this rank holds: local shards of parameters and gradients, and the optimizer's
+    per-parameter state tensors (exp_avg, exp_avg_sq, momentum; the scalar `step` is not one)."""
+    seen: set[int] = set()
+    weights = grads = opt = 0
+    params = []
+    for mod in modules:
+        for p in mod.parameters():
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            params.append(p)
+            lp = _local(p)
+            weights += lp.numel() * lp.element_size()
+            if p.grad is not None:
+                lg = _local(p.grad)
+                grads += lg.numel() * lg.element_size()
+    for p in params:
+        for t in optimizer.state.get(p, {}).values():
+            if torch.is_tensor(t) and t.shape == p.shape:
+                lt = _local(t)
+                opt += lt.numel() * lt.element_size()
+    return {"weights": weights, "gradients": grads, "optimizer_states": opt}
+
+
+class Progress:
+    """Progress lines and failure files that the launcher reads while the job runs."""
+
+    def __init__(self, out: str, rank: int):
+        self.out, self.rank = out, rank
+        self.path = os.path.join(out, f"progress_rank{rank}.jsonl")
+        self.run, self.step, self.step_started = "", -1, None
+        self.main_thread = threading.main_thread().ident
+
+    def event(self, **kv) -> None:
+        kv.update(rank=self.rank, t=time.time())
+        with open(self.path, "a") as f:
+            f.write(json.dumps(kv) + "\n")
+
+    def start_step(self, run: str, step: int) -> None:
+        self.run, self.step, self.step_started = run, step, time.time()
+        self.event(run=run, step=step, phase="start")
+
+    def end_step(self, run: str, step: int, seconds: float) -> None:
+        self.step_started = None
+        self.event(run=run, step=step, phase="end", seconds=seconds)
+
+    def write(self, name: str, doc: dict) -> None:
+        tmp = os.path.join(self.out, f"{name}.tmp{self.rank}")
+        with open(tmp, "w") as f:
+            json.dump(doc, f)
+        os.replace(tmp, os.path.join(self.out, name))
+
+
+def _where(frame_summary) -> str:
+    return f"{os.path.basename(frame_summary.filename)}:{frame_summary.lineno} in {frame_summary.name}"
+
+
+def watchdog(progress: Progress, step_timeout_s: float, parent: int) -> None:
+    """Background thread: when a step runs past the per-step timeout, record where the main thread
+    is (the launcher tells a hung rank from ranks waiting for it by this); exit if the launcher died."""
+    reported = None
+    while True:
+        time.sleep(0.5)
+        if os.getppid() != parent:
+            os._exit(3)
+        started = progress.step_started
+        if started is None or time.time() - started < step_timeout_s or reported == (progress.run, progress.step):
+            continue
+        reported = (progress.run, progress.step)
+        frame = sys._current_frames().get(progress.main_thread)
+        stack = traceback.extract_stack(frame) if frame is not None else []
+        inner = [_where(f) for f in stack[-6:]]
+        in_comm = any("distributed" in f.filename or "pipelining" in f.filename for f in stack[-12:])
+        progress.write(
+            f"stuck_rank{progress.rank}.json",
+            {"rank": progress.rank, "run": progress.run, "step": progress.step, "seconds": time.time() - started,
+             "in_collective": in_comm, "where": inner},
+        )
+
+
+def _debug_hook(job: dict, rank: int, run: str, step: int) -> None:
+    """Fault injection for tests of the launcher: raise, hang or allocate too much on one rank."""
+    dbg = job.get("debug") or {}
+    if not dbg or dbg.get("rank") != rank or dbg.get("step", 0) != step or dbg.get("run", run) != run:
+        return
+    mode = dbg.get("mode")
+    if mode == "raise":
+        raise RuntimeError(f"injected failure (debug mode raise) on rank {rank}")
+    if mode == "hang":
+        while True:
+            time.sleep(1)
+    if mode == "oom":
+        torch.empty(int(dbg.get("bytes", 2**50)), dtype=torch.uint8)
+
+
+def memory_available_bytes(device) -> int | None:
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free)
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def run_one(job: dict, run: dict, out: str, progress: Progress, device) -> dict:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    ms = run["mesh"]
+    groups = Groups(rank)
+    mesh, dense = build_mesh(run, groups, device.type)
+    coord = dict(zip(mesh.mesh_dim_names, mesh.get_coordinate()))
+    m = run["model"]
+    dtype = _dtype(run["dtype"])
+    pp, vpp = ms["pp"], len(run["stages"][0])
+    pp_rank = coord["pp"]
+    n_stages = pp * vpp
+    stage_ids = [v * pp + pp_rank for v in range(vpp)]
+    torch.manual_seed(run["seed"] + rank)
+
+    # modules of this rank: one per virtual stage. To compare with the reference (check), each is
+    # built full with the reference's init and then split; otherwise on the meta device, split, and
+    # only the local shards are allocated and drawn (torchtitan's order), so large slices fit.
+    ep_rank = coord.get("ep", 0)
+    full_init = bool(run.get("check"))
+    stages = []
+    for v, sid in enumerate(stage_ids):
+        with torch.device("cpu" if full_init else "meta"):
+            st = Stage(m, run["stages"][pp_rank][v], run, first=sid == 0, last=sid == n_stages - 1)
+        if full_init:
+            init_parameters(st, run["seed"], (ms["ep"], ep_rank) if ms["ep"] > 1 else None)
+            st = st.to(device)
+        stages.append(st)
+
+    def materialize():
+        if not full_init:
+            for st in stages:
+                st.to_empty(device=device)
+                init_local(st, run["seed"] * 1_000_003 + rank)
+
+    full_layers = set(run["recompute"]["full_layers"])
+    expert_mesh = None
+    if ms["ep"] > 1:
+        expert_mesh = mesh["dp_shard_out"]
+        for st in stages:
+            for block in st.layers.values():
+                if isinstance(block.mlp, MoE):
+                    block.mlp.ep_group = mesh["ep"].get_group()
+    if ms["cp"] > 1:
+        cp_group = mesh["cp"].get_group()
+        s_local = run["seq_len"] // ms["cp"]
+        half = s_local // 2
+        c = coord["cp"]
+        # load-balanced causal split: rank c holds chunks c and 2cp-1-c of 2cp (Megatron/TE, torch CP)
+        positions = torch.cat([torch.arange(c * half, (c + 1) * half), torch.arange((2 * ms["cp"] - 1 - c) * half, (2 * ms["cp"] - c) * half)]).to(device)
+        for st in stages:
+            st.cp_positions = positions
+            for block in st.layers.values():
+                block.attn.cp = (cp_group, positions)
+    if ms["tp"] > 1:
+        for st in stages:
+            apply_tp(st, mesh["tp"], run["sp"])
+    for st in stages:
+        apply_recompute(st, full_layers)
+    dp_total = ms["dp_replicate"] * ms["dp_shard"]
+    shard_size = ms["dp_shard"] * ms["cp"]
+    ddp, sharded = None, False
+    if run["zero"] == 0 and dp_total * ms["cp"] > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        dp_group = mesh["dp_replicate"].get_group() if ms["dp_shard"] == 1 else dense[0]
+        assert len(stages) == 1 and ms["tp"] == 1 and ms["pp"] == 1, "DDP runs alone (torchtitan: zero 0 without tp/pp/cp/ep)"
+        materialize()
+        ddp = DistributedDataParallel(stages[0], process_group=dp_group)
+    elif run["zero"] > 0 and (shard_size > 1 or ms["dp_replicate"] > 1):
+        from torch.distributed.device_mesh import DeviceMesh
+
+        if ms["dp_replicate"] > 1:
+            fsdp_mesh = mesh["dp_replicate", "dp_shard"]
+        elif ms["ep"] > 1 or ms["cp"] > 1:
+            fsdp_mesh = DeviceMesh.from_group(dense[0], device.type, mesh=torch.tensor(dense[1]), mesh_dim_names=("dp_dense",))
+        else:
+            fsdp_mesh = mesh["dp_shard"]
+        for st in stages:
+            apply_fsdp(st, fsdp_mesh, expert_mesh, run, dtype)
+        sharded = True
+    if ddp is None:
+        materialize()
+    if ms["tp"] > 1 and not sharded:
+        for st in stages:
+            keep_grad_layout(st)
+    modules = stages
+    params = [p for st in stages for p in st.parameters()]
+    optimizer = make_optimizer(params, run["optimizer"])
+    autocast = dtype != torch.float32 and not sharded  # FSDP2 casts by its MixedPrecisionPolicy instead
+
+    # data: this rank's rows of the global batch, and its sequence chunks under cp
+    dp_index = coord["dp_replicate"] * ms["dp_shard"] + (coord["dp_shard_out"] * ms["ep"] + coord["ep"] if ms["ep"] > 1 else coord["dp_shard"])
+    local = run["global_batch"] // dp_total
+
+    def my_batch(step):
+        x, y = batch(run, step)
+        x, y = x[dp_index * local : (dp_index + 1) * local], y[dp_index * local : (dp_index + 1) * local]
+        if ms["cp"] > 1:
+            pos = stages[0].cp_positions.cpu()
+            x, y = x[:, pos], y[:, pos]
+        return x.to(device), y.to(device)
+
+    schedule = None
+    if pp > 1:
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+
+        pp_group = mesh["pp"].get_group()
+        pstages = [PipelineStage(st, sid, n_stages, device, group=pp_group) for st, sid in zip(stages, stage_ids)]
+        nmb = run["microbatches"]
+        if vpp > 1:
+            schedule = ScheduleInterleaved1F1B(pstages, n_microbatches=nmb, loss_fn=loss_fn)
+        elif run["schedule"] == "gpipe":
+            schedule = ScheduleGPipe(pstages[0], n_microbatches=nmb, loss_fn=loss_fn)
+        else:
+            schedule = Schedule1F1B(pstages[0], n_microbatches=nmb, loss_fn=loss_fn)
+    has_first = 0 in stage_ids
+    has_last = n_stages - 1 in stage_ids
+
+    def train_step(step: int, check: bool):
+        x, y = my_batch(step)
+        if schedule is not None:
+            losses: list = []
+            if has_first:
+                schedule.step(x, target=y if has_last else None, losses=losses if has_last else None)
+            elif has_last:
+                schedule.step(target=y, losses=losses)
+            else:
+                schedule.step()
+            loss = torch.stack(losses).mean().detach() if has_last else torch.zeros((), device=device)
+        else:
+            model = ddp if ddp is not None else stages[0]
+            mb = run["microbatches"]
+            xs, ys = x.chunk(mb), y.chunk(mb)
+            total = torch.zeros((), device=device)
+            for i in range(mb):
+                sync = ddp is None or i == mb - 1
+                ctx = ddp.no_sync() if not sync else _null()
+                with ctx, torch.autocast(device.type, dtype=dtype, enabled=autocast):
+                    with torch.profiler.record_function("forward"):
+                        out = model(xs[i])
+                    lo = loss_fn(out, ys[i]) / mb
+                with torch.profiler.record_function("backward"):
+                    lo.backward()
+                total += lo.detach()
+            loss = total
+        grads = gather_full(stages, mesh, ms, grads=True) if check else None
+        measured = state_bytes(modules, optimizer)
+        with torch.profiler.record_function("optimizer"):
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        measured["optimizer_states"] = state_bytes(modules, optimizer)["optimizer_states"]
+        return loss, grads, measured
+
+    # global loss: the last stage's, averaged over data (and context) parallel ranks
+    def global_loss(loss):
+        loss = loss.float().clone()
+        if pp > 1:  # only the last stage holds a loss; the others add zero
+            dist.all_reduce(loss, op=dist.ReduceOp.SUM, group=mesh["pp"].get_group())
+        for name in ("dp_replicate", "dp_shard", "dp_shard_out", "ep", "cp"):
+            if name in mesh.mesh_dim_names and mesh[name].size() > 1:
+                dist.all_reduce(loss, op=dist.ReduceOp.AVG, group=mesh[name].get_group())
+        return loss.item()
+
+    prof_ctx = None
+    total_steps = run["warmup"] + run["steps"]
+    step_times, losses, first_grads, measured = [], [], None, {}
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    sync = groups.new(list(range(world)), "sync", "validate_sync")
+    for step in range(total_steps):
+        if step == run["warmup"] and run.get("profile", True):
+            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+            prof_ctx = profile(activities=activities, profile_memory=device.type == "cpu")
+            prof_ctx.__enter__()
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+        progress.start_step(run["name"], step)
+        _debug_hook(job, rank, run["name"], step)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        with record_function(f"step{step}"):
+            loss, grads, measured = train_step(step, check=run.get("check", False) and step == 0)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+        seconds = time.perf_counter() - t0
+        if grads is not None:
+            first_grads = grads
+        losses.append(global_loss(loss))
+        if step >= run["warmup"]:
+            step_times.append(seconds)
+        progress.end_step(run["name"], step, seconds)
+    dist.barrier(group=sync)
+    rundir = os.path.join(out, run["name"])
+    os.makedirs(rundir, exist_ok=True)
+    trace_path = os.path.join(rundir, f"trace_rank{rank}.json")
+    split = None
+    peak = {}
+    if prof_ctx is not None:
+        prof_ctx.__exit__(None, None, None)
+        prof_ctx.export_chrome_trace(trace_path)
+        split = analyze_trace(trace_path, threading.get_native_id(), groups.thread_kind, run["warmup"], total_steps)
+        if device.type == "cuda":
+            peak = {"max_allocated_bytes": torch.cuda.max_memory_allocated(device), "max_reserved_bytes": torch.cuda.max_memory_reserved(device)}
+        else:
+            peak = {"profiler_peak_bytes": split.pop("peak_allocated_bytes", None)}
+    check = {}
+    if run.get("check"):
+        params = gather_full(stages, mesh, ms, grads=False)
+        owner = all(coord[n] == 0 for n in coord if n != "pp")
+        if owner:
+            torch.save({"params": params, "grads": first_grads}, os.path.join(rundir, f"check_pp{pp_rank}.pt"))
+        check = {"saved": owner}
+    dist.barrier(group=sync)
+    return {
+        "rank": rank,
+        "coord": coord,
+        "stage_ids": stage_ids,
+        "step_times_s": step_times,
+        "losses": losses,
+        "state_bytes": measured,
+        "peak_memory": peak,
+        "split": split,
+        "trace": os.path.basename(trace_path) if prof_ctx is not None else None,
+        "check": check,
+    }
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+def gather_full(stages, mesh, ms, grads: bool) -> dict:
+    """Full tensors of every parameter (or gradient) of this rank's stages, gathered over the mesh:
+    DTensors with `full_tensor()` (a collective, so every rank calls it), routed experts
+    concatenated over the ep group."""
+    out = {}
+    for st in stages:
+        for name, p in st.named_parameters():
+            t = p.grad if grads else p
+            if t is None:
+                continue
+            t = t.full_tensor() if hasattr(t, "full_tensor") else t
+            t = t.detach()
+            if ".experts." in name and ms["ep"] > 1:
+                parts = [torch.empty_like(t) for _ in range(ms["ep"])]
+                dist.all_gather(parts, t.contiguous(), group=mesh["ep"].get_group())
+                t = torch.cat(parts)
+            out[name.replace("_checkpoint_wrapped_module.", "")] = t.float().cpu().clone()
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# the profiler's trace: compute, optimizer and communication time per step
+
+
+COMM_PREFIXES = ("c10d::", "_c10d_functional", "gloo:", "nccl", "record_param_comms", "aten::wait", "wait_tensor")
+KIND_ORDER = ("tp", "cp", "ep", "dp", "pp")
+
+
+def _union(intervals):
+    out = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
+
+
+def _subtract(intervals, minus):
+    """Parts of unioned `intervals` not covered by unioned `minus`."""
+    out = []
+    j = 0
+    for a, b in intervals:
+        cur = a
+        while j < len(minus) and minus[j][1] <= cur:
+            j += 1
+        k = j
+        while k < len(minus) and minus[k][0] < b:
+            if minus[k][0] > cur:
+                out.append([cur, minus[k][0]])
+            cur = max(cur, minus[k][1])
+            k += 1
+        if cur < b:
+            out.append([cur, b])
+    return out
+
+
+def _length(intervals) -> float:
+    return sum(b - a for a, b in intervals)
+
+
+def _clip(intervals, lo, hi):
+    return [[max(a, lo), min(b, hi)] for a, b in intervals if b > lo and a < hi]
+
+
+def analyze_trace(path: str, main_tid: int, thread_kind: dict[int, str], first_step: int, end_step: int) -> dict:
+    """Seconds per profiled step of compute (the main thread's operators, less time inside
+    communication calls, less the optimizer), of the optimizer step, and per kind of communication
+    its busy time and the part not hidden behind compute (exposed). Communication kinds come from
+    the gloo worker thread of each process group (CPU) or the group's description (NCCL kernels);
+    point-to-point ops on the main thread are pipeline sends and receives."""
+    with open(path) as f:
+        events = json.load(f).get("traceEvents", [])
+    # NCCL kernels link to the CPU op that launched them by "External id"; the communication ops
+    # (record_param_comms) carry their group's description, which the worker set to validate_<dim>
+    group_of_launch = {}
+    for e in events:
+        args = e.get("args") or {}
+        desc = str(args.get("Process Group Description", ""))
+        if desc.startswith("validate_") and "External id" in args:
+            group_of_launch[args["External id"]] = desc[len("validate_"):]
+    steps = {}
+    main_ops, comm_main, optim, ring, p2p, peak = [], [], [], [], [], None
+    comm: dict[str, list] = {k: [] for k in KIND_ORDER}
+    gpu_compute = []
+    for e in events:
+        name, ph = e.get("name", ""), e.get("ph")
+        if name == "[memory]":
+            total = (e.get("args") or {}).get("Total Allocated")
+            if total is not None:
+                peak = total if peak is None else max(peak, total)
+            continue
+        if ph != "X" or "dur" not in e:
+            continue
+        a, b = float(e["ts"]), float(e["ts"]) + float(e["dur"])
+        tid, cat = e.get("tid"), e.get("cat", "")
+        if cat in ("kernel", "gpu_memcpy", "gpu_memset"):
+            if "nccl" in name.lower():
+                kind = KIND_OF_DIM.get(group_of_launch.get((e.get("args") or {}).get("External id"), "dp_dense"))
+                if kind in comm:
+                    comm[kind].append([a, b])
+            else:
+                gpu_compute.append([a, b])
+            continue
+        if tid == main_tid:
+            if name.startswith("step") and name[4:].isdigit():
+                steps[int(name[4:])] = (a, b)
+            elif name == "optimizer":
+                optim.append([a, b])
+            elif name == "cp_ring":
+                ring.append([a, b])
+                comm_main.append([a, b])
+            elif name.startswith(("gloo:send", "gloo:recv")):
+                p2p.append([a, b])  # asynchronous: the span runs on while the thread computes
+            elif name.startswith(("c10d::send", "c10d::recv")):
+                p2p.append([a, b])  # a blocking receive waits here
+                comm_main.append([a, b])
+            elif name.startswith(COMM_PREFIXES):
+                comm_main.append([a, b])
+            elif cat == "cpu_op":
+                main_ops.append([a, b])
+        elif name.startswith("gloo:"):
+            kind = thread_kind.get(tid)
+            if kind in comm:
+                comm[kind].append([a, b])
+    ring_u = _union(ring)
+    comm["cp"] += ring_u
+    comm["pp"] += _subtract(_union(p2p), ring_u)
+    compute_all = _subtract(_union(main_ops), _union(comm_main)) if not gpu_compute else _union(gpu_compute)
+    optim_u = _union(optim)
+    comm_u = {k: _union(v) for k, v in comm.items()}
+    per_step = []
+    for k in range(first_step, end_step):
+        if k not in steps:
+            continue
+        lo, hi = steps[k]
+        opt = _clip(optim_u, lo, hi)
+        compute = _subtract(_clip(compute_all, lo, hi), opt)
+        covered = _union(compute + opt)
+        row = {"step_s": (hi - lo) / 1e6, "compute_s": _length(compute) / 1e6, "optimizer_s": _length(_clip(compute_all, lo, hi)) / 1e6 - _length(compute) / 1e6, "comm": {}}
+        for kind in KIND_ORDER:
+            busy = _clip(comm_u[kind], lo, hi)
+            exposed = _subtract(busy, covered)
+            row["comm"][kind] = {"busy_s": _length(busy) / 1e6, "exposed_s": _length(exposed) / 1e6}
+            covered = _union(covered + exposed)
+        row["other_s"] = max(0.0, row["step_s"] - _length(covered) / 1e6)
+        per_step.append(row)
+    return {"steps": per_step, "peak_allocated_bytes": peak}
+
+
+# --------------------------------------------------------------------------------------------------
+# entry point
+
+
+def main(argv: list[str]) -> int:
+    job_path = argv[1] if len(argv) > 1 else "job.json"
+    with open(job_path) as f:
+        job = json.load(f)
+    if job.get("version") != FORMAT_VERSION:
+        print(f"job.json version {job.get('version')} is not {FORMAT_VERSION}", file=sys.stderr)
+        return 2
+    out = os.path.dirname(os.path.abspath(job_path))
+    rank = int(os.environ.get("RANK", "0"))
+    progress = Progress(out, rank)
+    threading.Thread(target=watchdog, args=(progress, float(job["timeouts"]["step_s"]), os.getppid()), daemon=True).start()
+    device = torch.device("cpu")
+    try:
+        progress.event(phase="setup")
+        if job["device"] == "cuda":
+            local = int(os.environ.get("LOCAL_RANK", "0"))
+            torch.cuda.set_device(local)
+            device = torch.device("cuda", local)
+        else:
+            torch.set_num_threads(int(job.get("threads_per_rank", 1)))
+        dist.init_process_group(job["backend"], timeout=timedelta(seconds=float(job["timeouts"]["collective_s"])))
+        for run in job["runs"]:
+            progress.run, progress.step = run["name"], -1
+            res = run_one(job, run, out, progress, device)
+            progress.write(os.path.join(run["name"], f"result_rank{rank}.json"), res)
+        progress.event(phase="done")
+        dist.destroy_process_group()
+        return 0
+    except BaseException as e:  # one file with the cause, then leave without waiting on peers
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        needed = None
+        if "tried to allocate" in str(e).lower():
+            hit = re.search(r"tried to allocate (\d+(?:\.\d+)?) ?(bytes|[KMGT]iB)", str(e), re.IGNORECASE)
+            if hit:
+                unit = {"bytes": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}[hit.group(2).lower()]
+                needed = int(float(hit.group(1)) * unit)
+        text = str(e).lower()
+        oom = isinstance(e, torch.OutOfMemoryError) or any(s in text for s in ("out of memory", "not enough memory", "can't allocate memory"))
+        progress.write(
+            f"error_rank{rank}.json",
+            {"rank": rank, "run": progress.run, "step": progress.step, "type": type(e).__name__, "message": msg,
+             "oom": oom, "needed_bytes": needed, "available_bytes": memory_available_bytes(device) if oom else None,
+             "traceback": traceback.format_exc()[-4000:], "t": time.time()},
+        )
+        sys.stderr.flush()
+        os._exit(1)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,293 @@
+"""planner validate: slices of a plan, the trace analysis, the failure causes and the calibration
+fit (fast, no processes), then real runs on CPU with gloo: an end-to-end validate with the profiler
+and --calibrate, a rank that raises (CLI, exit 1) and a rank that hangs (torn down, no process
+left). The numerical equivalence of each layout is in tests/test_validate_parallel.py."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cost_models.calibration import DEFAULT, load_calibration
+from cost_models.errors import SpecError
+from cost_models.states import local_layer_params
+from cost_models.step_time import time_estimate
+from planner import presets
+from planner.cli import app
+from planner.loaders import load_model
+from planner.validate import worker
+from planner.validate.calibrate import fit, write
+from planner.validate.command import Options, render, run_validate
+from planner.validate.runner import failure_cause, find_processes
+from planner.validate.slices import choose_slice, native_job, read_plan, run_doc
+from tests.helpers import make_job
+
+DATA = Path(__file__).parent / "data" / "validate"
+TINY = str(DATA / "tiny-llama.toml")
+TINY_FLAGS = ["--cluster", "dgx-h100", "--gpus", "2", "--framework", "torchtitan", "--seq-len", "32", "--global-batch-size", "8"]
+TRAINING = {"framework": "torchtitan", "seq_len": 32, "global_batch_size": 8}
+runner = CliRunner()
+
+
+def titan(model: str, gpus: int, **layout):
+    return make_job(model, gpus=gpus, training={"framework": "torchtitan", "seq_len": 8192, "global_batch_size": 64}, **layout)
+
+
+# --- slices ----------------------------------------------------------------------------------------
+
+
+def test_the_whole_plan_when_the_ranks_suffice():
+    plan = make_job(load_model(TINY), gpus=2, training=TRAINING, tp=2)
+    s = choose_slice(plan, 4)
+    assert s.kind == "full" and s.job is plan and s.ranks == 2 and s.not_measured == ()
+
+
+def test_fewer_replicas_keep_every_per_gpu_shape():
+    plan = titan("llama-3.1-8b", 64, tp=8)  # dp 8, local batch 8 sequences
+    s = choose_slice(plan, 16)
+    assert s.kind == "fewer_replicas" and s.ranks == 16
+    assert (s.job.layout.tp, s.job.dp, s.job.local_batch_size) == (8, 2, plan.local_batch_size)
+    assert s.job.model == plan.model and s.not_measured == ()
+
+
+def test_one_stage_scales_only_the_layer_count():
+    plan = titan("llama-3.1-70b", 64, tp=8, pp=4)  # 80 layers, 20 per stage, dp 2
+    s = choose_slice(plan, 8)
+    assert s.kind == "one_stage" and s.ranks == 8 and s.not_measured == ("pp",)
+    assert s.job.model.num_layers == 20 and s.job.layout.tp == 8 and s.job.layout.pp == 1
+    assert s.job.num_microbatches == plan.num_microbatches
+    assert local_layer_params(s.job, 0) == local_layer_params(plan, 0)
+    # the prediction it is compared with is the cost model's for the slice: a 20-layer job
+    assert time_estimate(s.job).step_s < time_estimate(plan).step_s
+
+
+def test_one_rank_share_has_the_plans_per_gpu_layer_shapes():
+    plan = titan("llama-3.1-70b", 64, tp=8, pp=4)
+    s = choose_slice(plan, 4)  # fewer than tp: one rank's share
+    assert s.kind == "one_rank" and s.ranks == 1
+    assert set(s.not_measured) == {"tp", "pp", "dp"}
+    m = s.job.model
+    assert (m.num_attention_heads, m.kv_heads, m.head_size) == (8, 1, 128)  # 64/8 heads, 8/8 kv heads
+    assert m.ffn_hidden_size == 28672 // 8 and m.vocab_size == 128256 // 8
+    # the same parameters per layer as one tp rank of the plan holds
+    assert local_layer_params(s.job, 0) == local_layer_params(plan, 0)
+
+
+def test_megatron_plans_run_as_pytorch_native_jobs():
+    job, notes = native_job(presets.models()["llama-3.1-8b"], presets.clusters()["dgx-h100"], 8,
+                            {"seq_len": 4096}, {"tp": 2, "zero": 1})
+    assert str(job.training.framework) == "torchtitan" and int(job.zero) == 2
+    assert any("zero 1 runs as FSDP2" in n for n in notes)
+
+
+def test_layouts_the_worker_lacks_are_refused_with_the_reason():
+    moe = "mixtral-8x7b"
+    with pytest.raises(SpecError, match="mixture-of-experts layers run with tp 1"):
+        native_job(presets.models()[moe], presets.clusters()["dgx-h100"], 8, {"framework": "torchtitan"}, {"tp": 2})
+
+
+def test_run_description_names_the_checkpointed_layers():
+    plan = make_job(load_model(TINY), gpus=4, training=TRAINING, pp=2, vpp=2, recompute="full", recompute_layers=1)
+    run = run_doc(plan, name="x", steps=2, warmup=1)
+    # chunks: rank 0 holds layers [0] and [2], rank 1 [1] and [3]; the first layer of each chunk recomputes
+    assert run["stages"] == [[[0], [2]], [[1], [3]]]
+    assert sorted(run["recompute"]["full_layers"]) == [0, 1, 2, 3]
+    assert run["mesh"] == {"pp": 2, "dp_replicate": 1, "dp_shard": 2, "cp": 1, "tp": 1, "ep": 1}
+    assert run["microbatches"] == plan.num_microbatches and run["dtype"] == "bfloat16"
+
+
+def test_plan_file_is_read_with_extra_keys(tmp_path):
+    doc = {
+        "model": {**presets.models()["llama-3.1-8b"].model_dump(mode="json"), "params_total": 8030261248},
+        "cluster": "dgx-h100", "gpus": 16,
+        "training": {"seq_len": 8192, "framework": "torchtitan", "global_batch_size": 32},
+        "layout": {"tp": 8, "pp": 1, "dp": 2, "zero": 3, "sp": True, "emitter": "torchtitan"},
+        "prediction": {"time": {"step_s": 1.0}}, "launcher": "slurm",
+    }
+    (tmp_path / "plan.json").write_text(json.dumps(doc))
+    model, cluster, gpus, training, layout = read_plan(tmp_path)
+    assert model.name == "llama-3.1-8b" and cluster.name == "dgx-h100" and gpus == 16
+    assert layout == {"tp": 8, "pp": 1, "dp": 2, "zero": 3, "sp": True} and training["seq_len"] == 8192
+    # planner launch's shape: the specs grouped, the layout with its derived counts
+    launch_doc = {"planner": "0.1.0", "framework": "torchtitan", "rank": 1, "files": ["plan.json"],
+                  "layout": {**doc["layout"], "num_microbatches": 2, "expert_dp": 2},
+                  "specs": {k: doc[k] for k in ("model", "gpus", "training")} | {"cluster": presets.clusters()["dgx-h100"].model_dump(mode="json")}}
+    (tmp_path / "plan.json").write_text(json.dumps(launch_doc))
+    model, cluster, gpus, training, layout = read_plan(tmp_path)
+    assert (model.name, cluster, gpus) == ("llama-3.1-8b", presets.clusters()["dgx-h100"], 16) and layout["tp"] == 8
+    del doc["layout"]
+    (tmp_path / "plan.json").write_text(json.dumps(doc))
+    with pytest.raises(SpecError, match=r"missing key\(s\) \['layout'\]"):
+        read_plan(tmp_path)
+
+
+# --- trace analysis, failure causes, calibration (no processes) ------------------------------------
+
+
+def test_trace_split_by_hand(tmp_path):
+    """Main thread 1; gloo thread 7 serves the tp group, thread 8 the dp group. Step 5 spans
+    0-1000 us: operators 0-300 and 400-700, an all-reduce call 300-400 (waiting, not compute), the
+    optimizer 800-900. tp's all-reduce runs 250-450: exposed where no compute covers it, 300-400
+    (100 us). dp's runs 650-800: exposed 700-800 (100 us). Idle: 900-1000."""
+    def ev(name, tid, a, b, cat="cpu_op"):
+        return {"name": name, "ph": "X", "tid": tid, "ts": a, "dur": b - a, "cat": cat}
+
+    events = [
+        ev("step5", 1, 0, 1000, "user_annotation"), ev("aten::mm", 1, 0, 300), ev("c10d::allreduce_", 1, 300, 400),
+        ev("aten::mm", 1, 400, 700), ev("optimizer", 1, 800, 900, "user_annotation"), ev("aten::add_", 1, 800, 900),
+        ev("gloo:all_reduce", 7, 250, 450, "user_annotation"), ev("gloo:all_reduce", 8, 650, 800, "user_annotation"),
+        {"name": "[memory]", "ph": "i", "tid": 1, "ts": 10, "args": {"Total Allocated": 4096}},
+    ]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    out = worker.analyze_trace(str(path), 1, {7: "tp", 8: "dp"}, 5, 6)
+    (step,) = out["steps"]
+    assert step["step_s"] == pytest.approx(1e-3) and step["compute_s"] == pytest.approx(600e-6)
+    assert step["optimizer_s"] == pytest.approx(100e-6) and step["other_s"] == pytest.approx(100e-6)
+    assert step["comm"]["tp"] == pytest.approx({"busy_s": 200e-6, "exposed_s": 100e-6})
+    assert step["comm"]["dp"] == pytest.approx({"busy_s": 150e-6, "exposed_s": 100e-6})
+    assert out["peak_allocated_bytes"] == 4096
+
+
+def test_failure_cause_names_the_rank_that_ran_out_of_memory(tmp_path):
+    (tmp_path / "error_rank0.json").write_text(json.dumps(
+        {"rank": 0, "run": "validate", "step": 1, "type": "RuntimeError", "t": 2.0,
+         "message": "[../gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:4321"}))
+    (tmp_path / "error_rank3.json").write_text(json.dumps(
+        {"rank": 3, "run": "validate", "step": 1, "type": "OutOfMemoryError", "t": 3.0, "oom": True,
+         "message": "CUDA out of memory.", "needed_bytes": 2 * 2**30, "available_bytes": 3 * 2**29}))
+    cause = failure_cause(tmp_path, 4, stalled=False, timed_out_s=None, returncode=1)
+    assert cause == "OOM on rank 3 at step 1 of run validate: needed 2.0 GiB, had 1.5 GiB free"
+
+
+def test_calibration_fit_reproduces_the_fitted_steps_and_loads(tmp_path):
+    job = make_job(load_model(TINY), gpus=2, training=TRAINING, tp=2)
+    steps = [{"compute_s": 0.05, "optimizer_s": 0.004} for _ in range(4)]
+    f = fit(job, steps, [0.08] * 4, DEFAULT, what="a test")
+    t = time_estimate(job, calibration=f.calibration)
+    assert float(t.breakdown.value("compute")) == pytest.approx(0.05, rel=1e-6)
+    assert float(t.breakdown.value("optimizer")) == pytest.approx(0.004, rel=1e-9)
+    assert abs(f.after["compute_s"]) < 1e-6 < abs(f.before["compute_s"])
+    write(f.calibration, tmp_path / "cal.json")
+    assert load_calibration(tmp_path / "cal.json").to_json() == {**f.calibration.to_json(), "source": f.calibration.source}
+
+
+# --- real runs (gloo, CPU) -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def validated(tmp_path_factory):
+    out = tmp_path_factory.mktemp("validate")
+    report = run_validate(
+        TINY, cluster="dgx-h100", gpus=2, training=TRAINING, layout={"zero": 3}, out_dir=out / "job",
+        options=Options(steps=4, warmup=1, backend="gloo", fp32=True, step_timeout_s=60, timeout_s=240,
+                        calibrate=out / "cal.json"),
+    )
+    assert report.ok, report.launch.cause
+    return out, report
+
+
+def test_validate_measures_every_term(validated):
+    out, report = validated
+    doc = json.loads((out / "job" / "validate.json").read_text())
+    assert doc["status"] == "ok" and doc["slice"]["kind"] == "full" and doc["run"]["dtype"] == "float32"
+    terms = {r["term"]: r for r in doc["comparison"]}
+    assert {"step time", "compute", "dp exposed", "optimizer", "tokens/s/GPU", "MFU", "memory weights"} <= set(terms)
+    split = doc["measured"]["split"]
+    assert split["comm"]["dp"]["busy_s"] > 0 and split["comm"]["tp"]["busy_s"] == 0  # FSDP over 2 ranks, no tp
+    # the split is a partition of the profiled step: compute + optimizer + exposed comm + idle
+    parts = split["compute_s"] + split["optimizer_s"] + split["other_s"] + sum(c["exposed_s"] for c in split["comm"].values())
+    assert parts == pytest.approx(split["step_s"], rel=0.05)
+    for part in ("weights", "gradients", "optimizer_states"):
+        assert terms[f"memory {part}"]["error"] == 0.0
+    assert doc["states_exact"] == {"ok": True, "mismatches": []}
+    for rank in (0, 1):  # the job, its worker and a Chrome trace per rank stay for the user
+        assert "traceEvents" in json.loads((out / "job" / "validate" / f"trace_rank{rank}.json").read_text())
+    assert (out / "job" / "worker.py").read_text() == Path(worker.__file__).read_text()
+    assert json.loads((out / "job" / "job.json").read_text())["runs"][0]["mesh"]["dp_shard"] == 2
+
+
+def test_validate_table_has_predicted_measured_and_error(validated):
+    from rich.console import Console
+
+    _, report = validated
+    console = Console(record=True, width=160)
+    render(report, console)
+    text = console.export_text()
+    assert "Predicted vs measured" in text and "step time" in text and "dp exposed" in text
+    assert "equal the memory model on all 2 ranks" in text and "held-out steps" in text
+
+
+def test_calibration_lowers_the_held_out_error_and_feeds_estimate(validated):
+    out, report = validated
+    f = report.fit
+    assert f.fit_steps == 2 and f.held_out_steps == 2
+    assert abs(f.after["compute_s"]) < abs(f.before["compute_s"])
+    assert abs(f.after["step_s"]) < abs(f.before["step_s"])
+    est = runner.invoke(app, ["estimate", TINY, *TINY_FLAGS, "--zero", "3", "--calibration", str(out / "cal.json"), "--json"])
+    assert est.exit_code == 0, est.output
+    doc = json.loads(est.stdout)
+    assert doc["time"]["calibration"]["gemm_efficiency"]["hopper"] == pytest.approx(f.calibration.gemm_efficiency["hopper"])
+    assert doc["time"]["step_s"] > time_estimate(report.slice.job).step_s  # CPU-fitted constants: slower
+
+
+def _alive_with_marker(launch_id: str) -> list[int]:
+    return find_processes(launch_id)
+
+
+def test_a_rank_that_raises_fails_validate_in_one_line(tmp_path, monkeypatch):
+    """Through the CLI, from a plan directory: exit 1, one line naming the rank and step, the
+    partial measurements kept, no process left."""
+    doc = {"model": str(DATA / "tiny-llama.toml"), "cluster": "dgx-h100", "gpus": 2,
+           "training": TRAINING, "layout": {"zero": 3}, "prediction": {}}
+    (tmp_path / "plan.json").write_text(json.dumps(doc))
+    monkeypatch.setenv("PLANNER_VALIDATE_FAULT", json.dumps({"rank": 1, "step": 1, "mode": "raise"}))
+    result = runner.invoke(app, ["validate", str(tmp_path), "--backend", "gloo", "--fp32", "--steps", "2", "--warmup", "1",
+                                 "--step-timeout", "30", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 1
+    line = result.stderr.strip()
+    assert "\n" not in line and line.startswith("error: rank 1 failed at step 1 of run validate: RuntimeError: injected failure")
+    out = json.loads((tmp_path / "out" / "validate.json").read_text())
+    assert out["status"] == "failed" and out["cause"] in line
+    assert len(out["partial"]["step_times_s_per_rank"][0]) >= 1  # step 0 finished before the failure
+    assert out["run"]["killed_after_teardown"] == []
+    assert not any(p for p in os.listdir("/proc") if p.isdigit() and _marker_in(int(p)))
+
+
+def _marker_in(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return b"PLANNER_VALIDATE_ID=" in f.read()
+    except OSError:
+        return False
+
+
+def test_a_hung_rank_is_torn_down_within_the_step_timeout(tmp_path):
+    report = run_validate(
+        TINY, cluster="dgx-h100", gpus=2, training=TRAINING, layout={"zero": 3}, out_dir=tmp_path,
+        options=Options(steps=2, warmup=1, backend="gloo", fp32=True, step_timeout_s=3, timeout_s=120,
+                        debug={"rank": 1, "step": 1, "mode": "hang"}),
+    )
+    assert not report.ok
+    assert report.launch.cause.startswith("rank 1 hung at step 1 of run validate (worker.py:")
+    assert "rank(s) 0 waited for it in a collective" in report.launch.cause
+    assert report.launch.wall_s < 60
+    assert _alive_with_marker(report.launch.launch_id) == []
+
+
+@pytest.mark.parametrize("args, message", [
+    ([TINY], "give a PLAN_DIR holding plan.json, or MODEL with --cluster and --gpus"),
+    ([TINY, *TINY_FLAGS, "--steps", "0"], "--steps(0) must be at least 1"),
+    ([TINY, *TINY_FLAGS, "--backend", "nccl"], "--backend nccl needs CUDA GPUs"),
+    (["mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "8", "--framework", "torchtitan", "--tp", "2"],
+     "validate cannot run this layout yet: mixture-of-experts layers run with tp 1"),
+    ([TINY, "--cluster", "dgx-h100", "--gpus", "8", "--tp", "8"], "num_attention_heads(4) is not divisible by tp(8)"),
+])
+def test_bad_input_is_one_line_exit_2(tmp_path, args, message):
+    result = runner.invoke(app, ["validate", *args, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr and result.stderr.strip().count("\n") == 0

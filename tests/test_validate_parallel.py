@@ -1,0 +1,144 @@
+"""The emitted job really implements each layout: multi-process gloo runs on CPU (2 and 4 ranks)
+train the same model on the same batches as a single-process reference, and each rank holds exactly
+the parameter, gradient and optimizer bytes the memory model predicts.
+
+Each batch of layouts runs in one torchrun job (the worker runs them in order), so torch is
+imported and the ranks rendezvous once per world size.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from cost_models.model_spec import ModelSpec, MoESpec
+from planner.loaders import load_model
+from planner.validate import worker
+from planner.validate.compare import check_states, measure
+from planner.validate.runner import emit, launch
+from planner.validate.slices import Slice, job_doc, run_doc
+from tests.helpers import make_job
+
+TINY = load_model("tests/data/validate/tiny-llama.toml")
+# every second layer MoE: 4 experts of width 64, top-2
+TINY_MOE = TINY.model_copy(update={"name": "tiny-moe", "moe": MoESpec(num_experts=4, top_k=2, expert_ffn_hidden_size=64, layer_freq=2)})
+# GPT-2's family: LayerNorm, GELU, learned positions, biases everywhere, tied embeddings
+TINY_GPT = ModelSpec(name="tiny-gpt", num_layers=2, hidden_size=64, ffn_hidden_size=256, num_attention_heads=4, vocab_size=128,
+                     max_position_embeddings=64, tie_embeddings=True, mlp="gelu", norm="layernorm", position_embedding="learned",
+                     qkv_bias=True, out_bias=True, mlp_bias=True)
+TRAINING = {"framework": "torchtitan", "seq_len": 32, "global_batch_size": 8}
+STEPS, WARMUP, LR = 1, 1, 1e-3  # two optimizer steps; the profiler is off (tests/test_validate.py runs it)
+
+# Tolerances, fp32 on CPU. Loss: the parallel run sums the same products in another order
+# (sharded matmuls, micro-batch accumulation, reductions over ranks); observed differences are
+# <= 5e-7 on a loss of 4.85, and 1e-5 is 20x that. First-step gradients: each tensor's max
+# difference relative to its largest element, observed <= 1.1e-6, with a floor of 1e-4 for the
+# element scale: the key bias's true gradient is zero (softmax ignores a constant added to every
+# score of a row), so its ~1e-11 rounding residues have no scale of their own. Weights after 2 AdamW steps:
+# Adam moves every element by about lr = 1e-3 whatever the gradient's scale, so a wrong shard or a
+# missing reduction shows at 1e-4..1e-3, while rounding in near-zero gradients can flip an update's
+# sign only where |g| ~ eps; observed <= 4.8e-6 after three steps, bound 2e-5 (2% of lr). Gradient scaling errors,
+# which Adam would hide, are caught by the gradient check.
+LOSS_TOL, GRAD_REL_TOL, WEIGHT_TOL = 1e-5, 1e-5, 2e-5
+
+
+def _job(model=TINY, gpus=2, **layout):
+    return make_job(model, gpus=gpus, training=TRAINING, **layout)
+
+
+RUNS_2 = {
+    "dp": _job(zero=0, mbs=2),  # DDP, 2 micro-batches of gradient accumulation
+    "fsdp": _job(zero=3, mbs=2, recompute="full", recompute_layers=2),  # FSDP2, 2 of 4 layers checkpointed
+    "tp_sp": _job(tp=2, recompute="selective"),  # tensor + sequence parallel, core attention recomputed
+    "pp_1f1b": _job(pp=2, mbs=2),  # 2 stages, 4 micro-batches
+    "ep": _job(TINY_MOE, ep=2),  # experts over 2 ranks, FSDP over the same 2
+    "cp": _job(cp=2),  # ring attention over 2 ranks
+    "gpt_fsdp": _job(TINY_GPT, zero=3),  # tied embedding in FSDP's root unit
+}
+RUNS_4 = {
+    "fsdp_tp": _job(gpus=4, tp=2),  # 2-D: FSDP 2 x TP 2
+    "pp_interleaved": _job(gpus=4, pp=2, vpp=2),  # 2 ranks x 2 virtual stages, FSDP 2
+    "hsdp": _job(gpus=4, dp_shard=2),  # 2 replicas of 2 shards
+}
+
+
+def _batch(tmp_path_factory, name: str, runs: dict, nproc: int):
+    out = tmp_path_factory.mktemp(name)
+    docs = [run_doc(job, name=n, steps=STEPS, warmup=WARMUP, fp32=True, check=True, lr=LR, profile=False) for n, job in runs.items()]
+    emit(out, job_doc(docs, backend="gloo", device="cpu", step_timeout_s=60))
+    result = launch(out, nproc, timeout_s=240, step_timeout_s=60)
+    assert result.ok, result.cause
+    return out, {d["name"]: d for d in docs}, result
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory):
+    return _batch(tmp_path_factory, "two", RUNS_2, 2)
+
+
+@pytest.fixture(scope="module")
+def four(tmp_path_factory):
+    return _batch(tmp_path_factory, "four", RUNS_4, 4)
+
+
+_REFERENCES: dict[str, dict] = {}
+
+
+def _reference(run: dict) -> dict:
+    key = json.dumps({k: run[k] for k in ("model", "global_batch", "seq_len", "steps", "warmup", "seed", "optimizer")}, sort_keys=True)
+    if key not in _REFERENCES:
+        _REFERENCES[key] = worker.reference(run)
+    return _REFERENCES[key]
+
+
+def _check(batch, name: str, jobs: dict):
+    out, docs, result = batch
+    run = docs[name]
+    ref = _reference(run)
+    ranks = result.results[name]
+    saved = {}
+    for f in sorted((out / name).glob("check_pp*.pt")):
+        saved.update({kind: {**saved.get(kind, {}), **d} for kind, d in torch.load(f).items()})
+    # every rank reports the same global loss, equal to the reference's at every step
+    for r in ranks:
+        assert r["losses"] == pytest.approx(ref["losses"], abs=LOSS_TOL), (name, r["rank"])
+    assert set(saved["params"]) == set(ref["params"]), name  # the stages together hold the whole model
+    for n, want in ref["grads"].items():
+        got = saved["grads"][n]
+        assert got.shape == want.shape, (name, n)
+        assert (got - want).abs().max() <= GRAD_REL_TOL * want.abs().max().clamp_min(1e-4), (name, n)
+    for n, want in ref["params"].items():
+        assert (saved["params"][n] - want).abs().max() <= WEIGHT_TOL, (name, n)
+    # exact state bytes on every rank
+    job = jobs[name]
+    states = check_states(Slice(job, job, "full", "", ()), measure(ranks))
+    assert states.ok, states.mismatches
+
+
+@pytest.mark.parametrize("name", list(RUNS_2))
+def test_two_ranks_train_like_one_process(two, name):
+    _check(two, name, RUNS_2)
+
+
+@pytest.mark.parametrize("name", list(RUNS_4))
+def test_four_ranks_train_like_one_process(four, name):
+    _check(four, name, RUNS_4)
+
+
+def test_states_are_sharded_as_the_layout_says(two, four):
+    """The exact-bytes check has teeth: FSDP halves what DDP holds, tp=2 holds half of every matrix
+    but whole norms, and each pipeline stage holds its own layers (arithmetic in the comments)."""
+    b = {name: batch[2].results[name][0]["state_bytes"] for batch, runs in ((two, RUNS_2), (four, RUNS_4)) for name in runs}
+    # tiny-llama: embedding and output 128x64 each, 4 layers x (q 64x64, k/v 32x64 each, o 64x64,
+    # gate/up/down 3x64x128, 2 norms of 64), final norm 64: 16,384 + 4 x 36,992 + 64 = 164,416
+    # parameters, 4 bytes each in fp32
+    params = 2 * 128 * 64 + 4 * (64 * 64 + 2 * 32 * 64 + 64 * 64 + 3 * 64 * 128 + 2 * 64) + 64
+    assert b["dp"]["weights"] == 4 * params
+    assert b["fsdp"]["weights"] == 4 * params // 2
+    assert b["dp"]["optimizer_states"] == 2 * 4 * params  # AdamW: exp_avg and exp_avg_sq in fp32
+    norms = 4 * 2 * 64 + 64  # replicated over tp
+    assert b["tp_sp"]["weights"] == 4 * ((params - norms) // 2 + norms)
+    assert b["fsdp_tp"]["weights"] == b["tp_sp"]["weights"] // 2
+    assert b["hsdp"]["weights"] == b["fsdp"]["weights"]  # shards over 2 of the 4 ranks
