@@ -13,6 +13,8 @@ import typer
 
 from cost_models.enums import AttentionKernel, Fp8Recipe, Framework, OptimizerKind, Precision, Recompute, Schedule
 from planner import __version__
+from planner.validate import Backend as ValidateBackend
+from planner.launch.options import DEFAULT_PORT, MegatronFsdp, TitanVersion
 
 app = typer.Typer(
     help="Find the fastest parallel layout for training an LLM on a GPU cluster, and say why.",
@@ -229,6 +231,118 @@ def plan(
         from planner.render import render_plan
 
         render_plan(report, Console(), explain=explain)
+
+
+def _options_of(source, *, skip: set[str]):  # type: ignore[no-untyped-def]
+    """Give the decorated command (whose last parameter is **flags) the options of `source`, so
+    both take one list of flags rather than two copies of it."""
+    import inspect
+
+    def decorate(func):  # type: ignore[no-untyped-def]
+        own = [p for p in inspect.signature(func, eval_str=True).parameters.values() if p.kind is not p.VAR_KEYWORD]
+        names = {p.name for p in own} | skip
+        shared = [p for p in inspect.signature(source, eval_str=True).parameters.values() if p.name not in names]
+        params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own + shared]
+        func.__signature__ = inspect.Signature(params)
+        return func
+
+    return decorate
+
+
+@app.command()
+@_options_of(estimate, skip={"as_json"})
+def launch(
+    model: Model, cluster: ClusterOpt, gpus: Gpus,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Directory to write (must be empty unless --force).")],
+    rank: Annotated[IntOpt, typer.Option("--rank", help="Without layout flags: launch plan #K of the search (default 1).")] = None,
+    fix: Annotated[Optional[list[str]], typer.Option("--fix", help="Without layout flags: pin an axis of the search, e.g. --fix pp=1.")] = None,
+    torchtitan_version: Annotated[TitanVersion, typer.Option("--torchtitan-version", help="torchtitan 0.3.x (flags and --module/--config) or 0.2.x (TOML).")] = TitanVersion.V03,
+    torchtitan_model: Annotated[Optional[str], typer.Option("--torchtitan-model", help="torchtitan registry entry, MODULE:CONFIG (0.3) or NAME:FLAVOR (0.2); default: the one of the model's shape.")] = None,
+    megatron_fsdp: Annotated[MegatronFsdp, typer.Option("--megatron-fsdp", help="Megatron's sharding for zero 2/3: Megatron-FSDP or torch FSDP2.")] = MegatronFsdp.MEGATRON,
+    nodes_file: Annotated[Optional[Path], typer.Option("--nodes-file", help="Host names, one a line; the first hosts the rendezvous.")] = None,
+    partition: Annotated[Optional[str], typer.Option("--partition", help="Slurm partition (writes job.sbatch even for one node).")] = None,
+    account: Annotated[Optional[str], typer.Option("--account", help="Slurm account.")] = None,
+    time: Annotated[Optional[str], typer.Option("--time", help="Slurm time limit, e.g. 04:00:00.")] = None,
+    job_name: Annotated[Optional[str], typer.Option("--job-name", help="Slurm job name (default: from the model name).")] = None,
+    port: Annotated[int, typer.Option("--port", help="Rendezvous port on the first node.")] = DEFAULT_PORT,
+    force: Annotated[bool, typer.Option("--force", help="Replace a non-empty --out directory.")] = False,
+    **flags,  # type: ignore[no-untyped-def]
+) -> None:
+    """Write the files that run one plan: plan.json, README.md, train.sh and the framework's configs (job.sbatch for several nodes)."""
+    with _user_errors():
+        from cost_models.calibration import DEFAULT, load_calibration
+        from planner.launch.build import LaunchOptions, read_nodes_file, run_launch, write_launch
+
+        headroom, calibration = flags.pop("headroom"), flags.pop("calibration")
+        training, layout = _specs(**flags)
+        options = LaunchOptions(
+            torchtitan_version=torchtitan_version, torchtitan_model=torchtitan_model, megatron_fsdp=megatron_fsdp,
+            hosts=read_nodes_file(nodes_file) if nodes_file else (), partition=partition, account=account, time=time,
+            job_name=job_name, port=port,
+        )
+        cal = load_calibration(calibration) if calibration else DEFAULT
+        files = run_launch(model, cluster, gpus, training=training, layout=layout, rank=rank, fixes=fix, options=options,
+                           headroom=headroom, calibration=cal)
+        written = write_launch(files, out, force=force)
+    print(f"wrote {len(written)} files to {out}: {', '.join(p.name for p in written)}")
+
+
+@app.command()
+def validate(
+    target: Annotated[str, typer.Argument(help="PLAN_DIR holding plan.json (from planner launch), or MODEL as for estimate.")],
+    cluster: Annotated[Optional[str], typer.Option("--cluster", "-c", help="Cluster preset name or cluster spec file (with MODEL).")] = None,
+    gpus: Annotated[IntOpt, typer.Option("--gpus", "-g", help="Number of GPUs of the plan (with MODEL).")] = None,
+    tp: Tp = None, pp: Pp = None, vpp: Vpp = None, cp: Cp = None, ep: Ep = None, etp: Etp = None, mbs: Mbs = None,
+    sp: Sp = None, zero: ZeroOpt = None, dp_shard: DpShard = None, recompute: RecomputeOpt = None,
+    recompute_layers: RecomputeLayers = None, schedule: ScheduleOpt = None, pp_first: PpFirst = None, pp_last: PpLast = None,
+    seq_len: SeqLen = None, global_batch_size: GlobalBatch = None, framework: FrameworkOpt = None, dtype: Dtype = None,
+    fp8_recipe: Fp8RecipeOpt = None, optimizer: OptimizerOpt = None, attention: AttentionOpt = None, compile: Compile = None, tp_comm_overlap: TpOverlap = None,
+    nproc_per_node: Annotated[IntOpt, typer.Option("--nproc-per-node", help="Ranks to start on this node (default: the plan's GPUs, at most the GPUs or CPU cores present).")] = None,
+    steps: Annotated[int, typer.Option("--steps", help="Timed training steps after the warm-up.")] = 10,
+    warmup: Annotated[int, typer.Option("--warmup", help="Untimed steps first.")] = 3,
+    backend: Annotated[Optional[ValidateBackend], typer.Option("--backend", help="nccl (GPUs) or gloo (CPU); default nccl when CUDA is available.")] = None,
+    fp32: Annotated[bool, typer.Option("--fp32", help="Compute in fp32 instead of the plan's dtype (bit-for-bit comparisons on CPU).")] = False,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Directory for the job, its traces and validate.json.")] = Path("planner-validate"),
+    timeout: Annotated[float, typer.Option("--timeout", help="Overall time limit, seconds.")] = 3600.0,
+    step_timeout: Annotated[float, typer.Option("--step-timeout", help="Time limit of one training step and of one collective, seconds.")] = 300.0,
+    calibrate: Annotated[Optional[Path], typer.Option("--calibrate", help="Fit the efficiency constants to the measurements and write them to FILE.")] = None,
+    calibration: Annotated[Optional[Path], typer.Option("--calibration", help="JSON file of efficiency constants to predict with (and to start a fit from).")] = None,
+    as_json: AsJson = False,
+) -> None:
+    """Run a short profiled torch job that implements the plan (or its largest slice that fits here) and compare it with the prediction."""
+    flags = {k: v for k, v in locals().items() if k not in _NOT_SPECS | _VALIDATE_ONLY}
+    from rich.console import Console
+
+    with _user_errors():
+        from cost_models.calibration import DEFAULT, load_calibration
+        from planner.validate.command import Options, ProgressBar, fault_injection, run_validate
+
+        training, layout = _specs(**flags)
+        options = Options(
+            steps=steps, warmup=warmup, nproc=nproc_per_node, backend=str(backend) if backend else None, fp32=fp32,
+            timeout_s=timeout, step_timeout_s=step_timeout, calibrate=calibrate,
+            calibration=load_calibration(calibration) if calibration else DEFAULT, debug=fault_injection(),
+        )
+        with ProgressBar(Console(stderr=True)) as bar:
+            report = run_validate(target, cluster=cluster, gpus=gpus, training=training, layout=layout, out_dir=out,
+                                  options=options, on_progress=bar.update)
+    if as_json:
+        from planner.render import print_json
+
+        print_json(report.to_json())
+    else:
+        from planner.validate.command import render
+
+        console = Console()
+        if not console.is_terminal:  # pipes default to 80 columns; the comparison table needs ~110
+            console = Console(width=max(console.width, 120))
+        render(report, console)
+    if not report.ok:
+        print(f"error: {report.launch.cause}", file=sys.stderr)
+        raise typer.Exit(1)
+
+
+_VALIDATE_ONLY = {"target", "nproc_per_node", "steps", "warmup", "backend", "fp32", "out", "timeout", "step_timeout", "calibrate"}
 
 
 @app.command()

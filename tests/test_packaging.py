@@ -1,5 +1,5 @@
 """Installation: the wheel carries the presets, the console script runs from any directory, and
-`memory` and `estimate` never import torch."""
+`memory`, `estimate`, `plan` and `launch` never import torch."""
 
 from __future__ import annotations
 
@@ -60,3 +60,27 @@ def test_plan_runs_without_torch(tmp_path):
     assert len(json.loads(result.stdout)["plans"]) == 2
     imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if "|" in line}
     assert not any(m == "torch" or m.startswith("torch.") for m in imported)
+
+
+def test_launch_runs_without_torch(tmp_path):
+    result = _planner("launch", "llama-3.1-8b", "--cluster", "dgx-h100", "--gpus", "8", "--global-batch-size", "64",
+                      "--out", str(tmp_path / "out"), cwd=tmp_path, importtime=True)
+    assert result.returncode == 0, result.stderr
+    assert json.loads((tmp_path / "out" / "plan.json").read_text())["rank"] == 1
+    imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if "|" in line}
+    assert not any(m == "torch" or m.startswith("torch.") for m in imported)
+
+
+def test_every_package_is_in_the_wheel():
+    """pyproject lists its packages by hand: a new subpackage missing from the list would leave
+    `pip install .` without it."""
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {
+        ".".join(p.parent.relative_to(root).parts)
+        for top in ("planner", "cost_models", "presets")
+        for p in (root / top).rglob("__init__.py")
+    }
+    assert found <= listed, found - listed
