@@ -161,26 +161,30 @@ def shard_table(problem: Problem, shard: Shard, cal: Calibration) -> ShardTable:
     )
 
 
-def fsdp_ns(problem: Problem, shard: Shard, sharding: Sharding, table: ShardTable) -> tuple[int, int, int]:
+def fsdp_ns(problem: Problem, shard: Shard, sharding: Sharding, table: ShardTable) -> tuple[int, int, int, int]:
     """Exposed parameter gathers and gradient reduce-scatters of one micro-batch when FSDP/ZeRO-3
-    works per micro-batch (pp = 1), per recompute mode, at least: step_time.stage_time hides layer
-    i's gather behind layer i−1's compute, which with every gather at least the smallest layer's
-    (g, r) and every compute at most the largest layer's (f, b) exposes at least
-        g + (L−1)·max(0, g − f)  forward,   g + r + (L−1)·max(0, g + r − b)  backward."""
+    works per micro-batch (pp = 1), at least. step_time.stage_time hides layer i's gather behind
+    layer i−1's compute; with every gather at least the smallest layer's (g, r) and every compute
+    at most the largest layer's (f, b under its recompute mode) it exposes at least
+
+        g + (L−1)·max(0, g − f)  forward,   g + r + Σ_{i≥1} max(0, g + r − b_i)  backward.
+
+    Returns (the fixed part: both passes' first terms and the forward sum, then the per-layer
+    backward term max(0, g + r − b) for each recompute mode); zeros where there is no FSDP."""
     gpus = problem.gpus
     dp = gpus // (shard.tp * shard.cp)
     if sharding.zero is not Zero.PARAMETERS or (sharding.dp_shard or dp) * shard.cp == 1:
-        return (0, 0, 0)
+        return (0, 0, 0, 0)
     if sharding.dp_shard is not None and (sharding.dp_shard >= dp or dp % sharding.dp_shard):
-        return (0, 0, 0)
+        return (0, 0, 0, 0)
     lay = Layout(tp=shard.tp, sp=shard.sp, cp=shard.cp, ep=shard.ep, etp=shard.etp, mbs=shard.mbs,
                  zero=sharding.zero, dp_shard=sharding.dp_shard)
     job = fill_defaults(problem.model, problem.cluster, problem.training, lay)
     comm = [fsdp_layer_comm(job, i) for i in problem.model.layer_kinds.values()]
     g, r = (min(c[0] for c in comm) * NS, min(c[1] for c in comm) * NS)
     n = problem.model.num_layers
-    fwd = g + (n - 1) * max(0.0, g - table.forward_ns)
-    return tuple(int(fwd + g + r + (n - 1) * max(0.0, g + r - b)) for b in table.backward_ns)  # type: ignore[return-value]
+    fixed = g + (n - 1) * max(0.0, g - table.forward_ns) + g + r
+    return (int(fixed), *(int(max(0.0, g + r - b)) for b in table.backward_ns))  # type: ignore[return-value]
 
 
 def pp1_buffers(problem: Problem, shard: Shard, sharding: Sharding) -> int:
@@ -360,9 +364,13 @@ class Space:
             self.mem1[:, zi] = mem1
             self.mem[:, zi] = np.maximum(self.mem[:, zi], mem1)
             if z.zero is Zero.PARAMETERS:
-                f = np.array([fsdp_ns(problem, self.shards[s], z, self.tables[s]) if s in self.tables else (0, 0, 0)
-                              for s in range(S)], dtype=i64).reshape(S, 3)
-                self.lb[:, zi] += np.where(one_stage, m * f[si, mode[ti]], 0)
+                f = np.array([fsdp_ns(problem, self.shards[s], z, self.tables[s]) if s in self.tables else (0, 0, 0, 0)
+                              for s in range(S)], dtype=i64).reshape(S, 4)
+                # layers 1..L−1 of the only rank: its recomputed ones first (layer 0 among them, if any)
+                n_rec = np.maximum(0, rec[ti, 2] - 1)
+                n_plain = plain[ti, 2] - (rec[ti, 2] == 0)
+                exposed = f[si, 0] + n_rec * f[si, 1 + mode[ti]] + n_plain * f[si, 1]
+                self.lb[:, zi] += np.where(one_stage, m * exposed, 0)
 
     def __len__(self) -> int:
         return len(self.cell_shard)
