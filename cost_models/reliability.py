@@ -1,7 +1,7 @@
 """Time to train, what it costs, and how often to checkpoint.
 
 A run of N GPUs fails about every MTBF_gpu / N (failures of independent GPUs add up). Writing a
-checkpoint of S bytes at an aggregate write bandwidth W stalls training for δ = S / W. The interval
+checkpoint of S bytes at an aggregate write bandwidth W stalls training for δ = S / W (W defaults to Llama 3's storage bandwidth per GPU times the GPUs). The interval
 τ between checkpoints that minimises the expected time lost is Daly's higher-order estimate of
 Young's optimum:
 
@@ -37,8 +37,14 @@ LLAMA3_GPUS = 16384
 LLAMA3_UNEXPECTED_INTERRUPTIONS = 419
 DEFAULT_GPU_MTBF_HOURS = LLAMA3_SNAPSHOT_DAYS * 24 * LLAMA3_GPUS / LLAMA3_UNEXPECTED_INTERRUPTIONS
 # Meta's Tectonic file system serves Llama 3 checkpoints at a sustained 2 TB/s (peak 7 TB/s)
-# (Llama Team 2024, Sec. 3.3.1 "Storage").
-DEFAULT_CKPT_WRITE_GB_PER_S = 2000.0
+# (Llama Team 2024, Sec. 3.3.1 "Storage"), for the 16,384 GPUs of the 405B run: the default write
+# bandwidth of a cluster is that per-GPU share times its GPUs.
+LLAMA3_CKPT_WRITE_GB_PER_S = 2000.0
+DEFAULT_CKPT_WRITE_GB_PER_S_PER_GPU = LLAMA3_CKPT_WRITE_GB_PER_S / LLAMA3_GPUS
+
+
+def default_write_gb_per_s(gpus: int) -> float:
+    return DEFAULT_CKPT_WRITE_GB_PER_S_PER_GPU * gpus
 
 CHECKPOINTED = ("weights", "master_weights", "optimizer_states")  # gradients are not saved
 
@@ -93,7 +99,8 @@ class Reliability:
 
 
 def reliability(job: Job, memory: MemoryEstimate, *, gpu_mtbf_hours: float = DEFAULT_GPU_MTBF_HOURS,
-                write_gb_per_s: float = DEFAULT_CKPT_WRITE_GB_PER_S) -> Reliability:
+                write_gb_per_s: float | None = None) -> Reliability:
+    write_gb_per_s = write_gb_per_s or default_write_gb_per_s(job.gpus)
     per_param = checkpoint_bytes_per_param(job)
     total = job.model.params_total * per_param
     per_gpu = max(

@@ -88,6 +88,18 @@ Compile = Annotated[Optional[bool], typer.Option("--compile/--no-compile", help=
 TpOverlap = Annotated[Optional[bool], typer.Option("--tp-comm-overlap/--no-tp-comm-overlap", help="Overlap tp communication with GEMMs (Megatron --tp-comm-overlap, torchtitan async TP).")]
 Headroom = Annotated[Optional[float], typer.Option("--headroom", help="Fraction of HBM kept free when judging fit (default 5%).")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+FloatOpt = Optional[float]
+Tokens = Annotated[FloatOpt, typer.Option("--tokens", help="Tokens to train: days, GPU-hours (and cost) to train them.")]
+GpuHourCost = Annotated[FloatOpt, typer.Option("--gpu-hour-cost", help="Price of one GPU-hour, for the cost of --tokens.")]
+CkptWrite = Annotated[FloatOpt, typer.Option("--ckpt-write-gbps", help="Aggregate checkpoint write bandwidth, GB/s (default: Llama 3's 2 TB/s over 16,384 GPUs, per GPU, times the GPUs).")]
+GpuMtbf = Annotated[FloatOpt, typer.Option("--gpu-mtbf-hours", help="Mean time between failures of one GPU, hours (default from Llama 3's 419 interruptions in 54 days on 16,384 GPUs).")]
+_OUTLOOK = {"tokens", "gpu_hour_cost", "ckpt_write_gbps", "gpu_mtbf_hours"}
+
+
+def _outlook(tokens, gpu_hour_cost, ckpt_write_gbps, gpu_mtbf_hours):  # type: ignore[no-untyped-def]
+    from planner.runners import Outlook
+
+    return Outlook(tokens=tokens, gpu_hour_cost=gpu_hour_cost, ckpt_write_gb_per_s=ckpt_write_gbps, gpu_mtbf_hours=gpu_mtbf_hours)
 
 
 def _specs(
@@ -157,17 +169,19 @@ def estimate(
     fp8_recipe: Fp8RecipeOpt = None, optimizer: OptimizerOpt = None, attention: AttentionOpt = None, compile: Compile = None, tp_comm_overlap: TpOverlap = None,
     headroom: Headroom = None,
     calibration: Annotated[Optional[Path], typer.Option("--calibration", help="JSON file of fitted efficiency constants (from validate --calibrate).")] = None,
+    tokens: Tokens = None, gpu_hour_cost: GpuHourCost = None, ckpt_write_gbps: CkptWrite = None, gpu_mtbf_hours: GpuMtbf = None,
     as_json: AsJson = False,
 ) -> None:
     """Step time, throughput and MFU of one layout, with its memory: every term, and the bottleneck."""
-    flags = {k: v for k, v in locals().items() if k not in _NOT_SPECS}
+    flags = {k: v for k, v in locals().items() if k not in _NOT_SPECS | _OUTLOOK}
     with _user_errors():
         from cost_models.calibration import DEFAULT, load_calibration
         from planner.runners import run_estimate
 
         training, layout = _specs(**flags)
         cal = load_calibration(calibration) if calibration else DEFAULT
-        report = run_estimate(model, cluster, gpus, training=training, layout=layout, headroom=headroom, calibration=cal)
+        report = run_estimate(model, cluster, gpus, training=training, layout=layout, headroom=headroom, calibration=cal,
+                              outlook=_outlook(tokens, gpu_hour_cost, ckpt_write_gbps, gpu_mtbf_hours))
     if as_json:
         from planner.render import print_json
 
@@ -193,6 +207,7 @@ def plan(
     headroom: Headroom = None,
     calibration: Annotated[Optional[Path], typer.Option("--calibration", help="JSON file of fitted efficiency constants.")] = None,
     explain: Annotated[bool, typer.Option("--explain", help="Say why #1 beats #2 and what kept other layouts out.")] = False,
+    tokens: Tokens = None, gpu_hour_cost: GpuHourCost = None, ckpt_write_gbps: CkptWrite = None, gpu_mtbf_hours: GpuMtbf = None,
     as_json: AsJson = False,
 ) -> None:
     """Search every layout (tp/sp, pp/vpp, dp and sharding, cp, ep/etp, mbs, recompute) and rank the fastest that fit."""
@@ -217,6 +232,7 @@ def plan(
                 model, cluster, gpus, training=training, fixes=fix or [], top=top, headroom=headroom,
                 allow_cross_node_tp=allow_cross_node_tp, calibration=cal,
                 progress=None if status is None else lambda line: status.update(f"searching {model} on {gpus} GPUs: {line}"),
+                outlook=_outlook(tokens, gpu_hour_cost, ckpt_write_gbps, gpu_mtbf_hours),
             )
         finally:
             if status is not None:
@@ -250,7 +266,7 @@ def _options_of(source, *, skip: set[str]):  # type: ignore[no-untyped-def]
 
 
 @app.command()
-@_options_of(estimate, skip={"as_json"})
+@_options_of(estimate, skip={"as_json"} | _OUTLOOK)
 def launch(
     model: Model, cluster: ClusterOpt, gpus: Gpus,
     out: Annotated[Path, typer.Option("--out", "-o", help="Directory to write (must be empty unless --force).")],
@@ -343,6 +359,43 @@ def validate(
 
 
 _VALIDATE_ONLY = {"target", "nproc_per_node", "steps", "warmup", "backend", "fp32", "out", "timeout", "step_timeout", "calibrate"}
+
+
+@app.command()
+def sweep(
+    model: Model, cluster: ClusterOpt,
+    gpus: Annotated[str, typer.Option("--gpus", help="GPU counts: LO..HI (the powers of two between) or a list 64,128,256.")],
+    seq_len: SeqLen = None,
+    global_batch_size: Annotated[IntOpt, typer.Option("--global-batch-size", help="Sequences per step (default: 4M tokens / seq len).")] = None,
+    framework: FrameworkOpt = None, dtype: Dtype = None, fp8_recipe: Fp8RecipeOpt = None, optimizer: OptimizerOpt = None,
+    attention: AttentionOpt = None, compile: Compile = None, tp_comm_overlap: TpOverlap = None,
+    fix: Annotated[Optional[list[str]], typer.Option("--fix", help="Pin an axis at every count, e.g. --fix pp=1.")] = None,
+    allow_cross_node_tp: Annotated[bool, typer.Option("--allow-cross-node-tp", help="Let tp span scale-up domains.")] = False,
+    headroom: Headroom = None,
+    as_json: AsJson = False,
+) -> None:
+    """The best plan at each GPU count: tokens/s, tokens/s/GPU, MFU, layout, and strong-scaling efficiency."""
+    with _user_errors():
+        from planner.sweep import parse_gpus, run_sweep
+
+        counts = parse_gpus(gpus)
+        training = _training(
+            seq_len=seq_len, global_batch_size=global_batch_size, framework=framework, dtype=dtype,
+            fp8_recipe=fp8_recipe, optimizer=optimizer, attention=attention, compile=compile,
+            tp_comm_overlap=tp_comm_overlap,
+        )
+        rows = run_sweep(model, cluster, counts, training=training, fixes=fix or [], headroom=headroom,
+                         allow_cross_node_tp=allow_cross_node_tp)
+    if as_json:
+        from planner.render import print_json
+
+        print_json({"sweep": [r.to_json() for r in rows]})
+    else:
+        from rich.console import Console
+
+        from planner.render import render_sweep
+
+        render_sweep(rows, Console())
 
 
 @app.command()

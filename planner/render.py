@@ -174,6 +174,24 @@ def render_estimate(report: Any, console: Console) -> None:
         f"{t.model_flop_per_s_per_gpu / TFLOP:,.0f} model TFLOP/s/GPU · MFU [bold]{t.mfu:.1%}[/] · "
         f"HFU {t.hfu:.1%} (of {t.peak_flop_per_s / TFLOP:,.0f} TFLOP/s dense 16-bit) · bottleneck: [bold]{t.bottleneck}[/]"
     )
+    for line in outlook_lines(report):
+        console.print(line)
+
+
+def outlook_lines(report: Any) -> list[str]:
+    """Checkpointing and failures, and time and cost to train when --tokens is given."""
+    r = report.reliability
+    out = [
+        f"checkpoint {r.checkpoint_bytes / TB:,.2f} TB ({r.checkpoint_bytes_per_gpu / GB:,.1f} GB from the busiest GPU), "
+        f"{r.write_s:,.1f} s to write at {r.write_gb_per_s:,.0f} GB/s · cluster MTBF {r.cluster_mtbf_s / 3600:,.1f} h "
+        f"(per GPU {r.gpu_mtbf_hours:,.0f} h) · checkpoint every {r.interval_s / 60:,.1f} min (Daly) · "
+        f"{r.lost_fraction:.1%} of time lost to checkpoints and failures"
+    ]
+    c = report.cost
+    if c is not None:
+        money = f" · cost {c.cost:,.0f}" if c.cost is not None else ""
+        out.append(f"{c.tokens:,.3g} tokens: {c.days:,.1f} days · {c.gpu_hours:,.0f} GPU-hours{money}")
+    return out
 
 
 def short_layout(job: Any) -> str:
@@ -215,6 +233,9 @@ def render_plan(report: Any, console: Console, *, explain: bool = False) -> None
     console.print(table)
     proof = "optimal (top-k proven)" if r.optimal else "best found within the time limit (not proven)"
     console.print(f"search: {r.seconds:.2f} s · {r.candidates} layouts scored exactly · {proof} · {r.solver}")
+    if report.plans:
+        for line in outlook_lines(report.plans[0]):
+            console.print(f"#1: {line}")
     if explain:
         for line in explain_lines(report):
             console.print(line)
@@ -309,3 +330,23 @@ def suspect_lines(report: Any) -> list[str]:
         terms = _term_diffs(best.time, result.time, result.time.step_s)
         out.append(f"{name}: {where}" + (f" ({terms})" if terms else ""))
     return out
+
+
+def render_sweep(rows: list[Any], console: Console) -> None:
+    """The sweep as a table with a bar of tokens/s/GPU per count (the terminal chart)."""
+    table = Table(box=box.SIMPLE_HEAD)
+    for name, justify in (("GPUs", "right"), ("layout", "left"), ("tokens/s", "right"), ("tok/s/GPU", "right"),
+                          ("", "left"), ("MFU", "right"), ("scaling", "right"), ("share grown most", "left")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    best = max((r.report.time.tokens_per_s_per_gpu for r in rows if r.report is not None), default=0.0)
+    for r in rows:
+        if r.report is None:
+            table.add_row(str(r.gpus), "[red]no layout fits[/]", "", "", "", "", "", "")
+            continue
+        t = r.report.time
+        bar = Text("█" * max(1, round(20 * t.tokens_per_s_per_gpu / best)), style="cyan")
+        table.add_row(str(r.gpus), short_layout(r.report.job), f"{t.tokens_per_s:,.0f}", f"{t.tokens_per_s_per_gpu:,.0f}",
+                      bar, f"{t.mfu:.1%}", f"{r.efficiency:.0%}", r.grew or "")
+    console.print(table)
+    console.print("scaling: tokens/s relative to the smallest count that fits, times the GPU ratio (strong scaling at a "
+                  "fixed global batch); share grown most: the step term whose share grew most since that count")

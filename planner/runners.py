@@ -106,15 +106,51 @@ def run_memory(
 
 
 @dataclass(frozen=True)
+class Outlook:
+    """What a run of many steps adds to one step: failures, checkpoints, and time and cost to train."""
+
+    tokens: float | None = None  # train this many tokens (time_to_train)
+    gpu_hour_cost: float | None = None
+    ckpt_write_gb_per_s: float | None = None  # None: cost_models.reliability's default
+    gpu_mtbf_hours: float | None = None
+
+    def check(self) -> None:
+        from cost_models.errors import SpecError
+
+        for name, value in (("--tokens", self.tokens), ("--gpu-hour-cost", self.gpu_hour_cost),
+                            ("--ckpt-write-gbps", self.ckpt_write_gb_per_s), ("--gpu-mtbf-hours", self.gpu_mtbf_hours)):
+            if value is not None and not (value > 0 and value != float("inf")):
+                raise SpecError(f"{name}({value}) must be a positive finite number")
+
+
+@dataclass(frozen=True)
 class EstimateReport:
     """Memory and time of one layout: what `planner estimate` prints, and each plan of `planner plan`."""
 
     memory: MemoryReport
     time: TimeEstimate
+    outlook: Outlook = Outlook()
 
     @property
     def job(self) -> Job:
         return self.memory.job
+
+    @property
+    def reliability(self):  # type: ignore[no-untyped-def]
+        from cost_models.reliability import DEFAULT_GPU_MTBF_HOURS, reliability
+
+        o = self.outlook
+        return reliability(self.job, self.memory.estimate, gpu_mtbf_hours=o.gpu_mtbf_hours or DEFAULT_GPU_MTBF_HOURS,
+                           write_gb_per_s=o.ckpt_write_gb_per_s)
+
+    @property
+    def cost(self):  # type: ignore[no-untyped-def]
+        from cost_models.reliability import training_cost
+
+        if self.outlook.tokens is None:
+            return None
+        return training_cost(self.outlook.tokens, self.time.tokens_per_s, self.job.gpus, self.reliability.lost_fraction,
+                             self.outlook.gpu_hour_cost)
 
     def to_json(self) -> dict[str, Any]:
         t = self.time
@@ -147,6 +183,9 @@ class EstimateReport:
             "peak_tflops_per_gpu": t.peak_flop_per_s / TFLOP,
         }
         doc["bottleneck"] = t.bottleneck
+        doc["checkpoint"] = self.reliability.to_json()
+        if self.cost is not None:
+            doc["time_to_train"] = self.cost.to_json()
         return doc
 
 
@@ -159,9 +198,11 @@ def run_estimate(
     layout: dict[str, Any],
     headroom: float | None = None,
     calibration: Calibration = DEFAULT,
+    outlook: Outlook = Outlook(),
 ) -> EstimateReport:
+    outlook.check()
     memory = run_memory(model, cluster, gpus, training=training, layout=layout, headroom=headroom)
-    return EstimateReport(memory=memory, time=time_estimate(memory.job, calibration=calibration))
+    return EstimateReport(memory=memory, time=time_estimate(memory.job, calibration=calibration), outlook=outlook)
 
 
 @dataclass(frozen=True)
@@ -171,16 +212,19 @@ class PlanReport:
     problem: Any  # planner.space.Problem
     result: Any  # planner.search.SearchResult
     headroom: float = DEFAULT_HEADROOM
+    outlook: Outlook = Outlook()
 
     @property
     def plans(self) -> list[EstimateReport]:
-        return [EstimateReport(memory=MemoryReport(job=p.job, estimate=p.memory), time=p.time) for p in self.result.plans]
+        return [EstimateReport(memory=MemoryReport(job=p.job, estimate=p.memory), time=p.time, outlook=self.outlook)
+                for p in self.result.plans]
 
     def to_json(self) -> dict[str, Any]:
         plans = []
         for rank, report in enumerate(self.plans, 1):
             doc = report.to_json()
-            plans.append({"rank": rank, **{k: doc[k] for k in ("layout", "memory", "time", "throughput", "bottleneck")}})
+            keys = ("layout", "memory", "time", "throughput", "bottleneck", "checkpoint", "time_to_train")
+            plans.append({"rank": rank, **{k: doc[k] for k in keys if k in doc}})
         r = self.result
         return {
             "plans": plans,
@@ -207,6 +251,7 @@ def run_plan(
     calibration: Calibration = DEFAULT,
     progress: Any = None,
     hints: bool = True,
+    outlook: Outlook = Outlook(),
 ) -> PlanReport:
     from cost_models.errors import SpecError
     from planner.search import search
@@ -214,6 +259,7 @@ def run_plan(
 
     if top < 1:
         raise SpecError(f"--top({top}) must be at least 1")
+    outlook.check()
     model_spec, cluster_obj, spec = load_specs(model, cluster, gpus, training)
     if spec.global_batch_size is None:
         spec = spec.model_copy(update=dict(global_batch_size=default_global_batch(spec.seq_len)))
@@ -223,7 +269,7 @@ def run_plan(
     if not result.plans:
         hint = _what_fits(problem, headroom, calibration, batch_given=training.get("global_batch_size") is not None) if hints else ""
         raise SpecError(_no_plan(problem, result) + hint)
-    return PlanReport(problem=problem, result=result, headroom=headroom)
+    return PlanReport(problem=problem, result=result, headroom=headroom, outlook=outlook)
 
 
 def _what_fits(problem: Any, headroom: float, calibration: Calibration, *, batch_given: bool, budget_s: float = 6.0) -> str:

@@ -65,3 +65,25 @@ def test_training_cost_stretches_by_the_time_lost():
     assert c.gpu_hours == pytest.approx(seconds * 100 / 3600)
     assert c.cost == pytest.approx(c.gpu_hours * 2.0)
     assert math.isinf(training_cost(1.0, 1.0, 1, 1.0).days)
+
+
+def test_estimate_reports_time_to_train_and_the_checkpoint_plan():
+    import json
+
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    args = ["estimate", "llama-3.1-8b", "--cluster", "dgx-h100", "--gpus", "16", "--tp", "2", "--json",
+            "--tokens", "1e12", "--gpu-hour-cost", "2", "--ckpt-write-gbps", "50", "--gpu-mtbf-hours", "10000"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    ck, tt = doc["checkpoint"], doc["time_to_train"]
+    assert ck["write_s"] == pytest.approx(ck["checkpoint_bytes"] / 50e9)
+    assert ck["cluster_mtbf_h"] == pytest.approx(10000 / 16)
+    days = 1e12 / doc["throughput"]["tokens_per_s"] / (1 - ck["lost_fraction"]) / 86400
+    assert tt["days"] == pytest.approx(days)
+    assert tt["cost"] == pytest.approx(days * 24 * 16 * 2)
+    bad = CliRunner().invoke(app, ["estimate", "llama-3.1-8b", "--cluster", "dgx-h100", "--gpus", "16", "--tokens", "0"])
+    assert bad.exit_code == 2 and "--tokens(0.0) must be a positive finite number" in bad.output

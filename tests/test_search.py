@@ -144,7 +144,7 @@ def test_plan_json_gives_each_plan_as_estimate_does():
                               *map(str, flags), "--json"])
     assert est.exit_code == 0, est.output
     e = json.loads(est.output)
-    for key in ("layout", "memory", "time", "throughput", "bottleneck"):
+    for key in ("layout", "memory", "time", "throughput", "bottleneck", "checkpoint"):
         assert doc["plans"][0][key] == e[key], key
 
 
