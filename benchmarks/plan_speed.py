@@ -62,7 +62,7 @@ def main() -> int:
         r["cpu_s"] = min(x["cpu_s"] for x in runs)
         r["seconds"] = min(x["seconds"] for x in runs)
         b = r["best"]
-        layout = f"tp{b['tp']} pp{b['pp']} vpp{b['vpp']} dp{b['dp']} cp{b['cp']} ep{b['ep']} z{b['zero']} mbs{b['mbs']} {b['recompute']}"
+        layout = f"tp{b['tp']} pp{b['pp']} vpp{b['vpp']} dp{b['dp']} cp{b['cp']} ep{b['ep']} z{b['zero']} mbs{b['mbs']} {b['recompute']}{(' k=' + str(b['recompute_layers'])) if b['recompute_layers'] else ''}"
         lines.append(f"| {model} | {gpus} | {seq} | {gbs} | {r['seconds']:.2f} | {r['wall_s']:.2f} | {r['cpu_s']:.2f} | "
                      f"{r['candidates']} | {'yes' if r['optimal'] else 'no'} | {layout} | {r['step_s']:.2f} |")
         print(lines[-1], flush=True)
