@@ -127,6 +127,22 @@ def _training(*, seq_len, global_batch_size, framework, dtype, fp8_recipe, optim
     )
 
 
+def _options_of(source, *, skip: set[str]):  # type: ignore[no-untyped-def]
+    """Give the decorated command (whose last parameter is **flags) the options of `source`, so
+    both take one list of flags rather than two copies of it."""
+    import inspect
+
+    def decorate(func):  # type: ignore[no-untyped-def]
+        own = [p for p in inspect.signature(func, eval_str=True).parameters.values() if p.kind is not p.VAR_KEYWORD]
+        names = {p.name for p in own} | skip
+        shared = [p for p in inspect.signature(source, eval_str=True).parameters.values() if p.name not in names]
+        params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own + shared]
+        func.__signature__ = inspect.Signature(params)
+        return func
+
+    return decorate
+
+
 @app.command()
 def memory(
     model: Model, cluster: ClusterOpt, gpus: Gpus,
@@ -160,20 +176,15 @@ _NOT_SPECS = {"model", "cluster", "gpus", "headroom", "as_json", "calibration"}
 
 
 @app.command()
+@_options_of(memory, skip={"as_json"})
 def estimate(
-    model: Model, cluster: ClusterOpt, gpus: Gpus,
-    tp: Tp = None, pp: Pp = None, vpp: Vpp = None, cp: Cp = None, ep: Ep = None, etp: Etp = None, mbs: Mbs = None,
-    sp: Sp = None, zero: ZeroOpt = None, dp_shard: DpShard = None, recompute: RecomputeOpt = None,
-    recompute_layers: RecomputeLayers = None, schedule: ScheduleOpt = None, pp_first: PpFirst = None, pp_last: PpLast = None,
-    seq_len: SeqLen = None, global_batch_size: GlobalBatch = None, framework: FrameworkOpt = None, dtype: Dtype = None,
-    fp8_recipe: Fp8RecipeOpt = None, optimizer: OptimizerOpt = None, attention: AttentionOpt = None, compile: Compile = None, tp_comm_overlap: TpOverlap = None,
-    headroom: Headroom = None,
     calibration: Annotated[Optional[Path], typer.Option("--calibration", help="JSON file of fitted efficiency constants (from validate --calibrate).")] = None,
     tokens: Tokens = None, gpu_hour_cost: GpuHourCost = None, ckpt_write_gbps: CkptWrite = None, gpu_mtbf_hours: GpuMtbf = None,
     as_json: AsJson = False,
+    **flags,  # type: ignore[no-untyped-def]
 ) -> None:
     """Step time, throughput and MFU of one layout, with its memory: every term, and the bottleneck."""
-    flags = {k: v for k, v in locals().items() if k not in _NOT_SPECS | _OUTLOOK}
+    model, cluster, gpus, headroom = (flags.pop(k) for k in ("model", "cluster", "gpus", "headroom"))
     with _user_errors():
         from cost_models.calibration import DEFAULT, load_calibration
         from planner.runners import run_estimate
@@ -247,22 +258,6 @@ def plan(
         from planner.render import render_plan
 
         render_plan(report, Console(), explain=explain)
-
-
-def _options_of(source, *, skip: set[str]):  # type: ignore[no-untyped-def]
-    """Give the decorated command (whose last parameter is **flags) the options of `source`, so
-    both take one list of flags rather than two copies of it."""
-    import inspect
-
-    def decorate(func):  # type: ignore[no-untyped-def]
-        own = [p for p in inspect.signature(func, eval_str=True).parameters.values() if p.kind is not p.VAR_KEYWORD]
-        names = {p.name for p in own} | skip
-        shared = [p for p in inspect.signature(source, eval_str=True).parameters.values() if p.name not in names]
-        params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own + shared]
-        func.__signature__ = inspect.Signature(params)
-        return func
-
-    return decorate
 
 
 @app.command()
