@@ -152,14 +152,19 @@ def memory(
     seq_len: SeqLen = None, global_batch_size: GlobalBatch = None, framework: FrameworkOpt = None, dtype: Dtype = None,
     fp8_recipe: Fp8RecipeOpt = None, optimizer: OptimizerOpt = None, attention: AttentionOpt = None, compile: Compile = None, tp_comm_overlap: TpOverlap = None,
     headroom: Headroom = None, as_json: AsJson = False,
+    png: Annotated[Optional[Path], typer.Option("--png", help="Also draw each stage's memory by component into this PNG (needs the plots extra).")] = None,
 ) -> None:
     """Per-GPU memory of one layout: every component, every pipeline stage, and whether it fits."""
-    flags = {k: v for k, v in locals().items() if k not in _NOT_SPECS}
+    flags = {k: v for k, v in locals().items() if k not in _NOT_SPECS | {"png"}}
     with _user_errors():
         from planner.runners import run_memory
 
         training, layout = _specs(**flags)
         report = run_memory(model, cluster, gpus, training=training, layout=layout, headroom=headroom)
+        if png is not None:
+            from planner.plots import memory_png
+
+            memory_png(report, png)
     if as_json:
         from planner.render import print_json
 
@@ -176,7 +181,7 @@ _NOT_SPECS = {"model", "cluster", "gpus", "headroom", "as_json", "calibration"}
 
 
 @app.command()
-@_options_of(memory, skip={"as_json"})
+@_options_of(memory, skip={"as_json", "png"})
 def estimate(
     calibration: Annotated[Optional[Path], typer.Option("--calibration", help="JSON file of fitted efficiency constants (from validate --calibrate).")] = None,
     tokens: Tokens = None, gpu_hour_cost: GpuHourCost = None, ckpt_write_gbps: CkptWrite = None, gpu_mtbf_hours: GpuMtbf = None,
@@ -368,6 +373,7 @@ def sweep(
     allow_cross_node_tp: Annotated[bool, typer.Option("--allow-cross-node-tp", help="Let tp span scale-up domains.")] = False,
     headroom: Headroom = None,
     as_json: AsJson = False,
+    png: Annotated[Optional[Path], typer.Option("--png", help="Also draw the sweep into this PNG (needs the plots extra).")] = None,
 ) -> None:
     """The best plan at each GPU count: tokens/s, tokens/s/GPU, MFU, layout, and strong-scaling efficiency."""
     with _user_errors():
@@ -381,6 +387,10 @@ def sweep(
         )
         rows = run_sweep(model, cluster, counts, training=training, fixes=fix or [], headroom=headroom,
                          allow_cross_node_tp=allow_cross_node_tp)
+        if png is not None:
+            from planner.plots import sweep_png
+
+            sweep_png(rows, png, title=f"{model} on {cluster}: best plan per GPU count")
     if as_json:
         from planner.render import print_json
 

@@ -35,3 +35,43 @@ def test_sweep_rows_are_plan_number_one_with_scaling_efficiency():
         assert r.grew in dict(r.report.time.breakdown.parts)
         doc = r.to_json()
         assert doc["fits"] and doc["scaling_efficiency"] == r.efficiency and doc["layout"]["tp"] == r.report.job.layout.tp
+
+
+def _png_size(path):  # type: ignore[no-untyped-def]
+    """(width, height) from a PNG's IHDR chunk."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def test_sweep_and_memory_draw_pngs(tmp_path):
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    runner = CliRunner()
+    res = runner.invoke(app, ["sweep", "llama-3.1-8b", "--cluster", "dgx-h100", "--gpus", "8..32", "--global-batch-size", "256",
+                              "--png", str(tmp_path / "sweep.png")])
+    assert res.exit_code == 0, res.output
+    w, h = _png_size(tmp_path / "sweep.png")
+    assert w > 400 and h > 400
+    res = runner.invoke(app, ["memory", "llama-3.1-8b", "--cluster", "dgx-h100", "--gpus", "8", "--tp", "2", "--pp", "4",
+                              "--png", str(tmp_path / "mem.png")])
+    assert res.exit_code == 0, res.output
+    assert _png_size(tmp_path / "mem.png")[0] > 400
+    res = runner.invoke(app, ["memory", "llama-3.1-8b", "--cluster", "dgx-h100", "--gpus", "8", "--png", str(tmp_path / "m.jpg")])
+    assert res.exit_code == 2 and "expected a file name ending in .png" in res.output
+    assert not (tmp_path / "m.jpg").exists()
+
+
+def test_png_without_matplotlib_is_one_line(tmp_path, monkeypatch):
+    import sys
+
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails as when the extra is missing
+    res = CliRunner().invoke(app, ["memory", "llama-3.1-8b", "--cluster", "dgx-h100", "--gpus", "8", "--png", str(tmp_path / "m.png")])
+    assert res.exit_code == 2
+    assert "pip install 'llm-parallelism-planner[plots]'" in res.output and "Traceback" not in res.output
