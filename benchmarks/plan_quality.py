@@ -77,7 +77,7 @@ def outside_space(problem: Problem, job: Job) -> tuple[tuple[str, str], ...]:
     if lay.ep not in ep_values(problem):
         why.append(("ep", f"ep {lay.ep} is not searched"))
     if lay.mbs not in mbs_values(problem):
-        why.append(("mbs", f"mbs {lay.mbs} is not a power of two ≤ {MAX_MBS}"))
+        why.append(("mbs", f"mbs {lay.mbs} is not a divisor of the global batch ≤ {MAX_MBS}"))
     n, counts = problem.model.num_layers, tuple(stage_counts(job))
     made = {(st.pp, st.vpp, tuple(st.counts(n)), st.recompute, st.recompute_layers) for st in stages(problem)}
     if (lay.pp, lay.vpp, counts, lay.recompute, lay.recompute_layers) not in made:

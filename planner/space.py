@@ -12,7 +12,7 @@ generator may be looser than the rules but never stricter than what the search p
 
 Bounds of the search, beyond the frameworks' rules:
 - cp keeps at least MIN_CP_TOKENS tokens per rank (ring attention below that is all latency);
-- mbs is a power of two up to MAX_MBS;
+- mbs divides the global batch and is at most MAX_MBS;
 - a pipeline depth takes, per vpp, the even split where the layers divide and the uneven split of
   the CP-SAT model in `_split` (ends no heavier than the middle; what
   --decoder-first/last-pipeline-num-layers are used for);
@@ -22,7 +22,6 @@ Bounds of the search, beyond the frameworks' rules:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -194,7 +193,7 @@ def etp_values(problem: Problem, tp: int) -> list[int]:
 
 
 def mbs_values(problem: Problem) -> list[int]:
-    out = [b for b in (2**i for i in range(int(math.log2(MAX_MBS)) + 1)) if problem.global_batch % b == 0]
+    out = [b for b in range(1, MAX_MBS + 1) if problem.global_batch % b == 0]
     return _fixed(problem, "mbs", out)
 
 

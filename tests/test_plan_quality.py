@@ -60,7 +60,7 @@ def test_outside_space_names_the_bound(row) -> None:  # type: ignore[no-untyped-
 
     run = row.run
     problem = Problem(run.model, run.cluster, run.training)
-    # seq 8192 over cp 8 leaves 1024 tokens per rank (allowed); mbs 3 is not a power of two
+    # seq 8192 over cp 8 leaves 1024 tokens per rank (allowed); mbs 3 does not divide the global batch
     job = resolve(run.model, run.cluster, run.training.model_copy(update=dict(global_batch_size=24)),
                   run.layout.model_copy(update=dict(mbs=3, cp=8, dp=None)))
     assert [axis for axis, _ in outside_space(problem, job)] == ["mbs"]
