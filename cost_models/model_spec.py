@@ -21,6 +21,17 @@ class Spec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, ignored_types=(cached_property,))
 
+    def model_copy(self, *, update=None, deep: bool = False):  # type: ignore[no-untyped-def,override]
+        """pydantic's copy, without the cached properties of the original: they were derived from
+        the fields the update may change (a copy with fewer layers must not keep the original's
+        layer kinds or parameter count)."""
+        copy = super().model_copy(update=update, deep=deep)
+        for cls in type(self).__mro__:
+            for name, attr in vars(cls).items():
+                if isinstance(attr, cached_property):
+                    copy.__dict__.pop(name, None)
+        return copy
+
 
 class MoESpec(Spec):
     num_experts: Count

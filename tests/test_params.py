@@ -101,3 +101,15 @@ def test_narayanan_eq2(name):
     spec: ModelSpec = presets.models()[name]
     l, h, v, s = spec.num_layers, spec.hidden_size, spec.vocab_size, spec.max_position_embeddings
     assert spec.params_total == 12 * l * h * h + 13 * l * h + (v + s) * h + 2 * h
+
+
+def test_a_copied_spec_derives_its_numbers_again():
+    """Cached properties (parameter count, layer kinds) follow the copy's fields, not the original's."""
+    from planner import presets
+
+    m = presets.models()["mixtral-8x7b"]
+    assert m.params_total and m.moe_layer_ids  # cache them on the original
+    two = m.model_copy(update={"num_layers": 2})
+    assert two.moe_layer_ids == (0, 1)
+    assert two.params_total < m.params_total
+    assert two.params_total == ModelSpec.model_validate({**m.model_dump(), "num_layers": 2}).params_total

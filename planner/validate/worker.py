@@ -1068,7 +1068,7 @@ def analyze_trace(path: str, main_tid: int, thread_kind: dict[int, str], first_s
         opt = _clip(optim_u, lo, hi)
         compute = _subtract(_clip(compute_all, lo, hi), opt)
         covered = _union(compute + opt)
-        row = {"step_s": (hi - lo) / 1e6, "compute_s": _length(compute) / 1e6, "optimizer_s": _length(_clip(compute_all, lo, hi)) / 1e6 - _length(compute) / 1e6, "comm": {}}
+        row = {"step_s": (hi - lo) / 1e6, "compute_s": _length(compute) / 1e6, "optimizer_s": _length(opt) / 1e6, "comm": {}}
         for kind in KIND_ORDER:
             busy = _clip(comm_u[kind], lo, hi)
             exposed = _subtract(busy, covered)
