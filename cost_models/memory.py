@@ -239,9 +239,15 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[bool, Recompute], LayerC
     return StageMemory(rank=rank, layers=job.stage_layer_ids(rank), inflight=inflight, breakdown=breakdown)
 
 
-def memory_estimate(job: Job, *, headroom: float = DEFAULT_HEADROOM) -> MemoryEstimate:
+def check_headroom(headroom: float) -> float:
+    """The fraction of HBM kept free: 0 <= headroom < 1 (NaN fails both comparisons)."""
     if not 0 <= headroom < 1:
-        raise SpecError(f"headroom({headroom}) must be a fraction in [0, 1)")
+        raise SpecError(f"headroom({headroom}) must be a fraction in [0, 1), e.g. 0.05 for 5%")
+    return headroom
+
+
+def memory_estimate(job: Job, *, headroom: float = DEFAULT_HEADROOM) -> MemoryEstimate:
+    check_headroom(headroom)
     costs = layer_costs(job)
     stages = tuple(stage_memory(job, r, costs) for r in range(job.layout.pp))
     return MemoryEstimate(stages=stages, capacity_bytes=job.cluster.gpu.hbm_bytes, headroom=headroom)

@@ -8,11 +8,25 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from cost_models.enums import MLPKind, NormKind, PositionKind
 
-Count = Annotated[int, Field(gt=0, le=2**40)]
+
+def _not_bool(value: object) -> object:
+    """pydantic reads true as 1; a count given as true/false is a mistake in the file."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a whole number > 0, got {str(value).lower()}")
+    return value
+
+
+# 2**24 (16,777,216) is above every real size (vocabularies ~256k, contexts ~10M tokens, clusters
+# ~100k GPUs) and keeps loops over layers and divisors of a count short.
+MAX_COUNT = 2**24
+# Bounds of a model that keep the search's integer programme within int64 and its per-layer tables short.
+MAX_LAYERS = 4096
+MAX_PARAMS = 2**45
+Count = Annotated[int, Field(gt=0, le=MAX_COUNT), BeforeValidator(_not_bool)]
 Fraction = Annotated[float, Field(ge=0.0, lt=1.0)]
 
 
@@ -95,10 +109,24 @@ class ModelSpec(Spec):
                 f"hidden_size({self.hidden_size}) is not divisible by num_attention_heads"
                 f"({self.num_attention_heads}); give head_dim explicitly"
             )
+        if self.num_layers > MAX_LAYERS:
+            raise ValueError(f"num_layers({self.num_layers}) exceeds {MAX_LAYERS}, far above any real model (~100-200)")
         if self.moe is not None:
             bad = [i for i in self.moe.dense_layers if i >= self.num_layers]
             if bad or self.moe.first_k_dense > self.num_layers:
                 raise ValueError(f"moe: dense layers {bad or self.moe.first_k_dense} beyond num_layers({self.num_layers})")
+        # Every layer counted as dense and MoE at once: an upper bound that leaves the cached
+        # properties unset (model_copy would carry them over to a changed copy).
+        h, moe = self.hidden_size, self.moe
+        layer = 4 * h * self.q_width + 3 * h * self.ffn_hidden_size
+        if moe is not None:
+            layer += 3 * h * (moe.num_experts * moe.expert_ffn_hidden_size + moe.num_shared_experts * moe.shared_width)
+        params = self.num_layers * layer + 2 * self.vocab_size * h
+        if params > MAX_PARAMS:
+            raise ValueError(
+                f"about {params:,} parameters exceed {MAX_PARAMS:,} (2^45), far above any real model (~1e12); "
+                "check hidden_size, ffn_hidden_size, vocab_size and num_layers"
+            )
         return self
 
     @property

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+from pydantic import model_validator
+
 from cost_models.enums import AttentionKernel, Fp8Recipe, Framework, OptimizerKind, Precision
 from cost_models.model_spec import Count, Spec
+
+# Tokens in one optimizer step, at most: 2**36 (~69 billion) is thousands of times the largest
+# published batches (Llama 3 405B: 16M tokens) and keeps step times in nanoseconds within int64.
+MAX_TOKENS_PER_STEP = 2**36
 
 
 class TrainingSpec(Spec):
@@ -26,6 +32,16 @@ class TrainingSpec(Spec):
     # (Transformer Engine userbuffers, needs sequence parallel), torchtitan async TP
     # (--parallelism.enable_async_tensor_parallel, needs compile).
     tp_comm_overlap: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainingSpec:
+        tokens = (self.global_batch_size or 1) * self.seq_len
+        if tokens > MAX_TOKENS_PER_STEP:
+            raise ValueError(
+                f"global_batch_size({self.global_batch_size})·seq_len({self.seq_len}) = {tokens:,} tokens per step "
+                f"exceeds {MAX_TOKENS_PER_STEP:,} (2^36); lower --global-batch-size or --seq-len"
+            )
+        return self
 
     @property
     def compiles_loss(self) -> bool:

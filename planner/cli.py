@@ -331,8 +331,14 @@ def validate(
 
     with _user_errors():
         from cost_models.calibration import DEFAULT, load_calibration
+        from cost_models.errors import SpecError
         from planner.validate.command import Options, ProgressBar, fault_injection, run_validate
 
+        if out.exists() and not out.is_dir():
+            raise SpecError(f"--out {out}: is a file, expected a directory")
+        for name, seconds in (("--timeout", timeout), ("--step-timeout", step_timeout)):
+            if not 0 < seconds < float("inf"):
+                raise SpecError(f"{name}({seconds}) must be a positive number of seconds")
         training, layout = _specs(**flags)
         options = Options(
             steps=steps, warmup=warmup, nproc=nproc_per_node, backend=str(backend) if backend else None, fp32=fp32,
@@ -435,7 +441,7 @@ def main() -> None:
         print(e.format_message(), file=sys.stderr)
         sys.exit(EXIT_USAGE)
     except ClickException as e:
-        print(f"error: {e.format_message()}", file=sys.stderr)
+        print(f"error: {e.format_message().replace('Value error, ', '')}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
     except typer.Exit as e:
         sys.exit(e.exit_code)

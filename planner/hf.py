@@ -14,13 +14,38 @@ from cost_models.errors import SpecError
 from cost_models.model_spec import ModelSpec
 
 
+def _whole(key: str, value: Any) -> int:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(f"config.json: {key} = {value!r} must be a whole number")
+    return value
+
+
 def _get(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
+    """A size (a whole number) under the first of `keys` present."""
     for k in keys:
         if cfg.get(k) is not None:
-            return cfg[k]
+            return _whole(k, cfg[k])
     if default is None:
         raise SpecError(f"config.json: missing {' or '.join(keys)} (model_type {cfg.get('model_type')!r})")
     return default
+
+
+def _opt(cfg: dict[str, Any], key: str, default: Any) -> Any:
+    """An optional key of the type of `default` (bool, int or float); absent or null gives `default`."""
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise SpecError(f"config.json: {key} = {value!r} must be true or false")
+        return value
+    if isinstance(default, int):
+        return _whole(key, value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(f"config.json: {key} = {value!r} must be a number")
+    return float(value)
 
 
 def _llama_like(cfg: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -31,18 +56,18 @@ def _llama_like(cfg: dict[str, Any], **extra: Any) -> dict[str, Any]:
         hidden_size=_get(cfg, "hidden_size"),
         ffn_hidden_size=_get(cfg, "intermediate_size"),
         num_attention_heads=heads,
-        num_kv_heads=cfg.get("num_key_value_heads") or heads,
-        head_dim=cfg.get("head_dim"),
+        num_kv_heads=_opt(cfg, "num_key_value_heads", 0) or heads,
+        head_dim=_opt(cfg, "head_dim", 0) or None,
         vocab_size=_get(cfg, "vocab_size"),
         max_position_embeddings=_get(cfg, "max_position_embeddings", default=4096),
-        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        tie_embeddings=_opt(cfg, "tie_word_embeddings", False),
         mlp=MLPKind.SWIGLU,
         norm=NormKind.RMSNORM,
         position_embedding=PositionKind.ROPE,
-        qkv_bias=bool(cfg.get("attention_bias", False)),
-        out_bias=bool(cfg.get("attention_bias", False)),
-        mlp_bias=bool(cfg.get("mlp_bias", False)),
-        attention_dropout=float(cfg.get("attention_dropout", 0.0) or 0.0),
+        qkv_bias=_opt(cfg, "attention_bias", False),
+        out_bias=_opt(cfg, "attention_bias", False),
+        mlp_bias=_opt(cfg, "mlp_bias", False),
+        attention_dropout=_opt(cfg, "attention_dropout", 0.0),
     )
     out.update(extra)
     return out
@@ -66,15 +91,15 @@ def _mixtral(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def _qwen_moe_layers(cfg: dict[str, Any]) -> dict[str, Any]:
     return dict(
-        layer_freq=int(cfg.get("decoder_sparse_step", 1) or 1),
-        dense_layers=tuple(cfg.get("mlp_only_layers") or ()),
+        layer_freq=_opt(cfg, "decoder_sparse_step", 1) or 1,
+        dense_layers=cfg.get("mlp_only_layers") or (),
     )
 
 
 def _qwen2_moe(cfg: dict[str, Any]) -> dict[str, Any]:
     # Qwen2MoeSparseMoeBlock: router, experts of moe_intermediate_size, one shared expert of
     # shared_expert_intermediate_size scaled by sigmoid(Linear(h, 1))
-    shared = int(cfg.get("shared_expert_intermediate_size") or 0)
+    shared = _opt(cfg, "shared_expert_intermediate_size", 0)
     moe = dict(
         num_experts=_get(cfg, "num_experts"),
         top_k=_get(cfg, "num_experts_per_tok"),
@@ -111,7 +136,7 @@ def _gelu_layernorm(cfg: dict[str, Any], **fields: Any) -> dict[str, Any]:
     base = dict(
         num_layers=_get(cfg, "num_hidden_layers", "n_layer"),
         hidden_size=h,
-        ffn_hidden_size=cfg.get("intermediate_size") or cfg.get("n_inner") or 4 * h,
+        ffn_hidden_size=_opt(cfg, "intermediate_size", 0) or _opt(cfg, "n_inner", 0) or 4 * h,
         num_attention_heads=_get(cfg, "num_attention_heads", "n_head"),
         vocab_size=_get(cfg, "vocab_size"),
         mlp=MLPKind.GELU,
@@ -119,8 +144,8 @@ def _gelu_layernorm(cfg: dict[str, Any], **fields: Any) -> dict[str, Any]:
         qkv_bias=True,
         out_bias=True,
         mlp_bias=True,
-        hidden_dropout=float(cfg.get("hidden_dropout", 0.0) or 0.0),
-        attention_dropout=float(cfg.get("attention_dropout", 0.0) or 0.0),
+        hidden_dropout=_opt(cfg, "hidden_dropout", 0.0),
+        attention_dropout=_opt(cfg, "attention_dropout", 0.0),
     )
     return {**base, **fields}
 
@@ -130,21 +155,21 @@ def _gpt2(cfg: dict[str, Any]) -> dict[str, Any]:
     return _gelu_layernorm(
         cfg,
         max_position_embeddings=_get(cfg, "n_positions", "max_position_embeddings"),
-        tie_embeddings=bool(cfg.get("tie_word_embeddings", True)),
+        tie_embeddings=_opt(cfg, "tie_word_embeddings", True),
         position_embedding=PositionKind.LEARNED,
-        hidden_dropout=float(cfg.get("resid_pdrop", 0.0) or 0.0),
-        attention_dropout=float(cfg.get("attn_pdrop", 0.0) or 0.0),
+        hidden_dropout=_opt(cfg, "resid_pdrop", 0.0),
+        attention_dropout=_opt(cfg, "attn_pdrop", 0.0),
     )
 
 
 def _gpt_neox(cfg: dict[str, Any]) -> dict[str, Any]:
     # GPTNeoXModel: embed_in, fused query_key_value and dense with attention_bias (default True),
     # dense_h_to_4h/4h_to_h (intermediate_size) with bias, untied embed_out
-    bias = bool(cfg.get("attention_bias", True))
+    bias = _opt(cfg, "attention_bias", True)
     return _gelu_layernorm(
         cfg,
         max_position_embeddings=_get(cfg, "max_position_embeddings", default=2048),
-        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        tie_embeddings=_opt(cfg, "tie_word_embeddings", False),
         position_embedding=PositionKind.ROPE,
         qkv_bias=bias,
         out_bias=bias,
@@ -157,8 +182,8 @@ def _bloom(cfg: dict[str, Any]) -> dict[str, Any]:
     return _gelu_layernorm(
         cfg,
         ffn_hidden_size=4 * _get(cfg, "hidden_size", "n_embed"),
-        max_position_embeddings=int(cfg.get("seq_length") or 2048),
-        tie_embeddings=bool(cfg.get("tie_word_embeddings", True)),
+        max_position_embeddings=_opt(cfg, "seq_length", 2048),
+        tie_embeddings=_opt(cfg, "tie_word_embeddings", True),
         position_embedding=PositionKind.ALIBI,
         embedding_norm=True,
     )
@@ -184,10 +209,8 @@ def is_hf_config(data: dict[str, Any]) -> bool:
 
 def model_from_hf(data: dict[str, Any], *, name: str, source: str) -> ModelSpec:
     kind = data.get("model_type")
-    if kind not in READERS:
-        raise SpecError(
-            f"config.json: model_type {kind!r} is not supported; supported: {', '.join(sorted(READERS))} "
-            "(or write a model spec file)"
-        )
+    if not isinstance(kind, str) or kind not in READERS:
+        what = "has no model_type" if kind is None else f"model_type {kind!r} is not supported"
+        raise SpecError(f"config.json: {what}; supported: {', '.join(sorted(READERS))} (or write a model spec file)")
     fields = READERS[kind](data)
     return ModelSpec.model_validate({"name": name, "source": source, **fields})

@@ -12,7 +12,7 @@ from cost_models.calibration import DEFAULT, Calibration
 from cost_models.hardware import Cluster
 from cost_models.job import Job
 from cost_models.layout import Layout
-from cost_models.memory import DEFAULT_HEADROOM, MemoryEstimate, memory_estimate
+from cost_models.memory import DEFAULT_HEADROOM, MemoryEstimate, check_headroom, memory_estimate
 from cost_models.rules import resolve
 from cost_models.step_time import TimeEstimate, time_estimate
 from cost_models.training import TrainingSpec
@@ -264,7 +264,7 @@ def run_plan(
     if spec.global_batch_size is None:
         spec = spec.model_copy(update=dict(global_batch_size=default_global_batch(spec.seq_len)))
     problem = Problem(model_spec, cluster_obj, spec, fixed=parse_fixes(fixes), allow_cross_node_tp=allow_cross_node_tp)
-    headroom = DEFAULT_HEADROOM if headroom is None else headroom
+    headroom = check_headroom(DEFAULT_HEADROOM if headroom is None else headroom)
     result = search(problem, top=top, headroom=headroom, calibration=calibration, progress=progress)
     if not result.plans:
         hint = _what_fits(problem, headroom, calibration, batch_given=training.get("global_batch_size") is not None) if hints else ""
@@ -278,6 +278,7 @@ def _what_fits(problem: Any, headroom: float, calibration: Calibration, *, batch
     import time
 
     from cost_models.hardware import Cluster
+    from cost_models.model_spec import MAX_COUNT
     from planner.search import search
     from planner.space import Problem, default_global_batch
 
@@ -291,7 +292,7 @@ def _what_fits(problem: Any, headroom: float, calibration: Calibration, *, batch
     node = problem.cluster.spec.gpus_per_node
     for factor in (2, 4, 8, 16, 32, 64):
         gpus = problem.gpus * factor
-        if gpus % node and node % gpus:  # whole nodes, or a part of one
+        if (gpus % node and node % gpus) or gpus > MAX_COUNT:  # whole nodes, or a part of one; within --gpus' bound
             continue
         if fits(Problem(problem.model, Cluster(spec=problem.cluster.spec, num_gpus=gpus), problem.training,
                         fixed=problem.fixed, allow_cross_node_tp=problem.allow_cross_node_tp)):

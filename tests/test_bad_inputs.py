@@ -1,0 +1,280 @@
+"""Input you cannot break: every bad file under tests/data/bad and every bad flag gives one line
+`error: ...` naming what is wrong and what is accepted, exit code 2, no traceback, and nothing
+written to (or changed in) an --out directory."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from planner.cli import app, main
+
+runner = CliRunner()
+BAD = Path(__file__).parent / "data" / "bad"
+H100 = ["--cluster", "dgx-h100", "--gpus", "8"]
+M = "llama-3.1-8b"
+
+
+def _one_line_error(result, needle: str) -> str:
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+# --- files: (file under tests/data/bad, expected fragment) ----------------------------------------
+# Model files are given as MODEL, cluster files as --cluster.
+
+MODEL_FILES = [
+    ("model_unterminated_string.toml", "malformed TOML: Illegal character"),
+    ("model_duplicate_key.toml", "malformed TOML: Cannot overwrite a value"),
+    ("model_trailing_comma.json", "malformed JSON: Expecting property name enclosed in double quotes at line 1"),
+    ("model_bad_indent.yaml", "malformed YAML: mapping values are not allowed here at line 2"),
+    ("model_tab_indent.yaml", "malformed YAML: found character '\\t'"),
+    ("model_empty.toml", "file is empty"),
+    ("model_empty.json", "file is empty"),
+    ("model_whitespace.yaml", "file is empty"),
+    ("model_latin1.json", "not UTF-8 text (byte 13 is 0xe9)"),
+    ("model_binary.toml", "not UTF-8 text"),
+    ("model_utf16.json", "not UTF-8 text (byte 0 is 0xff)"),
+    ("model_top_level_list.json", "the top level must be a table/object of keys, got list"),
+    ("model_top_level_scalar.yaml", "the top level must be a table/object of keys, got int"),
+    ("model_top_level_null.yaml", "the top level must be a table/object of keys, got NoneType"),
+    ("model_unknown_ext.txt", "unknown file type .txt; use one of .toml, .json, .yaml, .yml"),
+    ("model_layers_string.toml", "num_layers = 'four': Input should be a valid integer"),
+    ("model_layers_float.json", "num_layers = 4.5: Input should be a valid integer, got a number with a fractional part"),
+    ("model_layers_list.yaml", "num_layers: Input should be a valid integer"),
+    ("model_bool_layers.json", "num_layers = True: expected a whole number > 0, got true"),
+    ("model_unknown_key.yaml", "unknown key 'hidden_sise'; allowed keys: name, num_layers, hidden_size"),
+    ("model_unknown_moe_key.toml", "unknown key 'moe.experts_per_token'; allowed keys: num_experts, top_k"),
+    ("model_missing_hidden.json", "missing required key 'hidden_size'"),
+    ("model_missing_moe_field.yaml", "missing required key 'moe.top_k'"),
+    ("model_zero_layers.toml", "num_layers = 0: Input should be greater than 0"),
+    ("model_negative_vocab.yaml", "vocab_size = -32000: Input should be greater than 0"),
+    ("model_huge_hidden.toml", "hidden_size = 1152921504606846976: Input should be less than or equal to 16777216"),
+    ("model_nan_dropout.toml", "hidden_dropout = nan: Input should be a finite number"),
+    ("model_inf_dropout.toml", "attention_dropout = inf: Input should be a finite number"),
+    ("model_json_nan.json", "num_layers = nan: Input should be a finite number"),
+    ("model_dropout_one.yaml", "hidden_dropout = 1.0: Input should be less than 1"),
+    ("model_kv_heads.toml", "num_attention_heads(8) must be a multiple of num_kv_heads(3)"),
+    ("model_hidden_heads.json", "hidden_size(500) is not divisible by num_attention_heads(8); give head_dim explicitly"),
+    ("model_moe_top_k.toml", "top_k(8) must be <= num_experts(4)"),
+    ("model_moe_dense_layers.yaml", "dense layers [9] beyond num_layers(4)"),
+    ("model_bad_mlp.toml", "mlp = 'relu': Input should be 'gelu' or 'swiglu'"),
+    ("model_moe_string.json", "moe = 'yes': Input should be a valid dictionary"),
+    ("model_too_many_layers.toml", "num_layers(100000) exceeds 4096"),
+    ("model_too_many_params.toml", "parameters exceed 35,184,372,088,832 (2^45)"),
+    # Hugging Face configs (directories holding config.json)
+    ("hf_t5", "model_type 't5' is not supported; supported: bloom, gpt2, gpt_neox, llama"),
+    ("hf_bert", "has no model_type; supported: bloom, gpt2"),
+    ("hf_model_type_list", "model_type ['llama'] is not supported; supported:"),
+    ("hf_llama_no_hidden", "config.json: missing hidden_size (model_type 'llama')"),
+    ("hf_llama_negative_layers", "num_layers = -2: Input should be greater than 0"),
+    ("hf_llama_string_heads", "config.json: num_attention_heads = 'many' must be a whole number"),
+    ("hf_llama_list_heads", "config.json: num_attention_heads = [32] must be a whole number"),
+    ("hf_mixtral_no_experts", "config.json: missing num_local_experts (model_type 'mixtral')"),
+    ("hf_gpt2_bad_dropout", "config.json: resid_pdrop = 'high' must be a number"),
+    ("hf_qwen2_moe_bad_step", "config.json: decoder_sparse_step = 'two' must be a whole number"),
+    ("hf_no_config", "directory has no config.json; give a spec file or a Hugging Face model directory"),
+]
+
+CLUSTER_FILES = [
+    ("cluster_missing_gpus_per_node.toml", "missing required key 'gpus_per_node'"),
+    ("cluster_unknown_gpu.toml", "unknown GPU preset 'H100-SMX'; closest: H100-SXM"),
+    ("cluster_gpu_number.toml", "gpu = 100: Input should be a valid dictionary"),
+    ("cluster_inline_gpu_incomplete.toml", "missing required key 'gpu.hbm_bandwidth_bytes_per_s'"),
+    ("cluster_domain_mismatch.toml", "scaleup_domain_gpus(12) and gpus_per_node(8) must divide one another"),
+    ("cluster_negative_nic.toml", "nic_bandwidth_gbit_per_s: must be a finite number >= 0, got -400"),
+    ("cluster_zero_gpus_per_node.toml", "gpus_per_node = 0: Input should be greater than 0"),
+    ("cluster_both_units.toml", "nic_bandwidth_gbit_per_s: given together with nic_bandwidth_bytes_per_s; give one of them"),
+    ("cluster_unit_string.toml", "scaleup_latency_us: must be a number, got '3.4 us'"),
+    ("cluster_nan_latency.toml", "nic_latency_us: must be a finite number >= 0, got nan"),
+    ("cluster_oversubscription.toml", "network_tiers.0.oversubscription = 0.5: Input should be greater than or equal to 1"),
+    ("cluster_unknown_key.yaml", "unknown key 'nvlink'; allowed keys: name, gpu, gpus_per_node"),
+    ("cluster_tiers_not_list.json", "network_tiers = 'fat-tree': Input should be a valid tuple"),
+]
+
+OTHER_FILES = {"nodes_empty.txt", "calibration_list.json"}  # used by FLAGS below
+
+
+@pytest.mark.parametrize("name, needle", MODEL_FILES, ids=[c[0] for c in MODEL_FILES])
+def test_bad_model_file(name, needle):
+    _one_line_error(runner.invoke(app, ["memory", str(BAD / name), *H100]), needle)
+
+
+@pytest.mark.parametrize("name, needle", CLUSTER_FILES, ids=[c[0] for c in CLUSTER_FILES])
+def test_bad_cluster_file(name, needle):
+    _one_line_error(runner.invoke(app, ["memory", M, "--cluster", str(BAD / name), "--gpus", "8"]), needle)
+
+
+def test_every_corpus_file_is_exercised():
+    on_disk = {p.name for p in BAD.iterdir()}
+    used = {n for n, _ in MODEL_FILES + CLUSTER_FILES} | OTHER_FILES
+    assert on_disk == used
+    assert len(used) >= 40
+
+
+# --- flags: (argv, expected fragment) -------------------------------------------------------------
+
+FLAGS = [
+    # GPU counts
+    (["memory", M, "--cluster", "dgx-h100", "--gpus", "0"], "--gpus: num_gpus = 0: Input should be greater than 0"),
+    (["estimate", M, "--cluster", "dgx-h100", "--gpus", "-8"], "num_gpus = -8"),
+    (["plan", M, "--cluster", "dgx-h100", "--gpus", "12"], "gpus(12) is not a multiple of gpus_per_node(8) of dgx-h100; use 8 or 16"),
+    (["estimate", M, "--cluster", "dgx-h100", "--gpus", "3"], "gpus(3) is part of one 8-GPU node of dgx-h100: use one of [1, 2, 4, 8]"),
+    (["estimate", M, "--cluster", "dgx-h100", "--gpus", str(2**40)], "Input should be less than or equal to 16777216"),
+    (["sweep", M, "--cluster", "dgx-h100", "--gpus", "12,16"], "gpus(12) is not a multiple of gpus_per_node(8)"),
+    (["sweep", M, "--cluster", "dgx-h100", "--gpus", "8..x"], "expected LO..HI (powers of two between) or a list"),
+    # layout and training numbers
+    (["estimate", M, *H100, "--tp", "3"], "tp(3)·pp(1)·cp(1) = 3 does not divide gpus(8)"),
+    (["estimate", M, *H100, "--zero", "5"], "zero = 5: Input should be 0, 1, 2 or 3"),
+    (["estimate", M, *H100, "--zero", "-1"], "zero = -1: Input should be 0, 1, 2 or 3"),
+    (["estimate", M, *H100, "--seq-len", "-1"], "seq_len = -1: Input should be greater than 0"),
+    (["plan", M, *H100, "--seq-len", "0"], "seq_len = 0: Input should be greater than 0"),
+    (["estimate", M, *H100, "--global-batch-size", "7"], "global_batch_size(7) is not divisible by mbs(1)·dp(8) = 8"),
+    (["plan", M, *H100, "--global-batch-size", "0"], "global_batch_size = 0: Input should be greater than 0"),
+    (["plan", M, *H100, "--seq-len", str(2**24), "--global-batch-size", str(2**24)], "tokens per step exceeds 68,719,476,736 (2^36)"),
+    (["estimate", M, *H100, "--mbs", "0"], "mbs = 0: Input should be greater than 0"),
+    (["estimate", M, *H100, "--vpp", "2"], "vpp(2) needs pp > 1"),
+    (["estimate", M, *H100, "--ep", "2"], "ep(2) > 1 needs a mixture-of-experts model; llama-3.1-8b is dense"),
+    (["estimate", M, *H100, "--recompute", "selective", "--recompute-layers", "2"], "recompute_layers applies to full recompute only"),
+    (["estimate", M, "--cluster", "dgx-h100", "--gpus", "24", "--pp", "3"], "num_layers(32) is not divisible by pp(3); pp in 1, 2, 4, 8, 16, 32"),
+    (["estimate", M, *H100, "--pp-first-layers", "4"], "pp_first/last_stage_layers need pp > 1"),
+    (["estimate", M, *H100, "--dp-shard", "3"], "dp_shard(3) does not divide dp(8); dp_shard in 1, 2, 4, 8"),
+    (["estimate", M, *H100, "--sp"], "sequence parallel needs tp > 1; drop --sp or raise tp"),
+    (["estimate", "qwen2.5-7b", *H100, "--tp", "8"], "num_attention_heads(28) is not divisible by tp(8); tp must divide 28: one of 1, 2, 4, 7, 14, 28"),
+    (["estimate", "gpt2", *H100, "--seq-len", "2048"], "seq_len(2048) exceeds max_position_embeddings(1024)"),
+    # --fix, --top, presets, --cluster
+    (["plan", M, *H100, "--fix", "pp=0"], "--fix pp=0: must be a positive integer"),
+    (["plan", M, *H100, "--fix", "foo=1"], "--fix 'foo=1': expected AXIS=VALUE with AXIS one of tp, sp, pp"),
+    (["plan", M, *H100, "--fix", "zero=7"], "--fix zero=7: must be 0, 1, 2 or 3"),
+    (["plan", M, *H100, "--fix", "recompute=most"], "--fix recompute=most: must be none, selective or full"),
+    (["plan", M, *H100, "--top", "0"], "--top(0) must be at least 1"),
+    (["plan", "llama-4-8b", *H100], "unknown model preset 'llama-4-8b'; closest: llama-3.1-8b"),
+    (["plan", M, "--cluster", "dgx-h1000", "--gpus", "8"], "unknown cluster preset 'dgx-h1000'; closest: dgx-h100"),
+    (["estimate", M, "--cluster", str(BAD), "--gpus", "8"], "is a directory, expected a file"),
+    # fractions and outlook numbers
+    (["plan", M, *H100, "--headroom", "1.5"], "headroom(1.5) must be a fraction in [0, 1)"),
+    (["sweep", M, "--cluster", "dgx-h100", "--gpus", "8", "--headroom", "-0.1"], "headroom(-0.1) must be a fraction in [0, 1)"),
+    (["estimate", M, *H100, "--headroom", "nan"], "headroom(nan) must be a fraction in [0, 1)"),
+    (["estimate", M, *H100, "--tokens", "nan"], "--tokens(nan) must be a positive finite number"),
+    (["plan", M, *H100, "--tokens", "-1"], "--tokens(-1.0) must be a positive finite number"),
+    (["estimate", M, *H100, "--tokens", "inf"], "--tokens(inf) must be a positive finite number"),
+    (["estimate", M, *H100, "--gpu-hour-cost", "-3"], "--gpu-hour-cost(-3.0) must be a positive finite number"),
+    (["estimate", M, *H100, "--ckpt-write-gbps", "0"], "--ckpt-write-gbps(0.0) must be a positive finite number"),
+    (["estimate", M, *H100, "--calibration", str(BAD / "calibration_list.json")], "expected a JSON object with gemm_efficiency"),
+    (["estimate", M, *H100, "--calibration", str(BAD)], "cannot read JSON"),
+    # torchtitan rules
+    (["estimate", M, *H100, "--framework", "torchtitan", "--zero", "1"], "torchtitan shards with FSDP2 only: use zero 3"),
+    (["estimate", M, *H100, "--framework", "torchtitan", "--zero", "0", "--tp", "2"], "torchtitan's DDP (zero 0) does not combine with tp/pp/cp/ep"),
+    (["estimate", M, "--cluster", "dgx-h100", "--gpus", "16", "--framework", "torchtitan", "--tp", "16"], "num_kv_heads(8) is not divisible by tp(16); torchtitan shards whole K/V heads: tp in 1, 2, 4, 8"),
+    (["estimate", M, *H100, "--framework", "torchtitan", "--tp", "2", "--cp", "2", "--seq-len", "4100"], "seq_len(4100) is not divisible by tp(2)·2·cp(2) = 8 (torchtitan seq_len_divisor)"),
+    (["estimate", "mixtral-8x7b", *H100, "--framework", "torchtitan", "--tp", "4", "--etp", "2"], "etp(2) must be 1 or tp(4) in torchtitan"),
+    (["estimate", M, *H100, "--framework", "torchtitan", "--pp", "4", "--global-batch-size", "4"], "1f1b needs micro-batches(2) >= pp(4)"),
+    (["estimate", M, *H100, "--framework", "torchtitan", "--pp", "2", "--vpp", "2", "--schedule", "1f1b"], "vpp(2) > 1 needs a multi-stage schedule (interleaved), not 1f1b"),
+    # Megatron rules
+    (["estimate", M, *H100, "--zero", "3", "--pp", "2"], "Megatron's fully sharded data parallel (zero 3) runs with pp = 1; use zero 1"),
+    (["estimate", "qwen2.5-7b", "--cluster", "dgx-h100", "--gpus", "56", "--tp", "7"], "num_kv_heads(4) and tp(7) must divide one another (Megatron num_query_groups rule)"),
+    (["estimate", M, *H100, "--cp", "2", "--seq-len", "4098"], "seq_len(4098) is not divisible by 2·cp(2) = 4 (load-balanced context parallel)"),
+    (["estimate", M, *H100, "--tp", "8", "--seq-len", "4100"], "seq_len(4100)/cp(1) = 4100 is not divisible by tp(8), as sequence parallel needs"),
+    (["estimate", M, *H100, "--pp", "2", "--vpp", "2", "--global-batch-size", "12"], "interleaved 1F1B needs micro-batches(3) divisible by pp(2)"),
+    (["estimate", M, *H100, "--pp", "2", "--vpp", "2", "--schedule", "1f1b"], "vpp(2) > 1 runs only with the interleaved schedule, not 1f1b"),
+    (["estimate", M, *H100, "--compile"], "compile is modelled for torchtitan jobs only, not megatron"),
+    # DeepSpeed rules
+    (["estimate", M, *H100, "--framework", "deepspeed", "--zero", "3", "--pp", "2"], "DeepSpeed pipeline parallelism runs with ZeRO 0 or 1 only, not 3"),
+    (["estimate", M, *H100, "--framework", "deepspeed", "--cp", "2"], "DeepSpeed has no context parallelism (cp must be 1)"),
+    (["estimate", M, *H100, "--framework", "deepspeed", "--pp", "2", "--vpp", "2"], "DeepSpeed's pipeline engine runs 1F1B only (vpp must be 1)"),
+    (["estimate", M, *H100, "--framework", "deepspeed", "--tp", "2", "--sp"], "DeepSpeed AutoTP has no sequence parallel; drop --sp"),
+    (["estimate", M, *H100, "--framework", "deepspeed", "--recompute", "selective"], "DeepSpeed checkpoints whole layers only: use recompute none or full"),
+    # infeasible problems
+    (["plan", "llama-3.1-405b", *H100], "no layout of llama-3.1-405b on 8x H100-SXM passes the memory bound"),
+    (["plan", M, *H100, "--fix", "tp=8", "--fix", "pp=8"], "no layout of llama-3.1-8b on 8x H100-SXM with --fix tp=8 pp=8"),
+]
+
+
+@pytest.mark.parametrize("argv, needle", FLAGS, ids=[" ".join(a[:1] + a[2:])[:80] for a, _ in FLAGS])
+def test_bad_flags(argv, needle):
+    _one_line_error(runner.invoke(app, argv), needle)
+
+
+# --- --out directories: nothing half-written ------------------------------------------------------
+
+OUT_CASES = [
+    (["launch", M, *H100, "--tp", "3"], "does not divide gpus(8)"),
+    (["launch", str(BAD / "model_empty.toml"), *H100], "file is empty"),
+    (["launch", str(BAD / "hf_t5"), *H100], "model_type 't5' is not supported"),
+    (["launch", M, *H100, "--framework", "deepspeed", "--zero", "3", "--pp", "2"], "DeepSpeed pipeline parallelism runs with ZeRO 0 or 1 only"),
+    (["launch", M, *H100, "--framework", "torchtitan", "--zero", "1"], "torchtitan shards with FSDP2 only"),
+    (["launch", M, *H100, "--nodes-file", str(BAD / "nodes_empty.txt")], "lists no hosts"),
+    (["launch", M, *H100, "--fix", "pp=0"], "--fix pp=0: must be a positive integer"),
+    (["launch", M, *H100, "--rank", "0"], "--rank(0) must be at least 1"),
+    (["launch", M, *H100, "--tp", "8", "--port", "70000"], "--port(70000) must be between 1 and 65535"),
+    (["launch", "llama-3.1-405b", *H100], "no layout of llama-3.1-405b on 8x H100-SXM"),
+    (["validate", M, *H100, "--tp", "3"], "does not divide gpus(8)"),
+    (["validate", M], "give a PLAN_DIR holding plan.json, or MODEL with --cluster and --gpus"),
+    (["validate", str(BAD / "model_json_nan.json"), *H100], "num_layers = nan: Input should be a finite number"),
+    (["validate", M, *H100, "--steps", "0"], "--steps(0) must be at least 1"),
+    (["validate", M, *H100, "--warmup", "-1"], "--warmup(-1) must be 0 or more"),
+    (["validate", M, *H100, "--timeout", "-5", "--backend", "gloo"], "--timeout(-5.0) must be a positive number of seconds"),
+    (["validate", M, *H100, "--step-timeout", "0", "--backend", "gloo"], "--step-timeout(0.0) must be a positive number of seconds"),
+    (["validate", M, *H100, "--framework", "torchtitan", "--zero", "1"], "torchtitan shards with FSDP2 only"),
+]
+
+
+def _tree(path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("argv, needle", OUT_CASES, ids=[" ".join(a[:1] + a[2:])[:80] for a, _ in OUT_CASES])
+def test_out_directory_is_not_written(tmp_path, argv, needle):
+    fresh = tmp_path / "fresh"
+    _one_line_error(runner.invoke(app, [*argv, "--out", str(fresh)]), needle)
+    assert not fresh.exists()
+    assert list(tmp_path.iterdir()) == []  # no staging directory left beside it either
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "notes.txt").write_text("mine\n")
+    before = _tree(kept)
+    _one_line_error(runner.invoke(app, [*argv, "--out", str(kept), *(["--force"] if argv[0] == "launch" else [])]), needle)
+    assert _tree(kept) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"]
+
+
+@pytest.mark.parametrize("command", ["launch", "validate"])
+def test_out_that_is_a_file(tmp_path, command):
+    target = tmp_path / "plan"
+    target.write_text("not a directory\n")
+    result = runner.invoke(app, [command, M, *H100, "--tp", "8", "--backend" if command == "validate" else "--port",
+                                 "gloo" if command == "validate" else "29500", "--out", str(target)])
+    _one_line_error(result, f"--out {target}: is a file, expected a directory")
+    assert target.read_text() == "not a directory\n"
+
+
+# --- usage errors: through the console entry point, as a shell sees them --------------------------
+
+USAGE = [
+    (["memory", M, "--cluster", "dgx-h100", "--gpus", "abc"], "Invalid value for '--gpus'"),
+    (["estimate", M, *H100, "--framework", "jax"], "'jax' is not one of 'megatron', 'torchtitan', 'deepspeed'"),
+    (["estimate", M, *H100, "--recompute", "most"], "'most' is not one of 'none', 'selective', 'full'"),
+    (["estimate", M, *H100, "--tpp", "2"], "No such option: --tpp"),
+    (["plan", M, "--gpus", "8"], "Missing option '--cluster'"),
+    (["estimate", M, *H100, "--tokens", "lots"], "Invalid value for '--tokens'"),
+]
+
+
+@pytest.mark.parametrize("argv, needle", USAGE, ids=[" ".join(a[2:])[:60] for a, _ in USAGE])
+def test_usage_errors_through_main(monkeypatch, capsys, argv, needle):
+    monkeypatch.setattr(sys, "argv", ["planner", *argv])
+    with pytest.raises(SystemExit) as exit_:
+        main()
+    out = capsys.readouterr()
+    assert exit_.value.code == 2
+    text = out.out + out.err
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), text
+    assert needle in lines[0] and "Value error" not in lines[0]
