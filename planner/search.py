@@ -252,9 +252,10 @@ class Space:
     whose degrees divide the GPUs and the batch; each cell takes each legal Sharding.
 
         step ≥ lb[cell, sharding] = m·M + (Σ_r S_r − M)/vpp + m·F,   M = max_r S_r
-        peak ≥ mem[cell, sharding] = CUDA context + states of rank 0's parameters + activations
+        peak ≥ mem[cell, sharding] = the larger of rank 0's and rank 1's memory bounds
 
-    (S_r and the memory bound: see the module docstring; F, the FSDP exposure at pp = 1: fsdp_ns.)"""
+    (S_r and the memory bound: see the module docstring; F, the FSDP exposure at pp = 1: fsdp_ns.)
+    The degrees here are planner.space.degrees_ok and sharding_ok over whole arrays."""
 
     def __init__(self, problem: Problem, *, cal: Calibration) -> None:
         import numpy as np
