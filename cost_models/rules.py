@@ -367,6 +367,16 @@ def violations(job: Job) -> list[tuple[str, str]]:
     return out
 
 
+# Rules that read only the model, the cluster and the training spec: when one breaks, no layout can help.
+PROBLEM_RULES = frozenset({"positions", "compile", "fp8_recipe"})
+
+
+def problem_violations(model: ModelSpec, cluster: Cluster, training: TrainingSpec) -> list[tuple[str, str]]:
+    """The PROBLEM_RULES a model, cluster and training spec break, whatever the layout."""
+    job = fill_defaults(model, cluster, training, Layout())
+    return [(name, message) for name, message in violations(job) if name in PROBLEM_RULES]
+
+
 def resolve(model: ModelSpec, cluster: Cluster, training: TrainingSpec, layout: Layout) -> Job:
     """Fill the layout's derived fields and check every rule; raise SpecError on the first broken one."""
     job = fill_defaults(model, cluster, training, layout)

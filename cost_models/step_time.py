@@ -221,7 +221,7 @@ class StageTime:
         return max(self.dp_comm_s - self.dp_window_s, self.dp_bucket_s)
 
 
-def _dp_tail(job: Job, rank: int) -> tuple[float, float]:
+def dp_tail(job: Job, rank: int) -> tuple[float, float]:
     """(seconds, seconds that cannot hide) of the end-of-step data-parallel traffic of a rank."""
     lay, cl, z = job.layout, job.cluster.spec, job.zero
     p = rank_params(job, rank)
@@ -323,7 +323,7 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[bool, R
         hops = 2 * lay.vpp - (1 if first else 0) - (1 if last else 0)
         stride = lay.tp * lay.cp * job.dp
         comm["pp"] = hops * send_recv_time(boundary, stride=stride, cluster=cl)
-    dp_comm, dp_bucket = _dp_tail(job, rank)
+    dp_comm, dp_bucket = dp_tail(job, rank)
     microbatch = Breakdown.of("s", compute=Breakdown.of("s", **parts), **comm)
     return StageTime(
         rank=rank,

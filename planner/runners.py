@@ -254,6 +254,7 @@ def run_plan(
     outlook: Outlook = Outlook(),
 ) -> PlanReport:
     from cost_models.errors import SpecError
+    from cost_models.rules import problem_violations
     from planner.search import search
     from planner.space import Problem, default_global_batch, parse_fixes
 
@@ -264,6 +265,9 @@ def run_plan(
     if spec.global_batch_size is None:
         spec = spec.model_copy(update=dict(global_batch_size=default_global_batch(spec.seq_len)))
     problem = Problem(model_spec, cluster_obj, spec, fixed=parse_fixes(fixes), allow_cross_node_tp=allow_cross_node_tp)
+    broken = problem_violations(model_spec, cluster_obj, spec)
+    if broken:
+        raise SpecError(f"no layout of {model_spec.name} can run: {broken[0][1]} [{spec.framework}]")
     headroom = check_headroom(DEFAULT_HEADROOM if headroom is None else headroom)
     result = search(problem, top=top, headroom=headroom, calibration=calibration, progress=progress)
     if not result.plans:

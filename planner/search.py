@@ -43,12 +43,14 @@ from cost_models.memory import (
 )
 from cost_models.rules import fill_defaults, resolve
 from cost_models.states import embedding_params_local, local_layer_params, state_parts
-from cost_models.step_time import TimeEstimate, fsdp_layer_comm, layer_pass, time_estimate
+from cost_models.step_time import TimeEstimate, dp_tail, fsdp_layer_comm, layer_pass, time_estimate
 from planner.space import (
-    Problem, Shard, Sharding, Stages, degrees_ok, layout_key, layout_of, shardings, shards, sharding_ok, stages,
+    Problem, Shard, Sharding, Stages, degrees_ok, layout_key, layout_of, schedule_ok, shardings, shards, sharding_ok,
+    stages,
 )
 
 NS = 1e9  # the integer time unit of the CP-SAT model: nanoseconds
+BAND_CELLS = 64  # cells per CP-SAT band model
 MODES = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
 
 
@@ -281,6 +283,7 @@ class Space:
             ok &= dp == problem.fixed["dp"]
         per_step = sh_mbs[:, None] * np.maximum(dp, 1)
         ok &= gbs % per_step == 0
+        ok &= schedule_ok(problem, st_pp[None, :], st_vpp[None, :], gbs // per_step)
         si, ti = np.nonzero(ok)
         self.cell_shard, self.cell_stages = si, ti
         self.dp = dp[si, ti]
@@ -318,6 +321,11 @@ class Space:
         # rank 0's dense parameters, and its expert parameters: at least its layers beyond the
         # model's dense ones are MoE layers
         dense_layers = sum(1 for i in range(problem.model.num_layers) if not problem.model.is_moe_layer(i))
+        # rank 0's backward compute of one micro-batch, at most: what its gradient traffic can hide behind
+        rank0 = np.where(st_pp[ti] == 1, 2, 0)
+        bwd = np.array([t.backward_ns for t in tabs], dtype=i64).reshape(S, 3)
+        self.window0 = (rec[ti, rank0] * bwd[si, mode[ti]] + plain[ti, rank0] * bwd[si, 0]
+                        + np.where(st_pp[ti] == 1, head[si], 0))
         self.params0 = eparams[si] + first[ti] * dparams[si]
         self.experts0 = np.maximum(0, first[ti] - dense_layers) * xparams[si]
         edp = n // (col(self.shards, "etp")[si] * col(self.shards, "ep")[si] * st_pp[ti])
@@ -373,8 +381,34 @@ class Space:
                 exposed = f[si, 0] + n_rec * f[si, 1 + mode[ti]] + n_plain * f[si, 1]
                 self.lb[:, zi] += np.where(one_stage, m * exposed, 0)
 
+        self.refined = np.zeros((C, Z), dtype=bool)
+        self._tails: dict[tuple, tuple[float, float]] = {}
+
     def __len__(self) -> int:
         return len(self.cell_shard)
+
+    def refine(self, cells, shardings) -> None:  # type: ignore[no-untyped-def]
+        """Add the data-parallel tail to the step bound of these (cell, sharding) pairs, once:
+
+            dp tail ≥ rank 0's exposed traffic = max(its gradient traffic − its backward, its last bucket)
+
+        (step_time.TimeEstimate.dp_tail_s at r = 0), with the backward counted at most (window0).
+        The traffic depends on neither mbs nor recompute, so it is computed once per parallel
+        shape and sharding (step_time.dp_tail on a job of that shape)."""
+        p = self.problem
+        for c, zi in zip(cells.tolist(), shardings.tolist()):
+            shard, st = self.shards[self.cell_shard[c]], self.stages[self.cell_stages[c]]
+            dp = int(self.dp[c])
+            key = (shard.tp, shard.cp, shard.ep, shard.etp, st.pp, st.first, st.last, zi, dp)
+            if key not in self._tails:
+                z = self.shardings[zi]
+                lay = Layout(tp=shard.tp, cp=shard.cp, ep=shard.ep, etp=shard.etp, pp=st.pp, pp_first_stage_layers=st.first,
+                             pp_last_stage_layers=st.last, zero=z.zero, dp_shard=z.dp_shard)
+                self._tails[key] = dp_tail(fill_defaults(p.model, p.cluster, p.training, lay), 0)
+            comm, bucket = self._tails[key]
+            exposed = max(comm - self.window0[c] / NS, bucket)
+            self.lb[c, zi] += max(0, int(exposed * NS) - 1)
+            self.refined[c, zi] = True
 
     def layout(self, cell: int, sharding: int) -> Layout:
         return layout_of(self.shards[self.cell_shard[cell]], self.stages[self.cell_stages[cell]],
@@ -455,6 +489,10 @@ class BandModel:
 
         solver = _solver(seconds)
         solver.parameters.enumerate_all_solutions = True
+        # branch on the two indices only: once they are fixed every other variable is a table
+        # lookup or a product of constants, so each (cell, sharding) costs one leaf
+        self.m.add_decision_strategy([self.c, self.z], cp.CHOOSE_FIRST, cp.SELECT_MIN_VALUE)
+        solver.parameters.search_branching = cp.FIXED_SEARCH
         cb = Collect()
         status = solver.solve(self.m, cb)
         return sorted(cb.found), status in (cp.OPTIMAL, cp.INFEASIBLE)
@@ -488,13 +526,24 @@ def search(
     # the first band holds the `top` smallest bounds: the k-th best step is at least the k-th bound
     lo, hi = -1, (int(bounds[min(top, len(bounds)) - 1]) if len(bounds) else -1)
     while len(bounds):
+        # tighten the bound of the band's layouts with their dp tail; those it lifts above hi wait
+        fresh = np.nonzero(feasible & ~space.refined & (space.lb > lo) & (space.lb <= hi))
+        if len(fresh[0]):
+            space.refine(*fresh)
+            bounds = np.sort(space.lb[feasible])
         cells = np.nonzero((feasible & (space.lb > lo) & (space.lb <= hi)).any(axis=1))[0].tolist()
         found: list[tuple[int, int, int]] = []
-        if cells:
+        complete = True
+        for at in range(0, len(cells), BAND_CELLS):  # small models: an enumeration's cost grows with its tables
             left = time_limit_s - (time.perf_counter() - start)
             if left <= 0:
+                complete = False
                 break
-            found, complete = BandModel(space, cells, lo, hi, usable).enumerate(left)
+            part, done = BandModel(space, cells[at:at + BAND_CELLS], lo, hi, usable).enumerate(left)
+            found += part
+            if not done:
+                complete = False
+                break
         for cell, zi, _ in sorted(found, key=lambda f: (f[2], f[0], f[1])):
             if time.perf_counter() - start > time_limit_s:
                 complete = False

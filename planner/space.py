@@ -337,7 +337,17 @@ def degrees_ok(problem: Problem, shard: Shard, st: Stages) -> int | None:
         return None
     if problem.global_batch % (shard.mbs * dp):
         return None
+    if not schedule_ok(problem, st.pp, st.vpp, problem.global_batch // (shard.mbs * dp)):
+        return None
     return dp
+
+
+def schedule_ok(problem: Problem, pp, vpp, microbatches):  # type: ignore[no-untyped-def]
+    """Megatron's interleaved schedule takes micro-batches in groups of pp (cost_models.rules,
+    schedule); ints or numpy arrays, like sharding_ok."""
+    if problem.framework is not Framework.MEGATRON:
+        return pp == pp
+    return (vpp == 1) | (microbatches % pp == 0)
 
 
 def sharding_ok(problem: Problem, pp, sh: Sharding, dp):  # type: ignore[no-untyped-def]
