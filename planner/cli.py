@@ -380,6 +380,7 @@ def sweep(
     headroom: Headroom = None,
     as_json: AsJson = False,
     png: Annotated[Optional[Path], typer.Option("--png", help="Also draw the sweep into this PNG (needs the plots extra).")] = None,
+    tokens: Tokens = None, gpu_hour_cost: GpuHourCost = None, ckpt_write_gbps: CkptWrite = None, gpu_mtbf_hours: GpuMtbf = None,
 ) -> None:
     """The best plan at each GPU count: tokens/s, tokens/s/GPU, MFU, layout, and strong-scaling efficiency."""
     with _user_errors():
@@ -392,7 +393,8 @@ def sweep(
             tp_comm_overlap=tp_comm_overlap,
         )
         rows = run_sweep(model, cluster, counts, training=training, fixes=fix or [], headroom=headroom,
-                         allow_cross_node_tp=allow_cross_node_tp)
+                         allow_cross_node_tp=allow_cross_node_tp,
+                         outlook=_outlook(tokens, gpu_hour_cost, ckpt_write_gbps, gpu_mtbf_hours))
         if png is not None:
             from planner.plots import sweep_png
 

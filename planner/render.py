@@ -338,15 +338,23 @@ def render_sweep(rows: list[Any], console: Console) -> None:
     for name, justify in (("GPUs", "right"), ("layout", "left"), ("tokens/s", "right"), ("tok/s/GPU", "right"),
                           ("", "left"), ("MFU", "right"), ("scaling", "right"), ("share grown most", "left")):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    costs = any(r.report is not None and r.report.cost is not None for r in rows)
+    if costs:
+        for name in ("days", "GPU-hours", "cost"):
+            table.add_column(name, justify="right")
     best = max((r.report.time.tokens_per_s_per_gpu for r in rows if r.report is not None), default=0.0)
     for r in rows:
         if r.report is None:
-            table.add_row(str(r.gpus), "[red]no layout fits[/]", "", "", "", "", "", "")
+            table.add_row(str(r.gpus), "[red]no layout fits[/]", *[""] * (len(table.columns) - 2))
             continue
         t = r.report.time
         bar = Text("█" * max(1, round(20 * t.tokens_per_s_per_gpu / best)), style="cyan")
+        extra = []
+        if costs:
+            c = r.report.cost
+            extra = [f"{c.days:,.1f}", f"{c.gpu_hours:,.0f}", "" if c.cost is None else f"{c.cost:,.0f}"]
         table.add_row(str(r.gpus), short_layout(r.report.job), f"{t.tokens_per_s:,.0f}", f"{t.tokens_per_s_per_gpu:,.0f}",
-                      bar, f"{t.mfu:.1%}", f"{r.efficiency:.0%}", r.grew or "")
+                      bar, f"{t.mfu:.1%}", f"{r.efficiency:.0%}", r.grew or "", *extra)
     console.print(table)
     console.print("scaling: tokens/s relative to the smallest count that fits, times the GPU ratio (strong scaling at a "
                   "fixed global batch); share grown most: the step term whose share grew most since that count")

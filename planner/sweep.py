@@ -71,6 +71,8 @@ class SweepRow:
             "bottleneck": t.bottleneck,
             "scaling_efficiency": self.efficiency,
             "share_grown_most": self.grew,
+            "checkpoint": self.report.reliability.to_json(),
+            **({"time_to_train": self.report.cost.to_json()} if self.report.cost is not None else {}),
         }
 
 
@@ -83,9 +85,9 @@ def _shares(report: Any) -> dict[str, float]:
 def run_sweep(
     model: str, cluster: str, counts: list[int], *, training: dict[str, Any], fixes: list[str],
     headroom: float | None = None, allow_cross_node_tp: bool = False, calibration: Calibration = DEFAULT,
-    progress: Callable[[str], None] | None = None,
+    progress: Callable[[str], None] | None = None, outlook: Any = None,
 ) -> list[SweepRow]:
-    from planner.runners import run_plan
+    from planner.runners import Outlook, run_plan
 
     rows: list[SweepRow] = []
     base = None
@@ -94,7 +96,8 @@ def run_sweep(
             progress(f"searching {n} GPUs")
         try:
             report = run_plan(model, cluster, n, training=training, fixes=fixes, top=1, headroom=headroom,
-                              allow_cross_node_tp=allow_cross_node_tp, calibration=calibration, hints=False).plans[0]
+                              allow_cross_node_tp=allow_cross_node_tp, calibration=calibration, hints=False,
+                              outlook=outlook or Outlook()).plans[0]
         except SpecError as e:
             if "no layout" not in str(e):
                 raise  # bad input, not an infeasible count

@@ -75,3 +75,20 @@ def test_png_without_matplotlib_is_one_line(tmp_path, monkeypatch):
     res = CliRunner().invoke(app, ["memory", "llama-3.1-8b", "--cluster", "dgx-h100", "--gpus", "8", "--png", str(tmp_path / "m.png")])
     assert res.exit_code == 2
     assert "pip install 'llm-parallelism-planner[plots]'" in res.output and "Traceback" not in res.output
+
+
+def test_sweep_tokens_give_each_count_its_time_to_train():
+    import json
+
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    common = ["llama-3.1-8b", "--cluster", "dgx-h100", "--global-batch-size", "256", "--tokens", "1e12", "--json"]
+    res = CliRunner().invoke(app, ["sweep", *common, "--gpus", "8,16"])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.output)["sweep"]
+    for row in rows:
+        plan = json.loads(CliRunner().invoke(app, ["plan", *common, "--gpus", str(row["gpus"]), "--top", "1"]).output)
+        assert row["time_to_train"] == plan["plans"][0]["time_to_train"]
+        assert row["checkpoint"] == plan["plans"][0]["checkpoint"]
