@@ -5,7 +5,7 @@ Counts only (no units); parameter counts are derived in `cost_models.params`.
 
 from __future__ import annotations
 
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
@@ -40,11 +40,15 @@ class Spec(BaseModel):
         the fields the update may change (a copy with fewer layers must not keep the original's
         layer kinds or parameter count)."""
         copy = super().model_copy(update=update, deep=deep)
-        for cls in type(self).__mro__:
-            for name, attr in vars(cls).items():
-                if isinstance(attr, cached_property):
-                    copy.__dict__.pop(name, None)
+        for name in _cached_names(type(self)):
+            copy.__dict__.pop(name, None)
         return copy
+
+
+@cache
+def _cached_names(cls: type) -> tuple[str, ...]:
+    """The cached properties of a Spec class (model_copy runs in the search's hot path)."""
+    return tuple(name for klass in cls.__mro__ for name, attr in vars(klass).items() if isinstance(attr, cached_property))
 
 
 class MoESpec(Spec):
