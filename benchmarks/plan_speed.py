@@ -37,7 +37,7 @@ NOTES = """What the time goes to, for Llama-3.1-405B on 16,384 GPUs (cProfile):
 
 def run(model: str, gpus: int, seq: int, gbs: int) -> dict:
     cmd = [sys.executable, "-m", "planner.cli", "plan", model, "--cluster", "dgx-h100", "--gpus", str(gpus),
-           "--seq-len", str(seq), "--global-batch-size", str(gbs), "--json"]
+           "--seq-len", str(seq), "--global-batch-size", str(gbs), "--json", "--timings"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)

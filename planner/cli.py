@@ -225,6 +225,9 @@ def plan(
     explain: Annotated[bool, typer.Option("--explain", help="Say why #1 beats #2 and what kept other layouts out.")] = False,
     tokens: Tokens = None, gpu_hour_cost: GpuHourCost = None, ckpt_write_gbps: CkptWrite = None, gpu_mtbf_hours: GpuMtbf = None,
     as_json: AsJson = False,
+    timings: Annotated[bool, typer.Option(
+        "--timings", help="Add the search's wall time (search.seconds) to --json; without it the document depends only on the input.",
+    )] = False,
 ) -> None:
     """Search every layout (tp/sp, pp/vpp, dp and sharding, cp, ep/etp, mbs, recompute) and rank the fastest that fit."""
     with _user_errors():
@@ -256,7 +259,7 @@ def plan(
     if as_json:
         from planner.render import print_json
 
-        print_json(report.to_json())
+        print_json(report.to_json(timings=timings))
     else:
         from rich.console import Console
 
