@@ -224,13 +224,13 @@ def render_plan(report: Any, console: Console, *, explain: bool = False) -> None
     table = Table(box=box.SIMPLE_HEAD, title_justify="left")
     for name, justify in (("#", "right"), ("layout", "left"), ("memory/GPU", "left"), ("step s", "right"),
                           ("tok/s/GPU", "right"), ("MFU", "right"), ("bottleneck", "left")):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for rank, plan in enumerate(report.plans, 1):
         mem, t = plan.memory.estimate, plan.time
         bar = fill_bar(mem.peak_bytes, mem.capacity_bytes, width=10) + Text(f" {_gib(mem.peak_bytes)} GiB")
         table.add_row(str(rank), short_layout(plan.job), bar, f"{t.step_s:,.3f}", f"{t.tokens_per_s_per_gpu:,.0f}",
                       f"{t.mfu:.1%}", t.bottleneck)
-    console.print(table)
+    _print_table(console, table)
     proof = "optimal (top-k proven)" if r.optimal else "best found within the time limit (not proven)"
     console.print(f"search: {r.seconds:.2f} s · {r.candidates} layouts scored exactly · {proof} · {r.solver}")
     if report.plans:
@@ -332,12 +332,30 @@ def suspect_lines(report: Any) -> list[str]:
     return out
 
 
+def _print_table(console: Console, table: Table, keep: str = "layout") -> None:
+    """Print `table` with column `keep` on one line per row where every other column still fits beside it at
+    its narrowest (its longest word); on narrower terminals rich wraps every column as usual, rather than
+    dropping the columns that no longer fit."""
+    from rich.measure import Measurement
+
+    def width(column: Any, end: str) -> int:  # with the cell padding (0, 1)
+        return 2 + max(getattr(Measurement.get(console, console.options, c), end) for c in [column.header, *column.cells])
+
+    kept = [c for c in table.columns if c.header == keep]
+    others = sum(width(c, "minimum") for c in table.columns if c.header != keep)
+    if kept and others + width(kept[0], "maximum") <= console.width:
+        kept[0].no_wrap = True
+    console.print(table)
+
+
 def render_sweep(rows: list[Any], console: Console) -> None:
     """The sweep as a table with a bar of tokens/s/GPU per count (the terminal chart)."""
     table = Table(box=box.SIMPLE_HEAD)
+    bar_width = 20 if console.width >= 140 else 12 if console.width >= 100 else 8  # the chart's columns
     for name, justify in (("GPUs", "right"), ("layout", "left"), ("tokens/s", "right"), ("tok/s/GPU", "right"),
                           ("", "left"), ("MFU", "right"), ("scaling", "right"), ("share grown most", "left")):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        # a bar is never cut short (it would misdraw), a layout folds rather than lose its end
+        table.add_column(name, justify=justify, no_wrap=not name, overflow="fold")  # type: ignore[arg-type]
     costs = any(r.report is not None and r.report.cost is not None for r in rows)
     if costs:
         for name in ("days", "GPU-hours", "cost"):
@@ -348,13 +366,13 @@ def render_sweep(rows: list[Any], console: Console) -> None:
             table.add_row(str(r.gpus), "[red]no layout fits[/]", *[""] * (len(table.columns) - 2))
             continue
         t = r.report.time
-        bar = Text("█" * max(1, round(20 * t.tokens_per_s_per_gpu / best)), style="cyan")
+        bar = Text("█" * max(1, round(bar_width * t.tokens_per_s_per_gpu / best)), style="cyan")
         extra = []
         if costs:
             c = r.report.cost
             extra = [f"{c.days:,.1f}", f"{c.gpu_hours:,.0f}", "" if c.cost is None else f"{c.cost:,.0f}"]
         table.add_row(str(r.gpus), short_layout(r.report.job), f"{t.tokens_per_s:,.0f}", f"{t.tokens_per_s_per_gpu:,.0f}",
                       bar, f"{t.mfu:.1%}", f"{r.efficiency:.0%}", r.grew or "", *extra)
-    console.print(table)
+    _print_table(console, table)
     console.print("scaling: tokens/s relative to the smallest count that fits, times the GPU ratio (strong scaling at a "
                   "fixed global batch); share grown most: the step term whose share grew most since that count")
