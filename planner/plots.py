@@ -52,15 +52,19 @@ def sweep_png(rows: list[Any], path: Path, *, title: str) -> None:
     middle.set_ylabel("tokens/s per GPU")
     middle.secondary_yaxis("right", functions=(lambda y: 100 * ratio * y, lambda m: m / (100 * ratio))).set_ylabel("MFU %")
     for r, y in zip(fits, per_gpu):
-        lay = r.report.job.layout
-        middle.annotate(f"tp{lay.tp} pp{lay.pp} cp{lay.cp}", (r.gpus, y), textcoords="offset points", xytext=(0, 6),
-                        ha="center", fontsize=7)
+        job = r.report.job
+        lay = job.layout
+        pp = f"pp{lay.pp}" + (f"v{lay.vpp}" if lay.vpp > 1 else "")
+        middle.annotate(f"tp{lay.tp} {pp} cp{lay.cp} z{int(job.zero)}", (r.gpus, y), textcoords="offset points",
+                        xytext=(0, 6), ha="center", fontsize=7)
+    middle.margins(y=0.25)  # room for the labels above the points
     bottom.plot(gpus, eff, "o-", color="tab:green")
     bottom.axhline(100, color="grey", linewidth=0.8)
     bottom.set_ylabel(f"scaling efficiency % (vs {gpus[0]} GPUs)")
     bottom.set_xlabel("GPUs")
     bottom.set_xscale("log", base=2)
     bottom.set_xticks(gpus, [str(g) for g in gpus])
+    bottom.set_xlim(gpus[0] / 1.5, gpus[-1] * 1.5)  # room for the first and last labels
     _save(fig, path)
     plt.close(fig)
 
@@ -80,11 +84,13 @@ def memory_png(report: Any, path: Path) -> None:
         bottom = [b + v for b, v in zip(bottom, vals)]
     ax.axhline(est.usable_bytes / GiB, color="red", linestyle="--", linewidth=1, label="usable")
     ax.axhline(est.capacity_bytes / GiB, color="black", linewidth=1, label="HBM")
-    ax.set_xticks(xs, [f"stage {s.rank}" for s in stages], rotation=45 if len(stages) > 8 else 0)
+    from planner.render import short_layout
+
+    ax.set_xticks(xs, [str(s.rank) for s in stages])
+    ax.set_xlabel("pipeline rank")
     ax.set_ylabel("GiB per GPU")
     job = report.job
-    lay = job.layout
-    ax.set_title(f"{job.model.name} on {job.gpus} GPUs: tp{lay.tp} pp{lay.pp} cp{lay.cp} dp{job.dp} zero {int(job.zero)}")
+    ax.set_title(f"{job.model.name} on {job.gpus} GPUs: {short_layout(job)}")
     ax.legend(fontsize=8, bbox_to_anchor=(1.01, 1), loc="upper left")
     _save(fig, path)
     plt.close(fig)
