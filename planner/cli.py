@@ -334,20 +334,15 @@ def validate(
 
     with _user_errors():
         from cost_models.calibration import DEFAULT, load_calibration
-        from cost_models.errors import SpecError
         from planner.validate.command import Options, ProgressBar, fault_injection, run_validate
 
-        if out.exists() and not out.is_dir():
-            raise SpecError(f"--out {out}: is a file, expected a directory")
-        for name, seconds in (("--timeout", timeout), ("--step-timeout", step_timeout)):
-            if not 0 < seconds < float("inf"):
-                raise SpecError(f"{name}({seconds}) must be a positive number of seconds")
-        training, layout = _specs(**flags)
         options = Options(
             steps=steps, warmup=warmup, nproc=nproc_per_node, backend=str(backend) if backend else None, fp32=fp32,
             timeout_s=timeout, step_timeout_s=step_timeout, calibrate=calibrate,
             calibration=load_calibration(calibration) if calibration else DEFAULT, debug=fault_injection(),
         )
+        options.check(out)
+        training, layout = _specs(**flags)
         with ProgressBar(Console(stderr=True)) as bar:
             report = run_validate(target, cluster=cluster, gpus=gpus, training=training, layout=layout, out_dir=out,
                                   options=options, on_progress=bar.update)

@@ -38,6 +38,18 @@ class Options:
     calibration: Calibration = DEFAULT
     debug: dict[str, Any] | None = None  # fault injection (tests)
 
+    def check(self, out_dir: Path) -> None:
+        """The run's own settings, before anything is loaded or written."""
+        if self.steps < 1:
+            raise SpecError(f"--steps({self.steps}) must be at least 1")
+        if self.warmup < 0:
+            raise SpecError(f"--warmup({self.warmup}) must be 0 or more")
+        for name, seconds in (("--timeout", self.timeout_s), ("--step-timeout", self.step_timeout_s)):
+            if not 0 < seconds < float("inf"):
+                raise SpecError(f"{name}({seconds}) must be a positive number of seconds")
+        if out_dir.exists() and not out_dir.is_dir():
+            raise SpecError(f"--out {out_dir}: is a file, expected a directory")
+
 
 @dataclass(frozen=True)
 class ValidateReport:
@@ -138,10 +150,7 @@ def run_validate(
     options: Options = Options(),
     on_progress: Callable[[int, int], None] | None = None,
 ) -> ValidateReport:
-    if options.steps < 1:
-        raise SpecError(f"--steps({options.steps}) must be at least 1")
-    if options.warmup < 0:
-        raise SpecError(f"--warmup({options.warmup}) must be 0 or more")
+    options.check(out_dir)
     path = Path(target)
     if path.is_dir() and (path / "plan.json").is_file():
         model, cluster_spec, n_gpus, tr, lay = read_plan(path)
