@@ -382,9 +382,13 @@ def sweep(
 ) -> None:
     """The best plan at each GPU count: tokens/s, tokens/s/GPU, MFU, layout, and strong-scaling efficiency."""
     with _user_errors():
-        from planner.sweep import parse_gpus, run_sweep
+        from planner.sweep import breakdown, parse_gpus, run_sweep
 
         counts = parse_gpus(gpus)
+        if png is not None:
+            from planner.plots import check_png
+
+            check_png(png)
         training = _training(
             seq_len=seq_len, global_batch_size=global_batch_size, framework=framework, dtype=dtype,
             fp8_recipe=fp8_recipe, optimizer=optimizer, attention=attention, compile=compile,
@@ -400,7 +404,7 @@ def sweep(
     if as_json:
         from planner.render import print_json
 
-        print_json({"sweep": [r.to_json() for r in rows]})
+        print_json({"sweep": [r.to_json() for r in rows], "breakdown": breakdown(rows).to_json()})
     else:
         from rich.console import Console
 

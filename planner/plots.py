@@ -20,12 +20,18 @@ def _pyplot():  # type: ignore[no-untyped-def]
     return plt
 
 
-def _save(fig: Any, path: Path) -> None:
+def check_png(path: Path) -> None:
+    """The --png file name and matplotlib, before any work is done."""
     path = Path(path)
     if path.suffix.lower() != ".png":
         raise SpecError(f"--png {path}: expected a file name ending in .png")
     if not path.absolute().parent.is_dir():
         raise SpecError(f"--png {path}: directory {path.absolute().parent} does not exist")
+    _pyplot()
+
+
+def _save(fig: Any, path: Path) -> None:
+    check_png(path)
     fig.savefig(path, dpi=120, bbox_inches="tight")
 
 

@@ -54,6 +54,7 @@ class SweepRow:
     reason: str | None  # why nothing fits at this count
     efficiency: float | None = None  # strong-scaling efficiency vs the smallest count that fits
     grew: str | None = None  # the term whose share of the step grew most since that count
+    grew_shares: tuple[float, float] | None = None  # that term's share of the step there, and here
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"gpus": self.gpus}
@@ -109,5 +110,54 @@ def run_sweep(
         eff = report.time.tokens_per_s / (r0.time.tokens_per_s * n / n0)
         s0, s1 = _shares(r0), _shares(report)
         grew = max(s1, key=lambda k: s1[k] - s0.get(k, 0.0)) if n != n0 else None
-        rows.append(SweepRow(n, report, None, eff, grew))
+        rows.append(SweepRow(n, report, None, eff, grew, None if grew is None else (s0.get(grew, 0.0), s1[grew])))
     return rows
+
+
+# Where "scales well" ends: the efficiency under which a count is said to break down. A reporting
+# threshold, not a model constant; 90% is the usual bar for strong scaling in HPC scaling studies.
+BREAKDOWN_EFFICIENCY = 0.9
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """The first count whose strong-scaling efficiency falls under the threshold, and why."""
+
+    threshold: float
+    last_good: int | None  # the largest count before it that stays at or above the threshold
+    row: SweepRow | None  # None: every count that fits stays at or above it
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.row
+        return {
+            "threshold": self.threshold,
+            "scales_through_gpus": self.last_good,
+            "breaks_at_gpus": None if r is None else r.gpus,
+            "efficiency": None if r is None else r.efficiency,
+            "term": None if r is None else r.grew,
+            "term_share_from": None if r is None or r.grew_shares is None else r.grew_shares[0],
+            "term_share_to": None if r is None or r.grew_shares is None else r.grew_shares[1],
+        }
+
+    def line(self) -> str:
+        if self.last_good is None:
+            return "no GPU count of the sweep has a layout"
+        if self.row is None:
+            return f"scaling stays at or above {self.threshold:.0%} through {self.last_good:,} GPUs"
+        r = self.row
+        why = ""
+        if r.grew is not None and r.grew_shares is not None:
+            a, b = r.grew_shares
+            why = f": {r.grew} grows from {a:.1%} to {b:.1%} of the step"
+        return (f"scaling stays at or above {self.threshold:.0%} through {self.last_good:,} GPUs and falls to "
+                f"{r.efficiency:.0%} at {r.gpus:,}{why}")
+
+
+def breakdown(rows: list[SweepRow], threshold: float = BREAKDOWN_EFFICIENCY) -> Breakdown:
+    fits = [r for r in rows if r.report is not None and r.efficiency is not None]
+    last_good = None
+    for r in fits:
+        if r.efficiency < threshold:  # type: ignore[operator]
+            return Breakdown(threshold, last_good, r)
+        last_good = r.gpus
+    return Breakdown(threshold, last_good, None)

@@ -6,7 +6,7 @@ import pytest
 
 from cost_models.errors import SpecError
 from planner.runners import run_plan
-from planner.sweep import parse_gpus, run_sweep
+from planner.sweep import SweepRow, breakdown, parse_gpus, run_sweep
 
 
 def test_parse_gpus():
@@ -35,6 +35,27 @@ def test_sweep_rows_are_plan_number_one_with_scaling_efficiency():
         assert r.grew in dict(r.report.time.breakdown.parts)
         doc = r.to_json()
         assert doc["fits"] and doc["scaling_efficiency"] == r.efficiency and doc["layout"]["tp"] == r.report.job.layout.tp
+        before, after = r.grew_shares
+        share = {name: float(r.report.time.breakdown.value(name)) / r.report.time.step_s for name, _ in r.report.time.breakdown}
+        share0 = {name: float(base.report.time.breakdown.value(name)) / base.report.time.step_s
+                  for name, _ in base.report.time.breakdown}
+        assert (before, after) == pytest.approx((share0.get(r.grew, 0.0), share[r.grew]))
+        assert after - before == pytest.approx(max(v - share0.get(k, 0.0) for k, v in share.items()))
+
+def test_breakdown_is_the_first_count_under_the_threshold():
+    def row(gpus, eff, grew=None, shares=None):
+        return SweepRow(gpus, object(), None, eff, grew, shares)
+
+    rows = [SweepRow(8, None, "no layout"), row(16, 1.0), row(32, 0.97, "dp", (0.01, 0.05)),
+            row(64, 0.85, "bubble", (0.02, 0.2)), row(128, 0.95, "dp", (0.01, 0.03))]
+    b = breakdown(rows)
+    assert (b.last_good, b.row.gpus) == (32, 64)
+    assert b.line() == ("scaling stays at or above 90% through 32 GPUs and falls to 85% at 64: "
+                        "bubble grows from 2.0% to 20.0% of the step")
+    assert b.to_json()["breaks_at_gpus"] == 64 and b.to_json()["term_share_to"] == 0.2
+    assert breakdown(rows, threshold=0.8).row is None
+    assert breakdown(rows, threshold=0.8).line() == "scaling stays at or above 80% through 128 GPUs"
+    assert breakdown(rows[:1]).line() == "no GPU count of the sweep has a layout"
 
 
 def _png_size(path):  # type: ignore[no-untyped-def]
