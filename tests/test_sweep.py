@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from cost_models.errors import SpecError
@@ -113,3 +115,16 @@ def test_sweep_tokens_give_each_count_its_time_to_train():
         plan = json.loads(CliRunner().invoke(app, ["plan", *common, "--gpus", str(row["gpus"]), "--top", "1"]).output)
         assert row["time_to_train"] == plan["plans"][0]["time_to_train"]
         assert row["checkpoint"] == plan["plans"][0]["checkpoint"]
+
+
+def test_sweep_json_is_the_same_twice():
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    argv = ["sweep", "llama-3.1-8b", "--cluster", "dgx-h100", "--gpus", "8..32", "--seq-len", "4096",
+            "--global-batch-size", "256", "--json"]
+    first, second = (CliRunner().invoke(app, argv) for _ in range(2))
+    assert first.exit_code == 0 and first.stdout == second.stdout
+    doc = json.loads(first.stdout)
+    assert [r["gpus"] for r in doc["sweep"]] == [8, 16, 32] and doc["breakdown"]["threshold"] == 0.9
