@@ -121,6 +121,9 @@ class Outlook:
                             ("--ckpt-write-gbps", self.ckpt_write_gb_per_s), ("--gpu-mtbf-hours", self.gpu_mtbf_hours)):
             if value is not None and not (value > 0 and value != float("inf")):
                 raise SpecError(f"{name}({value}) must be a positive finite number")
+        if self.gpu_hour_cost is not None and self.tokens is None:
+            raise SpecError(f"--gpu-hour-cost({self.gpu_hour_cost}) prices the GPU-hours to train --tokens T; "
+                            "give --tokens too, e.g. --tokens 15e12")
 
 
 @dataclass(frozen=True)
