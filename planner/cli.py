@@ -382,7 +382,7 @@ def sweep(
 ) -> None:
     """The best plan at each GPU count: tokens/s, tokens/s/GPU, MFU, layout, and strong-scaling efficiency."""
     with _user_errors():
-        from planner.sweep import breakdown, parse_gpus, run_sweep
+        from planner.sweep import parse_gpus, run_sweep, scaling_limit
 
         counts = parse_gpus(gpus)
         if png is not None:
@@ -404,7 +404,7 @@ def sweep(
     if as_json:
         from planner.render import print_json
 
-        print_json({"sweep": [r.to_json() for r in rows], "breakdown": breakdown(rows).to_json()})
+        print_json({"sweep": [r.to_json() for r in rows], "scaling_limit": scaling_limit(rows).to_json()})
     else:
         from rich.console import Console
 

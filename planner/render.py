@@ -376,6 +376,6 @@ def render_sweep(rows: list[Any], console: Console) -> None:
     _print_table(console, table)
     console.print("scaling: tokens/s relative to the smallest count that fits, times the GPU ratio (strong scaling at a "
                   "fixed global batch); share grown most: the step term whose share grew most since that count")
-    from planner.sweep import breakdown
+    from planner.sweep import scaling_limit
 
-    console.print(breakdown(rows).line())
+    console.print(scaling_limit(rows).line())

@@ -115,12 +115,12 @@ def run_sweep(
 
 
 # Where "scales well" ends: the efficiency under which a count is said to break down. A reporting
-# threshold, not a model constant; 90% is the usual bar for strong scaling in HPC scaling studies.
-BREAKDOWN_EFFICIENCY = 0.9
+# threshold chosen here, not a model constant: it moves the line, never a number of the model.
+SCALING_LIMIT_EFFICIENCY = 0.9
 
 
 @dataclass(frozen=True)
-class Breakdown:
+class ScalingLimit:
     """The first count whose strong-scaling efficiency falls under the threshold, and why."""
 
     threshold: float
@@ -153,11 +153,11 @@ class Breakdown:
                 f"{r.efficiency:.0%} at {r.gpus:,}{why}")
 
 
-def breakdown(rows: list[SweepRow], threshold: float = BREAKDOWN_EFFICIENCY) -> Breakdown:
+def scaling_limit(rows: list[SweepRow], threshold: float = SCALING_LIMIT_EFFICIENCY) -> ScalingLimit:
     fits = [r for r in rows if r.report is not None and r.efficiency is not None]
     last_good = None
     for r in fits:
         if r.efficiency < threshold:  # type: ignore[operator]
-            return Breakdown(threshold, last_good, r)
+            return ScalingLimit(threshold, last_good, r)
         last_good = r.gpus
-    return Breakdown(threshold, last_good, None)
+    return ScalingLimit(threshold, last_good, None)

@@ -8,7 +8,7 @@ import pytest
 
 from cost_models.errors import SpecError
 from planner.runners import run_plan
-from planner.sweep import SweepRow, breakdown, parse_gpus, run_sweep
+from planner.sweep import SweepRow, parse_gpus, run_sweep, scaling_limit
 
 
 def test_parse_gpus():
@@ -44,20 +44,20 @@ def test_sweep_rows_are_plan_number_one_with_scaling_efficiency():
         assert (before, after) == pytest.approx((share0.get(r.grew, 0.0), share[r.grew]))
         assert after - before == pytest.approx(max(v - share0.get(k, 0.0) for k, v in share.items()))
 
-def test_breakdown_is_the_first_count_under_the_threshold():
+def test_scaling_limit_is_the_first_count_under_the_threshold():
     def row(gpus, eff, grew=None, shares=None):
         return SweepRow(gpus, object(), None, eff, grew, shares)
 
     rows = [SweepRow(8, None, "no layout"), row(16, 1.0), row(32, 0.97, "dp", (0.01, 0.05)),
             row(64, 0.85, "bubble", (0.02, 0.2)), row(128, 0.95, "dp", (0.01, 0.03))]
-    b = breakdown(rows)
+    b = scaling_limit(rows)
     assert (b.last_good, b.row.gpus) == (32, 64)
     assert b.line() == ("scaling stays at or above 90% through 32 GPUs and falls to 85% at 64: "
                         "bubble grows from 2.0% to 20.0% of the step")
     assert b.to_json()["breaks_at_gpus"] == 64 and b.to_json()["term_share_to"] == 0.2
-    assert breakdown(rows, threshold=0.8).row is None
-    assert breakdown(rows, threshold=0.8).line() == "scaling stays at or above 80% through 128 GPUs"
-    assert breakdown(rows[:1]).line() == "no GPU count of the sweep has a layout"
+    assert scaling_limit(rows, threshold=0.8).row is None
+    assert scaling_limit(rows, threshold=0.8).line() == "scaling stays at or above 80% through 128 GPUs"
+    assert scaling_limit(rows[:1]).line() == "no GPU count of the sweep has a layout"
 
 
 def _png_size(path):  # type: ignore[no-untyped-def]
@@ -127,4 +127,4 @@ def test_sweep_json_is_the_same_twice():
     first, second = (CliRunner().invoke(app, argv) for _ in range(2))
     assert first.exit_code == 0 and first.stdout == second.stdout
     doc = json.loads(first.stdout)
-    assert [r["gpus"] for r in doc["sweep"]] == [8, 16, 32] and doc["breakdown"]["threshold"] == 0.9
+    assert [r["gpus"] for r in doc["sweep"]] == [8, 16, 32] and doc["scaling_limit"]["threshold"] == 0.9
