@@ -23,6 +23,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs" / "commands").glob("*.md"))]
@@ -102,22 +103,9 @@ def run(example: Example, scratch: Path) -> list[str]:
     tmp = "/tmp/"
     argv = [a.replace(tmp, f"{scratch}/", 1) if a.startswith(tmp) else a for a in example.argv]
     out = io.StringIO()
-    saved = sys.argv, {k: os.environ.get(k) for k in ENV}
-    sys.argv = ["planner", *argv]
-    os.environ.update(ENV)
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-            try:
-                main()
-            except SystemExit:
-                pass
-    finally:
-        sys.argv = saved[0]
-        for k, v in saved[1].items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with (mock.patch.object(sys, "argv", ["planner", *argv]), mock.patch.dict(os.environ, ENV),
+          contextlib.redirect_stdout(out), contextlib.redirect_stderr(out), contextlib.suppress(SystemExit)):
+        main()
     return out.getvalue().replace(f"{scratch}/", tmp).split("\n")
 
 

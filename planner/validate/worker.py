@@ -324,17 +324,31 @@ class Stage(nn.Module):
         return x
 
 
+def _parent(name: str) -> str:
+    """The module a parameter belongs to, by its dotted name ("experts" for "layers.0.moe.experts.w1")."""
+    return name.rsplit(".", 2)[-2] if name.count(".") else ""
+
+
+def _init_kind(name: str) -> str:
+    """How a parameter starts, by its name: "zero" (biases), "one" (norm weights) or "normal" (the rest)."""
+    leaf, parent = name.rsplit(".", 1)[-1], _parent(name)
+    if leaf == "bias" or (parent == "experts" and leaf.startswith("b")):
+        return "zero"
+    if "norm" in parent and leaf == "weight":
+        return "one"
+    return "normal"
+
+
 def init_local(module: nn.Module, seed: int) -> None:
     """Draw only this rank's shards (timing runs): the same distributions as init_parameters."""
     gen = torch.Generator(device="cpu").manual_seed(seed)
     with torch.no_grad():
         for name, p in module.named_parameters():
             t = _local(p)
-            leaf = name.rsplit(".", 1)[-1]
-            parent = name.rsplit(".", 2)[-2] if name.count(".") else ""
-            if leaf == "bias" or (parent == "experts" and leaf.startswith("b")):
+            kind = _init_kind(name)
+            if kind == "zero":
                 t.zero_()
-            elif "norm" in parent and leaf == "weight":
+            elif kind == "one":
                 t.fill_(1.0)
             else:
                 t.copy_(torch.empty(t.shape, dtype=torch.float32).normal_(0.0, INIT_STD, generator=gen))
@@ -346,15 +360,14 @@ def init_parameters(module: nn.Module, seed: int, expert_slice: tuple[int, int] 
     experts are drawn full (all experts) and sliced to this ep rank's block."""
     with torch.no_grad():
         for name, p in module.named_parameters():
-            leaf = name.rsplit(".", 1)[-1]
-            parent = name.rsplit(".", 2)[-2] if name.count(".") else ""
-            if leaf == "bias" or (parent == "experts" and leaf.startswith("b")):
+            kind = _init_kind(name)
+            if kind == "zero":
                 p.zero_()
-            elif "norm" in parent and leaf == "weight":
+            elif kind == "one":
                 p.fill_(1.0)
             else:
                 gen = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
-                if parent == "experts" and expert_slice is not None:
+                if _parent(name) == "experts" and expert_slice is not None:
                     ep, rank = expert_slice
                     full = torch.empty((p.shape[0] * ep, *p.shape[1:]), dtype=torch.float32).normal_(0.0, INIT_STD, generator=gen)
                     p.copy_(full[rank * p.shape[0] : (rank + 1) * p.shape[0]])
