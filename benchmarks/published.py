@@ -40,14 +40,12 @@ from cost_models.layout import Layout
 from cost_models.memory import memory_estimate
 from cost_models.model_spec import ModelSpec
 from cost_models.rules import resolve
-from cost_models.states import MEGATRON_VOCAB_DIVISOR
 from cost_models.training import TrainingSpec
 from planner import presets
 
 sys.path.insert(0, str(Path(__file__).parent))
 from flop_conventions import (  # one function per source's FLOP count
     korthikanti_model_flop_per_token,
-    megatron_core_flop_per_token,
     mpt_flop_per_token,
     narayanan_flop_per_token,
     tokens_from_flops,
@@ -330,56 +328,8 @@ def _mpt(entry: dict) -> Mapped:
     return mpt_model(entry), cluster, training, layout, notes
 
 
-# Megatron-Bridge v0.2.0 (NeMo 25.11) recipes that count the embedding and the loss as one pipeline
-# layer each (account_for_embedding/loss_in_pipeline_split = True): src/megatron/bridge/recipes/llama/
-# llama3.py llama31_405b_pretrain_config and recipes/qwen/qwen3_moe.py qwen3_235b_a22b_pretrain_config.
-BRIDGE_EMBEDDING_LOSS_SPLIT = ("llama-3.1-405b", "qwen3-235b-a22b")
-
-
-def _megatron_bridge(entry: dict) -> Mapped:
-    lay, m = entry["layout"], entry["model"]
-    name, model = _preset_model(entry)
-    notes = [f"model = preset {name}",
-             "recompute none: the Bridge performance recipes set no recompute (scripts/performance/configs, v0.2.0)"]
-    precision = Precision.FP8 if "FP8" in entry["hardware"]["precision"].upper() else Precision.BF16
-    recompute, recompute_layers = Recompute.NONE, None
-    if name == "llama-3.1-8b" and "H100" in entry["hardware"]["gpu"] and precision is Precision.FP8:
-        # scripts/performance/configs/llama3/workload_base_configs.py (v0.2.0): LLAMA3_8B_H100_FP8_CS
-        # recompute_num_layers=5 -> recompute_granularity full, method block (utils/helpers.py).
-        recompute, recompute_layers = Recompute.FULL, 5
-        notes[1] = "full recompute of the first 5 layers (recipe LLAMA3_8B_H100_FP8_CS: recompute_num_layers=5, method block)"
-    etp = None
-    if model.moe:
-        etp = 1  # qwen3 workload_base_configs.py: expert_tensor_parallel_size=1
-        notes.append("etp 1 (Qwen3 performance base config); tokens force-balanced over experts as in the benchmark")
-    if "fsdp (size" in lay["zero"].lower() and name == "llama-3.1-70b":
-        notes.append("the recipe also offloads 40 layers' activations to the CPU (cpu_offloading_num_layers), not modelled")
-    if lay.get("sp") is None and lay["tp"] > 1:
-        notes.append("sequence parallel on with tp > 1 (Bridge llama/qwen recipes set sequence_parallel=True)")
-    if entry["id"].startswith("mbridge-26"):
-        notes.append("settings the 26.04.01 table does not list are taken from the 25.11 (v0.2.0) recipe")
-    vpp = lay.get("vpp") or 1
-    first = last = None
-    if name in BRIDGE_EMBEDDING_LOSS_SPLIT and lay["pp"] > 1:
-        per_stage, rest = divmod(model.num_layers + 2, lay["pp"] * vpp)
-        if rest:
-            raise Skip(f"num_layers({model.num_layers}) + embedding + loss is not divisible by pp·vpp({lay['pp'] * vpp})")
-        first = last = per_stage * vpp - 1
-        notes.append(f"end ranks hold {first} layers: the embedding and the loss count as one pipeline layer each")
-    mx = entry["hardware"]["precision"].upper() == "FP8-MX"
-    if mx:
-        notes.append("FP8-MX = fp8_recipe mxfp8")
-    training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=precision,
-                            fp8_recipe=Fp8Recipe.MXFP8 if mx else Fp8Recipe.TENSORWISE,
-                            framework=Framework.MEGATRON, attention=AttentionKernel.FLASH)
-    layout = Layout(tp=lay["tp"], pp=lay["pp"], vpp=vpp, cp=lay.get("cp") or 1, ep=lay.get("ep") or 1, etp=etp,
-                    mbs=lay["micro_batch"], zero=_megatron_zero(lay["zero"]), recompute=recompute,
-                    recompute_layers=recompute_layers, pp_first_stage_layers=first, pp_last_stage_layers=last)
-    return model, _cluster(entry), training, layout, notes
-
-
 MAPPINGS = {"narayanan2021": _megatron_papers, "korthikanti2022": _megatron_papers, "torchtitan": _torchtitan,
-            "mpt": _mpt, "megatron_bridge": _megatron_bridge}
+            "mpt": _mpt}
 
 
 def tokens_from_flop_rate(entry: dict, model: ModelSpec, *, tp: int) -> tuple[float, str]:
@@ -393,12 +343,6 @@ def tokens_from_flop_rate(entry: dict, model: ModelSpec, *, tp: int) -> tuple[fl
     if entry["group"] == "korthikanti2022" and meas.get("mfu"):
         tflops = meas["mfu"] * entry["hardware"]["peak_dense_tflops_used_for_mfu"]
         return tokens_from_flops(tflops, korthikanti_model_flop_per_token(**dims)), "mfu x 312 TFLOP/s / Korthikanti App. A model FLOPs per token"
-    if entry["group"] == "megatron_bridge" and meas.get("tflops_per_gpu"):
-        # Megatron pads the vocabulary to a multiple of 128·tp (cost_models.states.padded_vocab)
-        multiple = MEGATRON_VOCAB_DIVISOR * tp
-        vocab = -(-m.vocab_size // multiple) * multiple
-        per_token = megatron_core_flop_per_token(m, seq_len=s, vocab_size=vocab, causal=True)
-        return tokens_from_flops(meas["tflops_per_gpu"], per_token), "tflops_per_gpu / Megatron-Bridge model FLOPs per token"
     if entry["group"] == "mpt" and meas.get("mfu"):
         tflops = meas["mfu"] * entry["hardware"]["peak_dense_tflops_used_for_mfu"]
         per_token = mpt_flop_per_token(n_params=m.params_total, num_layers=m.num_layers, hidden_size=m.hidden_size, seq_len=s)
@@ -413,11 +357,7 @@ def _run(entry: dict) -> PublishedRun:
     try:
         job = resolve(model, cluster, training, layout)
     except SpecError as err:
-        extra = ""
-        if layout.pp_first_stage_layers:
-            extra = (f"; Megatron-Bridge puts the embedding and the loss in the first and last virtual stages, so the "
-                     f"end ranks hold {layout.pp_first_stage_layers} layers in unequal chunks, which Layout cannot express")
-        raise Skip(f"{err}{extra}") from None
+        raise Skip(str(err)) from None
     memory_estimate(job)  # must not raise for any returned run
     # what the yaml itself inferred (dp = gpus/(tp·pp·cp) is arithmetic, not an assumption)
     notes += [f"{field} (yaml derived_fields)" for field in entry["derived_fields"] if not field.startswith("layout.dp")]

@@ -30,7 +30,7 @@ def test_published_throughput():
     from collections import defaultdict
 
     runs, skipped = time_accuracy.load()
-    assert len(runs) == 100
+    assert len(runs) == 91
     rows = time_accuracy.evaluate([(r, r.job()) for r in runs], time_accuracy.DEFAULT)
     by_source = defaultdict(list)
     for r in rows:
