@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -34,15 +34,38 @@ class PeakFlops(_SIFromHuman):
     fp4: Positive | None = None
 
 
+class MatmulMeasurement(_SIFromHuman):
+    """One published GEMM timing on this GPU: operand type, (M, N, K), FLOP/s, how long the GEMM
+    ran before it was timed, and who measured it.
+
+    `regime` "burst": timed within a fraction of a second of starting (the SM clock still at or
+    near boost); "sustained": timed after the GPU has run the GEMM long enough to sit at its power
+    limit, the clock a training step runs at. `shape` None: the best of a shape search (MAMF,
+    MSMF), which lands on a shape the library's kernel tiles without loss, so the rate is taken as
+    the ceiling itself (the shape it found, where published, is in `by`)."""
+
+    dtype: Literal["bf16", "fp16", "fp8"]
+    shape: tuple[Count, Count, Count] | None = None
+    rate_flop_per_s: Positive
+    regime: Literal["burst", "sustained"] = "burst"
+    by: str = ""
+
+
 class GPUSpec(_SIFromHuman):
     name: str
     vendor: str = ""
-    # GPU generation ("ampere", "hopper", "blackwell", ...): the efficiency constants of
-    # cost_models.calibration are kept per architecture, since kernels and clocks differ by generation
+    # GPU generation ("ampere", "hopper", "blackwell", ...): picks the kernel table
+    # (presets/kernels/<architecture>.toml) and the per-architecture corrections of a calibration file
     architecture: str = ""
     hbm_bytes: Annotated[int, Field(gt=0)]  # capacity a framework can allocate from (see presets for what each counts)
     hbm_bandwidth_bytes_per_s: Positive
     peak_flop_per_s: PeakFlops
+    # streaming multiprocessors (NVIDIA) or compute units (AMD): how many GEMM tiles or attention
+    # blocks run at once, which sets tile and wave quantisation (cost_models.kernels)
+    sm_count: Count | None = None
+    # published GEMM timings (cost_models.kernels anchors every GEMM on them); a GPU without them
+    # takes its generation's reference GPU's ratio of tensor-core ceiling to datasheet peak
+    matmul: tuple[MatmulMeasurement, ...] = ()
     source: str = ""
 
 
