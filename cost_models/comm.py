@@ -1,29 +1,43 @@
-"""α-β cost of collectives, and which link a process group uses.
+"""Cost of NCCL collectives, and which links a process group uses.
 
-One function prices every collective: time = base + α·steps(n) + factor(n)·bytes / bandwidth,
-where `bytes` is the full buffer (all-reduce: the tensor; all-gather/reduce-scatter: the gathered
-tensor; all-to-all: what one rank sends to all; send/recv: the message) and the algorithm's
-latency steps and bandwidth factor are data (ALGORITHMS). Textbook forms (Thakur, Rabenseifner &
-Gropp 2005, "Optimization of Collective Communication Operations in MPICH", Sec. 4; Chan et al.
-2007):
+One function prices every collective: time = factor(n)·bytes / (plateau bus bandwidth × the share
+of it a message of that size reaches), never less than NCCL's own latency for the collective.
+`bytes` is the full buffer (all-reduce: the tensor; all-gather/reduce-scatter: the gathered tensor;
+all-to-all: what one rank sends to all; send/recv: the message); factor(n) is the nccl-tests
+bus-bandwidth factor of the collective (2(n−1)/n for all-reduce, (n−1)/n for all-gather,
+reduce-scatter and all-to-all, 1 for send/recv: NVIDIA/nccl-tests doc/PERFORMANCE.md), so the bus
+bandwidths below are the plateaus nccl-tests reports.
 
-- ring all-reduce: 2(n−1) steps, each rank sends and receives 2(n−1)/n of the buffer;
-- ring all-gather / reduce-scatter: n−1 steps, (n−1)/n of the buffer;
-- tree all-reduce (NCCL's double binary tree, reduce then broadcast, pipelined): 2·⌈log2 n⌉ steps,
-  the whole buffer twice through each link;
-- pairwise all-to-all: n−1 exchanges, (n−1)/n of what a rank sends leaves it;
-- send/recv: one step, the message once.
+Bus bandwidth (measured plateaus):
+- NVLink: NCCL's per-link bandwidth times the links per GPU (src/graph/topo.h: SM80 20.0, SM90 20.6,
+  SM100 40.1 GB/s per link; 12 links on A100, 18 on H100 and Blackwell), which is what nccl-tests
+  measures on one node: A100 232 of the modelled 240 GB/s, H100 370 of 370.8, B200 700 of 721.8
+  (NVIDIA GTC24 S62129 and GTC25 S72583 slides; shared/reference/collectives.md §1.1). As a fraction
+  of the raw per-direction NVLink rate: NVLINK_BUSBW_FRACTION.
+- NIC: per GPU, NIC_BUSBW_FRACTION of the line rate: "24GB/s per 200G NIC", "46-48GB/s per NIC" at
+  NDR 400G (NCCL maintainers, nccl-tests issues 119 and 290).
+- A ring over several nodes runs its NVLink and network hops at once (NCCL pipelines every ring
+  step through all of them), and with k group members per node, k NICs carry the node's share:
+  busbw = min(NVLink busbw, k·NIC busbw / oversubscription). DGX H100 over 8x400G measures 370-380
+  and DGX A100 over 8x200G 192, both as this gives (GTC24/25 slides).
+- All-to-all: inside a node at the measured NVLink all-to-all plateau (A100 210, H100 320, B200 640
+  GB/s); across nodes each rank's cross-node share goes through its own NIC at
+  CROSS_NODE_ALL_TO_ALL_FRACTION of the NIC rate (DGX H100 8x400G: 48 GB/s busbw at 32 GPUs, DGX A100
+  8x200G: 24, against the 62.7 and 31.3 that the NIC model alone gives; GTC25 slide).
+
+Size: the share of the plateau a message reaches is read off published nccl-tests all-reduce
+curves, one for a single NVLink domain and one per node count across nodes (DOMAIN_CURVE,
+NODES_CURVES), and applied to every collective of that span by its buffer size. Latency floor:
+NCCL's own constants (src/graph/tuning.cc at v2.30.7-1; the cluster presets carry its hwLatencies,
+Ring/Simple 3.4 µs per NVLink step and 14 µs per network step): base latency per protocol and
+per-step latency per protocol and link, the fastest protocol and algorithm (ring; tree for
+all-reduce across nodes) taken.
 
 Placement: a group of n ranks whose consecutive members are `stride` ranks apart (the rank order
 puts tp fastest, then cp, ep, dp, pp: Megatron `tp-cp-ep-dp-pp`, torchtitan's mesh
 `pp, dp_replicate, dp_shard, cp, tp`, launch_formats.md §1.4, §2) has k = min(n, domain/stride)
-members in each scale-up domain (NVLink/NVSwitch). If all n are in one domain the collective runs
-on the scale-up link. Otherwise it runs hierarchically (NCCL's rings and trees cross nodes this
-way): a stage inside each domain on the scale-up link, and a stage across the n/k domains on the
-NICs, where the k members of a domain each drive their own NIC with 1/k of the data. Every GPU has
-one NIC (all cluster presets are rail-optimised, one NIC per GPU), and groups of the same kind
-run at the same time on every GPU, so k NICs per domain is also the group's fair share. A group
-that spans more GPUs than a network tier holds pays that tier's oversubscription.
+members in each scale-up domain (NVLink/NVSwitch). A group spanning more GPUs than a network tier
+holds pays that tier's oversubscription.
 """
 
 from __future__ import annotations
@@ -31,23 +45,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Callable
 
 from cost_models.hardware import ClusterSpec
 from cost_models.units import US
-
-# NCCL's fixed per-collective launch latency (baseLatencies, Ring/Simple, 8.4 µs;
-# https://github.com/NVIDIA/nccl/blob/master/src/graph/tuning.cc, the same table the cluster
-# presets take their per-step latencies from).
-COLLECTIVE_BASE_LATENCY_S = 8.4 * US
-
-# Achieved fraction of the link's per-direction bandwidth at large messages ("bus bandwidth" in
-# nccl-tests terms). NVLink: p2pBandwidthLatencyTest measures about 380 of 450 GB/s on H100 SXM
-# (https://github.com/NVIDIA/nccl/issues/1264) = 0.84; InfiniBand NDR/HDR: nccl-tests across nodes
-# reach 45-48 of 50 GB/s per NIC (NVIDIA DGX SuperPOD H100 RA, "Multi-node NCCL" acceptance
-# tables quote ~ 370-390 GB/s bus bandwidth for 8 NICs) = 0.92.
-SCALEUP_EFFICIENCY = 0.84
-SCALEOUT_EFFICIENCY = 0.92
 
 
 class Collective(StrEnum):
@@ -58,46 +58,70 @@ class Collective(StrEnum):
     SEND_RECV = "send_recv"
 
 
-class Algorithm(StrEnum):
-    RING = "ring"
-    TREE = "tree"
-    PAIRWISE = "pairwise"
-    DIRECT = "direct"
+def bus_factor(op: Collective, n: int) -> float:
+    """nccl-tests' bus bandwidth factor: busbw = algbw · factor (doc/PERFORMANCE.md)."""
+    if op is Collective.ALL_REDUCE:
+        return 2 * (n - 1) / n
+    if op is Collective.SEND_RECV:
+        return 1.0
+    return (n - 1) / n
 
 
-def _log2(n: int) -> int:
-    return max(1, math.ceil(math.log2(n)))
+# NVLink bus bandwidth over the raw per-direction NVLink rate, per GPU generation: NCCL's topo.h
+# per-link model (links x GB/s) over links x 25 (A100, H100) or 50 (Blackwell) GB/s raw.
+NVLINK_BUSBW_FRACTION = {"ampere": 12 * 20.0 / 300, "hopper": 18 * 20.6 / 450, "blackwell": 18 * 40.1 / 900}
+# Measured NVLink all-to-all plateau over the raw rate (GTC25 S72583: A100 210, H100 320, B200 640 GB/s).
+NVLINK_ALL_TO_ALL_FRACTION = {"ampere": 210 / 300, "hopper": 320 / 450, "blackwell": 640 / 900}
+# A generation without measurements (AMD Infinity Fabric, Ada PCIe, a user's GPU) takes the lowest.
+DEFAULT_NVLINK_FRACTION = min(NVLINK_BUSBW_FRACTION.values())
+DEFAULT_NVLINK_ALL_TO_ALL_FRACTION = min(NVLINK_ALL_TO_ALL_FRACTION.values())
+# NIC bus bandwidth over line rate: 24 of 25 GB/s (200G), 46-48 of 50 GB/s (400G): 0.94 of both.
+NIC_BUSBW_FRACTION = 0.94
+# Cross-node all-to-all over the per-NIC model: 48/62.7 (DGX H100) and 24/31.3 (DGX A100), GTC25.
+CROSS_NODE_ALL_TO_ALL_FRACTION = 0.77
 
-
-# (collective, algorithm) -> (latency steps(n), bandwidth factor(n))
-ALGORITHMS: dict[tuple[Collective, Algorithm], tuple[Callable[[int], float], Callable[[int], float]]] = {
-    (Collective.ALL_REDUCE, Algorithm.RING): (lambda n: 2 * (n - 1), lambda n: 2 * (n - 1) / n),
-    (Collective.ALL_REDUCE, Algorithm.TREE): (lambda n: 2 * _log2(n), lambda n: 2.0),
-    (Collective.ALL_GATHER, Algorithm.RING): (lambda n: n - 1, lambda n: (n - 1) / n),
-    (Collective.REDUCE_SCATTER, Algorithm.RING): (lambda n: n - 1, lambda n: (n - 1) / n),
-    (Collective.ALL_TO_ALL, Algorithm.PAIRWISE): (lambda n: n - 1, lambda n: (n - 1) / n),
-    (Collective.SEND_RECV, Algorithm.DIRECT): (lambda n: 1, lambda n: 1.0),
+# NCCL tuning.cc v2.30.7-1 (shared/reference/collectives.md §2.2, 2.3): base latencies, and the
+# per-step latency of each protocol relative to Simple's (the presets carry Simple's), and the
+# share of the bus bandwidth each protocol reaches.
+BASE_LATENCY_S = {"simple": 8.4 * US, "ll128": 14.0 * US, "ll": 6.6 * US}
+STEP_LATENCY_NVLINK_S = {"simple": 3.4 * US, "ll128": 1.9 * US, "ll": 0.6 * US}
+STEP_LATENCY_NET_S = {"simple": 14.0 * US, "ll128": 4.0 * US, "ll": 2.7 * US}
+# Kept for the callers that price one fixed latency (send/recv): NCCL's Ring/Simple base latency.
+COLLECTIVE_BASE_LATENCY_S = BASE_LATENCY_S["simple"]
+# Bus bandwidth against message size, as a share of the plateau, from published nccl-tests
+# all-reduce curves (shared/reference/collectives.md §1.2, §1.6). The share folds in everything that
+# keeps a mid-size collective off its plateau in NCCL (too few bytes per channel and pipeline step,
+# protocol and algorithm switches), so it is read off measurements, not derived.
+# - One NVLink domain: Azure/AI-benchmarking-guide@8fd0c6e1 Azure_Results ND_A100_v4, ND_H100_v5,
+#   ND_H200_v5 "NCCL Bandwidth" (8 GPUs, all-reduce), each divided by its 8 GiB value; the median
+#   of the three at each size (A100 and H100 halve their plateau at the same ~16 MiB).
+# - Across nodes: NVIDIA's NCCL_ALGO=NVLSTree all-reduce scan on H100 at 32, 256, 1024 and 8192
+#   GPUs (GTC24 S62129 slide 35, read off the figure as reproduced in stas00/ml-engineering@744d01e
+#   network/images/nccl-all-reduce-scan-nvlstree.png, ±10 GB/s), each divided by its 16 GiB value.
+# Between the listed sizes and node counts the share is interpolated in log2; below the smallest
+# size the latency floor (NCCL's own latency model, collective_time) takes over.
+MiB = 2**20
+DOMAIN_CURVE = {
+    1024: 0.00015, 32 * 1024: 0.0044, 256 * 1024: 0.031, MiB: 0.110, 4 * MiB: 0.288, 16 * MiB: 0.490,
+    64 * MiB: 0.755, 256 * MiB: 0.900, 1024 * MiB: 0.974, 4096 * MiB: 0.995, 8192 * MiB: 1.0,
+}
+NODES_SIZES = (MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1024 * MiB, 16384 * MiB)
+NODES_CURVES = {  # nodes of 8 GPUs -> share at NODES_SIZES
+    4: (0.040, 0.144, 0.336, 0.613, 0.835, 0.933, 1.0),
+    32: (0.016, 0.059, 0.181, 0.453, 0.733, 0.915, 1.0),
+    128: (0.0135, 0.049, 0.135, 0.338, 0.689, 0.897, 1.0),
+    1024: (0.0082, 0.033, 0.087, 0.286, 0.613, 0.837, 1.0),
 }
 
 
-@dataclass(frozen=True)
-class Link:
-    bandwidth_bytes_per_s: float  # achieved, per GPU per direction
-    latency_s: float  # per step
-
-
-def alpha_beta(op: Collective, algorithm: Algorithm, n: int, size_bytes: float, link: Link) -> float:
-    """α·steps + factor·bytes/bandwidth of one algorithm on one link level (no base latency)."""
-    if n <= 1 or size_bytes <= 0:
-        return 0.0
-    steps, factor = ALGORITHMS[op, algorithm]
-    return link.latency_s * steps(n) + factor(n) * size_bytes / link.bandwidth_bytes_per_s
-
-
-def _flat(op: Collective, n: int, size_bytes: float, link: Link) -> float:
-    """Fastest algorithm the table has for this collective on one level (NCCL's tuner chooses by
-    the same kind of model, src/graph/tuning.cc)."""
-    return min(alpha_beta(op, alg, n, size_bytes, link) for (o, alg) in ALGORITHMS if o is op)
+# SMs an NCCL collective occupies while it runs (one thread block per channel): the ring channel
+# count NCCL's graph search settles on, derived from src/graph/search.cc and topo.h at v2.30.7-1 for
+# one NVSwitch node (A100 24, H100 24, B200 32; 24 on H100 matches the "24 coll channels" of
+# nccl issue 1259's log) and 16 with 8 NICs over InfiniBand (2 per NIC). A compute kernel running
+# beside it has the other SMs (no GEMM block fits on an SM an NCCL block holds).
+NCCL_CHANNELS_NVLINK = {"ampere": 24, "hopper": 24, "blackwell": 32}
+NCCL_CHANNELS_NET = 16
+DEFAULT_NCCL_CHANNELS = 24
 
 
 @dataclass(frozen=True)
@@ -113,53 +137,130 @@ def placement(cluster: ClusterSpec, n: int, stride: int) -> Placement:
     return Placement(n=n, per_domain=k, span_gpus=n * stride)
 
 
-def scaleup_link(cluster: ClusterSpec) -> Link:
-    return Link(cluster.scaleup_bandwidth_bytes_per_s * SCALEUP_EFFICIENCY, cluster.scaleup_latency_s)
+def _arch(cluster: ClusterSpec) -> str:
+    return cluster.gpu.architecture
 
 
-def scaleout_link(cluster: ClusterSpec, span_gpus: int) -> Link:
+def nvlink_busbw(cluster: ClusterSpec) -> float:
+    fraction = NVLINK_BUSBW_FRACTION.get(_arch(cluster), DEFAULT_NVLINK_FRACTION)
+    return cluster.scaleup_bandwidth_bytes_per_s * fraction
+
+
+def nvlink_all_to_all_busbw(cluster: ClusterSpec) -> float:
+    fraction = NVLINK_ALL_TO_ALL_FRACTION.get(_arch(cluster), DEFAULT_NVLINK_ALL_TO_ALL_FRACTION)
+    return cluster.scaleup_bandwidth_bytes_per_s * fraction
+
+
+def nic_busbw(cluster: ClusterSpec, span_gpus: int) -> float:
     over = max((t.oversubscription for t in cluster.network_tiers if span_gpus > t.gpus), default=1.0)
-    return Link(cluster.nic_bandwidth_bytes_per_s * SCALEOUT_EFFICIENCY / over, cluster.nic_latency_s)
+    return cluster.nic_bandwidth_bytes_per_s * NIC_BUSBW_FRACTION / over
+
+
+def _scale(cluster: ClusterSpec, latency_s: float, net: bool) -> float:
+    """A protocol's per-step latency on the preset's links: the preset gives Simple's."""
+    simple = cluster.nic_latency_s if net else cluster.scaleup_latency_s
+    return latency_s * simple / (STEP_LATENCY_NET_S if net else STEP_LATENCY_NVLINK_S)["simple"]
+
+
+def _latency(op: Collective, where: Placement, cluster: ClusterSpec, protocol: str, tree: bool) -> float:
+    """NCCL's start-up time of one collective (tuning.cc: base latency plus a per-step latency per
+    hop, NVLink or network): ring steps 2(n−1) for all-reduce, n−1 otherwise; a tree all-reduce
+    chains through each node (2(k−1) NVLink steps) and goes up and down log2(nodes) network levels."""
+    n, k = where.n, where.per_domain
+    nodes = max(1, n // k)
+    a_nvl = _scale(cluster, STEP_LATENCY_NVLINK_S[protocol], net=False)
+    a_net = _scale(cluster, STEP_LATENCY_NET_S[protocol], net=True)
+    base = BASE_LATENCY_S[protocol]
+    if tree:
+        return base + 2 * (k - 1) * a_nvl + 2 * math.log2(nodes) * a_net
+    if op is Collective.SEND_RECV:
+        return base + (a_nvl if nodes == 1 else a_net)
+    per = 2 if op is Collective.ALL_REDUCE else 1
+    net_steps = per * (nodes - 1)
+    return base + (per * (n - 1) - net_steps) * a_nvl + net_steps * a_net
+
+
+def _log_interp(xs: tuple[float, ...], ys: tuple[float, ...], x: float) -> float:
+    """Linear in log2(x) between points; proportional to x below the first (a latency-bound
+    collective takes the same time at any size, so its share of the plateau falls with size);
+    flat beyond the last."""
+    if x <= xs[0]:
+        return ys[0] * x / xs[0]
+    if x >= xs[-1]:
+        return ys[-1]
+    for i in range(len(xs) - 1):
+        if x <= xs[i + 1]:
+            w = math.log2(x / xs[i]) / math.log2(xs[i + 1] / xs[i])
+            return ys[i] + w * (ys[i + 1] - ys[i])
+    return ys[-1]
+
+
+def size_share(size_bytes: float, nodes: int) -> float:
+    """Share of the plateau bus bandwidth a collective of `size_bytes` reaches over `nodes` nodes
+    (DOMAIN_CURVE, NODES_CURVES; node counts between the measured ones interpolated in log2)."""
+    domain = tuple(DOMAIN_CURVE), tuple(DOMAIN_CURVE.values())
+    if nodes <= 1:
+        return _log_interp(*domain, size_bytes)
+    counts = (1, *NODES_CURVES)
+    nodes = min(nodes, counts[-1])
+
+    def at(c: int) -> float:
+        if c == 1:
+            return _log_interp(*domain, size_bytes)
+        return _log_interp(NODES_SIZES, NODES_CURVES[c], size_bytes)
+
+    for lo, hi in zip(counts, counts[1:]):
+        if nodes <= hi:
+            w = math.log2(nodes / lo) / math.log2(hi / lo)
+            return at(lo) + w * (at(hi) - at(lo))
+    return at(counts[-1])
+
+
+def bus_bandwidth(op: Collective, where: Placement, cluster: ClusterSpec, *, flat: bool = False) -> float:
+    """Plateau bus bandwidth of the collective on this placement (module docstring)."""
+    n, k = where.n, where.per_domain
+    if k >= n:  # one scale-up domain
+        return nvlink_all_to_all_busbw(cluster) if op is Collective.ALL_TO_ALL else nvlink_busbw(cluster)
+    nic = nic_busbw(cluster, where.span_gpus)
+    if flat or k == 1:
+        return nic
+    return min(nvlink_busbw(cluster), k * nic)
 
 
 def collective_time(op: Collective, size_bytes: float, where: Placement, cluster: ClusterSpec, *, flat: bool = False) -> float:
-    """Seconds for one collective of a group placed as `where` (see the module docstring).
+    """Seconds for one collective of a group placed as `where` (see the module docstring): the
+    bytes over the plateau bus bandwidth times its size share, never less than NCCL's latency.
 
-    `flat`: one ring over all n ranks at one NIC's bandwidth per rank, the whole buffer crossing
-    every rank's NIC, instead of the hierarchical split (used for DeepSpeed ZeRO-3, see step_time).
-    """
+    `flat`: every rank's own NIC carries the whole ring's traffic (DeepSpeed ZeRO-3's gathers, see
+    step_time), instead of k NICs sharing it."""
     n, k = where.n, where.per_domain
     if n <= 1 or size_bytes <= 0:
         return 0.0
-    up = scaleup_link(cluster)
-    if k == n:
-        return COLLECTIVE_BASE_LATENCY_S + _flat(op, n, size_bytes, up)
-    nodes = n // k
-    out = scaleout_link(cluster, where.span_gpus)
-    if flat:
-        return COLLECTIVE_BASE_LATENCY_S + _flat(op, n, size_bytes, out)
-    if op is Collective.ALL_TO_ALL:
-        # each rank sends (n−1)/n of its buffer: (k−1)/n of it stays inside the domain, (n−k)/n
-        # leaves through its own NIC; both run at once, the slower sets the time
-        inside = (k - 1) / n * size_bytes / up.bandwidth_bytes_per_s + up.latency_s * (k - 1)
-        across = (n - k) / n * size_bytes / out.bandwidth_bytes_per_s + out.latency_s * (nodes - 1)
-        return COLLECTIVE_BASE_LATENCY_S + max(inside, across)
-    if op is Collective.SEND_RECV:
-        return COLLECTIVE_BASE_LATENCY_S + alpha_beta(op, Algorithm.DIRECT, 2, size_bytes, out)
-    # hierarchical: reduce-scatter/all-gather inside the domain, then the cross-domain stage on
-    # 1/k of the buffer per NIC (for all-reduce: RS inside, AR across, AG inside)
-    across = _flat(op, nodes, size_bytes / k, out)
-    if op is Collective.ALL_REDUCE:
-        inside = _flat(Collective.REDUCE_SCATTER, k, size_bytes, up) + _flat(Collective.ALL_GATHER, k, size_bytes, up)
-    else:
-        inside = _flat(op, k, size_bytes, up)
-    return COLLECTIVE_BASE_LATENCY_S + inside + across
+    nodes = max(1, n // k)
+    share = size_share(size_bytes, nodes)
+    trees = (False, True) if op is Collective.ALL_REDUCE and k < n else (False,)
+    floor = min(_latency(op, where, cluster, protocol, tree) for protocol in BASE_LATENCY_S for tree in trees)
+    if op is Collective.ALL_TO_ALL and k < n:
+        # (k−1)/n of what a rank sends stays on NVLink, (n−k)/n leaves through its NIC, at once
+        inside = (k - 1) / n * size_bytes / nvlink_all_to_all_busbw(cluster)
+        across = (n - k) / n * size_bytes / (nic_busbw(cluster, where.span_gpus) * CROSS_NODE_ALL_TO_ALL_FRACTION)
+        return max(floor, max(inside, across) / share)
+    moved = bus_factor(op, n) * size_bytes
+    return max(floor, moved / (bus_bandwidth(op, where, cluster, flat=flat) * share))
+
+
+def nccl_sm_share(cluster: ClusterSpec, where: Placement, sms: int) -> float:
+    """Share of the GPU's SMs an NCCL collective of this placement occupies."""
+    if where.n <= 1:
+        return 0.0
+    channels = NCCL_CHANNELS_NVLINK.get(_arch(cluster), DEFAULT_NCCL_CHANNELS) if where.per_domain >= where.n else NCCL_CHANNELS_NET
+    return min(0.5, channels / sms)
 
 
 def send_recv_time(size_bytes: float, *, stride: int, cluster: ClusterSpec) -> float:
-    """Point-to-point between two ranks `stride` apart (pipeline neighbours)."""
+    """Point-to-point between two ranks `stride` apart (pipeline neighbours, ring attention)."""
     if size_bytes <= 0:
         return 0.0
     same_domain = stride < cluster.scaleup_domain_gpus
-    link = scaleup_link(cluster) if same_domain else scaleout_link(cluster, 2 * stride)
-    return COLLECTIVE_BASE_LATENCY_S + alpha_beta(Collective.SEND_RECV, Algorithm.DIRECT, 2, size_bytes, link)
+    where = Placement(n=2, per_domain=2 if same_domain else 1, span_gpus=2 * stride)
+    return collective_time(Collective.SEND_RECV, size_bytes, where, cluster)
