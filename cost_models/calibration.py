@@ -1,102 +1,128 @@
-"""The efficiency constants of the time model: the only numbers in it that are fitted, not derived.
+"""The numbers of the time model that are not read off a kernel or collective measurement.
 
-Kernel efficiencies are kept per GPU architecture (GPUSpec.architecture: "ampere", "hopper",
-"blackwell", ...), because tensor-core kernels and sustained clocks differ by generation (e.g.
-FlashAttention-2 reaches 50-73% of A100's peak but about 35% of H100's: Dao 2023, FlashAttention-2,
-Sec. 4.1; Shah et al. 2024, FlashAttention-3, Sec. 1); "default" serves architectures without
-measurements and is set to the newest measured generation's value (hopper). Nothing here depends on a model, a run or a framework.
+Two kinds:
 
-Defaults are fitted on the published runs (`python benchmarks/time_accuracy.py --fit`, method and
-values in docs/performance-model.md). `planner validate --calibrate FILE` refits them on measured
-runs and `--calibration FILE` loads such a file: a JSON object with any of the fields below, the
-per-architecture ones as {"architecture": value} objects.
+1. Mechanism constants fitted on published end-to-end runs (MECHANISMS), each a quantity one
+   could measure on a cluster, with its prior, its source and its bounds. benchmarks/time_accuracy.py
+   fits them (`--fit`) and judges them by leave-one-source-out refits; docs/accuracy.md prints each
+   one's value and the runs it was fitted on. DEFAULT carries the all-source fit.
+2. Corrections to the kernel prices measured on a user's own GPUs, 1.0 unless a calibration file
+   says otherwise. `planner validate --calibrate FILE` measures a slice of a plan on the user's
+   machine and writes the multipliers that make the model match it, per GPU architecture
+   (GPUSpec.architecture):
+
+- gemm_scale: on the tensor-core rate of every GEMM;
+- attention_scale: on the fused attention kernels' rates;
+- memory_scale: on the bandwidth of the memory-bound kernels of a layer (norms, activations, loss);
+- optimizer_scale: on the bandwidth of the optimizer step.
+
+`--calibration FILE` loads such a file for plan/estimate/sweep: a JSON object with any of these
+fields as {"architecture": value} objects ("default" applies to every architecture not named).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from cost_models.errors import SpecError
 
-PER_ARCHITECTURE = ("gemm_efficiency", "fp8_gemm_efficiency", "attention_efficiency", "te_attention_efficiency")
+PER_ARCHITECTURE = ("gemm_scale", "attention_scale", "memory_scale", "optimizer_scale")
 DEFAULT_ARCH = "default"
 
 
-def _arch(**values: float) -> Any:
-    return field(default_factory=lambda: dict(values))
+def _table() -> Any:
+    return field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Prior:
+    """A mechanism constant's value before any end-to-end fit, the range a fit may explore, and
+    where the prior comes from."""
+
+    value: float
+    low: float
+    high: float
+    source: str
+
+
+MECHANISMS: dict[str, Prior] = {
+    # Compute slowed per second of NCCL traffic hiding behind it, as a multiple of the share of SMs
+    # NCCL's channels hold (comm.nccl_sm_share): 1 when a channel's SM is simply lost to the kernel
+    # beside it (24 channels of 132 H100 SMs slow it by 22%); more when the collective's HBM traffic
+    # slows the kernels beside it too (NVIDIA/nccl#1428: a GEMM 1.76x slower beside an NVLink
+    # all-gather on A100). Bounds: arXiv 2507.03114 measured overlapped compute on A100 and H100
+    # 18.9% slower on average and at most 40% (about 1x and 2x the SM share).
+    "contention_scale": Prior(1.0, 0.5, 2.0, "1: an NCCL channel holds one SM (src/device/common.h); 2507.03114: 18.9% mean, 40% max slowdown"),
+    # Spread of the sustained compute speed across the GPUs of a job (silicon lottery and uneven
+    # cooling: each die settles at its own clock under the power limit), as a coefficient of
+    # variation. Every GPU waits for the slowest at each synchronisation (step_time.straggler_s).
+    # Prior: ml-engineering compute/accelerator/README.md "Not all accelerators are created equal":
+    # "5% and higher" spread of matmul TFLOPS between the GPUs of one 8-GPU node; the expected
+    # range of 8 normal draws is 2.85 standard deviations, so cv = 0.05 / 2.85 = 0.0175. The fit may
+    # go from none to twice that.
+    "gpu_speed_cv": Prior(0.0175, 0.0, 0.035, "ml-engineering 'Not all accelerators are created equal': 5%+ spread on one 8-GPU node (cv = 0.05 / 2.85)"),
+}
 
 
 @dataclass(frozen=True)
 class Calibration:
-    # Fraction of the dense 16-bit tensor-core peak a large GEMM sustains.
-    gemm_efficiency: Mapping[str, float] = _arch(default=0.5422, ampere=0.7612, hopper=0.5422)
-    # Fraction of the dense fp8 peak a large fp8 GEMM sustains (scaling and casts included).
-    fp8_gemm_efficiency: Mapping[str, float] = _arch(default=0.8008, hopper=0.8008, blackwell=0.4730)
-    # Fraction of the tensorwise fp8 GEMM rate that row-scaled fp8 GEMMs reach (torchao rowwise:
-    # CUTLASS GEMMs that apply a scale per row and per column in the epilogue).
-    fp8_rowwise_gemm_ratio: float = 0.4511
-    # Fraction of the 16-bit peak the fused attention kernel sustains (forward and backward).
-    attention_efficiency: Mapping[str, float] = _arch(default=0.1935, ampere=0.2072, hopper=0.1935)
-    # The same for Transformer Engine's fused attention (Megatron), which runs cuDNN's fused
-    # flash-attention kernels on Hopper and Blackwell (TE DotProductAttention backend selection);
-    # an architecture missing here is priced with attention_efficiency (TE picks flash-attn there).
-    te_attention_efficiency: Mapping[str, float] = _arch(hopper=0.2940, blackwell=0.4044)
-    # Hockney's n½ for GEMMs: the smallest GEMM dimension at which half of gemm_efficiency is
-    # reached (Hockney & Jesshope, "Parallel Computers 2", 1988: r(n) = r∞·n/(n + n½)).
-    gemm_half_dim: float = 64.53
-    # Fraction of the HBM peak that elementwise kernels (norms, activations, optimizer) reach;
-    # STREAM-like copies reach ~90% of peak on A100/H100 (NVIDIA "CUDA C++ Best Practices Guide",
-    # effective bandwidth; babelstream results in the H100 tuning guide). Not fitted.
-    hbm_efficiency: float = 0.85
-    # Fraction of tensor-parallel communication that overlap (tp_comm_overlap) can hide behind the
-    # GEMMs of the same pass: the GEMMs are cut into chunks and the first chunk's transfer and the
-    # slower chunked GEMMs stay on the critical path (Wang et al. 2023, "Overlap communication with
-    # dependent computation via decomposition"; torchtitan async TP).
-    tp_overlap_fraction: float = 0.0501
-    # Seconds per MoE layer per micro-batch, forward and backward, that routing costs beyond its
-    # FLOPs and bytes: the dispatcher synchronises the host on token counts before each all-to-all,
-    # so kernel launches of the permutation, sort and grouped-GEMM setup are not hidden
-    # (Megatron-LM MoE docs recommend CUDA graphs and fused permutation for this reason).
-    moe_layer_overhead_s: float = 6.60e-3
-    source: str = "defaults fitted on benchmarks/data/published_runs.yaml"
+    gemm_scale: Mapping[str, float] = _table()
+    attention_scale: Mapping[str, float] = _table()
+    memory_scale: Mapping[str, float] = _table()
+    optimizer_scale: Mapping[str, float] = _table()
+    contention_scale: float = MECHANISMS["contention_scale"].value
+    gpu_speed_cv: float = MECHANISMS["gpu_speed_cv"].value
+    source: str = "published kernel measurements (presets/kernels), no correction"
 
-    def efficiency(self, name: str, architecture: str) -> float:
+    @cached_property
+    def key(self) -> str:
+        """A stable identity for memoising per-job results computed with these constants."""
+        return json.dumps(self.to_json(), sort_keys=True)
+
+    def scale(self, name: str, architecture: str) -> float:
         table = getattr(self, name)
-        return table[architecture] if architecture in table else table[DEFAULT_ARCH]
+        if architecture in table:
+            return table[architecture]
+        return table.get(DEFAULT_ARCH, 1.0)
 
     def to_json(self) -> dict[str, Any]:
-        return {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in asdict(self).items()}
+        return {f.name: (dict(v) if isinstance(v := getattr(self, f.name), Mapping) else v) for f in fields(self)}
 
     def with_values(self, **values: float) -> Calibration:
-        """Replace constants; per-architecture ones as `gemm_efficiency__hopper=0.7`."""
-        scalars: dict[str, Any] = {}
+        """Replace entries: mechanism constants by name, per-architecture ones as `gemm_scale__hopper=0.9`."""
+        changes: dict[str, Any] = {}
         for key, value in values.items():
             name, _, arch = key.partition("__")
-            if arch:
-                table = dict(scalars.get(name, getattr(self, name)))
-                table[arch] = value
-                scalars[name] = table
-            else:
-                scalars[name] = value
-        return replace(self, **scalars)
+            if name in MECHANISMS and not arch:
+                changes[name] = value
+                continue
+            assert name in PER_ARCHITECTURE and arch, key
+            table = dict(changes.get(name, getattr(self, name)))
+            table[arch] = value
+            changes[name] = table
+        return replace(self, **changes)
 
     @classmethod
     def fitted_fields(cls) -> tuple[str, ...]:
         return tuple(f.name for f in fields(cls) if f.name != "source")
 
 
-DEFAULT = Calibration()
+# The all-source fit of benchmarks/time_accuracy.py (238 published runs, 11 sources; fit sets in
+# docs/accuracy.md). tests/test_accuracy.py re-runs the fit and checks these values.
+FITTED = {"contention_scale": 1.6818, "gpu_speed_cv": 0.035}
+DEFAULT = Calibration(**FITTED, source="published kernel measurements (presets/kernels); mechanism constants fitted by benchmarks/time_accuracy.py")
 
 
 def load_calibration(path: Path) -> Calibration:
     """Read a calibration file; unknown keys and non-positive values are user errors."""
     try:
         data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
         raise SpecError(f"calibration file {path}: cannot read JSON ({e})") from None
     if not isinstance(data, dict):
         raise SpecError(f"calibration file {path}: expected a JSON object with {', '.join(Calibration.fitted_fields())}")
@@ -109,16 +135,18 @@ def load_calibration(path: Path) -> Calibration:
         if name not in data:
             continue
         given = data[name]
-        if name in PER_ARCHITECTURE:
-            if not isinstance(given, dict):
-                raise SpecError(f"calibration file {path}: {name} must be an object of architecture -> fraction")
-            items = given.items()
-        else:
-            items = [("", given)]
-        for arch, value in items:
-            key = f"{name}__{arch}" if arch else name
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise SpecError(f"calibration file {path}: {key.replace('__', '.')}({value!r}) must be a positive number")
+        if name in MECHANISMS:
+            prior = MECHANISMS[name]
+            if isinstance(given, bool) or not isinstance(given, (int, float)) or not prior.low <= given <= prior.high:
+                raise SpecError(f"calibration file {path}: {name}({given!r}) must be a number in [{prior.low}, {prior.high}]")
+            values[name] = float(given)
+            continue
+        if not isinstance(given, dict):
+            raise SpecError(f"calibration file {path}: {name} must be an object of architecture -> factor, e.g. {{\"hopper\": 0.9}}")
+        for arch, value in given.items():
+            key = f"{name}__{arch}"
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
+                raise SpecError(f"calibration file {path}: {name}.{arch}({value!r}) must be a positive number")
             values[key] = float(value)
     cal = DEFAULT.with_values(**values)
     return replace(cal, source=str(data.get("source", path)))

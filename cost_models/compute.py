@@ -1,156 +1,295 @@
-"""Time of the math on one GPU: GEMMs and attention by tensor-core throughput, elementwise work by
-HBM bandwidth.
+"""Time of the math on one GPU: every kernel of a layer pass, priced by cost_models.kernels.
 
-A GEMM runs at peak x gemm_efficiency x d/(d + n½), d its smallest dimension (small or skinny
-GEMMs fill fewer tiles and waves; Hockney's half-performance length), and never faster than
-moving its operands through HBM (roofline, Williams et al. 2009). fp8 GEMMs use the fp8 peak and
-their own efficiency; where the framework casts operands to fp8 in kernels of their own
-(torchao), those casts are priced as elementwise traffic. Attention kernels run at attention_efficiency of the 16-bit peak (flash) or
-as two batched GEMMs plus the softmax's memory traffic (eager).
-
-Elementwise kernels (norms, residual adds, rotary embedding, activation functions, dropout,
-softmax, loss, optimizer) are priced by the bytes they read and write over hbm_efficiency x HBM
-bandwidth; the counts are per token and listed with each function.
+A layer pass is a list of kernels whose shapes come from the job (flops.py): the GEMMs of the
+forward and the dgrad/wgrad GEMMs of the backward at their own shapes; the fused attention kernel
+of the framework's family, forward and backward, cut into ring steps under context parallelism;
+the memory-bound ops (norms, residual adds, rotary embedding, activation, dropout, MoE permutation)
+with their compulsory bytes and the implementation the framework runs (a fused kernel, torch's
+native op, or eager PyTorch's chain of elementwise kernels); fp8 casts where the framework runs
+them as kernels of their own; the loss; the optimizer step. Which implementation a framework uses is
+data (FRAMEWORK_IMPLEMENTATIONS), each choice with its source.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
+from cost_models import kernels as K
 from cost_models.calibration import Calibration
-from cost_models.enums import AttentionKernel, Fp8Recipe, Framework, MLPKind, NormKind, OptimizerKind, PositionKind, Precision
-from cost_models.flops import Attention, Gemm, core_attention, expert_tokens_per_gpu, head_gemm, layer_gemms, tokens
+from cost_models.enums import (
+    AttentionBackend,
+    AttentionKernel,
+    Framework,
+    MLPKind,
+    NormKind,
+    OptimizerKind,
+    PositionKind,
+    Precision,
+)
+from cost_models.flops import Gemm, core_attention, expert_tokens_per_gpu, head_gemm, layer_gemms, tokens
 from cost_models.hardware import GPUSpec
 from cost_models.job import Job
 from cost_models.states import padded_vocab
 
 ACT_BYTES = 2  # bf16/fp16 activations and GEMM operands (fp8 operands: 1)
+FP32 = 4
 
 
-def _peak(gpu: GPUSpec, precision: Precision) -> float:
-    p = gpu.peak_flop_per_s
-    if precision is Precision.FP8 and p.fp8:
-        return p.fp8
-    return p.fp16 if precision is Precision.FP16 else p.bf16
+# --- which kernels a framework runs ---------------------------------------------------------------
 
 
-def gemm_time(
-    g: Gemm, gpu: GPUSpec, precision: Precision, cal: Calibration, recipe: Fp8Recipe = Fp8Recipe.TENSORWISE
-) -> float:
-    fp8 = precision is Precision.FP8 and gpu.peak_flop_per_s.fp8 is not None
-    eff = cal.efficiency("fp8_gemm_efficiency" if fp8 else "gemm_efficiency", gpu.architecture)
-    if fp8 and recipe is Fp8Recipe.ROWWISE:
-        eff *= cal.fp8_rowwise_gemm_ratio
-    d = min(g.m, g.n, g.k)
-    rate = _peak(gpu, precision) * eff * d / (d + cal.gemm_half_dim)
-    operand = 1 if fp8 else ACT_BYTES
-    moved = g.count * (operand * (g.m * g.k + g.k * g.n) + ACT_BYTES * g.m * g.n)
-    return max(g.flop / rate, moved / (gpu.hbm_bandwidth_bytes_per_s * cal.hbm_efficiency))
+class Impl(StrEnum):
+    FUSED = "fused"  # one kernel reading inputs and writing outputs once (TE, apex, Triton, Liger)
+    TORCH = "torch"  # torch's native single-kernel op (nn.LayerNorm)
+    COMPILE = "compile"  # torch.compile's generated kernels
+    MEGATRON = "megatron"  # Megatron's own fused kernels (bias-SwiGLU, vocab-parallel cross entropy)
+    EAGER = "eager"  # eager PyTorch: one kernel per arithmetic op
 
 
-def attention_efficiency(job: Job, cal: Calibration) -> float:
-    """Fraction of the 16-bit peak the fused attention kernel reaches: Transformer Engine's (Megatron)
-    where it is calibrated for the architecture, else the flash-attention kernels' (PyTorch SDPA in
-    torchtitan, flash-attn in other stacks)."""
-    arch = job.cluster.gpu.architecture
-    if job.training.framework is Framework.MEGATRON and arch in cal.te_attention_efficiency:
-        return cal.te_attention_efficiency[arch]
-    return cal.efficiency("attention_efficiency", arch)
+def attention_backend(job: Job) -> AttentionBackend:
+    """The fused attention family a flash job runs, unless the training spec names one.
+
+    Megatron (Transformer Engine DotProductAttention) prefers cuDNN's FusedAttention over
+    flash-attn on sm90 and newer when both support the shapes, and flash-attn on Ampere
+    (NVIDIA/TransformerEngine@d0067d0d transformer_engine/pytorch/attention/dot_product_attention/
+    utils.py, "Disabling FlashAttention to give FusedAttention preference on Hopper+").
+    PyTorch SDPA (torchtitan, DeepSpeed with Hugging Face models) prefers cuDNN on sm90/sm100 once
+    its bundled cuDNN is newer than 9.15 (torch >= 2.11, sdp_utils.cpp check_prefer_cudnn_attention,
+    after pytorch/pytorch#138522 made cuDNN opt-in for 2.5.1-2.10) and runs FlashAttention-2
+    otherwise. A generation without the preferred family's curves takes the first it has."""
+    if job.training.attention_backend is not None:
+        return job.training.attention_backend
+    gpu = job.cluster.gpu
+    prefer = AttentionBackend.CUDNN if gpu.architecture in ("hopper", "blackwell") else AttentionBackend.FA2
+    if K.family_available(gpu, prefer):
+        return prefer
+    return next(iter(K.table_for(gpu).attention))
 
 
-def attention_time(a: Attention, job: Job, cal: Calibration) -> float:
-    """Forward core attention. Flash: one fused kernel. Eager: QKᵀ and PV as batched GEMMs, plus the
-    scores' trips through HBM (scale+mask+softmax reads and writes them; dropout reads them, writes
-    them and a 1-byte mask; PV reads them)."""
-    gpu, precision = job.cluster.gpu, job.training.precision
-    if job.training.attention is AttentionKernel.FLASH:
-        return a.flop / (_peak(gpu, Precision.BF16) * attention_efficiency(job, cal))
+def _impl(job: Job, op: str) -> Impl:
+    """The implementation of a memory-bound op (norm, act, rope, loss, permute) in the job's framework.
+
+    Megatron with Transformer Engine: fused norms (LayerNormLinear), its own fused bias-SwiGLU
+    (megatron/core/fusions/fused_bias_swiglu.py) and vocab-parallel cross entropy, TE's fused rope.
+    torch.compile (torchtitan --compile) fuses elementwise chains. Eager torchtitan and DeepSpeed
+    run torchtitan's/Hugging Face's RMSNorm, rope and SwiGLU as chains of elementwise kernels
+    (ElementwiseBytes.EAGER), torch's native nn.LayerNorm, and F.cross_entropy."""
+    tr = job.training
+    if tr.framework is Framework.MEGATRON:
+        return {"act": Impl.MEGATRON, "loss": Impl.MEGATRON, "permute": Impl.TORCH}.get(op, Impl.FUSED)
+    if op == "loss":
+        return Impl.COMPILE if tr.compiles_loss else Impl.EAGER
+    if tr.compile:
+        return Impl.COMPILE
+    if op == "norm" and job.model.norm is NormKind.LAYERNORM:
+        return Impl.TORCH
+    return Impl.TORCH if op == "permute" else Impl.EAGER
+
+
+# --- GEMMs ----------------------------------------------------------------------------------------
+
+
+def _gemm_precision(job: Job) -> Precision:
+    p = job.training.precision
+    return p if (p is not Precision.FP8 or job.cluster.gpu.peak_flop_per_s.fp8) else Precision.BF16
+
+
+def gemm_seconds(g: Gemm, gpu: GPUSpec, precision: Precision, cal: Calibration) -> float:
+    operand = 1 if precision is Precision.FP8 else ACT_BYTES
+    t = K.gemm_seconds(g.m, g.n, g.k, g.count, gpu, precision, operand_bytes=operand)
+    return t / cal.scale("gemm_scale", gpu.architecture)
+
+
+def backward_gemms(g: Gemm) -> tuple[Gemm, Gemm]:
+    """dX = dY·Wᵀ, an (m x n)·(n x k); dW = Xᵀ·dY, a (k x m)·(m x n)."""
+    return Gemm(g.name + ".dgrad", g.m, g.k, g.n, g.count), Gemm(g.name + ".wgrad", g.k, g.n, g.m, g.count)
+
+
+def _te_fp8(job: Job) -> float:
+    """Transformer Engine's quantisation on top of fp8 GEMMs (Megatron, DeepSpeed with TE): the
+    measured autocast overhead of the recipe; Megatron's --fp8-recipe defaults to delayed
+    (tensorwise) scaling (megatron/training/arguments.py)."""
+    tr = job.training
+    if tr.precision is not Precision.FP8 or tr.framework is Framework.TORCHTITAN or _gemm_precision(job) is not Precision.FP8:
+        return 0.0
+    return K.te_fp8_overhead(job.cluster.gpu, tr.fp8_recipe.value)
+
+
+# --- attention ------------------------------------------------------------------------------------
+
+
+def _eager_attention_seconds(job: Job, backward: bool, cal: Calibration) -> float:
+    """Unfused attention: QKᵀ and PV as batched GEMMs, plus the scores' trips through HBM (scale,
+    mask and softmax read and write them; dropout reads them, writes them and a 1-byte mask; PV
+    reads them). Backward: two batched GEMMs per forward one, and the same traffic again."""
+    a, gpu, prec = core_attention(job), job.cluster.gpu, _gemm_precision(job)
     scores = Gemm("scores", a.q_len, a.k_len, a.head_dim, a.batch_heads)
     context = Gemm("context", a.q_len, a.head_dim, a.k_len, a.batch_heads)
     elements = a.batch_heads * a.q_len * a.k_len
-    passes = 2 + (2 + 2.5 if job.model.attention_dropout > 0 else 0)  # r/w softmax, r/w + mask dropout
-    traffic = elements * ACT_BYTES * passes
-    return (
-        gemm_time(scores, gpu, precision, cal)
-        + gemm_time(context, gpu, precision, cal)
-        + traffic / (gpu.hbm_bandwidth_bytes_per_s * cal.hbm_efficiency)
-    )
+    passes = 2 + (2 + 2.5 if job.model.attention_dropout > 0 else 0)
+    traffic = K.memory_seconds(elements * ACT_BYTES * passes, gpu) / cal.scale("memory_scale", gpu.architecture)
+    gemms = [scores, context] if not backward else [x for g in (scores, context) for x in backward_gemms(g)]
+    return sum(gemm_seconds(g, gpu, prec, cal) for g in gemms) + traffic
+
+
+@dataclass(frozen=True)
+class AttentionKernels:
+    """One layer's core attention for one micro-batch, kernel by kernel: without context
+    parallelism one causal kernel (first_*); under the ring, cp − 1 further steps of step_* each,
+    each with its log-sum-exp merge (merge_*)."""
+
+    first_fwd: float
+    first_bwd: float
+    steps: int = 1  # kernel calls per pass: cp under the ring
+    step_fwd: float = 0.0
+    step_bwd: float = 0.0
+    merge_fwd: float = 0.0
+    merge_bwd: float = 0.0
+
+    @property
+    def forward_s(self) -> float:
+        return self.first_fwd + (self.steps - 1) * (self.step_fwd + self.merge_fwd)
+
+    @property
+    def backward_s(self) -> float:
+        return self.first_bwd + (self.steps - 1) * (self.step_bwd + self.merge_bwd)
+
+
+# Kernels of one flash-attention backward: the dO·O row sums, the main dQ/dK/dV kernel and the dQ
+# conversion from its fp32 accumulator (flash-attn csrc/flash_attn/src/flash_bwd_launch_template.h,
+# run_flash_bwd_seqk_parallel: compute_dot_do_o, flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel,
+# convert_dQ; FA3's hopper/flash_bwd_launch_template.h has the same preprocess / main / postprocess).
+ATTENTION_BACKWARD_KERNELS = 3
+
+
+def attention_kernels(job: Job, cal: Calibration) -> AttentionKernels:
+    """Flash attention, priced per kernel call.
+
+    Without cp: one causal kernel over the sequence. With cp (Megatron/Transformer Engine p2p and
+    torch's ring, both load-balanced: each rank holds chunks i and 2cp−1−i of 2cp): the first step
+    is causal over the local L = s/cp tokens; each of the cp − 1 later steps computes an unmasked
+    L x L/2 block, either all local queries against the first half of the visiting K/V (key loop
+    L/2) or the second half of the queries against all of it (key loop L), half the ranks each
+    (TransformerEngine@40c69e75 context_parallel.py AttnFuncWithCPAndKVP2P; torch 2.9
+    _templated_ring_attention). Each step after the first merges its output into the running one by
+    log-sum-exp in fp32: read the running output and the step's, write the running one; backward
+    accumulates dQ and the visiting dK/dV the same way."""
+    gpu = job.cluster.gpu
+    if job.training.attention is AttentionKernel.EAGER:
+        return AttentionKernels(_eager_attention_seconds(job, False, cal), _eager_attention_seconds(job, True, cal))
+    a = core_attention(job)
+    family = attention_backend(job)
+    scale = cal.scale("attention_scale", gpu.architecture)
+    heads, d, cp, seq = a.batch_heads, a.head_dim, job.layout.cp, a.q_len
+
+    def kernel(p: K.Pass, causal: bool, q: int, k: int) -> float:
+        flop = 4 * heads * q * k * d * (0.5 if causal else 1.0)
+        rate = K.attention_rate(gpu, family, p, causal=causal, head_dim=d, q_len=q, k_len=k, batch_heads=heads)
+        launches = 1 if p is K.Pass.FORWARD else ATTENTION_BACKWARD_KERNELS
+        return (flop if p is K.Pass.FORWARD else 2.5 * flop) / (rate * scale) + launches * K.table_for(gpu).launch_s
+
+    first_f, first_b = kernel(K.Pass.FORWARD, True, seq, seq), kernel(K.Pass.BACKWARD, True, seq, seq)
+    if cp == 1:
+        return AttentionKernels(first_f, first_b)
+    half = max(1, seq // 2)
+    step_f = (kernel(K.Pass.FORWARD, False, seq, half) + kernel(K.Pass.FORWARD, False, half, seq)) / 2
+    step_b = (kernel(K.Pass.BACKWARD, False, seq, half) + kernel(K.Pass.BACKWARD, False, half, seq)) / 2
+    out = heads * seq * d  # elements of a rank's attention output
+    mem = cal.scale("memory_scale", gpu.architecture)
+    merge_f = K.memory_seconds(out * (ACT_BYTES + 2 * FP32), gpu, launches=2) / mem
+    merge_b = K.memory_seconds(out * 2 * (ACT_BYTES + 2 * FP32), gpu, launches=2) / mem
+    return AttentionKernels(first_f, first_b, cp, step_f, step_b, merge_f, merge_b)
+
+
+# --- memory-bound ops -----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class ElementwiseBytes:
-    """Bytes one elementwise op moves per element of its output, in 16-bit activations.
-
-    Fused kernels (Transformer Engine / apex in Megatron, torch.compile'd code) read their input
-    once and write once. Eager PyTorch code runs each arithmetic op as its own kernel:
+    """Bytes an eager PyTorch op moves per element of its output in its forward, kernel by kernel:
     RMSNorm as x.float() (r2 w4), pow (r4 w4), mean (r4), x·rsqrt (r4 w4), .type_as (r4 w2),
     ·weight (r2 w2) = 36 (torchtitan's and Hugging Face's RMSNorm); rotary embedding as .float(),
     view_as_complex·freqs, view_as_real, .type_as = 20; SwiGLU as silu(gate) (r2 w2) then ·up
-    (r4 w2) = 10 per ffn element. torch.nn.LayerNorm and GELU are single native kernels either way.
-    """
+    (r4 w2) = 10 per ffn element. A fused or native op moves its compulsory bytes (COMPULSORY).
+    Backward moves twice the forward's bytes for eager chains (autograd runs each op's backward,
+    reading saved inputs and the incoming gradient and writing one gradient per input)."""
 
-    rmsnorm: int
-    layernorm: int
+    norm: int
     rope: int
     swiglu: int
     gelu: int
-    residual_add: int  # reads two, writes one
-    dropout: int  # reads, writes, and writes a 1-byte mask
 
 
-FUSED = ElementwiseBytes(rmsnorm=4, layernorm=4, rope=4, swiglu=6, gelu=4, residual_add=6, dropout=5)
-EAGER = ElementwiseBytes(rmsnorm=36, layernorm=4, rope=20, swiglu=10, gelu=4, residual_add=6, dropout=5)
+EAGER = ElementwiseBytes(norm=36, rope=20, swiglu=10, gelu=4)
+# Compulsory bytes per element, (forward, backward): a norm reads x and writes y (bwd: reads x and
+# dy, writes dx); SwiGLU reads gate and up and writes the product per ffn element (bwd: reads gate,
+# up and dy, writes both gradients); GELU and rope read one and write one (bwd the same plus the
+# saved input for GELU); a residual add reads two and writes one (its backward passes the gradient
+# on, reading one and writing two); dropout reads, writes and writes a 1-byte mask.
+COMPULSORY = {"norm": (4, 6), "swiglu": (6, 10), "gelu": (4, 6), "rope": (4, 4), "add": (6, 6), "dropout": (5, 5)}
 
 
-def elementwise_convention(job: Job) -> ElementwiseBytes:
-    fw = job.training.framework
-    if fw is Framework.MEGATRON or job.training.compile:
-        return FUSED
-    return EAGER
+def _op_seconds(job: Job, op: str, elements: float, backward: bool, cal: Calibration) -> float:
+    """One memory-bound op over `elements` output elements (per ffn element for the activation)."""
+    gpu = job.cluster.gpu
+    key = "act" if op in ("swiglu", "gelu") else op
+    impl = _impl(job, key) if key in ("norm", "act", "rope") else Impl.FUSED
+    fwd_b, bwd_b = COMPULSORY[op]
+    if impl is Impl.EAGER and op in ("norm", "rope", "swiglu", "gelu"):
+        eager = getattr(EAGER, op)
+        moved, fraction, launches = elements * eager * (2 if backward else 1), None, (6 if op == "norm" else 3) * (2 if backward else 1)
+    else:
+        moved = elements * (bwd_b if backward else fwd_b)
+        fraction = f"{op}.{impl.value}.{'bwd' if backward else 'fwd'}"
+        launches = 1
+    t = K.memory_seconds(moved, gpu, op=fraction, launches=launches)
+    return t / cal.scale("memory_scale", gpu.architecture)
 
 
-def elementwise_bytes_per_layer(job: Job, *, moe: bool) -> float:
-    """Bytes elementwise kernels move in one layer's forward for one micro-batch on one GPU.
+def elementwise_seconds(job: Job, *, moe: bool, backward: bool, cal: Calibration) -> float:
+    """Memory-bound kernels of one layer pass for one micro-batch on one GPU.
 
     Residual stream (width h, split over tp with sequence parallel): two norms, two residual adds,
     dropout on the two branch outputs when dropout > 0. Per tp rank: rotary embedding of q and k,
-    the MLP activation (per ffn element), and for MoE the dispatch permutation and the weighted
-    combine of every routed token copy (read and write, twice: 8 bytes per element of width h).
-    """
+    the MLP activation per ffn element; for MoE the permutation of routed token copies and their
+    weighted combine (torch index ops or fused kernels: kernels.md §4.5)."""
     m, lay = job.model, job.layout
-    c = elementwise_convention(job)
     t = tokens(job)
     residual_tokens = t / (lay.tp if job.sp else 1)
     h = m.hidden_size
-    norm = c.rmsnorm if m.norm is NormKind.RMSNORM else c.layernorm
-    residual = (2 * norm + 2 * c.residual_add + (2 * c.dropout if m.hidden_dropout > 0 else 0)) * h * residual_tokens
-    rope = c.rope * (m.q_width + m.kv_width) / lay.tp * t if m.position_embedding is PositionKind.ROPE else 0.0
-    act = c.swiglu if m.mlp is MLPKind.SWIGLU else c.gelu
+    total = 2 * _op_seconds(job, "norm", h * residual_tokens, backward, cal)
+    total += 2 * _op_seconds(job, "add", h * residual_tokens, backward, cal)
+    if m.hidden_dropout > 0:
+        total += 2 * _op_seconds(job, "dropout", h * residual_tokens, backward, cal)
+    if m.position_embedding is PositionKind.ROPE:
+        total += _op_seconds(job, "rope", (m.q_width + m.kv_width) / lay.tp * t, backward, cal)
+    act = "swiglu" if m.mlp is MLPKind.SWIGLU else "gelu"
     if moe:
         assert m.moe is not None
         routed = expert_tokens_per_gpu(job)
-        mlp = act * m.moe.expert_ffn_hidden_size / job.etp * routed + 8 * h * routed
+        total += _op_seconds(job, act, m.moe.expert_ffn_hidden_size / job.etp * routed, backward, cal)
         if m.moe.num_shared_experts:
-            mlp += act * m.moe.num_shared_experts * m.moe.shared_width / lay.tp * t
+            total += _op_seconds(job, act, m.moe.num_shared_experts * m.moe.shared_width / lay.tp * t, backward, cal)
+        total += permutation_seconds(job, routed, cal)
     else:
-        mlp = act * m.ffn_hidden_size / lay.tp * t
-    return residual + rope + mlp
+        total += _op_seconds(job, act, m.ffn_hidden_size / lay.tp * t, backward, cal)
+    return total
 
 
-# Cross-entropy on fp32 logits, per logit over forward and backward: read the 16-bit logits (2),
-# write and re-read the fp32 softmax (4 + 4), write the fp32 gradient (4) and its 16-bit copy (2).
-LOSS_BYTES_PER_LOGIT = 16
+def permutation_seconds(job: Job, routed: int, cal: Calibration) -> float:
+    """Permute (gather each token's top-k copies, 2 bytes read and written per element) and
+    unpermute (weighted scatter-add back, the same bytes) of `routed` copies of width h, one pass
+    (forward; backward is the transpose: the same kernels swapped)."""
+    gpu = job.cluster.gpu
+    impl = _impl(job, "permute").value
+    elements = routed * job.model.hidden_size
+    t = K.memory_seconds(2 * ACT_BYTES * elements, gpu, op=f"permute.{impl}", launches=2)
+    t += K.memory_seconds(2 * ACT_BYTES * elements, gpu, op=f"unpermute.{impl}", launches=2)
+    return t / cal.scale("memory_scale", gpu.architecture)
 
 
-def loss_time(job: Job, cal: Calibration) -> float:
-    vocab = -(-padded_vocab(job) // job.layout.tp)
-    moved = tokens(job) * vocab * LOSS_BYTES_PER_LOGIT
-    return moved / (job.cluster.gpu.hbm_bandwidth_bytes_per_s * cal.hbm_efficiency)
-
-
-def elementwise_time(job: Job, *, moe: bool, cal: Calibration) -> float:
-    return elementwise_bytes_per_layer(job, moe=moe) / (job.cluster.gpu.hbm_bandwidth_bytes_per_s * cal.hbm_efficiency)
-
+# --- fp8 casts (torchao) --------------------------------------------------------------------------
 
 # A dynamically scaled cast to fp8 reads its 16-bit input twice (the amax reduction, then the
 # scaled cast: the scale depends on the whole tensor or row, so the two cannot share a pass) and
@@ -163,8 +302,7 @@ def fp8_casts_separate(job: Job) -> bool:
     each of the three GEMMs of a linear, forward and backward (torchao "Quantized Training" docs:
     to_fp8 of input and weight; of grad_output and weight; of input.t and grad_output).
     Transformer Engine (Megatron, DeepSpeed) emits fp8 from the kernel that produces the
-    activation (LayerNormLinear, fused bias-activation) and casts weights once per step, so its
-    casts are not counted."""
+    activation and caches weights per step; its quantisation is priced by _te_fp8."""
     tr = job.training
     return tr.precision is Precision.FP8 and tr.framework is Framework.TORCHTITAN and job.cluster.gpu.peak_flop_per_s.fp8 is not None
 
@@ -181,39 +319,133 @@ def fp8_cast_bytes(job: Job, *, moe: bool) -> tuple[float, float]:
     return FP8_CAST_BYTES * fwd, FP8_CAST_BYTES * bwd
 
 
+# --- tensor-parallel blocks ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Block:
+    """One tensor-parallel block of a layer: a column-parallel GEMM (qkv, fc1) whose input tp
+    gathers, a row-parallel GEMM (out projection, fc2) whose output tp reduces; each pass's seconds
+    on one GPU for one micro-batch."""
+
+    col: Gemm
+    row: Gemm
+    col_fwd: float
+    col_dgrad: float
+    col_wgrad: float
+    row_fwd: float
+    row_dgrad: float
+    row_wgrad: float
+
+
+def tp_blocks(job: Job, *, moe: bool, cal: Calibration) -> tuple[Block, ...]:
+    """The attention block, and the dense MLP or an MoE layer's shared experts (routed experts are
+    not split over tp: Megatron gives them their own etp, flops.moe_gemms)."""
+    by_name = {g.name: g for g in layer_gemms(job, moe=moe)}
+    pairs = [("qkv", "out_proj")]
+    if moe:
+        if "shared_fc1" in by_name:
+            pairs.append(("shared_fc1", "shared_fc2"))
+    else:
+        pairs.append(("mlp_fc1", "mlp_fc2"))
+    gpu, prec = job.cluster.gpu, _gemm_precision(job)
+    over = 1 + _te_fp8(job)
+
+    def t(g: Gemm) -> float:
+        return gemm_seconds(g, gpu, prec, cal) * over
+
+    out = []
+    for c, r in pairs:
+        col, row = by_name[c], by_name[r]
+        (cd, cw), (rd, rw) = backward_gemms(col), backward_gemms(row)
+        out.append(Block(col, row, t(col), t(cd), t(cw), t(row), t(rd), t(rw)))
+    return tuple(out)
+
+
+def chunk_seconds(g: Gemm, rows: int, job: Job, cal: Calibration, *, sm_share: float = 0.0) -> float:
+    """A GEMM computed on `rows` of its m rows (a TP overlap step), on the SMs left after
+    `sm_share` of them run communication kernels."""
+    part = Gemm(g.name, max(1, rows), g.n, g.k, g.count)
+    return gemm_seconds(part, job.cluster.gpu, _gemm_precision(job), cal) * (1 + _te_fp8(job)) / (1 - sm_share)
+
+
+# --- one layer -----------------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class LayerTime:
-    """Forward seconds of one decoder layer for one micro-batch on one GPU, by kind of work;
-    fp8_cast_backward is the backward's casts, which do not scale with the forward's bytes."""
+    """Seconds of one decoder layer for one micro-batch on one GPU, by kind of work and pass."""
 
-    gemm: float
-    attention: float
-    elementwise: float
-    fp8_cast: float = 0.0
+    gemm: float  # forward GEMMs
+    gemm_backward: float  # dgrad and wgrad GEMMs
+    attention: float  # forward attention kernels (with cp merges)
+    attention_backward: float
+    elementwise: float  # forward memory-bound ops
+    elementwise_backward: float
+    fp8_cast: float = 0.0  # forward casts (torchao)
     fp8_cast_backward: float = 0.0
 
     @property
     def total(self) -> float:
+        """The forward pass."""
         return self.gemm + self.attention + self.elementwise + self.fp8_cast
 
 
 def layer_time(job: Job, *, moe: bool, cal: Calibration) -> LayerTime:
-    gpu, precision, recipe = job.cluster.gpu, job.training.precision, job.training.fp8_recipe
-    hbm = gpu.hbm_bandwidth_bytes_per_s * cal.hbm_efficiency
+    key = ("layer_time", moe, cal.key)
+    if key in job.memo:
+        return job.memo[key]
+    gpu, prec = job.cluster.gpu, _gemm_precision(job)
+    gemms = layer_gemms(job, moe=moe)
+    over = 1 + _te_fp8(job)
+    fwd = sum(gemm_seconds(g, gpu, prec, cal) for g in gemms) * over
+    bwd = sum(gemm_seconds(x, gpu, prec, cal) for g in gemms for x in backward_gemms(g)) * over
+    att = attention_kernels(job, cal)
     cast_fwd, cast_bwd = fp8_cast_bytes(job, moe=moe)
-    return LayerTime(
-        gemm=sum(gemm_time(g, gpu, precision, cal, recipe) for g in layer_gemms(job, moe=moe)),
-        attention=attention_time(core_attention(job), job, cal),
-        elementwise=elementwise_time(job, moe=moe, cal=cal),
-        fp8_cast=cast_fwd / hbm,
-        fp8_cast_backward=cast_bwd / hbm,
+    mem = cal.scale("memory_scale", gpu.architecture)
+    out = LayerTime(
+        gemm=fwd,
+        gemm_backward=bwd,
+        attention=att.forward_s,
+        attention_backward=att.backward_s,
+        elementwise=elementwise_seconds(job, moe=moe, backward=False, cal=cal),
+        elementwise_backward=elementwise_seconds(job, moe=moe, backward=True, cal=cal),
+        fp8_cast=K.memory_seconds(cast_fwd, gpu) / mem,
+        fp8_cast_backward=K.memory_seconds(cast_bwd, gpu) / mem,
     )
+    job.memo[key] = out
+    return out
 
 
 def head_time(job: Job, cal: Calibration) -> float:
-    """Output layer GEMM forward (in the model's compute precision: Megatron/TE keep the output
-    layer in 16 bits, so does torchtitan's float8 conversion)."""
-    return gemm_time(head_gemm(job), job.cluster.gpu, Precision.BF16, cal)
+    """Output layer GEMM forward (in 16 bits: Megatron/TE keep the output layer out of fp8, so does
+    torchtitan's float8 conversion)."""
+    return gemm_seconds(head_gemm(job), job.cluster.gpu, Precision.BF16, cal)
+
+
+def head_backward_time(job: Job, cal: Calibration) -> float:
+    return sum(gemm_seconds(x, job.cluster.gpu, Precision.BF16, cal) for x in backward_gemms(head_gemm(job)))
+
+
+def head_pass_time(job: Job, cal: Calibration) -> float:
+    """What the last pipeline stage runs beyond its decoder layers, per micro-batch: the output
+    layer forward and backward, and the loss."""
+    return head_time(job, cal) + head_backward_time(job, cal) + loss_time(job, cal)
+
+
+# Cross-entropy on fp32 logits, per logit over forward and backward: read the 16-bit logits (2),
+# write and re-read the fp32 softmax (4 + 4), write the fp32 gradient (4) and its 16-bit copy (2).
+LOSS_BYTES_PER_LOGIT = 16
+
+
+def loss_time(job: Job, cal: Calibration) -> float:
+    """Forward and backward of the loss over the rank's vocabulary shard, at the measured rate of the
+    framework's cross-entropy kernels (kernels.md §3.3)."""
+    vocab = -(-padded_vocab(job) // job.layout.tp)
+    gpu = job.cluster.gpu
+    op = {Impl.MEGATRON: "loss.megatron", Impl.COMPILE: "loss.fused"}.get(_impl(job, "loss"), "loss.eager")
+    moved = tokens(job) * vocab * LOSS_BYTES_PER_LOGIT
+    return K.memory_seconds(moved, gpu, op=op, launches=4) / cal.scale("memory_scale", gpu.architecture)
 
 
 # Optimizer step, bytes per parameter a rank updates. AdamW (torch fused/multi-tensor and Megatron
@@ -225,4 +457,5 @@ OPTIMIZER_BYTES_PER_PARAM = {OptimizerKind.ADAMW: 38, OptimizerKind.ADAM: 38, Op
 
 def optimizer_time(job: Job, params: float, cal: Calibration) -> float:
     moved = params * OPTIMIZER_BYTES_PER_PARAM[job.training.optimizer]
-    return moved / (job.cluster.gpu.hbm_bandwidth_bytes_per_s * cal.hbm_efficiency)
+    gpu = job.cluster.gpu
+    return K.memory_seconds(moved, gpu) / cal.scale("optimizer_scale", gpu.architecture)

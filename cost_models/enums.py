@@ -51,6 +51,23 @@ class AttentionKernel(StrEnum):
     EAGER = "eager"  # unfused: scores, softmax and dropout stored, as in Korthikanti et al. 2022
 
 
+class AttentionBackend(StrEnum):
+    """The fused attention kernel family a flash job runs (published curves in presets/kernels)."""
+
+    FA1 = "fa1"  # FlashAttention-1 (flash-attn 1.x, and MosaicML's Triton port of it)
+    FA2 = "fa2"  # FlashAttention-2 (flash-attn 2.x; PyTorch SDPA's flash backend)
+    FA3 = "fa3"  # FlashAttention-3 (Hopper)
+    FA4 = "fa4"  # FlashAttention-4 (Blackwell)
+    CUDNN = "cudnn"  # cuDNN fused flash attention (Transformer Engine FusedAttention; SDPA's cuDNN backend)
+
+
+class MoEDispatch(StrEnum):
+    """How an MoE layer's token all-to-alls run."""
+
+    ALLTOALL = "alltoall"  # on the compute stream (Megatron alltoall dispatcher, torchtitan standard)
+    OVERLAP_1F1B = "overlap"  # Megatron --overlap-moe-expert-parallel-comm: beside another micro-batch
+
+
 class Zero(IntEnum):
     """What data parallelism shards (ZeRO stages, Rajbhandari et al. 2020, Sec. 5)."""
 

@@ -10,58 +10,83 @@ textbook (p−1)/(v·m) fraction of m·T when stages are equal (Narayanan et al.
 lets an uneven stage (embedding, LM head) show as both a longer T_max and a longer fill. GPipe has
 the same bubble as 1F1B (it differs in memory, not time).
 
-Overlap model, per kind of communication:
-- tp: exposed, or with tp_comm_overlap hidden behind the GEMMs of the same pass up to their length;
-- cp: K/V ring steps hidden behind the attention kernel of the same pass up to its length;
-- ep: the token all-to-alls are exposed (dispatch and combine sit between the router and the
-  experts, and between the experts and the next layer);
+What overlaps, per kind of communication, as the frameworks implement it (each function cites the
+code it follows; the framework notes of docs/performance-model.md list the commits):
+- tp: forward collectives are exposed; in backward Transformer Engine and Megatron overlap the
+  input all-gather with the dgrad GEMM and the input-gradient reduce-scatter (all-reduce without
+  sequence parallel) with the wgrad GEMM; torchtitan's DTensor plan overlaps nothing. With
+  Megatron --tp-comm-overlap (TE userbuffers) or torchtitan async TP the GEMMs are cut into chunks
+  and each chunk's transfer hides behind its neighbour's GEMM (tp_exposure);
+- cp: each ring step's K/V transfer hides behind the previous step's attention kernel (TE p2p);
+  torch's context parallel all-gathers K/V once, hidden only behind the first step;
+- ep: the token all-to-alls run on the compute stream (exposed), unless the dispatcher overlaps
+  them with another micro-batch (Megatron's combined 1F1B);
 - pp: each chunk's activation send/recv is on the critical path once per pass;
 - FSDP / ZeRO-3: each layer's parameter all-gather is prefetched behind the previous layer's
   forward, its gradient reduce-scatter behind the next layer's backward; the first gather and the
-  last reduce-scatter of a pass cannot hide;
+  last reduce-scatter of a pass cannot hide; DeepSpeed prefetches only stage3_prefetch_bucket_size
+  parameters ahead;
 - dp (DDP / distributed optimizer): gradients are reduced bucket by bucket during the last
   micro-batch's backward; what does not fit in that window, and at least the last bucket, is
   exposed. The distributed optimizer's parameter all-gather hides behind the next forward except
   the first bucket.
+Communication that hides behind compute still costs the compute the SMs its NCCL kernels hold
+(comm.nccl_sm_share): the compute term `contention` charges that share of every overlapped
+collective, and TE's userbuffer kernels the 16 SMs they reserve.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import cached_property
+from statistics import NormalDist
 
+from cost_models import kernels as K
 from cost_models.breakdown import Breakdown
 from cost_models.calibration import DEFAULT, Calibration
-from cost_models.comm import Collective, collective_time, placement, send_recv_time
-from cost_models.compute import ACT_BYTES, head_time, layer_time, loss_time, optimizer_time
-from cost_models.enums import Framework, Precision, Recompute, Zero
-from cost_models.flops import (
-    GEMM_BACKWARD_FACTOR,
-    attention_backward_factor,
-    expert_tokens_per_gpu,
-    head_gemm,
-    layer_flops,
-    model_flops_per_token,
-    recomputed_share,
-    tokens,
+from cost_models.comm import Collective, collective_time, nccl_sm_share, placement, send_recv_time
+from cost_models.compute import (
+    ACT_BYTES,
+    Block,
+    attention_kernels,
+    chunk_seconds,
+    head_backward_time,
+    head_time,
+    layer_time,
+    loss_time,
+    optimizer_time,
+    tp_blocks,
 )
+from cost_models.enums import Framework, MoEDispatch, Precision, Recompute, Zero
+from cost_models.flops import GEMM_BACKWARD_FACTOR, expert_tokens_per_gpu, head_gemm, layer_flops, model_flops_per_token, recomputed_share, tokens
 from cost_models.job import Job
 from cost_models.states import dense_params, local_kv_heads, local_layer_params, rank_params
 
 MIN_DDP_BUCKET_PARAMS = 40_000_000  # Megatron DDP bucket: max(40M, 1M x dp) params
 BUCKET_PARAMS_PER_DP_RANK = 1_000_000  # (megatron/training/training.py, ddp_config.bucket_size)
 DEEPSPEED_BUCKET_PARAMS = 500_000_000  # reduce_bucket_size (deepspeed/runtime/zero/config.py)
+# DeepSpeed ZeRO-3 prefetches upcoming parameters only up to stage3_prefetch_bucket_size = 5e7
+# elements (deepspeed/runtime/zero/config.py:215-248 at v0.19.6, the same default since its 2021
+# docs); the rest of a sub-module's gather waits on the critical path.
+DEEPSPEED_PREFETCH_PARAMS = 50_000_000
+# Transformer Engine userbuffers: the pipelined GEMM+reduce-scatter cuts the GEMM into 4 chunks and
+# runs each chunk's reduce-scatter on 16 SMs beside the next chunk; bulk overlaps reserve 16 SMs too
+# (TransformerEngine@40c69e75 transformer_engine/pytorch/module/base.py initialize_ub defaults;
+# common/comm_gemm_overlap/comm_gemm_overlap.cpp split_overlap_rs, bulk_overlap).
+UB_RS_SPLITS = 4
+UB_SMS = 16
 
 COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")
+COMPUTE_PARTS = ("gemm", "attention", "elementwise", "recompute", "contention", "sharding", "loss")
 
 
 @dataclass(frozen=True)
 class LayerPass:
     """Seconds of one decoder layer for one micro-batch: forward, and backward with its recompute."""
 
-    compute: Breakdown  # gemm, attention, elementwise, recompute
+    compute: Breakdown  # gemm, attention, elementwise, recompute, contention
     forward_s: float  # the forward pass's share of compute
-    comm: Breakdown  # exposed tp, cp, ep, dp (FSDP)
+    comm: Breakdown  # exposed tp, cp, ep
     flop: float  # executed FLOPs, forward + backward + recompute
 
 
@@ -76,54 +101,240 @@ def _grad_bytes(job: Job) -> int:
     return 4
 
 
-def _tp_comm(job: Job, *, moe: bool) -> float:
-    """One pass (forward, or backward) of a layer's tensor-parallel collectives: per block one
-    all-reduce of the t x h activations (Megatron's f/g operators, Shoeybi et al. 2019), or with
-    sequence parallel one all-gather and one reduce-scatter of the same tensor (Korthikanti et al.
-    2022, Sec. 4.2.2), about the same time. An MoE layer's expert block has none over tp (tokens
-    are dispatched from their sequence shard) but gathers its routed tokens over etp."""
-    lay, cl = job.layout, job.cluster.spec
+def _sms(job: Job) -> int:
+    return K.sm_count(job.cluster.gpu)
+
+
+# --- tensor parallelism --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Exposure:
+    """Communication seconds left on the critical path, and compute seconds lost to the SMs that
+    overlapped communication holds."""
+
+    exposed: float = 0.0
+    contention: float = 0.0
+
+    def __add__(self, other: Exposure) -> Exposure:
+        return Exposure(self.exposed + other.exposed, self.contention + other.contention)
+
+    def times(self, n: float) -> Exposure:
+        return Exposure(self.exposed * n, self.contention * n)
+
+
+def _hidden(comm_s: float, compute_s: float, share: float) -> Exposure:
+    """A collective running beside a compute kernel of `compute_s` seconds: what outlasts it is
+    exposed; while both run, the compute has 1 − share of the SMs."""
+    overlap = min(comm_s, compute_s)
+    return Exposure(max(0.0, comm_s - compute_s), overlap * share / (1 - share))
+
+
+def _share(job: Job, where, cal: Calibration) -> float:
+    """SMs an overlapped NCCL collective takes from the compute beside it, times the fitted
+    contention scale (calibration.MECHANISMS), capped at half the GPU."""
+    return min(0.5, nccl_sm_share(job.cluster.spec, where, _sms(job)) * cal.contention_scale)
+
+
+def _tp_group(job: Job):
+    return placement(job.cluster.spec, job.layout.tp, 1)
+
+
+def _tp_coll(job: Job, op: Collective, size: float) -> float:
+    return collective_time(op, size, _tp_group(job), job.cluster.spec)
+
+
+def _ring_exchange(job: Job, gemm, rows_total: int, full_s: float, transfer_s: float, cal: Calibration) -> Exposure:
+    """All-gather + GEMM in tp steps (TE ring exchange, torch async TP): step i multiplies the chunk
+    it holds (rows/tp) while the next chunk moves over the copy engine (no SMs); the last GEMM has
+    nothing to hide. Exposed: whatever the chunked schedule adds to the unchunked GEMM."""
+    tp = job.layout.tp
+    g = chunk_seconds(gemm, rows_total // tp, job, cal)
+    total = g + (tp - 1) * max(g, transfer_s)
+    return Exposure(max(0.0, total - full_s))
+
+
+def _pipelined_rs(job: Job, gemm, rows_total: int, full_s: float, rs_s: float, cal: Calibration) -> Exposure:
+    """GEMM + reduce-scatter in UB_RS_SPLITS chunks (TE pipeline): chunk i+1 computes on the SMs the
+    reduce-scatter of chunk i leaves; the last chunk's reduce-scatter is exposed."""
+    share = UB_SMS / _sms(job)
+    c = UB_RS_SPLITS
+    g = chunk_seconds(gemm, rows_total // c, job, cal, sm_share=share)
+    piece = rs_s / c
+    total = g + (c - 1) * max(g, piece) + piece
+    return Exposure(max(0.0, total - full_s), 0.0)
+
+
+def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Calibration) -> Exposure:
+    """Exposed tensor-parallel communication of one pass of a layer's blocks (Megatron's f/g
+    operators, Shoeybi et al. 2019; with sequence parallel an all-gather before the column GEMM and
+    a reduce-scatter after the row GEMM, Korthikanti et al. 2022 Sec. 4.2.2).
+
+    Forward: every collective exposed, or chunked with the GEMM under tp_comm_overlap.
+    Backward (Transformer Engine and Megatron, and DeepSpeed running Megatron's layers): the
+    row GEMM's incoming gradient is all-gathered first (exposed, or ring-exchanged with the dgrad
+    under userbuffers); the column GEMM's input is all-gathered beside its dgrad GEMM and its input
+    gradient reduce-scattered (all-reduced) beside its wgrad GEMM
+    (TransformerEngine@d0067d0d transformer_engine/pytorch/module/linear.py backward; under
+    userbuffers as "bulk" overlaps on UB_SMS SMs). torchtitan's DTensor plan runs both backward
+    collectives as plain ops, exposed, unless async TP chunks them."""
+    tp = job.layout.tp
+    if tp == 1:
+        return Exposure()
     size = tokens(job) * job.model.hidden_size * ACT_BYTES
-    blocks = 1 if moe else 2
-    out = 0.0
-    if lay.tp > 1:
-        where = placement(cl, lay.tp, 1)
-        if job.sp:
-            one = collective_time(Collective.ALL_GATHER, size, where, cl) + collective_time(Collective.REDUCE_SCATTER, size, where, cl)
+    fw = job.training.framework
+    overlap = job.training.tp_comm_overlap and job.sp
+    ag, rs = _tp_coll(job, Collective.ALL_GATHER, size), _tp_coll(job, Collective.REDUCE_SCATTER, size)
+    ar = _tp_coll(job, Collective.ALL_REDUCE, size)
+    share = _share(job, _tp_group(job), cal)
+    chunk_transfer = collective_time(Collective.SEND_RECV, size / tp, placement(job.cluster.spec, 2, 1), job.cluster.spec)
+    t = tokens(job)
+    out = Exposure()
+    for b in blocks:
+        if not backward:
+            if overlap:
+                out += _ring_exchange(job, b.col, t, b.col_fwd, chunk_transfer, cal)
+                out += _pipelined_rs(job, b.row, t, b.row_fwd, rs, cal)
+            else:
+                out += Exposure(ag + rs) if job.sp else Exposure(ar)
+            continue
+        if fw is Framework.TORCHTITAN:
+            if overlap:  # torch async TP decomposes the backward's gather-matmul and matmul-scatter too
+                out += _ring_exchange(job, b.row, t, b.row_dgrad, chunk_transfer, cal)
+                out += _ring_exchange(job, b.col, t, b.col_dgrad, chunk_transfer, cal)
+            else:
+                out += Exposure(ag + rs) if job.sp else Exposure(ar)
+            continue
+        if overlap:  # TE userbuffers: ring exchange for the row dgrad, bulk AG / RS beside the column GEMMs
+            ub = UB_SMS / _sms(job)
+            out += _ring_exchange(job, b.row, t, b.row_dgrad, chunk_transfer, cal)
+            out += _hidden(ag, b.col_dgrad, ub) + _hidden(rs, b.col_wgrad, ub)
+        elif job.sp:
+            out += Exposure(ag) + _hidden(ag, b.col_dgrad, share) + _hidden(rs, b.col_wgrad, share)
         else:
-            one = collective_time(Collective.ALL_REDUCE, size, where, cl)
-        out += blocks * one
-    if moe and job.etp > 1:
-        routed = expert_tokens_per_gpu(job) * job.model.hidden_size * ACT_BYTES
-        where = placement(cl, job.etp, 1)
-        out += collective_time(Collective.ALL_GATHER, routed, where, cl) + collective_time(Collective.REDUCE_SCATTER, routed, where, cl)
+            out += _hidden(ar, b.col_wgrad, share)
     return out
 
 
-def _cp_comm(job: Job) -> float:
-    """Forward ring attention: cp−1 steps, each passing one rank's K and V chunk to its neighbour
-    (Liu et al. 2023, Ring Attention; Megatron/TE p2p context parallel)."""
-    lay = job.layout
-    if lay.cp == 1:
+def _etp_comm(job: Job) -> float:
+    """An MoE layer's routed tokens gathered over etp before the experts and reduce-scattered after."""
+    if job.etp == 1:
         return 0.0
-    kv = local_kv_heads(job) * job.model.head_size
-    chunk = 2 * lay.mbs * job.seq_per_rank * kv * ACT_BYTES
-    return (lay.cp - 1) * send_recv_time(chunk, stride=lay.tp if _cp_in_domain(job) else job.cluster.spec.scaleup_domain_gpus, cluster=job.cluster.spec)
+    routed = expert_tokens_per_gpu(job) * job.model.hidden_size * ACT_BYTES
+    where = placement(job.cluster.spec, job.etp, 1)
+    return collective_time(Collective.ALL_GATHER, routed, where, job.cluster.spec) + collective_time(
+        Collective.REDUCE_SCATTER, routed, where, job.cluster.spec
+    )
+
+
+# --- context parallelism ---------------------------------------------------------------------------
 
 
 def _cp_in_domain(job: Job) -> bool:
     return job.layout.tp * job.layout.cp <= job.cluster.spec.scaleup_domain_gpus
 
 
+def _kv_bytes(job: Job) -> float:
+    """Bytes of a rank's local K and V (one ring message)."""
+    kv = local_kv_heads(job) * job.model.head_size
+    return 2 * job.layout.mbs * job.seq_per_rank * kv * ACT_BYTES
+
+
+def cp_exposure(job: Job, cal: Calibration) -> tuple[Exposure, Exposure]:
+    """(forward, backward) exposed context-parallel communication of one layer.
+
+    Megatron / Transformer Engine p2p (the default cp_comm_type): cp − 1 forward transfers of the
+    local K/V, each posted before the current step's kernel and hidden behind it; backward cp
+    exchanges, K/V and the accumulated dK/dV (twice the bytes) after the first, each hidden behind
+    that step's backward kernel (TransformerEngine@40c69e75 context_parallel.py
+    AttnFuncWithCPAndKVP2P). torch's context parallel (torchtitan): one all-gather of K/V, hidden
+    only behind the first step's kernel; backward all-gathers K/V again and passes dK/dV in fp32
+    (twice the bf16 bytes) at every step, each hidden behind that step's kernel (torch 2.9
+    _templated_ring_attention, rotate_method allgather)."""
+    cp = job.layout.cp
+    if cp == 1:
+        return Exposure(), Exposure()
+    cl = job.cluster.spec
+    stride = job.layout.tp if _cp_in_domain(job) else cl.scaleup_domain_gpus
+    group = placement(cl, cp, job.layout.tp)
+    share = _share(job, group, cal)
+    att = attention_kernels(job, cal)
+    kv = _kv_bytes(job)
+    hop = send_recv_time(kv, stride=stride, cluster=cl)
+    if job.training.framework is Framework.TORCHTITAN:
+        gather = collective_time(Collective.ALL_GATHER, kv * cp, group, cl)
+        fwd = _hidden(gather, att.first_fwd, share)
+        dkv = send_recv_time(2 * kv, stride=stride, cluster=cl)
+        bwd = _hidden(gather, att.first_bwd, share) + _hidden(dkv, att.first_bwd, share) + _hidden(dkv, att.step_bwd, share).times(cp - 1)
+        return fwd, bwd
+    fwd = _hidden(hop, att.first_fwd, share) + _hidden(hop, att.step_fwd, share).times(cp - 2)
+    both = send_recv_time(2 * kv, stride=stride, cluster=cl)
+    bwd = _hidden(hop, att.first_bwd, share) + _hidden(both, att.step_bwd, share).times(max(0, cp - 2)) + _hidden(hop, att.step_bwd, share)
+    return fwd, bwd
+
+
+# --- expert parallelism ----------------------------------------------------------------------------
+
+
 def _ep_comm(job: Job) -> float:
     """One pass of an MoE layer's token exchange: dispatch and combine all-to-alls, each moving the
-    rank's routed token copies (t/tp x top_k) of width h (Megatron MoEAlltoAllTokenDispatcher)."""
+    rank's routed token copies (t/tp x top_k, times the load factor on the busiest rank) of width h
+    (Megatron MoEAlltoAllTokenDispatcher; torchtitan ExpertParallel)."""
     lay, cl = job.layout, job.cluster.spec
     if lay.ep == 1:
         return 0.0
     assert job.model.moe is not None
     size = tokens(job) // (lay.tp if job.sp else 1) * job.model.moe.top_k * job.model.hidden_size * ACT_BYTES
+    size *= job.training.moe_load_factor
     return 2 * collective_time(Collective.ALL_TO_ALL, size, placement(cl, lay.ep, job.etp), cl)
+
+
+def ep_exposure(job: Job, passes: int, compute_s: float, cal: Calibration) -> Exposure:
+    """The all-to-alls of `passes` passes of an MoE layer. Plain dispatchers run them on the compute
+    stream (exposed). Megatron's --overlap-moe-expert-parallel-comm pairs micro-batch k+1's forward
+    with k's backward layer by layer, so each all-to-all runs beside the other micro-batch's
+    attention and expert GEMMs (combined_1f1b.py; model_chunk_schedule_plan.py)."""
+    a2a = passes * _ep_comm(job)
+    if job.training.moe_dispatch is MoEDispatch.OVERLAP_1F1B and a2a:
+        where = placement(job.cluster.spec, job.layout.ep, job.etp)
+        return _hidden(a2a, compute_s, _share(job, where, cal))
+    return Exposure(a2a)
+
+
+# --- one layer pass --------------------------------------------------------------------------------
+
+
+def layer_pass(job: Job, *, moe: bool, mode: Recompute, cal: Calibration) -> LayerPass:
+    lt = layer_time(job, moe=moe, cal=cal)
+    flops = layer_flops(job, moe=moe, mode=mode)
+    share_gemm, share_attn = recomputed_share(job, mode)
+    recompute = (
+        share_gemm * (lt.gemm + lt.fp8_cast)
+        + share_attn * lt.attention
+        + (lt.elementwise if mode is Recompute.FULL else 0.0)
+    )
+    # passes that run the layer's forward collectives: forward, and forward again under full
+    # recompute (selective recompute repeats local work only)
+    fwd_passes = 2 if mode is Recompute.FULL else 1
+    blocks = tp_blocks(job, moe=moe, cal=cal)
+    tp = tp_exposure(job, blocks, backward=False, cal=cal).times(fwd_passes) + tp_exposure(job, blocks, backward=True, cal=cal)
+    etp = _etp_comm(job) * (fwd_passes + 1) if moe else 0.0
+    cp_f, cp_b = cp_exposure(job, cal)
+    cp = cp_f.times(fwd_passes) + cp_b
+    ep = ep_exposure(job, fwd_passes + 1, lt.gemm + lt.gemm_backward + lt.attention + lt.attention_backward, cal) if moe else Exposure()
+    compute = Breakdown.of(
+        "s",
+        gemm=lt.gemm + lt.gemm_backward,
+        attention=lt.attention + lt.attention_backward,
+        elementwise=lt.elementwise + lt.elementwise_backward + lt.fp8_cast + lt.fp8_cast_backward,
+        recompute=recompute,
+        contention=tp.contention + cp.contention + ep.contention,
+    )
+    comm = Breakdown.of("s", tp=tp.exposed + etp, cp=cp.exposed, ep=ep.exposed)
+    return LayerPass(compute=compute, forward_s=lt.total, comm=comm, flop=flops.total)
+
+
+# --- data parallelism ------------------------------------------------------------------------------
 
 
 def _fsdp_per_microbatch(job: Job) -> bool:
@@ -166,59 +377,18 @@ def _fsdp_layer_comm(job: Job, layer_id: int) -> tuple[float, float]:
     return gather, reduce
 
 
-def layer_pass(job: Job, *, moe: bool, mode: Recompute, cal: Calibration) -> LayerPass:
-    lt = layer_time(job, moe=moe, cal=cal)
-    flops = layer_flops(job, moe=moe, mode=mode)
-    attn_bwd = attention_backward_factor(job)
-    share_gemm, share_attn = recomputed_share(job, mode)
-    recompute = (
-        share_gemm * (lt.gemm + lt.fp8_cast)
-        + share_attn * lt.attention
-        + (lt.elementwise if mode is Recompute.FULL else 0.0)
-    )
-    compute = Breakdown.of(
-        "s",
-        gemm=(1 + GEMM_BACKWARD_FACTOR) * lt.gemm,
-        attention=(1 + attn_bwd) * lt.attention,
-        # backward reads and writes about twice what forward does; fp8 casts are counted per pass
-        elementwise=3 * lt.elementwise + lt.fp8_cast + lt.fp8_cast_backward,
-        recompute=recompute,
-        routing=(cal.moe_layer_overhead_s if moe else 0.0),
-    )
-    # passes that run the layer's forward collectives: forward, backward, and forward again under
-    # full recompute (selective recompute repeats local work only)
-    fwd_passes = 2 if mode is Recompute.FULL else 1
-    tp_one = _tp_comm(job, moe=moe)
-    if job.training.tp_comm_overlap:
-        hidden = cal.tp_overlap_fraction * tp_one
-        exposed_fwd = tp_one - min(hidden, lt.gemm)
-        exposed_bwd = tp_one - min(hidden, GEMM_BACKWARD_FACTOR * lt.gemm)
-    else:
-        exposed_fwd = exposed_bwd = tp_one
-    cp_one = _cp_comm(job)
-    cp = fwd_passes * max(0.0, cp_one - lt.attention) + max(0.0, 2 * cp_one - attn_bwd * lt.attention)
-    ep = (fwd_passes + 1) * _ep_comm(job) if moe else 0.0
-    comm = Breakdown.of("s", tp=fwd_passes * exposed_fwd + exposed_bwd, cp=cp, ep=ep)
-    return LayerPass(compute=compute, forward_s=lt.total, comm=comm, flop=flops.total)
-
-
-@dataclass(frozen=True)
-class StageTime:
-    rank: int
-    microbatch: Breakdown  # seconds of one micro-batch through all of the rank's chunks
-    flop: float  # executed FLOPs of one micro-batch on one GPU of this rank
-    dp_comm_s: float  # the gradient reduction (and parameter gather) left for the end of the step
-    dp_window_s: float  # backward time of the last micro-batch, which that reduction can hide behind
-    dp_bucket_s: float  # the part that can never hide (last bucket, first parameter bucket)
-    optimizer_s: float
-
-    @property
-    def microbatch_s(self) -> float:
-        return self.microbatch.total
-
-    @property
-    def dp_exposed_s(self) -> float:
-        return max(self.dp_comm_s - self.dp_window_s, self.dp_bucket_s)
+def fsdp_copy_seconds(job: Job, layer_id: int) -> float:
+    """FSDP2's copies around one layer's collectives for one micro-batch (torch
+    _fully_shard/_fsdp_collectives.py: foreach_all_gather_copy_out splits the flat all-gather output
+    into the unsharded parameters, 2 + 2 bytes per parameter, after the forward and the backward
+    gather; foreach_reduce copies the unsharded 16-bit gradients into the flat fp32 reduce-scatter
+    input, 2 + 4 bytes). torchtitan only; DeepSpeed and FSDP1 gather into flat buffers the
+    parameters view."""
+    if job.training.framework is not Framework.TORCHTITAN:
+        return 0.0
+    p = local_layer_params(job, layer_id)
+    params = p.dense + p.expert
+    return K.memory_seconds(params * (2 * (2 + 2) + (2 + _grad_bytes(job))), job.cluster.gpu, launches=3)
 
 
 def dp_tail(job: Job, rank: int) -> tuple[float, float]:
@@ -274,9 +444,82 @@ def _optimizer_params(job: Job, rank: int) -> float:
     return dense + p.value("experts")
 
 
+# --- one pipeline rank -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StageTime:
+    rank: int
+    microbatch: Breakdown  # seconds of one micro-batch through all of the rank's chunks
+    flop: float  # executed FLOPs of one micro-batch on one GPU of this rank
+    dp_comm_s: float  # the gradient reduction (and parameter gather) left for the end of the step
+    dp_window_s: float  # backward time of the last micro-batch, which that reduction can hide behind
+    dp_bucket_s: float  # the part that can never hide (last bucket, first parameter bucket)
+    dp_share: float  # SMs the end-of-step collectives hold while they hide
+    optimizer_s: float
+    pp_fill_s: float = 0.0  # blocking transfers of the warm-up and flush (overlapped p2p only)
+
+    @property
+    def microbatch_s(self) -> float:
+        return self.microbatch.total
+
+    @property
+    def dp_exposed_s(self) -> float:
+        return max(self.dp_comm_s - self.dp_window_s, self.dp_bucket_s)
+
+    @property
+    def dp_contention_s(self) -> float:
+        """Compute of the last backward slowed by the gradient reduction running beside it."""
+        hidden = min(self.dp_comm_s - self.dp_bucket_s, self.dp_window_s)
+        return max(0.0, hidden) * self.dp_share / (1 - self.dp_share)
+
+
+def fsdp_share(job: Job, cal: Calibration) -> float:
+    """SMs an FSDP / ZeRO-3 gather or reduce-scatter takes from the layer it hides behind."""
+    return _share(job, _dense_group(job), cal)
+
+
+def _fsdp_exposure(job: Job, gathers: list[float], reduces: list[float], fwd: list[float], bwd: list[float], params: list[int],
+                   cal: Calibration) -> Exposure:
+    """FSDP / ZeRO-3 per micro-batch: layer i's gather hides behind layer i−1's forward; backward
+    gathers again (reshard after forward) and reduce-scatters layer i behind layer i−1's backward.
+    DeepSpeed can hide at most DEEPSPEED_PREFETCH_PARAMS of a layer's gather; the rest waits."""
+    share = fsdp_share(job, cal)
+    if job.training.framework is Framework.DEEPSPEED:
+        cover = [min(1.0, DEEPSPEED_PREFETCH_PARAMS / max(1, p)) for p in params]
+        out = Exposure(gathers[0] + gathers[-1] + reduces[0])
+        for g, c, f in zip(gathers[1:], cover[1:], fwd[:-1]):
+            out += Exposure(g * (1 - c)) + _hidden(g * c, f, share)
+        for g, r, c, b in zip(gathers[:-1], reduces[1:], cover[:-1], bwd[1:]):
+            out += Exposure(g * (1 - c)) + _hidden(g * c + r, b, share)
+        return out
+    out = Exposure(gathers[0] + gathers[-1] + reduces[0])
+    for g, f in zip(gathers[1:], fwd[:-1]):
+        out += _hidden(g, f, share)
+    for g, r, b in zip(gathers[:-1], reduces[1:], bwd[1:]):
+        out += _hidden(g + r, b, share)
+    return out
+
+
+def pp_hop_seconds(job: Job) -> float:
+    """One pipeline send/recv of a micro-batch's activations (or their gradient) between stages."""
+    lay = job.layout
+    boundary = tokens(job) // (lay.tp if job.sp else 1) * job.model.hidden_size * ACT_BYTES
+    return send_recv_time(boundary, stride=lay.tp * lay.cp * job.dp, cluster=job.cluster.spec)
+
+
+def _pp_overlapped(job: Job) -> bool:
+    """Megatron's interleaved schedule posts each chunk's send/recv and waits for it only before
+    the chunk that needs it (--overlap-p2p-communication, on by default and kept only with a
+    virtual pipeline: Megatron-LM@23e00ed0 arguments.py:2348-2350, 536-555; schedules.py
+    1568-1700); warm-up and flush use the blocking form. Without it (no vpp, or other frameworks)
+    every exchange is waited on at once (batched p2p followed by a synchronize)."""
+    return job.training.framework is Framework.MEGATRON and job.layout.vpp > 1
+
+
 def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[bool, Recompute], LayerPass]) -> StageTime:
     lay, cl = job.layout, job.cluster.spec
-    parts = {k: 0.0 for k in ("gemm", "attention", "elementwise", "recompute", "routing", "loss")}
+    parts = {k: 0.0 for k in COMPUTE_PARTS}
     comm = {k: 0.0 for k in COMM_KINDS}
     flop = 0.0
     backward_s = 0.0
@@ -285,11 +528,12 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[bool, R
     reduces: list[float] = []
     fwd_compute: list[float] = []
     bwd_compute: list[float] = []
+    layer_params: list[int] = []
     for chunk in job.stage_chunks[rank]:
         for pos, layer_id in enumerate(chunk):
             moe = job.model.is_moe_layer(layer_id)
             lp = passes[moe, job.recompute_mode(pos)]
-            for name in ("gemm", "attention", "elementwise", "recompute", "routing"):
+            for name in COMPUTE_PARTS[:-2]:
                 parts[name] += lp.compute.value(name)
             for name in ("tp", "cp", "ep"):
                 comm[name] += lp.comm.value(name)
@@ -301,28 +545,36 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[bool, R
                 g, r = fsdp_layer_comm(job, layer_id)
                 gathers.append(g)
                 reduces.append(r)
+                p = local_layer_params(job, layer_id)
+                layer_params.append(p.dense + p.expert)
+                parts["sharding"] += fsdp_copy_seconds(job, layer_id)
     if fsdp and gathers:
-        # prefetch: layer i's gather hides behind layer i−1's compute; backward gathers again
-        # (reshard after forward) and reduce-scatters layer i behind layer i−1's backward
-        fwd_exposed = gathers[0] + sum(max(0.0, g - c) for g, c in zip(gathers[1:], fwd_compute[:-1]))
-        bwd_exposed = gathers[-1] + reduces[0] + sum(
-            max(0.0, g + r - c) for g, r, c in zip(gathers[:-1], reduces[1:], bwd_compute[1:])
-        )
-        comm["dp"] += fwd_exposed + bwd_exposed
+        exposure = _fsdp_exposure(job, gathers, reduces, fwd_compute, bwd_compute, layer_params, cal)
+        comm["dp"] += exposure.exposed
+        parts["contention"] += exposure.contention
     first, last = rank == 0, rank == lay.pp - 1
     if last:
-        head = head_time(job, cal)
-        parts["gemm"] += (1 + GEMM_BACKWARD_FACTOR) * head
+        head, head_bwd = head_time(job, cal), head_backward_time(job, cal)
+        parts["gemm"] += head + head_bwd
         parts["loss"] += loss_time(job, cal)
         flop += (1 + GEMM_BACKWARD_FACTOR) * head_gemm(job).flop
-        backward_s += GEMM_BACKWARD_FACTOR * head
+        backward_s += head_bwd
+    pp_fill = 0.0
     if lay.pp > 1:
         # each chunk receives its input in forward and its output gradient in backward; the
         # first chunk of rank 0 and the last chunk of the last rank have one neighbour less
-        boundary = tokens(job) // (lay.tp if job.sp else 1) * job.model.hidden_size * ACT_BYTES
         hops = 2 * lay.vpp - (1 if first else 0) - (1 if last else 0)
-        stride = lay.tp * lay.cp * job.dp
-        comm["pp"] = hops * send_recv_time(boundary, stride=stride, cluster=cl)
+        hop = pp_hop_seconds(job)
+        if _pp_overlapped(job):
+            # each transfer runs beside the next chunk's compute (of the other direction)
+            chunk = (sum(fwd_compute) + sum(bwd_compute)) / (2 * lay.vpp)
+            where = placement(cl, 2, lay.tp * lay.cp * job.dp)
+            e = _hidden(hop, chunk, _share(job, where, cal)).times(hops)
+            comm["pp"] = e.exposed
+            parts["contention"] += e.contention
+            pp_fill = 2 * (lay.pp - 1) * hop
+        else:
+            comm["pp"] = hops * hop
     dp_comm, dp_bucket = dp_tail(job, rank)
     microbatch = Breakdown.of("s", compute=Breakdown.of("s", **parts), **comm)
     return StageTime(
@@ -332,7 +584,9 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[bool, R
         dp_comm_s=dp_comm,
         dp_window_s=backward_s,
         dp_bucket_s=dp_bucket,
+        dp_share=_share(job, _dense_group(job), cal),
         optimizer_s=optimizer_time(job, _optimizer_params(job, rank), cal),
+        pp_fill_s=pp_fill,
     )
 
 
@@ -364,13 +618,31 @@ class TimeEstimate:
         per_mb = self.critical.microbatch.scaled(m)
         comm = {k: per_mb.value(k) for k in COMM_KINDS}
         comm["dp"] += self.dp_tail_s
+        comm["pp"] += self.critical.pp_fill_s
+        compute = per_mb["compute"]
+        contention = max(s.dp_contention_s for s in self.stages)
+        if contention:
+            compute = Breakdown.of("s", **{k: compute.value(k) + (contention if k == "contention" else 0.0) for k in COMPUTE_PARTS})
         return Breakdown.of(
             "s",
-            compute=per_mb["compute"],
+            compute=compute,
             **comm,
             bubble=self.bubble_s,
             optimizer=max(s.optimizer_s for s in self.stages),
+            straggler=self.straggler_s(float(compute.total)),
         )
+
+    def straggler_s(self, compute_s: float) -> float:
+        """The wait for the slowest GPU: every GPU of the job synchronises each step (the gradient
+        reduction, and tp/pp/cp inside it), so the step runs at the slowest GPU's sustained speed.
+        With GPU speeds spread by a coefficient of variation cv (calibration.MECHANISMS
+        gpu_speed_cv), the slowest of N lies E[max of N standard normals] deviations below the
+        mean: Blom's approximation Φ⁻¹((N − 0.375)/(N + 0.25)) (Blom 1958; 1.42 for 8 GPUs, 3.20
+        for 1024, 3.81 for 8192)."""
+        n = self.job.gpus
+        if n < 2:
+            return 0.0
+        return self.calibration.gpu_speed_cv * compute_s * expected_max_normal(n)
 
     @property
     def step_s(self) -> float:
@@ -420,9 +692,14 @@ class TimeEstimate:
 
     @property
     def bottleneck(self) -> str:
-        """The largest part of the step: compute, tp, cp, ep, pp, dp, bubble or optimizer."""
+        """The largest part of the step: compute, tp, cp, ep, pp, dp, bubble, optimizer or straggler."""
         name, _ = max(((n, float(self.breakdown.value(n))) for n, _ in self.breakdown), key=lambda x: x[1])
         return name
+
+
+def expected_max_normal(n: int) -> float:
+    """Expected maximum of n independent standard normal draws (Blom's approximation)."""
+    return NormalDist().inv_cdf((n - 0.375) / (n + 0.25))
 
 
 def time_estimate(job: Job, *, calibration: Calibration = DEFAULT) -> TimeEstimate:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from pydantic import model_validator
+from typing import Annotated
 
-from cost_models.enums import AttentionKernel, Fp8Recipe, Framework, OptimizerKind, Precision
+from pydantic import Field, model_validator
+
+from cost_models.enums import AttentionBackend, AttentionKernel, Fp8Recipe, Framework, MoEDispatch, OptimizerKind, Precision
 from cost_models.model_spec import Count, Spec
 
 # Tokens in one optimizer step, at most: 2**36 (~69 billion) is thousands of times the largest
@@ -22,6 +24,9 @@ class TrainingSpec(Spec):
     optimizer: OptimizerKind = OptimizerKind.ADAMW
     framework: Framework = Framework.MEGATRON
     attention: AttentionKernel = AttentionKernel.FLASH
+    # Which fused kernel family a flash job runs; None = what the framework picks on the GPU
+    # generation today (cost_models.compute.attention_backend).
+    attention_backend: AttentionBackend | None = None
     # torch.compile of the model and the loss (torchtitan --compile.enable): the memory model counts
     # its fused cross entropy (cost_models.activations.head_activations / loss_workspace).
     compile: bool = False
@@ -32,6 +37,11 @@ class TrainingSpec(Spec):
     # (Transformer Engine userbuffers, needs sequence parallel), torchtitan async TP
     # (--parallelism.enable_async_tensor_parallel, needs compile).
     tp_comm_overlap: bool = False
+    # How MoE token all-to-alls run (cost_models.step_time.ep_exposure).
+    moe_dispatch: MoEDispatch = MoEDispatch.ALLTOALL
+    # Tokens the busiest expert-parallel rank receives over the mean: 1 when routing is balanced
+    # (as forced-balance benchmarks run), up to the capacity factor when tokens are dropped above it.
+    moe_load_factor: Annotated[float, Field(ge=1.0, le=64.0)] = 1.0
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:

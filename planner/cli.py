@@ -183,7 +183,7 @@ _NOT_SPECS = {"model", "cluster", "gpus", "headroom", "as_json", "calibration"}
 @app.command()
 @_options_of(memory, skip={"as_json", "png"})
 def estimate(
-    calibration: Annotated[Optional[Path], typer.Option("--calibration", help="JSON file of fitted efficiency constants (from validate --calibrate).")] = None,
+    calibration: Annotated[Optional[Path], typer.Option("--calibration", help="JSON file of per-GPU corrections to the kernel prices (from validate --calibrate).")] = None,
     tokens: Tokens = None, gpu_hour_cost: GpuHourCost = None, ckpt_write_gbps: CkptWrite = None, gpu_mtbf_hours: GpuMtbf = None,
     as_json: AsJson = False,
     **flags,  # type: ignore[no-untyped-def]
@@ -221,7 +221,7 @@ def plan(
     fix: Annotated[Optional[list[str]], typer.Option("--fix", help="Pin an axis, e.g. --fix tp=8 --fix recompute=full.")] = None,
     allow_cross_node_tp: Annotated[bool, typer.Option("--allow-cross-node-tp", help="Let tp span scale-up domains.")] = False,
     headroom: Headroom = None,
-    calibration: Annotated[Optional[Path], typer.Option("--calibration", help="JSON file of fitted efficiency constants.")] = None,
+    calibration: Annotated[Optional[Path], typer.Option("--calibration", help="JSON file of per-GPU corrections to the kernel prices (from validate --calibrate).")] = None,
     explain: Annotated[bool, typer.Option("--explain", help="Say why #1 beats #2 and what kept other layouts out.")] = False,
     tokens: Tokens = None, gpu_hour_cost: GpuHourCost = None, ckpt_write_gbps: CkptWrite = None, gpu_mtbf_hours: GpuMtbf = None,
     as_json: AsJson = False,
@@ -324,8 +324,8 @@ def validate(
     out: Annotated[Path, typer.Option("--out", "-o", help="Directory for the job, its traces and validate.json.")] = Path("planner-validate"),
     timeout: Annotated[float, typer.Option("--timeout", help="Overall time limit, seconds.")] = 3600.0,
     step_timeout: Annotated[float, typer.Option("--step-timeout", help="Time limit of one training step and of one collective, seconds.")] = 300.0,
-    calibrate: Annotated[Optional[Path], typer.Option("--calibrate", help="Fit the efficiency constants to the measurements and write them to FILE.")] = None,
-    calibration: Annotated[Optional[Path], typer.Option("--calibration", help="JSON file of efficiency constants to predict with (and to start a fit from).")] = None,
+    calibrate: Annotated[Optional[Path], typer.Option("--calibrate", help="Fit per-GPU corrections to the kernel prices from the measurements and write them to FILE.")] = None,
+    calibration: Annotated[Optional[Path], typer.Option("--calibration", help="JSON file of kernel-price corrections to predict with (and to start a fit from).")] = None,
     as_json: AsJson = False,
 ) -> None:
     """Run a short profiled torch job that implements the plan (or its largest slice that fits here) and compare it with the prediction."""

@@ -4,14 +4,16 @@ The exact cost model (cost_models.memory / step_time) is too rich to state as in
 (per-stage maxima, prefetch overlap, bucketed tails), so CP-SAT works on a bound of it, tabulated
 from the exact model's own per-layer numbers (Space):
 
-    step ≥ LB = m·M + (Σ_r S_r − M)/vpp + m·F,   M = max_r S_r
+    step ≥ LB = m·M + (Σ_r S_r − M)/vpp + m·F + G,   M = max_r S_r
     S_r = Σ over rank r's layers of one layer pass (compute + exposed tp/cp/ep), + head and loss on the last rank
+    G   = cv · E[max of N normals] · m · min_r C_r, C_r the compute part of S_r (the straggler term)
     F   = the FSDP gathers and reduce-scatters one micro-batch exposes at pp = 1, at least (fsdp_ns)
     peak ≥ CUDA context + NCCL + states of rank 0's dense and expert parameters under the sharding
            + its in-flight micro-batches' activations (+ fragmentation) + at pp = 1 its buffers
 
 Each S_r drops only non-negative terms of the exact stage time T_r, and the exact step is
-m·T_max + (Σ T_r − T_max)/vpp + dp tail + optimizer, which is increasing in every T_r, so LB never
+m·T_max + (Σ T_r − T_max)/vpp + dp tail + optimizer + straggler, which is increasing in every T_r
+and whose straggler term scales the critical rank's compute (at least the least C_r), so LB never
 exceeds it (likewise for memory; tests/test_search.py checks both on every layout of small spaces).
 
 Search: enumerate with CP-SAT every layout whose LB lies in a band (BandModel: the degrees, the
@@ -31,10 +33,9 @@ from dataclasses import dataclass, field
 
 from cost_models.activations import head_activations, loss_workspace
 from cost_models.calibration import DEFAULT, Calibration
-from cost_models.compute import head_time, loss_time
-from cost_models.enums import Recompute, Schedule, Zero
+from cost_models.compute import head_pass_time
+from cost_models.enums import Framework, Recompute, Schedule, Zero
 from cost_models.errors import SpecError
-from cost_models.flops import GEMM_BACKWARD_FACTOR
 from cost_models.job import Job
 from cost_models.layout import Layout
 from cost_models.memory import (
@@ -43,7 +44,7 @@ from cost_models.memory import (
 )
 from cost_models.rules import fill_defaults, resolve
 from cost_models.states import embedding_params_local, local_layer_params, state_parts
-from cost_models.step_time import TimeEstimate, dp_tail, fsdp_layer_comm, layer_pass, time_estimate
+from cost_models.step_time import TimeEstimate, dp_tail, expected_max_normal, fsdp_layer_comm, fsdp_share, layer_pass, time_estimate
 from planner.space import (
     Problem, Shard, Sharding, Stages, degrees_ok, layout_key, layout_of, schedule_ok, shardings, shards, sharding_ok,
     stages,
@@ -153,8 +154,11 @@ class ShardTable:
     kinds, so that every layer costs at least this)."""
 
     pass_ns: tuple[int, int, int]  # one layer pass (fwd + bwd + recompute, exposed tp/cp/ep) per mode
+    compute_ns: tuple[int, int, int]  # its compute alone (what the straggler term scales) per mode
     forward_ns: int  # the forward compute of a layer (the most over kinds: what hides a gather)
     backward_ns: tuple[int, int, int]  # backward compute with recompute (the most over kinds) per mode
+    forward_min_ns: int  # ... the least over kinds (what a hidden gather slows at least)
+    backward_min_ns: tuple[int, int, int]
     head_ns: int  # output layer forward + backward and the loss, on the last rank
     kept_bytes: tuple[int, int, int]  # activations one layer keeps per micro-batch, per mode
     dense_params: int  # non-expert parameters of one decoder layer on one GPU (the fewest over kinds)
@@ -169,11 +173,14 @@ def shard_table(problem: Problem, shard: Shard, cal: Calibration) -> ShardTable:
     passes = {mode: [layer_pass(job, moe=moe, mode=mode, cal=cal) for moe in kinds] for mode in MODES}
     costs = layer_costs(job, MODES)
     kept = {m: min(c.kept_bytes for (_, mm), c in costs.items() if mm is m) for m in MODES}
-    head = ((1 + GEMM_BACKWARD_FACTOR) * head_time(job, cal) + loss_time(job, cal)) * NS
+    head = head_pass_time(job, cal) * NS
     return ShardTable(
         pass_ns=tuple(int(min(p.compute.total + p.comm.total for p in passes[m]) * NS) for m in MODES),  # type: ignore[arg-type]
+        compute_ns=tuple(int(min(p.compute.total for p in passes[m]) * NS) for m in MODES),  # type: ignore[arg-type]
         forward_ns=int(-(-max(p.forward_s for p in passes[Recompute.NONE]) * NS // 1)),
         backward_ns=tuple(int(-(-max(p.compute.total - p.forward_s for p in passes[m]) * NS // 1)) for m in MODES),  # type: ignore[arg-type]
+        forward_min_ns=int(min(p.forward_s for p in passes[Recompute.NONE]) * NS),
+        backward_min_ns=tuple(int(min(p.compute.total - p.forward_s for p in passes[m]) * NS) for m in MODES),  # type: ignore[arg-type]
         head_ns=int(head),
         kept_bytes=tuple(kept[m] for m in MODES),  # type: ignore[arg-type]
         dense_params=min(local_layer_params(job, i).dense for i in kinds.values()),
@@ -182,24 +189,32 @@ def shard_table(problem: Problem, shard: Shard, cal: Calibration) -> ShardTable:
     )
 
 
-def fsdp_ns(problem: Problem, shard: Shard, sharding: Sharding, table: ShardTable) -> tuple[int, int, int, int]:
+def fsdp_ns(problem: Problem, shard: Shard, sharding: Sharding, table: ShardTable, cal: Calibration) -> tuple[int, int, int, int]:
     """Exposed parameter gathers and gradient reduce-scatters of one micro-batch when FSDP/ZeRO-3
-    works per micro-batch (pp = 1), at least. step_time.stage_time hides layer i's gather behind
-    layer i−1's compute; with every gather at least the smallest layer's (g, r) and every compute
-    at most the largest layer's (f, b under its recompute mode) it exposes at least
+    works per micro-batch (pp = 1), and the compute they slow while hidden, at least.
+    step_time.stage_time hides layer i's gather behind layer i−1's compute; with every gather at
+    least the smallest layer's (g, r) and every compute between the least and the most layer's
+    (f, b under its recompute mode) it exposes at least
 
-        g + (L−1)·max(0, g − f)  forward,   g + r + Σ_{i≥1} max(0, g + r − b_i)  backward.
+        g + (L−1)·max(0, g − f_max)  forward,   g + r + Σ_{i≥1} max(0, g + r − b_max)  backward,
+
+    and charges at least k·min(g, f_min) per forward layer and k·min(g + r, b_min) per backward one
+    as contention, k = s/(1 − s) with s the share of SMs the collective holds (not for DeepSpeed,
+    whose prefetch limit hides less).
 
     Returns (the fixed part: both passes' first terms and the forward sum, then the per-layer
-    backward term max(0, g + r − b) for each recompute mode); zeros where there is no FSDP."""
+    backward term for each recompute mode); zeros where there is no FSDP."""
     job = shape_job(problem, shard, sharding)
     if job is None or sharding.zero is not Zero.PARAMETERS or job.dense_shard_group == 1:
         return (0, 0, 0, 0)
     comm = [fsdp_layer_comm(job, i) for i in problem.model.layer_kinds.values()]
     g, r = (min(c[0] for c in comm) * NS, min(c[1] for c in comm) * NS)
     n = problem.model.num_layers
-    fixed = g + (n - 1) * max(0.0, g - table.forward_ns) + g + r
-    return (int(fixed), *(int(max(0.0, g + r - b)) for b in table.backward_ns))  # type: ignore[return-value]
+    s = 0.0 if job.training.framework is Framework.DEEPSPEED else fsdp_share(job, cal)
+    k = s / (1 - s)
+    fixed = g + (n - 1) * (max(0.0, g - table.forward_ns) + k * min(g, table.forward_min_ns)) + g + r
+    per = (max(0.0, g + r - b) + k * min(g + r, bmin) for b, bmin in zip(table.backward_ns, table.backward_min_ns))
+    return (int(fixed), *(int(x) for x in per))  # type: ignore[return-value]
 
 
 def pp1_buffers(problem: Problem, shard: Shard, sharding: Sharding) -> int:
@@ -303,7 +318,7 @@ class Space:
         # per-shard tables, only for shards that take part in some cell
         used = sorted(set(si.tolist()))
         self.tables = {s: shard_table(problem, self.shards[s], cal) for s in used}
-        blank = ShardTable((0, 0, 0), 0, (0, 0, 0), 0, (0, 0, 0), 0, 0, 0)
+        blank = ShardTable((0, 0, 0), (0, 0, 0), 0, (0, 0, 0), 0, (0, 0, 0), 0, (0, 0, 0), 0, 0, 0)
         tabs = [self.tables.get(s, blank) for s in range(S)]
         pass_ns = np.array([t.pass_ns for t in tabs], dtype=i64).reshape(S, 3)
         kept = np.array([t.kept_bytes for t in tabs], dtype=i64).reshape(S, 3)
@@ -328,6 +343,14 @@ class Space:
         total = (weights[ti] * per_rank).sum(axis=1)
         m = self.microbatches
         self.cell_lb = m * top + (total - top) // st_vpp[ti]
+        # the straggler term: gpu_speed_cv · E[max of N normals] of the step's compute, which is at
+        # least m times the least compute any rank's layers (and the last rank's head) take
+        comp = np.array([t.compute_ns for t in tabs], dtype=i64).reshape(S, 3)
+        rank_compute = rec[ti] * comp[si, mode[ti]][:, None] + plain[ti] * comp[si, 0][:, None]
+        rank_compute[:, 2] += head[si]
+        least = np.where(weights[ti] > 0, rank_compute, np.iinfo(i64).max).min(axis=1)
+        spread = cal.gpu_speed_cv * expected_max_normal(problem.gpus) if problem.gpus > 1 else 0.0
+        self.cell_lb += np.floor(spread * m * least).astype(i64)
         # rank 0's dense parameters, and its expert parameters: at least its layers beyond the
         # model's dense ones are MoE layers
         dense_layers = sum(1 for i in range(problem.model.num_layers) if not problem.model.is_moe_layer(i))
@@ -383,7 +406,7 @@ class Space:
             self.mem1[:, zi] = mem1
             self.mem[:, zi] = np.maximum(self.mem[:, zi], mem1)
             if z.zero is Zero.PARAMETERS:
-                f = np.array([fsdp_ns(problem, self.shards[s], z, self.tables[s]) if s in self.tables else (0, 0, 0, 0)
+                f = np.array([fsdp_ns(problem, self.shards[s], z, self.tables[s], cal) if s in self.tables else (0, 0, 0, 0)
                               for s in range(S)], dtype=i64).reshape(S, 4)
                 # layers 1..L−1 of the only rank: its recomputed ones first (layer 0 among them, if any)
                 n_rec = np.maximum(0, rec[ti, 2] - 1)

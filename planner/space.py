@@ -217,15 +217,14 @@ def head_in_layers(problem: Problem) -> float:
     model's plain layout (tp 1, mbs 1): what the last pipeline stage carries beyond its layers.
     Both scale alike with tp, cp and mbs, so the ratio holds across layouts to first order."""
     from cost_models.calibration import DEFAULT
-    from cost_models.compute import head_time, loss_time
-    from cost_models.flops import GEMM_BACKWARD_FACTOR
+    from cost_models.compute import head_pass_time
     from cost_models.rules import fill_defaults
     from cost_models.step_time import layer_pass
 
     job = fill_defaults(problem.model, problem.cluster, problem.training, Layout())
     moe = problem.model.is_moe_layer(problem.model.num_layers - 1)
     layer = layer_pass(job, moe=moe, mode=Recompute.NONE, cal=DEFAULT)
-    head = (1 + GEMM_BACKWARD_FACTOR) * head_time(job, DEFAULT) + loss_time(job, DEFAULT)
+    head = head_pass_time(job, DEFAULT)
     return head / (layer.compute.total + layer.comm.total)
 
 

@@ -6,7 +6,7 @@ what it measures with what the cost model predicts for exactly the part that ran
 - `worker`: the emitted training script (torch only), copied into the output directory;
 - `runner`: torchrun under timeouts, teardown of the whole process tree, the cause of a failure;
 - `compare`: predicted vs measured, term by term, and `validate.json`;
-- `calibrate`: efficiency constants fitted to the measurements, checked on held-out steps.
+- `calibrate`: kernel-price corrections fitted to the measurements, checked on held-out steps.
 """
 
 from enum import StrEnum

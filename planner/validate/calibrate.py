@@ -1,14 +1,15 @@
-"""`planner validate --calibrate FILE`: fit the time model's efficiency constants to measured steps.
+"""`planner validate --calibrate FILE`: fit per-GPU corrections of the kernel prices to measured steps.
 
-Starting point: the constants in use (the published-run fit, or a --calibration file). Two
-constants are refitted for the GPU architecture of the slice's cluster, in this order:
+Starting point: the multipliers in use (none, or a --calibration file). They are refitted for the
+GPU architecture of the slice's cluster:
 
-1. hbm_efficiency, from the optimizer step: the model prices it as bytes moved over
-   hbm_efficiency x HBM bandwidth (cost_models.compute.optimizer_time), so the fitted value is the
-   current one times predicted/measured;
-2. one common factor on gemm_efficiency and attention_efficiency (and te_attention_efficiency
-   where the architecture has one), found by bisection so that the predicted compute time equals
-   the measured one (predicted compute falls monotonically as the factor grows).
+1. optimizer_scale, from the optimizer step: the model prices it as bytes moved over a fraction of
+   HBM bandwidth (cost_models.compute.optimizer_time), so the fitted value is the current one times
+   predicted/measured;
+2. one common factor on gemm_scale, attention_scale and memory_scale (every kernel class of the
+   forward and backward passes), found by bisection so that the predicted compute time equals the
+   measured one (predicted compute falls monotonically as the factor grows). One factor, not three:
+   a step's compute time alone cannot tell the classes apart.
 
 The fit uses the first half of the timed steps; the error before and after is reported on the
 second half (held-out steps), so the improvement is not the fit's own residual. The file written is
@@ -52,13 +53,11 @@ def _compute_s(job: Job, cal: Calibration) -> float:
 
 
 def _scaled(cal: Calibration, arch: str, factor: float, base: Calibration) -> Calibration:
-    values = {
-        f"gemm_efficiency__{arch}": base.efficiency("gemm_efficiency", arch) * factor,
-        f"attention_efficiency__{arch}": base.efficiency("attention_efficiency", arch) * factor,
-    }
-    if arch in base.te_attention_efficiency:
-        values[f"te_attention_efficiency__{arch}"] = base.te_attention_efficiency[arch] * factor
-    return cal.with_values(**values)
+    return cal.with_values(**{
+        f"gemm_scale__{arch}": base.scale("gemm_scale", arch) * factor,
+        f"attention_scale__{arch}": base.scale("attention_scale", arch) * factor,
+        f"memory_scale__{arch}": base.scale("memory_scale", arch) * factor,
+    })
 
 
 def fit(job: Job, split_steps: list[dict[str, Any]], step_times_s: list[float], base: Calibration, *, what: str) -> Fit:
@@ -72,7 +71,7 @@ def fit(job: Job, split_steps: list[dict[str, Any]], step_times_s: list[float], 
     measured_opt = statistics.median(r["optimizer_s"] for r in fit_rows)
     predicted_opt = float(time_estimate(job, calibration=base).breakdown.value("optimizer"))
     if measured_opt > 0 and predicted_opt > 0:
-        cal = cal.with_values(hbm_efficiency=base.hbm_efficiency * predicted_opt / measured_opt)
+        cal = cal.with_values(**{f"optimizer_scale__{arch}": base.scale("optimizer_scale", arch) * predicted_opt / measured_opt})
     target = statistics.median(r["compute_s"] for r in fit_rows)
     lo, hi = SCALE_RANGE
     for _ in range(BISECTION_STEPS):
@@ -97,11 +96,7 @@ def fit(job: Job, split_steps: list[dict[str, Any]], step_times_s: list[float], 
                 out[name] = (pred - got) / got
         return out
 
-    values = {
-        "hbm_efficiency": cal.hbm_efficiency,
-        f"gemm_efficiency.{arch}": cal.efficiency("gemm_efficiency", arch),
-        f"attention_efficiency.{arch}": cal.efficiency("attention_efficiency", arch),
-    }
+    values = {f"{name}.{arch}": cal.scale(name, arch) for name in ("optimizer_scale", "gemm_scale", "attention_scale", "memory_scale")}
     return Fit(calibration=cal, fit_steps=half, held_out_steps=len(held), before=errors(base), after=errors(cal), values=values)
 
 
