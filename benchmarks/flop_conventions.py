@@ -5,7 +5,6 @@ published_runs.md ("Conventions each source uses") says which source uses which.
 
 from __future__ import annotations
 
-from cost_models.enums import MLPKind
 from cost_models.model_spec import ModelSpec
 from cost_models.units import TFLOP
 
@@ -25,24 +24,6 @@ def korthikanti_model_flop_per_token(*, num_layers: int, hidden_size: int, vocab
     return 72 * l * h**2 * (1 + s / (6 * h) + v / (12 * h * l))
 
 
-def megatron_core_flop_per_token(model: ModelSpec, *, seq_len: int, vocab_size: int, causal: bool) -> float:
-    """Megatron's model FLOPs per token: 12·L·h²·[(1 + g/a + s/h·c)·(q/h)] for attention + 12·L·h·f·k·(3/2
-    if SwiGLU) for the MLP (routed experts on MoE layers) + 6·h·V for the logits, with V the padded
-    vocabulary. Megatron-LM training.py num_floating_point_operations counts the full s² attention
-    (c = 1); Megatron-Bridge v0.2.0 src/megatron/bridge/training/utils/flop_utils.py transformer_flops,
-    which the Bridge performance tables print as "Model TFLOP/s/GPU", counts half of it for the causal
-    mask (c = 1/2)."""
-    l, h, a, g, q = model.num_layers, model.hidden_size, model.num_attention_heads, model.kv_heads, model.q_width
-    gated = 1.5 if model.mlp is MLPKind.SWIGLU else 1.0
-    c = 0.5 if causal else 1.0
-    attention = 12 * l * h * q * (1 + g / a + seq_len / h * c)
-    mlp_width = model.num_dense_layers * model.ffn_hidden_size
-    if model.moe:
-        moe = model.moe
-        mlp_width += model.num_moe_layers * (moe.expert_ffn_hidden_size * moe.top_k + moe.num_shared_experts * moe.shared_width)
-    return attention + 12 * h * mlp_width * gated + 6 * h * vocab_size
-
-
 def palm_flop_per_token(*, n_params: int, num_layers: int, q_width: int, seq_len: int) -> float:
     """PaLM (Chowdhery et al. 2022, arXiv:2204.02311) Appendix B: 6·N + 12·L·H·Q·T model FLOPs per token,
     H·Q the attention width and T the sequence length; Llama 3 (arXiv:2407.21783) reports MFU by it."""
@@ -54,6 +35,22 @@ def mpt_flop_per_token(*, n_params: int, num_layers: int, hidden_size: int, seq_
     seq_len with flops_per_seq = 2·N·seq_len and attn_flops_per_seq = L·2·2·d·seq_len², i.e.
     6·N + 12·L·d·s per token (the PaLM count with the attention width d)."""
     return 6 * n_params + 12 * num_layers * hidden_size * seq_len
+
+
+def vocabpar_flop_per_token(*, num_layers: int, hidden_size: int, ffn_hidden_size: int, vocab_size: int, seq_len: int) -> float:
+    """Yeung et al. 2024 (Vocabulary Parallelism, arXiv:2411.05288) artifact show_result_full_exp.py: per
+    iteration 3·(2·B·s·h·V + L·(8·B·s·h² + 4·B·s²·h + 4·B·s·h·f)), divided by the B·s tokens."""
+    l, h, f, v, s = num_layers, hidden_size, ffn_hidden_size, vocab_size, seq_len
+    return 3 * (2 * h * v + l * (8 * h * h + 4 * s * h + 4 * h * f))
+
+
+def nanotron_flop_per_token(model: ModelSpec, *, seq_len: int) -> float:
+    """nanotron's llama get_flops (huggingface/nanotron, models/llama.py): forward GEMMs per token of the
+    q, k, v and output projections, the full (non-causal) score and value matmuls 4·s·q, the gated MLP
+    6·h·f and the LM head 2·h·V, times 3 for forward and backward."""
+    h, q, kv, f = model.hidden_size, model.q_width, model.kv_width, model.ffn_hidden_size
+    layer = 2 * h * (q + 2 * kv) + 4 * seq_len * q + 2 * q * h + 6 * h * f
+    return 3 * (model.num_layers * layer + 2 * h * model.vocab_size)
 
 
 def tokens_from_flops(tflops_per_gpu: float, flop_per_token: float) -> float:

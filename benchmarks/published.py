@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from cost_models.enums import (
+    AttentionBackend,
     AttentionKernel,
     Fp8Recipe,
     Framework,
@@ -47,8 +48,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 from flop_conventions import (  # one function per source's FLOP count
     korthikanti_model_flop_per_token,
     mpt_flop_per_token,
+    nanotron_flop_per_token,
     narayanan_flop_per_token,
     tokens_from_flops,
+    vocabpar_flop_per_token,
 )
 
 DATA = Path(__file__).parent / "data" / "published_runs.yaml"
@@ -115,6 +118,10 @@ def torchtitan_training(row: dict) -> TrainingSpec:
     # --training.compile also compiles the loss (TrainingSpec.compile_loss).
     compiled = "compile" in techniques
     return TrainingSpec(
+        # torch SDPA ran FlashAttention-2 kernels on H100 at these commits: the Dec 2024 and Jun 2025
+        # nightlies predate cuDNN attention becoming SDPA's default (opt-in since pytorch/pytorch#138522,
+        # default again only with cuDNN > 9.15 in torch 2.11)
+        attention_backend=AttentionBackend.FA2,
         compile=compiled,
         compile_loss=compiled and not row["id"].startswith("torchtitan-2412"),
         seq_len=row["model"]["seq_len"],
@@ -167,6 +174,8 @@ def mpt_model(entry: dict) -> ModelSpec:
 def _cluster(entry: dict) -> Cluster:
     """The cluster preset of the entry's GPU (the yaml `hardware.gpu` text)."""
     gpu = entry["hardware"]["gpu"]
+    if gpu.startswith("NVIDIA Blackwell GPU") and "(" not in gpu:  # MLPerf's system files name only the generation
+        gpu += " GB200" if "gb200" in entry["id"] else " B200" if "b200" in entry["id"] else ""
     for key, preset in (("GB200", "gb200-nvl72"), ("B200", "dgx-b200"), ("H200", "hgx-h200"), ("H100", "dgx-h100")):
         if key in gpu:
             return Cluster(spec=presets.clusters()[preset], num_gpus=entry["hardware"]["gpu_count"])
@@ -236,11 +245,21 @@ def _skip_reason(entry: dict, all_entries: list[dict]) -> str | None:
             return ("micro-batch size and virtual-pipeline size not published (Llama 3 paper Table 4 and Sec. 3.3.2 "
                     "give only the batch size per DP group and a 'tunable N' interleaved schedule)")
         return "micro-batch size not published"
-    if not any(meas.get(k) for k in ("tokens_per_s_per_gpu", "step_time_s", "tflops_per_gpu", "mfu")):
+    if not any(meas.get(k) for k in ("tokens_per_s_per_gpu", "step_time_s", "tflops_per_gpu", "mfu")) and not _published_rate(entry):
         return "no throughput measured"
     if "microbatch-level" in (lay.get("recompute") or ""):
         return ("recompute 'selective + microbatch-level skip of checkpointing' (Korthikanti 2022 App. C) is not "
                 "expressible; the same layout without it is the korthikanti2022-t5 seqpar_selective run")
+    return None
+
+
+def _published_rate(entry: dict) -> float | None:
+    """tokens/s/GPU the yaml derived by arithmetic alone from a throughput the source printed in
+    samples (FP8-LM Table 5 samples/s; Zero Bubble's samples per GPU per second)."""
+    derived = entry.get("derived") or {}
+    how = derived.get("how") or ""
+    if derived.get("tokens_per_s_per_gpu") and "samples" in how and "MFU" not in how:
+        return float(derived["tokens_per_s_per_gpu"])
     return None
 
 
@@ -251,6 +270,9 @@ def _measured_tokens(entry: dict, gbs: int, seq_len: int) -> tuple[float, str] |
         return float(meas["tokens_per_s_per_gpu"]), "tokens_per_s_per_gpu: as published"
     if meas.get("step_time_s"):
         return gbs * seq_len / meas["step_time_s"] / gpus, "step_time_s: tokens = gbs*seq/step/gpus"
+    rate = _published_rate(entry)
+    if rate is not None:
+        return rate, "published samples/s x seq_len / GPUs (yaml derived)"
     return None
 
 
@@ -267,11 +289,11 @@ def _megatron_papers(entry: dict) -> Mapped:
              "attention kernel eager: 2021-22 Megatron-LM had no fused flash attention"]
     if "--fp16" not in (entry["hardware"].get("precision") or ""):
         notes.append("precision fp16: the paper says 'mixed precision'; the 2021-22 Megatron A100 run scripts use --fp16")
-    zero3 = "ZeRO-3" in lay["zero"]
+    zero3 = "ZeRO-3" in (lay["zero"] or "")
     if zero3:  # Narayanan Table 2: DeepSpeed ZeRO-3 without model parallelism
         framework, zero = Framework.DEEPSPEED, Zero.PARAMETERS
     else:
-        framework, zero = Framework.MEGATRON, _megatron_zero(lay["zero"])
+        framework, zero = Framework.MEGATRON, _megatron_zero(lay["zero"] or "none (Jan 2021 Megatron-LM has no distributed optimizer)")
     vpp = _vpp_from_script(entry)
     if "ptdp" in entry["id"]:
         # Table 2 gives only the model-parallel size; the yaml infers TP8 x PP12 (175B) and TP8 x PP35
@@ -319,17 +341,238 @@ def _mpt(entry: dict) -> Mapped:
     notes = ["llm-foundry FSDP FULL_SHARD modelled as FSDP (framework torchtitan, zero 3)",
              ("MPT shape from the benchmark config: biases on, learned positions (MPTConfig defaults), LayerNorm with "
               "bias (low_precision_layernorm is a kernel choice); the README's NumParams match this model exactly"),
-             "attention kernel flash (README: 'our models use Flash Attention')",
+             ("attention kernel FlashAttention-1 rates: llm-foundry@b2a43a147 (the commit that published these tables) "
+              "ran submit_benchmarks.py with attn_impl 'triton', MPT's Triton port of FlashAttention-1"),
              "optimizer AdamW (TrainingSpec default; the benchmark table does not state it)",
              f"network: the {cluster.spec.name} preset stands in for the MosaicML cluster (README: 1600 Gbps RoCE per node on A100)"]
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.BF16,
-                            framework=Framework.TORCHTITAN, attention=AttentionKernel.FLASH)
+                            framework=Framework.TORCHTITAN, attention=AttentionKernel.FLASH, attention_backend=AttentionBackend.FA1)
     layout = Layout(tp=1, pp=1, mbs=lay["micro_batch"], zero=Zero.PARAMETERS, recompute=_recompute(lay["recompute"]))
     return mpt_model(entry), cluster, training, layout, notes
 
 
+# --- sources added with the bottom-up model -------------------------------------------------------
+
+# The unit a leave-one-source-out refit holds out together: submitters running one vendor's code
+# (MLPerf), one lab's papers on one cluster and code base (Sea AI Lab's Zero Bubble and Vocabulary
+# Parallelism), one project's two reports (KempnerForge).
+FAMILIES = {"zerobubble": "sail_pipeline", "vocabpar": "sail_pipeline", "kempnerforge_mfu_scaling": "kempnerforge",
+            "kempnerforge_config_validation": "kempnerforge"}
+
+
+def family(group: str) -> str:
+    return "mlperf" if group.startswith("mlperf") else FAMILIES.get(group, group)
+
+
+def _dims(entry: dict) -> dict[str, Any]:
+    m = entry["model"]
+    return dict(num_layers=m["layers"], hidden_size=m["hidden"], num_attention_heads=m["heads"],
+                num_kv_heads=m.get("kv_heads") or m["heads"], max_position_embeddings=max(m["seq_len"], 2048))
+
+
+def _gpt_model(entry: dict, *, vocab: int, ffn: int | None = None, tied: bool, rope: bool = False) -> ModelSpec:
+    """Megatron's GPT defaults: GELU MLP of 4h, LayerNorm, biases, learned absolute positions
+    (megatron/training/arguments.py: --position-embedding-type learned_absolute), unless the source
+    says rotary."""
+    m = entry["model"]
+    return ModelSpec(name=m["name"], **_dims(entry), ffn_hidden_size=ffn or m.get("ffn_hidden") or 4 * m["hidden"],
+                     vocab_size=vocab, tie_embeddings=tied, mlp=MLPKind.GELU, norm=NormKind.LAYERNORM,
+                     position_embedding=PositionKind.ROPE if rope else PositionKind.LEARNED,
+                     qkv_bias=True, out_bias=True, mlp_bias=True, source=entry["source"]["url"])
+
+
+def _llama_model(entry: dict, *, tied: bool = False) -> ModelSpec:
+    m = entry["model"]
+    return ModelSpec(name=m["name"], **_dims(entry), ffn_hidden_size=m["ffn_hidden"], vocab_size=m["vocab"],
+                     tie_embeddings=tied, source=entry["source"]["url"])
+
+
+def _layout(entry: dict, *, zero: Zero, recompute: Recompute, recompute_layers: int | None = None,
+            schedule: Schedule | None = None, first: int | None = None, last: int | None = None) -> Layout:
+    lay = entry["layout"]
+    return Layout(tp=lay["tp"], pp=lay["pp"], vpp=lay.get("vpp") or 1, cp=lay.get("cp") or 1, ep=lay.get("ep") or 1,
+                  mbs=lay["micro_batch"], sp=bool(lay.get("sp")) if lay["tp"] > 1 else None, zero=zero,
+                  recompute=recompute, recompute_layers=recompute_layers, schedule=schedule,
+                  pp_first_stage_layers=first, pp_last_stage_layers=last)
+
+
+def _fp8lm(entry: dict) -> Mapped:
+    """FP8-LM (Peng et al. 2023, arXiv:2310.18313) Table 5: Megatron-LM on Azure NDv5 H100."""
+    if "MS-AMP" in entry["id"] or "ours" in entry["id"].lower() or "msamp" in entry["id"].lower():
+        raise Skip("MS-AMP's FP8 optimizer and FP8 collectives are not a framework the model prices")
+    notes = ["GPT with rotary embeddings (paper Sec. 3.1.2), otherwise Megatron GPT defaults; FFN 4h and the GPT-2 BPE "
+             "vocabulary (50257) are not stated in the paper (MS-AMP-Examples' GPT scripts use them)",
+             "attention FlashAttention-2 (paper: 'FlashAttention'; the Oct 2023 Megatron-LM flash path is flash-attn 2.x)",
+             "recompute none (the paper names none)",
+             "network: the dgx-h100 preset stands in for Azure NDv5 (8x400G InfiniBand per VM)"]
+    prec = entry["hardware"]["precision"].upper()
+    fp8 = "FP8" in prec or "TE" in entry["id"].upper()
+    training = TrainingSpec(seq_len=entry["model"]["seq_len"], global_batch_size=entry["layout"]["global_batch"],
+                            precision=Precision.FP8 if fp8 else Precision.BF16, framework=Framework.MEGATRON,
+                            attention=AttentionKernel.FLASH, attention_backend=AttentionBackend.FA2)
+    layout = _layout(entry, zero=Zero.OPTIMIZER, recompute=Recompute.NONE)
+    return _gpt_model(entry, vocab=50257, tied=False, rope=True), _cluster(entry), training, layout, notes
+
+
+def _sail_pipeline(entry: dict) -> Mapped:
+    """Zero Bubble PP (Qi et al., ICLR 2024) and Vocabulary Parallelism (Yeung et al., MLSys 2025):
+    Megatron-LM's own 1F1B / interleaved baselines, pure pipeline parallelism on A100 80GB."""
+    lay, m = entry["layout"], entry["model"]
+    zb = entry["group"] == "zerobubble"
+    notes = ["Megatron GPT defaults (GELU 4h, LayerNorm, biases, learned positions)"]
+    if zb:
+        if "interleav" in (lay.get("pp_schedule") or "").lower() or (lay.get("vpp") or 1) > 1:
+            raise Skip("interleaved baseline: the virtual-stage count and the shorter end stages are not published "
+                       "(the paper: 'each transformer layer serves as a chunk')")
+        notes += ["fp16, no flash attention, no recompute: the authors' released script at the time "
+                  "(sail-sg/zero-bubble-pipeline-parallelism@ed85b11c)", "vocabulary 32000 (a SentencePiece "
+                  "tokenizer of unstated size; 32000 is LLaMA's)"]
+        vocab, attention, backend = 32000, AttentionKernel.EAGER, None
+        per_middle = -(-m["layers"] // lay["pp"])
+        end = per_middle - 1  # Sec. 5.1: the first and last stages hold one layer fewer
+        first = last = end if end * 2 + per_middle * (lay["pp"] - 2) == m["layers"] else None
+        if first is None:
+            raise Skip(f"{m['layers']} layers do not split as the paper says (ends one layer fewer) over pp {lay['pp']}")
+    else:
+        notes += ["fp16 and flash-attn 2 (the authors' pretrain_gpt.sh: --fp16 --use-flash-attn)",
+                  "untied embeddings, the nominal vocabulary (authors' artifact)"]
+        vocab, attention, backend = m["vocab"], AttentionKernel.FLASH, AttentionBackend.FA2
+        first = last = None
+    training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.FP16,
+                            framework=Framework.MEGATRON, attention=attention, attention_backend=backend)
+    layout = _layout(entry, zero=Zero.NONE, recompute=Recompute.NONE, schedule=Schedule.ONE_F_ONE_B, first=first, last=last)
+    return _gpt_model(entry, vocab=vocab, tied=False), _cluster(entry), training, layout, notes
+
+
+def _torch_recompute(text: str, layers: int) -> tuple[Recompute, int | None, str | None]:
+    t = (text or "none").lower()
+    if t.startswith("full"):
+        return Recompute.FULL, None, None
+    if "layer" in t:
+        # torchtitan selective "layer" AC checkpoints every selective_ac_option-th block (default 2):
+        # half the blocks are fully recomputed; block positions do not change the time
+        return Recompute.FULL, layers // 2, "selective layer AC = full recompute of every 2nd block (torchtitan default option 2)"
+    if "op" in t or "sac" in t or t.startswith("selective"):
+        return Recompute.SELECTIVE, None, None
+    return Recompute.NONE, None, None
+
+
+def _torch_native(entry: dict) -> Mapped:
+    """torchtitan's older docs, torchao's torchtitan benchmarks, KempnerForge: FSDP2/DTensor stacks."""
+    lay, m, hw = entry["layout"], entry["model"], entry["hardware"]
+    g = entry["group"]
+    if "MI300" in hw["gpu"]:
+        raise Skip("AMD MI300X: presets/kernels has no measured CDNA3 kernels")
+    if "B200" in hw["gpu"] and "750" in (hw.get("hw_notes") or "") + (hw.get("gpu") or "") + str(entry.get("notes")):
+        raise Skip("B200 held at a 750 W power limit, which no GPU preset describes")
+    if "variant not stated" in hw["gpu"]:
+        raise Skip("the H100 variant is not stated: a 700 W SXM part and Meta's 500 W part differ by ~30% in measured matmul rate")
+    tech = (lay.get("techniques") or "") + " " + (hw.get("precision") or "")
+    notes = []
+    compiled = "compile" in tech and "no torch.compile" not in tech and "compile=false" not in tech and "compile off" not in tech
+    fp8 = "float8" in tech.lower() and "none (bfloat16)" not in tech.lower()
+    rc, rc_layers, note = _torch_recompute(lay.get("recompute") or "", m["layers"])
+    if note:
+        notes.append(note)
+    backend = AttentionBackend.FA2
+    if g.startswith("kempnerforge"):
+        backend = AttentionBackend.CUDNN
+        notes.append("SDPA on cuDNN: torch 2.11 (uv.lock) bundles a cuDNN newer than 9.15, where SDPA prefers it on sm90")
+    else:
+        notes.append("SDPA on FlashAttention-2 kernels (torch before 2.11 on H100/A100; cuDNN attention was opt-in)")
+    training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"],
+                            precision=Precision.FP8 if fp8 else Precision.BF16, framework=Framework.TORCHTITAN,
+                            attention=AttentionKernel.FLASH, attention_backend=backend, compile=compiled,
+                            tp_comm_overlap="asynctp" in tech.lower().replace(" ", "").replace("-", ""))
+    # FSDP2 wraps every model of these stacks (a one-rank shard group moves nothing)
+    zero = Zero.PARAMETERS
+    schedule = Schedule.ONE_F_ONE_B if lay["pp"] > 1 else None
+    layout = _layout(entry, zero=zero, recompute=rc, recompute_layers=rc_layers, schedule=schedule)
+    model = _llama_model(entry)
+    if g == "torchtitan_docs_2024" and "Llama 2" in m["name"]:
+        notes.append("Llama 2 13B/70B: torchtitan's llama2 flavours (vocab 32000 as in the yaml)")
+    cluster = _torch_native_cluster(entry)
+    return model, cluster, training, layout, notes
+
+
+def _torch_native_cluster(entry: dict) -> Cluster:
+    hw = entry["hardware"]
+    if entry["group"].startswith("kempnerforge"):
+        # 4 H200 per node on NVLink, NDR 400 Gb/s InfiniBand per GPU (KempnerForge reports)
+        base = presets.clusters()["hgx-h200"]
+        spec = base.model_copy(update={"name": "kempner-h200x4", "gpus_per_node": 4, "scaleup_domain_gpus": 4})
+        return Cluster(spec=spec, num_gpus=hw["gpu_count"])
+    if "HBM2e" in (hw.get("gpu") or "") or "lower TDP" in (hw.get("gpu") or "") + str(hw.get("hw_notes")):
+        return Cluster(spec=presets.clusters()["grand-teton-h100"], num_gpus=hw["gpu_count"])
+    return _cluster(entry)
+
+
+def _nanotron(entry: dict) -> Mapped:
+    """nanotron's Ultra-Scale Playbook sweep: its own TP/PP/ZeRO-1 with fused kernels (flash-attn 2,
+    fused norms, async TP linear communication), priced as Megatron's kernels."""
+    lay, m = entry["layout"], entry["model"]
+    notes = ["nanotron priced with Megatron's kernels (fused norms, flash-attn 2, async tensor-parallel linears)",
+             "throughput from the figure's MFU with an assumed 989 TFLOP/s peak (yaml derived)"]
+    zero = Zero.OPTIMIZER if "ZeRO-1" in (lay.get("zero") or "") else Zero.NONE
+    training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.BF16,
+                            framework=Framework.MEGATRON, attention=AttentionKernel.FLASH, attention_backend=AttentionBackend.FA2)
+    layout = _layout(entry, zero=zero, recompute=Recompute.NONE, schedule=Schedule.ONE_F_ONE_B if lay["pp"] > 1 else None)
+    return _llama_model(entry, tied=m["ffn_hidden"] < 10000), _cluster(entry), training, layout, notes
+
+
+def _mlperf(entry: dict) -> Mapped:
+    """MLPerf Training submissions running NVIDIA's NeMo / Megatron-core code with Transformer Engine."""
+    lay, m, hw = entry["layout"], entry["model"], entry["hardware"]
+    gpu, prec = hw["gpu"], hw["precision"] or ""
+    if "Ultra" in gpu or "GB300" in gpu:
+        raise Skip("GB300 (Blackwell Ultra): no GPU preset")
+    if "FP4" in prec.upper():
+        raise Skip("NVFP4 GEMMs: Precision has no fp4")
+    notes = ["Megatron-core with Transformer Engine: cuDNN fused attention, fp8 delayed/current tensorwise scaling",
+             "CUDA graphs, fp8 parameter all-gather and NCCL tuning of the submission are not modelled"]
+    if m["layers"] == 96:
+        model = _gpt_model(entry, vocab=m["vocab"], tied=True)
+        notes.append("GPT-3 175B as the benchmark configures it: LayerNorm, biases, learned positions, GELU, tied embeddings")
+    else:
+        model = _llama_model(entry)
+    tech = lay.get("techniques") or ""
+    overlap = "TP comm overlap" in tech and "not enabled" not in tech
+    training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.FP8,
+                            framework=Framework.MEGATRON, attention=AttentionKernel.FLASH,
+                            attention_backend=AttentionBackend.CUDNN, tp_comm_overlap=overlap and lay["tp"] > 1)
+    first = last = None
+    if m["layers"] == 126 and lay["pp"] > 1:
+        per = (m["layers"] + 2) // (lay["pp"] * (lay.get("vpp") or 1))
+        raise Skip(f"126 layers + embedding + loss as pipeline layers: the end ranks hold {per * (lay.get('vpp') or 1) - 1} "
+                   f"layers in unequal chunks of vpp {lay.get('vpp')}, which Layout cannot express")
+    layout = _layout(entry, zero=Zero.OPTIMIZER, recompute=Recompute.NONE,
+                     schedule=(Schedule.INTERLEAVED if (lay.get("vpp") or 1) > 1 else Schedule.ONE_F_ONE_B) if lay["pp"] > 1 else None,
+                     first=first, last=last)
+    if "Oracle" in entry["source"]["title"] or "oracle" in entry["id"]:
+        notes.append("network: the dgx-h100 preset stands in for Oracle's RoCEv2 fabric (per-GPU rate not stated)")
+    return model, _cluster(entry), training, layout, notes
+
+
+def _not_mapped(reason: str):
+    def skip(entry: dict) -> Mapped:
+        raise Skip(reason)
+    return skip
+
+
 MAPPINGS = {"narayanan2021": _megatron_papers, "korthikanti2022": _megatron_papers, "torchtitan": _torchtitan,
-            "mpt": _mpt}
+            "mpt": _mpt, "fp8lm": _fp8lm, "zerobubble": _sail_pipeline, "vocabpar": _sail_pipeline,
+            "torchtitan_docs_2024": _torch_native, "torchao_torchtitan_bench": _torch_native,
+            "kempnerforge_mfu_scaling": _torch_native, "kempnerforge_config_validation": _torch_native,
+            "nanotron_ultrascale": _nanotron,
+            "neox20b": _not_mapped("the paper's 117 TFLOP/s has no stated FLOP convention, so no throughput follows from it"),
+            "megatron_readme_gpt3ex": _megatron_papers,
+            "olmo_core_readme": _not_mapped("the README table does not give the GPU count (8 is inferred from a launch default)"),
+            "tinyllama_litgpt": _not_mapped("the README does not say on how many GPUs the 24k tokens/s was measured"),
+            **{g: _mlperf for g in ("mlperf", "mlperf_coreweave", "mlperf_azure", "mlperf_smc", "mlperf_oracle",
+                                    "mlperf_ibm_coreweave", "mlperf_nebius", "mlperf_uf", "mlperf_cisco")},
+            **{g: _not_mapped("DeepSeek-V3 uses multi-head latent attention (MLA), which ModelSpec cannot express")
+               for g in ("tt_pr2107", "tt_pr1610", "tt_pr1504", "tt_pr1616")},
+            "torchao_moe_readme": _not_mapped("Llama 4 Scout's chunked-attention and no-rope layers are not expressible in ModelSpec")}
 
 
 def tokens_from_flop_rate(entry: dict, model: ModelSpec, *, tp: int) -> tuple[float, str]:
@@ -343,6 +586,13 @@ def tokens_from_flop_rate(entry: dict, model: ModelSpec, *, tp: int) -> tuple[fl
     if entry["group"] == "korthikanti2022" and meas.get("mfu"):
         tflops = meas["mfu"] * entry["hardware"]["peak_dense_tflops_used_for_mfu"]
         return tokens_from_flops(tflops, korthikanti_model_flop_per_token(**dims)), "mfu x 312 TFLOP/s / Korthikanti App. A model FLOPs per token"
+    if entry["group"] == "vocabpar" and meas.get("mfu"):
+        per_token = vocabpar_flop_per_token(num_layers=m.num_layers, hidden_size=m.hidden_size,
+                                            ffn_hidden_size=m.ffn_hidden_size, vocab_size=m.vocab_size, seq_len=s)
+        return tokens_from_flops(meas["mfu"] * 312, per_token), "mfu x 312 TFLOP/s / the authors' artifact FLOPs per token"
+    if entry["group"] == "nanotron_ultrascale" and meas.get("mfu"):
+        # the figure's MFU is in percent; its peak is not in the repository: 989 (H100 SXM bf16) assumed
+        return tokens_from_flops(meas["mfu"] / 100 * 989, nanotron_flop_per_token(m, seq_len=s)), "mfu x 989 TFLOP/s (assumed) / nanotron get_flops"
     if entry["group"] == "mpt" and meas.get("mfu"):
         tflops = meas["mfu"] * entry["hardware"]["peak_dense_tflops_used_for_mfu"]
         per_token = mpt_flop_per_token(n_params=m.params_total, num_layers=m.num_layers, hidden_size=m.hidden_size, seq_len=s)
