@@ -30,7 +30,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.memory_accuracy import write_section  # noqa: E402
 from benchmarks.published import PublishedRun, load  # noqa: E402
-from cost_models.calibration import DEFAULT  # noqa: E402
 from cost_models.errors import SpecError  # noqa: E402
 from cost_models.job import Job, stage_layer_counts  # noqa: E402
 from cost_models.layout import Layout  # noqa: E402
@@ -278,9 +277,10 @@ MECHANISM = {
     "dp": "ZeRO-3/FSDP gathers each layer's parameters and reduce-scatters its gradients in every pass, and only the "
           "part that outlasts the neighbouring layer's compute is exposed; each GPU moves its tp shard, so a wider "
           "tp moves fewer bytes per GPU for the same compute. ",
-    "compute/routing": f"Routing costs a fixed {DEFAULT.moe_layer_overhead_s * 1e3:.1f} ms per MoE layer and "
-                       "micro-batch (Calibration.moe_layer_overhead_s, fitted on the MoE runs above), "
-                       "so fewer, larger micro-batches pay it fewer times. ",
+    "compute/contention": "Communication that hides behind compute still holds the SMs its NCCL kernels run on; "
+                          "the layouts overlap different amounts of it. ",
+    "compute/sharding": "FSDP2 copies each gathered layer out of its flat buffer and each gradient into the "
+                        "reduce-scatter input, every micro-batch. ",
 }
 
 

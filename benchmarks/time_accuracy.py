@@ -1,19 +1,32 @@
-"""Predicted vs measured throughput (tokens/s/GPU) on every published run with a complete layout.
+"""Step-time accuracy on published runs, judged out of sample.
 
-The runs, their layouts and the conversion of each source's figure to tokens/s/GPU come from
-benchmarks/published.py (which also lists what it leaves out, and why). `--fit` refits the
-efficiency constants of cost_models.calibration on these runs: every constant is shared by all
-runs (nothing depends on a run, a model or a source), and the objective weighs each source
-equally: the mean over sources of the mean |log(predicted / measured)|. `--holdout` refits once
-per source without it and scores that source, which says how well the constants carry to a
-source they were not fitted on.
+Headline, leave-one-source-out: for each source family (benchmarks/published.py `family`), the
+mechanism constants (cost_models.calibration.MECHANISMS) are refitted from their priors on the other
+families only and that family is predicted with them; a constant no run outside the family informs
+keeps its prior. In-sample comes second: fitted on every family.
 
-Run: python benchmarks/time_accuracy.py [--fit] [--holdout] [--write docs/accuracy.md]
+Fit: a grid search. Each constant takes GRID_STEPS points on either side of its prior, up to its
+bounds (evenly in log where the lower bound is positive), and every run is predicted once at every
+point of the product grid; every fit below is then a lookup in that table. The objective is the
+mean over families of the mean |log(predicted / measured)| (each source weighs the same, however
+many rows it has). A constant is fitted only where at least MIN_RUNS runs from at least MIN_FAMILIES
+families inform it, i.e. move by more than INFORMS when it goes from one bound to the other (the
+runs that do are its fit set); otherwise it stays at its prior. Every other number in the time
+model is a kernel or collective measurement (presets/kernels, presets/gpus.toml,
+cost_models/comm.py) and is not fitted here.
+
+The residual table shows, per term of the step, how each run's error would close if that term alone
+were wrong: the factor the term would need, for the terms that hold at least 5% of the step.
+
+Run: python benchmarks/time_accuracy.py [--write docs/accuracy.md]
+The all-source fit is what cost_models.calibration.DEFAULT carries (tests/test_accuracy.py checks
+that they agree).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import statistics
 import sys
@@ -25,119 +38,158 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.memory_accuracy import write_section  # noqa: E402
-from benchmarks.published import PublishedRun, load  # noqa: E402
-from cost_models.calibration import DEFAULT, PER_ARCHITECTURE, Calibration  # noqa: E402
-from cost_models.enums import AttentionKernel, Framework  # noqa: E402
+from benchmarks.published import PublishedRun, family, load  # noqa: E402
+from cost_models.calibration import DEFAULT, MECHANISMS, Calibration  # noqa: E402
 from cost_models.job import Job  # noqa: E402
-from cost_models.step_time import time_estimate  # noqa: E402
+from cost_models.step_time import TimeEstimate, time_estimate  # noqa: E402
 
-# Ranges the fit may explore (physical bounds: an efficiency is a fraction of a peak).
-BOUNDS = {
-    "gemm_efficiency": (0.3, 0.95),
-    "fp8_gemm_efficiency": (0.2, 0.95),
-    "fp8_rowwise_gemm_ratio": (0.3, 1.0),
-    "attention_efficiency": (0.15, 0.9),
-    "te_attention_efficiency": (0.15, 0.9),
-    "gemm_half_dim": (1.0, 1024.0),
-    "hbm_efficiency": (0.5, 0.95),
-    "tp_overlap_fraction": (0.05, 1.0),
-    "moe_layer_overhead_s": (1e-5, 0.05),
-}
+MIN_RUNS = 5
+MIN_FAMILIES = 2
+INFORMS = 0.005  # a run informs a constant if its prediction moves by more than 0.5% across the bounds
+GRID_STEPS = 4  # grid points on each side of a prior
+
+Case = tuple[PublishedRun, Job]
 
 
 @dataclass(frozen=True)
 class Row:
     run: PublishedRun
     predicted: float
-    bottleneck: str
-    mfu: float
+    estimate: TimeEstimate
+
+    @property
+    def family(self) -> str:
+        return family(self.run.group)
 
     @property
     def error(self) -> float:
         return self.predicted / self.run.measured_tokens_per_s_per_gpu - 1
 
 
-def evaluate(cases: list[tuple[PublishedRun, Job]], cal: Calibration) -> list[Row]:
+def evaluate(cases: list[Case], cal: Calibration) -> list[Row]:
     rows = []
     for run, job in cases:
         t = time_estimate(job, calibration=cal)
-        rows.append(Row(run, t.tokens_per_s_per_gpu, t.bottleneck, t.mfu))
+        rows.append(Row(run, t.tokens_per_s_per_gpu, t))
     return rows
 
 
-def objective(rows: list[Row]) -> float:
-    by_group: dict[str, list[float]] = defaultdict(list)
-    for r in rows:
-        by_group[r.run.group].append(abs(math.log(r.predicted / r.run.measured_tokens_per_s_per_gpu)))
-    return statistics.mean(statistics.mean(v) for v in by_group.values())
+def priors() -> Calibration:
+    return DEFAULT.with_values(**{n: p.value for n, p in MECHANISMS.items()})
 
 
-def coordinates(cases: list[tuple[PublishedRun, Job]]) -> tuple[str, ...]:
-    """What the fit varies: each scalar constant, and each per-architecture constant for every
-    architecture the runs use it on (fp8 only where runs are fp8)."""
-    def archs(precisions: set[str]) -> list[str]:
-        return sorted({j.cluster.gpu.architecture for _, j in cases if j.training.precision.value in precisions})
-
-    # flash runs split by whose kernel they use (compute.attention_efficiency): Transformer Engine's
-    # on the architectures it is calibrated for, flash-attn/SDPA otherwise
-    te_archs = set(DEFAULT.te_attention_efficiency)
-
-    def uses_te(j: Job) -> bool:
-        return j.training.framework is Framework.MEGATRON and j.cluster.gpu.architecture in te_archs
-
-    flash = [j for _, j in cases if j.training.attention is AttentionKernel.FLASH]
-    used = {"gemm_efficiency": archs({"bf16", "fp16"}), "fp8_gemm_efficiency": archs({"fp8"}),
-            "attention_efficiency": sorted({j.cluster.gpu.architecture for j in flash if not uses_te(j)}),
-            "te_attention_efficiency": sorted({j.cluster.gpu.architecture for j in flash if uses_te(j)})}
-    out = []
-    for name in Calibration.fitted_fields():
-        if name == "hbm_efficiency":
-            continue  # sourced, not fitted
-        if name in PER_ARCHITECTURE:
-            out += [f"{name}__{a}" for a in used[name]]
-        else:
-            out.append(name)
-    return tuple(out)
+def axis(name: str) -> tuple[float, ...]:
+    """The grid of one constant: its prior and GRID_STEPS points towards each bound."""
+    p = MECHANISMS[name]
+    log = p.low > 0
+    f, inv = (math.log, math.exp) if log else ((lambda x: x), (lambda x: x))
+    lo, mid, hi = f(p.low), f(p.value), f(p.high)
+    below = [inv(lo + (mid - lo) * i / GRID_STEPS) for i in range(GRID_STEPS)]
+    above = [inv(mid + (hi - mid) * i / GRID_STEPS) for i in range(1, GRID_STEPS + 1)]
+    return (*below, p.value, *above)
 
 
-def _value(cal: Calibration, key: str) -> float:
-    name, _, arch = key.partition("__")
-    return cal.efficiency(name, arch) if arch else getattr(cal, name)
+@dataclass(frozen=True)
+class Grid:
+    """Every run predicted at every point of the constants' product grid."""
+
+    names: tuple[str, ...]
+    points: tuple[tuple[float, ...], ...]
+    predicted: dict[tuple[float, ...], tuple[float, ...]]  # point -> tokens/s/GPU per case
+
+    @classmethod
+    def build(cls, cases: list[Case]) -> Grid:
+        names = tuple(MECHANISMS)
+        points = tuple(itertools.product(*(axis(n) for n in names)))
+        predicted = {pt: tuple(r.predicted for r in evaluate(cases, calibration_at(names, pt))) for pt in points}
+        return cls(names, points, predicted)
+
+    def prior_point(self) -> tuple[float, ...]:
+        return tuple(MECHANISMS[n].value for n in self.names)
+
+    def fit_set(self, cases: list[Case], keep: list[int], name: str) -> list[int]:
+        """The runs (indices into cases) whose prediction the constant moves across its bounds,
+        the other constants at their priors."""
+        i, prior = self.names.index(name), self.prior_point()
+        ax = axis(name)
+        low = self.predicted[prior[:i] + (ax[0],) + prior[i + 1:]]
+        high = self.predicted[prior[:i] + (ax[-1],) + prior[i + 1:]]
+        return [k for k in keep if abs(high[k] / low[k] - 1) > INFORMS]
+
+    def fittable(self, cases: list[Case], keep: list[int], name: str) -> bool:
+        informed = self.fit_set(cases, keep, name)
+        return len(informed) >= MIN_RUNS and len({family(cases[k][0].group) for k in informed}) >= MIN_FAMILIES
+
+    def objective(self, cases: list[Case], keep: list[int], point: tuple[float, ...]) -> float:
+        by: dict[str, list[float]] = defaultdict(list)
+        pred = self.predicted[point]
+        for k in keep:
+            run = cases[k][0]
+            by[family(run.group)].append(abs(math.log(pred[k] / run.measured_tokens_per_s_per_gpu)))
+        return statistics.mean(statistics.mean(v) for v in by.values())
+
+    def fit(self, cases: list[Case], keep: list[int]) -> Calibration:
+        """The grid point that fits the kept runs best, constants without a fit set at their prior."""
+        free = {n for n in self.names if self.fittable(cases, keep, n)}
+        prior = self.prior_point()
+        allowed = [pt for pt in self.points if all(v == prior[i] for i, v in enumerate(pt) if self.names[i] not in free)]
+        best = min(allowed, key=lambda pt: self.objective(cases, keep, pt))
+        return calibration_at(self.names, best)
 
 
-def fit(cases: list[tuple[PublishedRun, Job]], start: Calibration, fields: tuple[str, ...], rounds: int = 3) -> Calibration:
-    """Coordinate descent: golden-section search on each constant in turn (log scale), a few rounds."""
-    cal = start
-    phi = (math.sqrt(5) - 1) / 2
-    for _ in range(rounds):
-        for name in fields:
-            lo, hi = (math.log(b) for b in BOUNDS[name.partition("__")[0]])
-
-            def f(x: float, name: str = name) -> float:
-                return objective(evaluate(cases, cal.with_values(**{name: math.exp(x)})))
-
-            a, b = lo, hi
-            c, d = b - phi * (b - a), a + phi * (b - a)
-            fc, fd = f(c), f(d)
-            for _ in range(14):
-                if fc < fd:
-                    b, d, fd = d, c, fc
-                    c = b - phi * (b - a)
-                    fc = f(c)
-                else:
-                    a, c, fc = c, d, fd
-                    d = a + phi * (b - a)
-                    fd = f(d)
-            best = (c + d) / 2
-            if f(best) < objective(evaluate(cases, cal)):
-                cal = cal.with_values(**{name: math.exp(best)})
-    return cal
+def calibration_at(names: tuple[str, ...], point: tuple[float, ...]) -> Calibration:
+    return DEFAULT.with_values(**dict(zip(names, point)))
 
 
-def _stats(errors: list[float]) -> tuple[float, float, float]:
+def fit(cases: list[Case]) -> Calibration:
+    """The all-source fit (what DEFAULT carries)."""
+    return Grid.build(cases).fit(cases, list(range(len(cases))))
+
+
+def leave_one_source_out(cases: list[Case], grid: Grid) -> tuple[list[Row], dict[str, Calibration]]:
+    """Each family predicted by constants fitted on the others, from the priors."""
+    rows: list[Row] = []
+    fitted: dict[str, Calibration] = {}
+    for fam in sorted({family(r.group) for r, _ in cases}):
+        train = [k for k, c in enumerate(cases) if family(c[0].group) != fam]
+        test = [c for c in cases if family(c[0].group) == fam]
+        cal = grid.fit(cases, train)
+        fitted[fam] = cal
+        rows += evaluate(test, cal)
+    return rows, fitted
+
+
+def stats(errors: list[float]) -> tuple[float, float, float]:
     e = sorted(abs(x) for x in errors)
     p90 = e[min(len(e) - 1, math.ceil(0.9 * len(e)) - 1)]
     return statistics.median(e), p90, e[-1]
+
+
+def summary(rows: list[Row]) -> str:
+    groups: dict[str, list[float]] = defaultdict(list)
+    for r in rows:
+        groups[r.family].append(r.error)
+    lines = ["| source | runs | median abs error | p90 | max | mean signed |", "|---|---:|---:|---:|---:|---:|"]
+    for g, errs in [*sorted(groups.items()), ("all", [r.error for r in rows])]:
+        med, p90, mx = stats(errs)
+        lines.append(f"| {g} | {len(errs)} | {med:.1%} | {p90:.1%} | {mx:.1%} | {statistics.mean(errs):+.1%} |")
+    return "\n".join(lines)
+
+
+def constants_table(cases: list[Case], grid: Grid, cal: Calibration, loso: dict[str, Calibration]) -> str:
+    lines = ["| constant | prior | fitted (all sources) | range over leave-one-out fits | fit set (runs per source) | prior's source |",
+             "|---|---:|---:|---|---|---|"]
+    every = list(range(len(cases)))
+    for name, prior in MECHANISMS.items():
+        per: dict[str, int] = defaultdict(int)
+        for k in grid.fit_set(cases, every, name):
+            per[family(cases[k][0].group)] += 1
+        values = [getattr(c, name) for c in loso.values()]
+        spread = f"{min(values):.3g} to {max(values):.3g}" if values else "-"
+        sets = ", ".join(f"{k} {v}" for k, v in sorted(per.items())) or "none"
+        shown = f"{getattr(cal, name):.3g}" if grid.fittable(cases, every, name) else "prior (too few runs or sources inform it)"
+        lines.append(f"| {name} | {prior.value:.3g} | {shown} | {spread} | {sets} | {prior.source} |")
+    return "\n".join(lines)
 
 
 def _layout(job: Job) -> str:
@@ -147,92 +199,104 @@ def _layout(job: Job) -> str:
         parts.append(f"cp{lay.cp}")
     if lay.ep > 1:
         parts.append(f"ep{lay.ep}")
-    parts.append(f"z{int(job.zero)}")
-    parts.append(f"mbs{lay.mbs}")
-    parts.append({"none": "", "selective": "sel", "full": "full"}[lay.recompute.value])
+    parts += [f"z{int(job.zero)}", f"mbs{lay.mbs}", {"none": "", "selective": "sel", "full": "full"}[lay.recompute.value]]
     return " ".join(p for p in parts if p)
 
 
-def table(rows: list[Row], jobs: dict[str, Job]) -> str:
-    lines = [
-        "| run | GPUs | precision | layout | measured | predicted | error | bottleneck |",
-        "|---|---:|---|---|---:|---:|---:|---|",
-    ]
-    for r in rows:
-        job = jobs[r.run.id]
+def run_table(loso: list[Row], inside: list[Row]) -> str:
+    by_id = {r.run.id: r for r in inside}
+    lines = ["| run | source | GPUs | precision | layout | measured | predicted (left out) | error | in-sample error |",
+             "|---|---|---:|---|---|---:|---:|---:|---:|"]
+    for r in sorted(loso, key=lambda r: (r.family, r.run.id)):
+        job = r.estimate.job
         lines.append(
-            f"| {r.run.id} | {job.gpus} {job.cluster.gpu.name} | {job.training.precision.value} | {_layout(job)} | "
-            f"{r.run.measured_tokens_per_s_per_gpu:,.0f} | {r.predicted:,.0f} | {r.error:+.1%} | {r.bottleneck} |"
+            f"| {r.run.id} | {r.family} | {job.gpus} {job.cluster.gpu.name} | {job.training.precision.value} | {_layout(job)} | "
+            f"{r.run.measured_tokens_per_s_per_gpu:,.0f} | {r.predicted:,.0f} | {r.error:+.1%} | {by_id[r.run.id].error:+.1%} |"
         )
     return "\n".join(lines)
 
 
-def summary(rows: list[Row], holdout: dict[str, float] | None = None) -> str:
-    groups: dict[str, list[float]] = defaultdict(list)
+def terms(t: TimeEstimate) -> dict[str, float]:
+    """Each leaf of the step breakdown as a share of the step."""
+    out: dict[str, float] = {}
+
+    def walk(b, prefix: str = "") -> None:  # type: ignore[no-untyped-def]
+        for k, v in b:
+            if hasattr(v, "total"):
+                walk(v, prefix + k + "/")
+            elif float(v) > 0:
+                out[prefix + k] = float(v) / t.step_s
+
+    walk(t.breakdown)
+    return out
+
+
+def residual_table(rows: list[Row]) -> str:
+    """Per source: the terms that hold at least 5% of the step on average, and the factor each would
+    need (alone) to close the median error: for a term of share s and a throughput error e, the term
+    must be k = 1 + ((1 + e) − 1)/s times longer. A factor far from 1 (or below 0) rules the term out
+    as the single cause; a plausible one names a suspect."""
+    by: dict[str, list[Row]] = defaultdict(list)
     for r in rows:
-        groups[r.run.group].append(r.error)
-    head = "| source | runs | median abs error | p90 | max | mean signed |" + (" median, fitted without it |" if holdout else "")
-    lines = [head, "|---|---:|---:|---:|---:|---:|" + ("---:|" if holdout else "")]
-    for g, errs in [*groups.items(), ("all", [r.error for r in rows])]:
-        med, p90, mx = _stats(errs)
-        extra = f" {holdout[g]:.1%} |" if holdout and g in holdout else (" |" if holdout else "")
-        lines.append(f"| {g} | {len(errs)} | {med:.1%} | {p90:.1%} | {mx:.1%} | {statistics.mean(errs):+.1%} |{extra}")
+        by[r.family].append(r)
+    lines = ["| source | median error | terms (share of step → factor that alone closes the median error) |", "|---|---:|---|"]
+    for fam, rs in sorted(by.items()):
+        med = statistics.median(r.error for r in rs)
+        shares: dict[str, list[float]] = defaultdict(list)
+        for r in rs:
+            for k, v in terms(r.estimate).items():
+                shares[k].append(v)
+        mean_share = {k: sum(v) / len(rs) for k, v in shares.items()}
+        cells = []
+        for k, s in sorted(mean_share.items(), key=lambda kv: -kv[1]):
+            if s < 0.05:
+                continue
+            factor = 1 + med / s  # step must grow by med·step; the term alone grows by that much
+            cells.append(f"{k} {s:.0%} → ×{factor:.2f}")
+        lines.append(f"| {fam} | {med:+.1%} | {'; '.join(cells)} |")
     return "\n".join(lines)
 
 
-def calibration_table(cal: Calibration) -> str:
-    lines = ["| constant | value |", "|---|---:|"]
-    for name in Calibration.fitted_fields():
-        value = getattr(cal, name)
-        if name in PER_ARCHITECTURE:
-            lines += [f"| {name} ({arch}) | {v:.3g} |" for arch, v in value.items()]
-        else:
-            lines.append(f"| {name} | {value:.3g} |")
-    return "\n".join(lines)
+SECTION = "## Step time out of sample"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--fit", action="store_true", help="refit the efficiency constants and score with them")
-    parser.add_argument("--holdout", action="store_true", help="also refit without each source and score it")
     parser.add_argument("--write", type=Path, help="also write the tables into this markdown file")
     args = parser.parse_args()
+    started = time.perf_counter()
     runs, skipped = load()
     cases = [(r, r.job()) for r in runs]
-    jobs = {r.id: j for r, j in cases}
-    fields = coordinates(cases)
-    cal = DEFAULT
-    started = time.perf_counter()
-    if args.fit:
-        cal = fit(cases, DEFAULT, fields)
-        # architectures without runs take the newest measured generation's value (hopper)
-        cal = cal.with_values(**{f"{n}__default": cal.efficiency(n, "hopper") for n in PER_ARCHITECTURE if n != "te_attention_efficiency"})
-        print("fitted:", {k: round(_value(cal, k), 4) for k in fields}, f"({time.perf_counter() - started:.0f} s)")
-    holdout = None
-    if args.holdout:
-        holdout = {}
-        for g in sorted({r.group for r in runs}):
-            train = [c for c in cases if c[0].group != g]
-            test = [c for c in cases if c[0].group == g]
-            held = fit(train, cal, fields, rounds=1)
-            holdout[g] = _stats([r.error for r in evaluate(test, held)])[0]
-    rows = evaluate(cases, cal)
-    text = "\n\n".join([summary(rows, holdout), calibration_table(cal), table(rows, jobs)])
+    grid = Grid.build(cases)
+    cal = grid.fit(cases, list(range(len(cases))))
+    print("fitted on every source:", {n: round(getattr(cal, n), 4) for n in MECHANISMS},
+          "DEFAULT:", {n: round(getattr(DEFAULT, n), 4) for n in MECHANISMS})
+    loso_rows, loso_fits = leave_one_source_out(cases, grid)
+    inside = evaluate(cases, cal)
+    unfitted = evaluate(cases, priors())
+    parts = [
+        "Leave-one-source-out (each source predicted by constants fitted on the others):\n\n" + summary(loso_rows),
+        "No constant fitted (every mechanism at its sourced prior, so every source is out of sample):\n\n" + summary(unfitted),
+        "In sample (constants fitted on every source):\n\n" + summary(inside),
+        "Constants fitted on end-to-end runs, with their fit sets:\n\n" + constants_table(cases, grid, cal, loso_fits),
+        "Which term would have to move, per source (leave-one-source-out errors):\n\n" + residual_table(loso_rows),
+        run_table(loso_rows, inside),
+    ]
+    text = "\n\n".join(parts)
     print(text)
-    print(f"\nobjective {objective(rows):.4f}; {len(rows)} runs, {len(skipped)} entries left out")
+    print(f"\n{len(runs)} runs from {len({family(r.group) for r in runs})} sources, {len(skipped)} entries left out; {time.perf_counter() - started:.0f} s")
     if args.write:
         left_out = "\n".join(f"- {i}: {why}" for i, why in skipped)
         intro = (
-            "Produced by `python benchmarks/time_accuracy.py --write docs/accuracy.md`" + (" --fit" if args.fit else "")
-            + ". Measured = each source's throughput\nas tokens/s/GPU (benchmarks/published.py converts TFLOP/s and step "
-            "times with the source's own FLOP count);\npredicted = `planner estimate` of the same layout with the "
-            "constants below. Errors are predicted/measured − 1.\n\n"
+            "Produced by `python benchmarks/time_accuracy.py --write docs/accuracy.md`. Measured = each source's\n"
+            "throughput as tokens/s/GPU (benchmarks/published.py converts TFLOP/s, MFU and step times with the\n"
+            "source's own FLOP count); predicted = `planner estimate` of the same layout. Errors are\n"
+            "predicted/measured − 1. A source is a family of runs measured by one team on one code base\n"
+            "(benchmarks/published.py `family`).\n\n"
         )
         write_section(args.write, text + "\n\nLeft out, and why:\n\n" + left_out, SECTION, intro)
     return 0
 
-
-SECTION = "## Throughput vs published runs"
 
 if __name__ == "__main__":
     sys.exit(main())

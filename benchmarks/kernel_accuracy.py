@@ -1,0 +1,114 @@
+"""Kernel and collective prices against published measurements no constant was set from
+(benchmarks/data/kernel_measurements.yaml): GEMMs, fused attention, NCCL bus bandwidth.
+
+Run: python benchmarks/kernel_accuracy.py [--write docs/accuracy.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent))
+
+from cost_models import kernels as K  # noqa: E402
+from cost_models.comm import Collective, bus_factor, collective_time, placement  # noqa: E402
+from cost_models.compute import ATTENTION_BACKWARD_KERNELS  # noqa: E402
+from cost_models.enums import AttentionBackend, Precision  # noqa: E402
+from memory_accuracy import write_section  # noqa: E402
+from planner import presets  # noqa: E402
+
+DATA = Path(__file__).parent / "data" / "kernel_measurements.yaml"
+SECTION = "## Kernels and collectives against published measurements"
+OPERAND_BYTES = {"fp8": 1, "fp16": 2, "bf16": 2}
+
+
+@dataclass(frozen=True)
+class Check:
+    kind: str  # gemm | attention | collective
+    what: str
+    unit: str
+    measured: float
+    predicted: float
+    source: str
+
+    @property
+    def error(self) -> float:
+        return self.predicted / self.measured - 1
+
+
+def _gemm(row: dict) -> Check:
+    gpu = presets.clusters()[row["cluster"]].gpu
+    m, n, k = row["m"], row["n"], row["k"]
+    s = K.gemm_seconds(m, n, k, 1, gpu, Precision(row["dtype"]), operand_bytes=OPERAND_BYTES[row["dtype"]])
+    return Check("gemm", f"{gpu.name} {row['dtype']} {m}x{n}x{k}", "TFLOP/s", row["tflops"], 2 * m * n * k / s / 1e12, row["source"])
+
+
+def attention_fwd_bwd_seconds(gpu, backend: AttentionBackend, *, batch: int, heads: int, head_dim: int, seq: int, causal: bool) -> float:
+    """One forward and one backward kernel call (and the backward's helper kernels), priced as
+    cost_models.compute prices a layer's attention."""
+    flop = 4 * batch * heads * seq * seq * head_dim * (0.5 if causal else 1.0)
+    rate = {p: K.attention_rate(gpu, backend, p, causal=causal, head_dim=head_dim, q_len=seq, k_len=seq, batch_heads=batch * heads)
+            for p in K.Pass}
+    launch = K.table_for(gpu).launch_s
+    return flop / rate[K.Pass.FORWARD] + 2.5 * flop / rate[K.Pass.BACKWARD] + (1 + ATTENTION_BACKWARD_KERNELS) * launch
+
+
+def _attention(row: dict) -> Check:
+    gpu = presets.clusters()[row["cluster"]].gpu
+    shape = {k: row[k] for k in ("batch", "heads", "head_dim", "seq", "causal")}
+    s = attention_fwd_bwd_seconds(gpu, AttentionBackend(row["backend"]), **shape)
+    flop = 3.5 * 4 * row["batch"] * row["heads"] * row["seq"] ** 2 * row["head_dim"] * (0.5 if row["causal"] else 1.0)
+    what = f"{gpu.name} {row['backend']} b{row['batch']} h{row['heads']} d{row['head_dim']} s{row['seq']}{' causal' if row['causal'] else ''}"
+    return Check("attention", what, "TFLOP/s fwd+bwd", flop / (row["ms"] * 1e-3) / 1e12, flop / s / 1e12, row["source"])
+
+
+def _collective(row: dict) -> Check:
+    cluster = presets.clusters()[row["cluster"]]
+    op, n, size = Collective(row["op"]), row["gpus"], row["size_bytes"]
+    t = collective_time(op, size, placement(cluster, n, 1), cluster)
+    busbw = bus_factor(op, n) * size / t / 1e9
+    return Check("collective", f"{cluster.name} {op.value} {n} GPUs {size / 2**30:g} GiB", "busbw GB/s", row["busbw"], busbw, row["source"])
+
+
+def checks() -> list[Check]:
+    data = yaml.safe_load(DATA.read_text())
+    return [_gemm(r) for r in data["gemm"]] + [_attention(r) for r in data["attention"]] + [_collective(r) for r in data["collective"]]
+
+
+def table(rows: list[Check]) -> str:
+    lines = ["| kind | case | unit | measured | predicted | error | source |", "|---|---|---|---:|---:|---:|---|"]
+    for c in rows:
+        lines.append(f"| {c.kind} | {c.what} | {c.unit} | {c.measured:,.1f} | {c.predicted:,.1f} | {c.error:+.1%} | {c.source} |")
+    lines += ["", "| kind | checks | median abs error | max abs error |", "|---|---:|---:|---:|"]
+    for kind in ("gemm", "attention", "collective"):
+        errs = [abs(c.error) for c in rows if c.kind == kind]
+        lines.append(f"| {kind} | {len(errs)} | {statistics.median(errs):.1%} | {max(errs):.1%} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", type=Path)
+    args = parser.parse_args()
+    text = table(checks())
+    print(text)
+    if args.write:
+        intro = (
+            "Produced by `python benchmarks/kernel_accuracy.py --write docs/accuracy.md`. Every row is a published\n"
+            "measurement that no constant of the model was set from (benchmarks/data/kernel_measurements.yaml);\n"
+            "the anchors are listed where they are used (presets/gpus.toml, presets/kernels/*.toml,\n"
+            "cost_models/comm.py).\n\n"
+        )
+        write_section(args.write, text, SECTION, intro)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
