@@ -3,19 +3,25 @@
 Memory (benchmarks/memory_accuracy.py): median |error| within the 10% the memory model aims at for
 every row; no row beyond 20% (the two rows outside 10% are explained in docs/accuracy.md).
 
-Throughput (benchmarks/time_accuracy.py) with the default, fitted constants: the overall median
-|error| (4.1%) within the 5% target, and every source's median (at most 5.1%) within 10%."""
+Step time (benchmarks/time_accuracy.py), out of sample: each source predicted with the mechanism
+constants fitted on the other sources. The bounds are today's figures (docs/accuracy.md) plus one
+percentage point, so a change that makes the model transfer worse fails here; DEFAULT must be the
+all-source fit the benchmark prints."""
 
 from __future__ import annotations
 
 import statistics
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
 
 import memory_accuracy  # noqa: E402
+import pytest  # noqa: E402
 import time_accuracy  # noqa: E402
+
+from cost_models.calibration import DEFAULT, MECHANISMS  # noqa: E402
 
 
 def test_published_torchtitan_memory():
@@ -26,15 +32,23 @@ def test_published_torchtitan_memory():
     assert max(errors) <= 0.20, [(r.id, round(r.error, 3)) for r in rows]
 
 
-def test_published_throughput():
-    from collections import defaultdict
-
-    runs, skipped = time_accuracy.load()
-    assert len(runs) == 91
-    rows = time_accuracy.evaluate([(r, r.job()) for r in runs], time_accuracy.DEFAULT)
-    by_source = defaultdict(list)
+def test_step_time_out_of_sample():
+    runs, _ = time_accuracy.load()
+    cases = [(r, r.job()) for r in runs]
+    assert len(cases) == 238
+    grid = time_accuracy.Grid.build(cases)
+    fitted = grid.fit(cases, list(range(len(cases))))
+    for name in MECHANISMS:
+        assert getattr(DEFAULT, name) == pytest.approx(getattr(fitted, name), rel=1e-3), name
+    rows, _ = time_accuracy.leave_one_source_out(cases, grid)
+    errors = [abs(r.error) for r in rows]
+    assert statistics.median(errors) <= 0.094  # 8.4% today
+    by_source: dict[str, list[float]] = defaultdict(list)
     for r in rows:
-        by_source[r.run.group].append(abs(r.error))
-    assert statistics.median(abs(r.error) for r in rows) <= 0.05
-    for source, errors in by_source.items():
-        assert statistics.median(errors) <= 0.10, source
+        by_source[r.family].append(abs(r.error))
+    today = {"fp8lm": 0.256, "kempnerforge": 0.139, "korthikanti2022": 0.060, "mlperf": 0.066, "mpt": 0.059,
+             "nanotron_ultrascale": 0.132, "narayanan2021": 0.022, "sail_pipeline": 0.124, "torchtitan": 0.068,
+             "torchtitan_docs_2024": 0.026}
+    for source, errs in by_source.items():
+        if len(errs) >= 5:
+            assert statistics.median(errs) <= today[source] + 0.01, source

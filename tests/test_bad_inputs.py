@@ -169,7 +169,7 @@ FLAGS = [
     (["estimate", M, *H100, "--ckpt-write-gbps", "0"], "--ckpt-write-gbps(0.0) must be a positive finite number"),
     (["plan", M, *H100, "--gpu-hour-cost", "2.5"], "--gpu-hour-cost(2.5) prices the GPU-hours to train --tokens T; give --tokens too"),
     (["sweep", M, "--cluster", "dgx-h100", "--gpus", "8", "--gpu-hour-cost", "2"], "give --tokens too"),
-    (["estimate", M, *H100, "--calibration", str(BAD / "calibration_list.json")], "expected a JSON object with gemm_efficiency"),
+    (["estimate", M, *H100, "--calibration", str(BAD / "calibration_list.json")], "expected a JSON object with gemm_scale"),
     (["estimate", M, *H100, "--calibration", str(BAD)], "cannot read JSON"),
     # torchtitan rules
     (["estimate", M, *H100, "--framework", "torchtitan", "--zero", "1"], "torchtitan shards with FSDP2 only: use zero 3"),

@@ -73,7 +73,7 @@ def test_estimate_json_document():
     t, thr = doc["time"], doc["throughput"]
     assert t["step_s"] == pytest.approx(t["breakdown"]["total"])
     parts = {k for k in t["breakdown"] if k != "total"}
-    assert parts == {"compute", "tp", "cp", "ep", "pp", "dp", "bubble", "optimizer"}
+    assert parts == {"compute", "tp", "cp", "ep", "pp", "dp", "bubble", "optimizer", "straggler"}
     assert thr["tokens_per_s"] == pytest.approx(thr["tokens_per_step"] / t["step_s"])
     assert thr["tokens_per_s_per_gpu"] == pytest.approx(thr["tokens_per_s"] / 64)
     assert 0 < thr["mfu"] < thr["hfu"] < 1  # full recompute: executed FLOPs exceed model FLOPs
@@ -89,9 +89,9 @@ def test_estimate_of_a_layout_that_does_not_fit_still_has_a_time():
 def test_estimate_reads_a_calibration_file(tmp_path):
     base = estimate_json("llama-3.1-8b", *BASE)
     slow = tmp_path / "cal.json"
-    slow.write_text(json.dumps({"gemm_efficiency": {"hopper": 0.25}, "source": "test"}))
+    slow.write_text(json.dumps({"gemm_scale": {"hopper": 0.25}, "source": "test"}))
     doc = estimate_json("llama-3.1-8b", *BASE, "--calibration", str(slow))
-    assert doc["time"]["calibration"]["gemm_efficiency"]["hopper"] == 0.25
+    assert doc["time"]["calibration"]["gemm_scale"]["hopper"] == 0.25
     assert doc["time"]["breakdown"]["compute"]["gemm"] > 1.5 * base["time"]["breakdown"]["compute"]["gemm"]
 
 
@@ -147,7 +147,7 @@ BAD = [
     ("tp overlap without tp", lambda t: ["estimate", "llama-3.1-8b", *BASE, "--tp-comm-overlap"], "tp_comm_overlap needs tp > 1"),
     ("calibration not json", lambda t: ["estimate", "llama-3.1-8b", *BASE, "--calibration", _write(t, "c.json", "{")], "cannot read JSON"),
     ("calibration unknown key", lambda t: ["estimate", "llama-3.1-8b", *BASE, "--calibration", _write(t, "c.json", '{"gemm_eff": 0.5}')], "unknown field(s) ['gemm_eff']"),
-    ("calibration bad value", lambda t: ["estimate", "llama-3.1-8b", *BASE, "--calibration", _write(t, "c.json", '{"gemm_efficiency": {"hopper": -1}}')], "gemm_efficiency.hopper(-1) must be a positive number"),
+    ("calibration bad value", lambda t: ["estimate", "llama-3.1-8b", *BASE, "--calibration", _write(t, "c.json", '{"gemm_scale": {"hopper": -1}}')], "gemm_scale.hopper(-1) must be a positive number"),
     ("calibration missing", lambda t: ["estimate", "llama-3.1-8b", *BASE, "--calibration", str(t / "none.json")], "cannot read JSON"),
 ]
 

@@ -233,7 +233,7 @@ def test_calibration_lowers_the_held_out_error_and_feeds_estimate(validated):
     est = runner.invoke(app, ["estimate", TINY, *TINY_FLAGS, "--zero", "3", "--calibration", str(out / "cal.json"), "--json"])
     assert est.exit_code == 0, est.output
     doc = json.loads(est.stdout)
-    assert doc["time"]["calibration"]["gemm_efficiency"]["hopper"] == pytest.approx(f.calibration.gemm_efficiency["hopper"])
+    assert doc["time"]["calibration"]["gemm_scale"]["hopper"] == pytest.approx(f.calibration.gemm_scale["hopper"])
     assert doc["time"]["step_s"] > time_estimate(report.slice.job).step_s  # CPU-fitted constants: slower
 
 
