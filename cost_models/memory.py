@@ -34,6 +34,9 @@ NCCL_BYTES_PER_GROUP = 512 * MiB
 # DeepSpeed ZeRO bucket defaults, elements (deepspeed/runtime/zero/config.py: reduce_bucket_size
 # and allgather_bucket_size = 5e8).
 DEEPSPEED_BUCKET_ELEMENTS = 500_000_000
+# ZeRO-3 prefetches upcoming parameters only up to stage3_prefetch_bucket_size = 5e7 elements
+# (deepspeed/runtime/zero/config.py:215-248 at v0.19.6, the same default since its 2021 docs).
+DEEPSPEED_PREFETCH_ELEMENTS = 50_000_000
 
 # PyTorch's caching allocator reserves more than it hands out: blocks are rounded (2 MiB for large
 # allocations) and freed blocks are reused only by requests that fit. Modelled as a fraction of the
@@ -172,6 +175,14 @@ def stage_buffers(job: Job, rank: int) -> Breakdown:
         # until the last micro-batch, FSDPParam.unsharded_accumulated_grad).
         unsharded_params = 2 * stage_params
         unsharded_grads = 4 * stage_params if lay.pp > 1 else 6 * biggest
+    elif z is Zero.PARAMETERS and fw is Framework.DEEPSPEED:
+        # DeepSpeed ZeRO-3 gathers the layer it computes and prefetches at most
+        # stage3_prefetch_bucket_size (5e7) parameters of the next; nothing above the persistence
+        # threshold (1e5 parameters) stays gathered, the root included. A layer's 16-bit gradients
+        # live until they are copied into the reduce bucket (counted under zero_buckets)
+        # (deepspeedai/DeepSpeed@edaa7221 deepspeed/runtime/zero/config.py:215-248, stage3.py:730-746).
+        unsharded_params = 2 * (biggest + min(second, DEEPSPEED_PREFETCH_ELEMENTS))
+        unsharded_grads = 2 * biggest
     elif z is Zero.PARAMETERS:
         # Fully sharded: the root unit (embedding, final norm, output layer) stays gathered for the
         # step (FSDP2 does not reshard the root after forward), plus the current and the prefetched
@@ -184,8 +195,11 @@ def stage_buffers(job: Job, rank: int) -> Breakdown:
     if fw is Framework.TORCHTITAN and z is Zero.NONE:
         buckets = 4 * stage_params  # DDP gradient buckets (fp32 copies, gradient_as_bucket_view=False)
     if fw is Framework.MEGATRON and job.training.precision is Precision.FP8:
-        # Transformer Engine caches each weight's fp8 copy and its transpose across micro-batches.
-        fp8_cache = 2 * int(params.value("layers") + params.value("experts"))
+        # Transformer Engine caches each weight's fp8 copy and its transpose across micro-batches;
+        # with fp8 parameters (--fp8-param-gather) the weight is its own fp8 copy and only the
+        # transpose is kept (TE Float8Tensor's transpose cache).
+        per = 1 if job.training.fp8_param_gather else 2
+        fp8_cache = per * int(params.value("layers") + params.value("experts"))
     return Breakdown.of(
         "bytes",
         unsharded_params=unsharded_params,

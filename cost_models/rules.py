@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cost_models.enums import AttentionKernel, Fp8Recipe, Framework, PositionKind, Precision, Recompute, Schedule, Zero
+from cost_models.enums import AttentionKernel, Fp8Recipe, Framework, MoEDispatch, PositionKind, Precision, Recompute, Schedule, Zero
 from cost_models.errors import SpecError
 from cost_models.hardware import Cluster
 from cost_models.job import Job, stage_layer_counts
@@ -319,6 +319,24 @@ def _fp8_recipe(job: Job) -> str | None:
     return None
 
 
+def _fp8_param_gather(job: Job) -> str | None:
+    tr = job.training
+    if not tr.fp8_param_gather:
+        return None
+    if tr.framework is not MEGATRON or tr.precision is not Precision.FP8:
+        return f"fp8_param_gather is Megatron's --fp8-param-gather with precision fp8 (framework={tr.framework}, precision={tr.precision})"
+    if job.zero is Zero.NONE:
+        return "fp8_param_gather needs the distributed optimizer (zero 1) or fully sharded data parallel; use zero 1"
+    return None
+
+
+def _moe_dispatch(job: Job) -> str | None:
+    tr = job.training
+    if tr.moe_dispatch is MoEDispatch.OVERLAP_1F1B and tr.framework is not MEGATRON:
+        return f"moe_dispatch overlap is Megatron's --overlap-moe-expert-parallel-comm ({tr.framework} has none); use alltoall"
+    return None
+
+
 def _fsdp2_megatron(job: Job) -> str | None:
     lay = job.layout
     if job.zero is Zero.PARAMETERS and lay.pp > 1:
@@ -353,6 +371,8 @@ RULES: tuple[Rule, ...] = (
     Rule("tp_comm_overlap", ALL, _tp_comm_overlap, "Megatron arguments.py (--tp-comm-overlap requires --sequence-parallel); torchtitan async TP"),
     Rule("fp8_recipe", ALL, _fp8_recipe, "Megatron --fp8-recipe (transformer_config.py L594); torchtitan quantize.linear.float8 recipe_name"),
     Rule("cp_flash", ALL, _cp_flash, "ring attention (Megatron/TE, torch context_parallel) uses fused attention"),
+    Rule("fp8_param_gather", ALL, _fp8_param_gather, "Megatron-LM@d98e8a64 arguments.py:1095-1098, 2016-2018"),
+    Rule("moe_dispatch", ALL, _moe_dispatch, "Megatron-LM@23e00ed0 arguments.py:2889 (--overlap-moe-expert-parallel-comm)"),
 )
 
 

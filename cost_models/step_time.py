@@ -60,15 +60,15 @@ from cost_models.compute import (
 from cost_models.enums import Framework, MoEDispatch, Precision, Recompute, Zero
 from cost_models.flops import GEMM_BACKWARD_FACTOR, expert_tokens_per_gpu, head_gemm, layer_flops, model_flops_per_token, recomputed_share, tokens
 from cost_models.job import Job
+from cost_models.memory import DEEPSPEED_BUCKET_ELEMENTS, DEEPSPEED_PREFETCH_ELEMENTS
 from cost_models.states import dense_params, local_kv_heads, local_layer_params, rank_params
 
 MIN_DDP_BUCKET_PARAMS = 40_000_000  # Megatron DDP bucket: max(40M, 1M x dp) params
 BUCKET_PARAMS_PER_DP_RANK = 1_000_000  # (megatron/training/training.py, ddp_config.bucket_size)
-DEEPSPEED_BUCKET_PARAMS = 500_000_000  # reduce_bucket_size (deepspeed/runtime/zero/config.py)
-# DeepSpeed ZeRO-3 prefetches upcoming parameters only up to stage3_prefetch_bucket_size = 5e7
-# elements (deepspeed/runtime/zero/config.py:215-248 at v0.19.6, the same default since its 2021
-# docs); the rest of a sub-module's gather waits on the critical path.
-DEEPSPEED_PREFETCH_PARAMS = 50_000_000
+DEEPSPEED_BUCKET_PARAMS = DEEPSPEED_BUCKET_ELEMENTS  # reduce_bucket_size (deepspeed/runtime/zero/config.py)
+# DeepSpeed ZeRO-3 prefetches upcoming parameters only up to stage3_prefetch_bucket_size; the rest
+# of a sub-module's gather waits on the critical path.
+DEEPSPEED_PREFETCH_PARAMS = DEEPSPEED_PREFETCH_ELEMENTS
 # Transformer Engine userbuffers: the pipelined GEMM+reduce-scatter cuts the GEMM into 4 chunks and
 # runs each chunk's reduce-scatter on 16 SMs beside the next chunk; bulk overlaps reserve 16 SMs too
 # (TransformerEngine@40c69e75 transformer_engine/pytorch/module/base.py initialize_ub defaults;

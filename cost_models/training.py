@@ -42,6 +42,9 @@ class TrainingSpec(Spec):
     # Tokens the busiest expert-parallel rank receives over the mean: 1 when routing is balanced
     # (as forced-balance benchmarks run), up to the capacity factor when tokens are dropped above it.
     moe_load_factor: Annotated[float, Field(ge=1.0, le=64.0)] = 1.0
+    # Megatron --fp8-param-gather: weights kept in fp8 (a uint8 parameter buffer) and gathered in fp8
+    # (Megatron-LM@d98e8a64 megatron/core/distributed/param_and_grad_buffer.py:919-924); fp8 only.
+    fp8_param_gather: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:

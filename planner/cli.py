@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import typer
 
-from cost_models.enums import AttentionKernel, Fp8Recipe, Framework, OptimizerKind, Precision, Recompute, Schedule
+from cost_models.enums import AttentionBackend, AttentionKernel, Fp8Recipe, Framework, MoEDispatch, OptimizerKind, Precision, Recompute, Schedule
 from planner import __version__
 from planner.validate import Backend as ValidateBackend
 from planner.launch.options import DEFAULT_PORT, MegatronFsdp, TitanVersion
@@ -86,6 +86,10 @@ OptimizerOpt = Annotated[Optional[OptimizerKind], typer.Option("--optimizer", he
 AttentionOpt = Annotated[Optional[AttentionKernel], typer.Option("--attention", help="Attention kernel (default flash).")]
 Compile = Annotated[Optional[bool], typer.Option("--compile/--no-compile", help="torch.compile the model and loss (torchtitan).")]
 TpOverlap = Annotated[Optional[bool], typer.Option("--tp-comm-overlap/--no-tp-comm-overlap", help="Overlap tp communication with GEMMs (Megatron --tp-comm-overlap, torchtitan async TP).")]
+AttnBackendOpt = Annotated[Optional[AttentionBackend], typer.Option("--attention-backend", help="Fused attention kernel family (default: the framework's choice on the GPU).")]
+MoeDispatchOpt = Annotated[Optional[MoEDispatch], typer.Option("--moe-dispatch", help="MoE token exchange: alltoall on the compute stream, or overlap (Megatron --overlap-moe-expert-parallel-comm).")]
+MoeLoadOpt = Annotated[Optional[float], typer.Option("--moe-load-factor", help="Tokens the busiest expert-parallel rank receives over the mean (default 1: balanced).")]
+Fp8ParamsOpt = Annotated[Optional[bool], typer.Option("--fp8-param-gather/--no-fp8-param-gather", help="Keep weights in fp8 and gather them in fp8 (Megatron --fp8-param-gather; --dtype fp8).")]
 Headroom = Annotated[Optional[float], typer.Option("--headroom", help="Fraction of HBM kept free when judging fit (default 5%).")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 FloatOpt = Optional[float]
@@ -105,6 +109,7 @@ def _outlook(tokens, gpu_hour_cost, ckpt_write_gbps, gpu_mtbf_hours):  # type: i
 def _specs(
     *, tp, pp, vpp, cp, ep, etp, mbs, sp, zero, dp_shard, recompute, recompute_layers, schedule, pp_first, pp_last,
     seq_len, global_batch_size, framework, dtype, fp8_recipe, optimizer, attention, compile, tp_comm_overlap,
+    attention_backend, moe_dispatch, moe_load_factor, fp8_param_gather,
 ) -> tuple[dict, dict]:  # type: ignore[no-untyped-def]
     """(training, layout) field dicts from the shared flags; None = derive."""
     layout = dict(
@@ -115,15 +120,20 @@ def _specs(
     training = _training(
         seq_len=seq_len, global_batch_size=global_batch_size, framework=framework, dtype=dtype, fp8_recipe=fp8_recipe,
         optimizer=optimizer, attention=attention, compile=compile, tp_comm_overlap=tp_comm_overlap,
+        attention_backend=attention_backend, moe_dispatch=moe_dispatch, moe_load_factor=moe_load_factor,
+        fp8_param_gather=fp8_param_gather,
     )
     return training, layout
 
 
-def _training(*, seq_len, global_batch_size, framework, dtype, fp8_recipe, optimizer, attention, compile, tp_comm_overlap) -> dict:  # type: ignore[no-untyped-def]
+def _training(*, seq_len, global_batch_size, framework, dtype, fp8_recipe, optimizer, attention, compile, tp_comm_overlap,
+              attention_backend=None, moe_dispatch=None, moe_load_factor=None, fp8_param_gather=None) -> dict:  # type: ignore[no-untyped-def]
     """TrainingSpec fields from the training flags; None = default."""
     return dict(
         seq_len=seq_len, global_batch_size=global_batch_size, framework=framework, precision=dtype,
         fp8_recipe=fp8_recipe, optimizer=optimizer, attention=attention, compile=compile, tp_comm_overlap=tp_comm_overlap,
+        attention_backend=attention_backend, moe_dispatch=moe_dispatch, moe_load_factor=moe_load_factor,
+        fp8_param_gather=fp8_param_gather,
     )
 
 
@@ -151,6 +161,8 @@ def memory(
     recompute_layers: RecomputeLayers = None, schedule: ScheduleOpt = None, pp_first: PpFirst = None, pp_last: PpLast = None,
     seq_len: SeqLen = None, global_batch_size: GlobalBatch = None, framework: FrameworkOpt = None, dtype: Dtype = None,
     fp8_recipe: Fp8RecipeOpt = None, optimizer: OptimizerOpt = None, attention: AttentionOpt = None, compile: Compile = None, tp_comm_overlap: TpOverlap = None,
+    attention_backend: AttnBackendOpt = None, moe_dispatch: MoeDispatchOpt = None, moe_load_factor: MoeLoadOpt = None,
+    fp8_param_gather: Fp8ParamsOpt = None,
     headroom: Headroom = None, as_json: AsJson = False,
     png: Annotated[Optional[Path], typer.Option("--png", help="Also draw each stage's memory by component into this PNG (needs the plots extra).")] = None,
 ) -> None:
@@ -217,6 +229,8 @@ def plan(
     global_batch_size: Annotated[IntOpt, typer.Option("--global-batch-size", help="Sequences per step (default: 4M tokens / seq len).")] = None,
     framework: FrameworkOpt = None, dtype: Dtype = None, fp8_recipe: Fp8RecipeOpt = None, optimizer: OptimizerOpt = None,
     attention: AttentionOpt = None, compile: Compile = None, tp_comm_overlap: TpOverlap = None,
+    attention_backend: AttnBackendOpt = None, moe_dispatch: MoeDispatchOpt = None, moe_load_factor: MoeLoadOpt = None,
+    fp8_param_gather: Fp8ParamsOpt = None,
     top: Annotated[int, typer.Option("--top", help="How many plans to list.")] = 10,
     fix: Annotated[Optional[list[str]], typer.Option("--fix", help="Pin an axis, e.g. --fix tp=8 --fix recompute=full.")] = None,
     allow_cross_node_tp: Annotated[bool, typer.Option("--allow-cross-node-tp", help="Let tp span scale-up domains.")] = False,
@@ -237,7 +251,8 @@ def plan(
         training = _training(
             seq_len=seq_len, global_batch_size=global_batch_size, framework=framework, dtype=dtype,
             fp8_recipe=fp8_recipe, optimizer=optimizer, attention=attention, compile=compile,
-            tp_comm_overlap=tp_comm_overlap,
+            tp_comm_overlap=tp_comm_overlap, attention_backend=attention_backend, moe_dispatch=moe_dispatch,
+            moe_load_factor=moe_load_factor, fp8_param_gather=fp8_param_gather,
         )
         cal = load_calibration(calibration) if calibration else DEFAULT
         status = None
@@ -316,6 +331,8 @@ def validate(
     recompute_layers: RecomputeLayers = None, schedule: ScheduleOpt = None, pp_first: PpFirst = None, pp_last: PpLast = None,
     seq_len: SeqLen = None, global_batch_size: GlobalBatch = None, framework: FrameworkOpt = None, dtype: Dtype = None,
     fp8_recipe: Fp8RecipeOpt = None, optimizer: OptimizerOpt = None, attention: AttentionOpt = None, compile: Compile = None, tp_comm_overlap: TpOverlap = None,
+    attention_backend: AttnBackendOpt = None, moe_dispatch: MoeDispatchOpt = None, moe_load_factor: MoeLoadOpt = None,
+    fp8_param_gather: Fp8ParamsOpt = None,
     nproc_per_node: Annotated[IntOpt, typer.Option("--nproc-per-node", help="Ranks to start on this node (default: the plan's GPUs, at most the GPUs or CPU cores present).")] = None,
     steps: Annotated[int, typer.Option("--steps", help="Timed training steps after the warm-up.")] = 10,
     warmup: Annotated[int, typer.Option("--warmup", help="Untimed steps first.")] = 3,
@@ -373,6 +390,8 @@ def sweep(
     global_batch_size: Annotated[IntOpt, typer.Option("--global-batch-size", help="Sequences per step (default: 4M tokens / seq len).")] = None,
     framework: FrameworkOpt = None, dtype: Dtype = None, fp8_recipe: Fp8RecipeOpt = None, optimizer: OptimizerOpt = None,
     attention: AttentionOpt = None, compile: Compile = None, tp_comm_overlap: TpOverlap = None,
+    attention_backend: AttnBackendOpt = None, moe_dispatch: MoeDispatchOpt = None, moe_load_factor: MoeLoadOpt = None,
+    fp8_param_gather: Fp8ParamsOpt = None,
     fix: Annotated[Optional[list[str]], typer.Option("--fix", help="Pin an axis at every count, e.g. --fix pp=1.")] = None,
     allow_cross_node_tp: Annotated[bool, typer.Option("--allow-cross-node-tp", help="Let tp span scale-up domains.")] = False,
     headroom: Headroom = None,
@@ -392,7 +411,8 @@ def sweep(
         training = _training(
             seq_len=seq_len, global_batch_size=global_batch_size, framework=framework, dtype=dtype,
             fp8_recipe=fp8_recipe, optimizer=optimizer, attention=attention, compile=compile,
-            tp_comm_overlap=tp_comm_overlap,
+            tp_comm_overlap=tp_comm_overlap, attention_backend=attention_backend, moe_dispatch=moe_dispatch,
+            moe_load_factor=moe_load_factor, fp8_param_gather=fp8_param_gather,
         )
         rows = run_sweep(model, cluster, counts, training=training, fixes=fix or [], headroom=headroom,
                          allow_cross_node_tp=allow_cross_node_tp,

@@ -88,3 +88,38 @@ def test_context_parallel_divides_activations():
     one = memory_estimate(_job(gpus=8, training=dict(global_batch_size=1, seq_len=32768), recompute="full")).peak_stage
     two = memory_estimate(_job(gpus=16, cp=2, training=dict(global_batch_size=1, seq_len=32768), recompute="full")).peak_stage
     assert two.breakdown.value("activations/layers") * 2 == pytest.approx(one.breakdown.value("activations/layers"))
+
+
+def test_fp8_parameters_keep_one_byte_weights_and_only_the_transpose():
+    # Megatron --fp8-param-gather: a uint8 parameter buffer (1 byte per weight, not 2) and, the
+    # weight being its own fp8 copy, Transformer Engine keeps only its transpose (1 byte, not 2)
+    base = dict(seq_len=2048, global_batch_size=64, precision="fp8")
+    plain = memory_estimate(make_job("llama-3.1-70b", gpus=64, tp=8, pp=4, zero=1, training=base)).stages[1].breakdown
+    fp8p = memory_estimate(make_job("llama-3.1-70b", gpus=64, tp=8, pp=4, zero=1, training={**base, "fp8_param_gather": True})).stages[1].breakdown
+    assert fp8p.value("model_states/weights") == pytest.approx(plain.value("model_states/weights") / 2, rel=1e-6)
+    assert fp8p.value("buffers/fp8_weight_cache") == pytest.approx(plain.value("buffers/fp8_weight_cache") / 2, rel=1e-6)
+
+
+@pytest.mark.parametrize("training, layout, needle", [
+    (dict(precision="bf16", fp8_param_gather=True), dict(zero=1), "fp8_param_gather is Megatron's --fp8-param-gather with precision fp8"),
+    (dict(precision="fp8", fp8_param_gather=True), dict(zero=0), "needs the distributed optimizer"),
+    (dict(framework="torchtitan", moe_dispatch="overlap"), dict(), "moe_dispatch overlap is Megatron's"),
+])
+def test_framework_features_are_refused_where_the_framework_lacks_them(training, layout, needle):
+    from cost_models.errors import SpecError
+
+    with pytest.raises(SpecError, match=needle):
+        make_job("llama-3.1-8b", gpus=8, training=training, **layout)
+
+
+def test_deepspeed_zero3_gathers_one_layer_and_prefetches_a_bucket():
+    # DeepSpeed ZeRO-3: the computed layer gathered plus at most stage3_prefetch_bucket_size (5e7)
+    # parameters of the next, no root unit kept gathered; the layer's 16-bit gradients until bucketed
+    from cost_models.memory import stage_buffers
+    from cost_models.states import local_layer_params
+
+    job = make_job("llama-3.1-70b", gpus=64, zero=3, training=dict(framework="deepspeed", seq_len=4096, global_batch_size=64))
+    layer = local_layer_params(job, 0).total  # 856M parameters: far above the prefetch bucket
+    b = stage_buffers(job, 0)
+    assert b.value("unsharded_params") == 2 * (layer + 50_000_000)
+    assert b.value("unsharded_grads") == 2 * layer

@@ -12,7 +12,7 @@ ModelParallelConfig field are generated from it (`--field-name`; a bool defaulti
 from __future__ import annotations
 
 from cost_models.enums import (
-    AttentionKernel, MLPKind, NormKind, OptimizerKind, PositionKind, Precision, Recompute, Schedule, Zero,
+    AttentionKernel, MLPKind, MoEDispatch, NormKind, OptimizerKind, PositionKind, Precision, Recompute, Schedule, Zero,
 )
 from cost_models.errors import SpecError
 from cost_models.job import Job
@@ -183,6 +183,9 @@ def _parallel(job: Job, target: Target) -> list[Flag]:
     out += _sharding(job, target)
     if job.training.tp_comm_overlap:
         out.append(("--tp-comm-overlap",))  # MPC L265 (needs --sequence-parallel, ARG L1441)
+    if job.model.moe is not None and job.training.moe_dispatch is MoEDispatch.OVERLAP_1F1B:
+        # the combined-1F1B all-to-all overlap the planner times (Megatron-LM@23e00ed0 arguments.py:2889)
+        out.append(("--overlap-moe-expert-parallel-comm",))
     out += _recompute(job)
     return out
 
@@ -253,6 +256,8 @@ def _precision(job: Job) -> list[Flag]:
     if tr.precision is Precision.FP8:
         # E4M3 forward, E5M2 gradients (TC L587 `fp8` exposed as --fp8-format); recipe TC L594.
         out += [("--fp8-format", "hybrid"), ("--fp8-recipe", str(tr.fp8_recipe))]
+        if tr.fp8_param_gather:
+            out.append(("--fp8-param-gather",))  # Megatron-LM@d98e8a64 arguments.py:2016-2018
     optimizer = "sgd" if tr.optimizer is OptimizerKind.SGD else "adam"  # ARG L2913: adam is AdamW (decoupled decay)
     out.append(("--optimizer", optimizer))
     return out
