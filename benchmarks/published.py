@@ -344,9 +344,12 @@ def _mpt(entry: dict) -> Mapped:
              ("attention kernel FlashAttention-1 rates: llm-foundry@b2a43a147 (the commit that published these tables) "
               "ran submit_benchmarks.py with attn_impl 'triton', MPT's Triton port of FlashAttention-1"),
              "optimizer AdamW (TrainingSpec default; the benchmark table does not state it)",
+             ("loss as a fused one (compile_loss): MPT's default loss_fn at llm-foundry@b2a43a147 is 'fused_crossentropy', "
+              "flash_attn's CrossEntropyLoss, which keeps the 16-bit logits and a per-row log-sum-exp (modeling_mpt.py:724-730)"),
              f"network: the {cluster.spec.name} preset stands in for the MosaicML cluster (README: 1600 Gbps RoCE per node on A100)"]
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.BF16,
-                            framework=Framework.TORCHTITAN, attention=AttentionKernel.FLASH, attention_backend=AttentionBackend.FA1)
+                            framework=Framework.TORCHTITAN, attention=AttentionKernel.FLASH, attention_backend=AttentionBackend.FA1,
+                            compile_loss=True)
     layout = Layout(tp=1, pp=1, mbs=lay["micro_batch"], zero=Zero.PARAMETERS, recompute=_recompute(lay["recompute"]))
     return mpt_model(entry), cluster, training, layout, notes
 
@@ -529,7 +532,7 @@ def _mlperf(entry: dict) -> Mapped:
     if "FP4" in prec.upper():
         raise Skip("NVFP4 GEMMs: Precision has no fp4")
     notes = ["Megatron-core with Transformer Engine: cuDNN fused attention, fp8 delayed/current tensorwise scaling",
-             "CUDA graphs, fp8 parameter all-gather and NCCL tuning of the submission are not modelled"]
+             "CUDA graphs and NCCL tuning of the submission are not modelled"]
     if m["layers"] == 96:
         model = _gpt_model(entry, vocab=m["vocab"], tied=True)
         notes.append("GPT-3 175B as the benchmark configures it: LayerNorm, biases, learned positions, GELU, tied embeddings")
@@ -537,9 +540,13 @@ def _mlperf(entry: dict) -> Mapped:
         model = _llama_model(entry)
     tech = lay.get("techniques") or ""
     overlap = "TP comm overlap" in tech and "not enabled" not in tech
+    fp8_params = "FP8_PARAMS" in tech or "FP8 params" in tech
+    if fp8_params:
+        notes.append("fp8 parameters (the submission's FP8_PARAMS: --fp8-param-gather)")
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.FP8,
                             framework=Framework.MEGATRON, attention=AttentionKernel.FLASH,
-                            attention_backend=AttentionBackend.CUDNN, tp_comm_overlap=overlap and lay["tp"] > 1)
+                            attention_backend=AttentionBackend.CUDNN, tp_comm_overlap=overlap and lay["tp"] > 1,
+                            fp8_param_gather=fp8_params)
     first = last = None
     if m["layers"] == 126 and lay["pp"] > 1:
         per = (m["layers"] + 2) // (lay["pp"] * (lay.get("vpp") or 1))
