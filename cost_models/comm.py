@@ -47,7 +47,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from cost_models.hardware import ClusterSpec
-from cost_models.units import US
+from cost_models.interp import log2_interp
+from cost_models.units import MiB, US
 
 
 class Collective(StrEnum):
@@ -81,13 +82,10 @@ NIC_BUSBW_FRACTION = 0.94
 CROSS_NODE_ALL_TO_ALL_FRACTION = 0.77
 
 # NCCL tuning.cc v2.30.7-1 (shared/reference/collectives.md §2.2, 2.3): base latencies, and the
-# per-step latency of each protocol relative to Simple's (the presets carry Simple's), and the
-# share of the bus bandwidth each protocol reaches.
+# per-step latency of each protocol relative to Simple's (the presets carry Simple's).
 BASE_LATENCY_S = {"simple": 8.4 * US, "ll128": 14.0 * US, "ll": 6.6 * US}
 STEP_LATENCY_NVLINK_S = {"simple": 3.4 * US, "ll128": 1.9 * US, "ll": 0.6 * US}
 STEP_LATENCY_NET_S = {"simple": 14.0 * US, "ll128": 4.0 * US, "ll": 2.7 * US}
-# Kept for the callers that price one fixed latency (send/recv): NCCL's Ring/Simple base latency.
-COLLECTIVE_BASE_LATENCY_S = BASE_LATENCY_S["simple"]
 # Bus bandwidth against message size, as a share of the plateau, from published nccl-tests
 # all-reduce curves (shared/reference/collectives.md §1.2, §1.6). The share folds in everything that
 # keeps a mid-size collective off its plateau in NCCL (too few bytes per channel and pipeline step,
@@ -100,13 +98,12 @@ COLLECTIVE_BASE_LATENCY_S = BASE_LATENCY_S["simple"]
 #   network/images/nccl-all-reduce-scan-nvlstree.png, ±10 GB/s), each divided by its 16 GiB value.
 # Between the listed sizes and node counts the share is interpolated in log2; below the smallest
 # size the latency floor (NCCL's own latency model, collective_time) takes over.
-MiB = 2**20
-DOMAIN_CURVE = {
+DOMAIN_CURVE = {  # message bytes -> share
     1024: 0.00015, 32 * 1024: 0.0044, 256 * 1024: 0.031, MiB: 0.110, 4 * MiB: 0.288, 16 * MiB: 0.490,
     64 * MiB: 0.755, 256 * MiB: 0.900, 1024 * MiB: 0.974, 4096 * MiB: 0.995, 8192 * MiB: 1.0,
 }
-NODES_SIZES = (MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1024 * MiB, 16384 * MiB)
-NODES_CURVES = {  # nodes of 8 GPUs -> share at NODES_SIZES
+NODES_SIZES_BYTES = (MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1024 * MiB, 16384 * MiB)
+NODES_CURVES = {  # nodes of 8 GPUs -> share at NODES_SIZES_BYTES
     4: (0.040, 0.144, 0.336, 0.613, 0.835, 0.933, 1.0),
     32: (0.016, 0.059, 0.181, 0.453, 0.733, 0.915, 1.0),
     128: (0.0135, 0.049, 0.135, 0.338, 0.689, 0.897, 1.0),
@@ -121,7 +118,11 @@ NODES_CURVES = {  # nodes of 8 GPUs -> share at NODES_SIZES
 # beside it has the other SMs (no GEMM block fits on an SM an NCCL block holds).
 NCCL_CHANNELS_NVLINK = {"ampere": 24, "hopper": 24, "blackwell": 32}
 NCCL_CHANNELS_NET = 16
-DEFAULT_NCCL_CHANNELS = 24
+# A generation without its own count takes the fewest (as the NVLink fractions above do).
+DEFAULT_NCCL_CHANNELS = min(NCCL_CHANNELS_NVLINK.values())
+# The most of a GPU's SMs a collective is taken to hold: NCCL's own counts come to at most 32 of 148
+# (0.22); the cap keeps the contention s/(1 − s) of a scaled share finite (step_time._share).
+MAX_SM_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -180,40 +181,28 @@ def _latency(op: Collective, where: Placement, cluster: ClusterSpec, protocol: s
     return base + (per * (n - 1) - net_steps) * a_nvl + net_steps * a_net
 
 
-def _log_interp(xs: tuple[float, ...], ys: tuple[float, ...], x: float) -> float:
-    """Linear in log2(x) between points; proportional to x below the first (a latency-bound
-    collective takes the same time at any size, so its share of the plateau falls with size);
-    flat beyond the last."""
-    if x <= xs[0]:
-        return ys[0] * x / xs[0]
-    if x >= xs[-1]:
-        return ys[-1]
-    for i in range(len(xs) - 1):
-        if x <= xs[i + 1]:
-            w = math.log2(x / xs[i]) / math.log2(xs[i + 1] / xs[i])
-            return ys[i] + w * (ys[i + 1] - ys[i])
-    return ys[-1]
+def _share_curve(xs: tuple[float, ...], ys: tuple[float, ...], size_bytes: float) -> float:
+    """A size curve read in log2; below its first point proportional to the size (a latency-bound
+    collective takes the same time at any size, so its share of the plateau falls with size)."""
+    return log2_interp(xs, ys, size_bytes) if size_bytes >= xs[0] else ys[0] * size_bytes / xs[0]
 
 
 def size_share(size_bytes: float, nodes: int) -> float:
     """Share of the plateau bus bandwidth a collective of `size_bytes` reaches over `nodes` nodes
     (DOMAIN_CURVE, NODES_CURVES; node counts between the measured ones interpolated in log2)."""
-    domain = tuple(DOMAIN_CURVE), tuple(DOMAIN_CURVE.values())
-    if nodes <= 1:
-        return _log_interp(*domain, size_bytes)
+
+    def at(count: int) -> float:
+        if count == 1:
+            return _share_curve(tuple(DOMAIN_CURVE), tuple(DOMAIN_CURVE.values()), size_bytes)
+        return _share_curve(NODES_SIZES_BYTES, NODES_CURVES[count], size_bytes)
+
     counts = (1, *NODES_CURVES)
-    nodes = min(nodes, counts[-1])
-
-    def at(c: int) -> float:
-        if c == 1:
-            return _log_interp(*domain, size_bytes)
-        return _log_interp(NODES_SIZES, NODES_CURVES[c], size_bytes)
-
-    for lo, hi in zip(counts, counts[1:]):
-        if nodes <= hi:
-            w = math.log2(nodes / lo) / math.log2(hi / lo)
-            return at(lo) + w * (at(hi) - at(lo))
-    return at(counts[-1])
+    nodes = max(1, min(nodes, counts[-1]))
+    hi = next(c for c in counts if c >= nodes)
+    if hi == nodes:
+        return at(hi)
+    lo = counts[counts.index(hi) - 1]
+    return log2_interp((lo, hi), (at(lo), at(hi)), nodes)
 
 
 def bus_bandwidth(op: Collective, where: Placement, cluster: ClusterSpec, *, flat: bool = False) -> float:
@@ -254,7 +243,7 @@ def nccl_sm_share(cluster: ClusterSpec, where: Placement, sms: int) -> float:
     if where.n <= 1:
         return 0.0
     channels = NCCL_CHANNELS_NVLINK.get(_arch(cluster), DEFAULT_NCCL_CHANNELS) if where.per_domain >= where.n else NCCL_CHANNELS_NET
-    return min(0.5, channels / sms)
+    return min(MAX_SM_SHARE, channels / sms)
 
 
 def send_recv_time(size_bytes: float, *, stride: int, cluster: ClusterSpec) -> float:

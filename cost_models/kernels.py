@@ -48,6 +48,7 @@ from importlib import resources
 
 from cost_models.enums import AttentionBackend as AttentionFamily, Precision
 from cost_models.hardware import GPUSpec
+from cost_models.interp import log2_interp
 from cost_models.units import TFLOP
 
 # Tiles of an architecture without a kernel table (the 128x256 / 256x128 / 128x128 family every
@@ -98,7 +99,7 @@ class KernelTable:
 def _read(architecture: str) -> dict | None:
     try:
         text = resources.files("presets").joinpath("kernels", f"{architecture}.toml").read_text(encoding="utf-8")
-    except (FileNotFoundError, OSError):
+    except OSError:  # no table for this generation
         return None
     return tomllib.loads(text)
 
@@ -150,8 +151,8 @@ def kernel_table(architecture: str) -> KernelTable | None:
     att = data["attention"]
     families: dict[AttentionFamily, Curves] = {}
     raw_families = {k: v for k, v in att.items() if isinstance(v, dict)}
-    # families derived from another table (scale_from = "hopper.fa3") come after the measured ones
-    # derived families (scale_from) last, and FA2 first: the others may be split with its curves
+    # families derived from another table (scale_from = "hopper.fa3") last, and FA2 first: the
+    # others may be split with its curves
     for name, raw in sorted(raw_families.items(), key=lambda kv: ("scale_from" in kv[1], kv[0] != "fa2")):
         family = AttentionFamily(name)
         if "scale_from" in raw:
@@ -345,18 +346,10 @@ def gemm_seconds(m: int, n: int, k: int, count: int, gpu: GPUSpec, precision: Pr
 def _interp(xs: tuple[int, ...], ys: tuple[float, ...], x: float) -> float:
     """Linear in log2(x) between the points; flat beyond the last, and below the first along the
     first segment's slope, floored at ATTENTION_FLOOR of the first value."""
-    lx = math.log2(max(x, 1.0))
-    lxs = [math.log2(v) for v in xs]
-    if lx >= lxs[-1]:
-        return ys[-1]
-    if lx <= lxs[0]:
-        slope = (ys[1] - ys[0]) / (lxs[1] - lxs[0])
-        return max(ys[0] + slope * (lx - lxs[0]), ATTENTION_FLOOR * ys[0])
-    for i in range(len(xs) - 1):
-        if lx <= lxs[i + 1]:
-            w = (lx - lxs[i]) / (lxs[i + 1] - lxs[i])
-            return ys[i] + w * (ys[i + 1] - ys[i])
-    return ys[-1]
+    if x >= xs[0]:
+        return log2_interp(xs, ys, x)
+    slope = (ys[1] - ys[0]) / math.log2(xs[1] / xs[0])
+    return max(ys[0] + slope * math.log2(max(x, 1.0) / xs[0]), ATTENTION_FLOOR * ys[0])
 
 
 def _curve_rate(curves: Curves, seq_lens: tuple[int, ...], p: Pass, causal: bool, head_dim: int, k_len: float) -> float:

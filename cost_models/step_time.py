@@ -44,7 +44,7 @@ from statistics import NormalDist
 from cost_models import kernels as K
 from cost_models.breakdown import Breakdown
 from cost_models.calibration import DEFAULT, Calibration
-from cost_models.comm import Collective, collective_time, nccl_sm_share, placement, send_recv_time
+from cost_models.comm import MAX_SM_SHARE, Collective, collective_time, nccl_sm_share, placement, send_recv_time
 from cost_models.compute import (
     ACT_BYTES,
     Block,
@@ -132,8 +132,8 @@ def _hidden(comm_s: float, compute_s: float, share: float) -> Exposure:
 
 def _share(job: Job, where, cal: Calibration) -> float:
     """SMs an overlapped NCCL collective takes from the compute beside it, times the fitted
-    contention scale (calibration.MECHANISMS), capped at half the GPU."""
-    return min(0.5, nccl_sm_share(job.cluster.spec, where, _sms(job)) * cal.contention_scale)
+    contention scale (calibration.MECHANISMS), capped at comm.MAX_SM_SHARE."""
+    return min(MAX_SM_SHARE, nccl_sm_share(job.cluster.spec, where, _sms(job)) * cal.contention_scale)
 
 
 def _tp_group(job: Job):
@@ -474,8 +474,9 @@ class StageTime:
         return max(0.0, hidden) * self.dp_share / (1 - self.dp_share)
 
 
-def fsdp_share(job: Job, cal: Calibration) -> float:
-    """SMs an FSDP / ZeRO-3 gather or reduce-scatter takes from the layer it hides behind."""
+def dense_share(job: Job, cal: Calibration) -> float:
+    """SMs a collective of the dense data-parallel shard group (FSDP / ZeRO-3 gathers and
+    reduce-scatters, the gradient reduction) takes from the compute it hides behind."""
     return _share(job, _dense_group(job), cal)
 
 
@@ -484,7 +485,7 @@ def _fsdp_exposure(job: Job, gathers: list[float], reduces: list[float], fwd: li
     """FSDP / ZeRO-3 per micro-batch: layer i's gather hides behind layer i−1's forward; backward
     gathers again (reshard after forward) and reduce-scatters layer i behind layer i−1's backward.
     DeepSpeed can hide at most DEEPSPEED_PREFETCH_PARAMS of a layer's gather; the rest waits."""
-    share = fsdp_share(job, cal)
+    share = dense_share(job, cal)
     if job.training.framework is Framework.DEEPSPEED:
         cover = [min(1.0, DEEPSPEED_PREFETCH_PARAMS / max(1, p)) for p in params]
         out = Exposure(gathers[0] + gathers[-1] + reduces[0])
@@ -584,7 +585,7 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[bool, R
         dp_comm_s=dp_comm,
         dp_window_s=backward_s,
         dp_bucket_s=dp_bucket,
-        dp_share=_share(job, _dense_group(job), cal),
+        dp_share=dense_share(job, cal),
         optimizer_s=optimizer_time(job, _optimizer_params(job, rank), cal),
         pp_fill_s=pp_fill,
     )
@@ -639,10 +640,7 @@ class TimeEstimate:
         gpu_speed_cv), the slowest of N lies E[max of N standard normals] deviations below the
         mean: Blom's approximation Φ⁻¹((N − 0.375)/(N + 0.25)) (Blom 1958; 1.42 for 8 GPUs, 3.20
         for 1024, 3.81 for 8192)."""
-        n = self.job.gpus
-        if n < 2:
-            return 0.0
-        return self.calibration.gpu_speed_cv * compute_s * expected_max_normal(n)
+        return self.calibration.gpu_speed_cv * compute_s * expected_max_normal(self.job.gpus)
 
     @property
     def step_s(self) -> float:
@@ -698,7 +696,7 @@ class TimeEstimate:
 
 
 def expected_max_normal(n: int) -> float:
-    """Expected maximum of n independent standard normal draws (Blom's approximation)."""
+    """Expected maximum of n independent standard normal draws (Blom's approximation; 0 for one)."""
     return NormalDist().inv_cdf((n - 0.375) / (n + 0.25))
 
 

@@ -44,7 +44,7 @@ from cost_models.memory import (
 )
 from cost_models.rules import fill_defaults, resolve
 from cost_models.states import embedding_params_local, local_layer_params, state_parts
-from cost_models.step_time import TimeEstimate, dp_tail, expected_max_normal, fsdp_layer_comm, fsdp_share, layer_pass, time_estimate
+from cost_models.step_time import TimeEstimate, dp_tail, expected_max_normal, fsdp_layer_comm, dense_share, layer_pass, time_estimate
 from planner.space import (
     Problem, Shard, Sharding, Stages, degrees_ok, layout_key, layout_of, schedule_ok, shardings, shards, sharding_ok,
     stages,
@@ -210,7 +210,7 @@ def fsdp_ns(problem: Problem, shard: Shard, sharding: Sharding, table: ShardTabl
     comm = [fsdp_layer_comm(job, i) for i in problem.model.layer_kinds.values()]
     g, r = (min(c[0] for c in comm) * NS, min(c[1] for c in comm) * NS)
     n = problem.model.num_layers
-    s = 0.0 if job.training.framework is Framework.DEEPSPEED else fsdp_share(job, cal)
+    s = 0.0 if job.training.framework is Framework.DEEPSPEED else dense_share(job, cal)
     k = s / (1 - s)
     fixed = g + (n - 1) * (max(0.0, g - table.forward_ns) + k * min(g, table.forward_min_ns)) + g + r
     per = (max(0.0, g + r - b) + k * min(g + r, bmin) for b, bmin in zip(table.backward_ns, table.backward_min_ns))
@@ -349,8 +349,7 @@ class Space:
         rank_compute = rec[ti] * comp[si, mode[ti]][:, None] + plain[ti] * comp[si, 0][:, None]
         rank_compute[:, 2] += head[si]
         least = np.where(weights[ti] > 0, rank_compute, np.iinfo(i64).max).min(axis=1)
-        spread = cal.gpu_speed_cv * expected_max_normal(problem.gpus) if problem.gpus > 1 else 0.0
-        self.cell_lb += np.floor(spread * m * least).astype(i64)
+        self.cell_lb += np.floor(cal.gpu_speed_cv * expected_max_normal(problem.gpus) * m * least).astype(i64)
         # rank 0's dense parameters, and its expert parameters: at least its layers beyond the
         # model's dense ones are MoE layers
         dense_layers = sum(1 for i in range(problem.model.num_layers) if not problem.model.is_moe_layer(i))
