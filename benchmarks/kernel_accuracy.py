@@ -1,5 +1,6 @@
 """Kernel and collective prices against published measurements no constant was set from
-(benchmarks/data/kernel_measurements.yaml): GEMMs, fused attention, NCCL bus bandwidth.
+(benchmarks/data/kernel_measurements.yaml): GEMMs, fused attention, memory-bound ops, NCCL bus
+bandwidth.
 
 Run: python benchmarks/kernel_accuracy.py [--write docs/accuracy.md]
 """
@@ -19,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 
 from cost_models import kernels as K  # noqa: E402
 from cost_models.comm import Collective, bus_factor, collective_time, placement  # noqa: E402
-from cost_models.compute import ATTENTION_BACKWARD_KERNELS  # noqa: E402
+from cost_models.compute import COMPULSORY, Impl, attention_seconds, op_seconds  # noqa: E402
 from cost_models.enums import AttentionBackend, Precision  # noqa: E402
 from memory_accuracy import write_section  # noqa: E402
 from planner import presets  # noqa: E402
@@ -51,13 +52,9 @@ def _gemm(row: dict) -> Check:
 
 
 def attention_fwd_bwd_seconds(gpu, backend: AttentionBackend, *, batch: int, heads: int, head_dim: int, seq: int, causal: bool) -> float:
-    """One forward and one backward kernel call (and the backward's helper kernels), priced as
-    cost_models.compute prices a layer's attention."""
-    flop = 4 * batch * heads * seq * seq * head_dim * (0.5 if causal else 1.0)
-    rate = {p: K.attention_rate(gpu, backend, p, causal=causal, head_dim=head_dim, q_len=seq, k_len=seq, batch_heads=batch * heads)
-            for p in K.Pass}
-    launch = K.table_for(gpu).launch_s
-    return flop / rate[K.Pass.FORWARD] + 2.5 * flop / rate[K.Pass.BACKWARD] + (1 + ATTENTION_BACKWARD_KERNELS) * launch
+    """One forward and one backward call, priced as cost_models.compute prices a layer's attention."""
+    shape = dict(causal=causal, head_dim=head_dim, q_len=seq, k_len=seq, batch_heads=batch * heads)
+    return sum(attention_seconds(gpu, backend, p, **shape) for p in K.Pass)
 
 
 def _attention(row: dict) -> Check:
@@ -69,17 +66,29 @@ def _attention(row: dict) -> Check:
     return Check("attention", what, "TFLOP/s fwd+bwd", flop / (row["ms"] * 1e-3) / 1e12, flop / s / 1e12, row["source"])
 
 
+def _memory_bound(row: dict) -> Check:
+    gpu = presets.clusters()[row["cluster"]].gpu
+    elements = row["rows"] * row["hidden"]
+    s = op_seconds(gpu, row["op"], Impl(row["impl"]), elements, backward=False)
+    what = f"{gpu.name} {row['op']} {row['impl']} forward {row['rows']}x{row['hidden']}"
+    # as a rate, like the other kinds (error > 0: predicted faster): the op's compulsory bytes per second
+    moved = elements * COMPULSORY[row["op"]][0]
+    return Check("memory-bound", what, "GB/s of compulsory bytes", moved / (row["ms"] * 1e-3) / 1e9, moved / s / 1e9, row["source"])
+
+
 def _collective(row: dict) -> Check:
     cluster = presets.clusters()[row["cluster"]]
     op, n, size = Collective(row["op"]), row["gpus"], row["size_bytes"]
     t = collective_time(op, size, placement(cluster, n, 1), cluster)
-    busbw = bus_factor(op, n) * size / t / 1e9
-    return Check("collective", f"{cluster.name} {op.value} {n} GPUs {size / 2**30:g} GiB", "busbw GB/s", row["busbw"], busbw, row["source"])
+    busbw_gb_per_s = bus_factor(op, n) * size / t / 1e9
+    return Check("collective", f"{cluster.name} {op.value} {n} GPUs {size / 2**30:g} GiB", "busbw GB/s", row["busbw_gb_per_s"],
+                 busbw_gb_per_s, row["source"])
 
 
 def checks() -> list[Check]:
     data = yaml.safe_load(DATA.read_text())
-    return [_gemm(r) for r in data["gemm"]] + [_attention(r) for r in data["attention"]] + [_collective(r) for r in data["collective"]]
+    return ([_gemm(r) for r in data["gemm"]] + [_attention(r) for r in data["attention"]]
+            + [_memory_bound(r) for r in data["memory_bound"]] + [_collective(r) for r in data["collective"]])
 
 
 def table(rows: list[Check]) -> str:
@@ -87,7 +96,7 @@ def table(rows: list[Check]) -> str:
     for c in rows:
         lines.append(f"| {c.kind} | {c.what} | {c.unit} | {c.measured:,.1f} | {c.predicted:,.1f} | {c.error:+.1%} | {c.source} |")
     lines += ["", "| kind | checks | median abs error | max abs error |", "|---|---:|---:|---:|"]
-    for kind in ("gemm", "attention", "collective"):
+    for kind in ("gemm", "attention", "memory-bound", "collective"):
         errs = [abs(c.error) for c in rows if c.kind == kind]
         lines.append(f"| {kind} | {len(errs)} | {statistics.median(errs):.1%} | {max(errs):.1%} |")
     return "\n".join(lines)

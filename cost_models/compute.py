@@ -74,7 +74,7 @@ def _impl(job: Job, op: str) -> Impl:
     (megatron/core/fusions/fused_bias_swiglu.py) and vocab-parallel cross entropy, TE's fused rope.
     torch.compile (torchtitan --compile) fuses elementwise chains. Eager torchtitan and DeepSpeed
     run torchtitan's/Hugging Face's RMSNorm, rope and SwiGLU as chains of elementwise kernels
-    (ElementwiseBytes.EAGER), torch's native nn.LayerNorm, and F.cross_entropy."""
+    (EAGER), torch's native nn.LayerNorm, and F.cross_entropy."""
     tr = job.training
     if tr.framework is Framework.MEGATRON:
         return {"act": Impl.MEGATRON, "loss": Impl.MEGATRON, "permute": Impl.TORCH}.get(op, Impl.FUSED)
@@ -88,6 +88,13 @@ def _impl(job: Job, op: str) -> Impl:
 
 
 # --- GEMMs ----------------------------------------------------------------------------------------
+
+
+def _memory_seconds(job: Job, moved_bytes: float, cal: Calibration, *, op: str | None = None, launches: float = 0.0) -> float:
+    """A memory-bound kernel of the layer passes (kernels.memory_seconds) under the calibration's
+    memory_scale for the GPU's architecture."""
+    gpu = job.cluster.gpu
+    return K.memory_seconds(moved_bytes, gpu, op=op, launches=launches) / cal.scale("memory_scale", gpu.architecture)
 
 
 def _gemm_precision(job: Job) -> Precision:
@@ -128,7 +135,7 @@ def _eager_attention_seconds(job: Job, backward: bool, cal: Calibration) -> floa
     context = Gemm("context", a.q_len, a.head_dim, a.k_len, a.batch_heads)
     elements = a.batch_heads * a.q_len * a.k_len
     passes = 2 + (2 + 2.5 if job.model.attention_dropout > 0 else 0)
-    traffic = K.memory_seconds(elements * ACT_BYTES * passes, gpu) / cal.scale("memory_scale", gpu.architecture)
+    traffic = _memory_seconds(job, elements * ACT_BYTES * passes, cal)
     gemms = [scores, context] if not backward else [x for g in (scores, context) for x in backward_gemms(g)]
     return sum(gemm_seconds(g, gpu, prec, cal) for g in gemms) + traffic
 
@@ -184,10 +191,7 @@ def attention_kernels(job: Job, cal: Calibration) -> AttentionKernels:
     heads, d, cp, seq = a.batch_heads, a.head_dim, job.layout.cp, a.q_len
 
     def kernel(p: K.Pass, causal: bool, q: int, k: int) -> float:
-        flop = 4 * heads * q * k * d * (0.5 if causal else 1.0)
-        rate = K.attention_rate(gpu, family, p, causal=causal, head_dim=d, q_len=q, k_len=k, batch_heads=heads)
-        launches = 1 if p is K.Pass.FORWARD else ATTENTION_BACKWARD_KERNELS
-        return (flop if p is K.Pass.FORWARD else 2.5 * flop) / (rate * scale) + launches * K.table_for(gpu).launch_s
+        return attention_seconds(gpu, family, p, causal=causal, head_dim=d, q_len=q, k_len=k, batch_heads=heads, rate_scale=scale)
 
     first_f, first_b = kernel(K.Pass.FORWARD, True, seq, seq), kernel(K.Pass.BACKWARD, True, seq, seq)
     if cp == 1:
@@ -196,32 +200,47 @@ def attention_kernels(job: Job, cal: Calibration) -> AttentionKernels:
     step_f = (kernel(K.Pass.FORWARD, False, seq, half) + kernel(K.Pass.FORWARD, False, half, seq)) / 2
     step_b = (kernel(K.Pass.BACKWARD, False, seq, half) + kernel(K.Pass.BACKWARD, False, half, seq)) / 2
     out = heads * seq * d  # elements of a rank's attention output
-    mem = cal.scale("memory_scale", gpu.architecture)
-    merge_f = K.memory_seconds(out * (ACT_BYTES + 2 * FP32), gpu, launches=2) / mem
-    merge_b = K.memory_seconds(out * 2 * (ACT_BYTES + 2 * FP32), gpu, launches=2) / mem
+    # per step, TE's log-sum-exp correction and the output rescale-and-accumulate: two kernels
+    # (TransformerEngine@40c69e75 context_parallel.py:101-145, 1613-1660)
+    merge_f = _memory_seconds(job, out * (ACT_BYTES + 2 * FP32), cal, launches=2)
+    merge_b = _memory_seconds(job, out * 2 * (ACT_BYTES + 2 * FP32), cal, launches=2)
     return AttentionKernels(first_f, first_b, cp, step_f, step_b, merge_f, merge_b)
+
+
+def attention_seconds(
+    gpu: GPUSpec, family: AttentionBackend, p: K.Pass, *, causal: bool, head_dim: int, q_len: int, k_len: int,
+    batch_heads: int, rate_scale: float = 1.0,
+) -> float:
+    """One fused attention kernel call, forward or backward (with the backward's helper kernels):
+    its FLOPs (FlashAttention convention: 4·heads·q·k·d, halved when causal, backward 2.5x) at the
+    family's rate times `rate_scale`, plus each kernel's start-up."""
+    flop = 4 * batch_heads * q_len * k_len * head_dim * (0.5 if causal else 1.0)
+    rate = K.attention_rate(gpu, family, p, causal=causal, head_dim=head_dim, q_len=q_len, k_len=k_len, batch_heads=batch_heads)
+    if p is K.Pass.FORWARD:
+        return flop / (rate * rate_scale) + K.table_for(gpu).launch_s
+    return 2.5 * flop / (rate * rate_scale) + ATTENTION_BACKWARD_KERNELS * K.table_for(gpu).launch_s
 
 
 # --- memory-bound ops -----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class ElementwiseBytes:
-    """Bytes an eager PyTorch op moves per element of its output in its forward, kernel by kernel:
-    RMSNorm as x.float() (r2 w4), pow (r4 w4), mean (r4), x·rsqrt (r4 w4), .type_as (r4 w2),
-    ·weight (r2 w2) = 36 (torchtitan's and Hugging Face's RMSNorm); rotary embedding as .float(),
-    view_as_complex·freqs, view_as_real, .type_as = 20; SwiGLU as silu(gate) (r2 w2) then ·up
-    (r4 w2) = 10 per ffn element. A fused or native op moves its compulsory bytes (COMPULSORY).
-    Backward moves twice the forward's bytes for eager chains (autograd runs each op's backward,
-    reading saved inputs and the incoming gradient and writing one gradient per input)."""
+class EagerChain:
+    """An op eager PyTorch runs as a chain of elementwise kernels: bytes it moves per element of its
+    output in its forward, and its kernels. RMSNorm as x.float() (r2 w4), pow (r4 w4), mean (r4),
+    x·rsqrt (r4 w4), .type_as (r4 w2), ·weight (r2 w2): 36 bytes in 6 kernels (torchtitan's and
+    Hugging Face's RMSNorm); rotary embedding as .float(), view_as_complex·freqs, view_as_real,
+    .type_as: 20 bytes in 3 kernels (the views launch none); SwiGLU as silu(gate) (r2 w2) then ·up
+    (r4 w2): 10 bytes per ffn element in 2 kernels; GELU one kernel. A fused or native op moves its
+    compulsory bytes (COMPULSORY) in one kernel. Backward moves twice the forward's bytes in twice
+    the kernels (autograd runs each op's backward, reading saved inputs and the incoming gradient
+    and writing one gradient per input)."""
 
-    norm: int
-    rope: int
-    swiglu: int
-    gelu: int
+    bytes_per_element: int
+    kernels: int
 
 
-EAGER = ElementwiseBytes(norm=36, rope=20, swiglu=10, gelu=4)
+EAGER = {"norm": EagerChain(36, 6), "rope": EagerChain(20, 3), "swiglu": EagerChain(10, 2), "gelu": EagerChain(4, 1)}
 # Compulsory bytes per element, (forward, backward): a norm reads x and writes y (bwd: reads x and
 # dy, writes dx); SwiGLU reads gate and up and writes the product per ffn element (bwd: reads gate,
 # up and dy, writes both gradients); GELU and rope read one and write one (bwd the same plus the
@@ -230,21 +249,24 @@ EAGER = ElementwiseBytes(norm=36, rope=20, swiglu=10, gelu=4)
 COMPULSORY = {"norm": (4, 6), "swiglu": (6, 10), "gelu": (4, 6), "rope": (4, 4), "add": (6, 6), "dropout": (5, 5)}
 
 
+def op_seconds(gpu: GPUSpec, op: str, impl: Impl, elements: float, *, backward: bool) -> float:
+    """One memory-bound op over `elements` output elements (per ffn element for the activation) in
+    the given implementation: an eager chain at the streaming fraction of HBM bandwidth, anything
+    else on its compulsory bytes at the op's measured fraction (kernels.op_fraction)."""
+    passes = 2 if backward else 1
+    if impl is Impl.EAGER and op in EAGER:
+        chain = EAGER[op]
+        return K.memory_seconds(elements * chain.bytes_per_element * passes, gpu, launches=chain.kernels * passes)
+    moved = elements * COMPULSORY[op][1 if backward else 0]
+    return K.memory_seconds(moved, gpu, op=f"{op}.{impl.value}.{'bwd' if backward else 'fwd'}", launches=1)
+
+
 def _op_seconds(job: Job, op: str, elements: float, backward: bool, cal: Calibration) -> float:
-    """One memory-bound op over `elements` output elements (per ffn element for the activation)."""
-    gpu = job.cluster.gpu
+    """op_seconds in the job's framework's implementation, under the calibration's memory_scale."""
     key = "act" if op in ("swiglu", "gelu") else op
     impl = _impl(job, key) if key in ("norm", "act", "rope") else Impl.FUSED
-    fwd_b, bwd_b = COMPULSORY[op]
-    if impl is Impl.EAGER and op in ("norm", "rope", "swiglu", "gelu"):
-        eager = getattr(EAGER, op)
-        moved, fraction, launches = elements * eager * (2 if backward else 1), None, (6 if op == "norm" else 3) * (2 if backward else 1)
-    else:
-        moved = elements * (bwd_b if backward else fwd_b)
-        fraction = f"{op}.{impl.value}.{'bwd' if backward else 'fwd'}"
-        launches = 1
-    t = K.memory_seconds(moved, gpu, op=fraction, launches=launches)
-    return t / cal.scale("memory_scale", gpu.architecture)
+    gpu = job.cluster.gpu
+    return op_seconds(gpu, op, impl, elements, backward=backward) / cal.scale("memory_scale", gpu.architecture)
 
 
 def elementwise_seconds(job: Job, *, moe: bool, backward: bool, cal: Calibration) -> float:
@@ -281,12 +303,11 @@ def permutation_seconds(job: Job, routed: int, cal: Calibration) -> float:
     """Permute (gather each token's top-k copies, 2 bytes read and written per element) and
     unpermute (weighted scatter-add back, the same bytes) of `routed` copies of width h, one pass
     (forward; backward is the transpose: the same kernels swapped)."""
-    gpu = job.cluster.gpu
     impl = _impl(job, "permute").value
-    elements = routed * job.model.hidden_size
-    t = K.memory_seconds(2 * ACT_BYTES * elements, gpu, op=f"permute.{impl}", launches=2)
-    t += K.memory_seconds(2 * ACT_BYTES * elements, gpu, op=f"unpermute.{impl}", launches=2)
-    return t / cal.scale("memory_scale", gpu.architecture)
+    moved = 2 * ACT_BYTES * routed * job.model.hidden_size
+    # two kernels each: the index computation from the routing map and the copy (gather or scatter-add)
+    return _memory_seconds(job, moved, cal, op=f"permute.{impl}", launches=2) + _memory_seconds(
+        job, moved, cal, op=f"unpermute.{impl}", launches=2)
 
 
 # --- fp8 casts (torchao) --------------------------------------------------------------------------
@@ -325,8 +346,9 @@ def fp8_cast_bytes(job: Job, *, moe: bool) -> tuple[float, float]:
 @dataclass(frozen=True)
 class Block:
     """One tensor-parallel block of a layer: a column-parallel GEMM (qkv, fc1) whose input tp
-    gathers, a row-parallel GEMM (out projection, fc2) whose output tp reduces; each pass's seconds
-    on one GPU for one micro-batch."""
+    gathers, a row-parallel GEMM (out projection, fc2) whose output tp reduces; on one GPU for one
+    micro-batch, the seconds of each GEMM a tp collective runs beside or is chunked with
+    (step_time.tp_exposure; the row GEMM's wgrad has none beside it)."""
 
     col: Gemm
     row: Gemm
@@ -335,7 +357,6 @@ class Block:
     col_wgrad: float
     row_fwd: float
     row_dgrad: float
-    row_wgrad: float
 
 
 def tp_blocks(job: Job, *, moe: bool, cal: Calibration) -> tuple[Block, ...]:
@@ -357,8 +378,8 @@ def tp_blocks(job: Job, *, moe: bool, cal: Calibration) -> tuple[Block, ...]:
     out = []
     for c, r in pairs:
         col, row = by_name[c], by_name[r]
-        (cd, cw), (rd, rw) = backward_gemms(col), backward_gemms(row)
-        out.append(Block(col, row, t(col), t(cd), t(cw), t(row), t(rd), t(rw)))
+        (cd, cw), (rd, _) = backward_gemms(col), backward_gemms(row)
+        out.append(Block(col, row, t(col), t(cd), t(cw), t(row), t(rd)))
     return tuple(out)
 
 
@@ -402,7 +423,6 @@ def layer_time(job: Job, *, moe: bool, cal: Calibration) -> LayerTime:
     bwd = sum(gemm_seconds(x, gpu, prec, cal) for g in gemms for x in backward_gemms(g)) * over
     att = attention_kernels(job, cal)
     cast_fwd, cast_bwd = fp8_cast_bytes(job, moe=moe)
-    mem = cal.scale("memory_scale", gpu.architecture)
     out = LayerTime(
         gemm=fwd,
         gemm_backward=bwd,
@@ -410,8 +430,8 @@ def layer_time(job: Job, *, moe: bool, cal: Calibration) -> LayerTime:
         attention_backward=att.backward_s,
         elementwise=elementwise_seconds(job, moe=moe, backward=False, cal=cal),
         elementwise_backward=elementwise_seconds(job, moe=moe, backward=True, cal=cal),
-        fp8_cast=K.memory_seconds(cast_fwd, gpu) / mem,
-        fp8_cast_backward=K.memory_seconds(cast_bwd, gpu) / mem,
+        fp8_cast=_memory_seconds(job, cast_fwd, cal),
+        fp8_cast_backward=_memory_seconds(job, cast_bwd, cal),
     )
     job.memo[key] = out
     return out
@@ -442,10 +462,10 @@ def loss_time(job: Job, cal: Calibration) -> float:
     """Forward and backward of the loss over the rank's vocabulary shard, at the measured rate of the
     framework's cross-entropy kernels (kernels.md §3.3)."""
     vocab = -(-padded_vocab(job) // job.layout.tp)
-    gpu = job.cluster.gpu
     op = {Impl.MEGATRON: "loss.megatron", Impl.COMPILE: "loss.fused"}.get(_impl(job, "loss"), "loss.eager")
     moved = tokens(job) * vocab * LOSS_BYTES_PER_LOGIT
-    return K.memory_seconds(moved, gpu, op=op, launches=4) / cal.scale("memory_scale", gpu.architecture)
+    # forward log-softmax and nll, their two backward kernels
+    return _memory_seconds(job, moved, cal, op=op, launches=4)
 
 
 # Optimizer step, bytes per parameter a rank updates. AdamW (torch fused/multi-tensor and Megatron

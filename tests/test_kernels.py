@@ -123,10 +123,10 @@ def test_small_attention_kernels_are_priced_optimistically_and_this_is_known():
 # --- memory-bound kernels -------------------------------------------------------------------------
 
 
-def test_memory_bound_kernels_are_bytes_over_a_fraction_of_hbm_plus_a_start_up():
-    gpu = GPUS["H100-SXM"]
-    table = K.table_for(gpu)
-    assert K.memory_seconds(1e9, gpu, launches=3) == pytest.approx(1e9 / (3.35e12 * table.stream_fraction) + 3 * table.launch_s)
-    # a fused RMSNorm forward reaches 0.74 of HBM peak on H100 (Liger database), backward 0.33
-    fwd, bwd = K.op_fraction(gpu, "norm.fused.fwd"), K.op_fraction(gpu, "norm.fused.bwd")
-    assert (fwd, bwd) == (0.74, 0.33)
+def test_a_fused_norm_runs_at_the_measured_fraction_of_hbm():
+    # Liger's RMSNorm forward on A100, 2048 rows: the fused-norm fraction was set from the same
+    # database's LayerNorm rows at 4096 rows, so these are held out. Within 15%: the largest miss
+    # (+14%, hidden 8192) is the shortest kernel, 52 µs, where the fixed start-up weighs most.
+    fused = [c for c in _of("memory-bound") if " fused " in c.what]
+    assert len(fused) == 3
+    assert all(abs(c.error) <= 0.15 for c in fused), [(c.what, round(c.error, 3)) for c in fused]
