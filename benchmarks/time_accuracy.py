@@ -93,6 +93,7 @@ def axis(name: str) -> tuple[float, ...]:
 class Grid:
     """Every run predicted at every point of the constants' product grid."""
 
+    cases: list[Case]
     names: tuple[str, ...]
     points: tuple[tuple[float, ...], ...]
     predicted: dict[tuple[float, ...], tuple[float, ...]]  # point -> tokens/s/GPU per case
@@ -102,12 +103,16 @@ class Grid:
         names = tuple(MECHANISMS)
         points = tuple(itertools.product(*(axis(n) for n in names)))
         predicted = {pt: tuple(r.predicted for r in evaluate(cases, calibration_at(names, pt))) for pt in points}
-        return cls(names, points, predicted)
+        return cls(cases, names, points, predicted)
+
+    @property
+    def every(self) -> list[int]:
+        return list(range(len(self.cases)))
 
     def prior_point(self) -> tuple[float, ...]:
         return tuple(MECHANISMS[n].value for n in self.names)
 
-    def fit_set(self, cases: list[Case], keep: list[int], name: str) -> list[int]:
+    def fit_set(self, keep: list[int], name: str) -> list[int]:
         """The runs (indices into cases) whose prediction the constant moves across its bounds,
         the other constants at their priors."""
         i, prior = self.names.index(name), self.prior_point()
@@ -116,24 +121,24 @@ class Grid:
         high = self.predicted[prior[:i] + (ax[-1],) + prior[i + 1:]]
         return [k for k in keep if abs(high[k] / low[k] - 1) > INFORMS]
 
-    def fittable(self, cases: list[Case], keep: list[int], name: str) -> bool:
-        informed = self.fit_set(cases, keep, name)
-        return len(informed) >= MIN_RUNS and len({family(cases[k][0].group) for k in informed}) >= MIN_FAMILIES
+    def fittable(self, keep: list[int], name: str) -> bool:
+        informed = self.fit_set(keep, name)
+        return len(informed) >= MIN_RUNS and len({family(self.cases[k][0].group) for k in informed}) >= MIN_FAMILIES
 
-    def objective(self, cases: list[Case], keep: list[int], point: tuple[float, ...]) -> float:
+    def objective(self, keep: list[int], point: tuple[float, ...]) -> float:
         by: dict[str, list[float]] = defaultdict(list)
         pred = self.predicted[point]
         for k in keep:
-            run = cases[k][0]
+            run = self.cases[k][0]
             by[family(run.group)].append(abs(math.log(pred[k] / run.measured_tokens_per_s_per_gpu)))
         return statistics.mean(statistics.mean(v) for v in by.values())
 
-    def fit(self, cases: list[Case], keep: list[int]) -> Calibration:
+    def fit(self, keep: list[int]) -> Calibration:
         """The grid point that fits the kept runs best, constants without a fit set at their prior."""
-        free = {n for n in self.names if self.fittable(cases, keep, n)}
+        free = {n for n in self.names if self.fittable(keep, n)}
         prior = self.prior_point()
         allowed = [pt for pt in self.points if all(v == prior[i] for i, v in enumerate(pt) if self.names[i] not in free)]
-        best = min(allowed, key=lambda pt: self.objective(cases, keep, pt))
+        best = min(allowed, key=lambda pt: self.objective(keep, pt))
         return calibration_at(self.names, best)
 
 
@@ -141,19 +146,15 @@ def calibration_at(names: tuple[str, ...], point: tuple[float, ...]) -> Calibrat
     return DEFAULT.with_values(**dict(zip(names, point)))
 
 
-def fit(cases: list[Case]) -> Calibration:
-    """The all-source fit (what DEFAULT carries)."""
-    return Grid.build(cases).fit(cases, list(range(len(cases))))
-
-
-def leave_one_source_out(cases: list[Case], grid: Grid) -> tuple[list[Row], dict[str, Calibration]]:
+def leave_one_source_out(grid: Grid) -> tuple[list[Row], dict[str, Calibration]]:
     """Each family predicted by constants fitted on the others, from the priors."""
     rows: list[Row] = []
     fitted: dict[str, Calibration] = {}
+    cases = grid.cases
     for fam in sorted({family(r.group) for r, _ in cases}):
         train = [k for k, c in enumerate(cases) if family(c[0].group) != fam]
         test = [c for c in cases if family(c[0].group) == fam]
-        cal = grid.fit(cases, train)
+        cal = grid.fit(train)
         fitted[fam] = cal
         rows += evaluate(test, cal)
     return rows, fitted
@@ -176,18 +177,17 @@ def summary(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def constants_table(cases: list[Case], grid: Grid, cal: Calibration, loso: dict[str, Calibration]) -> str:
+def constants_table(grid: Grid, cal: Calibration, loso: dict[str, Calibration]) -> str:
     lines = ["| constant | prior | fitted (all sources) | range over leave-one-out fits | fit set (runs per source) | prior's source |",
              "|---|---:|---:|---|---|---|"]
-    every = list(range(len(cases)))
     for name, prior in MECHANISMS.items():
         per: dict[str, int] = defaultdict(int)
-        for k in grid.fit_set(cases, every, name):
-            per[family(cases[k][0].group)] += 1
+        for k in grid.fit_set(grid.every, name):
+            per[family(grid.cases[k][0].group)] += 1
         values = [getattr(c, name) for c in loso.values()]
         spread = f"{min(values):.3g} to {max(values):.3g}" if values else "-"
         sets = ", ".join(f"{k} {v}" for k, v in sorted(per.items())) or "none"
-        shown = f"{getattr(cal, name):.3g}" if grid.fittable(cases, every, name) else "prior (too few runs or sources inform it)"
+        shown = f"{getattr(cal, name):.3g}" if grid.fittable(grid.every, name) else "prior (too few runs or sources inform it)"
         lines.append(f"| {name} | {prior.value:.3g} | {shown} | {spread} | {sets} | {prior.source} |")
     return "\n".join(lines)
 
@@ -268,17 +268,17 @@ def main() -> int:
     runs, skipped = load()
     cases = [(r, r.job()) for r in runs]
     grid = Grid.build(cases)
-    cal = grid.fit(cases, list(range(len(cases))))
+    cal = grid.fit(grid.every)
     print("fitted on every source:", {n: round(getattr(cal, n), 4) for n in MECHANISMS},
           "DEFAULT:", {n: round(getattr(DEFAULT, n), 4) for n in MECHANISMS})
-    loso_rows, loso_fits = leave_one_source_out(cases, grid)
+    loso_rows, loso_fits = leave_one_source_out(grid)
     inside = evaluate(cases, cal)
     unfitted = evaluate(cases, priors())
     parts = [
         "Leave-one-source-out (each source predicted by constants fitted on the others):\n\n" + summary(loso_rows),
         "No constant fitted (every mechanism at its sourced prior, so every source is out of sample):\n\n" + summary(unfitted),
         "In sample (constants fitted on every source):\n\n" + summary(inside),
-        "Constants fitted on end-to-end runs, with their fit sets:\n\n" + constants_table(cases, grid, cal, loso_fits),
+        "Constants fitted on end-to-end runs, with their fit sets:\n\n" + constants_table(grid, cal, loso_fits),
         "Which term would have to move, per source (leave-one-source-out errors):\n\n" + residual_table(loso_rows),
         run_table(loso_rows, inside),
     ]

@@ -46,10 +46,10 @@ def test_step_time_out_of_sample():
     cases = [(r, r.job()) for r in runs]
     assert len(cases) == 238
     grid = time_accuracy.Grid.build(cases)
-    fitted = grid.fit(cases, list(range(len(cases))))
+    fitted = grid.fit(grid.every)
     for name in MECHANISMS:
         assert getattr(DEFAULT, name) == pytest.approx(getattr(fitted, name), rel=1e-3), name
-    rows, _ = time_accuracy.leave_one_source_out(cases, grid)
+    rows, _ = time_accuracy.leave_one_source_out(grid)
     errors = [abs(r.error) for r in rows]
     assert statistics.median(errors) <= 0.092  # 8.2% today
     by_source: dict[str, list[float]] = defaultdict(list)
