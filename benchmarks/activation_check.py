@@ -7,7 +7,6 @@ Run: python benchmarks/activation_check.py [--write docs/accuracy.md]
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from cost_models.layout import Layout  # noqa: E402
 from cost_models.model_spec import ModelSpec  # noqa: E402
 from cost_models.rules import resolve  # noqa: E402
 from cost_models.training import TrainingSpec  # noqa: E402
-from memory_accuracy import write_section  # noqa: E402
+from memory_accuracy import table_command  # noqa: E402
 from planner import presets  # noqa: E402
 from planner.torch_model import Kernels, saved_activation_bytes  # noqa: E402
 
@@ -62,21 +61,16 @@ def table() -> str:
 SECTION = "## Activation bytes vs torch's saved tensors"
 
 
+INTRO = (
+    f"Produced by `python benchmarks/activation_check.py --write docs/accuracy.md` (bf16, batch {B},\n"
+    f"sequence {S}, CPU). Measured with `torch.autograd.graph.saved_tensors_hooks`, each storage once.\n"
+    "On CPU, SDPA runs `_scaled_dot_product_flash_attention_for_cpu`; the reference layer's fused norm,\n"
+    "dropout and SwiGLU keep what the frameworks' CUDA kernels keep (planner/torch_model.py).\n\n"
+)
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", type=Path)
-    args = parser.parse_args()
-    text = table()
-    print(text)
-    if args.write:
-        intro = (
-            f"Produced by `python benchmarks/activation_check.py --write docs/accuracy.md` (bf16, batch {B},\n"
-            f"sequence {S}, CPU). Measured with `torch.autograd.graph.saved_tensors_hooks`, each storage once.\n"
-            "On CPU, SDPA runs `_scaled_dot_product_flash_attention_for_cpu`; the reference layer's fused norm,\n"
-            "dropout and SwiGLU keep what the frameworks' CUDA kernels keep (planner/torch_model.py).\n\n"
-        )
-        write_section(args.write, text, SECTION, intro)
-    return 0
+    return table_command(__doc__.splitlines()[0], table, SECTION, INTRO)
 
 
 if __name__ == "__main__":

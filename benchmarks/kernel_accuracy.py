@@ -7,7 +7,6 @@ Run: python benchmarks/kernel_accuracy.py [--write docs/accuracy.md]
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from cost_models import kernels as K  # noqa: E402
 from cost_models.comm import Collective, bus_factor, collective_time, placement  # noqa: E402
 from cost_models.compute import COMPULSORY, Impl, attention_seconds, op_seconds  # noqa: E402
 from cost_models.enums import AttentionBackend, Precision  # noqa: E402
-from memory_accuracy import write_section  # noqa: E402
+from memory_accuracy import table_command  # noqa: E402
 from planner import presets  # noqa: E402
 
 DATA = Path(__file__).parent / "data" / "kernel_measurements.yaml"
@@ -102,21 +101,16 @@ def table(rows: list[Check]) -> str:
     return "\n".join(lines)
 
 
+INTRO = (
+    "Produced by `python benchmarks/kernel_accuracy.py --write docs/accuracy.md`. Every row is a published\n"
+    "measurement that no constant of the model was set from (benchmarks/data/kernel_measurements.yaml);\n"
+    "the anchors are listed where they are used (presets/gpus.toml, presets/kernels/*.toml,\n"
+    "cost_models/comm.py).\n\n"
+)
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", type=Path)
-    args = parser.parse_args()
-    text = table(checks())
-    print(text)
-    if args.write:
-        intro = (
-            "Produced by `python benchmarks/kernel_accuracy.py --write docs/accuracy.md`. Every row is a published\n"
-            "measurement that no constant of the model was set from (benchmarks/data/kernel_measurements.yaml);\n"
-            "the anchors are listed where they are used (presets/gpus.toml, presets/kernels/*.toml,\n"
-            "cost_models/comm.py).\n\n"
-        )
-        write_section(args.write, text, SECTION, intro)
-    return 0
+    return table_command(__doc__.splitlines()[0], lambda: table(checks()), SECTION, INTRO)
 
 
 if __name__ == "__main__":

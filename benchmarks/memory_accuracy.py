@@ -146,6 +146,19 @@ SECTION = "## Peak memory vs published torchtitan runs"
 FIT_SECTION = "## Published layouts that ran, against the memory model"
 
 
+def table_command(description: str, make_text, section: str, intro: str) -> int:  # type: ignore[no-untyped-def]
+    """The command of a benchmark that prints one table and, with --write FILE, puts it into FILE as
+    `section` under `intro`."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--write", type=Path, help="also write the table into this markdown file")
+    args = parser.parse_args()
+    text = make_text()
+    print(text)
+    if args.write:
+        write_section(args.write, text, section, intro)
+    return 0
+
+
 def write_section(path: Path, text: str, section: str, intro: str) -> None:
     """Replace (or append) one script's section of a markdown page, leaving the other sections."""
     body = f"{section}\n\n{intro}{text}\n"
