@@ -42,6 +42,7 @@ CASES = [
          {"seq_len": 1024, "global_batch_size": 64}),
     Case("megatron-moe-ep", "mixtral-8x7b", 32, "megatron",
          {"tp": 2, "pp": 2, "ep": 4, "etp": 1, "zero": 1, "recompute": "full"}, {"global_batch_size": 64}),
+    Case("megatron-qwen3-moe", "qwen3-30b-a3b", 16, "megatron", {"tp": 1, "ep": 8, "etp": 1, "zero": 1, "recompute": "selective"}),
     Case("megatron-cp", "llama-3.1-8b", 16, "megatron", {"tp": 2, "cp": 2, "zero": 1}, {"seq_len": 16384}),
     Case("megatron-interleaved-fp8", "llama-3.1-70b", 32, "megatron",
          {"tp": 4, "pp": 4, "vpp": 5, "zero": 1, "recompute": "full", "recompute_layers": 2},

@@ -176,11 +176,18 @@ def test_fill_in_variables_are_required(tmp_path):
 # --- quoting --------------------------------------------------------------------------------------
 
 
+# Llama 3.1 8B's shape, rope and norm: a spec file that torchtitan's 8B flavour equals.
+LLAMA_31_8B = {
+    "num_layers": 32, "hidden_size": 4096, "ffn_hidden_size": 14336, "num_attention_heads": 32, "num_kv_heads": 8,
+    "vocab_size": 128256, "max_position_embeddings": 131072, "rope_theta": 500000.0, "norm_eps": 1e-5,
+    "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+}
+
+
 def test_hostile_model_name_cannot_inject(tmp_path):
     marker = tmp_path / f"pwned-{uuid.uuid4().hex}"
     name = f'evil $(touch {marker}) `touch {marker}` "quote\' name; touch {marker}\nnext line'
-    spec = {"name": name, "num_layers": 32, "hidden_size": 4096, "ffn_hidden_size": 14336, "num_attention_heads": 32,
-            "num_kv_heads": 8, "vocab_size": 128256, "max_position_embeddings": 131072}
+    spec = {"name": name, **LLAMA_31_8B}
     spec_file = tmp_path / "evil.json"
     spec_file.write_text(json.dumps(spec))
     checked = 0
@@ -208,8 +215,7 @@ def test_torchtitan_toml_escapes_the_name(tmp_path):
     import tomllib
 
     name = 'quote" back\\slash\nnewline ] [section]'
-    spec = {"name": name, "num_layers": 32, "hidden_size": 4096, "ffn_hidden_size": 14336, "num_attention_heads": 32,
-            "num_kv_heads": 8, "vocab_size": 128256, "max_position_embeddings": 131072}
+    spec = {"name": name, **LLAMA_31_8B}
     (tmp_path / "m.json").write_text(json.dumps(spec))
     launch = run_launch(str(tmp_path / "m.json"), "dgx-h100", 8, training={"framework": "torchtitan"}, layout={"tp": 1},
                         options=LaunchOptions(torchtitan_version="0.2"))

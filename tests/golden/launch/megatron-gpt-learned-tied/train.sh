@@ -38,6 +38,7 @@ MODEL_ARGS=(
   --max-position-embeddings 1024
   --position-embedding-type learned_absolute
   --normalization LayerNorm
+  --norm-epsilon 1e-05
   --hidden-dropout 0.1
   --attention-dropout 0.1
   --make-vocab-size-divisible-by 1
@@ -72,6 +73,7 @@ DATA_ARGS=(
   --weight-decay 0.1
   --clip-grad 1.0
   --log-interval 10
+  --distributed-timeout-minutes 10
   --eval-interval "$EVAL_INTERVAL"
   --eval-iters 10
   --save "$CHECKPOINT_DIR"

@@ -42,8 +42,12 @@ MODEL_ARGS=(
   --seq-length 4096
   --max-position-embeddings 131072
   --position-embedding-type rope
+  --rotary-base 500000
+  --use-rope-scaling
+  --rope-scaling-factor 8.0
   --swiglu
   --normalization RMSNorm
+  --norm-epsilon 1e-05
   --untie-embeddings-and-output-weights
   --disable-bias-linear
   --hidden-dropout 0.0
@@ -89,6 +93,7 @@ DATA_ARGS=(
   --weight-decay 0.1
   --clip-grad 1.0
   --log-interval 10
+  --distributed-timeout-minutes 10
   --eval-interval "$EVAL_INTERVAL"
   --eval-iters 10
   --save "$CHECKPOINT_DIR"

@@ -42,8 +42,10 @@ MODEL_ARGS=(
   --seq-length 4096
   --max-position-embeddings 32768
   --position-embedding-type rope
+  --rotary-base 1000000
   --swiglu
   --normalization RMSNorm
+  --norm-epsilon 1e-05
   --untie-embeddings-and-output-weights
   --disable-bias-linear
   --hidden-dropout 0.0
@@ -54,6 +56,9 @@ MODEL_ARGS=(
   --moe-ffn-hidden-size 14336
   --moe-grouped-gemm
   --moe-token-dispatcher-type alltoall
+  --moe-router-score-function softmax
+  --moe-router-load-balancing-type aux_loss
+  --moe-aux-loss-coeff 0.02
 )
 
 PARALLEL_ARGS=(
@@ -93,6 +98,7 @@ DATA_ARGS=(
   --weight-decay 0.1
   --clip-grad 1.0
   --log-interval 10
+  --distributed-timeout-minutes 10
   --eval-interval "$EVAL_INTERVAL"
   --eval-iters 10
   --save "$CHECKPOINT_DIR"
