@@ -100,7 +100,7 @@ def run_train_sh(directory: Path, tmp: Path, env: dict[str, str] | None = None, 
         "TOKENIZER_MODEL": "meta-llama/Llama-3.1-8B",
         "DATA_PATH": "0.7 /data/a_text_document 0.3 /data/b_text_document",
         "HF_ASSETS_PATH": "/assets/tokenizer",
-        "TRAIN_SCRIPT": "/work/train.py",
+        "CHECKPOINT_DIR": "/ckpt",
         "HOME": str(tmp),
         **(env or {}),
     }

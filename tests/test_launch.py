@@ -161,16 +161,27 @@ def test_single_node_needs_no_rendezvous_and_no_sbatch(tmp_path):
 
 def test_multi_node_train_sh_demands_master_addr(tmp_path):
     directory = write(BY_NAME["megatron-cp"].build(), tmp_path / "launch")
-    env = {"PATH": os.environ["PATH"], "MEGATRON_LM": "/m", "TOKENIZER_MODEL": "t", "DATA_PATH": "/d"}
+    env = {"PATH": os.environ["PATH"], "MEGATRON_LM": "/m", "TOKENIZER_MODEL": "t", "DATA_PATH": "/d", "CHECKPOINT_DIR": "/c"}
     result = subprocess.run(["bash", str(directory / "train.sh")], env=env, capture_output=True, text=True)
     assert result.returncode != 0 and "MASTER_ADDR" in result.stderr
 
 
-def test_fill_in_variables_are_required(tmp_path):
-    directory = write(BY_NAME["megatron-gqa-selective"].build(), tmp_path / "launch")
-    env = {"PATH": os.environ["PATH"]}
-    result = subprocess.run(["bash", str(directory / "train.sh")], env=env, capture_output=True, text=True)
-    assert result.returncode != 0 and "set MEGATRON_LM" in result.stderr
+REQUIRED = {
+    "megatron-gqa-selective": ["MEGATRON_LM", "TOKENIZER_MODEL", "DATA_PATH", "CHECKPOINT_DIR"],
+    "titan-fsdp-tp-compile": ["HF_ASSETS_PATH", "CHECKPOINT_DIR"],
+    "deepspeed-zero3-full": ["TOKENIZER_MODEL", "DATA_PATH", "CHECKPOINT_DIR"],
+}
+
+
+@pytest.mark.parametrize("name", REQUIRED)
+def test_fill_in_variables_are_required(name, tmp_path):
+    """Each data / tokenizer / checkpoint path left unset stops train.sh before torchrun, naming it."""
+    directory = write(BY_NAME[name].build(), tmp_path / "launch")
+    full = {"PATH": os.environ["PATH"], "MASTER_ADDR": "n0", **{v: "/x" for v in REQUIRED[name]}}
+    for var in REQUIRED[name]:
+        env = {k: v for k, v in full.items() if k != var}
+        result = subprocess.run(["bash", str(directory / "train.sh")], env=env, capture_output=True, text=True)
+        assert result.returncode != 0 and f"{var}: set {var}" in result.stderr, (var, result.stderr)
 
 
 # --- quoting --------------------------------------------------------------------------------------

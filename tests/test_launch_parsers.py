@@ -439,7 +439,11 @@ def test_deepspeed_config_accepts_ds_config(case, tmp_path):
     with pytest.raises(AssertionError, match="Check batch related parameters"):
         _deepspeed_config(config, job.dp * 2)
     argv = run_train_sh(directory, tmp_path)
-    assert after(argv, "/work/train.py") == ["--deepspeed", "--deepspeed_config", str(directory.resolve() / "ds_config.json")]
+    flags = dict(_flag_groups(after(argv, str(directory.resolve() / "train.py"))))
+    assert flags["--deepspeed"] == [] and flags["--deepspeed_config"] == [str(directory.resolve() / "ds_config.json")]
+    assert flags["--model-config"] == [str(directory.resolve() / "config.json")]
+    assert flags["--recompute"] == ["full" if job.layout.recompute == "full" else "none"]
+    assert flags["--checkpoint-dir"] == ["/ckpt"] and int(flags["--save-interval"][0]) >= 1
 
 
 def test_deepspeed_config_rejects_a_misspelled_key():

@@ -18,7 +18,7 @@ from cost_models.enums import (
 from cost_models.errors import SpecError
 from cost_models.job import Job
 from planner.launch.shell import Raw, Word, command
-from planner.launch.slurm import script_head, torchrun_head
+from planner.launch.slurm import environment_lines, script_head, torchrun_head
 from planner.launch.target import MegatronFsdp, Target
 
 VERSION = "Megatron-LM main (core 0.19 spellings; checked against commit d98e8a64)"
@@ -350,26 +350,30 @@ def environment(target: Target) -> list[str]:
     return []
 
 
-FILL_IN = [
-    'MEGATRON_LM="${MEGATRON_LM:?set MEGATRON_LM to a Megatron-LM checkout (main, core 0.19 or later)}"',
-    'TOKENIZER_MODEL="${TOKENIZER_MODEL:?set TOKENIZER_MODEL to a Hugging Face tokenizer name or directory}"',
-    "# One or more Megatron indexed-dataset prefixes, optionally weighted: \"0.7 /data/a_text_document 0.3 /data/b_text_document\".",
-    'read -r -a DATA_PATH <<< "${DATA_PATH:?set DATA_PATH to the prefix(es) of the preprocessed .bin/.idx data}"',
-    'SPLIT="${SPLIT:-99,1,0}"',
-    'CHECKPOINT_DIR="${CHECKPOINT_DIR:-checkpoints}"',
-    "# Schedule and optimizer settings are not part of the plan; these are common defaults.",
-    'TRAIN_ITERS="${TRAIN_ITERS:-1000}"',
-    'LR="${LR:-3e-4}"',
-    'MIN_LR="${MIN_LR:-3e-5}"',
-    'LR_WARMUP_ITERS="${LR_WARMUP_ITERS:-100}"',
-    'EVAL_INTERVAL="${EVAL_INTERVAL:-1000}"',
-    'SAVE_INTERVAL="${SAVE_INTERVAL:-1000}"',
-]
+def fill_in(target: Target) -> list[str]:
+    from planner.launch.deepspeed import save_interval_lines
+
+    return [
+        'MEGATRON_LM="${MEGATRON_LM:?set MEGATRON_LM to a Megatron-LM checkout (main, core 0.19 or later)}"',
+        'TOKENIZER_MODEL="${TOKENIZER_MODEL:?set TOKENIZER_MODEL to a Hugging Face tokenizer name or directory}"',
+        "# One or more Megatron indexed-dataset prefixes, optionally weighted: \"0.7 /data/a_text_document 0.3 /data/b_text_document\".",
+        'read -r -a DATA_PATH <<< "${DATA_PATH:?set DATA_PATH to the prefix(es) of the preprocessed .bin/.idx data}"',
+        'CHECKPOINT_DIR="${CHECKPOINT_DIR:?set CHECKPOINT_DIR to a directory every node can write (checkpoints are saved and resumed there)}"',
+        'SPLIT="${SPLIT:-99,1,0}"',
+        "# Schedule and optimizer settings are not part of the plan; these are common defaults.",
+        'TRAIN_ITERS="${TRAIN_ITERS:-1000}"',
+        'LR="${LR:-3e-4}"',
+        'MIN_LR="${MIN_LR:-3e-5}"',
+        'LR_WARMUP_ITERS="${LR_WARMUP_ITERS:-100}"',
+        'EVAL_INTERVAL="${EVAL_INTERVAL:-1000}"',
+        *save_interval_lines(target),
+    ]
 
 
 def train_sh(target: Target) -> str:
     groups = args(target)
-    lines = script_head(target, f"Megatron-LM launch written by planner launch, for {VERSION}.", FILL_IN)
+    lines = script_head(target, f"Megatron-LM launch written by planner launch, for {VERSION}.", fill_in(target))
+    lines += environment_lines(target)
     env = environment(target)
     if env:
         lines += [*env, ""]
