@@ -12,6 +12,7 @@ and review the diff.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import stat
@@ -320,3 +321,53 @@ def test_train_sh_passes_extra_arguments(tmp_path):
     directory = write(BY_NAME["titan-interleaved"].build(), tmp_path / "launch")
     argv = run_train_sh(directory, tmp_path, None, "--training.steps", "5")
     assert after(argv, "torchtitan.train")[-3:] == ["--training.steps", "5", "activation-checkpoint:none"]
+
+
+# --- Kubernetes -----------------------------------------------------------------------------------
+
+SCHEMA = Path(__file__).parent / "data" / "pytorchjob_v1_schema.json"
+
+
+def _strict(node):
+    """The CRD schema with unknown fields refused: Kubernetes prunes or (kubectl --validate=strict, the
+    default since 1.27) rejects fields a structural schema does not list; jsonschema would accept them."""
+    if isinstance(node, dict):
+        out = {k: _strict(v) for k, v in node.items()}
+        if "properties" in node and "additionalProperties" not in node and not node.get("x-kubernetes-preserve-unknown-fields"):
+            out["additionalProperties"] = False
+        return out
+    if isinstance(node, list):
+        return [_strict(v) for v in node]
+    return node
+
+
+@functools.cache
+def _validator():
+    import jsonschema
+
+    schema = _strict(json.loads(SCHEMA.read_text()))
+    jsonschema.Draft7Validator.check_schema(schema)
+    return jsonschema.Draft7Validator(schema)
+
+
+@pytest.mark.parametrize("name", ["megatron-cp", "titan-interleaved", "megatron-torch-fsdp2-zero2"])
+def test_job_yaml_validates_against_the_pytorchjob_crd(name):
+    jsonschema = pytest.importorskip("jsonschema")
+    import yaml
+
+    launch = BY_NAME[name].build()
+    doc = yaml.safe_load(launch.files["job.yaml"].text)
+    validator = _validator()
+    validator.validate(doc)
+    target = launch.report.job
+    specs = doc["spec"]["pytorchReplicaSpecs"]
+    pods = sum(s["replicas"] for s in specs.values())
+    gpus = {s["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] for s in specs.values()}
+    assert pods * gpus.pop() == target.gpus and int(doc["spec"]["nprocPerNode"]) * pods == target.gpus
+    container = specs["Master"]["template"]["spec"]["containers"][0]
+    assert container["name"] == "pytorch" and container["ports"][0]["name"] == "pytorchjob-port"
+    assert container["command"] == ["bash", "/launch/train.sh"]
+    # a misspelled key fails: the check is real
+    specs["Master"]["template"]["spec"]["containers"][0]["resorces"] = {}
+    with pytest.raises(jsonschema.ValidationError, match="resorces"):
+        validator.validate(doc)

@@ -19,7 +19,7 @@ from typing import Any
 from cost_models.enums import Framework
 from cost_models.errors import SpecError
 from planner import __version__
-from planner.launch import deepspeed, megatron, slurm, torchtitan
+from planner.launch import deepspeed, kubernetes, megatron, slurm, torchtitan
 from planner.launch.options import LaunchOptions, MegatronFsdp, TitanVersion
 from planner.launch.target import File, Target
 from planner.runners import EstimateReport
@@ -71,6 +71,7 @@ def build_launch(report: EstimateReport, options: LaunchOptions = LaunchOptions(
         files = deepspeed.files(target)
     if target.multi_node or options.slurm:
         files["job.sbatch"] = File(slurm.job_sbatch(target), executable=True)
+        files["job.yaml"] = File(kubernetes.job_yaml(target))
     files["plan.json"] = File(json.dumps(plan_document(target, report, rank, sorted(files) + ["README.md", "plan.json"]), indent=2) + "\n")
     files["README.md"] = File(readme(target, report, rank, files))
     return LaunchFiles(files=dict(sorted(files.items())), report=report, rank=rank)
@@ -129,6 +130,7 @@ _FILL = {
 _ABOUT = {
     "train.sh": "runs torchrun for this node's GPUs; extra arguments are passed on to the trainer",
     "job.sbatch": "Slurm batch script: one task per node, each running train.sh, with the c10d rendezvous on the first node",
+    "job.yaml": "Kubernetes: a Kubeflow PyTorchJob (kubeflow.org/v1), one pod per node running train.sh from a ConfigMap of this directory",
     "plan.json": "the resolved layout, the specs and the full prediction (`planner estimate --json`)",
     "ds_config.json": "DeepSpeed configuration: ZeRO stage, batch triplet, precision, buckets",
     "config.json": "the model as a Hugging Face config.json (read back by the planner's importer to the planned model, field for field)",
@@ -178,6 +180,8 @@ def readme(target: Target, report: EstimateReport, rank: int | None, files: dict
     lines += ["", "## Run", ""]
     if "job.sbatch" in files:
         lines.append("From this directory: `sbatch job.sbatch`.")
+        lines.append(f"On Kubernetes with the Kubeflow Training Operator: `kubectl create configmap {kubernetes.name(target)}-launch "
+                     "--from-file=.`, set the image and the empty env values in job.yaml, then `kubectl apply -f job.yaml`.")
     if target.multi_node:
         lines.append(
             f"Without Slurm, run `./train.sh` on each of the {target.nnodes} nodes with `MASTER_ADDR` set to the "
