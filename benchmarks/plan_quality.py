@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.memory_accuracy import write_section  # noqa: E402
 from benchmarks.published import PublishedRun, load  # noqa: E402
 from cost_models.errors import SpecError  # noqa: E402
-from cost_models.job import Job, stage_layer_counts  # noqa: E402
+from cost_models.job import Job  # noqa: E402
 from cost_models.layout import Layout  # noqa: E402
 from cost_models.memory import DEFAULT_HEADROOM  # noqa: E402
 from cost_models.rules import resolve  # noqa: E402
@@ -100,8 +100,7 @@ def outside_space(problem: Problem, job: Job) -> tuple[tuple[str, str], ...]:
 
 
 def stage_counts(job: Job) -> list[int]:
-    lay = job.layout
-    return stage_layer_counts(job.model.num_layers, lay.pp, lay.pp_first_stage_layers, lay.pp_last_stage_layers)
+    return [len(job.stage_layer_ids(r)) for r in range(job.layout.pp)]
 
 
 def ends(counts: tuple[int, ...]) -> str:

@@ -546,18 +546,28 @@ def _mlperf(entry: dict) -> Mapped:
     fp8_params = "FP8_PARAMS" in tech or "FP8 params" in tech
     if fp8_params:
         notes.append("fp8 parameters (the submission's FP8_PARAMS: --fp8-param-gather)")
+    # The Llama-3.1 benchmarks' NeMo 2 code keeps gradients in bf16: MegatronMixedPrecision and
+    # DistributedDataParallelConfig with grad_reduce_in_fp32=False (mlcommons/training_results_v5.0@0fdc28f0
+    # NVIDIA/benchmarks/llama31_405b/implementations/eos-dfw_n256_ngc25.01_nemo/pretrain.py:252,355;
+    # training_results_v5.1@441d65f4 NVIDIA/benchmarks/llama31_8b/implementations/nemo/pretrain.py and
+    # Cisco/benchmarks/llama31_8b/implementations/nemo/pretrain.py:254,356). GPT-3's NeMo 1 code is not read here.
+    bf16_grads = m["layers"] != 96
+    if bf16_grads:
+        notes.append("gradients kept and reduced in bf16 (the NeMo code's grad_reduce_in_fp32=False)")
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.FP8,
                             framework=Framework.MEGATRON, attention=AttentionKernel.FLASH,
                             attention_backend=AttentionBackend.CUDNN, tp_comm_overlap=overlap and lay["tp"] > 1,
-                            fp8_param_gather=fp8_params)
+                            fp8_param_gather=fp8_params, grad_reduce_in_bf16=bf16_grads)
     first = last = None
-    if m["layers"] == 126 and lay["pp"] > 1:
-        per = (m["layers"] + 2) // (lay["pp"] * (lay.get("vpp") or 1))
-        raise Skip(f"126 layers + embedding + loss as pipeline layers: the end ranks hold {per * (lay.get('vpp') or 1) - 1} "
-                   f"layers in unequal chunks of vpp {lay.get('vpp')}, which Layout cannot express")
+    accounted = m["layers"] == 126 and lay["pp"] > 1 and ("account_for_embedding" in tech or "ASYM_PP_EMBED" in tech)
+    if accounted:
+        notes.append("embedding and loss counted as pipeline layers (the submission's ASYM_PP_EMBED/ASYM_PP_LOSS: "
+                     "--account-for-embedding/loss-in-pipeline-split)")
     layout = _layout(entry, zero=Zero.OPTIMIZER, recompute=Recompute.NONE,
                      schedule=(Schedule.INTERLEAVED if (lay.get("vpp") or 1) > 1 else Schedule.ONE_F_ONE_B) if lay["pp"] > 1 else None,
                      first=first, last=last)
+    if accounted:
+        layout = layout.model_copy(update=dict(account_for_embedding=True, account_for_loss=True))
     if "Oracle" in entry["source"]["title"] or "oracle" in entry["id"]:
         notes.append("network: the dgx-h100 preset stands in for Oracle's RoCEv2 fabric (per-GPU rate not stated)")
     return model, _cluster(entry), training, layout, notes

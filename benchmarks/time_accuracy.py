@@ -194,7 +194,8 @@ def constants_table(grid: Grid, cal: Calibration, loso: dict[str, Calibration]) 
 
 def _layout(job: Job) -> str:
     lay = job.layout
-    parts = [f"tp{lay.tp}", f"pp{lay.pp}" + (f"v{lay.vpp}" if lay.vpp > 1 else ""), f"dp{job.dp}"]
+    split = "[E+L]" if lay.account_for_embedding and lay.account_for_loss else "[layout]" if lay.pp_layout else ""
+    parts = [f"tp{lay.tp}", f"pp{lay.pp}" + (f"v{lay.vpp}" if lay.vpp > 1 else "") + split, f"dp{job.dp}"]
     if lay.cp > 1:
         parts.append(f"cp{lay.cp}")
     if lay.ep > 1:

@@ -13,6 +13,7 @@ from cost_models.enums import Recompute, Schedule, Zero
 from cost_models.hardware import Cluster
 from cost_models.layout import Layout
 from cost_models.model_spec import ModelSpec
+from cost_models.pipeline_split import virtual_stage_layers
 from cost_models.training import TrainingSpec
 
 
@@ -94,13 +95,14 @@ class Job:
     def stage_chunks(self) -> tuple[tuple[tuple[int, ...], ...], ...]:
         """Decoder-layer ids of each model chunk of each pipeline rank: [rank][chunk] -> layer ids.
 
-        Megatron's order: virtual stage v of rank r is global segment v·pp + r; the first and last
-        ranks may hold a different number of layers (decoder-first/last-pipeline-num-layers),
-        split evenly over their vpp chunks.
+        Megatron's order: virtual stage v of rank r is global segment v·pp + r, each holding the
+        decoder layers cost_models.pipeline_split gives it (even, uneven ends, embedding and loss
+        counted as layers, or an explicit layout).
         """
-        lay, n = self.layout, self.model.num_layers
-        per_rank = stage_layer_counts(n, lay.pp, lay.pp_first_stage_layers, lay.pp_last_stage_layers)
-        sizes = [per_rank[r] // lay.vpp for _ in range(lay.vpp) for r in range(lay.pp)]
+        lay = self.layout
+        sizes = virtual_stage_layers(self.model.num_layers, lay.pp, lay.vpp, first=lay.pp_first_stage_layers,
+                                     last=lay.pp_last_stage_layers, embedding=lay.account_for_embedding,
+                                     loss=lay.account_for_loss, layout=lay.pp_layout)
         starts = [sum(sizes[:i]) for i in range(len(sizes))]
         return tuple(
             tuple(tuple(range(starts[v * lay.pp + r], starts[v * lay.pp + r] + sizes[v * lay.pp + r])) for v in range(lay.vpp))
@@ -129,19 +131,3 @@ class Job:
             chunks = tuple(tuple((is_moe(i), self.recompute_mode(n)) for n, i in enumerate(c)) for c in self.stage_chunks[rank])
             self.memo[key] = (rank == 0, rank == self.layout.pp - 1, chunks)
         return self.memo[key]
-
-
-def stage_layer_counts(num_layers: int, pp: int, first: int | None, last: int | None) -> list[int]:
-    """Decoder layers per pipeline rank; the middle ranks share what the ends leave evenly."""
-    if pp == 1:
-        return [num_layers]
-    ends = [x for x in (first, last) if x is not None]
-    middle_ranks = pp - len(ends)
-    rest = num_layers - sum(ends)
-    each = rest // middle_ranks if middle_ranks else 0
-    counts = [each] * pp
-    if first is not None:
-        counts[0] = first
-    if last is not None:
-        counts[-1] = last
-    return counts

@@ -6,7 +6,9 @@ fills them for a framework and checks every rule, returning a Job.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from cost_models.enums import Recompute, Schedule, Zero
 from cost_models.model_spec import Count, Spec
@@ -29,6 +31,12 @@ class Layout(Spec):
     schedule: Schedule | None = None  # None = interleaved when vpp > 1, else 1F1B
     pp_first_stage_layers: Count | None = None  # uneven split: decoder layers on the first stage
     pp_last_stage_layers: Count | None = None  # ... and on the last stage
+    # Megatron --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split: the
+    # embedding (loss) counts as one layer of the first (last) virtual stage (cost_models.pipeline_split)
+    account_for_embedding: bool = False
+    account_for_loss: bool = False
+    # Megatron --pipeline-model-parallel-layout, e.g. "Et*3|(tt|)*29|tL"; sets vpp = stages / pp
+    pp_layout: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json")

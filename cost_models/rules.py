@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from cost_models.enums import AttentionKernel, Fp8Recipe, Framework, MoEDispatch, PositionKind, Precision, Recompute, Schedule, Zero
 from cost_models.errors import SpecError
 from cost_models.hardware import Cluster
-from cost_models.job import Job, stage_layer_counts
+from cost_models.job import Job
+from cost_models.pipeline_split import layout_errors, parse_pp_layout, stage_layer_counts
 from cost_models.layout import Layout
 from cost_models.model_spec import ModelSpec
 from cost_models.training import TrainingSpec
@@ -63,14 +64,32 @@ def fill_defaults(model: ModelSpec, cluster: Cluster, training: TrainingSpec, la
     sp = lay.sp if lay.sp is not None else (lay.tp > 1 and fw is not DEEPSPEED)
     etp = lay.etp if lay.etp is not None else (lay.tp if fw is MEGATRON else 1)
     zero = lay.zero if lay.zero is not None else DEFAULT_ZERO[fw]
-    schedule = lay.schedule or (Schedule.INTERLEAVED if lay.vpp > 1 else Schedule.ONE_F_ONE_B)
+    vpp = _layout_vpp(lay)
+    schedule = lay.schedule or (Schedule.INTERLEAVED if vpp > 1 else Schedule.ONE_F_ONE_B)
     filled = lay.model_copy(
-        update=dict(dp=dp, sp=sp, etp=etp, zero=Zero(zero), schedule=schedule, dp_shard=lay.dp_shard or dp)
+        update=dict(dp=dp, sp=sp, etp=etp, zero=Zero(zero), schedule=schedule, dp_shard=lay.dp_shard or dp, vpp=vpp)
     )
     if training.global_batch_size is None:
         microbatches = 1 if lay.pp == 1 else 4 * lay.pp
         training = training.model_copy(update=dict(global_batch_size=lay.mbs * dp * microbatches))
     return Job(model=model, cluster=cluster, training=training, layout=filled)
+
+
+def _layout_vpp(lay: Layout) -> int:
+    """vpp as an explicit pipeline layout sets it: its stages over pp (Megatron arguments.py L941-951).
+    A layout that does not parse or split over pp keeps the given vpp; the pipeline_split rule says why."""
+    if lay.pp_layout is None:
+        return lay.vpp
+    try:
+        stages = len(parse_pp_layout(lay.pp_layout))
+    except ValueError:
+        return lay.vpp
+    if stages % lay.pp:
+        return lay.vpp
+    if lay.vpp not in (1, stages // lay.pp):
+        raise SpecError(f"vpp({lay.vpp}) disagrees with pp_layout: {stages} stages over pp({lay.pp}) make vpp {stages // lay.pp}; "
+                        "drop vpp or make them agree")
+    return stages // lay.pp
 
 
 # --- rules --------------------------------------------------------------------------------------
@@ -144,15 +163,37 @@ def _sp_needs_tp(job: Job) -> str | None:
 def _pipeline_split(job: Job) -> str | None:
     lay, n = job.layout, job.model.num_layers
     first, last, pp, vpp = lay.pp_first_stage_layers, lay.pp_last_stage_layers, lay.pp, lay.vpp
+    accounted = lay.account_for_embedding or lay.account_for_loss
     if pp == 1:
-        if first is not None or last is not None:
-            return "pp_first/last_stage_layers need pp > 1"
+        given = [name for name, on in (("pp_first/last_stage_layers", first is not None or last is not None),
+                                       ("account_for_embedding/loss", accounted), ("pp_layout", lay.pp_layout is not None)) if on]
+        if given:
+            return f"{' and '.join(given)} need pp > 1"
         return None if vpp == 1 else f"vpp({vpp}) needs pp > 1"
+    if lay.pp_layout is not None:
+        # transformer_config.py L2244-2260: the layout excludes the other split arguments
+        if first is not None or last is not None or accounted:
+            return "pp_layout cannot be combined with pp_first/last_stage_layers or account_for_embedding/loss"
+        try:
+            stages = parse_pp_layout(lay.pp_layout)
+        except ValueError as e:
+            return f"pp_layout: {e}"
+        return layout_errors(stages, n, pp)
+    if accounted:
+        # transformer_config.py L2229-2240
+        if first is not None or last is not None:
+            return "account_for_embedding/loss cannot be combined with pp_first/last_stage_layers (Megatron refuses both)"
+        units = n + int(lay.account_for_embedding) + int(lay.account_for_loss)
+        if units % (pp * vpp):
+            return (f"num_layers({n}) + {units - n} accounted = {units} is not divisible by pp({pp})·vpp({vpp}); "
+                    f"pp·vpp must divide {units}: one of {_divisors(units)}")
+        return None
     if first is None and last is None:
         if n % pp:
-            return f"num_layers({n}) is not divisible by pp({pp}); pp in {_divisors(n)}, or give first/last stage layers"
+            return f"num_layers({n}) is not divisible by pp({pp}); pp in {_divisors(n)}, or {_split_hint(n, pp, vpp)}"
         if (n // pp) % vpp:
-            return f"num_layers({n})/pp({pp}) = {n // pp} layers per rank is not divisible by vpp({vpp}); vpp in {_divisors(n // pp)}"
+            return (f"num_layers({n})/pp({pp}) = {n // pp} layers per rank is not divisible by vpp({vpp}); "
+                    f"vpp in {_divisors(n // pp)}, or {_split_hint(n, pp, vpp)}")
         return None
     ends = [x for x in (first, last) if x is not None]
     middle = pp - len(ends)
@@ -160,12 +201,24 @@ def _pipeline_split(job: Job) -> str | None:
     if rest < middle or (middle == 0 and rest != 0) or (middle and rest % middle):
         return (
             f"num_layers({n}) - first/last stage layers({sum(ends)}) = {rest} does not split evenly over "
-            f"the {middle} middle stages"
+            f"the {middle} middle stages; or {_split_hint(n, pp, vpp)}"
         )
     for count in stage_layer_counts(n, pp, first, last):
         if count % vpp:
-            return f"a stage with {count} layers cannot be split into vpp({vpp}) equal chunks"
+            return f"a stage with {count} layers cannot be split into vpp({vpp}) equal chunks; or {_split_hint(n, pp, vpp)}"
     return None
+
+
+def _split_hint(n: int, pp: int, vpp: int) -> str:
+    """What else would make n decoder layers legal on pp·vpp stages in Megatron."""
+    stages = pp * vpp
+    if (n + 2) % stages == 0:
+        return (f"count the embedding and the loss as layers (--account-for-embedding --account-for-loss: "
+                f"{n + 2} = {stages}·{(n + 2) // stages})")
+    if (n + 1) % stages == 0:
+        return (f"count the embedding or the loss as a layer (--account-for-embedding or --account-for-loss: "
+                f"{n + 1} = {stages}·{(n + 1) // stages})")
+    return "give every stage's layers with --pp-layout (Megatron --pipeline-model-parallel-layout)"
 
 
 def _global_batch(job: Job) -> str | None:
@@ -251,6 +304,9 @@ def _zero_deepspeed(job: Job) -> str | None:
 
 def _deepspeed_axes(job: Job) -> str | None:
     lay = job.layout
+    if lay.account_for_embedding or lay.account_for_loss or lay.pp_layout is not None:
+        return ("account_for_embedding/loss and pp_layout are Megatron's pipeline splits; DeepSpeed's PipelineModule "
+                "places layers by its partition_method: use megatron or torchtitan, or pp_first/last_stage_layers")
     if lay.cp > 1:
         return "DeepSpeed has no context parallelism (cp must be 1); use megatron or torchtitan"
     if lay.vpp > 1 or job.schedule is not Schedule.ONE_F_ONE_B:
@@ -303,6 +359,16 @@ def _tp_comm_overlap(job: Job) -> str | None:
         return f"tp_comm_overlap needs tp > 1 with sequence parallel (tp={job.layout.tp}, sp={job.sp})"
     if job.training.framework is DEEPSPEED:
         return "tp_comm_overlap is a Megatron (--tp-comm-overlap) or torchtitan (async TP) feature"
+    return None
+
+
+def _grad_reduce_in_bf16(job: Job) -> str | None:
+    tr = job.training
+    if not tr.grad_reduce_in_bf16:
+        return None
+    if tr.framework is not MEGATRON or tr.precision is Precision.FP16:
+        return (f"grad_reduce_in_bf16 is Megatron's --grad-reduce-in-bf16 for bf16 or fp8 runs "
+                f"(framework={tr.framework}, precision={tr.precision}); drop it")
     return None
 
 
@@ -371,6 +437,7 @@ RULES: tuple[Rule, ...] = (
     Rule("tp_comm_overlap", ALL, _tp_comm_overlap, "Megatron arguments.py (--tp-comm-overlap requires --sequence-parallel); torchtitan async TP"),
     Rule("fp8_recipe", ALL, _fp8_recipe, "Megatron --fp8-recipe (transformer_config.py L594); torchtitan quantize.linear.float8 recipe_name"),
     Rule("cp_flash", ALL, _cp_flash, "ring attention (Megatron/TE, torch context_parallel) uses fused attention"),
+    Rule("grad_reduce_in_bf16", ALL, _grad_reduce_in_bf16, "Megatron-LM@d98e8a64 arguments.py:1204-1217, 3053"),
     Rule("fp8_param_gather", ALL, _fp8_param_gather, "Megatron-LM@d98e8a64 arguments.py:1095-1098, 2016-2018"),
     Rule("moe_dispatch", ALL, _moe_dispatch, "Megatron-LM@23e00ed0 arguments.py:2889 (--overlap-moe-expert-parallel-comm)"),
 )

@@ -128,7 +128,7 @@ class StateConvention:
     master_bytes: int  # fp32 master weights (0 when the working weights are fp32 already)
 
 
-def convention(framework: Framework, precision: Precision, fp8_params: bool = False) -> StateConvention:
+def convention(framework: Framework, precision: Precision, fp8_params: bool = False, bf16_grads: bool = False) -> StateConvention:
     if framework is Framework.MEGATRON:
         # Megatron-LM docs/source/api-guide/dist_optimizer.md, "Data flow" table: bf16 params with
         # fp32 main grads = 18 bytes/param (6 + 12/d distributed); fp16 params and grads = 20 (4 + 16/d).
@@ -137,7 +137,8 @@ def convention(framework: Framework, precision: Precision, fp8_params: bool = Fa
         # (Megatron-LM@d98e8a64 megatron/core/distributed/param_and_grad_buffer.py:919-924).
         if precision is Precision.FP16:
             return StateConvention(2, Zero.PARAMETERS, 2, Zero.GRADIENTS, 4, 4)
-        return StateConvention(1 if fp8_params else 2, Zero.PARAMETERS, 4, Zero.GRADIENTS, 0, 4)
+        # --grad-reduce-in-bf16 keeps the grad buffer in bf16 (param_and_grad_buffer.py:923).
+        return StateConvention(1 if fp8_params else 2, Zero.PARAMETERS, 2 if bf16_grads else 4, Zero.GRADIENTS, 0, 4)
     if framework is Framework.TORCHTITAN:
         # FSDP2 keeps sharded fp32 parameters and fp32 gradients (MixedPrecisionPolicy param_dtype=bf16,
         # reduce_dtype=fp32, torchtitan config mixed_precision_param/reduce); the optimizer updates
@@ -156,9 +157,9 @@ def optimizer_states_per_param(optimizer: OptimizerKind) -> int:
 
 
 def state_parts(framework: Framework, precision: Precision, optimizer: OptimizerKind, zero: Zero,
-                fp8_params: bool = False) -> dict[str, tuple[int, bool]]:
+                fp8_params: bool = False, bf16_grads: bool = False) -> dict[str, tuple[int, bool]]:
     """Bytes per parameter of each model state, and whether `zero` shards it over the dp group."""
-    c = convention(framework, precision, fp8_params)
+    c = convention(framework, precision, fp8_params, bf16_grads)
     fp32 = 4
     return {
         "weights": (c.weight_bytes, zero >= c.weight_sharded_from),
@@ -172,7 +173,7 @@ def state_parts(framework: Framework, precision: Precision, optimizer: Optimizer
 def state_bytes(job: Job, *, params: int, shard: int) -> Breakdown:
     """Weights, gradients and optimizer bytes of `params` parameters sharded over `shard` ranks."""
     tr = job.training
-    parts = state_parts(tr.framework, tr.precision, tr.optimizer, job.zero, tr.fp8_param_gather)
+    parts = state_parts(tr.framework, tr.precision, tr.optimizer, job.zero, tr.fp8_param_gather, tr.grad_reduce_in_bf16)
     return Breakdown.of(
         "bytes",
         **{name: -(-params * n // shard) if sharded else params * n for name, (n, sharded) in parts.items()},

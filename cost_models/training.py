@@ -45,6 +45,12 @@ class TrainingSpec(Spec):
     # Megatron --fp8-param-gather: weights kept in fp8 (a uint8 parameter buffer) and gathered in fp8
     # (Megatron-LM@d98e8a64 megatron/core/distributed/param_and_grad_buffer.py:919-924); fp8 only.
     fp8_param_gather: bool = False
+    # Megatron --grad-reduce-in-bf16 (megatron-core DistributedDataParallelConfig grad_reduce_in_fp32=
+    # False): the gradient buffer and its reduction in bf16, 2 bytes per parameter instead of the fp32
+    # main grads Megatron-LM forces for --bf16 otherwise (Megatron-LM@d98e8a64 arguments.py:1204-1217,
+    # 3053; param_and_grad_buffer.py:923). NVIDIA's and Cisco's MLPerf Llama-3.1 NeMo code sets it
+    # (mlcommons/training_results_v5.0@0fdc28f0 NVIDIA/benchmarks/llama31_405b/.../pretrain.py:252,355).
+    grad_reduce_in_bf16: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:

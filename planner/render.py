@@ -36,7 +36,7 @@ def layout_line(job: Any) -> str:
     rc = lay.recompute.value + (f" ({lay.recompute_layers} layers/chunk)" if lay.recompute_layers else "")
     parts = [
         f"tp {lay.tp}{sp}",
-        f"pp {lay.pp}" + (f"×vpp {lay.vpp}" if lay.vpp > 1 else ""),
+        f"pp {lay.pp}" + (f"×vpp {lay.vpp}" if lay.vpp > 1 else "") + split_note(job),
         f"dp {job.dp} ({zero}{shard})",
         f"cp {lay.cp}",
     ]
@@ -194,6 +194,21 @@ def outlook_lines(report: Any) -> list[str]:
     return out
 
 
+def split_note(job: Any) -> str:
+    """How the pipeline's decoder layers are split, when not evenly: per rank, and what made it so."""
+    lay = job.layout
+    if lay.pp == 1:
+        return ""
+    how = ("layout " + lay.pp_layout if lay.pp_layout is not None else
+           " and ".join(x for x, on in (("embedding", lay.account_for_embedding), ("loss", lay.account_for_loss)) if on)
+           + " counted as layers" if lay.account_for_embedding or lay.account_for_loss else "")
+    if not how and lay.pp_first_stage_layers is None and lay.pp_last_stage_layers is None:
+        return ""
+    counts = [len(job.stage_layer_ids(r)) for r in range(lay.pp)]
+    shown = "/".join(map(str, counts)) if len(counts) <= 4 else f"{counts[0]}/{counts[1]}/…/{counts[-1]}"
+    return f" (layers {shown}" + (f"; {how})" if how else ")")
+
+
 def short_layout(job: Any) -> str:
     lay = job.layout
     zero = {0: "ddp", 1: "z1", 2: "z2", 3: "z3"}[int(job.zero)]
@@ -201,6 +216,10 @@ def short_layout(job: Any) -> str:
     parts = [f"tp{lay.tp}" + ("sp" if job.sp else ""), f"pp{lay.pp}" + (f"v{lay.vpp}" if lay.vpp > 1 else "")]
     if lay.pp_first_stage_layers or lay.pp_last_stage_layers:
         parts[-1] += f"[{lay.pp_first_stage_layers or '-'}/{lay.pp_last_stage_layers or '-'}]"
+    elif lay.pp_layout is not None:
+        parts[-1] += "[layout]"
+    elif lay.account_for_embedding or lay.account_for_loss:
+        parts[-1] += "[" + "+".join(x for x, on in (("E", lay.account_for_embedding), ("L", lay.account_for_loss)) if on) + "]"
     parts.append(f"dp{job.dp} {zero}{shard}")
     if lay.cp > 1:
         parts.append(f"cp{lay.cp}")
@@ -309,7 +328,8 @@ def suspect_lines(report: Any) -> list[str]:
         base = lay.model_dump()
         base.update(dp=None, dp_shard=None, schedule=None, **change)
         if "pp" in change or "recompute" in change:
-            base.update(vpp=1, pp_first_stage_layers=None, pp_last_stage_layers=None, recompute_layers=None)
+            base.update(vpp=1, pp_first_stage_layers=None, pp_last_stage_layers=None, recompute_layers=None,
+                        account_for_embedding=False, account_for_loss=False, pp_layout=None)
         if "tp" in change:
             base.update(etp=None, sp=None)
         if change.get("tp", 0) > domain and not problem.allow_cross_node_tp:

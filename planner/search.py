@@ -270,7 +270,7 @@ def stages_table(problem: Problem, st: Stages) -> StagesTable:
 def state_coefficients(problem: Problem, sh: Sharding) -> tuple[int, int]:
     """(replicated, sharded) bytes per parameter under a Sharding."""
     tr = problem.training
-    parts = state_parts(tr.framework, tr.precision, tr.optimizer, sh.zero, tr.fp8_param_gather).values()
+    parts = state_parts(tr.framework, tr.precision, tr.optimizer, sh.zero, tr.fp8_param_gather, tr.grad_reduce_in_bf16).values()
     return sum(n for n, s in parts if not s), sum(n for n, s in parts if s)
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from cost_models.enums import Framework, Recompute, Schedule, Zero
 from cost_models.errors import SpecError
 from cost_models.hardware import Cluster
-from cost_models.job import stage_layer_counts
+from cost_models.pipeline_split import stage_layer_counts
 from cost_models.layout import Layout
 from cost_models.model_spec import ModelSpec
 from cost_models.training import TrainingSpec

@@ -100,7 +100,21 @@ def test_fp8_parameters_keep_one_byte_weights_and_only_the_transpose():
     assert fp8p.value("buffers/fp8_weight_cache") == pytest.approx(plain.value("buffers/fp8_weight_cache") / 2, rel=1e-6)
 
 
+def test_bf16_gradient_buffer_halves_the_gradients_and_the_reduction():
+    # Megatron --grad-reduce-in-bf16: the grad buffer is bf16 (2 bytes per parameter, not the fp32
+    # main grads), and the data-parallel reduce-scatter moves half the bytes
+    from cost_models.step_time import dp_tail
+
+    base = dict(seq_len=2048, global_batch_size=64)
+    jobs = [make_job("llama-3.1-70b", gpus=64, tp=8, pp=4, zero=1, training={**base, "grad_reduce_in_bf16": b}) for b in (False, True)]
+    fp32, bf16 = (memory_estimate(j).stages[1].breakdown for j in jobs)
+    assert bf16.value("model_states/gradients") == pytest.approx(fp32.value("model_states/gradients") / 2, rel=1e-6)
+    assert bf16.value("model_states/weights") == fp32.value("model_states/weights")
+    assert dp_tail(jobs[1], 1)[0] < dp_tail(jobs[0], 1)[0]
+
+
 @pytest.mark.parametrize("training, layout, needle", [
+    (dict(framework="torchtitan", grad_reduce_in_bf16=True), dict(), "grad_reduce_in_bf16 is Megatron's --grad-reduce-in-bf16"),
     (dict(precision="bf16", fp8_param_gather=True), dict(zero=1), "fp8_param_gather is Megatron's --fp8-param-gather with precision fp8"),
     (dict(precision="fp8", fp8_param_gather=True), dict(zero=0), "needs the distributed optimizer"),
     (dict(framework="torchtitan", moe_dispatch="overlap"), dict(), "moe_dispatch overlap is Megatron's"),

@@ -42,8 +42,9 @@ def test_runs_per_group():
     assert Counter(r.group for r in RUNS) == {
         "narayanan2021": 22, "korthikanti2022": 10, "torchtitan": 32, "mpt": 27, "fp8lm": 6, "zerobubble": 31,
         "vocabpar": 24, "megatron_readme_gpt3ex": 1, "torchtitan_docs_2024": 11, "nanotron_ultrascale": 25,
-        "kempnerforge_mfu_scaling": 14, "kempnerforge_config_validation": 7, "mlperf": 17, "mlperf_coreweave": 3,
-        "mlperf_azure": 1, "mlperf_smc": 1, "mlperf_oracle": 3, "mlperf_cisco": 2, "mlperf_uf": 1,
+        "kempnerforge_mfu_scaling": 14, "kempnerforge_config_validation": 7, "mlperf": 24, "mlperf_coreweave": 3,
+        "mlperf_azure": 1, "mlperf_smc": 1, "mlperf_oracle": 3, "mlperf_cisco": 2, "mlperf_uf": 3,
+        "mlperf_ibm_coreweave": 5, "mlperf_nebius": 2,  # the Llama-3.1-405B rows: embedding and loss as pipeline layers
     }
 
 

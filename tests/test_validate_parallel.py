@@ -53,6 +53,7 @@ RUNS_2 = {
     "fsdp": _job(zero=3, mbs=2, recompute="full", recompute_layers=2),  # FSDP2, 2 of 4 layers checkpointed
     "tp_sp": _job(tp=2, recompute="selective"),  # tensor + sequence parallel, core attention recomputed
     "pp_1f1b": _job(pp=2, mbs=2),  # 2 stages, 4 micro-batches
+    "pp_layout": _job(pp=2, mbs=2, pp_layout="Et|tttL"),  # Megatron's layout grammar: 1 layer, then 3
     "ep": _job(TINY_MOE, ep=2),  # experts over 2 ranks, FSDP over the same 2
     "cp": _job(cp=2),  # ring attention over 2 ranks
     "gpt_fsdp": _job(TINY_GPT, zero=3),  # tied embedding in FSDP's root unit
@@ -60,6 +61,7 @@ RUNS_2 = {
 RUNS_4 = {
     "fsdp_tp": _job(gpus=4, tp=2),  # 2-D: FSDP 2 x TP 2
     "pp_interleaved": _job(gpus=4, pp=2, vpp=2),  # 2 ranks x 2 virtual stages, FSDP 2
+    "pp_layout_empty_ends": _job(gpus=4, pp=2, pp_layout="E|tt|tt|L"),  # vpp 2 from the layout; chunks without decoder layers
     "hsdp": _job(gpus=4, dp_shard=2),  # 2 replicas of 2 shards
 }
 

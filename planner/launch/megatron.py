@@ -216,10 +216,21 @@ def _parallel(job: Job, target: Target) -> list[Flag]:
         out.append(("--decoder-first-pipeline-num-layers", lay.pp_first_stage_layers))  # ARG L3095
     if lay.pp_last_stage_layers is not None:
         out.append(("--decoder-last-pipeline-num-layers", lay.pp_last_stage_layers))  # ARG L3099
-    if job.schedule is Schedule.INTERLEAVED:
+    # Embedding and loss as pipeline layers (flags generated from TC L137/L141 by ARG L2373; ARG
+    # L954-998 adds 1 each to the layers split over pp; transformer_block.py get_num_layers_to_build
+    # builds one decoder layer fewer on the first and last virtual stage), or every stage given
+    # (--pipeline-model-parallel-layout, ARG L3103, which sets vpp itself and excludes the other vpp
+    # flags, ARG L926-951).
+    if lay.account_for_embedding:
+        out.append(("--account-for-embedding-in-pipeline-split",))
+    if lay.account_for_loss:
+        out.append(("--account-for-loss-in-pipeline-split",))
+    if lay.pp_layout is not None:
+        out.append(("--pipeline-model-parallel-layout", lay.pp_layout))
+    elif job.schedule is Schedule.INTERLEAVED:
         # --virtual-pipeline-model-parallel-size does not exist on main (§1.1). With uneven ends only
         # the stages-per-rank form is accepted (ARG L954-978).
-        if uneven:
+        if uneven or lay.account_for_embedding or lay.account_for_loss:
             out.append(("--num-virtual-stages-per-pipeline-rank", lay.vpp))  # ARG L3116
         else:
             out.append(("--num-layers-per-virtual-pipeline-stage", job.model.num_layers // (lay.pp * lay.vpp)))  # ARG L3114
@@ -301,6 +312,8 @@ def _precision(job: Job) -> list[Flag]:
     if tr.precision is Precision.FP16:
         return [("--fp16",)]  # MPC L177
     out: list[Flag] = [("--bf16",)]  # MPC L180
+    if tr.grad_reduce_in_bf16:
+        out.append(("--grad-reduce-in-bf16",))  # ARG L3053: bf16 grad buffer and reduction (ARG L1204-1217)
     if tr.precision is Precision.FP8:
         # E4M3 forward, E5M2 gradients (TC L587 `fp8` exposed as --fp8-format); recipe TC L594.
         out += [("--fp8-format", "hybrid"), ("--fp8-recipe", str(tr.fp8_recipe))]

@@ -131,13 +131,13 @@ class Split:
 
 
 def split(job: Job, output: str) -> Split:
-    lay, n = job.layout, job.model.num_layers
-    first, last = lay.pp_first_stage_layers, lay.pp_last_stage_layers
+    lay = job.layout
     if lay.pp == 1:
         return Split(None, 1, 1, None)
-    if first is None and last is None:
+    stages = [len(job.stage_chunks[r][v]) for v in range(lay.vpp) for r in range(lay.pp)]
+    if len(set(stages)) == 1:
         # Weights 0: ceil(n / per) = pp·vpp stages of exactly n/(pp·vpp) layers each.
-        return Split(n // (lay.pp * lay.vpp), 0, 0, None)
+        return Split(stages[0], 0, 0, None)
     counts = [len(job.stage_layer_ids(r)) for r in range(lay.pp)]
     middle = max(counts)
     if lay.vpp == 1 and all(c == middle for c in counts[1:-1]):

@@ -231,6 +231,7 @@ def choose_slice(plan: Job, ranks: int) -> Slice:
             layout = lay.model_copy(update={
                 "pp": 1, "vpp": 1, "dp": None, "dp_shard": math.gcd(dp_shard, d), "schedule": None,
                 "pp_first_stage_layers": None, "pp_last_stage_layers": None,
+                "account_for_embedding": False, "account_for_loss": False, "pp_layout": None,
                 "recompute_layers": None if rl is None else min(len(ids), rl * lay.vpp),
             })
             job = _try(model, spec, n, _local_batch_training(plan, d), layout)
