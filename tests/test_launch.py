@@ -223,6 +223,20 @@ def test_hostile_model_name_cannot_inject(tmp_path):
     assert checked == 2
 
 
+def test_megatron_refuses_a_rope_factor_its_model_builder_drops(tmp_path):
+    """pretrain_gpt.py builds GPTModel without --rope-scaling-factor, so only 8.0 reaches the model
+    (Llama 3.2's 32 would train Llama 3.1's scaling); DeepSpeed's config.json carries the factor."""
+    spec = {"name": "llama-factor-32", **LLAMA_31_8B, "rope_scaling": {**LLAMA_31_8B["rope_scaling"], "factor": 32.0}}
+    spec_file = tmp_path / "m.json"
+    spec_file.write_text(json.dumps(spec))
+    common = ["launch", str(spec_file), "-c", "dgx-h100", "-g", "8", "--tp", "1", "--zero", "1"]
+    result = runner.invoke(app, [*common, "--out", str(tmp_path / "m")])
+    assert result.exit_code == 2 and "rope scaling factor 32.0" in result.output and not (tmp_path / "m").exists()
+    result = runner.invoke(app, [*common, "--framework", "deepspeed", "--out", str(tmp_path / "d")])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "d" / "config.json").read_text())["rope_scaling"]["factor"] == 32.0
+
+
 def test_torchtitan_toml_escapes_the_name(tmp_path):
     import tomllib
 

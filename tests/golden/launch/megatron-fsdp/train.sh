@@ -56,7 +56,7 @@ MODEL_ARGS=(
   --disable-bias-linear
   --hidden-dropout 0.0
   --attention-dropout 0.0
-  --make-vocab-size-divisible-by 128
+  --padded-vocab-size 128256
 )
 
 PARALLEL_ARGS=(

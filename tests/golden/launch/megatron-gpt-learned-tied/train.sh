@@ -45,7 +45,7 @@ MODEL_ARGS=(
   --norm-epsilon 1e-05
   --hidden-dropout 0.1
   --attention-dropout 0.1
-  --make-vocab-size-divisible-by 1
+  --padded-vocab-size 50257
 )
 
 PARALLEL_ARGS=(

@@ -54,7 +54,7 @@ MODEL_ARGS=(
   --disable-bias-linear
   --hidden-dropout 0.0
   --attention-dropout 0.0
-  --make-vocab-size-divisible-by 128
+  --padded-vocab-size 32000
   --num-experts 8
   --moe-router-topk 2
   --moe-ffn-hidden-size 14336

@@ -53,7 +53,7 @@ MODEL_ARGS=(
   --disable-bias-linear
   --hidden-dropout 0.0
   --attention-dropout 0.0
-  --make-vocab-size-divisible-by 128
+  --padded-vocab-size 151936
   --num-experts 128
   --moe-router-topk 8
   --moe-ffn-hidden-size 768
