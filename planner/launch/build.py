@@ -213,8 +213,12 @@ def model_notes(target: Target) -> list[str]:
     if target.options.torchtitan_model is not None:
         return [f"torchtitan's registry entry `{target.options.torchtitan_model}` as named by --torchtitan-model; "
                 f"the planned model is {facts} and was not compared with it."]
-    return [f"torchtitan's built-in flavour `{entry.module}` `{entry.flavor}`, which equals the planned model "
-            f"({facts}): the planner's preset `{entry.preset}` of the same fields."]
+    out = [f"torchtitan's built-in flavour `{entry.module}` `{entry.flavor}`, which equals the planned model "
+           f"({facts}): the planner's preset `{entry.preset}` of the same fields."]
+    if m.moe is not None:
+        out.append(f"Except load balancing: torchtitan balances the experts {torchtitan.TITAN_BALANCING}, not with the "
+                   f"auxiliary loss of coefficient {m.moe.aux_loss_coef:g} that the model's Hugging Face config names.")
+    return out
 
 
 # --- writing ------------------------------------------------------------------------------------

@@ -41,17 +41,30 @@ class TitanModel:
     module: str  # torchtitan.models.<module>
     config: str | None  # 0.3.0 config_registry function (None: the registry has none)
     flavor: str  # 0.2.2 [model] flavor; 0.3.0 model_registry key
+    # The 0.3.0 config function also switches on what the plan may not have: llama3_405b() adds a
+    # Float8LinearConverter and compile with async tensor parallel (llama3/config_registry.py
+    # L295-310), so torchtitan_plan.py rebuilds the model spec and sets compile from the plan.
+    config_extras: bool = False
 
 
 # torchtitan/models/llama3/config_registry.py L184-295 and qwen3/config_registry.py L295 (0.3.0);
-# flavors in torchtitan/models/{llama3,qwen3}/__init__.py (v0.2.2 and 0.3.0).
+# flavors in torchtitan/models/{llama3,qwen3}/__init__.py (v0.2.2 and 0.3.0). Each flavour's
+# dimensions, rope (theta, Llama-3.1 scaling) and norm epsilon equal the preset's
+# (tests/test_launch_titan_model.py builds them). Not listed: qwen3 `235B-A22B`, whose rope theta is
+# 5,000,000 (0.3.0 qwen3/__init__.py _235b_a22b; v0.2.2 the same) where Qwen3-235B-A22B's
+# config.json has 1,000,000: that flavour trains another model.
 TITAN_MODELS = (
     TitanModel("llama-3.1-8b", "llama3", "llama3_8b", "8B"),
     TitanModel("llama-3.1-70b", "llama3", "llama3_70b", "70B"),
-    TitanModel("llama-3.1-405b", "llama3", "llama3_405b", "405B"),
+    TitanModel("llama-3.1-405b", "llama3", "llama3_405b", "405B", config_extras=True),
     TitanModel("qwen3-30b-a3b", "qwen3", "qwen3_30b_a3b", "30B-A3B"),
-    TitanModel("qwen3-235b-a22b", "qwen3", None, "235B-A22B"),
 )
+
+# torchtitan's MoE balances experts without an auxiliary loss: a per-expert routing bias updated
+# before each optimizer step at rate load_balance_coeff (default 1e-3; torchtitan 0.3.0
+# models/common/moe.py L369-395, components/optimizer/optimizer.py register_moe_load_balancing_hook;
+# DeepSeek's auxiliary-loss-free balancing, arXiv 2408.15664). No setting adds the GShard/Switch loss.
+TITAN_BALANCING = "auxiliary-loss-free (a routing bias per expert, update rate 1e-3)"
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z0-9_.-]+")
 
@@ -232,7 +245,7 @@ def overrides(target: Target) -> tuple[list[tuple[Word, ...]], str | None]:
         out.append(("--compile.enable",))  # configs.py CompileConfig L291
     if job.training.tp_comm_overlap:
         out.append(("--compile.enable_async_tensor_parallel",))  # configs.py L295 (needs compile of the model)
-    need_function = fqns is not None or job.training.precision is Precision.FP8
+    need_function = fqns is not None or job.training.precision is Precision.FP8 or titan_model(target).config_extras
     return out, (plan_function(target, fqns) if need_function else None)
 
 
@@ -259,6 +272,13 @@ def plan_function(target: Target, fqns: list[list[str]] | None) -> str:
         lines.append(f"from {module} import model_registry")
         # model_spec is not reachable from the command line (Trainer.Config: tyro.conf.Suppress, §2.1).
         body.append(f"    config.model_spec = model_registry({entry.flavor!r}, converters=[{converter}])")
+    elif entry.config_extras:
+        lines.append(f"from {module} import model_registry")
+        body.append(f"    config.model_spec = model_registry({entry.flavor!r})  # bf16: no float8 converter")
+    if entry.config_extras:
+        # the plan's compile settings; --compile.* flags after --config can still switch them on
+        body.append(f"    config.compile.enable = {tr.compile}")
+        body.append(f"    config.compile.enable_async_tensor_parallel = {tr.tp_comm_overlap}")
     if fqns is not None:
         body.append("    # Uneven first/last stages with interleaving: stage s = chunk v of pipeline rank r, s = v*pp + r.")
         body.append("    config.parallelism.module_fqns_per_model_part = [")
