@@ -385,3 +385,46 @@ def test_job_yaml_validates_against_the_pytorchjob_crd(name):
     specs["Master"]["template"]["spec"]["containers"][0]["resorces"] = {}
     with pytest.raises(jsonschema.ValidationError, match="resorces"):
         validator.validate(doc)
+
+
+def _cluster_file(tmp_path: Path, **changes) -> str:
+    """dgx-h100's preset table as a cluster file, with some fields changed."""
+    import tomllib
+
+    table = tomllib.loads((Path(__file__).parents[1] / "presets" / "clusters.toml").read_text())["dgx-h100"]
+    table = {**table, "name": "test-cluster", **changes}
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps({k: v for k, v in table.items() if v is not None}))
+    return str(path)
+
+
+@pytest.mark.parametrize(("fabric", "lines"), [
+    ("infiniband", ["# Fabric: InfiniBand."]),
+    ("roce", ["# Fabric: RoCE.", "NCCL_IB_GID_INDEX"]),
+    ("efa", ['export FI_PROVIDER="${FI_PROVIDER:-efa}"', 'export NCCL_BUFFSIZE="${NCCL_BUFFSIZE:-2097152}"',
+             'export FI_EFA_SET_CUDA_SYNC_MEMOPS="${FI_EFA_SET_CUDA_SYNC_MEMOPS:-0}"']),
+    ("unspecified", []),
+])
+def test_fabric_environment_and_devices(tmp_path, fabric, lines):
+    changes = {"fabric": fabric, "efa_devices_per_node": 32 if fabric == "efa" else None}
+    cluster = _cluster_file(tmp_path, **changes)
+    files = run_launch("llama-3.1-8b", cluster, 16, training={"framework": "megatron"}, layout={"tp": 2, "zero": 1}).files
+    text = files["train.sh"].text
+    assert all(line in text for line in lines)
+    assert ("FI_PROVIDER" in text) is (fabric == "efa") and ("# Fabric:" in text) is (fabric != "unspecified")
+    import yaml
+
+    doc = yaml.safe_load(files["job.yaml"].text)
+    _validator().validate(doc)
+    limits = [s["template"]["spec"]["containers"][0]["resources"]["limits"] for s in doc["spec"]["pytorchReplicaSpecs"].values()]
+    expected = {"nvidia.com/gpu": 8, **({"vpc.amazonaws.com/efa": 32} if fabric == "efa" else {})}
+    assert limits == [expected, expected]
+    # the directory runs: train.sh with the EFA exports is valid bash and reaches torchrun
+    run_train_sh(write(run_launch("llama-3.1-8b", cluster, 16, training={"framework": "megatron"}, layout={"tp": 2, "zero": 1}),
+                       tmp_path / "launch"), tmp_path)
+
+
+def test_efa_needs_its_device_count(tmp_path):
+    result = runner.invoke(app, ["launch", "llama-3.1-8b", "-c", _cluster_file(tmp_path, fabric="efa"), "-g", "16",
+                                 "--tp", "2", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "efa_devices_per_node" in result.output
