@@ -428,3 +428,26 @@ def test_efa_needs_its_device_count(tmp_path):
     result = runner.invoke(app, ["launch", "llama-3.1-8b", "-c", _cluster_file(tmp_path, fabric="efa"), "-g", "16",
                                  "--tp", "2", "--out", str(tmp_path / "o")])
     assert result.exit_code == 2 and "efa_devices_per_node" in result.output
+
+
+HF = Path(__file__).parent / "data" / "hf"
+
+
+@pytest.mark.parametrize(("fixture", "framework", "seq", "message"), [
+    ("Mistral-7B-v0.1", "megatron", 8192, "sliding_window 4096 < seq_len 8192"),
+    ("Mistral-7B-v0.1", "deepspeed", 8192, "sliding_window 4096 < seq_len 8192"),
+    ("Mistral-7B-v0.1", "megatron", 4096, None),  # a window as long as the sequence is full causal attention
+    ("pythia-1.4b", "megatron", 2048, "use_parallel_residual"),
+    ("pythia-1.4b", "deepspeed", 2048, None),  # gpt_neox's config default keeps the parallel residual
+    ("Qwen2.5-7B", "megatron", 8192, None),  # sliding_window with use_sliding_window false
+])
+def test_hf_settings_the_spec_drops_are_refused(tmp_path, fixture, framework, seq, message):
+    out = tmp_path / "o"
+    result = runner.invoke(app, ["launch", str(HF / fixture), "-c", "dgx-h100", "-g", "8", "--tp", "1", "--zero", "1",
+                                 "--framework", framework, "--seq-len", str(seq), "--out", str(out)])
+    if message is None:
+        assert result.exit_code == 0, result.output
+    else:
+        lines = [ln for ln in result.output.splitlines() if ln.strip()]
+        assert result.exit_code == 2 and len(lines) == 1 and message in lines[0], result.output
+        assert not out.exists()
