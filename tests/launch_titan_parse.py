@@ -98,6 +98,7 @@ def main() -> None:
         with contextlib.redirect_stdout(io.StringIO()):
             config = ConfigManager().parse_args(case["args"])
         sys.path.remove(case["dir"])
+        sys.modules.pop("torchtitan_plan", None)  # each launch directory has its own torchtitan_plan.py
         ac = config.activation_checkpoint
         results.append({
             "parallelism": _plain(config.parallelism),

@@ -440,10 +440,13 @@ HF = Path(__file__).parent / "data" / "hf"
     ("pythia-1.4b", "megatron", 2048, "use_parallel_residual"),
     ("pythia-1.4b", "deepspeed", 2048, None),  # gpt_neox's config default keeps the parallel residual
     ("Qwen2.5-7B", "megatron", 8192, None),  # sliding_window with use_sliding_window false
+    ("mistral-7b", "megatron", 8192, "sliding_window 4096 < seq_len 8192"),  # the preset: its config.json's window
+    ("mistral-7b", "deepspeed", 4096, None),
 ])
 def test_hf_settings_the_spec_drops_are_refused(tmp_path, fixture, framework, seq, message):
     out = tmp_path / "o"
-    result = runner.invoke(app, ["launch", str(HF / fixture), "-c", "dgx-h100", "-g", "8", "--tp", "1", "--zero", "1",
+    model = str(HF / fixture) if (HF / fixture).exists() else fixture
+    result = runner.invoke(app, ["launch", model, "-c", "dgx-h100", "-g", "8", "--tp", "1", "--zero", "1",
                                  "--framework", framework, "--seq-len", str(seq), "--out", str(out)])
     if message is None:
         assert result.exit_code == 0, result.output

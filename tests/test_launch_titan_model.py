@@ -1,12 +1,15 @@
 """torchtitan round trip: the flavour an emitted 0.3.x command names builds the planned model.
 
-train.sh's command (`--module M --config C` plus overrides) is parsed by torchtitan 0.3.0's own
+train.sh's command (`--module M --config C`, or torchtitan_plan.py's function, plus overrides) is parsed by torchtitan 0.3.0's own
 ConfigManager in a subprocess (tests/launch_titan_parse.py, as tests/test_launch_parsers.py does),
 and the model of the parsed config is built on the meta device as torchtitan's trainer builds it.
 Its parameter count equals the planner's, its rope (theta, Llama-3.1 scaling, rotary dims) and
 norms (RMSNorm epsilon, q/k norms) are the spec's, and its router (experts, top-k, softmax,
 top-k renormalisation) is the spec's; its load balancing is torchtitan's auxiliary-loss-free one,
 which launch's README says.
+
+Models no flavour equals get a model config generated with torchtitan's llama3 builders when its
+modules can hold them (tests: llama-2-7b, mistral-7b), and are refused otherwise.
 
 The flavour table itself: every llama3 / qwen3 flavour of torchtitan 0.3.0 with a planner preset of
 the same name is built, and is in planner/launch/torchtitan.py's TITAN_MODELS exactly when it
@@ -35,6 +38,10 @@ FLAVOURS = {
     "llama-3.1-8b": ("llama3", "8B"), "llama-3.1-70b": ("llama3", "70B"), "llama-3.1-405b": ("llama3", "405B"),
     "qwen3-30b-a3b": ("qwen3", "30B-A3B"), "qwen3-235b-a22b": ("qwen3", "235B-A22B"),
 }
+
+
+# Models no flavour equals whose llama3 model config torchtitan_plan.py generates (0.3).
+GENERATED = ["llama-2-7b", "mistral-7b"]
 
 
 def _run(jobs: list[dict]) -> list[dict]:
@@ -76,7 +83,7 @@ def built(tmp_path_factory):
     pytest.importorskip("torchtitan.config")
     tmp = tmp_path_factory.mktemp("titan")
     entries = [e for e in TITAN_MODELS if e.config]
-    jobs, launches, extras = [], [], []
+    jobs, launches, extras, generated = [], [], [], []
     for entry in entries:
         launch = Case(f"rt-{entry.preset}", entry.preset, 8, "torchtitan", {"tp": 1, "zero": 3}).build()
         directory = write(launch, tmp / entry.preset)
@@ -88,12 +95,20 @@ def built(tmp_path_factory):
             continue
         jobs.append({"dir": str(directory), "args": argv, "layers": launch.report.job.model.num_layers, "build": True})
         launches.append((entry, argv, launch))
+    for preset in GENERATED:
+        launch = Case(f"rt-{preset}", preset, 8, "torchtitan", {"tp": 1, "zero": 3}).build()
+        directory = write(launch, tmp / preset)
+        argv = after(run_train_sh(directory, tmp), "torchtitan.train")
+        jobs.append({"dir": str(directory), "args": argv, "layers": launch.report.job.model.num_layers, "build": True})
+        generated.append((preset, argv, launch))
     out = _run(jobs + [{"flavour": list(f)} for f in FLAVOURS.values()])
-    return list(zip(launches, out[:len(jobs)])), dict(zip(FLAVOURS, out[len(jobs):])), extras
+    n = len(launches)
+    return (list(zip(launches, out[:n])), dict(zip(FLAVOURS, out[len(jobs):])), extras,
+            list(zip(generated, out[n:len(jobs)])))
 
 
 def test_emitted_command_builds_the_planned_model(built):
-    emitted, _, _ = built
+    emitted, _, _, _ = built
     assert len(emitted) == 3
     for (entry, argv, launch), model in emitted:
         spec = presets.models()[entry.preset]
@@ -108,7 +123,7 @@ def test_emitted_command_builds_the_planned_model(built):
 def test_405b_plan_function_drops_the_registry_float8_and_compile(built):
     """llama3_405b() adds float8 and compile with async tp (config_registry.py L295-310); a bf16
     plan without compile gets the plain flavour and compile off."""
-    _, flavours, extras = built
+    _, flavours, extras, _ = built
     [(entry, argv, launch)] = extras
     assert (argv[argv.index("--module") + 1], argv[argv.index("--config") + 1]) == ("torchtitan_plan", "plan_config")
     plan = launch.files["torchtitan_plan.py"].text
@@ -118,9 +133,27 @@ def test_405b_plan_function_drops_the_registry_float8_and_compile(built):
 
 
 def test_titan_models_lists_exactly_the_flavours_that_equal_their_preset(built):
-    _, flavours, _ = built
+    _, flavours, _, _ = built
     known = presets.models()
     listed = {e.preset for e in TITAN_MODELS}
     verdicts = {name: _equal(known[name], model) for name, model in flavours.items()}
     assert {name for name, diff in verdicts.items() if not diff} == listed, verdicts
     assert verdicts["qwen3-235b-a22b"] == ["rope [[5000000.0, 'none', 8.0, 1.0, 4.0, 8192, 128]] != [1000000.0, 'none', None, None, None, None, 128]"]
+
+
+def test_generated_model_config_builds_the_planned_model(built):
+    """llama-2-7b (rope theta 10000, no scaling, 32000 tokens) and mistral-7b (GQA, 32768 tokens):
+    torchtitan_plan.py's generated config, parsed and built by torchtitan, is the planned model."""
+    *_, generated = built
+    for (preset, argv, launch), model in generated:
+        assert (argv[argv.index("--module") + 1], argv[argv.index("--config") + 1]) == ("torchtitan_plan", "plan_config")
+        assert "generates its model config" in launch.files["README.md"].text
+        assert _equal(presets.models()[preset], model) == [], preset
+
+
+def test_models_the_llama3_builders_cannot_hold_are_refused():
+    from cost_models.errors import SpecError
+
+    for preset, why in (("qwen2.5-7b", "linear biases"), ("mixtral-8x7b", "mixture of experts"), ("gpt2", "learned positions")):
+        with pytest.raises(SpecError, match=f"{why}.*--framework megatron or deepspeed"):
+            Case("x", preset, 8, "torchtitan", {"tp": 1, "zero": 3}, {"seq_len": 1024}).build()

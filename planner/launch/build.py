@@ -58,6 +58,12 @@ def checkpoint_steps(report: EstimateReport) -> tuple[int, float]:
     return max(1, round(interval_s / report.time.step_s)), interval_s / 60
 
 
+# Hugging Face config.json settings of presets that the spec has no key for: Mistral-7B-v0.1's
+# sliding_window 4096 (presets/models/mistral.toml; https://huggingface.co/mistralai/Mistral-7B-v0.1
+# config.json, fixture tests/data/hf/Mistral-7B-v0.1).
+PRESET_HF_SETTINGS: dict[str, dict[str, Any]] = {"mistral-7b": {"model_type": "mistral", "sliding_window": 4096}}
+
+
 def check_hf_source(job) -> None:
     """Refuse a model read from a Hugging Face config.json that sets what the spec does not carry,
     where the launch would train another model: sliding-window attention shorter than the sequence
@@ -68,6 +74,8 @@ def check_hf_source(job) -> None:
     from planner.files import read_mapping
     from planner.hf import is_hf_config
 
+    from planner import presets
+
     m, seq = job.model, job.training.seq_len
     path = Path(m.source)
     try:
@@ -75,7 +83,13 @@ def check_hf_source(job) -> None:
     except (SpecError, OSError):
         data = None
     if not data or not is_hf_config(data):
-        return
+        # a preset's own config.json settings that its table cannot say (presets/models/*.toml comments)
+        known = presets.models()
+        for name, settings in PRESET_HF_SETTINGS.items():
+            if known[name].model_dump(exclude={"source"}) == m.model_dump(exclude={"source"}):
+                data = settings
+        if not data:
+            return
     window = data.get("sliding_window")
     if isinstance(window, int) and data.get("use_sliding_window", True) is not False and window < seq:
         raise SpecError(
@@ -246,6 +260,9 @@ def model_notes(target: Target) -> list[str]:
     if target.options.torchtitan_model is not None:
         return [f"torchtitan's registry entry `{target.options.torchtitan_model}` as named by --torchtitan-model; "
                 f"the planned model is {facts} and was not compared with it."]
+    if entry.generated:
+        return [f"no torchtitan flavour equals the planned model ({facts}): torchtitan_plan.py generates its model config "
+                f"with torchtitan's llama3 builders, inside `{entry.config}()`'s trainer settings."]
     out = [f"torchtitan's built-in flavour `{entry.module}` `{entry.flavor}`, which equals the planned model "
            f"({facts}): the planner's preset `{entry.preset}` of the same fields."]
     if m.moe is not None:
