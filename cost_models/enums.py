@@ -94,3 +94,12 @@ class Schedule(StrEnum):
     ONE_F_ONE_B = "1f1b"
     INTERLEAVED = "interleaved"  # interleaved 1F1B with vpp model chunks per rank
     GPIPE = "gpipe"
+
+
+class Fabric(StrEnum):
+    """The scale-out network between nodes; it decides the launch's network environment only."""
+
+    INFINIBAND = "infiniband"
+    ROCE = "roce"  # RDMA over Converged Ethernet
+    EFA = "efa"  # AWS Elastic Fabric Adapter (libfabric)
+    UNSPECIFIED = "unspecified"

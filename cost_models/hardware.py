@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
+from cost_models.enums import Fabric
 from cost_models.errors import SpecError
 from cost_models.model_spec import Count, Spec
 from cost_models.units import to_si
@@ -89,10 +90,16 @@ class ClusterSpec(_SIFromHuman):
     nic_bandwidth_bytes_per_s: Positive  # scale-out, per GPU per direction
     nic_latency_s: NonNegative
     network_tiers: tuple[NetworkTier, ...] = ()
+    fabric: Fabric = Fabric.UNSPECIFIED  # decides the launch's NCCL/libfabric environment only
+    # EFA devices per node, as the Kubernetes device plugin counts them (vpc.amazonaws.com/efa);
+    # required with fabric "efa" for job.yaml's resource request.
+    efa_devices_per_node: Count | None = None
     source: str = ""
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:
+        if (self.fabric is Fabric.EFA) is not (self.efa_devices_per_node is not None):
+            raise ValueError("efa_devices_per_node is given with fabric \"efa\" and only then (the vpc.amazonaws.com/efa count per node)")
         big, small = sorted((self.scaleup_domain_gpus, self.gpus_per_node), reverse=True)
         if big % small:
             raise ValueError(

@@ -2,9 +2,10 @@
 tests/test_launch_parsers.py, since importing torchtitan pulls in most of torch).
 
 stdin: a JSON list of {"dir": launch dir, "args": argv after `-m torchtitan.train`, "pp": int,
-"layers": int}. stdout: one JSON object per case with the parsed settings and, with a pipeline, the
+"layers": int, "build": bool} or {"flavour": [module, flavour]}. stdout: one JSON object per case with the parsed settings and, with a pipeline, the
 stage -> decoder-layer split torchtitan itself computes from them (each pipeline rank's layers,
-in its chunk order). Works with torchtitan 0.3.x (--module/--config) and 0.2.x (--job.config_file).
+in its chunk order); with "build" (0.3.x), the model torchtitan builds from the parsed config.
+Works with torchtitan 0.3.x (--module/--config) and 0.2.x (--job.config_file).
 """
 
 from __future__ import annotations
@@ -56,16 +57,48 @@ def _stages(par, num_layers: int) -> list[list[int]] | None:
     return out
 
 
+def _built(model_config) -> dict:
+    """The model torchtitan builds from a model config, as its trainer does (0.3.0 trainer.py
+    L344-367: model_config.build() on the meta device): parameter count, rope, norms, router."""
+    import torch
+    from torchtitan.models.common.moe import MoE
+    from torchtitan.models.common.rope import RoPE
+
+    with torch.device("meta"):
+        model = model_config.build()
+    ropes = {(c.theta, c.scaling, c.scaling_factor, c.low_freq_factor, c.high_freq_factor, c.original_max_position_embeddings, c.dim)
+             for _, c, _, _ in model_config.traverse(RoPE.Config)}
+    moes = [c for _, c, _, _ in model_config.traverse(MoE.Config)]
+    routers = {(c.num_experts, c.router.top_k, c.router.score_func, c.router.route_norm, c.load_balance_coeff) for c in moes}
+    return {
+        "params": sum(p.numel() for p in model.parameters()),
+        "ropes": sorted(map(list, ropes)),
+        "norms": sorted({(type(m).__name__, m.eps) for m in model.modules() if hasattr(m, "eps") and "Norm" in type(m).__name__}),
+        "qk_norm": any(getattr(getattr(layer, "attention", None), "q_norm", None) is not None for layer in model.layers.values()),
+        "layers": len(model.layers),
+        "moe_layers": len(moes),
+        "routers": sorted(map(list, routers)),
+    }
+
+
 def main() -> None:
     cases = json.load(sys.stdin)
     from torchtitan.config import ConfigManager
 
     results = []
     for case in cases:
+        if "flavour" in case:  # a registry flavour itself: {"flavour": [module, flavour]}
+            import importlib
+
+            module, flavour = case["flavour"]
+            registry = importlib.import_module(f"torchtitan.models.{module}").model_registry
+            results.append({"built": _built(registry(flavour).model)})
+            continue
         sys.path.insert(0, case["dir"])
         with contextlib.redirect_stdout(io.StringIO()):
             config = ConfigManager().parse_args(case["args"])
         sys.path.remove(case["dir"])
+        sys.modules.pop("torchtitan_plan", None)  # each launch directory has its own torchtitan_plan.py
         ac = config.activation_checkpoint
         results.append({
             "parallelism": _plain(config.parallelism),
@@ -77,6 +110,7 @@ def main() -> None:
             "model": _plain(getattr(config, "model", None)),
             "quantize": _plain(getattr(config, "quantize", None)),
             "stages": _stages(config.parallelism, case["layers"]),
+            "built": _built(config.model_spec.model) if case.get("build") else None,
         })
     json.dump(results, sys.stdout)
 

@@ -223,6 +223,20 @@ def test_hostile_model_name_cannot_inject(tmp_path):
     assert checked == 2
 
 
+def test_megatron_refuses_a_rope_factor_its_model_builder_drops(tmp_path):
+    """pretrain_gpt.py builds GPTModel without --rope-scaling-factor, so only 8.0 reaches the model
+    (Llama 3.2's 32 would train Llama 3.1's scaling); DeepSpeed's config.json carries the factor."""
+    spec = {"name": "llama-factor-32", **LLAMA_31_8B, "rope_scaling": {**LLAMA_31_8B["rope_scaling"], "factor": 32.0}}
+    spec_file = tmp_path / "m.json"
+    spec_file.write_text(json.dumps(spec))
+    common = ["launch", str(spec_file), "-c", "dgx-h100", "-g", "8", "--tp", "1", "--zero", "1"]
+    result = runner.invoke(app, [*common, "--out", str(tmp_path / "m")])
+    assert result.exit_code == 2 and "rope scaling factor 32.0" in result.output and not (tmp_path / "m").exists()
+    result = runner.invoke(app, [*common, "--framework", "deepspeed", "--out", str(tmp_path / "d")])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "d" / "config.json").read_text())["rope_scaling"]["factor"] == 32.0
+
+
 def test_torchtitan_toml_escapes_the_name(tmp_path):
     import tomllib
 
@@ -371,3 +385,72 @@ def test_job_yaml_validates_against_the_pytorchjob_crd(name):
     specs["Master"]["template"]["spec"]["containers"][0]["resorces"] = {}
     with pytest.raises(jsonschema.ValidationError, match="resorces"):
         validator.validate(doc)
+
+
+def _cluster_file(tmp_path: Path, **changes) -> str:
+    """dgx-h100's preset table as a cluster file, with some fields changed."""
+    import tomllib
+
+    table = tomllib.loads((Path(__file__).parents[1] / "presets" / "clusters.toml").read_text())["dgx-h100"]
+    table = {**table, "name": "test-cluster", **changes}
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps({k: v for k, v in table.items() if v is not None}))
+    return str(path)
+
+
+@pytest.mark.parametrize(("fabric", "lines"), [
+    ("infiniband", ["# Fabric: InfiniBand."]),
+    ("roce", ["# Fabric: RoCE.", "NCCL_IB_GID_INDEX"]),
+    ("efa", ['export FI_PROVIDER="${FI_PROVIDER:-efa}"', 'export NCCL_BUFFSIZE="${NCCL_BUFFSIZE:-2097152}"',
+             'export FI_EFA_SET_CUDA_SYNC_MEMOPS="${FI_EFA_SET_CUDA_SYNC_MEMOPS:-0}"']),
+    ("unspecified", []),
+])
+def test_fabric_environment_and_devices(tmp_path, fabric, lines):
+    changes = {"fabric": fabric, "efa_devices_per_node": 32 if fabric == "efa" else None}
+    cluster = _cluster_file(tmp_path, **changes)
+    files = run_launch("llama-3.1-8b", cluster, 16, training={"framework": "megatron"}, layout={"tp": 2, "zero": 1}).files
+    text = files["train.sh"].text
+    assert all(line in text for line in lines)
+    assert ("FI_PROVIDER" in text) is (fabric == "efa") and ("# Fabric:" in text) is (fabric != "unspecified")
+    import yaml
+
+    doc = yaml.safe_load(files["job.yaml"].text)
+    _validator().validate(doc)
+    limits = [s["template"]["spec"]["containers"][0]["resources"]["limits"] for s in doc["spec"]["pytorchReplicaSpecs"].values()]
+    expected = {"nvidia.com/gpu": 8, **({"vpc.amazonaws.com/efa": 32} if fabric == "efa" else {})}
+    assert limits == [expected, expected]
+    # the directory runs: train.sh with the EFA exports is valid bash and reaches torchrun
+    run_train_sh(write(run_launch("llama-3.1-8b", cluster, 16, training={"framework": "megatron"}, layout={"tp": 2, "zero": 1}),
+                       tmp_path / "launch"), tmp_path)
+
+
+def test_efa_needs_its_device_count(tmp_path):
+    result = runner.invoke(app, ["launch", "llama-3.1-8b", "-c", _cluster_file(tmp_path, fabric="efa"), "-g", "16",
+                                 "--tp", "2", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "efa_devices_per_node" in result.output
+
+
+HF = Path(__file__).parent / "data" / "hf"
+
+
+@pytest.mark.parametrize(("fixture", "framework", "seq", "message"), [
+    ("Mistral-7B-v0.1", "megatron", 8192, "sliding_window 4096 < seq_len 8192"),
+    ("Mistral-7B-v0.1", "deepspeed", 8192, "sliding_window 4096 < seq_len 8192"),
+    ("Mistral-7B-v0.1", "megatron", 4096, None),  # a window as long as the sequence is full causal attention
+    ("pythia-1.4b", "megatron", 2048, "use_parallel_residual"),
+    ("pythia-1.4b", "deepspeed", 2048, None),  # gpt_neox's config default keeps the parallel residual
+    ("Qwen2.5-7B", "megatron", 8192, None),  # sliding_window with use_sliding_window false
+    ("mistral-7b", "megatron", 8192, "sliding_window 4096 < seq_len 8192"),  # the preset: its config.json's window
+    ("mistral-7b", "deepspeed", 4096, None),
+])
+def test_hf_settings_the_spec_drops_are_refused(tmp_path, fixture, framework, seq, message):
+    out = tmp_path / "o"
+    model = str(HF / fixture) if (HF / fixture).exists() else fixture
+    result = runner.invoke(app, ["launch", model, "-c", "dgx-h100", "-g", "8", "--tp", "1", "--zero", "1",
+                                 "--framework", framework, "--seq-len", str(seq), "--out", str(out)])
+    if message is None:
+        assert result.exit_code == 0, result.output
+    else:
+        lines = [ln for ln in result.output.splitlines() if ln.strip()]
+        assert result.exit_code == 2 and len(lines) == 1 and message in lines[0], result.output
+        assert not out.exists()

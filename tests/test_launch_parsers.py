@@ -65,7 +65,7 @@ NOT_CONFIG: dict[str, tuple[str, set[str] | None]] = {
     "--moe-aux-loss-coeff": ("ARG L3536", None),
     "--distributed-timeout-minutes": ("CC L77", None),
     "--untie-embeddings-and-output-weights": ("ARG L2460", None),
-    "--make-vocab-size-divisible-by": ("ARG L2441", None),
+    "--padded-vocab-size": ("TRC L682", None),
     "--num-experts": ("ARG L3518", None),
     "--moe-layer-freq": ("ARG L3520", None),
     "--num-layers-per-virtual-pipeline-stage": ("ARG L3114", None),

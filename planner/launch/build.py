@@ -58,8 +58,55 @@ def checkpoint_steps(report: EstimateReport) -> tuple[int, float]:
     return max(1, round(interval_s / report.time.step_s)), interval_s / 60
 
 
+# Hugging Face config.json settings of presets that the spec has no key for: Mistral-7B-v0.1's
+# sliding_window 4096 (presets/models/mistral.toml; https://huggingface.co/mistralai/Mistral-7B-v0.1
+# config.json, fixture tests/data/hf/Mistral-7B-v0.1).
+PRESET_HF_SETTINGS: dict[str, dict[str, Any]] = {"mistral-7b": {"model_type": "mistral", "sliding_window": 4096}}
+
+
+def check_hf_source(job) -> None:
+    """Refuse a model read from a Hugging Face config.json that sets what the spec does not carry,
+    where the launch would train another model: sliding-window attention shorter than the sequence
+    (Mistral-7B-v0.1: sliding_window 4096; transformers' MistralConfig applies it unless
+    use_sliding_window is false, the Qwen2 switch), and GPT-NeoX's parallel residual (default true in
+    transformers' GPTNeoXConfig) for Megatron, whose layers add attention and MLP one after the
+    other. DeepSpeed's config.json is a gpt_neox config, whose default keeps the parallel residual."""
+    from planner.files import read_mapping
+    from planner.hf import is_hf_config
+
+    from planner import presets
+
+    m, seq = job.model, job.training.seq_len
+    path = Path(m.source)
+    try:
+        data = read_mapping(path) if m.source.endswith(".json") and path.is_file() else None
+    except (SpecError, OSError):
+        data = None
+    if not data or not is_hf_config(data):
+        # a preset's own config.json settings that its table cannot say (presets/models/*.toml comments)
+        known = presets.models()
+        for name, settings in PRESET_HF_SETTINGS.items():
+            if known[name].model_dump(exclude={"source"}) == m.model_dump(exclude={"source"}):
+                data = settings
+        if not data:
+            return
+    window = data.get("sliding_window")
+    if isinstance(window, int) and data.get("use_sliding_window", True) is not False and window < seq:
+        raise SpecError(
+            f"model {m.name!r}: config.json sets sliding_window {window} < seq_len {seq}; the launch files would train "
+            f"full causal attention over {seq} tokens, another model; use --seq-len {window} or less"
+        )
+    if (data.get("model_type") == "gpt_neox" and data.get("use_parallel_residual", True)
+            and job.training.framework is Framework.MEGATRON):
+        raise SpecError(
+            f"model {m.name!r}: config.json sets use_parallel_residual (attention and MLP from the same input); "
+            "Megatron's GPT layers add them one after the other; use --framework deepspeed"
+        )
+
+
 def build_launch(report: EstimateReport, options: LaunchOptions = LaunchOptions(), *, rank: int | None = None) -> LaunchFiles:
     """All files in memory; raises SpecError for a plan the framework cannot run or express."""
+    check_hf_source(report.job)
     steps, minutes = checkpoint_steps(report)
     target = Target(report.job, options, save_interval=steps, checkpoint_minutes=minutes)
     fw = report.job.training.framework
@@ -213,8 +260,15 @@ def model_notes(target: Target) -> list[str]:
     if target.options.torchtitan_model is not None:
         return [f"torchtitan's registry entry `{target.options.torchtitan_model}` as named by --torchtitan-model; "
                 f"the planned model is {facts} and was not compared with it."]
-    return [f"torchtitan's built-in flavour `{entry.module}` `{entry.flavor}`, which equals the planned model "
-            f"({facts}): the planner's preset `{entry.preset}` of the same fields."]
+    if entry.generated:
+        return [f"no torchtitan flavour equals the planned model ({facts}): torchtitan_plan.py generates its model config "
+                f"with torchtitan's llama3 builders, inside `{entry.config}()`'s trainer settings."]
+    out = [f"torchtitan's built-in flavour `{entry.module}` `{entry.flavor}`, which equals the planned model "
+           f"({facts}): the planner's preset `{entry.preset}` of the same fields."]
+    if m.moe is not None:
+        out.append(f"Except load balancing: torchtitan balances the experts {torchtitan.TITAN_BALANCING}, not with the "
+                   f"auxiliary loss of coefficient {m.moe.aux_loss_coef:g} that the model's Hugging Face config names.")
+    return out
 
 
 # --- writing ------------------------------------------------------------------------------------

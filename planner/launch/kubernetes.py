@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 
-from cost_models.enums import Framework
+from cost_models.enums import Fabric, Framework
 from planner.launch.shell import slug
 from planner.launch.target import Target
 
@@ -42,6 +42,19 @@ def name(target: Target) -> str:
     return out or "planner"
 
 
+def _devices(target: Target) -> dict[str, int]:
+    """Device-plugin resources per pod: the node's GPUs (NVIDIA device plugin), and for EFA the
+    node's EFA devices (aws-efa-k8s-device-plugin's vpc.amazonaws.com/efa). InfiniBand and RoCE
+    device plugins name their resources per deployment (an RDMA shared-device or SR-IOV resource
+    name of the cluster's choosing), so none is requested for them."""
+    out = {"nvidia.com/gpu": target.nproc_per_node}
+    spec = target.job.cluster.spec
+    if spec.fabric is Fabric.EFA:
+        assert spec.efa_devices_per_node is not None
+        out["vpc.amazonaws.com/efa"] = spec.efa_devices_per_node
+    return out
+
+
 def _replica(target: Target, job_name: str, replicas: int) -> dict:
     env = [{"name": var, "value": ""} for var in REQUIRED[target.job.training.framework]]
     env.append({"name": "RDZV_ID", "value": job_name})
@@ -51,7 +64,7 @@ def _replica(target: Target, job_name: str, replicas: int) -> dict:
         "command": ["bash", f"{MOUNT}/train.sh"],
         "env": env,
         "ports": [{"name": PORT_NAME, "containerPort": int(target.options.port)}],
-        "resources": {"limits": {"nvidia.com/gpu": target.nproc_per_node}},
+        "resources": {"limits": _devices(target)},
         "volumeMounts": [{"name": "launch", "mountPath": MOUNT}, {"name": "dshm", "mountPath": "/dev/shm"}],
     }
     return {

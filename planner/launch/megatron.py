@@ -30,9 +30,12 @@ Flag = tuple[Word, ...]
 MAX_VOCAB_DIVISOR = 128
 
 # --use-rope-scaling applies Llama 3.1's scaling with low_freq_factor 1, high_freq_factor 4 and an
-# original length of 8192 fixed; only the factor has a flag (--rope-scaling-factor, ARG L2424-2427;
-# megatron/core/models/common/embeddings/rotary_pos_embedding.py _apply_scaling, L92-99).
+# original length of 8192 fixed (megatron/core/models/common/embeddings/rotary_pos_embedding.py
+# _apply_scaling, L92-99). --rope-scaling-factor exists (ARG L2424-2427), but pretrain_gpt.py's model
+# builder does not hand it to GPTModel (Megatron-LM d98e8a64 gpt_builders.py L86-104 passes rope_scaling only), so the
+# factor is GPTModel's default, 8.0 (megatron/core/models/gpt/gpt_model.py L116).
 LLAMA3_ROPE_FIXED = (1.0, 4.0, 8192)
+MEGATRON_ROPE_FACTOR = 8.0
 
 # torch.distributed's timeout, minutes: Megatron's default (DistributedInitConfig.distributed_timeout_minutes,
 # CC L77), written out so train.sh says what runs.
@@ -85,6 +88,12 @@ def check(target: Target) -> None:
                 f"model {m.name!r}: rope scaling low/high frequency factors and original length "
                 f"({rs.low_freq_factor}, {rs.high_freq_factor}, {rs.original_max_position_embeddings}) have no Megatron flag; "
                 f"--use-rope-scaling fixes them at {LLAMA3_ROPE_FIXED} (rotary_pos_embedding.py _apply_scaling)"
+            )
+        if rs is not None and rs.factor != MEGATRON_ROPE_FACTOR:
+            raise SpecError(
+                f"model {m.name!r}: rope scaling factor {rs.factor} cannot reach Megatron's model: pretrain_gpt.py builds "
+                f"GPTModel without --rope-scaling-factor (gpt_builders.py L86-104), so the factor is {MEGATRON_ROPE_FACTOR}; "
+                "use --framework deepspeed, whose config.json carries the factor"
             )
     if m.moe is not None and m.moe.router_score is RouterScore.SIGMOID and not m.moe.renormalize_top_k and m.moe.top_k > 1:
         raise SpecError(
@@ -167,7 +176,13 @@ def _model(job: Job) -> list[Flag]:
             out.append(("--add-qkv-bias",))  # TC L218 add_qkv_bias
     # Megatron's dropouts default to 0.1 (TC hidden_dropout / attention_dropout); the spec's are explicit.
     out += [("--hidden-dropout", m.hidden_dropout), ("--attention-dropout", m.attention_dropout)]
-    out.append(("--make-vocab-size-divisible-by", vocab_divisor(m.vocab_size, job.layout.tp)))  # ARG L2441
+    # The embedding's rows. Without this flag Megatron takes the tokenizer's length (HuggingFaceTokenizer
+    # .vocab_size is len(tokenizer), megatron/core/tokenizers/text/libraries/huggingface_tokenizer.py L343-345)
+    # padded to a multiple of make_vocab_size_divisible_by·tp (build_tokenizer.py L133-152), which is
+    # not the model's vocabulary when the tokenizer has fewer tokens than the embedding has rows.
+    # TokenizerConfig.padded_vocab_size (TRC L682, a generated flag, ARG L3246) sets the rows;
+    # padded_vocab keeps them divisible by tp, as the vocab-parallel embedding needs.
+    out.append(("--padded-vocab-size", padded_vocab(m.vocab_size, job.layout.tp)))
     if job.training.attention is AttentionKernel.EAGER:
         out.append(("--attention-backend", "unfused"))  # TC attention_backend (AttnBackend)
     if m.moe is not None:

@@ -9,6 +9,7 @@ the planner's placement of tp/cp/dp/pp groups on nodes assumes (launch_formats.m
 
 from __future__ import annotations
 
+from cost_models.enums import Fabric
 from cost_models.job import Job
 from planner.launch.shell import Raw, Word, assign, slug, slurm_value
 from planner.launch.target import Target
@@ -78,14 +79,33 @@ def _quoted_default(host: str) -> str:
 
 
 def environment_lines(target: Target) -> list[str]:
-    """NCCL settings every launch exports; each may be overridden from the environment. NCCL finds the
-    InfiniBand / RoCE adapters and the bootstrap interface itself; NCCL_SOCKET_IFNAME and NCCL_IB_HCA,
-    set before running, pin them (NCCL user guide, "Environment Variables")."""
-    return [
+    """NCCL settings every launch exports, and those the cluster's fabric needs; each may be
+    overridden from the environment. NCCL finds the InfiniBand / RoCE adapters and the bootstrap
+    interface itself; NCCL_SOCKET_IFNAME and NCCL_IB_HCA, set before running, pin them (NCCL user
+    guide, "Environment Variables")."""
+    lines = [
         "# NCCL: warnings and errors in the log; NCCL_SOCKET_IFNAME / NCCL_IB_HCA, if set, pin the interfaces.",
         'export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"',
-        "",
     ]
+    fabric = target.job.cluster.spec.fabric
+    if fabric is Fabric.INFINIBAND:
+        lines.append("# Fabric: InfiniBand. NCCL uses its IB transport unasked; NCCL_IB_HCA selects adapters if needed.")
+    elif fabric is Fabric.ROCE:
+        # NCCL_IB_GID_INDEX defaults to -1: NCCL picks the GID with RoCE v2 support on an Ethernet link
+        # layer (NCCL 2.27 user guide, "Environment Variables", NCCL_IB_GID_INDEX).
+        lines.append("# Fabric: RoCE. NCCL's IB transport picks each port's RoCE v2 GID (NCCL_IB_GID_INDEX=-1); "
+                     "set NCCL_IB_GID_INDEX if your GID table needs another.")
+    elif fabric is Fabric.EFA:
+        # torchtitan's multinode_trainer.slurm for AWS EFA (pytorch/torchtitan@030cd95d): the libfabric
+        # EFA provider, the EFA libraries on the path, NCCL_BUFFSIZE 2 MiB, no CUDA sync memops.
+        lines += [
+            "# Fabric: AWS EFA, through the aws-ofi-nccl plugin (torchtitan's multinode_trainer.slurm settings).",
+            'export FI_PROVIDER="${FI_PROVIDER:-efa}"',
+            'export FI_EFA_SET_CUDA_SYNC_MEMOPS="${FI_EFA_SET_CUDA_SYNC_MEMOPS:-0}"',
+            'export NCCL_BUFFSIZE="${NCCL_BUFFSIZE:-2097152}"',
+            'export LD_LIBRARY_PATH="/opt/amazon/efa/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"',
+        ]
+    return [*lines, ""]
 
 
 def torchrun_head() -> list[Word]:

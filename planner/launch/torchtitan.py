@@ -21,7 +21,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from cost_models.enums import Fp8Recipe, Precision, Recompute, Schedule, Zero
+from cost_models.enums import Fp8Recipe, MLPKind, NormKind, PositionKind, Precision, Recompute, Schedule, Zero
 from cost_models.errors import SpecError
 from cost_models.job import Job
 from cost_models.model_spec import ModelSpec
@@ -41,17 +41,33 @@ class TitanModel:
     module: str  # torchtitan.models.<module>
     config: str | None  # 0.3.0 config_registry function (None: the registry has none)
     flavor: str  # 0.2.2 [model] flavor; 0.3.0 model_registry key
+    # The 0.3.0 config function also switches on what the plan may not have: llama3_405b() adds a
+    # Float8LinearConverter and compile with async tensor parallel (llama3/config_registry.py
+    # L295-310), so torchtitan_plan.py rebuilds the model spec and sets compile from the plan.
+    config_extras: bool = False
+    # 0.3 only: no flavour equals the model; torchtitan_plan.py builds a llama3 model config of the
+    # spec's dimensions (generated_model below) inside llama3_8b()'s trainer settings.
+    generated: bool = False
 
 
 # torchtitan/models/llama3/config_registry.py L184-295 and qwen3/config_registry.py L295 (0.3.0);
-# flavors in torchtitan/models/{llama3,qwen3}/__init__.py (v0.2.2 and 0.3.0).
+# flavors in torchtitan/models/{llama3,qwen3}/__init__.py (v0.2.2 and 0.3.0). Each flavour's
+# dimensions, rope (theta, Llama-3.1 scaling) and norm epsilon equal the preset's
+# (tests/test_launch_titan_model.py builds them). Not listed: qwen3 `235B-A22B`, whose rope theta is
+# 5,000,000 (0.3.0 qwen3/__init__.py _235b_a22b; v0.2.2 the same) where Qwen3-235B-A22B's
+# config.json has 1,000,000: that flavour trains another model.
 TITAN_MODELS = (
     TitanModel("llama-3.1-8b", "llama3", "llama3_8b", "8B"),
     TitanModel("llama-3.1-70b", "llama3", "llama3_70b", "70B"),
-    TitanModel("llama-3.1-405b", "llama3", "llama3_405b", "405B"),
+    TitanModel("llama-3.1-405b", "llama3", "llama3_405b", "405B", config_extras=True),
     TitanModel("qwen3-30b-a3b", "qwen3", "qwen3_30b_a3b", "30B-A3B"),
-    TitanModel("qwen3-235b-a22b", "qwen3", None, "235B-A22B"),
 )
+
+# torchtitan's MoE balances experts without an auxiliary loss: a per-expert routing bias updated
+# before each optimizer step at rate load_balance_coeff (default 1e-3; torchtitan 0.3.0
+# models/common/moe.py L369-395, components/optimizer/optimizer.py register_moe_load_balancing_hook;
+# DeepSeek's auxiliary-loss-free balancing, arXiv 2408.15664). No setting adds the GShard/Switch loss.
+TITAN_BALANCING = "auxiliary-loss-free (a routing bias per expert, update rate 1e-3)"
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z0-9_.-]+")
 
@@ -76,12 +92,64 @@ def titan_model(target: Target) -> TitanModel:
     for entry in TITAN_MODELS:
         if _shape(known[entry.preset]) == _shape(model) and (entry.config or not v03):
             return entry
+    why = generation_blocker(model)
+    if v03 and why is None:
+        return TitanModel("", "llama3", "llama3_8b", "8B", generated=True)
     have = ", ".join(e.preset for e in TITAN_MODELS if e.config or not v03)
     form = "MODULE:CONFIG" if v03 else "NAME:FLAVOR"
+    reason = f"no model config can be generated ({why})" if v03 else "0.2 takes a flavour only (0.3 generates llama3 configs)"
     raise SpecError(
         f"model {model.name!r}: torchtitan {opts.torchtitan_version} has no registry entry of its shape "
-        f"(known: {have}); name one with --torchtitan-model {form}"
+        f"(known: {have}) and {reason}; name one with --torchtitan-model {form}, or use --framework megatron or deepspeed"
     )
+
+
+def generation_blocker(m: ModelSpec) -> str | None:
+    """Why torchtitan 0.3's llama3 modules cannot hold the model, or None when they can: RMSNorm,
+    rotary over the whole head (ComplexRoPE, optional Llama-3.1 scaling), SwiGLU, no biases, no
+    q/k norm, no dropout (torchtitan/models/llama3/__init__.py _build_llama3_layers and
+    models/common: Linear bias False, FusedQKVLinear, FeedForward w1/w2/w3)."""
+    checks = [
+        (m.moe is not None, "mixture of experts"),
+        (m.position_embedding is not PositionKind.ROPE, f"{m.position_embedding} positions"),
+        (m.norm is not NormKind.RMSNORM, f"{m.norm}"),
+        (m.mlp is not MLPKind.SWIGLU, f"{m.mlp} MLP"),
+        (m.qkv_bias or m.out_bias or m.mlp_bias, "linear biases"),
+        (m.qk_norm, "q/k norms"),
+        (m.embedding_norm, "a norm after the embedding"),
+        (m.rotary_fraction != 1.0, "partial rotary"),
+        (m.head_dim is not None and m.head_dim * m.num_attention_heads != m.hidden_size, "head_dim other than hidden/heads"),
+        (m.hidden_dropout or m.attention_dropout, "dropout"),
+    ]
+    return next((what for bad, what in checks if bad), None)
+
+
+def generated_model(m: ModelSpec, seq_len: int) -> list[str]:
+    """Lines of torchtitan_plan.py's function that build the spec's model config with torchtitan
+    0.3.0's own llama3 builders (the same helpers and initialisers as its 8B/70B/405B flavours)."""
+    heads = m.num_attention_heads
+    rope = [f"dim={m.hidden_size // heads}", f"max_seq_len={max(m.max_position_embeddings, seq_len)}", f"theta={m.rope_theta!r}"]
+    if m.rope_scaling is not None:
+        rs = m.rope_scaling
+        rope += ["scaling='llama'", f"scaling_factor={rs.factor!r}", f"low_freq_factor={rs.low_freq_factor!r}",
+                 f"high_freq_factor={rs.high_freq_factor!r}", f"original_max_position_embeddings={rs.original_max_position_embeddings}"]
+    h, v = m.hidden_size, m.vocab_size
+    return [
+        "    # generated from the planned model (no torchtitan flavour equals it)",
+        f"    rope = ComplexRoPE.Config({', '.join(rope)})",
+        "    model = Llama3Model.Config(",
+        f"        dim={h}, vocab_size={v}, enable_weight_tying={m.tie_embeddings},",
+        f"        tok_embeddings=Embedding.Config(num_embeddings={v}, embedding_dim={h}, param_init=_EMBEDDING_INIT),",
+        f"        norm=RMSNorm.Config(normalized_shape={h}, eps={m.norm_eps!r}, param_init=_NORM_INIT),",
+        f"        lm_head=Linear.Config(in_features={h}, out_features={v}, param_init=_output_linear_init({h})),",
+        f"        layers=_build_llama3_layers(n_layers={m.num_layers}, dim={h}, n_heads={heads}, n_kv_heads={m.kv_heads},",
+        f"                                    hidden_dim={m.ffn_hidden_size}, rope=rope, fuse_qkv=True, attn_backend='flex'),",
+        "    )",
+        "    for layer in model.layers:  # the builder leaves RMSNorm's default epsilon (1e-5) on the layer norms",
+        f"        layer.attention_norm.eps = layer.ffn_norm.eps = {m.norm_eps!r}",
+        f"    config.model_spec = dataclasses.replace(model_registry('8B'), flavor={m.name!r}, model=model)",
+        f"    config.loss.loss_fn.global_vocab_size = {v}",
+    ]
 
 
 def check(target: Target) -> None:
@@ -105,6 +173,11 @@ def check(target: Target) -> None:
             )
     if v is TitanVersion.V02 and lay.tp > 1 and not job.sp:
         raise SpecError("layout: torchtitan 0.2 always runs sequence parallel with tp > 1; use --sp or --torchtitan-version 0.3")
+    if tr.precision is Precision.FP8 and v is TitanVersion.V03 and titan_model(target).generated:
+        raise SpecError(
+            f"training: fp8 converts a flavour's model config in torchtitan 0.3 (model_registry(flavor, converters)); "
+            f"{job.model.name!r} has no flavour, its config is generated; use --dtype bf16"
+        )
     if tr.precision is Precision.FP8 and v is TitanVersion.V03:
         if tr.fp8_recipe is Fp8Recipe.TENSORWISE:
             raise SpecError(
@@ -232,7 +305,8 @@ def overrides(target: Target) -> tuple[list[tuple[Word, ...]], str | None]:
         out.append(("--compile.enable",))  # configs.py CompileConfig L291
     if job.training.tp_comm_overlap:
         out.append(("--compile.enable_async_tensor_parallel",))  # configs.py L295 (needs compile of the model)
-    need_function = fqns is not None or job.training.precision is Precision.FP8
+    entry = titan_model(target)
+    need_function = fqns is not None or job.training.precision is Precision.FP8 or entry.config_extras or entry.generated
     return out, (plan_function(target, fqns) if need_function else None)
 
 
@@ -248,7 +322,18 @@ def plan_function(target: Target, fqns: list[list[str]] | None) -> str:
         f"from {module}.config_registry import {entry.config}",
     ]
     body = [f"    config = {entry.config}()"]
-    if tr.precision is Precision.FP8:
+    if entry.generated:
+        lines[-1:] = [
+            "import dataclasses",
+            "",
+            f"from {module} import (",
+            "    _EMBEDDING_INIT, _NORM_INIT, Llama3Model, _build_llama3_layers, _output_linear_init, model_registry,",
+            ")",
+            f"from {module}.config_registry import {entry.config}",
+            "from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm",
+        ]
+        body += generated_model(target.job.model, tr.seq_len)
+    elif tr.precision is Precision.FP8:
         if tr.fp8_recipe is Fp8Recipe.MXFP8:
             lines.append("from torchtitan.components.quantization import MXFP8LinearConverter")
             converter = "MXFP8LinearConverter.Config(model_compile_enabled=config.compile.enable)"
@@ -259,6 +344,13 @@ def plan_function(target: Target, fqns: list[list[str]] | None) -> str:
         lines.append(f"from {module} import model_registry")
         # model_spec is not reachable from the command line (Trainer.Config: tyro.conf.Suppress, §2.1).
         body.append(f"    config.model_spec = model_registry({entry.flavor!r}, converters=[{converter}])")
+    elif entry.config_extras:
+        lines.append(f"from {module} import model_registry")
+        body.append(f"    config.model_spec = model_registry({entry.flavor!r})  # bf16: no float8 converter")
+    if entry.config_extras:
+        # the plan's compile settings; --compile.* flags after --config can still switch them on
+        body.append(f"    config.compile.enable = {tr.compile}")
+        body.append(f"    config.compile.enable_async_tensor_parallel = {tr.tp_comm_overlap}")
     if fqns is not None:
         body.append("    # Uneven first/last stages with interleaving: stage s = chunk v of pipeline rank r, s = v*pp + r.")
         body.append("    config.parallelism.module_fqns_per_model_part = [")

@@ -25,6 +25,7 @@ RDZV_ID="${RDZV_ID:-planner}"
 
 # NCCL: warnings and errors in the log; NCCL_SOCKET_IFNAME / NCCL_IB_HCA, if set, pin the interfaces.
 export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"
+# Fabric: InfiniBand. NCCL uses its IB transport unasked; NCCL_IB_HCA selects adapters if needed.
 
 torchrun --nnodes "$NNODES" --nproc-per-node "$NPROC_PER_NODE" --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" --rdzv-id "$RDZV_ID" "$LAUNCH_DIR/train.py" \
   --deepspeed \

@@ -32,6 +32,7 @@ RDZV_ID="${RDZV_ID:-planner}"
 
 # NCCL: warnings and errors in the log; NCCL_SOCKET_IFNAME / NCCL_IB_HCA, if set, pin the interfaces.
 export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"
+# Fabric: InfiniBand. NCCL uses its IB transport unasked; NCCL_IB_HCA selects adapters if needed.
 
 MODEL_ARGS=(
   --num-layers 12
@@ -45,7 +46,7 @@ MODEL_ARGS=(
   --norm-epsilon 1e-05
   --hidden-dropout 0.1
   --attention-dropout 0.1
-  --make-vocab-size-divisible-by 1
+  --padded-vocab-size 50257
 )
 
 PARALLEL_ARGS=(

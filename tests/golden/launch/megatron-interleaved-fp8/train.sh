@@ -32,6 +32,7 @@ RDZV_ID="${RDZV_ID:-planner}"
 
 # NCCL: warnings and errors in the log; NCCL_SOCKET_IFNAME / NCCL_IB_HCA, if set, pin the interfaces.
 export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"
+# Fabric: InfiniBand. NCCL uses its IB transport unasked; NCCL_IB_HCA selects adapters if needed.
 
 # tp or cp > 1 before Blackwell: Megatron asserts one hardware queue (ARG L1453-1478).
 export CUDA_DEVICE_MAX_CONNECTIONS=1
@@ -56,7 +57,7 @@ MODEL_ARGS=(
   --disable-bias-linear
   --hidden-dropout 0.0
   --attention-dropout 0.0
-  --make-vocab-size-divisible-by 64
+  --padded-vocab-size 128256
 )
 
 PARALLEL_ARGS=(

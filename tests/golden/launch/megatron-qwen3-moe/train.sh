@@ -32,6 +32,7 @@ RDZV_ID="${RDZV_ID:-planner}"
 
 # NCCL: warnings and errors in the log; NCCL_SOCKET_IFNAME / NCCL_IB_HCA, if set, pin the interfaces.
 export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"
+# Fabric: InfiniBand. NCCL uses its IB transport unasked; NCCL_IB_HCA selects adapters if needed.
 
 MODEL_ARGS=(
   --num-layers 48
@@ -53,7 +54,7 @@ MODEL_ARGS=(
   --disable-bias-linear
   --hidden-dropout 0.0
   --attention-dropout 0.0
-  --make-vocab-size-divisible-by 128
+  --padded-vocab-size 151936
   --num-experts 128
   --moe-router-topk 8
   --moe-ffn-hidden-size 768

@@ -32,6 +32,7 @@ RDZV_ID="${RDZV_ID:-planner}"
 
 # NCCL: warnings and errors in the log; NCCL_SOCKET_IFNAME / NCCL_IB_HCA, if set, pin the interfaces.
 export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"
+# Fabric: InfiniBand. NCCL uses its IB transport unasked; NCCL_IB_HCA selects adapters if needed.
 
 # Megatron-FSDP and torch-FSDP2 need more than one hardware queue (ARG L1048, L1166).
 unset CUDA_DEVICE_MAX_CONNECTIONS
@@ -56,7 +57,7 @@ MODEL_ARGS=(
   --disable-bias-linear
   --hidden-dropout 0.0
   --attention-dropout 0.0
-  --make-vocab-size-divisible-by 128
+  --padded-vocab-size 128256
 )
 
 PARALLEL_ARGS=(

@@ -25,6 +25,7 @@ RDZV_ID="${RDZV_ID:-planner}"
 
 # NCCL: warnings and errors in the log; NCCL_SOCKET_IFNAME / NCCL_IB_HCA, if set, pin the interfaces.
 export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"
+# Fabric: InfiniBand. NCCL uses its IB transport unasked; NCCL_IB_HCA selects adapters if needed.
 
 export PYTORCH_ALLOC_CONF="expandable_segments:True"  # as torchtitan run_train.sh (§2.5)
 
