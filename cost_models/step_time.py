@@ -88,6 +88,7 @@ class LayerPass:
     forward_s: float  # the forward pass's share of compute
     comm: Breakdown  # exposed tp, cp, ep
     flop: float  # executed FLOPs, forward + backward + recompute
+    recompute_flop: float = 0.0  # the recomputed forward work among them
 
 
 def _grad_bytes(job: Job) -> int:
@@ -332,7 +333,7 @@ def layer_pass(job: Job, *, moe: bool, mode: Recompute, cal: Calibration) -> Lay
         contention=tp.contention + cp.contention + ep.contention,
     )
     comm = Breakdown.of("s", tp=tp.exposed + etp, cp=cp.exposed, ep=ep.exposed)
-    return LayerPass(compute=compute, forward_s=lt.total, comm=comm, flop=flops.total)
+    return LayerPass(compute=compute, forward_s=lt.total, comm=comm, flop=flops.total, recompute_flop=flops.recompute)
 
 
 # --- data parallelism ------------------------------------------------------------------------------
@@ -453,6 +454,7 @@ class StageTime:
     rank: int
     microbatch: Breakdown  # seconds of one micro-batch through all of the rank's chunks
     flop: float  # executed FLOPs of one micro-batch on one GPU of this rank
+    recompute_flop: float  # the recomputed forward work among them
     dp_comm_s: float  # the gradient reduction (and parameter gather) left for the end of the step
     dp_window_s: float  # backward time of the last micro-batch, which that reduction can hide behind
     dp_bucket_s: float  # the part that can never hide (last bucket, first parameter bucket)
@@ -523,7 +525,7 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[bool, R
     lay, cl = job.layout, job.cluster.spec
     parts = {k: 0.0 for k in COMPUTE_PARTS}
     comm = {k: 0.0 for k in COMM_KINDS}
-    flop = 0.0
+    flop = recompute_flop = 0.0
     backward_s = 0.0
     fsdp = _fsdp_per_microbatch(job) and job.dense_shard_group > 1
     gathers: list[float] = []
@@ -540,6 +542,7 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[bool, R
             for name in ("tp", "cp", "ep"):
                 comm[name] += lp.comm.value(name)
             flop += lp.flop
+            recompute_flop += lp.recompute_flop
             fwd_compute.append(lp.forward_s)
             bwd_compute.append(lp.compute.total - lp.forward_s)
             backward_s += lp.compute.total - lp.forward_s
@@ -583,6 +586,7 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[bool, R
         rank=rank,
         microbatch=microbatch,
         flop=flop,
+        recompute_flop=recompute_flop,
         dp_comm_s=dp_comm,
         dp_window_s=backward_s,
         dp_bucket_s=dp_bucket,
@@ -687,7 +691,20 @@ class TimeEstimate:
 
     @property
     def hfu(self) -> float:
-        return self.hardware_flop_per_step / self.step_s / self.job.gpus / self.peak_flop_per_s
+        """Hardware FLOPs utilisation in MFU's convention: model FLOPs plus the recomputed forward
+        work (PaLM, Chowdhery et al. 2022, Appendix B: hardware FLOPs include rematerialisation),
+        so HFU >= MFU, equal without recompute. The recomputed share is that of the executed FLOPs."""
+        executed = sum(s.flop for s in self.stages)
+        recomputed = sum(s.recompute_flop for s in self.stages)
+        return self.mfu * executed / (executed - recomputed) if executed > recomputed else self.mfu
+
+    @property
+    def mfu_fp8(self) -> float | None:
+        """MFU against the dense fp8 peak, for fp8 runs on GPUs that have one (None otherwise)."""
+        fp8 = self.job.cluster.gpu.peak_flop_per_s.fp8
+        if self.job.training.precision is not Precision.FP8 or fp8 is None:
+            return None
+        return self.model_flop_per_s_per_gpu / fp8
 
     @property
     def bottleneck(self) -> str:

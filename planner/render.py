@@ -172,7 +172,10 @@ def render_estimate(report: Any, console: Console) -> None:
     console.print(
         f"{t.tokens_per_s:,.0f} tokens/s · [bold]{t.tokens_per_s_per_gpu:,.0f} tokens/s/GPU[/] · "
         f"{t.model_flop_per_s_per_gpu / TFLOP:,.0f} model TFLOP/s/GPU · MFU [bold]{t.mfu:.1%}[/] · "
-        f"HFU {t.hfu:.1%} (of {t.peak_flop_per_s / TFLOP:,.0f} TFLOP/s dense 16-bit) · bottleneck: [bold]{t.bottleneck}[/]"
+        f"HFU {t.hfu:.1%} (of {t.peak_flop_per_s / TFLOP:,.0f} TFLOP/s dense 16-bit"
+        + (f"; MFU {t.mfu_fp8:.1%} of the {t.job.cluster.gpu.peak_flop_per_s.fp8 / TFLOP:,.0f} TFLOP/s fp8 peak"
+           if t.mfu_fp8 is not None else "")
+        + f") · bottleneck: [bold]{t.bottleneck}[/]"
     )
     for line in outlook_lines(report):
         console.print(line)
@@ -252,6 +255,11 @@ def render_plan(report: Any, console: Console, *, explain: bool = False) -> None
     _print_table(console, table)
     proof = "optimal (top-k proven)" if r.optimal else "best found within the time limit (not proven)"
     console.print(f"search: {r.seconds:.2f} s · {r.candidates} layouts scored exactly · {proof} · {r.solver}")
+    from planner.runners import batch_hint_line
+
+    hint = batch_hint_line(tr.global_batch_size, p.gpus)
+    if hint:
+        console.print(hint)
     if report.plans:
         for line in outlook_lines(report.plans[0]):
             console.print(f"#1: {line}")

@@ -181,6 +181,7 @@ class EstimateReport:
             "model_tflops_per_gpu": t.model_flop_per_s_per_gpu / TFLOP,
             "mfu": t.mfu,
             "hfu": t.hfu,
+            "mfu_fp8_peak": t.mfu_fp8,
             "model_flop_per_step": t.model_flop_per_step,
             "hardware_flop_per_step": t.hardware_flop_per_step,
             "peak_tflops_per_gpu": t.peak_flop_per_s / TFLOP,
@@ -234,7 +235,29 @@ class PlanReport:
         search = {"candidates": r.candidates, "optimal": r.optimal, "solver": r.solver, "lower_bound_s": r.lower_bound_s}
         if timings:
             search = {"seconds": r.seconds, **search}
-        return {"plans": plans, "search": search}
+        doc: dict[str, Any] = {"plans": plans, "search": search}
+        hint = batch_hint(self.problem.training.global_batch_size, self.problem.gpus)
+        if hint:
+            doc["batch_hint"] = hint
+        return doc
+
+
+def batch_hint(global_batch: int | None, gpus: int) -> dict[str, Any] | None:
+    """When the GPUs do not divide the global batch, data parallelism can only use divisors of the
+    batch, and the other GPUs go to tp/pp/cp: the nearest batches the GPU count divides."""
+    if not global_batch or global_batch % gpus == 0:
+        return None
+    below = global_batch // gpus * gpus
+    return {"global_batch_size": global_batch, "gpus": gpus, "nearest": [b for b in (below, below + gpus) if b > 0]}
+
+
+def batch_hint_line(global_batch: int | None, gpus: int) -> str | None:
+    hint = batch_hint(global_batch, gpus)
+    if hint is None:
+        return None
+    near = " or ".join(str(b) for b in hint["nearest"])
+    return (f"note: global batch {global_batch:,} is not a multiple of the {gpus} GPUs, so data parallelism is held to "
+            f"divisors of {global_batch:,} and the other GPUs go to tp/pp/cp; --global-batch-size {near} is a multiple of {gpus}")
 
 
 def run_plan(
@@ -270,7 +293,7 @@ def run_plan(
     headroom = check_headroom(DEFAULT_HEADROOM if headroom is None else headroom)
     result = search(problem, top=top, headroom=headroom, calibration=calibration, progress=progress)
     if not result.plans:
-        hint = _what_fits(problem, headroom, calibration, batch_given=training.get("global_batch_size") is not None) if hints else ""
+        hint = _what_fits(problem, headroom, calibration, batch_given=training.get("global_batch_size") is not None) if hints and not result.timed_out else ""
         raise SpecError(_no_plan(problem, result) + hint)
     return PlanReport(problem=problem, result=result, headroom=headroom, outlook=outlook)
 
@@ -318,6 +341,9 @@ def _no_plan(problem: Any, result: Any) -> str:
     """One line: why nothing fits, and the closest thing that was tried."""
     where = f"{problem.model.name} on {problem.gpus}x {problem.cluster.gpu.name}"
     fixed = f" with --fix {' '.join(f'{k}={v}' for k, v in problem.fixed.items())}" if problem.fixed else ""
+    if result.timed_out:
+        return (f"the search of {where}{fixed} ran out of its {result.seconds:.0f} s time limit after scoring "
+                f"{result.candidates} layouts, none of which fits; this is not a proof that none does: pin axes with --fix")
     memory = [r for r in result.rejected if r.reason.startswith("needs ")]
     if memory:
         closest = min(memory, key=lambda r: float(r.reason.split()[1]))

@@ -84,6 +84,7 @@ class SearchResult:
     solver: str
     rejected: list[Rejected] = field(default_factory=list)  # scored layouts that broke a rule or did not fit
     lower_bound_s: float | None = None  # the smallest LB over the space (None: no layout passes the bounds)
+    timed_out: bool = False  # stopped by the time limit before the top k was proven
 
 
 def evaluate(problem: Problem, layout: Layout, *, headroom: float = DEFAULT_HEADROOM, calibration: Calibration = DEFAULT) -> Plan | Rejected:
@@ -553,7 +554,7 @@ def search(
     plans: list[Plan] = []
     rejected: list[Rejected] = []
     scored = 0
-    optimal = complete = False
+    optimal = complete = timed_out = False
     # the first band holds the `top` smallest bounds: the k-th best step is at least the k-th bound
     lo, hi = -1, (int(bounds[min(top, len(bounds)) - 1]) if len(bounds) else -1)
     while len(bounds):
@@ -585,6 +586,7 @@ def search(
         if progress is not None:
             progress(f"{scored} layouts scored, bound ≤ {hi / NS:.3g} s, best {plans and min(p.time.step_s for p in plans) or 0:.3g} s")
         if cells and not complete:
+            timed_out = True
             break
         plans.sort(key=lambda p: p.key)
         if len(plans) >= top and plans[top - 1].time.step_s * NS <= hi:
@@ -599,7 +601,7 @@ def search(
         lo, hi = hi, max(nxt, int(above[0]))
     plans.sort(key=lambda p: p.key)
     return SearchResult(plans[:top], time.perf_counter() - start, scored, optimal, "cp-sat", rejected,
-                        float(bounds[0]) / NS if len(bounds) else None)
+                        float(bounds[0]) / NS if len(bounds) else None, timed_out)
 
 
 def brute_force(problem: Problem, *, top: int = 10, headroom: float = DEFAULT_HEADROOM, calibration: Calibration = DEFAULT) -> SearchResult:

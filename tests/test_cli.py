@@ -164,3 +164,14 @@ def test_bad_input_is_one_line_exit_2(tmp_path, case):
     assert len(lines) == 1 and lines[0].startswith("error: "), result.output
     assert needle in lines[0]
     assert "Traceback" not in result.output
+
+
+def test_plan_names_the_batches_the_gpu_count_divides():
+    # 1024 over 72 GPUs: data parallelism is held to divisors of 1024; 14·72 = 1008 and 15·72 = 1080
+    from planner.runners import batch_hint
+
+    assert batch_hint(1024, 72) == {"global_batch_size": 1024, "gpus": 72, "nearest": [1008, 1080]}
+    assert batch_hint(1024, 64) is None and batch_hint(40, 72) == {"global_batch_size": 40, "gpus": 72, "nearest": [72]}
+    r = CliRunner().invoke(app, ["plan", "llama-3.1-8b", "-c", "dgx-h100", "-g", "72", "--global-batch-size", "1024", "--top", "1"])
+    assert r.exit_code == 0, r.output
+    assert "--global-batch-size 1008 or 1080 is a multiple of 72" in " ".join(r.output.split())

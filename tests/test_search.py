@@ -205,3 +205,18 @@ def test_no_layout_says_the_fewest_gpus_that_fit():
         res = runner.invoke(app, ["plan", "llama-3.1-8b", "--cluster", "dgx-h100", "--gpus", str(gpus), "--seq-len", "8192",
                                   "--top", "1", "--json"])
         assert (res.exit_code == 0) is fits, (gpus, res.output)
+
+
+def test_a_search_out_of_time_says_so_and_not_that_nothing_fits():
+    from planner import presets
+    from planner.runners import _no_plan
+    from planner.search import search
+    from planner.space import Problem
+
+    problem = Problem(presets.models()["llama-3.1-70b"], Cluster(spec=presets.clusters()["dgx-h100"], num_gpus=64),
+                      TrainingSpec(global_batch_size=256))
+    result = search(problem, top=3, time_limit_s=0.0)
+    assert result.timed_out and not result.optimal and not result.plans
+    msg = _no_plan(problem, result)
+    assert "ran out of its" in msg and "not a proof that none does" in msg and "memory bound" not in msg
+    assert not search(problem, top=3).timed_out

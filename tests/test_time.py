@@ -196,3 +196,21 @@ def test_torchao_fp8_casts_move_five_bytes_per_operand_element():
     # and the casts show in the step: the same job in bf16 has none
     bf16 = make_job(LLAMA_TINY, gpus=1, training={**fp8, "precision": "bf16"})
     assert fp8_cast_bytes(bf16, moe=False) == (0, 0)
+
+
+@pytest.mark.parametrize("recompute, precision", [("none", "bf16"), ("selective", "bf16"), ("full", "fp8")])
+def test_hfu_is_mfu_plus_the_recomputed_work_and_never_below_it(recompute, precision):
+    # HFU in MFU's convention: MFU x executed / (executed - recomputed). Full recompute repeats the
+    # forward, a third of a layer's fwd+bwd FLOPs, so HFU/MFU ~ 4/3 on the layers (less with the
+    # output layer and loss, which are not recomputed)
+    job = make_job("llama-3.1-8b", gpus=8, recompute=recompute, training=dict(seq_len=8192, precision=precision))
+    t = time_estimate(job)
+    assert t.hfu >= t.mfu
+    if recompute == "none":
+        assert t.hfu == t.mfu
+    if recompute == "full":
+        assert 1.2 < t.hfu / t.mfu <= 4 / 3
+        # fp8: MFU also against the fp8 peak, which is twice H100's dense 16-bit one
+        assert t.mfu_fp8 == pytest.approx(t.mfu / 2, rel=1e-3)
+    else:
+        assert t.mfu_fp8 is None
