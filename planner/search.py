@@ -93,6 +93,11 @@ def evaluate(problem: Problem, layout: Layout, *, headroom: float = DEFAULT_HEAD
         job = resolve(problem.model, problem.cluster, problem.training, layout)
     except SpecError as e:
         return Rejected(layout, str(e).removeprefix("layout: "))
+    from planner.launch.build import launch_refusal
+
+    refused = launch_refusal(job)
+    if refused:
+        return Rejected(layout, f"launch refuses it: {refused.removeprefix('layout: ')}")
     mem = memory_estimate(job, headroom=headroom)
     if not mem.fits:
         gib = 1024**3

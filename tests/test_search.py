@@ -220,3 +220,18 @@ def test_a_search_out_of_time_says_so_and_not_that_nothing_fits():
     msg = _no_plan(problem, result)
     assert "ran out of its" in msg and "not a proof that none does" in msg and "memory bound" not in msg
     assert not search(problem, top=3).timed_out
+
+
+def test_plan_never_ranks_what_its_launch_refuses():
+    # DeepSpeed's launch writes no PipelineModule, so pipelines are refused there; plan must not rank them
+    from planner import presets
+    from planner.launch.build import launch_refusal
+    from planner.search import search
+    from planner.space import Problem
+
+    problem = Problem(presets.models()["llama-3.1-70b"], Cluster(spec=presets.clusters()["dgx-h100"], num_gpus=64),
+                      TrainingSpec(global_batch_size=256, framework="deepspeed"))
+    result = search(problem, top=5)
+    assert result.plans and all(launch_refusal(p.job) is None for p in result.plans)
+    assert all(p.job.layout.pp == 1 for p in result.plans)
+    assert any("launch refuses it: DeepSpeed's pipeline" in r.reason for r in result.rejected)

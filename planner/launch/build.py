@@ -18,6 +18,7 @@ from typing import Any
 
 from cost_models.enums import Framework
 from cost_models.errors import SpecError
+from cost_models.job import Job
 from planner import __version__
 from planner.launch import deepspeed, kubernetes, megatron, slurm, torchtitan
 from planner.launch.options import LaunchOptions, MegatronFsdp, TitanVersion
@@ -102,6 +103,19 @@ def check_hf_source(job) -> None:
             f"model {m.name!r}: config.json sets use_parallel_residual (attention and MLP from the same input); "
             "Megatron's GPT layers add them one after the other; use --framework deepspeed"
         )
+
+
+def launch_refusal(job: Job) -> str | None:
+    """Why `planner launch` would refuse this layout with its default options, or None: the framework
+    emitter's own check, so that `plan` never ranks a layout its launch then refuses."""
+    target = Target(job)
+    check = {Framework.MEGATRON: megatron.check, Framework.TORCHTITAN: torchtitan.check,
+             Framework.DEEPSPEED: deepspeed.check}[job.training.framework]
+    try:
+        check(target)
+    except SpecError as e:
+        return str(e)
+    return None
 
 
 def build_launch(report: EstimateReport, options: LaunchOptions = LaunchOptions(), *, rank: int | None = None) -> LaunchFiles:
