@@ -40,6 +40,9 @@ def build_job(model: str, cluster: str, gpus: int, *, training: dict[str, Any], 
     """Specs from MODEL/--cluster/--gpus and the layout and training flags (None = default)."""
     model_spec, cluster_obj, training_spec = load_specs(model, cluster, gpus, training)
     lay_fields = {k: v for k, v in layout.items() if v is not None}
+    from cost_models.rules import expert_axes_given
+
+    expert_axes_given(model_spec, lay_fields, "--")
     try:
         layout_spec = Layout.model_validate(lay_fields)
     except ValidationError as e:
@@ -121,9 +124,22 @@ class Outlook:
                             ("--ckpt-write-gbps", self.ckpt_write_gb_per_s), ("--gpu-mtbf-hours", self.gpu_mtbf_hours)):
             if value is not None and not (value > 0 and value != float("inf")):
                 raise SpecError(f"{name}({value}) must be a positive finite number")
+            low, high = OUTLOOK_RANGES[name]
+            if value is not None and not low <= value <= high:
+                raise SpecError(f"{name}({value:g}) must be between {low:g} and {high:g}")
         if self.gpu_hour_cost is not None and self.tokens is None:
             raise SpecError(f"--gpu-hour-cost({self.gpu_hour_cost}) prices the GPU-hours to train --tokens T; "
                             "give --tokens too, e.g. --tokens 15e12")
+
+
+# Ranges of the outlook numbers: far beyond any real run on both sides, so that the days, costs and
+# checkpoint intervals derived from them stay finite numbers.
+OUTLOOK_RANGES = {
+    "--tokens": (1.0, 1e18),  # 1e18 tokens: ~70,000x Llama 3's 15T
+    "--gpu-hour-cost": (1e-6, 1e6),
+    "--ckpt-write-gbps": (1e-3, 1e9),  # 1 MB/s to 1 EB/s
+    "--gpu-mtbf-hours": (1e-2, 1e9),  # 36 s to ~100,000 years
+}
 
 
 @dataclass(frozen=True)
@@ -263,7 +279,11 @@ def run_plan(
     model_spec, cluster_obj, spec = load_specs(model, cluster, gpus, training)
     if spec.global_batch_size is None:
         spec = spec.model_copy(update=dict(global_batch_size=default_global_batch(spec.seq_len)))
-    problem = Problem(model_spec, cluster_obj, spec, fixed=parse_fixes(fixes), allow_cross_node_tp=allow_cross_node_tp)
+    fixed = parse_fixes(fixes)
+    from cost_models.rules import expert_axes_given
+
+    expert_axes_given(model_spec, fixed, "--fix ")
+    problem = Problem(model_spec, cluster_obj, spec, fixed=fixed, allow_cross_node_tp=allow_cross_node_tp)
     broken = problem_violations(model_spec, cluster_obj, spec)
     if broken:
         raise SpecError(f"no layout of {model_spec.name} can run: {broken[0][1]} [{spec.framework}]")
