@@ -17,6 +17,7 @@ from cost_models.rules import resolve
 from cost_models.step_time import TimeEstimate, time_estimate
 from cost_models.training import TrainingSpec
 from cost_models.units import TFLOP
+from cost_models.errors import SpecError
 from planner.errors import spec_error
 from planner.loaders import load_cluster, load_model
 
@@ -130,6 +131,10 @@ class Outlook:
         if self.gpu_hour_cost is not None and self.tokens is None:
             raise SpecError(f"--gpu-hour-cost({self.gpu_hour_cost}) prices the GPU-hours to train --tokens T; "
                             "give --tokens too, e.g. --tokens 15e12")
+
+
+class NoLayout(SpecError):
+    """The search found no layout that fits: an answer about this GPU count, not bad input."""
 
 
 # Ranges of the outlook numbers: far beyond any real run on both sides, so that the days, costs and
@@ -291,7 +296,7 @@ def run_plan(
     result = search(problem, top=top, headroom=headroom, calibration=calibration, progress=progress)
     if not result.plans:
         hint = _what_fits(problem, headroom, calibration, batch_given=training.get("global_batch_size") is not None) if hints else ""
-        raise SpecError(_no_plan(problem, result) + hint)
+        raise NoLayout(_no_plan(problem, result) + hint)
     return PlanReport(problem=problem, result=result, headroom=headroom, outlook=outlook)
 
 

@@ -111,7 +111,7 @@ def run_sweep(
     headroom: float | None = None, allow_cross_node_tp: bool = False, calibration: Calibration = DEFAULT,
     progress: Callable[[str], None] | None = None, outlook: Any = None,
 ) -> list[SweepRow]:
-    from planner.runners import Outlook, run_plan
+    from planner.runners import NoLayout, Outlook, run_plan
 
     rows: list[SweepRow] = []
     base = None
@@ -122,9 +122,7 @@ def run_sweep(
             report = run_plan(model, cluster, n, training=training, fixes=fixes, top=1, headroom=headroom,
                               allow_cross_node_tp=allow_cross_node_tp, calibration=calibration, hints=False,
                               outlook=outlook or Outlook()).plans[0]
-        except SpecError as e:
-            if "no layout" not in str(e):
-                raise  # bad input, not an infeasible count
+        except NoLayout as e:  # an infeasible count; any other SpecError is bad input and propagates
             rows.append(SweepRow(n, None, str(e).removeprefix("error: ")))
             continue
         if base is None:

@@ -43,7 +43,7 @@ def _fallback(err: UnicodeError) -> tuple[str, int]:
     if not isinstance(err, UnicodeEncodeError):
         raise err
     bad = err.object[err.start : err.end]
-    return "".join(ASCII_FALLBACK.get(ch, "?") for ch in bad), err.end
+    return "".join(ASCII_FALLBACK.get(ch) or ascii(ch)[1:-1] for ch in bad), err.end
 
 
 codecs.register_error(_HANDLER, _fallback)
@@ -51,7 +51,8 @@ _PROBE = "".join(ASCII_FALLBACK)
 
 
 def fit_streams() -> None:
-    """Give stdout and stderr the ASCII fall-back when their encoding cannot write the symbols."""
+    """Give stdout and stderr the ASCII fall-back when their encoding cannot write the symbols:
+    the characters of ASCII_FALLBACK become their stand-ins, any other a Python escape (\\xe4)."""
     for stream in (sys.stdout, sys.stderr):
         encoding = getattr(stream, "encoding", None) or "ascii"
         try:

@@ -356,6 +356,7 @@ def launch(
                 killed = _teardown(proc, launch_id)
     rc = proc.returncode if proc is not None else None
     wall = time.monotonic() - start
+    done = min(sum(1 for e in rows if e.get("phase") == "end") for rows in _progress(out_dir, nproc))  # the last word
     results: dict[str, list[dict[str, Any]]] = {}
     for run in doc["runs"]:
         rows = [_read_json(out_dir / run["name"] / f"result_rank{r}.json") for r in range(nproc)]
