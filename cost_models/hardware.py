@@ -12,15 +12,16 @@ from cost_models.units import to_si
 
 
 # Physical ranges of the hardware numbers, wide enough for any real device and narrow enough that
-# every time the model derives from them stays a finite number the search can hold in int64 ns.
-# Rates: 1 GFLOP/s (a CPU core) to 1 EFLOP/s (1000x a B200's dense fp8).
+# every time the model derives from them stays finite (zero, 1e-300 or 1e300 broke the search).
+# Rates: 1 GFLOP/s (a CPU core) to 1 EFLOP/s (over 200x a B200's dense fp8, 4.5 PFLOP/s in presets/gpus.toml).
 FlopRate = Annotated[float, Field(ge=1e9, le=1e18)]
-# Bandwidths: 1 Gbit/s (the slowest Ethernet a cluster is built of) to 1 PB/s (100x HBM3e).
+# Bandwidths: 1 Gbit/s (the slowest Ethernet a cluster is built of) to 1 PB/s (over 100x a B200's 8 TB/s HBM3e).
 MIN_BANDWIDTH_BYTES_PER_S = 1e9 / 8
 Bandwidth = Annotated[float, Field(ge=MIN_BANDWIDTH_BYTES_PER_S, le=1e15)]
-# Latencies: NCCL's own per-hop constants are 0.6-25 us (hwLatencies); 1 ms is 40x the slowest.
+# Latencies: the presets' per-hop constants are 2.1-14 us (NCCL/RCCL hwLatencies, presets/clusters.toml;
+# RCCL's slowest NET entry is 320 us); 1 ms is 3x that.
 Latency = Annotated[float, Field(ge=0, le=1e-3)]
-# Memory: up to 16 TiB per device (2^44 bytes; the largest GPU today holds 192 GB).
+# Memory: up to 16 TiB per device (2^44 bytes; the largest GPU preset, B200, holds 179 GiB).
 HbmBytes = Annotated[int, Field(gt=0, le=2**44)]
 
 
