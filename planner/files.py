@@ -106,15 +106,15 @@ def read_mapping(path: Path, *, suffixes: tuple[str, ...] = SPEC_SUFFIXES) -> di
         elif suffix == ".json":
             data = json.loads(text)
         else:
-            import yaml  # only YAML files pay for the import
-
-            data = yaml.safe_load(text)
+            data = _yaml(text, where)
     except tomllib.TOMLDecodeError as e:
         raise SpecError(f"{where}: malformed TOML: {e}") from None
     except json.JSONDecodeError as e:
         raise SpecError(f"{where}: malformed JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
     except RecursionError:
         raise SpecError(f"{where}: nested too deeply to be a spec") from None
+    except SpecError:
+        raise
     except Exception as e:  # yaml.YAMLError and its subclasses
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
@@ -123,6 +123,30 @@ def read_mapping(path: Path, *, suffixes: tuple[str, ...] = SPEC_SUFFIXES) -> di
     if not isinstance(data, dict):
         raise SpecError(f"{where}: the top level must be a table/object of keys, got {type(data).__name__}")
     return data
+
+
+MAX_DEPTH = 32  # a spec nests 3 levels (a cluster's inline GPU's peak table)
+
+
+def _yaml(text: str, where: str) -> Any:
+    """YAML without aliases (`*name` lets a few lines expand into billions of nodes, each a
+    reference to an anchored one walked anew by every reader; no spec needs one) and at most
+    MAX_DEPTH levels deep, checked on the parser's events before anything is built."""
+    import yaml  # only YAML files pay for the import
+
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise SpecError(f"{where}: nested too deeply to be a spec (more than {MAX_DEPTH} levels)")
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+        elif isinstance(event, yaml.AliasEvent):
+            mark = event.start_mark
+            raise SpecError(f"{where}: YAML alias *{event.anchor} at line {mark.line + 1} column {mark.column + 1}: "
+                            "aliases are not accepted in a spec file; write the value out")
+    return yaml.safe_load(text)
 
 
 def load_calibration(path: Path) -> Any:

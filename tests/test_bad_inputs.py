@@ -117,6 +117,7 @@ CLUSTER_FILES = [
     ("cluster_gpu_tiny_flops.toml", "gpu.peak_flop_per_s.bf16 = 1000000.0: Input should be greater than or equal to 1000000000"),
     ("cluster_gpu_huge_hbm.toml", "gpu.hbm_bytes = 1073741824000000000000: Input should be less than or equal to 17592186044416"),
     ("cluster_oversubscription_huge.toml", "network_tiers.0.oversubscription = 1000000000.0: Input should be less than or equal to 1024"),
+    ("cluster_yaml_alias_bomb.yaml", "YAML alias *a0 at line 2 column 14: aliases are not accepted in a spec file"),
     ("cluster_name_escape.json", "name = '\\x1b]0;owned\\x07\\x1b[2J': character '\\x1b' at position 0 is not allowed in a name"),
 ]
 
@@ -378,7 +379,8 @@ def _special(tmp_path: Path, kind: str, suffix: str) -> Path:
     elif kind == "big":
         path.write_text('{"num_layers": 4, "pad": "' + "x" * (1 << 20) + '"}')
     elif kind == "deep":
-        path.write_text("[" * 100_000 + "]" * 100_000)
+        nested = "[" * 100_000 + "]" * 100_000
+        path.write_text(nested if suffix == ".json" else f"num_layers = {nested}" if suffix == ".toml" else f"num_layers: {nested}")
     return path
 
 
@@ -393,7 +395,9 @@ SPECIAL = [
     ("cluster link to /dev/zero", "zero link", ".yaml", ["plan", M, "--cluster", "{p}", "--gpus", "8"], "is a character device"),
     ("calibration link to /dev/zero", "zero link", ".json", ["plan", M, *H100, "--calibration", "{p}"], "is a character device"),
     ("model 1 MiB", "big", ".json", ["memory", "{p}", *H100], "bytes is more than the 1,048,576 bytes an input file may hold"),
-    ("model nested 100,000 deep", "deep", ".json", ["memory", "{p}", *H100], "nested too deeply to be a spec"),
+    ("JSON nested 100,000 deep", "deep", ".json", ["memory", "{p}", *H100], "nested too deeply to be a spec"),
+    ("TOML nested 100,000 deep", "deep", ".toml", ["memory", M, "--cluster", "{p}", "--gpus", "8"], "nested too deeply to be a spec"),
+    ("YAML nested 100,000 deep", "deep", ".yaml", ["memory", "{p}", *H100], "nested too deeply to be a spec (more than 32 levels)"),
     ("/dev/zero as model", None, "", ["memory", "/dev/zero", *H100], "/dev/zero: is a character device"),
     ("/dev/null as nodes file", None, "", ["launch", M, *H100, "--tp", "8", "--nodes-file", "/dev/null", "--out", "{o}"], "/dev/null: is a character device"),
 ]
