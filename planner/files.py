@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -100,26 +101,31 @@ def read_mapping(path: Path, *, suffixes: tuple[str, ...] = SPEC_SUFFIXES) -> di
         raise SpecError(f"{shown(path)}: unknown file type {shown(suffix) or '(none)'}; use one of {', '.join(suffixes)}")
     text = read_text(path)
     where = shown(path)
+    fmt = {".toml": "TOML", ".json": "JSON"}.get(suffix, "YAML")
     try:
-        if suffix == ".toml":
+        if fmt == "TOML":
             data: Any = tomllib.loads(text)
-        elif suffix == ".json":
+        elif fmt == "JSON":
             data = json.loads(text)
         else:
             data = _yaml(text, where)
+    except SpecError:
+        raise
+    except RecursionError:
+        raise SpecError(f"{where}: nested too deeply to be a spec") from None
     except tomllib.TOMLDecodeError as e:
         raise SpecError(f"{where}: malformed TOML: {e}") from None
     except json.JSONDecodeError as e:
         raise SpecError(f"{where}: malformed JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
-    except RecursionError:
-        raise SpecError(f"{where}: nested too deeply to be a spec") from None
-    except SpecError:
-        raise
+    except ValueError as e:
+        if "integer string conversion" in str(e):  # Python's limit on decimal digits (CVE-2020-10735)
+            raise SpecError(f"{where}: malformed {fmt}: a number has more than {sys.get_int_max_str_digits()} digits") from None
+        raise SpecError(f"{where}: malformed {fmt}: {str(e).splitlines()[0]}") from None
     except Exception as e:  # yaml.YAMLError and its subclasses
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise SpecError(f"{where}: malformed YAML: {problem}{at}") from None
+        raise SpecError(f"{where}: malformed {fmt}: {problem}{at}") from None
     if not isinstance(data, dict):
         raise SpecError(f"{where}: the top level must be a table/object of keys, got {type(data).__name__}")
     return data

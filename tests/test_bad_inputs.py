@@ -90,6 +90,8 @@ MODEL_FILES = [
     # the extension names the format
     ("model_yaml_in_json.json", "malformed JSON: Expecting value at line 1 column 1"),
     ("model_json_in_toml.toml", "malformed TOML: Invalid statement"),
+    ("model_5000_digits.json", "model_5000_digits.json: malformed JSON: a number has more than 4300 digits"),
+    ("model_5000_digits.toml", "model_5000_digits.toml: malformed TOML: a number has more than 4300 digits"),
     # counts beyond any real model
     ("model_moe_millions.toml", "about 1,006,633,558,212,608 parameters exceed 35,184,372,088,832 (2^45)"),
     ("model_moe_too_many_experts.toml", "moe.num_experts = 16777217: Input should be less than or equal to 16777216"),
