@@ -60,7 +60,10 @@ def build_launch(report: EstimateReport, options: LaunchOptions = LaunchOptions(
         files = deepspeed.files(target)
     if target.multi_node or options.slurm:
         files["job.sbatch"] = File(slurm.job_sbatch(target), executable=True)
-    files["plan.json"] = File(json.dumps(plan_document(target, report, rank, sorted(files) + ["README.md", "plan.json"]), indent=2) + "\n")
+    from planner.text import finite_json
+
+    doc = finite_json(plan_document(target, report, rank, sorted(files) + ["README.md", "plan.json"]))
+    files["plan.json"] = File(json.dumps(doc, indent=2, allow_nan=False) + "\n")
     files["README.md"] = File(readme(target, report, rank, files))
     return LaunchFiles(files=dict(sorted(files.items())), report=report, rank=rank)
 

@@ -219,7 +219,9 @@ def run_validate(
     if not result.ok:
         doc_out["partial"] = {"step_times_s_per_rank": _partial(out_dir, slice_.ranks),
                               "results": {k: v for k, v in result.results.items()}}
-    (out_dir / "validate.json").write_text(json.dumps(doc_out, indent=1, default=str) + "\n")
+    from planner.text import finite_json
+
+    (out_dir / "validate.json").write_text(json.dumps(finite_json(doc_out), indent=1, default=str, allow_nan=False) + "\n")
     return report
 
 
