@@ -159,4 +159,8 @@ def load_calibration(path: Path) -> Any:
     """A --calibration file (JSON, as validate --calibrate writes it)."""
     from cost_models.calibration import calibration_from_dict
 
-    return calibration_from_dict(read_mapping(Path(path), suffixes=(".json",)), where=f"calibration file {shown(path)}")
+    try:
+        data = read_mapping(Path(path), suffixes=(".json",))
+    except SpecError as e:
+        raise SpecError(f"--calibration {e}") from None
+    return calibration_from_dict(data, where=f"calibration file {shown(path)}")
