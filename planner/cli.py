@@ -183,7 +183,7 @@ def memory(
             from planner.plots import check_png
 
             check_png(png)
-        report = run_memory(model, cluster, gpus, training=training, layout=layout, headroom=headroom)
+        report = run_memory(model, cluster, gpus, training=training, layout=layout, headroom=headroom, flags=True)
         if png is not None:
             from planner.plots import memory_png
 
@@ -221,7 +221,7 @@ def estimate(
         training, layout = _specs(**flags)
         cal = load_calibration(calibration) if calibration else DEFAULT
         report = run_estimate(model, cluster, gpus, training=training, layout=layout, headroom=headroom, calibration=cal,
-                              outlook=_outlook(tokens, gpu_hour_cost, ckpt_write_gbps, gpu_mtbf_hours))
+                              flags=True, outlook=_outlook(tokens, gpu_hour_cost, ckpt_write_gbps, gpu_mtbf_hours))
     if as_json:
         from planner.render import print_json
 
@@ -333,7 +333,7 @@ def launch(
             )
             cal = load_calibration(calibration) if calibration else DEFAULT
             files = run_launch(model, cluster, gpus, training=training, layout=layout, rank=rank, fixes=fix, options=options,
-                               headroom=headroom, calibration=cal)
+                               headroom=headroom, calibration=cal, flags=True)
             written = write_launch(files, out, force=force)
     from planner.files import shown
 

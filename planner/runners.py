@@ -37,13 +37,17 @@ def load_specs(model: str, cluster: str, gpus: int, training: dict[str, Any]) ->
     return model_spec, cluster_obj, training_spec
 
 
-def build_job(model: str, cluster: str, gpus: int, *, training: dict[str, Any], layout: dict[str, Any]) -> Job:
-    """Specs from MODEL/--cluster/--gpus and the layout and training flags (None = default)."""
+def build_job(model: str, cluster: str, gpus: int, *, training: dict[str, Any], layout: dict[str, Any],
+              flags: bool = False) -> Job:
+    """Specs from MODEL/--cluster/--gpus and the layout and training flags (None = default).
+    `flags`: the layout came from the command line, where --ep/--etp on a dense model are refused
+    (a resolved layout handed back, as the library allows, carries the etp dense layers take)."""
     model_spec, cluster_obj, training_spec = load_specs(model, cluster, gpus, training)
     lay_fields = {k: v for k, v in layout.items() if v is not None}
-    from cost_models.rules import expert_axes_given
+    if flags:
+        from cost_models.rules import expert_axes_given
 
-    expert_axes_given(model_spec, lay_fields, "--")
+        expert_axes_given(model_spec, lay_fields, "--")
     try:
         layout_spec = Layout.model_validate(lay_fields)
     except ValidationError as e:
@@ -103,8 +107,9 @@ def run_memory(
     training: dict[str, Any],
     layout: dict[str, Any],
     headroom: float | None = None,
+    flags: bool = False,
 ) -> MemoryReport:
-    job = build_job(model, cluster, gpus, training=training, layout=layout)
+    job = build_job(model, cluster, gpus, training=training, layout=layout, flags=flags)
     estimate = memory_estimate(job, headroom=DEFAULT_HEADROOM if headroom is None else headroom)
     return MemoryReport(job=job, estimate=estimate)
 
@@ -223,9 +228,10 @@ def run_estimate(
     headroom: float | None = None,
     calibration: Calibration = DEFAULT,
     outlook: Outlook = Outlook(),
+    flags: bool = False,
 ) -> EstimateReport:
     outlook.check()
-    memory = run_memory(model, cluster, gpus, training=training, layout=layout, headroom=headroom)
+    memory = run_memory(model, cluster, gpus, training=training, layout=layout, headroom=headroom, flags=flags)
     return EstimateReport(memory=memory, time=time_estimate(memory.job, calibration=calibration), outlook=outlook)
 
 

@@ -222,9 +222,11 @@ def run_launch(
     options: LaunchOptions = LaunchOptions(),
     headroom: float | None = None,
     calibration: Any = None,
+    flags: bool = False,
 ) -> LaunchFiles:
     """Layout flags given: exactly that layout. None given: the search's plan #rank (default 1),
-    with the axes in `fixes` pinned as `planner plan --fix` pins them."""
+    with the axes in `fixes` pinned as `planner plan --fix` pins them. `flags`: as for
+    planner.runners.build_job."""
     from cost_models.calibration import DEFAULT
     from planner.runners import run_estimate, run_plan
 
@@ -234,7 +236,8 @@ def run_launch(
         if rank is not None or fixes:
             what = "--rank" if rank is not None else "--fix"
             raise SpecError(f"{what} steers the search; it does not combine with layout flags ({', '.join(given)})")
-        report = run_estimate(model, cluster, gpus, training=training, layout=layout, headroom=headroom, calibration=cal)
+        report = run_estimate(model, cluster, gpus, training=training, layout=layout, headroom=headroom, calibration=cal,
+                              flags=flags)
         return build_launch(report, options)
     k = 1 if rank is None else rank
     if k < 1:
