@@ -427,24 +427,27 @@ def _sail_pipeline(entry: dict) -> Mapped:
         if "interleav" in (lay.get("pp_schedule") or "").lower() or (lay.get("vpp") or 1) > 1:
             raise Skip("interleaved baseline: the virtual-stage count and the shorter end stages are not published "
                        "(the paper: 'each transformer layer serves as a chunk')")
-        notes += ["fp16, no flash attention, no recompute: the authors' released script at the time "
-                  "(sail-sg/zero-bubble-pipeline-parallelism@ed85b11c)", "vocabulary 32000 (a SentencePiece "
+        notes += ["fp16, no flash attention, no recompute, dropout 0.1 on attention and hidden states: the "
+                  "authors' released script at the time (sail-sg/zero-bubble-pipeline-parallelism@ed85b11c "
+                  "examples/pretrain_llama_7b.sh sets none of them; megatron/arguments.py there: "
+                  "--attention-dropout and --hidden-dropout default 0.1)", "vocabulary 32000 (a SentencePiece "
                   "tokenizer of unstated size; 32000 is LLaMA's)"]
-        vocab, attention, backend = 32000, AttentionKernel.EAGER, None
+        vocab, attention, backend, dropout = 32000, AttentionKernel.EAGER, None, 0.1
         per_middle = -(-m["layers"] // lay["pp"])
         end = per_middle - 1  # Sec. 5.1: the first and last stages hold one layer fewer
         first = last = end if end * 2 + per_middle * (lay["pp"] - 2) == m["layers"] else None
         if first is None:
             raise Skip(f"{m['layers']} layers do not split as the paper says (ends one layer fewer) over pp {lay['pp']}")
     else:
-        notes += ["fp16 and flash-attn 2 (the authors' pretrain_gpt.sh: --fp16 --use-flash-attn)",
-                  "untied embeddings, the nominal vocabulary (authors' artifact)"]
-        vocab, attention, backend = m["vocab"], AttentionKernel.FLASH, AttentionBackend.FA2
+        notes += ["fp16, flash-attn 2, no dropout (the authors' pretrain_gpt.sh: --fp16 --use-flash-attn "
+                  "--attention-dropout 0 --hidden-dropout 0)", "untied embeddings, the nominal vocabulary (authors' artifact)"]
+        vocab, attention, backend, dropout = m["vocab"], AttentionKernel.FLASH, AttentionBackend.FA2, 0.0
         first = last = None
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.FP16,
                             framework=Framework.MEGATRON, attention=attention, attention_backend=backend)
     layout = _layout(entry, zero=Zero.NONE, recompute=Recompute.NONE, schedule=Schedule.ONE_F_ONE_B, first=first, last=last)
-    return _gpt_model(entry, vocab=vocab, tied=False), _cluster(entry), training, layout, notes
+    model = _gpt_model(entry, vocab=vocab, tied=False).model_copy(update=dict(attention_dropout=dropout, hidden_dropout=dropout))
+    return model, _cluster(entry), training, layout, notes
 
 
 def _torch_recompute(text: str, layers: int) -> tuple[Recompute, int | None, str | None]:

@@ -20,6 +20,13 @@ class PositionKind(StrEnum):
     NONE = "none"
 
 
+class RouterScore(StrEnum):
+    """How an MoE router turns logits into expert scores."""
+
+    SOFTMAX = "softmax"  # Mixtral, Qwen-MoE
+    SIGMOID = "sigmoid"  # DeepSeek-V3
+
+
 class Precision(StrEnum):
     BF16 = "bf16"
     FP16 = "fp16"

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import unicodedata
 from functools import cache, cached_property
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from cost_models.enums import MLPKind, NormKind, PositionKind
+from cost_models.enums import MLPKind, NormKind, PositionKind, RouterScore
 
 
 def _not_bool(value: object) -> object:
@@ -46,6 +46,7 @@ def _plain_name(value: str) -> str:
 
 Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS), AfterValidator(_plain_name)]
 Fraction = Annotated[float, Field(ge=0.0, lt=1.0)]
+Positive = Annotated[float, Field(gt=0.0)]
 
 
 class Spec(BaseModel):
@@ -69,10 +70,29 @@ def _cached_names(cls: type) -> tuple[str, ...]:
     return tuple(name for klass in cls.__mro__ for name, attr in vars(klass).items() if isinstance(attr, cached_property))
 
 
+# Load-balancing loss coefficient when a model gives none: the default of router_aux_loss_coef in
+# transformers' MixtralConfig, Qwen2MoeConfig and Qwen3MoeConfig (0.001; transformers v5.23.0,
+# src/transformers/models/{mixtral,qwen2_moe,qwen3_moe}/configuration_*.py; MixtralConfig also at
+# commit ad467bd7633c63ba3ae55da29ff08a30a47cc008). megatron-core's own default is 0, no balancing
+# (Megatron-LM@d98e8a64 megatron/core/transformer/transformer_config.py moe_aux_loss_coeff).
+DEFAULT_AUX_LOSS_COEF = 0.001
+
+
 class MoESpec(Spec):
     num_experts: Count
     top_k: Count
     expert_ffn_hidden_size: Count
+    # Router: scores over all experts (softmax or sigmoid), the top_k kept; renormalize_top_k
+    # rescales the kept scores to sum to 1 (Mixtral always; Qwen-MoE per norm_topk_prob).
+    router_score: RouterScore = RouterScore.SOFTMAX
+    renormalize_top_k: bool = True
+    # Group-limited routing: experts in router_groups groups, tokens routed within the best
+    # router_group_top_k groups (DeepSeek-V2/V3); None = all experts eligible.
+    router_groups: Count | None = None
+    router_group_top_k: Count | None = None
+    aux_loss_coef: Annotated[float, Field(ge=0.0)] = DEFAULT_AUX_LOSS_COEF  # load-balancing loss weight
+    z_loss_coef: Annotated[float, Field(ge=0.0)] = 0.0  # router z-loss weight (0: none)
+    capacity_factor: Positive | None = None  # None: dropless (every routed token is computed)
     num_shared_experts: Annotated[int, Field(ge=0, le=2**20)] = 0
     # Width of each shared expert's MLP; defaults to the routed experts' width.
     shared_expert_ffn_hidden_size: Count | None = None
@@ -88,11 +108,30 @@ class MoESpec(Spec):
     def _check(self) -> MoESpec:
         if self.top_k > self.num_experts:
             raise ValueError(f"top_k({self.top_k}) must be <= num_experts({self.num_experts})")
+        if (self.router_groups is None) != (self.router_group_top_k is None):
+            raise ValueError("router_groups and router_group_top_k are given together or not at all")
+        if self.router_groups is not None and (self.num_experts % self.router_groups or self.router_group_top_k > self.router_groups):
+            raise ValueError(
+                f"router_groups({self.router_groups}) must divide num_experts({self.num_experts}) and be >= "
+                f"router_group_top_k({self.router_group_top_k})"
+            )
         return self
 
     @property
     def shared_width(self) -> int:
         return self.shared_expert_ffn_hidden_size or self.expert_ffn_hidden_size
+
+
+class RopeScaling(Spec):
+    """Llama 3.1's frequency-dependent rotary scaling (transformers modeling_rope_utils.py
+    _compute_llama3_parameters, rope_type "llama3"): wavelengths above original/low_freq_factor are
+    divided by factor, those below original/high_freq_factor kept, the band between interpolated."""
+
+    kind: Literal["llama3"] = "llama3"
+    factor: Positive
+    low_freq_factor: Positive
+    high_freq_factor: Positive
+    original_max_position_embeddings: Count
 
 
 class ModelSpec(Spec):
@@ -109,6 +148,14 @@ class ModelSpec(Spec):
     mlp: MLPKind = MLPKind.SWIGLU
     norm: NormKind = NormKind.RMSNORM
     position_embedding: PositionKind = PositionKind.ROPE
+    # Rotary base and scaling. 10000 is the default of transformers' LlamaConfig (RotaryEmbeddingConfigMixin
+    # default_theta, transformers v5.23.0 modeling_rope_utils.py) and of Megatron's --rotary-base (ARG L2418).
+    rope_theta: Positive = 10000.0
+    rope_scaling: RopeScaling | None = None
+    rotary_fraction: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0  # share of head_dim rotated (GPT-NeoX rotary_pct)
+    # Norm epsilon. 1e-5 is megatron-core's layernorm_epsilon default (transformer_config.py L201) and
+    # the default of GPT2Config / BloomConfig / GPTNeoXConfig; Llama-family configs give theirs.
+    norm_eps: Positive = 1e-5
     qkv_bias: bool = False  # bias on the q, k, v projections
     out_bias: bool = False  # bias on the attention output projection
     mlp_bias: bool = False  # biases on the MLP (and expert) matrices

@@ -1,7 +1,15 @@
 """Hugging Face `config.json` -> ModelSpec, offline, for the architectures whose module structure we
 mirror exactly (parameter counts are checked against transformers' own modules in tests).
 
-Each reader names the config keys and defaults of the transformers class it follows.
+Each reader names the config keys and defaults of the transformers class it follows. Defaults of
+keys a config.json may omit are those of transformers v5.23.0 (the `test` extra's version),
+src/transformers/models/<type>/configuration_<type>.py and modeling_rope_utils.py
+(RotaryEmbeddingConfigMixin.default_theta = 10000.0): rms_norm_eps 1e-6 (Llama, Mistral, Qwen2,
+Qwen2-MoE, Qwen3, Qwen3-MoE) or 1e-5 (Mixtral); rope_theta 10000 except Mixtral's 1e6 (its
+default_theta); router_aux_loss_coef 0.001 and norm_topk_prob false (Qwen2-MoE, Qwen3-MoE);
+layer_norm_epsilon / layer_norm_eps 1e-5 (GPT-2, BLOOM, GPT-NeoX); GPT-NeoX rotary_pct 0.25 and
+rotary_emb_base 10000. The Mixtral defaults read the same at commit
+ad467bd7633c63ba3ae55da29ff08a30a47cc008 (MixtralConfig.__init__).
 """
 
 from __future__ import annotations
@@ -48,7 +56,28 @@ def _opt(cfg: dict[str, Any], key: str, default: Any) -> Any:
     return float(value)
 
 
-def _llama_like(cfg: dict[str, Any], **extra: Any) -> dict[str, Any]:
+def _rope(cfg: dict[str, Any], *, theta: float) -> dict[str, Any]:
+    """rope_theta and rope_scaling, from the keys of transformers 4.x (rope_theta, rope_scaling) or
+    5.x (rope_parameters holding rope_type, rope_theta and the scaling keys)."""
+    params = cfg.get("rope_parameters") or {}
+    scaling = cfg.get("rope_scaling") or params
+    if not isinstance(params, dict) or not isinstance(scaling, dict):
+        raise SpecError("config.json: rope_parameters / rope_scaling must be objects")
+    out: dict[str, Any] = {"rope_theta": _opt(cfg, "rope_theta", None) or _opt(params, "rope_theta", theta)}
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind == "llama3":
+        out["rope_scaling"] = dict(
+            factor=_opt(scaling, "factor", 8.0),
+            low_freq_factor=_opt(scaling, "low_freq_factor", 1.0),
+            high_freq_factor=_opt(scaling, "high_freq_factor", 4.0),
+            original_max_position_embeddings=_get(scaling, "original_max_position_embeddings"),
+        )
+    elif kind != "default":
+        raise SpecError(f"config.json: rope scaling type {kind!r} is not supported (supported: llama3, or none)")
+    return out
+
+
+def _llama_like(cfg: dict[str, Any], *, eps: float = 1e-6, theta: float = 10000.0, **extra: Any) -> dict[str, Any]:
     """LlamaConfig / MistralConfig / Qwen2Config: RMSNorm, SwiGLU, rotary."""
     heads = _get(cfg, "num_attention_heads")
     out = dict(
@@ -68,6 +97,8 @@ def _llama_like(cfg: dict[str, Any], **extra: Any) -> dict[str, Any]:
         out_bias=_opt(cfg, "attention_bias", False),
         mlp_bias=_opt(cfg, "mlp_bias", False),
         attention_dropout=_opt(cfg, "attention_dropout", 0.0),
+        norm_eps=_opt(cfg, "rms_norm_eps", eps),
+        **_rope(cfg, theta=theta),
     )
     out.update(extra)
     return out
@@ -84,15 +115,21 @@ def _qwen2(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def _mixtral(cfg: dict[str, Any]) -> dict[str, Any]:
     # MixtralSparseMoeBlock: gate Linear(h, E, bias=False), experts w1/w2/w3 of intermediate_size
+    # (softmax over all experts, top-k, renormalised: MixtralSparseMoeBlock / MixtralTopKRouter)
     ffn = _get(cfg, "intermediate_size")
-    moe = dict(num_experts=_get(cfg, "num_local_experts"), top_k=_get(cfg, "num_experts_per_tok"), expert_ffn_hidden_size=ffn)
-    return _llama_like(cfg, moe=moe)
+    moe = dict(num_experts=_get(cfg, "num_local_experts"), top_k=_get(cfg, "num_experts_per_tok"), expert_ffn_hidden_size=ffn,
+               aux_loss_coef=_opt(cfg, "router_aux_loss_coef", 0.001))
+    return _llama_like(cfg, eps=1e-5, theta=1e6, moe=moe)
 
 
 def _qwen_moe_layers(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Qwen2-MoE / Qwen3-MoE: which layers are MoE, and the router (softmax over all experts, top-k,
+    renormalised only when norm_topk_prob)."""
     return dict(
         layer_freq=_opt(cfg, "decoder_sparse_step", 1) or 1,
         dense_layers=cfg.get("mlp_only_layers") or (),
+        renormalize_top_k=_opt(cfg, "norm_topk_prob", False),
+        aux_loss_coef=_opt(cfg, "router_aux_loss_coef", 0.001),
     )
 
 
@@ -146,6 +183,7 @@ def _gelu_layernorm(cfg: dict[str, Any], **fields: Any) -> dict[str, Any]:
         mlp_bias=True,
         hidden_dropout=_opt(cfg, "hidden_dropout", 0.0),
         attention_dropout=_opt(cfg, "attention_dropout", 0.0),
+        norm_eps=_opt(cfg, "layer_norm_epsilon", None) or _opt(cfg, "layer_norm_eps", 1e-5),
     )
     return {**base, **fields}
 
@@ -166,8 +204,13 @@ def _gpt_neox(cfg: dict[str, Any]) -> dict[str, Any]:
     # GPTNeoXModel: embed_in, fused query_key_value and dense with attention_bias (default True),
     # dense_h_to_4h/4h_to_h (intermediate_size) with bias, untied embed_out
     bias = _opt(cfg, "attention_bias", True)
+    params = cfg.get("rope_parameters") or {}
+    if not isinstance(params, dict):
+        raise SpecError("config.json: rope_parameters must be an object")
     return _gelu_layernorm(
         cfg,
+        rope_theta=_opt(cfg, "rotary_emb_base", None) or _opt(params, "rope_theta", 10000.0),
+        rotary_fraction=_opt(cfg, "rotary_pct", None) or _opt(params, "partial_rotary_factor", 0.25),
         max_position_embeddings=_get(cfg, "max_position_embeddings", default=2048),
         tie_embeddings=_opt(cfg, "tie_word_embeddings", False),
         position_embedding=PositionKind.ROPE,

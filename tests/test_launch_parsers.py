@@ -57,6 +57,13 @@ NOT_CONFIG: dict[str, tuple[str, set[str] | None]] = {
     "--max-position-embeddings": ("ARG L2394", None),
     "--position-embedding-type": ("ARG L2397", {"learned_absolute", "rope", "yarn", "mrope", "relative", "none"}),
     "--swiglu": ("ARG L2450", None),
+    "--rotary-base": ("ARG L2418", None),
+    "--rotary-percent": ("ARG L2420", None),
+    "--use-rope-scaling": ("ARG L2424", None),
+    "--rope-scaling-factor": ("ARG L2426", None),
+    "--moe-router-load-balancing-type": ("ARG L3532", {"aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none"}),
+    "--moe-aux-loss-coeff": ("ARG L3536", None),
+    "--distributed-timeout-minutes": ("CC L77", None),
     "--untie-embeddings-and-output-weights": ("ARG L2460", None),
     "--make-vocab-size-divisible-by": ("ARG L2441", None),
     "--num-experts": ("ARG L3518", None),
@@ -189,6 +196,9 @@ def megatron_config(argv: list[str]):
         kw |= {"gated_linear_unit": True, "activation_func": F.silu}
     if "--num-experts" in extra:
         kw["num_moe_experts"] = int(extra["--num-experts"][0])
+    if "--moe-aux-loss-coeff" in extra:  # hand-written flags of TransformerConfig fields (ARG L1661-1664)
+        kw["moe_aux_loss_coeff"] = float(extra["--moe-aux-loss-coeff"][0])
+        kw["moe_router_load_balancing_type"] = extra["--moe-router-load-balancing-type"][0]
     if "--moe-layer-freq" in extra:
         kw["moe_layer_freq"] = ast.literal_eval(extra["--moe-layer-freq"][0])  # arguments.py L327 moe_freq_type
     for flag, name in (("--decoder-first-pipeline-num-layers", "num_layers_in_first_pipeline_stage"),
@@ -238,8 +248,20 @@ def test_megatron_flags_build_transformer_config(case, tmp_path):
     assert config.add_bias_linear is m.out_bias and (config.add_bias_linear or config.add_qkv_bias) is m.qkv_bias
     assert config.normalization == {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}[m.norm]
     assert config.hidden_dropout == m.hidden_dropout
+    assert config.layernorm_epsilon == m.norm_eps and config.qk_layernorm is m.qk_norm
+    if m.position_embedding == "rope":
+        # GPTModel's own arguments, not TransformerConfig fields (pretrain_gpt.py model_provider)
+        assert int(extra["--rotary-base"][0]) == m.rope_theta
+        assert float(extra.get("--rotary-percent", ["1.0"])[0]) == m.rotary_fraction
+        assert ("--use-rope-scaling" in extra) is (m.rope_scaling is not None)
+        if m.rope_scaling:
+            assert float(extra["--rope-scaling-factor"][0]) == m.rope_scaling.factor
     if m.moe:
         assert config.num_moe_experts == m.moe.num_experts and config.moe_router_topk == m.moe.top_k
+        assert config.moe_aux_loss_coeff == m.moe.aux_loss_coef > 0 and config.moe_router_load_balancing_type == "aux_loss"
+        assert config.moe_router_score_function == m.moe.router_score
+        assert config.moe_router_pre_softmax is not m.moe.renormalize_top_k
+        assert config.moe_expert_capacity_factor == m.moe.capacity_factor
         assert config.expert_model_parallel_size == lay.ep and config.expert_tensor_parallel_size == job.etp
     recompute = {"none": None, "selective": "selective", "full": "full"}[lay.recompute]
     assert config.recompute_granularity == recompute
@@ -417,7 +439,11 @@ def test_deepspeed_config_accepts_ds_config(case, tmp_path):
     with pytest.raises(AssertionError, match="Check batch related parameters"):
         _deepspeed_config(config, job.dp * 2)
     argv = run_train_sh(directory, tmp_path)
-    assert after(argv, "/work/train.py") == ["--deepspeed", "--deepspeed_config", str(directory.resolve() / "ds_config.json")]
+    flags = dict(_flag_groups(after(argv, str(directory.resolve() / "train.py"))))
+    assert flags["--deepspeed"] == [] and flags["--deepspeed_config"] == [str(directory.resolve() / "ds_config.json")]
+    assert flags["--model-config"] == [str(directory.resolve() / "config.json")]
+    assert flags["--recompute"] == ["full" if job.layout.recompute == "full" else "none"]
+    assert flags["--checkpoint-dir"] == ["/ckpt"] and int(flags["--save-interval"][0]) >= 1
 
 
 def test_deepspeed_config_rejects_a_misspelled_key():

@@ -17,7 +17,7 @@ from typing import Any
 from cost_models.enums import Framework
 from cost_models.errors import SpecError
 from planner import __version__
-from planner.launch import deepspeed, megatron, slurm, torchtitan
+from planner.launch import deepspeed, kubernetes, megatron, slurm, torchtitan
 from planner.launch.options import LaunchOptions, MegatronFsdp, TitanVersion
 from planner.launch.target import File, Target
 from planner.runners import EstimateReport
@@ -48,9 +48,18 @@ def _targets(target: Target) -> str:
     return f"torchtitan {target.options.torchtitan_version}.x"
 
 
+def checkpoint_steps(report: EstimateReport) -> tuple[int, float]:
+    """Steps between checkpoints, and the minutes they stand for: Daly's optimum interval
+    (cost_models/reliability.py, the "checkpoint every" of `planner estimate`) over the predicted
+    step time, rounded to the nearest step and at least 1."""
+    interval_s = report.reliability.interval_s
+    return max(1, round(interval_s / report.time.step_s)), interval_s / 60
+
+
 def build_launch(report: EstimateReport, options: LaunchOptions = LaunchOptions(), *, rank: int | None = None) -> LaunchFiles:
     """All files in memory; raises SpecError for a plan the framework cannot run or express."""
-    target = Target(report.job, options)
+    steps, minutes = checkpoint_steps(report)
+    target = Target(report.job, options, save_interval=steps, checkpoint_minutes=minutes)
     fw = report.job.training.framework
     if fw is Framework.MEGATRON:
         files = {"train.sh": File(megatron.train_sh(target), executable=True)}
@@ -60,6 +69,7 @@ def build_launch(report: EstimateReport, options: LaunchOptions = LaunchOptions(
         files = deepspeed.files(target)
     if target.multi_node or options.slurm:
         files["job.sbatch"] = File(slurm.job_sbatch(target), executable=True)
+        files["job.yaml"] = File(kubernetes.job_yaml(target))
     from planner.text import finite_json
 
     doc = finite_json(plan_document(target, report, rank, sorted(files) + ["README.md", "plan.json"]))
@@ -90,29 +100,42 @@ def plan_document(target: Target, report: EstimateReport, rank: int | None, name
     }
 
 
+_CHECKPOINT = ("CHECKPOINT_DIR", "a directory every node can write: checkpoints are saved there every SAVE_INTERVAL steps "
+                                 "and the run resumes from the latest one")
+_SAVE = ("SAVE_INTERVAL", "optional; defaults to the plan's checkpoint interval in steps (see Checkpoints)")
 _FILL = {
     Framework.MEGATRON: [
         ("MEGATRON_LM", "a Megatron-LM checkout (main; the flags are core 0.19 spellings)"),
         ("TOKENIZER_MODEL", "a Hugging Face tokenizer name or directory"),
         ("DATA_PATH", "the prefix(es) of Megatron's preprocessed .bin/.idx data, optionally weighted (\"0.7 a 0.3 b\")"),
-        ("CHECKPOINT_DIR, SPLIT, TRAIN_ITERS, LR, MIN_LR, LR_WARMUP_ITERS, EVAL_INTERVAL, SAVE_INTERVAL",
+        _CHECKPOINT,
+        _SAVE,
+        ("SPLIT, TRAIN_ITERS, LR, MIN_LR, LR_WARMUP_ITERS, EVAL_INTERVAL",
          "optional; schedule and optimizer settings are not part of the plan"),
     ],
     Framework.TORCHTITAN: [
         ("HF_ASSETS_PATH", "the model's Hugging Face assets (tokenizer) directory"),
+        _CHECKPOINT,
+        _SAVE,
         ("DATASET, STEPS", "optional: a dataset torchtitan registers (default c4) and the number of steps"),
     ],
     Framework.DEEPSPEED: [
-        ("TRAIN_SCRIPT", "your training script: it builds the model, calls deepspeed.initialize with "
-                         "ds_config.json and accepts --deepspeed/--deepspeed_config"),
+        ("TOKENIZER_MODEL", "the Hugging Face tokenizer the data was made with (train.py checks it fits the vocabulary)"),
+        ("DATA_PATH", "a flat binary file of token ids, numpy dtype DATA_DTYPE (default uint32)"),
+        _CHECKPOINT,
+        _SAVE,
+        ("TRAIN_ITERS, LR", "optional; schedule and optimizer settings are not part of the plan"),
     ],
 }
 
 _ABOUT = {
     "train.sh": "runs torchrun for this node's GPUs; extra arguments are passed on to the trainer",
     "job.sbatch": "Slurm batch script: one task per node, each running train.sh, with the c10d rendezvous on the first node",
+    "job.yaml": "Kubernetes: a Kubeflow PyTorchJob (kubeflow.org/v1), one pod per node running train.sh from a ConfigMap of this directory",
     "plan.json": "the resolved layout, the specs and the full prediction (`planner estimate --json`)",
     "ds_config.json": "DeepSpeed configuration: ZeRO stage, batch triplet, precision, buckets",
+    "config.json": "the model as a Hugging Face config.json (read back by the planner's importer to the planned model, field for field)",
+    "train.py": "the DeepSpeed training script: builds the model of config.json, turns on the plan's recompute, trains on DATA_PATH and checkpoints",
     "torchtitan.toml": "torchtitan 0.2.x job configuration, passed as --job.config_file",
     f"{torchtitan.PLAN_MODULE}.py": "torchtitan 0.3.x config function for what no flag reaches (--module torchtitan_plan --config plan_config)",
 }
@@ -147,11 +170,19 @@ def readme(target: Target, report: EstimateReport, rank: int | None, files: dict
         "",
     ]
     lines += [f"- `{f}`: {_ABOUT[f]}" for f in sorted([*files, "README.md"]) if f in _ABOUT]
-    lines += ["", "## Fill in", "", "Set these in the environment (or edit them at the top of train.sh):", ""]
+    lines += ["", "## Fill in", "", "Set these in the environment (or edit them at the top of train.sh); "
+              "train.sh stops with a message naming any required one left unset:", ""]
     lines += [f"- `{var}`: {what}" for var, what in _FILL[fw]]
+    lines += ["", "## Checkpoints", "",
+              f"Every {target.save_interval} steps (`SAVE_INTERVAL`): the plan's checkpoint interval, Daly's optimum for "
+              f"this job's failure rate and checkpoint write time ({target.checkpoint_minutes or 0:.1f} min), over its "
+              f"predicted step time ({t['step_s']:.3f} s). The run resumes from the latest checkpoint in `CHECKPOINT_DIR`."]
+    lines += ["", "## What the framework builds", "", *model_notes(target)]
     lines += ["", "## Run", ""]
     if "job.sbatch" in files:
         lines.append("From this directory: `sbatch job.sbatch`.")
+        lines.append(f"On Kubernetes with the Kubeflow Training Operator: `kubectl create configmap {kubernetes.name(target)}-launch "
+                     "--from-file=.`, set the image and the empty env values in job.yaml, then `kubectl apply -f job.yaml`.")
     if target.multi_node:
         lines.append(
             f"Without Slurm, run `./train.sh` on each of the {target.nnodes} nodes with `MASTER_ADDR` set to the "
@@ -160,6 +191,31 @@ def readme(target: Target, report: EstimateReport, rank: int | None, files: dict
     else:
         lines.append("On the node: `./train.sh` (with the variables above set).")
     return "\n".join(lines) + "\n"
+
+
+def model_notes(target: Target) -> list[str]:
+    """How the planned model reaches the framework, in the README."""
+    job, fw = target.job, target.job.training.framework
+    m = job.model
+    rope = (f"rotary base {m.rope_theta:g}" + (f", Llama-3.1 rope scaling x{m.rope_scaling.factor:g}" if m.rope_scaling else "")
+            if m.position_embedding == "rope" else f"{m.position_embedding} positions")
+    moe = ""
+    if m.moe is not None:
+        moe = (f"; router top-{m.moe.top_k} of {m.moe.num_experts} ({m.moe.router_score}), load-balancing coefficient "
+               f"{m.moe.aux_loss_coef:g}")
+    facts = f"{rope}, {m.norm} epsilon {m.norm_eps:g}" + (", qk-norm" if m.qk_norm else "") + moe
+    if fw is Framework.MEGATRON:
+        return [f"train.sh's MODEL_ARGS carry the model: {facts}; recompute and sharding flags are in PARALLEL_ARGS."]
+    if fw is Framework.DEEPSPEED:
+        how = ("`model.gradient_checkpointing_enable()` (full recompute)" if job.layout.recompute == "full"
+               else "no activation checkpointing (the plan's recompute is " + str(job.layout.recompute) + ")")
+        return [f"train.py builds `AutoModelForCausalLM.from_config(config.json)` ({facts}) and calls {how}."]
+    entry = torchtitan.titan_model(target)
+    if target.options.torchtitan_model is not None:
+        return [f"torchtitan's registry entry `{target.options.torchtitan_model}` as named by --torchtitan-model; "
+                f"the planned model is {facts} and was not compared with it."]
+    return [f"torchtitan's built-in flavour `{entry.module}` `{entry.flavor}`, which equals the planned model "
+            f"({facts}): the planner's preset `{entry.preset}` of the same fields."]
 
 
 # --- writing ------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""DeepSpeed: ds_config.json (ZeRO stage, batch triplet, precision, buckets, AutoTP) and train.sh
-running the user's training script under torchrun with `--deepspeed --deepspeed_config`.
+"""DeepSpeed: ds_config.json (ZeRO stage, batch triplet, precision, buckets, AutoTP), the model's
+Hugging Face config.json, train.py (ds_script.py: builds that model, turns on the plan's recompute,
+trains and checkpoints it) and train.sh running train.py under torchrun.
 
 Keys are those of DeepSpeed 0.19 (deepspeed/runtime/config.py, zero/config.py; §3 of
 shared/reference/launch_formats.md). ds_config.json can carry ZeRO, the batch and AutoTP; a pipeline
@@ -13,8 +14,10 @@ import json
 
 from cost_models.enums import Precision, Recompute, Zero
 from cost_models.errors import SpecError
+from planner.launch.ds_script import TRAIN_PY
+from planner.launch.hf_config import hf_config
 from planner.launch.shell import Raw, command
-from planner.launch.slurm import script_head, torchrun_head
+from planner.launch.slurm import environment_lines, script_head, torchrun_head
 from planner.launch.target import File, Target
 
 VERSION = "DeepSpeed 0.19 (checked against 0.19.8)"
@@ -85,33 +88,72 @@ def ds_config(target: Target) -> dict[str, object]:
     config["zero_optimization"] = zero
     if lay.tp > 1:
         config["tensor_parallel"] = {"autotp_size": lay.tp}  # AutoTP training (runtime/tensor_parallel/config.py)
-    if lay.recompute is Recompute.FULL:
-        # Read by deepspeed.checkpointing.checkpoint, which the script wraps each layer in.
-        config["activation_checkpointing"] = {"partition_activations": False, "contiguous_memory_optimization": False,
-                                              "cpu_checkpointing": False}
+    # Recompute is train.py's: model.gradient_checkpointing_enable() (--recompute full in train.sh).
     return config
 
 
-FILL_IN = [
-    "# A training script that calls deepspeed.initialize(…, config=args.deepspeed_config) and",
-    "# accepts DeepSpeed's --deepspeed/--deepspeed_config (deepspeed.add_config_arguments).",
-    'TRAIN_SCRIPT="${TRAIN_SCRIPT:?set TRAIN_SCRIPT to your training script}"',
-]
+# torch.distributed's timeout for the process group, minutes (the 10 of Megatron's default,
+# DistributedInitConfig.distributed_timeout_minutes; torch's own NCCL default is also 10 minutes,
+# torch/distributed/constants.py default_pg_nccl_timeout).
+TIMEOUT_MINUTES = 10
+
+
+def recompute_flag(target: Target) -> str:
+    """train.py's --recompute: full turns on gradient checkpointing of every decoder layer; selective
+    (core attention only) needs nothing, as the Hugging Face models run attention through PyTorch's
+    fused scaled_dot_product_attention, which keeps no s x s scores to recompute."""
+    return "full" if target.job.layout.recompute is Recompute.FULL else "none"
+
+
+def fill_in(target: Target) -> list[str]:
+    return [
+        'TOKENIZER_MODEL="${TOKENIZER_MODEL:?set TOKENIZER_MODEL to the Hugging Face tokenizer (name or directory) the data was made with}"',
+        'DATA_PATH="${DATA_PATH:?set DATA_PATH to a flat binary file of token ids (numpy dtype DATA_DTYPE)}"',
+        'CHECKPOINT_DIR="${CHECKPOINT_DIR:?set CHECKPOINT_DIR to a directory every node can write (checkpoints are saved and resumed there)}"',
+        'DATA_DTYPE="${DATA_DTYPE:-uint32}"',
+        "# Schedule and optimizer settings are not part of the plan; these are common defaults.",
+        'TRAIN_ITERS="${TRAIN_ITERS:-1000}"',
+        'LR="${LR:-3e-4}"',
+        *save_interval_lines(target),
+    ]
+
+
+def save_interval_lines(target: Target) -> list[str]:
+    """SAVE_INTERVAL: the plan's checkpoint interval in steps (Daly's optimum over the step time)."""
+    minutes = f"{target.checkpoint_minutes:.1f} min" if target.checkpoint_minutes is not None else "no plan"
+    return [f"# Steps between checkpoints: the plan's Daly interval ({minutes}) over its predicted step time.",
+            f'SAVE_INTERVAL="${{SAVE_INTERVAL:-{int(target.save_interval)}}}"']
 
 
 def files(target: Target) -> dict[str, File]:
     config = ds_config(target)
+    model = hf_config(target.job.model)
+    tr = target.job.training
     lines = [
         *script_head(target, f"DeepSpeed launch written by planner launch, for {VERSION}; DeepSpeed runs under torchrun.",
-                     FILL_IN, run_name=False),
-        command([*torchrun_head(), Raw('"$TRAIN_SCRIPT"')], [
+                     fill_in(target), run_name=False),
+        *environment_lines(target),
+        command([*torchrun_head(), Raw('"$LAUNCH_DIR/train.py"')], [
             ("--deepspeed",),
             ("--deepspeed_config", Raw('"$LAUNCH_DIR/ds_config.json"')),
+            ("--model-config", Raw('"$LAUNCH_DIR/config.json"')),
+            ("--tokenizer", Raw('"$TOKENIZER_MODEL"')),
+            ("--data-path", Raw('"$DATA_PATH"')),
+            ("--data-dtype", Raw('"$DATA_DTYPE"')),
+            ("--checkpoint-dir", Raw('"$CHECKPOINT_DIR"')),
+            ("--save-interval", Raw('"$SAVE_INTERVAL"')),
+            ("--train-iters", Raw('"$TRAIN_ITERS"')),
+            ("--lr", Raw('"$LR"')),
+            ("--seq-length", tr.seq_len),
+            ("--recompute", recompute_flag(target)),
+            ("--timeout-minutes", TIMEOUT_MINUTES),
             (Raw('"$@"'),),
         ]),
         "",
     ]
     return {
         "ds_config.json": File(json.dumps(config, indent=2) + "\n"),
+        "config.json": File(json.dumps(model, indent=2) + "\n"),
+        "train.py": File(TRAIN_PY),
         "train.sh": File("\n".join(lines), executable=True),
     }

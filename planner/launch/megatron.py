@@ -12,12 +12,13 @@ ModelParallelConfig field are generated from it (`--field-name`; a bool defaulti
 from __future__ import annotations
 
 from cost_models.enums import (
-    AttentionKernel, MLPKind, MoEDispatch, NormKind, OptimizerKind, PositionKind, Precision, Recompute, Schedule, Zero,
+    AttentionKernel, MLPKind, MoEDispatch, NormKind, OptimizerKind, PositionKind, Precision, Recompute, RouterScore,
+    Schedule, Zero,
 )
 from cost_models.errors import SpecError
 from cost_models.job import Job
 from planner.launch.shell import Raw, Word, command
-from planner.launch.slurm import script_head, torchrun_head
+from planner.launch.slurm import environment_lines, script_head, torchrun_head
 from planner.launch.target import MegatronFsdp, Target
 
 VERSION = "Megatron-LM main (core 0.19 spellings; checked against commit d98e8a64)"
@@ -27,6 +28,15 @@ Flag = tuple[Word, ...]
 # Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by·tp
 # (megatron/training/vocab_utils.py L58); its default is 128 (ARG L2441).
 MAX_VOCAB_DIVISOR = 128
+
+# --use-rope-scaling applies Llama 3.1's scaling with low_freq_factor 1, high_freq_factor 4 and an
+# original length of 8192 fixed; only the factor has a flag (--rope-scaling-factor, ARG L2424-2427;
+# megatron/core/models/common/embeddings/rotary_pos_embedding.py _apply_scaling, L92-99).
+LLAMA3_ROPE_FIXED = (1.0, 4.0, 8192)
+
+# torch.distributed's timeout, minutes: Megatron's default (DistributedInitConfig.distributed_timeout_minutes,
+# CC L77), written out so train.sh says what runs.
+DISTRIBUTED_TIMEOUT_MINUTES = 10
 
 
 def vocab_divisor(vocab: int, tp: int) -> int:
@@ -65,6 +75,21 @@ def check(target: Target) -> None:
         raise SpecError(
             f"model {m.name!r}: biases qkv={m.qkv_bias} out={m.out_bias} mlp={m.mlp_bias} have no Megatron flags; "
             "Megatron has all linear biases, none (--disable-bias-linear) or q/k/v only (--add-qkv-bias)"
+        )
+    if m.position_embedding is PositionKind.ROPE:
+        if not float(m.rope_theta).is_integer():
+            raise SpecError(f"model {m.name!r}: rope_theta {m.rope_theta} is not a whole number; Megatron's --rotary-base is an int (ARG L2418)")
+        rs = m.rope_scaling
+        if rs is not None and (rs.low_freq_factor, rs.high_freq_factor, rs.original_max_position_embeddings) != LLAMA3_ROPE_FIXED:
+            raise SpecError(
+                f"model {m.name!r}: rope scaling low/high frequency factors and original length "
+                f"({rs.low_freq_factor}, {rs.high_freq_factor}, {rs.original_max_position_embeddings}) have no Megatron flag; "
+                f"--use-rope-scaling fixes them at {LLAMA3_ROPE_FIXED} (rotary_pos_embedding.py _apply_scaling)"
+            )
+    if m.moe is not None and m.moe.router_score is RouterScore.SIGMOID and not m.moe.renormalize_top_k and m.moe.top_k > 1:
+        raise SpecError(
+            f"model {m.name!r}: Megatron's sigmoid router always rescales the top-k scores to sum to 1 "
+            "(moe_utils.py topk_routing_with_score_function); renormalize_top_k = false has no flag"
         )
     if job.schedule is Schedule.GPIPE and lay.pp > 1:
         raise SpecError("layout: Megatron pipelines run 1F1B or interleaved 1F1B, not gpipe; drop --schedule gpipe [megatron]")
@@ -120,18 +145,26 @@ def _model(job: Job) -> list[Flag]:
     out += [("--seq-length", s), ("--max-position-embeddings", positions)]  # ARG L3305, L2394
     kind = {PositionKind.ROPE: "rope", PositionKind.LEARNED: "learned_absolute", PositionKind.NONE: "none"}
     out.append(("--position-embedding-type", kind[m.position_embedding]))  # ARG L2397
+    if m.position_embedding is PositionKind.ROPE:
+        out.append(("--rotary-base", int(m.rope_theta)))  # ARG L2418 (int, default 10000)
+        if m.rotary_fraction != 1.0:
+            out.append(("--rotary-percent", m.rotary_fraction))  # ARG L2420 (fraction of head_dim, default 1.0)
+        if m.rope_scaling is not None:
+            # ARG L2424-2427: Llama 3.x scaling, factor default 8.0 (the rest fixed; LLAMA3_ROPE_FIXED)
+            out += [("--use-rope-scaling",), ("--rope-scaling-factor", m.rope_scaling.factor)]
     if m.mlp is MLPKind.SWIGLU:
         out.append(("--swiglu",))  # ARG L2450 (gelu is the default activation)
     norm = {NormKind.RMSNORM: "RMSNorm", NormKind.LAYERNORM: "LayerNorm"}
     out.append(("--normalization", norm[m.norm]))  # TC L256
+    out.append(("--norm-epsilon", m.norm_eps))  # TC L201 layernorm_epsilon (arg_names --norm-epsilon), default 1e-5
     if m.qk_norm:
-        out.append(("--qk-layernorm",))  # TC qk_layernorm
+        out.append(("--qk-layernorm",))  # TC L259 qk_layernorm (uses --normalization)
     if not m.tie_embeddings:
         out.append(("--untie-embeddings-and-output-weights",))  # ARG L2460
     if not m.out_bias:
         out.append(("--disable-bias-linear",))  # TC L212 (add_bias_linear=False)
         if m.qkv_bias:
-            out.append(("--add-qkv-bias",))  # TC add_qkv_bias
+            out.append(("--add-qkv-bias",))  # TC L218 add_qkv_bias
     # Megatron's dropouts default to 0.1 (TC hidden_dropout / attention_dropout); the spec's are explicit.
     out += [("--hidden-dropout", m.hidden_dropout), ("--attention-dropout", m.attention_dropout)]
     out.append(("--make-vocab-size-divisible-by", vocab_divisor(m.vocab_size, job.layout.tp)))  # ARG L2441
@@ -145,7 +178,22 @@ def _model(job: Job) -> list[Flag]:
             ("--moe-ffn-hidden-size", moe.expert_ffn_hidden_size),  # TC L740
             ("--moe-grouped-gemm",),  # TC L850
             ("--moe-token-dispatcher-type", "alltoall"),  # TC L891 (the Mixtral example's choice, §1.5)
+            ("--moe-router-score-function", str(moe.router_score)),  # TC L808 (softmax | sigmoid | sqrtsoftplus)
+            # Load balancing: GShard/Switch aux loss (ARG L3532, the default type) with the model's
+            # coefficient; megatron-core's default coefficient is 0, no balancing (ARG L3536, TC L875).
+            ("--moe-router-load-balancing-type", "aux_loss"),
+            ("--moe-aux-loss-coeff", moe.aux_loss_coef),
         ]
+        if moe.router_score is RouterScore.SOFTMAX and not moe.renormalize_top_k:
+            # softmax over all experts, then top-k, not renormalised (Qwen-MoE norm_topk_prob false);
+            # the default (top-k of the logits, then softmax) equals renormalised scores (moe_utils.py L900-914).
+            out.append(("--moe-router-pre-softmax",))  # TC L799
+        if moe.z_loss_coef:
+            out.append(("--moe-z-loss-coeff", moe.z_loss_coef))  # TC L880 (default None: no z-loss)
+        if moe.router_groups is not None:
+            out += [("--moe-router-num-groups", moe.router_groups), ("--moe-router-group-topk", moe.router_group_top_k)]  # TC L780, L796
+        if moe.capacity_factor is not None:
+            out.append(("--moe-expert-capacity-factor", moe.capacity_factor))  # TC L917 (default None: dropless)
         if moe.num_shared_experts:
             out.append(("--moe-shared-expert-intermediate-size", moe.num_shared_experts * moe.shared_width))  # TC L701
             if moe.shared_expert_gate:
@@ -278,6 +326,7 @@ def _data(job: Job, target: Target) -> list[Flag]:
         ("--weight-decay", 0.1),  # ARG L2611
         ("--clip-grad", 1.0),  # ARG L2615
         ("--log-interval", 10),  # TRC L247
+        ("--distributed-timeout-minutes", DISTRIBUTED_TIMEOUT_MINUTES),  # CC L77 (DistributedInitConfig, ARG L3092)
         ("--eval-interval", Raw('"$EVAL_INTERVAL"')),  # TRC L119
         ("--eval-iters", 10),  # TRC L115
         ("--save", Raw('"$CHECKPOINT_DIR"')),  # TRC L395
@@ -301,26 +350,30 @@ def environment(target: Target) -> list[str]:
     return []
 
 
-FILL_IN = [
-    'MEGATRON_LM="${MEGATRON_LM:?set MEGATRON_LM to a Megatron-LM checkout (main, core 0.19 or later)}"',
-    'TOKENIZER_MODEL="${TOKENIZER_MODEL:?set TOKENIZER_MODEL to a Hugging Face tokenizer name or directory}"',
-    "# One or more Megatron indexed-dataset prefixes, optionally weighted: \"0.7 /data/a_text_document 0.3 /data/b_text_document\".",
-    'read -r -a DATA_PATH <<< "${DATA_PATH:?set DATA_PATH to the prefix(es) of the preprocessed .bin/.idx data}"',
-    'SPLIT="${SPLIT:-99,1,0}"',
-    'CHECKPOINT_DIR="${CHECKPOINT_DIR:-checkpoints}"',
-    "# Schedule and optimizer settings are not part of the plan; these are common defaults.",
-    'TRAIN_ITERS="${TRAIN_ITERS:-1000}"',
-    'LR="${LR:-3e-4}"',
-    'MIN_LR="${MIN_LR:-3e-5}"',
-    'LR_WARMUP_ITERS="${LR_WARMUP_ITERS:-100}"',
-    'EVAL_INTERVAL="${EVAL_INTERVAL:-1000}"',
-    'SAVE_INTERVAL="${SAVE_INTERVAL:-1000}"',
-]
+def fill_in(target: Target) -> list[str]:
+    from planner.launch.deepspeed import save_interval_lines
+
+    return [
+        'MEGATRON_LM="${MEGATRON_LM:?set MEGATRON_LM to a Megatron-LM checkout (main, core 0.19 or later)}"',
+        'TOKENIZER_MODEL="${TOKENIZER_MODEL:?set TOKENIZER_MODEL to a Hugging Face tokenizer name or directory}"',
+        "# One or more Megatron indexed-dataset prefixes, optionally weighted: \"0.7 /data/a_text_document 0.3 /data/b_text_document\".",
+        'read -r -a DATA_PATH <<< "${DATA_PATH:?set DATA_PATH to the prefix(es) of the preprocessed .bin/.idx data}"',
+        'CHECKPOINT_DIR="${CHECKPOINT_DIR:?set CHECKPOINT_DIR to a directory every node can write (checkpoints are saved and resumed there)}"',
+        'SPLIT="${SPLIT:-99,1,0}"',
+        "# Schedule and optimizer settings are not part of the plan; these are common defaults.",
+        'TRAIN_ITERS="${TRAIN_ITERS:-1000}"',
+        'LR="${LR:-3e-4}"',
+        'MIN_LR="${MIN_LR:-3e-5}"',
+        'LR_WARMUP_ITERS="${LR_WARMUP_ITERS:-100}"',
+        'EVAL_INTERVAL="${EVAL_INTERVAL:-1000}"',
+        *save_interval_lines(target),
+    ]
 
 
 def train_sh(target: Target) -> str:
     groups = args(target)
-    lines = script_head(target, f"Megatron-LM launch written by planner launch, for {VERSION}.", FILL_IN)
+    lines = script_head(target, f"Megatron-LM launch written by planner launch, for {VERSION}.", fill_in(target))
+    lines += environment_lines(target)
     env = environment(target)
     if env:
         lines += [*env, ""]

@@ -77,6 +77,17 @@ def _quoted_default(host: str) -> str:
     return slurm_value("--nodes-file host", host)
 
 
+def environment_lines(target: Target) -> list[str]:
+    """NCCL settings every launch exports; each may be overridden from the environment. NCCL finds the
+    InfiniBand / RoCE adapters and the bootstrap interface itself; NCCL_SOCKET_IFNAME and NCCL_IB_HCA,
+    set before running, pin them (NCCL user guide, "Environment Variables")."""
+    return [
+        "# NCCL: warnings and errors in the log; NCCL_SOCKET_IFNAME / NCCL_IB_HCA, if set, pin the interfaces.",
+        'export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"',
+        "",
+    ]
+
+
 def torchrun_head() -> list[Word]:
     """`torchrun` with the rendezvous variables (torch/distributed/run.py flags, launch_formats.md §4)."""
     return [

@@ -17,10 +17,17 @@ class File:
     executable: bool = False
 
 
+# Steps between checkpoints when no plan gives them (a Target built without an estimate).
+DEFAULT_SAVE_INTERVAL = 1000
+
+
 @dataclass(frozen=True)
 class Target:
     job: Job
     options: LaunchOptions = field(default_factory=LaunchOptions)
+    # Steps between checkpoints: the plan's Daly interval over its step time (build.checkpoint_steps).
+    save_interval: int = DEFAULT_SAVE_INTERVAL
+    checkpoint_minutes: float | None = None  # the Daly interval it came from
 
     def __post_init__(self) -> None:
         hosts = self.options.hosts

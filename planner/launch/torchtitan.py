@@ -26,7 +26,7 @@ from cost_models.errors import SpecError
 from cost_models.job import Job
 from cost_models.model_spec import ModelSpec
 from planner.launch.shell import Raw, Word, command
-from planner.launch.slurm import layout_summary, script_head, torchrun_head
+from planner.launch.slurm import environment_lines, layout_summary, script_head, torchrun_head
 from planner.launch.target import File, Target, TitanVersion
 
 PLAN_MODULE = "torchtitan_plan"  # torchtitan_plan.py, the config function for 0.3.x
@@ -319,6 +319,9 @@ def toml(target: Target) -> str:
         sections["parallelism"]["expert_tensor_parallel_degree"] = job.etp
     if tr.compile:
         sections["compile"] = {"enable": True, "components": ["model", "loss"]}
+    # folder and interval come from train.sh (CHECKPOINT_DIR, SAVE_INTERVAL); timeouts as 0.3's flags
+    sections["checkpoint"] = {"enable": True}
+    sections["comm"] = {"init_timeout_seconds": TIMEOUT_S, "train_timeout_seconds": TIMEOUT_S}
     if tr.precision is Precision.FP8:
         if tr.fp8_recipe is Fp8Recipe.MXFP8:
             model["converters"] = ["quantize.linear.mx"]  # job_config.py L767 MXLinear
@@ -340,12 +343,22 @@ def toml(target: Target) -> str:
 
 # --- train.sh -----------------------------------------------------------------------------------
 
-FILL_IN = [
-    'HF_ASSETS_PATH="${HF_ASSETS_PATH:?set HF_ASSETS_PATH to the Hugging Face assets (tokenizer) directory of the model}"',
-    "# A dataset name torchtitan registers (c4, c4_test, ...); add --dataloader.dataset_path / --training.dataset_path after the script name for a local copy.",
-    'DATASET="${DATASET:-c4}"',
-    'STEPS="${STEPS:-1000}"',
-]
+# torch.distributed timeouts, seconds: Megatron's 10-minute default (DistributedInitConfig), for
+# initialisation and for training alike.
+TIMEOUT_S = 600
+
+
+def fill_in(target: Target) -> list[str]:
+    from planner.launch.deepspeed import save_interval_lines
+
+    return [
+        'HF_ASSETS_PATH="${HF_ASSETS_PATH:?set HF_ASSETS_PATH to the Hugging Face assets (tokenizer) directory of the model}"',
+        'CHECKPOINT_DIR="${CHECKPOINT_DIR:?set CHECKPOINT_DIR to a directory every node can write (checkpoints are saved and resumed there)}"',
+        "# A dataset name torchtitan registers (c4, c4_test, ...); add --dataloader.dataset_path / --training.dataset_path after the script name for a local copy.",
+        'DATASET="${DATASET:-c4}"',
+        'STEPS="${STEPS:-1000}"',
+        *save_interval_lines(target),
+    ]
 
 
 def files(target: Target) -> dict[str, File]:
@@ -354,7 +367,8 @@ def files(target: Target) -> dict[str, File]:
     v03 = target.options.torchtitan_version is TitanVersion.V03
     out: dict[str, File] = {}
     head = [
-        *script_head(target, f"torchtitan {target.options.torchtitan_version}.x launch written by planner launch.", FILL_IN),
+        *script_head(target, f"torchtitan {target.options.torchtitan_version}.x launch written by planner launch.", fill_in(target)),
+        *environment_lines(target),
         'export PYTORCH_ALLOC_CONF="expandable_segments:True"  # as torchtitan run_train.sh (§2.5)',
     ]
     run = [*torchrun_head(), "-m", "torchtitan.train"]
@@ -374,6 +388,14 @@ def files(target: Target) -> dict[str, File]:
             ("--dataloader.dataset", Raw('"$DATASET"')),  # HuggingFaceTextDataLoader.Config.dataset
             ("--training.steps", Raw('"$STEPS"')),
             ("--dump_folder", Raw('"./outputs/$RUN_NAME"')),  # Trainer.Config.dump_folder
+            # components/checkpointer/base.py Config L223-266 (enable False, folder joined to dump_folder
+            # as os.path.join does, so an absolute path stands; interval 500 by default)
+            ("--checkpoint.enable",),
+            ("--checkpoint.folder", Raw('"$CHECKPOINT_DIR"')),
+            ("--checkpoint.interval", Raw('"$SAVE_INTERVAL"')),
+            # config/configs.py CommConfig L314-321 (defaults 300 s and 100 s), as Megatron's 10 minutes
+            ("--comm.init_timeout_seconds", TIMEOUT_S),
+            ("--comm.train_timeout_seconds", TIMEOUT_S),
             *flags,
             (Raw('"$@"'),),
             # A tyro subcommand (distributed/activation_checkpoint.py); it comes last.
@@ -387,6 +409,8 @@ def files(target: Target) -> dict[str, File]:
             ("--training.dataset", Raw('"$DATASET"')),
             ("--training.steps", Raw('"$STEPS"')),
             ("--job.dump_folder", Raw('"./outputs/$RUN_NAME"')),
+            ("--checkpoint.folder", Raw('"$CHECKPOINT_DIR"')),
+            ("--checkpoint.interval", Raw('"$SAVE_INTERVAL"')),
             (Raw('"$@"'),),
         ]
     text = "\n".join([*head, "", command(run, args), ""])

@@ -10,15 +10,16 @@ MEGATRON_LM="${MEGATRON_LM:?set MEGATRON_LM to a Megatron-LM checkout (main, cor
 TOKENIZER_MODEL="${TOKENIZER_MODEL:?set TOKENIZER_MODEL to a Hugging Face tokenizer name or directory}"
 # One or more Megatron indexed-dataset prefixes, optionally weighted: "0.7 /data/a_text_document 0.3 /data/b_text_document".
 read -r -a DATA_PATH <<< "${DATA_PATH:?set DATA_PATH to the prefix(es) of the preprocessed .bin/.idx data}"
+CHECKPOINT_DIR="${CHECKPOINT_DIR:?set CHECKPOINT_DIR to a directory every node can write (checkpoints are saved and resumed there)}"
 SPLIT="${SPLIT:-99,1,0}"
-CHECKPOINT_DIR="${CHECKPOINT_DIR:-checkpoints}"
 # Schedule and optimizer settings are not part of the plan; these are common defaults.
 TRAIN_ITERS="${TRAIN_ITERS:-1000}"
 LR="${LR:-3e-4}"
 MIN_LR="${MIN_LR:-3e-5}"
 LR_WARMUP_ITERS="${LR_WARMUP_ITERS:-100}"
 EVAL_INTERVAL="${EVAL_INTERVAL:-1000}"
-SAVE_INTERVAL="${SAVE_INTERVAL:-1000}"
+# Steps between checkpoints: the plan's Daly interval (150.3 min) over its predicted step time.
+SAVE_INTERVAL="${SAVE_INTERVAL:-300352}"
 
 RUN_NAME=gpt2
 
@@ -29,6 +30,9 @@ MASTER_ADDR="${MASTER_ADDR:-localhost}"
 MASTER_PORT="${MASTER_PORT:-29500}"
 RDZV_ID="${RDZV_ID:-planner}"
 
+# NCCL: warnings and errors in the log; NCCL_SOCKET_IFNAME / NCCL_IB_HCA, if set, pin the interfaces.
+export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"
+
 MODEL_ARGS=(
   --num-layers 12
   --hidden-size 768
@@ -38,6 +42,7 @@ MODEL_ARGS=(
   --max-position-embeddings 1024
   --position-embedding-type learned_absolute
   --normalization LayerNorm
+  --norm-epsilon 1e-05
   --hidden-dropout 0.1
   --attention-dropout 0.1
   --make-vocab-size-divisible-by 1
@@ -72,6 +77,7 @@ DATA_ARGS=(
   --weight-decay 0.1
   --clip-grad 1.0
   --log-interval 10
+  --distributed-timeout-minutes 10
   --eval-interval "$EVAL_INTERVAL"
   --eval-iters 10
   --save "$CHECKPOINT_DIR"

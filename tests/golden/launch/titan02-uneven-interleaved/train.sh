@@ -7,9 +7,12 @@ LAUNCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 # Fill in (or export before running):
 HF_ASSETS_PATH="${HF_ASSETS_PATH:?set HF_ASSETS_PATH to the Hugging Face assets (tokenizer) directory of the model}"
+CHECKPOINT_DIR="${CHECKPOINT_DIR:?set CHECKPOINT_DIR to a directory every node can write (checkpoints are saved and resumed there)}"
 # A dataset name torchtitan registers (c4, c4_test, ...); add --dataloader.dataset_path / --training.dataset_path after the script name for a local copy.
 DATASET="${DATASET:-c4}"
 STEPS="${STEPS:-1000}"
+# Steps between checkpoints: the plan's Daly interval (279.3 min) over its predicted step time.
+SAVE_INTERVAL="${SAVE_INTERVAL:-25684}"
 
 RUN_NAME=llama-3.1-8b
 
@@ -20,6 +23,9 @@ MASTER_ADDR="${MASTER_ADDR:?set MASTER_ADDR to the first node (job.sbatch does t
 MASTER_PORT="${MASTER_PORT:-29500}"
 RDZV_ID="${RDZV_ID:-planner}"
 
+# NCCL: warnings and errors in the log; NCCL_SOCKET_IFNAME / NCCL_IB_HCA, if set, pin the interfaces.
+export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"
+
 export PYTORCH_ALLOC_CONF="expandable_segments:True"  # as torchtitan run_train.sh (§2.5)
 
 torchrun --nnodes "$NNODES" --nproc-per-node "$NPROC_PER_NODE" --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" --rdzv-id "$RDZV_ID" -m torchtitan.train \
@@ -28,4 +34,6 @@ torchrun --nnodes "$NNODES" --nproc-per-node "$NPROC_PER_NODE" --rdzv-backend c1
   --training.dataset "$DATASET" \
   --training.steps "$STEPS" \
   --job.dump_folder "./outputs/$RUN_NAME" \
+  --checkpoint.folder "$CHECKPOINT_DIR" \
+  --checkpoint.interval "$SAVE_INTERVAL" \
   "$@"

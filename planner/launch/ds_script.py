@@ -1,0 +1,115 @@
+"""train.py of a DeepSpeed launch: a Hugging Face causal LM built from the launch's config.json,
+trained by a DeepSpeed engine on a file of token ids. The text is fixed; train.sh passes the plan's
+values as flags.
+
+What it calls, with the DeepSpeed 0.19 / transformers sources it follows:
+- deepspeed.init_distributed(dist_backend, timeout=…) (deepspeed/comm/comm.py init_distributed);
+- deepspeed.zero.Init around from_config for ZeRO-3, so each rank only ever holds its shard
+  (deepspeed/runtime/zero/partition_parameters.py Init);
+- model.gradient_checkpointing_enable() for full recompute: every decoder layer is re-run in the
+  backward (transformers modeling_utils.py PreTrainedModel.gradient_checkpointing_enable);
+- deepspeed.initialize(model=…, optimizer=…, config=…); engine.backward / engine.step per
+  micro-batch (the engine steps the optimizer at each gradient_accumulation_steps boundary);
+- engine.save_checkpoint / engine.load_checkpoint with the `latest` tag file (runtime/engine.py).
+"""
+
+TRAIN_PY = '''\
+"""Hugging Face model + DeepSpeed training loop written by planner launch.
+
+Builds the model of config.json (beside this file), trains it on DATA_PATH, a flat file of token ids
+(numpy dtype --data-dtype, e.g. the uint32 output of a tokenizer run over the corpus), and saves a
+DeepSpeed checkpoint every --save-interval steps into --checkpoint-dir, resuming from the latest one.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import time
+
+import deepspeed
+import numpy as np
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+parser = argparse.ArgumentParser(description=__doc__)
+parser.add_argument("--model-config", required=True, help="Hugging Face config.json of the model")
+parser.add_argument("--tokenizer", required=True, help="tokenizer the data was made with (checked against the vocabulary)")
+parser.add_argument("--data-path", required=True, help="flat binary file of token ids")
+parser.add_argument("--data-dtype", default="uint32")
+parser.add_argument("--checkpoint-dir", required=True)
+parser.add_argument("--save-interval", type=int, required=True, help="optimizer steps between checkpoints")
+parser.add_argument("--train-iters", type=int, required=True, help="optimizer steps")
+parser.add_argument("--seq-length", type=int, required=True)
+parser.add_argument("--lr", type=float, default=3e-4)
+parser.add_argument("--weight-decay", type=float, default=0.1)
+parser.add_argument("--recompute", choices=["none", "full"], default="none")
+parser.add_argument("--timeout-minutes", type=int, default=10)
+parser.add_argument("--log-interval", type=int, default=10)
+parser.add_argument("--seed", type=int, default=1234)
+parser.add_argument("--local_rank", type=int, default=int(os.environ.get("LOCAL_RANK", 0)))
+parser = deepspeed.add_config_arguments(parser)
+args = parser.parse_args()
+
+deepspeed.init_distributed(dist_backend="nccl", timeout=datetime.timedelta(minutes=args.timeout_minutes))
+torch.cuda.set_device(args.local_rank)
+rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+with open(args.deepspeed_config) as f:
+    ds_config = json.load(f)
+tp = ds_config.get("tensor_parallel", {}).get("autotp_size", 1)
+dp_rank = rank // tp  # the ranks of one tensor-parallel group read the same batch
+
+config = AutoConfig.from_pretrained(args.model_config)
+vocab = len(AutoTokenizer.from_pretrained(args.tokenizer))
+if vocab > config.vocab_size:
+    raise SystemExit(f"tokenizer {args.tokenizer} has {vocab} tokens, more than the model's vocab_size {config.vocab_size}")
+dtype = torch.bfloat16 if ds_config.get("bf16", {}).get("enabled") else torch.float16
+if ds_config["zero_optimization"]["stage"] == 3:
+    with deepspeed.zero.Init(config_dict_or_path=ds_config):
+        model = AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
+else:
+    model = AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
+if args.recompute == "full":
+    # The plan's full recompute: each decoder layer's activations are recomputed in the backward.
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.config.use_cache = False
+
+optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay, betas=(0.9, 0.95))
+engine, optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=ds_config)
+
+step = 0
+if os.path.exists(os.path.join(args.checkpoint_dir, "latest")):
+    _, state = engine.load_checkpoint(args.checkpoint_dir)
+    step = (state or {}).get("step", 0)
+
+tokens = np.memmap(args.data_path, dtype=args.data_dtype, mode="r")
+mbs, accumulation = engine.train_micro_batch_size_per_gpu(), engine.gradient_accumulation_steps()
+if len(tokens) <= args.seq_length:
+    raise SystemExit(f"{args.data_path}: {len(tokens)} tokens, fewer than one sequence of {args.seq_length}")
+
+
+def batch(step, micro):
+    """mbs windows of seq_length tokens, the same on every run for (step, micro, dp rank)."""
+    rng = np.random.default_rng([args.seed, step, micro, dp_rank])
+    starts = rng.integers(0, len(tokens) - args.seq_length, size=mbs)
+    rows = np.stack([tokens[s:s + args.seq_length] for s in starts]).astype(np.int64)
+    return torch.from_numpy(rows).to(engine.device)
+
+
+engine.train()
+start = time.perf_counter()
+while step < args.train_iters:
+    for micro in range(accumulation):
+        ids = batch(step, micro)
+        loss = engine(input_ids=ids, labels=ids).loss  # the model shifts the labels (next-token loss)
+        engine.backward(loss)
+        engine.step()
+    step += 1
+    if rank == 0 and step % args.log_interval == 0:
+        seconds = (time.perf_counter() - start) / args.log_interval
+        print(f"step {step} loss {loss.item():.4f} {seconds:.3f} s/step "
+              f"{mbs * accumulation * world // tp * args.seq_length / seconds:,.0f} tokens/s", flush=True)
+        start = time.perf_counter()
+    if step % args.save_interval == 0 or step == args.train_iters:
+        engine.save_checkpoint(args.checkpoint_dir, tag=f"step{step}", client_state={"step": step})
+'''

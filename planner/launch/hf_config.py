@@ -1,0 +1,152 @@
+"""ModelSpec -> Hugging Face `config.json`: the model a DeepSpeed launch builds with
+`AutoModelForCausalLM.from_config`.
+
+The architecture is the one of planner/hf.py's readers whose modules the spec describes; the keys
+are transformers' (4.x spellings, which 5.x still reads: rope_theta and rope_scaling are converted
+to rope_parameters by RotaryEmbeddingConfigMixin.convert_rope_params_to_dict, transformers v5.23.0
+modeling_rope_utils.py). The emitted file is read back by planner/hf.py's reader of its type, and
+must give the spec again, field for field: a spec no supported architecture represents is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cost_models.enums import MLPKind, NormKind, PositionKind
+from cost_models.errors import SpecError
+from cost_models.model_spec import ModelSpec
+
+ARCHITECTURES = {
+    "llama": "LlamaForCausalLM",
+    "mixtral": "MixtralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen2_moe": "Qwen2MoeForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
+    "gpt2": "GPT2LMHeadModel",
+    "gpt_neox": "GPTNeoXForCausalLM",
+    "bloom": "BloomForCausalLM",
+}
+
+
+def model_type(m: ModelSpec) -> str:
+    """The transformers architecture whose modules are the spec's (checked by the read-back)."""
+    if m.position_embedding is PositionKind.ALIBI:
+        return "bloom"
+    if m.position_embedding is PositionKind.LEARNED:
+        return "gpt2"
+    if m.mlp is MLPKind.GELU or m.norm is NormKind.LAYERNORM:
+        return "gpt_neox"
+    if m.moe is not None:
+        if m.moe.num_shared_experts:
+            return "qwen2_moe"
+        return "qwen3_moe" if m.qk_norm else "mixtral"
+    if m.qk_norm:
+        return "qwen3"
+    if m.qkv_bias and not m.out_bias:
+        return "qwen2"
+    return "llama"
+
+
+def _rope(m: ModelSpec) -> dict[str, Any]:
+    out: dict[str, Any] = {"rope_theta": m.rope_theta}
+    rs = m.rope_scaling
+    if rs is not None:
+        out["rope_scaling"] = {
+            "rope_type": rs.kind, "factor": rs.factor, "low_freq_factor": rs.low_freq_factor,
+            "high_freq_factor": rs.high_freq_factor, "original_max_position_embeddings": rs.original_max_position_embeddings,
+        }
+    return out
+
+
+def _llama_like(m: ModelSpec) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "hidden_size": m.hidden_size,
+        "intermediate_size": m.ffn_hidden_size,
+        "num_hidden_layers": m.num_layers,
+        "num_attention_heads": m.num_attention_heads,
+        "num_key_value_heads": m.kv_heads,
+        "vocab_size": m.vocab_size,
+        "max_position_embeddings": m.max_position_embeddings,
+        "tie_word_embeddings": m.tie_embeddings,
+        "hidden_act": "silu",
+        "rms_norm_eps": m.norm_eps,
+        "attention_bias": m.qkv_bias,
+        "attention_dropout": m.attention_dropout,
+        **_rope(m),
+    }
+    if m.head_dim is not None:
+        out["head_dim"] = m.head_dim
+    return out
+
+
+def _moe(m: ModelSpec, kind: str) -> dict[str, Any]:
+    moe = m.moe
+    assert moe is not None
+    # output_router_logits: the HF MoE models add router_aux_loss_coef x the load-balancing loss to
+    # the loss only when it is true (e.g. MixtralForCausalLM.forward in transformers v5.23.0).
+    out: dict[str, Any] = {"num_experts_per_tok": moe.top_k, "router_aux_loss_coef": moe.aux_loss_coef, "output_router_logits": True}
+    if kind == "mixtral":
+        return out | {"num_local_experts": moe.num_experts}
+    out |= {
+        "num_experts": moe.num_experts,
+        "moe_intermediate_size": moe.expert_ffn_hidden_size,
+        "norm_topk_prob": moe.renormalize_top_k,
+        "decoder_sparse_step": moe.layer_freq,
+        "mlp_only_layers": list(moe.dense_layers),
+    }
+    if kind == "qwen2_moe":
+        out["shared_expert_intermediate_size"] = moe.num_shared_experts * moe.shared_width
+    return out
+
+
+def _gelu(m: ModelSpec, kind: str) -> dict[str, Any]:
+    common = {"vocab_size": m.vocab_size, "tie_word_embeddings": m.tie_embeddings}
+    if kind == "gpt2":
+        return common | {
+            "n_embd": m.hidden_size, "n_layer": m.num_layers, "n_head": m.num_attention_heads, "n_inner": m.ffn_hidden_size,
+            "n_positions": m.max_position_embeddings, "layer_norm_epsilon": m.norm_eps,
+            "resid_pdrop": m.hidden_dropout, "embd_pdrop": m.hidden_dropout, "attn_pdrop": m.attention_dropout,
+        }
+    if kind == "bloom":
+        return common | {
+            "hidden_size": m.hidden_size, "n_layer": m.num_layers, "n_head": m.num_attention_heads, "seq_length": m.max_position_embeddings,
+            "layer_norm_epsilon": m.norm_eps, "hidden_dropout": m.hidden_dropout, "attention_dropout": m.attention_dropout,
+        }
+    return common | {
+        "hidden_size": m.hidden_size, "num_hidden_layers": m.num_layers, "num_attention_heads": m.num_attention_heads,
+        "intermediate_size": m.ffn_hidden_size, "max_position_embeddings": m.max_position_embeddings,
+        "layer_norm_eps": m.norm_eps, "rotary_pct": m.rotary_fraction, "rotary_emb_base": m.rope_theta,
+        "attention_bias": m.qkv_bias, "hidden_dropout": m.hidden_dropout, "attention_dropout": m.attention_dropout,
+    }
+
+
+def _same(a: ModelSpec, b: ModelSpec) -> list[str]:
+    skip = {"name", "source", "num_kv_heads"}
+    da, db = a.model_dump(exclude=skip), b.model_dump(exclude=skip)
+    out = [k for k in da if da[k] != db[k]]
+    return out + (["num_kv_heads"] if a.kv_heads != b.kv_heads else [])
+
+
+def hf_config(m: ModelSpec) -> dict[str, Any]:
+    """config.json for the spec; SpecError when the read-back differs (no architecture fits)."""
+    from planner.hf import model_from_hf
+
+    kind = model_type(m)
+    body = _gelu(m, kind) if kind in ("gpt2", "gpt_neox", "bloom") else _llama_like(m)
+    if kind == "llama":
+        body["mlp_bias"] = m.mlp_bias
+    if m.moe is not None:
+        body |= _moe(m, kind)
+    config = {"architectures": [ARCHITECTURES[kind]], "model_type": kind, **body}
+    try:
+        back = model_from_hf(config, name=m.name, source=m.source)
+    except (SpecError, ValueError) as e:
+        raise SpecError(f"model {m.name!r}: no Hugging Face architecture represents it ({e})") from None
+    differ = _same(m, back)
+    if differ:
+        raise SpecError(
+            f"model {m.name!r}: the nearest Hugging Face architecture ({kind}) differs in {', '.join(differ)}; "
+            f"DeepSpeed's training script builds the model from config.json (supported: {', '.join(ARCHITECTURES)})"
+        )
+    return config

@@ -1,0 +1,98 @@
+"""Kubernetes: job.yaml, a Kubeflow Training Operator `PyTorchJob` (kubeflow.org/v1) that runs the
+same train.sh as job.sbatch, one pod per node.
+
+What the operator does with it (kubeflow/training-operator at commit
+ee1162919408cbca4a899f2916cfcd0ecd562881, the last before the v1 sources moved out):
+pkg/controller.v1/pytorch/envvar.go sets MASTER_ADDR (the Master pod's service) and MASTER_PORT
+(the container port named `pytorchjob-port`) in every pod of a job with a Master replica, and
+PET_NNODES to the number of replicas; pkg/apis/kubeflow.org/v1/pytorch_types.go names the container
+it manages `pytorch` and the port `pytorchjob-port`. train.sh's torchrun then meets on
+MASTER_ADDR:MASTER_PORT with the c10d rendezvous, as under Slurm.
+
+The launch directory reaches the pods as a ConfigMap mounted at /launch
+(`kubectl create configmap NAME-launch --from-file=.` in the launch directory); the required
+variables are listed empty, so train.sh stops naming any not filled in.
+"""
+
+from __future__ import annotations
+
+import json
+
+from cost_models.enums import Framework
+from planner.launch.shell import slug
+from planner.launch.target import Target
+
+API_VERSION = "kubeflow.org/v1"
+CONTAINER = "pytorch"  # PyTorchJobDefaultContainerName
+PORT_NAME = "pytorchjob-port"  # PyTorchJobDefaultPortName
+MOUNT = "/launch"
+IMAGE = "REPLACE-WITH-YOUR-TRAINING-IMAGE"
+
+REQUIRED = {
+    Framework.MEGATRON: ("MEGATRON_LM", "TOKENIZER_MODEL", "DATA_PATH", "CHECKPOINT_DIR"),
+    Framework.TORCHTITAN: ("HF_ASSETS_PATH", "CHECKPOINT_DIR"),
+    Framework.DEEPSPEED: ("TOKENIZER_MODEL", "DATA_PATH", "CHECKPOINT_DIR"),
+}
+
+
+def name(target: Target) -> str:
+    """A DNS-1123 name (lower case, digits, '-'), as Kubernetes object names must be."""
+    base = target.options.job_name or target.run_name
+    out = "".join(c if c.isalnum() else "-" for c in slug(base).lower()).strip("-")[:40].strip("-")
+    return out or "planner"
+
+
+def _replica(target: Target, job_name: str, replicas: int) -> dict:
+    env = [{"name": var, "value": ""} for var in REQUIRED[target.job.training.framework]]
+    env.append({"name": "RDZV_ID", "value": job_name})
+    container = {
+        "name": CONTAINER,
+        "image": IMAGE,
+        "command": ["bash", f"{MOUNT}/train.sh"],
+        "env": env,
+        "ports": [{"name": PORT_NAME, "containerPort": int(target.options.port)}],
+        "resources": {"limits": {"nvidia.com/gpu": target.nproc_per_node}},
+        "volumeMounts": [{"name": "launch", "mountPath": MOUNT}, {"name": "dshm", "mountPath": "/dev/shm"}],
+    }
+    return {
+        "replicas": replicas,
+        "restartPolicy": "OnFailure",
+        "template": {
+            "spec": {
+                "containers": [container],
+                "volumes": [
+                    {"name": "launch", "configMap": {"name": f"{job_name}-launch", "defaultMode": 0o755}},
+                    # NCCL and data loaders use shared memory beyond a container's 64 MiB default.
+                    {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+                ],
+            }
+        },
+    }
+
+
+def manifest(target: Target) -> dict:
+    job_name = name(target)
+    specs = {"Master": _replica(target, job_name, 1)}
+    if target.nnodes > 1:
+        specs["Worker"] = _replica(target, job_name, target.nnodes - 1)
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "PyTorchJob",
+        "metadata": {"name": job_name},
+        "spec": {
+            "nprocPerNode": str(target.nproc_per_node),
+            "runPolicy": {"cleanPodPolicy": "None", "backoffLimit": 3},
+            "pytorchReplicaSpecs": specs,
+        },
+    }
+
+
+def job_yaml(target: Target) -> str:
+    """YAML text; JSON is YAML, and json.dumps quotes every string, so no value can change the structure."""
+    head = [
+        f"# Kubeflow PyTorchJob ({API_VERSION}) written by planner launch: {target.nnodes} pod(s) of {target.nproc_per_node} GPUs,",
+        "# each running train.sh from the ConfigMap NAME-launch. Before `kubectl apply -f job.yaml`:",
+        "#   kubectl create configmap " + name(target) + "-launch --from-file=.   (in this directory)",
+        "# and set the image and the empty env values below (train.sh names any left empty).",
+    ]
+    return "\n".join(head) + "\n" + json.dumps(manifest(target), indent=2) + "\n"
