@@ -476,7 +476,7 @@ def _torch_native(entry: dict) -> Mapped:
     tech = (lay.get("techniques") or "") + " " + (hw.get("precision") or "")
     notes = []
     compiled = "compile" in tech and "no torch.compile" not in tech and "compile=false" not in tech and "compile off" not in tech
-    fp8 = "float8" in tech.lower() and "none (bfloat16)" not in tech.lower()
+    fp8 = "float8" in tech.lower() and "none (bfloat16)" not in tech.lower() and "no float8" not in tech.lower()
     rc, rc_layers, note = _torch_recompute(lay.get("recompute") or "", m["layers"])
     if note:
         notes.append(note)

@@ -31,6 +31,11 @@ from typing import Any
 
 from cost_models.errors import SpecError
 
+# The range of a kernel-price correction: a CPU run of validate --calibrate measures rates ~1e-4 of
+# a GPU's (a few hundred GFLOP/s against hundreds of TFLOP/s), and no measurement is 1000x faster
+# than the published kernel tables; beyond these a factor is a broken file, not a measurement.
+SCALE_RANGE = (1e-6, 1e3)
+
 PER_ARCHITECTURE = ("gemm_scale", "attention_scale", "memory_scale", "optimizer_scale")
 DEFAULT_ARCH = "default"
 
@@ -118,18 +123,15 @@ FITTED = {"contention_scale": 1.6818, "gpu_speed_cv": 0.035}
 DEFAULT = Calibration(**FITTED, source="published kernel measurements (presets/kernels); mechanism constants fitted by benchmarks/time_accuracy.py")
 
 
-def load_calibration(path: Path) -> Calibration:
-    """Read a calibration file; unknown keys and non-positive values are user errors."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise SpecError(f"calibration file {path}: cannot read JSON ({e})") from None
+def calibration_from_dict(data: Any, *, where: str) -> Calibration:
+    """A calibration file's contents (read by planner.files.load_calibration); unknown keys and
+    factors outside SCALE_RANGE are user errors."""
     if not isinstance(data, dict):
-        raise SpecError(f"calibration file {path}: expected a JSON object with {', '.join(Calibration.fitted_fields())}")
+        raise SpecError(f"{where}: expected a JSON object with {', '.join(Calibration.fitted_fields())}")
     allowed = set(Calibration.fitted_fields()) | {"source"}
     unknown = sorted(set(data) - allowed)
     if unknown:
-        raise SpecError(f"calibration file {path}: unknown field(s) {unknown}; allowed: {sorted(allowed)}")
+        raise SpecError(f"{where}: unknown field(s) {unknown}; allowed: {sorted(allowed)}")
     values: dict[str, float] = {}
     for name in Calibration.fitted_fields():
         if name not in data:
@@ -138,15 +140,19 @@ def load_calibration(path: Path) -> Calibration:
         if name in MECHANISMS:
             prior = MECHANISMS[name]
             if isinstance(given, bool) or not isinstance(given, (int, float)) or not prior.low <= given <= prior.high:
-                raise SpecError(f"calibration file {path}: {name}({given!r}) must be a number in [{prior.low}, {prior.high}]")
+                raise SpecError(f"{where}: {name}({given!r}) must be a number in [{prior.low}, {prior.high}]")
             values[name] = float(given)
             continue
         if not isinstance(given, dict):
-            raise SpecError(f"calibration file {path}: {name} must be an object of architecture -> factor, e.g. {{\"hopper\": 0.9}}")
+            raise SpecError(f"{where}: {name} must be an object of architecture -> factor, e.g. {{\"hopper\": 0.9}}")
         for arch, value in given.items():
             key = f"{name}__{arch}"
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
-                raise SpecError(f"calibration file {path}: {name}.{arch}({value!r}) must be a positive number")
+            low, high = SCALE_RANGE
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+                raise SpecError(f"{where}: {name}.{arch}({value!r}) must be a number in [{low:g}, {high:g}]")
             values[key] = float(value)
     cal = DEFAULT.with_values(**values)
-    return replace(cal, source=str(data.get("source", path)))
+    source = data.get("source", where)
+    if not isinstance(source, str):
+        raise SpecError(f"{where}: source({source!r}) must be a string")
+    return replace(cal, source=source)

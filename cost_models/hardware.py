@@ -8,11 +8,22 @@ from pydantic import Field, model_validator
 
 from cost_models.enums import Fabric
 from cost_models.errors import SpecError
-from cost_models.model_spec import Count, Spec
+from cost_models.model_spec import Count, Name, Spec
 from cost_models.units import to_si
 
-Positive = Annotated[float, Field(gt=0)]
-NonNegative = Annotated[float, Field(ge=0)]
+
+# Physical ranges of the hardware numbers, wide enough for any real device and narrow enough that
+# every time the model derives from them stays finite (zero, 1e-300 or 1e300 broke the search).
+# Rates: 1 GFLOP/s (a CPU core) to 1 EFLOP/s (over 200x a B200's dense fp8, 4.5 PFLOP/s in presets/gpus.toml).
+FlopRate = Annotated[float, Field(ge=1e9, le=1e18)]
+# Bandwidths: 1 Gbit/s (the slowest Ethernet a cluster is built of) to 1 PB/s (over 100x a B200's 8 TB/s HBM3e).
+MIN_BANDWIDTH_BYTES_PER_S = 1e9 / 8
+Bandwidth = Annotated[float, Field(ge=MIN_BANDWIDTH_BYTES_PER_S, le=1e15)]
+# Latencies: the presets' per-hop constants are 2.1-14 us (NCCL/RCCL hwLatencies, presets/clusters.toml;
+# RCCL's slowest NET entry is 320 us); 1 ms is 3x that.
+Latency = Annotated[float, Field(ge=0, le=1e-3)]
+# Memory: up to 16 TiB per device (2^44 bytes; the largest GPU preset, B200, holds 179 GiB).
+HbmBytes = Annotated[int, Field(gt=0, le=2**44)]
 
 
 class _SIFromHuman(Spec):
@@ -27,12 +38,12 @@ class _SIFromHuman(Spec):
 class PeakFlops(_SIFromHuman):
     """Dense (no structured sparsity) tensor-core peaks per operand type, FLOP/s."""
 
-    fp32: Positive
-    tf32: Positive | None = None
-    bf16: Positive
-    fp16: Positive
-    fp8: Positive | None = None
-    fp4: Positive | None = None
+    fp32: FlopRate
+    tf32: FlopRate | None = None
+    bf16: FlopRate
+    fp16: FlopRate
+    fp8: FlopRate | None = None
+    fp4: FlopRate | None = None
 
 
 class MatmulMeasurement(_SIFromHuman):
@@ -47,19 +58,19 @@ class MatmulMeasurement(_SIFromHuman):
 
     dtype: Literal["bf16", "fp16", "fp8"]
     shape: tuple[Count, Count, Count] | None = None
-    rate_flop_per_s: Positive
+    rate_flop_per_s: FlopRate
     regime: Literal["burst", "sustained"] = "burst"
     by: str = ""
 
 
 class GPUSpec(_SIFromHuman):
-    name: str
+    name: Name
     vendor: str = ""
     # GPU generation ("ampere", "hopper", "blackwell", ...): picks the kernel table
     # (presets/kernels/<architecture>.toml) and the per-architecture corrections of a calibration file
     architecture: str = ""
-    hbm_bytes: Annotated[int, Field(gt=0)]  # capacity a framework can allocate from (see presets for what each counts)
-    hbm_bandwidth_bytes_per_s: Positive
+    hbm_bytes: HbmBytes  # capacity a framework can allocate from (see presets for what each counts)
+    hbm_bandwidth_bytes_per_s: Bandwidth
     peak_flop_per_s: PeakFlops
     # streaming multiprocessors (NVIDIA) or compute units (AMD): how many GEMM tiles or attention
     # blocks run at once, which sets tile and wave quantisation (cost_models.kernels)
@@ -73,22 +84,22 @@ class GPUSpec(_SIFromHuman):
 class NetworkTier(_SIFromHuman):
     """One level of the scale-out fabric: groups of `gpus` GPUs below it, and its oversubscription."""
 
-    name: str = ""
+    name: Annotated[str, Field(max_length=1024)] = ""
     gpus: Count
-    oversubscription: Annotated[float, Field(ge=1.0)] = 1.0
+    oversubscription: Annotated[float, Field(ge=1.0, le=1024.0)] = 1.0
 
 
 class ClusterSpec(_SIFromHuman):
     """A node type and its network: what a `--cluster` preset or file describes."""
 
-    name: str
+    name: Name
     gpu: GPUSpec
     gpus_per_node: Count
     scaleup_domain_gpus: Count  # GPUs sharing one NVLink/NVSwitch (or Infinity Fabric) domain
-    scaleup_bandwidth_bytes_per_s: NonNegative  # per GPU per direction; 0 when there is no scale-up fabric
-    scaleup_latency_s: NonNegative
-    nic_bandwidth_bytes_per_s: Positive  # scale-out, per GPU per direction
-    nic_latency_s: NonNegative
+    scaleup_bandwidth_bytes_per_s: Bandwidth  # per GPU per direction (PCIe's where there is no NVLink-class fabric)
+    scaleup_latency_s: Latency
+    nic_bandwidth_bytes_per_s: Bandwidth  # scale-out, per GPU per direction
+    nic_latency_s: Latency
     network_tiers: tuple[NetworkTier, ...] = ()
     fabric: Fabric = Fabric.UNSPECIFIED  # decides the launch's NCCL/libfabric environment only
     # EFA devices per node, as the Kubernetes device plugin counts them (vpc.amazonaws.com/efa);

@@ -5,10 +5,11 @@ Counts only (no units); parameter counts are derived in `cost_models.params`.
 
 from __future__ import annotations
 
+import unicodedata
 from functools import cache, cached_property
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from cost_models.enums import MLPKind, NormKind, PositionKind, RouterScore
 
@@ -27,6 +28,23 @@ MAX_COUNT = 2**24
 MAX_LAYERS = 4096
 MAX_PARAMS = 2**45
 Count = Annotated[int, Field(gt=0, le=MAX_COUNT), BeforeValidator(_not_bool)]
+
+# Bidirectional overrides and isolates (they reorder what a terminal prints after them).
+_BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+MAX_NAME_CHARS = 1024
+
+
+def _plain_name(value: str) -> str:
+    """A name is printed in tables and written into scripts and configs: no control characters
+    (NUL, escape sequences, newlines), lone surrogates (not encodable) or bidirectional overrides."""
+    for i, ch in enumerate(value):
+        if unicodedata.category(ch) in ("Cc", "Cs") or ch in _BIDI:
+            raise ValueError(f"character {ascii(ch)} at position {i} is not allowed in a name (control "
+                             "characters, lone surrogates and bidirectional overrides are refused)")
+    return value
+
+
+Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS), AfterValidator(_plain_name)]
 Fraction = Annotated[float, Field(ge=0.0, lt=1.0)]
 Positive = Annotated[float, Field(gt=0.0)]
 
@@ -117,7 +135,7 @@ class RopeScaling(Spec):
 
 
 class ModelSpec(Spec):
-    name: str = "custom"
+    name: Name = "custom"
     num_layers: Count
     hidden_size: Count
     ffn_hidden_size: Count

@@ -385,6 +385,27 @@ def _fp8_recipe(job: Job) -> str | None:
     return None
 
 
+def _fp8_hardware(job: Job) -> str | None:
+    gpu = job.cluster.gpu
+    if job.training.precision is Precision.FP8 and gpu.peak_flop_per_s.fp8 is None:
+        return (f"precision fp8 needs fp8 tensor cores; {gpu.name} ({gpu.architecture or 'its architecture'}) has none "
+                "(fp8 came with NVIDIA Hopper and Ada, AMD CDNA 3); use bf16")
+    return None
+
+
+def expert_axes_given(model: ModelSpec, given: dict[str, object], how: str) -> None:
+    """ep or etp given (as a flag or a --fix) for a dense model, where they name nothing: refused
+    with the reason, rather than left to the search to find no layout."""
+    if model.moe is not None:
+        return
+    ep, etp = given.get("ep"), given.get("etp")
+    if isinstance(ep, int) and ep > 1:
+        raise SpecError(f"{how}ep({ep}) > 1 needs a mixture-of-experts model; {model.name} is dense (no experts to split)")
+    if etp is not None:
+        raise SpecError(f"{how}etp({etp}) is the tensor-parallel size of expert layers; {model.name} is dense "
+                        "(no experts): drop it (dense layers take tp)")
+
+
 def _fp8_param_gather(job: Job) -> str | None:
     tr = job.training
     if not tr.fp8_param_gather:
@@ -435,6 +456,7 @@ RULES: tuple[Rule, ...] = (
     Rule("recompute_layers", ALL, _recompute_layers, "Megatron --recompute-method block --recompute-num-layers"),
     Rule("compile", frozenset({MEGATRON, DEEPSPEED}), _compile, "torchtitan --compile.enable"),
     Rule("tp_comm_overlap", ALL, _tp_comm_overlap, "Megatron arguments.py (--tp-comm-overlap requires --sequence-parallel); torchtitan async TP"),
+    Rule("fp8_hardware", ALL, _fp8_hardware, "presets/gpus.toml peak_tflops.fp8: given exactly for the GPUs with fp8 tensor cores (datasheets)"),
     Rule("fp8_recipe", ALL, _fp8_recipe, "Megatron --fp8-recipe (transformer_config.py L594); torchtitan quantize.linear.float8 recipe_name"),
     Rule("cp_flash", ALL, _cp_flash, "ring attention (Megatron/TE, torch context_parallel) uses fused attention"),
     Rule("grad_reduce_in_bf16", ALL, _grad_reduce_in_bf16, "Megatron-LM@d98e8a64 arguments.py:1204-1217, 3053"),
@@ -455,7 +477,7 @@ def violations(job: Job) -> list[tuple[str, str]]:
 
 
 # Rules that read only the model, the cluster and the training spec: when one breaks, no layout can help.
-PROBLEM_RULES = frozenset({"positions", "compile", "fp8_recipe"})
+PROBLEM_RULES = frozenset({"positions", "compile", "fp8_hardware", "fp8_recipe"})
 
 
 def problem_violations(model: ModelSpec, cluster: Cluster, training: TrainingSpec) -> list[tuple[str, str]]:

@@ -31,11 +31,16 @@ EXIT_USAGE = 2
 def _user_errors() -> Iterator[None]:
     """User-fixable problems become one line on stderr and exit code 2."""
     from cost_models.errors import SpecError
+    from planner.text import printable
 
     try:
         yield
     except SpecError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {printable(str(e))}", file=sys.stderr)
+        raise typer.Exit(EXIT_USAGE) from None
+    except OSError as e:  # a file system fault the writers did not name (they name the flag too)
+        where = f"{printable(str(e.filename))}: " if e.filename else ""
+        print(f"error: {where}{e.strerror or e}", file=sys.stderr)
         raise typer.Exit(EXIT_USAGE) from None
 
 
@@ -51,7 +56,9 @@ def _root(
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
-    pass
+    from planner.text import fit_streams
+
+    fit_streams()
 
 
 # Options shared by memory (and later estimate/plan). Defaults of None mean "derive".
@@ -180,7 +187,11 @@ def memory(
         from planner.runners import run_memory
 
         training, layout = _specs(**flags)
-        report = run_memory(model, cluster, gpus, training=training, layout=layout, headroom=headroom)
+        if png is not None:
+            from planner.plots import check_png
+
+            check_png(png)
+        report = run_memory(model, cluster, gpus, training=training, layout=layout, headroom=headroom, flags=True)
         if png is not None:
             from planner.plots import memory_png
 
@@ -211,13 +222,14 @@ def estimate(
     """Step time, throughput and MFU of one layout, with its memory: every term, and the bottleneck."""
     model, cluster, gpus, headroom = (flags.pop(k) for k in ("model", "cluster", "gpus", "headroom"))
     with _user_errors():
-        from cost_models.calibration import DEFAULT, load_calibration
+        from cost_models.calibration import DEFAULT
+        from planner.files import load_calibration
         from planner.runners import run_estimate
 
         training, layout = _specs(**flags)
         cal = load_calibration(calibration) if calibration else DEFAULT
         report = run_estimate(model, cluster, gpus, training=training, layout=layout, headroom=headroom, calibration=cal,
-                              outlook=_outlook(tokens, gpu_hour_cost, ckpt_write_gbps, gpu_mtbf_hours))
+                              flags=True, outlook=_outlook(tokens, gpu_hour_cost, ckpt_write_gbps, gpu_mtbf_hours))
     if as_json:
         from planner.render import print_json
 
@@ -253,7 +265,8 @@ def plan(
 ) -> None:
     """Search every layout (tp/sp, pp/vpp, dp and sharding, cp, ep/etp, mbs, recompute) and rank the fastest that fit."""
     with _user_errors():
-        from cost_models.calibration import DEFAULT, load_calibration
+        from cost_models.calibration import DEFAULT
+        from planner.files import load_calibration
         from planner.runners import run_plan
 
         training = _training(
@@ -312,21 +325,27 @@ def launch(
 ) -> None:
     """Write the files that run one plan: plan.json, README.md, train.sh and the framework's configs (job.sbatch for several nodes)."""
     with _user_errors():
-        from cost_models.calibration import DEFAULT, load_calibration
+        from cost_models.calibration import DEFAULT
+        from planner.files import load_calibration
         from planner.launch.build import LaunchOptions, read_nodes_file, run_launch, write_launch
+        from planner.writing import check_dir, lock
 
-        headroom, calibration = flags.pop("headroom"), flags.pop("calibration")
-        training, layout = _specs(**flags)
-        options = LaunchOptions(
-            torchtitan_version=torchtitan_version, torchtitan_model=torchtitan_model, megatron_fsdp=megatron_fsdp,
-            hosts=read_nodes_file(nodes_file) if nodes_file else (), partition=partition, account=account, time=time,
-            job_name=job_name, port=port,
-        )
-        cal = load_calibration(calibration) if calibration else DEFAULT
-        files = run_launch(model, cluster, gpus, training=training, layout=layout, rank=rank, fixes=fix, options=options,
-                           headroom=headroom, calibration=cal)
-        written = write_launch(files, out, force=force)
-    print(f"wrote {len(written)} files to {out}: {', '.join(p.name for p in written)}")
+        check_dir(out, force=force)
+        with lock(out):
+            headroom, calibration = flags.pop("headroom"), flags.pop("calibration")
+            training, layout = _specs(**flags)
+            options = LaunchOptions(
+                torchtitan_version=torchtitan_version, torchtitan_model=torchtitan_model, megatron_fsdp=megatron_fsdp,
+                hosts=read_nodes_file(nodes_file) if nodes_file else (), partition=partition, account=account, time=time,
+                job_name=job_name, port=port,
+            )
+            cal = load_calibration(calibration) if calibration else DEFAULT
+            files = run_launch(model, cluster, gpus, training=training, layout=layout, rank=rank, fixes=fix, options=options,
+                               headroom=headroom, calibration=cal, flags=True)
+            written = write_launch(files, out, force=force)
+    from planner.files import shown
+
+    print(f"wrote {len(written)} files to {shown(out)}: {', '.join(p.name for p in written)}")
 
 
 @app.command()
@@ -352,6 +371,7 @@ def validate(
     step_timeout: Annotated[float, typer.Option("--step-timeout", help="Time limit of one training step and of one collective, seconds.")] = 300.0,
     calibrate: Annotated[Optional[Path], typer.Option("--calibrate", help="Fit per-GPU corrections to the kernel prices from the measurements and write them to FILE.")] = None,
     calibration: Annotated[Optional[Path], typer.Option("--calibration", help="JSON file of kernel-price corrections to predict with (and to start a fit from).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Write into a non-empty --out that no earlier validate wrote (only validate's own files are replaced).")] = False,
     as_json: AsJson = False,
 ) -> None:
     """Run a short profiled torch job that implements the plan (or its largest slice that fits here) and compare it with the prediction."""
@@ -359,17 +379,20 @@ def validate(
     from rich.console import Console
 
     with _user_errors():
-        from cost_models.calibration import DEFAULT, load_calibration
+        from cost_models.calibration import DEFAULT
+        from planner.files import load_calibration
         from planner.validate.command import Options, ProgressBar, fault_injection, run_validate
 
         options = Options(
             steps=steps, warmup=warmup, nproc=nproc_per_node, backend=str(backend) if backend else None, fp32=fp32,
             timeout_s=timeout, step_timeout_s=step_timeout, calibrate=calibrate,
-            calibration=load_calibration(calibration) if calibration else DEFAULT, debug=fault_injection(),
+            calibration=load_calibration(calibration) if calibration else DEFAULT, debug=fault_injection(), force=force,
         )
         options.check(out)
         training, layout = _specs(**flags)
-        with ProgressBar(Console(stderr=True)) as bar:
+        from planner.writing import lock
+
+        with lock(out), ProgressBar(Console(stderr=True)) as bar:
             report = run_validate(target, cluster=cluster, gpus=gpus, training=training, layout=layout, out_dir=out,
                                   options=options, on_progress=bar.update)
     if as_json:
@@ -384,11 +407,13 @@ def validate(
             console = Console(width=max(console.width, 120))
         render(report, console)
     if not report.ok:
-        print(f"error: {report.launch.cause}", file=sys.stderr)
-        raise typer.Exit(1)
+        from planner.text import printable
+
+        print(f"error: {printable(report.launch.cause or 'failed')}", file=sys.stderr)
+        raise typer.Exit(128 + report.launch.signal if report.launch.signal else 1)
 
 
-_VALIDATE_ONLY = {"target", "nproc_per_node", "steps", "warmup", "backend", "fp32", "out", "timeout", "step_timeout", "calibrate"}
+_VALIDATE_ONLY = {"target", "nproc_per_node", "steps", "warmup", "backend", "fp32", "out", "timeout", "step_timeout", "calibrate", "force"}
 
 
 @app.command()
@@ -468,13 +493,16 @@ def main() -> None:
     """Console entry point: usage errors (unknown option, bad value) are one line and exit code 2."""
     from typer._click.exceptions import ClickException, NoArgsIsHelpError
 
+    from planner.text import fit_streams, printable
+
+    fit_streams()
     try:
         code = app(standalone_mode=False)
     except NoArgsIsHelpError as e:
         print(e.format_message(), file=sys.stderr)
         sys.exit(EXIT_USAGE)
     except ClickException as e:
-        print(f"error: {e.format_message().replace('Value error, ', '')}", file=sys.stderr)
+        print(f"error: {printable(e.format_message().replace('Value error, ', ''))}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
     except typer.Exit as e:
         sys.exit(e.exit_code)

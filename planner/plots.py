@@ -21,18 +21,23 @@ def _pyplot():  # type: ignore[no-untyped-def]
 
 
 def check_png(path: Path) -> None:
-    """The --png file name and matplotlib, before any work is done."""
-    path = Path(path)
-    if path.suffix.lower() != ".png":
-        raise SpecError(f"--png {path}: expected a file name ending in .png")
-    if not path.absolute().parent.is_dir():
-        raise SpecError(f"--png {path}: directory {path.absolute().parent} does not exist")
+    """The --png file name (planner.writing.check_file) and matplotlib, before any work is done."""
+    from planner.writing import check_file
+
+    check_file(Path(path), what="--png", suffix=".png")
     _pyplot()
 
 
 def _save(fig: Any, path: Path) -> None:
+    """Rendered in memory, then written through a temporary sibling: no half-written PNG."""
+    import io
+
+    from planner.writing import write_file
+
     check_png(path)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
+    write_file(Path(path), buffer.getvalue(), what="--png")
 
 
 def sweep_png(rows: list[Any], path: Path, *, title: str) -> None:

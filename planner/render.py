@@ -25,7 +25,10 @@ def _gib(n: float) -> str:
 
 
 def print_json(doc: dict[str, Any]) -> None:
-    print(json.dumps(doc, indent=2, sort_keys=False))
+    """Strict JSON: a non-finite number is null with a `KEY_note` saying what it was."""
+    from planner.text import finite_json
+
+    print(json.dumps(finite_json(doc), indent=2, sort_keys=False, allow_nan=False))
 
 
 def layout_line(job: Any) -> str:

@@ -17,6 +17,7 @@ from cost_models.rules import resolve
 from cost_models.step_time import TimeEstimate, time_estimate
 from cost_models.training import TrainingSpec
 from cost_models.units import TFLOP
+from cost_models.errors import SpecError
 from planner.errors import spec_error
 from planner.loaders import load_cluster, load_model
 
@@ -36,10 +37,17 @@ def load_specs(model: str, cluster: str, gpus: int, training: dict[str, Any]) ->
     return model_spec, cluster_obj, training_spec
 
 
-def build_job(model: str, cluster: str, gpus: int, *, training: dict[str, Any], layout: dict[str, Any]) -> Job:
-    """Specs from MODEL/--cluster/--gpus and the layout and training flags (None = default)."""
+def build_job(model: str, cluster: str, gpus: int, *, training: dict[str, Any], layout: dict[str, Any],
+              flags: bool = False) -> Job:
+    """Specs from MODEL/--cluster/--gpus and the layout and training flags (None = default).
+    `flags`: the layout came from the command line, where --ep/--etp on a dense model are refused
+    (a resolved layout handed back, as the library allows, carries the etp dense layers take)."""
     model_spec, cluster_obj, training_spec = load_specs(model, cluster, gpus, training)
     lay_fields = {k: v for k, v in layout.items() if v is not None}
+    if flags:
+        from cost_models.rules import expert_axes_given
+
+        expert_axes_given(model_spec, lay_fields, "--")
     try:
         layout_spec = Layout.model_validate(lay_fields)
     except ValidationError as e:
@@ -99,8 +107,9 @@ def run_memory(
     training: dict[str, Any],
     layout: dict[str, Any],
     headroom: float | None = None,
+    flags: bool = False,
 ) -> MemoryReport:
-    job = build_job(model, cluster, gpus, training=training, layout=layout)
+    job = build_job(model, cluster, gpus, training=training, layout=layout, flags=flags)
     estimate = memory_estimate(job, headroom=DEFAULT_HEADROOM if headroom is None else headroom)
     return MemoryReport(job=job, estimate=estimate)
 
@@ -121,9 +130,26 @@ class Outlook:
                             ("--ckpt-write-gbps", self.ckpt_write_gb_per_s), ("--gpu-mtbf-hours", self.gpu_mtbf_hours)):
             if value is not None and not (value > 0 and value != float("inf")):
                 raise SpecError(f"{name}({value}) must be a positive finite number")
+            low, high = OUTLOOK_RANGES[name]
+            if value is not None and not low <= value <= high:
+                raise SpecError(f"{name}({value:g}) must be between {low:g} and {high:g}")
         if self.gpu_hour_cost is not None and self.tokens is None:
             raise SpecError(f"--gpu-hour-cost({self.gpu_hour_cost}) prices the GPU-hours to train --tokens T; "
                             "give --tokens too, e.g. --tokens 15e12")
+
+
+class NoLayout(SpecError):
+    """The search found no layout that fits: an answer about this GPU count, not bad input."""
+
+
+# Ranges of the outlook numbers: far beyond any real run on both sides, so that the days, costs and
+# checkpoint intervals derived from them stay finite numbers.
+OUTLOOK_RANGES = {
+    "--tokens": (1.0, 1e18),  # 1e18 tokens: ~70,000x Llama 3's 15T
+    "--gpu-hour-cost": (1e-6, 1e6),
+    "--ckpt-write-gbps": (1e-3, 1e9),  # 1 MB/s to 1 EB/s
+    "--gpu-mtbf-hours": (1e-2, 1e9),  # 36 s to ~100,000 years
+}
 
 
 @dataclass(frozen=True)
@@ -203,9 +229,10 @@ def run_estimate(
     headroom: float | None = None,
     calibration: Calibration = DEFAULT,
     outlook: Outlook = Outlook(),
+    flags: bool = False,
 ) -> EstimateReport:
     outlook.check()
-    memory = run_memory(model, cluster, gpus, training=training, layout=layout, headroom=headroom)
+    memory = run_memory(model, cluster, gpus, training=training, layout=layout, headroom=headroom, flags=flags)
     return EstimateReport(memory=memory, time=time_estimate(memory.job, calibration=calibration), outlook=outlook)
 
 
@@ -286,7 +313,11 @@ def run_plan(
     model_spec, cluster_obj, spec = load_specs(model, cluster, gpus, training)
     if spec.global_batch_size is None:
         spec = spec.model_copy(update=dict(global_batch_size=default_global_batch(spec.seq_len)))
-    problem = Problem(model_spec, cluster_obj, spec, fixed=parse_fixes(fixes), allow_cross_node_tp=allow_cross_node_tp)
+    fixed = parse_fixes(fixes)
+    from cost_models.rules import expert_axes_given
+
+    expert_axes_given(model_spec, fixed, "--fix ")
+    problem = Problem(model_spec, cluster_obj, spec, fixed=fixed, allow_cross_node_tp=allow_cross_node_tp)
     broken = problem_violations(model_spec, cluster_obj, spec)
     if broken:
         raise SpecError(f"no layout of {model_spec.name} can run: {broken[0][1]} [{spec.framework}]")
@@ -294,7 +325,9 @@ def run_plan(
     result = search(problem, top=top, headroom=headroom, calibration=calibration, progress=progress)
     if not result.plans:
         hint = _what_fits(problem, headroom, calibration, batch_given=training.get("global_batch_size") is not None) if hints and not result.timed_out else ""
-        raise SpecError(_no_plan(problem, result) + hint)
+        if result.timed_out:  # not an answer about this GPU count: nothing was proven
+            raise SpecError(_no_plan(problem, result))
+        raise NoLayout(_no_plan(problem, result) + hint)
     return PlanReport(problem=problem, result=result, headroom=headroom, outlook=outlook)
 
 

@@ -19,16 +19,33 @@ from cost_models.calibration import DEFAULT, Calibration
 from cost_models.errors import SpecError
 
 
+# A sweep plans each count in turn (seconds each); 32 counts cover 1..2^24 GPUs by powers of two
+# with room for a few between. The largest count is the spec limit on GPUs (MAX_COUNT).
+MAX_SWEEP_COUNTS = 32
+
+
+class _TooMany(Exception):
+    pass
+
+
 def parse_gpus(text: str) -> list[int]:
     """`64..16384` (the powers of two in between, both ends included when they are powers of two),
-    or a comma list `64,96,128`."""
+    or a comma list `64,96,128`; at most MAX_SWEEP_COUNTS counts, each at most MAX_COUNT."""
+    from cost_models.model_spec import MAX_COUNT
+
     text = text.strip()
+    form = "expected LO..HI (powers of two between) or a list like 64,128,256 of positive integers"
+    if len(text) > 64 * MAX_SWEEP_COUNTS:
+        raise SpecError(f"--gpus: {len(text):,} characters; {form}, at most {MAX_SWEEP_COUNTS} counts")
     try:
         if ".." in text:
             lo_s, hi_s = text.split("..", 1)
             lo, hi = int(lo_s), int(hi_s)
             if lo < 1 or hi < lo:
                 raise ValueError
+            if hi > MAX_COUNT:
+                out = [hi]  # refused below, before the loop
+                raise _TooMany
             out, n = [], 1
             while n <= hi:
                 if n >= lo:
@@ -38,13 +55,19 @@ def parse_gpus(text: str) -> list[int]:
                 out.insert(0, lo)
             if hi not in out:
                 out.append(hi)
-            return out
-        out = sorted({int(x) for x in text.split(",") if x.strip()})
-        if not out or out[0] < 1:
-            raise ValueError
-        return out
+        else:
+            out = sorted({int(x) for x in text.split(",") if x.strip()})
+            if not out or out[0] < 1:
+                raise ValueError
+    except _TooMany:
+        pass
     except ValueError:
-        raise SpecError(f"--gpus({text!r}): expected LO..HI (powers of two between) or a list like 64,128,256 of positive integers") from None
+        raise SpecError(f"--gpus({text!r}): {form}") from None
+    if len(out) > MAX_SWEEP_COUNTS:
+        raise SpecError(f"--gpus: {len(out):,} counts; a sweep takes at most {MAX_SWEEP_COUNTS} (each is a full search)")
+    if out[-1] > MAX_COUNT:
+        raise SpecError(f"--gpus: {out[-1]:,} GPUs; a cluster spec takes at most {MAX_COUNT:,} (2^24)")
+    return out
 
 
 @dataclass(frozen=True)
@@ -88,7 +111,7 @@ def run_sweep(
     headroom: float | None = None, allow_cross_node_tp: bool = False, calibration: Calibration = DEFAULT,
     progress: Callable[[str], None] | None = None, outlook: Any = None,
 ) -> list[SweepRow]:
-    from planner.runners import Outlook, run_plan
+    from planner.runners import NoLayout, Outlook, run_plan
 
     rows: list[SweepRow] = []
     base = None
@@ -99,9 +122,7 @@ def run_sweep(
             report = run_plan(model, cluster, n, training=training, fixes=fixes, top=1, headroom=headroom,
                               allow_cross_node_tp=allow_cross_node_tp, calibration=calibration, hints=False,
                               outlook=outlook or Outlook()).plans[0]
-        except SpecError as e:
-            if "no layout" not in str(e):
-                raise  # bad input, not an infeasible count
+        except NoLayout as e:  # an infeasible count; any other SpecError is bad input and propagates
             rows.append(SweepRow(n, None, str(e).removeprefix("error: ")))
             continue
         if base is None:

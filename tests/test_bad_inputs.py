@@ -81,6 +81,20 @@ MODEL_FILES = [
     ("hf_gpt2_bad_dropout", "config.json: resid_pdrop = 'high' must be a number"),
     ("hf_qwen2_moe_bad_step", "config.json: decoder_sparse_step = 'two' must be a whole number"),
     ("hf_no_config", "directory has no config.json; give a spec file or a Hugging Face model directory"),
+    # names are printed and written into scripts: no control characters, lone surrogates, bidi overrides
+    ("model_name_nul.json", "name = 'llama\\x00evil': character '\\x00' at position 5 is not allowed in a name"),
+    ("model_name_escape.json", "character '\\x1b' at position 0 is not allowed in a name"),
+    ("model_name_newline.toml", "character '\\n' at position 3 is not allowed in a name"),
+    ("model_name_bidi.json", "character '\\u202e' at position 3 is not allowed in a name"),
+    ("model_name_surrogate.json", "name = 'x\\ud800y': Input should be a valid string, unable to parse raw data as a unicode string"),
+    # the extension names the format
+    ("model_yaml_in_json.json", "malformed JSON: Expecting value at line 1 column 1"),
+    ("model_json_in_toml.toml", "malformed TOML: Invalid statement"),
+    ("model_5000_digits.json", "model_5000_digits.json: malformed JSON: a number has more than 4300 digits"),
+    ("model_5000_digits.toml", "model_5000_digits.toml: malformed TOML: a number has more than 4300 digits"),
+    # counts beyond any real model
+    ("model_moe_millions.toml", "about 1,006,633,558,212,608 parameters exceed 35,184,372,088,832 (2^45)"),
+    ("model_moe_too_many_experts.toml", "moe.num_experts = 16777217: Input should be less than or equal to 16777216"),
 ]
 
 CLUSTER_FILES = [
@@ -97,9 +111,24 @@ CLUSTER_FILES = [
     ("cluster_oversubscription.toml", "network_tiers.0.oversubscription = 0.5: Input should be greater than or equal to 1"),
     ("cluster_unknown_key.yaml", "unknown key 'nvlink'; allowed keys: name, gpu, gpus_per_node"),
     ("cluster_tiers_not_list.json", "network_tiers = 'fat-tree': Input should be a valid tuple"),
+    # physical ranges: every time derived from them stays finite (no division by zero, no overflow)
+    ("cluster_zero_scaleup.toml", "scaleup_bandwidth_bytes_per_s = 0: Input should be greater than or equal to 125000000"),
+    ("cluster_tiny_nic.toml", "nic_bandwidth_bytes_per_s = 1.25e-292: Input should be greater than or equal to 125000000"),
+    ("cluster_huge_latency.toml", "nic_latency_s = 1e+294: Input should be less than or equal to 0.001"),
+    ("cluster_huge_bandwidth.toml", "scaleup_bandwidth_bytes_per_s = 1.0000000000000001e+39: Input should be less than or equal to 1000000000000000"),
+    ("cluster_gpu_tiny_flops.toml", "gpu.peak_flop_per_s.bf16 = 1000000.0: Input should be greater than or equal to 1000000000"),
+    ("cluster_gpu_huge_hbm.toml", "gpu.hbm_bytes = 1073741824000000000000: Input should be less than or equal to 17592186044416"),
+    ("cluster_oversubscription_huge.toml", "network_tiers.0.oversubscription = 1000000000.0: Input should be less than or equal to 1024"),
+    ("cluster_yaml_alias_bomb.yaml", "YAML alias *a0 at line 2 column 14: aliases are not accepted in a spec file"),
+    ("cluster_name_escape.json", "name = '\\x1b]0;owned\\x07\\x1b[2J': character '\\x1b' at position 0 is not allowed in a name"),
 ]
 
-OTHER_FILES = {"nodes_empty.txt", "calibration_list.json"}  # used by FLAGS below
+OTHER_FILES = {  # used by FLAGS and PLAN_DIRS below
+    "nodes_empty.txt", "nodes_duplicate.txt", "nodes_dash.txt", "nodes_bad_char.txt",
+    "calibration_list.json", "calibration_huge.json", "calibration_nan.json", "calibration_yaml.yaml", "calibration_source_list.json",
+    "plan_tp_string", "plan_tp_numeric_string", "plan_model_list", "plan_framework_jax", "plan_training_string",
+    "plan_cluster_number", "plan_gpus_string", "plan_seq_len_float", "plan_missing_layout",
+}
 
 
 @pytest.mark.parametrize("name, needle", MODEL_FILES, ids=[c[0] for c in MODEL_FILES])
@@ -116,7 +145,7 @@ def test_every_corpus_file_is_exercised():
     on_disk = {p.name for p in BAD.iterdir()}
     used = {n for n, _ in MODEL_FILES + CLUSTER_FILES} | OTHER_FILES
     assert on_disk == used
-    assert len(used) >= 40
+    assert len(used) >= 80
 
 
 # --- flags: (argv, expected fragment) -------------------------------------------------------------
@@ -141,7 +170,7 @@ FLAGS = [
     (["plan", M, *H100, "--seq-len", str(2**24), "--global-batch-size", str(2**24)], "tokens per step exceeds 68,719,476,736 (2^36)"),
     (["estimate", M, *H100, "--mbs", "0"], "mbs = 0: Input should be greater than 0"),
     (["estimate", M, *H100, "--vpp", "2"], "vpp(2) needs pp > 1"),
-    (["estimate", M, *H100, "--ep", "2"], "ep(2) > 1 needs a mixture-of-experts model; llama-3.1-8b is dense"),
+    (["estimate", M, *H100, "--ep", "2"], "--ep(2) > 1 needs a mixture-of-experts model; llama-3.1-8b is dense"),
     (["estimate", M, *H100, "--recompute", "selective", "--recompute-layers", "2"], "recompute_layers applies to full recompute only"),
     (["estimate", M, "--cluster", "dgx-h100", "--gpus", "24", "--pp", "3"], "num_layers(32) is not divisible by pp(3); pp in 1, 2, 4, 8, 16, 32"),
     (["estimate", M, *H100, "--pp-first-layers", "4"], "pp_first/last_stage_layers need pp > 1"),
@@ -169,8 +198,37 @@ FLAGS = [
     (["estimate", M, *H100, "--ckpt-write-gbps", "0"], "--ckpt-write-gbps(0.0) must be a positive finite number"),
     (["plan", M, *H100, "--gpu-hour-cost", "2.5"], "--gpu-hour-cost(2.5) prices the GPU-hours to train --tokens T; give --tokens too"),
     (["sweep", M, "--cluster", "dgx-h100", "--gpus", "8", "--gpu-hour-cost", "2"], "give --tokens too"),
-    (["estimate", M, *H100, "--calibration", str(BAD / "calibration_list.json")], "expected a JSON object with gemm_scale"),
-    (["estimate", M, *H100, "--calibration", str(BAD)], "cannot read JSON"),
+    (["estimate", M, *H100, "--calibration", str(BAD / "calibration_list.json")], "the top level must be a table/object of keys, got list"),
+    (["estimate", M, *H100, "--calibration", str(BAD)], "bad: is a directory, expected a file"),
+    (["estimate", M, *H100, "--calibration", str(BAD / "calibration_huge.json")], "gemm_scale.hopper(1e+300) must be a number in [1e-06, 1000]"),
+    (["plan", M, *H100, "--calibration", str(BAD / "calibration_nan.json")], "gemm_scale.hopper(nan) must be a number in [1e-06, 1000]"),
+    (["estimate", M, *H100, "--calibration", str(BAD / "calibration_yaml.yaml")], "unknown file type .yaml; use one of .json"),
+    (["estimate", M, *H100, "--calibration", str(BAD / "calibration_source_list.json")], "source(['x']) must be a string"),
+    (["estimate", M, *H100, "--ckpt-write-gbps", "1e308"], "--ckpt-write-gbps(1e+308) must be between 0.001 and 1e+09"),
+    (["estimate", M, *H100, "--gpu-mtbf-hours", "1e-300"], "--gpu-mtbf-hours(1e-300) must be between 0.01 and 1e+09"),
+    (["plan", M, *H100, "--tokens", "1e19"], "--tokens(1e+19) must be between 1 and 1e+18"),
+    # sweep sizes: each count is a full search
+    (["sweep", M, "--cluster", "dgx-h100", "--gpus", ",".join(str(8 * i) for i in range(1, 10001))], "58,613 characters"),
+    (["sweep", M, "--cluster", "dgx-h100", "--gpus", ",".join(str(8 * i) for i in range(1, 34))], "--gpus: 33 counts; a sweep takes at most 32"),
+    (["sweep", M, "--cluster", "dgx-h100", "--gpus", f"8..{2**40}"], "--gpus: 1,099,511,627,776 GPUs; a cluster spec takes at most 16,777,216"),
+    (["sweep", M, "--cluster", "dgx-h100", "--gpus", "8,99999999"], "--gpus: 99,999,999 GPUs"),
+    # hardware: precisions a GPU cannot run
+    (["estimate", M, "--cluster", "dgx-a100-80gb", "--gpus", "8", "--dtype", "fp8"], "precision fp8 needs fp8 tensor cores; A100-80GB (ampere) has none"),
+    (["memory", M, "--cluster", "dgx-a100-40gb", "--gpus", "8", "--dtype", "fp8"], "A100-40GB (ampere) has none"),
+    (["plan", M, "--cluster", "dgx-a100-80gb", "--gpus", "8", "--dtype", "fp8"], "no layout of llama-3.1-8b can run: precision fp8 needs fp8 tensor cores"),
+    (["sweep", M, "--cluster", "dgx-a100-80gb", "--gpus", "8", "--dtype", "fp8"], "precision fp8 needs fp8 tensor cores"),
+    (["estimate", M, *H100, "--dtype", "fp8", "--fp8-recipe", "mxfp8"], "fp8_recipe mxfp8 needs Blackwell tensor cores (H100-SXM is hopper)"),
+    # expert axes on a dense model
+    (["estimate", M, *H100, "--tp", "2", "--etp", "2"], "--etp(2) is the tensor-parallel size of expert layers; llama-3.1-8b is dense"),
+    (["memory", M, *H100, "--etp", "1"], "--etp(1) is the tensor-parallel size of expert layers"),
+    (["memory", M, *H100, "--ep", "2"], "--ep(2) > 1 needs a mixture-of-experts model; llama-3.1-8b is dense"),
+    (["plan", M, *H100, "--fix", "ep=2"], "--fix ep(2) > 1 needs a mixture-of-experts model; llama-3.1-8b is dense"),
+    (["plan", M, *H100, "--fix", "etp=2"], "--fix etp(2) is the tensor-parallel size of expert layers"),
+    (["sweep", M, "--cluster", "dgx-h100", "--gpus", "8,16", "--fix", "ep=8"], "--fix ep(8) > 1 needs a mixture-of-experts model"),
+    # user text in a message is escaped
+    (["memory", "llama\x1b[31m", *H100], "unknown model preset 'llama\\x1b[31m'"),
+    (["memory", "\udcff\udcfe", *H100], "unknown model preset '\\udcff\\udcfe'"),
+    (["memory", "/nowhere/\x1b[2J.toml", *H100], "/nowhere/\\x1b[2J.toml: no such file"),
     # torchtitan rules
     (["estimate", M, *H100, "--framework", "torchtitan", "--zero", "1"], "torchtitan shards with FSDP2 only: use zero 3"),
     (["estimate", M, *H100, "--framework", "torchtitan", "--zero", "0", "--tp", "2"], "torchtitan's DDP (zero 0) does not combine with tp/pp/cp/ep"),
@@ -213,6 +271,12 @@ OUT_CASES = [
     (["launch", M, *H100, "--framework", "deepspeed", "--zero", "3", "--pp", "2"], "DeepSpeed pipeline parallelism runs with ZeRO 0 or 1 only"),
     (["launch", M, *H100, "--framework", "torchtitan", "--zero", "1"], "torchtitan shards with FSDP2 only"),
     (["launch", M, *H100, "--nodes-file", str(BAD / "nodes_empty.txt")], "lists no hosts"),
+    (["launch", M, "-c", "dgx-h100", "-g", "24", "--tp", "8", "--nodes-file", str(BAD / "nodes_duplicate.txt")], "line 3: host 'node1' is listed already on line 1"),
+    (["launch", M, "-c", "dgx-h100", "-g", "16", "--tp", "8", "--nodes-file", str(BAD / "nodes_dash.txt")], "line 1: '-oProxyCommand=touch_x' is not a host name"),
+    (["launch", M, "-c", "dgx-h100", "-g", "16", "--tp", "8", "--nodes-file", str(BAD / "nodes_bad_char.txt")], "line 1: 'node1;reboot' is not a host name"),
+    (["launch", M, *H100, "--tp", "8", "--etp", "8"], "--etp(8) is the tensor-parallel size of expert layers"),
+    (["launch", M, "--cluster", "dgx-a100-80gb", "--gpus", "8", "--dtype", "fp8"], "precision fp8 needs fp8 tensor cores"),
+    (["validate", M, *H100, "--etp", "2", "--backend", "gloo"], "--etp(2) is the tensor-parallel size of expert layers"),
     (["launch", M, *H100, "--fix", "pp=0"], "--fix pp=0: must be a positive integer"),
     (["launch", M, *H100, "--rank", "0"], "--rank(0) must be at least 1"),
     (["launch", M, *H100, "--tp", "8", "--port", "70000"], "--port(70000) must be between 1 and 65535"),
@@ -242,7 +306,7 @@ def test_out_directory_is_not_written(tmp_path, argv, needle):
     kept.mkdir()
     (kept / "notes.txt").write_text("mine\n")
     before = _tree(kept)
-    _one_line_error(runner.invoke(app, [*argv, "--out", str(kept), *(["--force"] if argv[0] == "launch" else [])]), needle)
+    _one_line_error(runner.invoke(app, [*argv, "--out", str(kept), "--force"]), needle)
     assert _tree(kept) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"]
 
@@ -280,3 +344,275 @@ def test_usage_errors_through_main(monkeypatch, capsys, argv, needle):
     lines = [ln for ln in text.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: "), text
     assert needle in lines[0] and "Value error" not in lines[0]
+
+
+# --- a plan directory's plan.json: every field of the type the spec takes ---------------------------
+
+PLAN_DIRS = [
+    ("plan_tp_string", "plan.json layout: tp = 'two': expected a whole number"),
+    ("plan_tp_numeric_string", "plan.json layout: tp = '8': expected a whole number"),
+    ("plan_seq_len_float", "plan.json training: seq_len = 32.5: expected a whole number"),
+    ("plan_model_list", "plan.json: model = ['llama']: expected a preset name or a table of the spec"),
+    ("plan_cluster_number", "plan.json: cluster = 3: expected a preset name or a table of the spec"),
+    ("plan_training_string", "plan.json: training = 'fast': expected a table of fields"),
+    ("plan_framework_jax", "plan.json training: framework = 'jax': Input should be 'megatron', 'torchtitan' or 'deepspeed'"),
+    ("plan_gpus_string", "plan.json: gpus('8') must be a positive integer"),
+    ("plan_missing_layout", "plan.json: missing key(s) ['layout']"),
+]
+
+
+@pytest.mark.parametrize("name, needle", PLAN_DIRS, ids=[c[0] for c in PLAN_DIRS])
+def test_bad_plan_json(tmp_path, name, needle):
+    _one_line_error(runner.invoke(app, ["validate", str(BAD / name), "--backend", "gloo", "--out", str(tmp_path / "v")]), needle)
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- files that are not files: refused by name, before they are opened ----------------------------
+
+
+def _special(tmp_path: Path, kind: str, suffix: str) -> Path:
+    import os
+
+    path = tmp_path / f"input{suffix}"
+    if kind == "fifo":
+        os.mkfifo(path)  # reading it would block forever
+    elif kind == "zero link":
+        path.symlink_to("/dev/zero")  # reading it would never end
+    elif kind == "big":
+        path.write_text('{"num_layers": 4, "pad": "' + "x" * (1 << 20) + '"}')
+    elif kind == "deep":
+        nested = "[" * 100_000 + "]" * 100_000
+        path.write_text(nested if suffix == ".json" else f"num_layers = {nested}" if suffix == ".toml" else f"num_layers: {nested}")
+    return path
+
+
+SPECIAL = [
+    # (what, how the path is made, suffix, argv with {p} for the path, expected fragment)
+    ("model FIFO", "fifo", ".toml", ["memory", "{p}", *H100], "is a FIFO (named pipe), expected a regular file"),
+    ("cluster FIFO", "fifo", ".toml", ["memory", M, "--cluster", "{p}", "--gpus", "8"], "is a FIFO (named pipe), expected a regular file"),
+    ("calibration FIFO", "fifo", ".json", ["estimate", M, *H100, "--calibration", "{p}"], "is a FIFO (named pipe)"),
+    ("nodes FIFO", "fifo", ".txt", ["launch", M, *H100, "--tp", "8", "--nodes-file", "{p}", "--out", "{o}"], "is a FIFO (named pipe)"),
+    ("FIFO of unknown type", "fifo", ".txt", ["memory", "{p}", *H100], "is a FIFO (named pipe)"),
+    ("model link to /dev/zero", "zero link", ".toml", ["memory", "{p}", *H100], "is a character device, expected a regular file"),
+    ("cluster link to /dev/zero", "zero link", ".yaml", ["plan", M, "--cluster", "{p}", "--gpus", "8"], "is a character device"),
+    ("calibration link to /dev/zero", "zero link", ".json", ["plan", M, *H100, "--calibration", "{p}"], "is a character device"),
+    ("model 1 MiB", "big", ".json", ["memory", "{p}", *H100], "bytes is more than the 1,048,576 bytes an input file may hold"),
+    ("JSON nested 100,000 deep", "deep", ".json", ["memory", "{p}", *H100], "nested too deeply to be a spec"),
+    ("TOML nested 100,000 deep", "deep", ".toml", ["memory", M, "--cluster", "{p}", "--gpus", "8"], "nested too deeply to be a spec"),
+    ("YAML nested 100,000 deep", "deep", ".yaml", ["memory", "{p}", *H100], "nested too deeply to be a spec (more than 32 levels)"),
+    ("/dev/zero as model", None, "", ["memory", "/dev/zero", *H100], "/dev/zero: is a character device"),
+    ("/dev/null as nodes file", None, "", ["launch", M, *H100, "--tp", "8", "--nodes-file", "/dev/null", "--out", "{o}"], "/dev/null: is a character device"),
+]
+
+
+@pytest.mark.parametrize("what, kind, suffix, argv, needle", SPECIAL, ids=[c[0] for c in SPECIAL])
+def test_special_files_are_refused_without_reading(tmp_path, what, kind, suffix, argv, needle):
+    path = _special(tmp_path, kind, suffix) if kind else None
+    out = tmp_path / "out"
+    _one_line_error(runner.invoke(app, [a.format(p=path, o=out) for a in argv]), needle)
+    assert not out.exists()
+
+
+# --- output paths: checked before any work, one line naming the path and the cause ----------------
+
+LAUNCH = ["launch", M, *H100, "--tp", "8"]
+
+
+@pytest.mark.parametrize("out, needle", [
+    (".", "--out .: name a directory to create (or an empty one), not '.', '..' or '/'"),
+    ("..", "not '.', '..' or '/'"),
+    ("/", "not '.', '..' or '/'"),
+    ("/proc", "--out /proc: is a mount point; name a directory inside it"),
+    ("/nonexistent-planner-dir/out", "directory /nonexistent-planner-dir does not exist"),
+], ids=["dot", "dotdot", "root", "mount point", "missing parent"])
+@pytest.mark.parametrize("command", ["launch", "validate"])
+def test_out_names_refused(command, out, needle):
+    argv = LAUNCH if command == "launch" else ["validate", M, *H100, "--tp", "8", "--backend", "gloo"]
+    _one_line_error(runner.invoke(app, [*argv, "--out", out, "--force"]), needle)
+
+
+def test_out_name_too_long(tmp_path):
+    _one_line_error(runner.invoke(app, [*LAUNCH, "--out", str(tmp_path / ("a" * 300))]), "the name is 300 bytes; at most 239")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("code, cause", [
+    ("EROFS", "read-only file system"), ("ENOSPC", "no space left on device"), ("EDQUOT", "disk quota exceeded"),
+    ("EACCES", "permission denied"), ("ENAMETOOLONG", "file name too long"),
+])
+def test_out_os_errors_are_one_line(tmp_path, monkeypatch, code, cause):
+    import errno
+    import tempfile
+
+    def failing(*a, **k):
+        raise OSError(getattr(errno, code), "injected")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", failing)
+    out = tmp_path / "out"
+    _one_line_error(runner.invoke(app, [*LAUNCH, "--out", str(out)]), f"--out {out}: {cause}")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_disk_full_midway_leaves_nothing(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    real, calls = os.fsync, []
+
+    def fsync(fd):
+        calls.append(fd)
+        if len(calls) == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    out = tmp_path / "out"
+    _one_line_error(runner.invoke(app, [*LAUNCH, "--out", str(out)]), f"--out {out}: no space left on device")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_second_run_into_a_locked_out_fails_at_once(tmp_path):
+    from planner.writing import lock
+
+    out = tmp_path / "out"
+    with lock(out):
+        _one_line_error(runner.invoke(app, [*LAUNCH, "--out", str(out)]), "another planner run is writing it")
+        _one_line_error(runner.invoke(app, ["validate", M, *H100, "--backend", "gloo", "--out", str(out)]), "another planner run is writing it")
+    assert list(tmp_path.iterdir()) == []  # the lock file goes with the run
+
+
+def test_empty_out_keeps_its_inode_and_mode(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    out.chmod(0o710)
+    inode = out.stat().st_ino
+    result = runner.invoke(app, [*LAUNCH, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.stat().st_ino == inode and out.stat().st_mode & 0o777 == 0o710
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "plan.json", "train.sh"]
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_failed_force_restores_the_old_directory(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "mine.txt").write_text("mine\n")
+    real = os.replace
+
+    def replace(src, dst):
+        if Path(dst) == out and ".old" not in str(src):  # the staging directory moving into place
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    result = runner.invoke(app, [*LAUNCH, "--out", str(out), "--force"])
+    _one_line_error(result, f"--out {out}: Invalid cross-device link")
+    assert [p.name for p in tmp_path.iterdir()] == ["out"] and _tree(out) == {"mine.txt": b"mine\n"}
+
+
+def test_force_replaces_and_keeps_the_mode(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    out.chmod(0o750)
+    (out / "old.txt").write_text("old\n")
+    result = runner.invoke(app, [*LAUNCH, "--out", str(out), "--force"])
+    assert result.exit_code == 0, result.output
+    assert not (out / "old.txt").exists() and out.stat().st_mode & 0o777 == 0o750
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no .old directory left
+
+
+def test_validate_keeps_the_users_files_without_force(tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "job.json").write_text("mine\n")
+    (out / "progress_rank0.jsonl").write_text("mine\n")
+    before = _tree(out)
+    _one_line_error(runner.invoke(app, ["validate", M, *H100, "--tp", "8", "--backend", "gloo", "--out", str(out)]),
+                    "directory is not empty and holds no earlier validate run; pass --force")
+    assert _tree(out) == before
+
+
+def test_validate_reuses_its_own_directory():
+    from planner.validate.command import MARKER_FILE, check_out
+
+    assert MARKER_FILE == ".planner-validate"  # check_out accepts a directory holding it without --force
+
+
+@pytest.mark.parametrize("calibrate, needle", [
+    ("missing/cal.json", "--calibrate {t}/missing/cal.json: directory {t}/missing does not exist"),
+    ("cal.txt", "--calibrate {t}/cal.txt: expected a file name ending in .json"),
+    ("dir.json", "--calibrate {t}/dir.json: is a directory, expected a file name"),
+])
+def test_validate_calibrate_is_checked_before_the_run(tmp_path, calibrate, needle):
+    (tmp_path / "dir.json").mkdir()
+    result = runner.invoke(app, ["validate", M, *H100, "--tp", "8", "--backend", "gloo", "--out", str(tmp_path / "v"),
+                                 "--calibrate", str(tmp_path / calibrate)])
+    _one_line_error(result, needle.format(t=tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir.json"]
+
+
+@pytest.mark.parametrize("png, needle", [
+    ("dir.png", "--png {t}/dir.png: is a directory, expected a file name"),
+    ("b" * 300 + ".png", "the name is 304 bytes"),
+    ("missing/m.png", "--png {t}/missing/m.png: directory {t}/missing does not exist"),
+    ("m.jpg", "--png {t}/m.jpg: expected a file name ending in .png"),
+])
+@pytest.mark.parametrize("command", ["memory", "sweep"])
+def test_png_names_refused(tmp_path, command, png, needle):
+    (tmp_path / "dir.png").mkdir()
+    argv = ["memory", M, *H100] if command == "memory" else ["sweep", M, "--cluster", "dgx-h100", "--gpus", "8"]
+    _one_line_error(runner.invoke(app, [*argv, "--png", str(tmp_path / png)]), needle.format(t=tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir.png"]
+
+
+def test_png_disk_full_leaves_nothing(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    def fsync(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    png = tmp_path / "m.png"
+    _one_line_error(runner.invoke(app, ["memory", M, *H100, "--png", str(png)]), f"--png {png}: no space left on device")
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- --json is strict JSON ------------------------------------------------------------------------
+
+
+def test_json_never_prints_nan_or_infinity():
+    import json
+
+    from planner.text import finite_json
+
+    doc = finite_json({"a": float("inf"), "b": [float("nan"), 1.0], "c": {"d": float("-inf")}})
+    assert doc == {"a": None, "a_note": "infinite", "b": [None, 1.0], "c": {"d": None, "d_note": "minus infinite"}}
+    result = runner.invoke(app, ["estimate", M, *H100, "--json"])
+    json.loads(result.stdout, parse_constant=lambda c: pytest.fail(f"{c} in --json"))
+
+
+# --- an ASCII-only terminal (LANG=C, PYTHONIOENCODING=ascii), as on many batch nodes ----------------
+
+
+@pytest.mark.parametrize("argv, code", [
+    (["memory", M, *H100], 0),
+    (["plan", M, *H100, "--top", "2", "--explain"], 0),
+    (["launch", M, *H100, "--tp", "8", "--out", "{t}/o"], 0),
+    (["estimate", "llamä-\x1b[31m", *H100], 2),
+], ids=["memory", "plan --explain", "launch", "error with non-ASCII"])
+def test_ascii_locale(tmp_path, argv, code):
+    import os
+    import subprocess
+
+    env = {**os.environ, "LANG": "C", "LC_ALL": "C", "PYTHONIOENCODING": "ascii"}
+    proc = subprocess.run([sys.executable, "-m", "planner.cli", *[a.format(t=tmp_path) for a in argv]], env=env,
+                          capture_output=True, timeout=120)
+    text = (proc.stdout + proc.stderr).decode("ascii")  # every byte is ASCII
+    assert proc.returncode == code, text
+    assert "Traceback" not in text and "\x1b" not in text
+    if code == 2:
+        assert text.strip().count("\n") == 0 and "unknown model preset 'llam\\xe4-\\x1b[31m'" in text

@@ -148,10 +148,10 @@ BAD = [
     ("moe load factor below 1", lambda t: ["estimate", "mixtral-8x7b", *BASE, "--ep", "8", "--moe-load-factor", "0.5"], "moe_load_factor = 0.5"),
     ("moe overlap outside megatron", lambda t: ["estimate", "mixtral-8x7b", *BASE, "--ep", "8", "--framework", "torchtitan", "--moe-dispatch", "overlap"], "moe_dispatch overlap is Megatron's"),
     ("fp8 params without fp8", lambda t: ["estimate", "llama-3.1-8b", *BASE, "--fp8-param-gather"], "fp8_param_gather is Megatron's --fp8-param-gather with precision fp8"),
-    ("calibration not json", lambda t: ["estimate", "llama-3.1-8b", *BASE, "--calibration", _write(t, "c.json", "{")], "cannot read JSON"),
+    ("calibration not json", lambda t: ["estimate", "llama-3.1-8b", *BASE, "--calibration", _write(t, "c.json", "{")], "malformed JSON"),
     ("calibration unknown key", lambda t: ["estimate", "llama-3.1-8b", *BASE, "--calibration", _write(t, "c.json", '{"gemm_eff": 0.5}')], "unknown field(s) ['gemm_eff']"),
-    ("calibration bad value", lambda t: ["estimate", "llama-3.1-8b", *BASE, "--calibration", _write(t, "c.json", '{"gemm_scale": {"hopper": -1}}')], "gemm_scale.hopper(-1) must be a positive number"),
-    ("calibration missing", lambda t: ["estimate", "llama-3.1-8b", *BASE, "--calibration", str(t / "none.json")], "cannot read JSON"),
+    ("calibration bad value", lambda t: ["estimate", "llama-3.1-8b", *BASE, "--calibration", _write(t, "c.json", '{"gemm_scale": {"hopper": -1}}')], "gemm_scale.hopper(-1) must be a number in [1e-06, 1000]"),
+    ("calibration missing", lambda t: ["estimate", "llama-3.1-8b", *BASE, "--calibration", str(t / "none.json")], "none.json: no such file"),
 ]
 
 

@@ -7,22 +7,27 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from cost_models.calibration import DEFAULT, load_calibration
+from cost_models.calibration import DEFAULT
 from cost_models.errors import SpecError
 from cost_models.states import local_layer_params
 from cost_models.step_time import time_estimate
 from planner import presets
 from planner.cli import app
+from planner.files import load_calibration
 from planner.loaders import load_model
 from planner.validate import worker
 from planner.validate.calibrate import fit, write
 from planner.validate.command import Options, render, run_validate
-from planner.validate.runner import failure_cause, find_processes
+from planner.validate.runner import TEARDOWN_LIMIT_S, failure_cause, find_processes
 from planner.validate.slices import choose_slice, native_job, read_plan, run_doc
 from tests.helpers import make_job
 
@@ -293,3 +298,104 @@ def test_bad_input_is_one_line_exit_2(tmp_path, args, message):
     result = runner.invoke(app, ["validate", *args, "--out", str(tmp_path / "out")])
     assert result.exit_code == 2, result.output
     assert message in result.stderr and result.stderr.strip().count("\n") == 0
+
+
+# --- a batch system's signals and ranks that die without a word --------------------------------------
+
+
+def _markers_in(directory: Path) -> list[int]:
+    """Live processes of a validate run in `directory` (its marker, its working directory)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and _marker_in(int(entry)):
+            try:
+                if Path(os.readlink(f"/proc/{entry}/cwd")) == directory:
+                    found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def test_sigterm_tears_down_torchrun_and_every_rank(tmp_path):
+    """What scancel and a job time limit send: validate stops torchrun and every rank within
+    TEARDOWN_LIMIT_S, exits 128 + 15 with one line, leaves no process. (SIGINT takes the same
+    handler, runner._stop_on_signals; one run keeps the test's time down.)"""
+    sig = signal.SIGTERM
+    out = tmp_path / "out"
+    env = {**os.environ, "PLANNER_VALIDATE_FAULT": json.dumps({"rank": 0, "step": 1, "mode": "hang"})}
+    proc = subprocess.Popen([sys.executable, "-m", "planner.cli", "validate", TINY, *TINY_FLAGS, "--backend", "gloo", "--fp32",
+                             "--steps", "2", "--warmup", "0", "--nproc-per-node", "1", "--step-timeout", "120", "--out", str(out)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # until rank 0 hangs in step 1
+            rows = [json.loads(ln) for ln in (out / "progress_rank0.jsonl").read_text().splitlines()] \
+                if (out / "progress_rank0.jsonl").exists() else []
+            if any(r.get("step") == 1 and r.get("phase") == "start" for r in rows):
+                break
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        assert _markers_in(out), "the job is running"
+        sent = time.monotonic()
+        proc.send_signal(sig)
+        stdout, stderr = proc.communicate(timeout=TEARDOWN_LIMIT_S + 10)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + sig, stderr
+    assert took < TEARDOWN_LIMIT_S + 3  # + the interpreter's exit
+    line = stderr.decode().strip()
+    assert "\n" not in line and line.startswith(f"error: stopped by {signal.Signals(sig).name} after 1 of 2 steps")
+    assert json.loads((out / "validate.json").read_text())["status"] == "failed"
+    assert _markers_in(out) == []
+
+
+TORCHRUN_ROOT_CAUSE = """\
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+=====================================================
+worker.py FAILED
+-----------------------------------------------------
+Failures:
+  <NO_OTHER_FAILURES>
+-----------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-23_16:52:49
+  host      : localhost
+  rank      : {rank} (local_rank: {rank})
+  exitcode  : {code} (pid: 6015)
+  error_file: <N/A>
+  traceback : {traceback}
+=====================================================
+"""
+
+
+def _died(tmp_path, *, rank, code, traceback, before="", progress=(), errors=()):
+    # the block torchrun 2.13 prints when a rank exits without an error file (from a real run: a
+    # rank SIGKILLed in step 1)
+    (tmp_path / "launch.log").write_text(before + TORCHRUN_ROOT_CAUSE.format(rank=rank, code=code, traceback=traceback))
+    (tmp_path / f"progress_rank{rank}.jsonl").write_text("".join(json.dumps(e) + "\n" for e in progress))
+    for e in errors:
+        (tmp_path / f"error_rank{e['rank']}.json").write_text(json.dumps(e))
+    return failure_cause(tmp_path, 2, stalled=False, timed_out_s=None, returncode=1)
+
+
+def test_a_killed_rank_is_named_with_its_step_and_signal(tmp_path):
+    cause = _died(tmp_path, rank=0, code=-9, traceback="Signal 9 (SIGKILL) received by PID 6015",
+                  progress=[{"phase": "setup"}, {"run": "validate", "step": 0, "phase": "start"},
+                            {"run": "validate", "step": 0, "phase": "end"}, {"run": "validate", "step": 1, "phase": "start"}])
+    assert cause == "rank 0 died in step 1 of run validate: killed by SIGKILL (exit code -9: the kernel OOM killer or a kill -9)"
+
+
+def test_a_rank_dying_in_setup_is_named_with_its_error(tmp_path):
+    cause = _died(tmp_path, rank=1, code=1, traceback="<N/A>", progress=[{"phase": "setup"}],
+                  before="Traceback (most recent call last):\n  File \"worker.py\", line 3\nModuleNotFoundError: No module named 'torchao'\n")
+    assert cause == "rank 1 died during setup: exited with code 1: ModuleNotFoundError: No module named 'torchao'"
+
+
+def test_the_rank_that_died_first_is_named_not_its_waiting_peer(tmp_path):
+    peer = {"rank": 0, "run": "validate", "step": 2, "type": "DistBackendError", "message": "Connection closed by peer", "t": 5.0}
+    cause = _died(tmp_path, rank=1, code=-9, traceback="Signal 9 (SIGKILL)", errors=[peer],
+                  progress=[{"run": "validate", "step": 2, "phase": "start"}])
+    assert cause.startswith("rank 1 died in step 2 of run validate: killed by SIGKILL") and cause.endswith("the others failed waiting for it")

@@ -9,9 +9,7 @@ directory beside it, renamed into place, so an error never leaves half a launch 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -133,7 +131,10 @@ def build_launch(report: EstimateReport, options: LaunchOptions = LaunchOptions(
     if target.multi_node or options.slurm:
         files["job.sbatch"] = File(slurm.job_sbatch(target), executable=True)
         files["job.yaml"] = File(kubernetes.job_yaml(target))
-    files["plan.json"] = File(json.dumps(plan_document(target, report, rank, sorted(files) + ["README.md", "plan.json"]), indent=2) + "\n")
+    from planner.text import finite_json
+
+    doc = finite_json(plan_document(target, report, rank, sorted(files) + ["README.md", "plan.json"]))
+    files["plan.json"] = File(json.dumps(doc, indent=2, allow_nan=False) + "\n")
     files["README.md"] = File(readme(target, report, rank, files))
     return LaunchFiles(files=dict(sorted(files.items())), report=report, rank=rank)
 
@@ -289,46 +290,44 @@ def model_notes(target: Target) -> list[str]:
 
 
 def write_launch(launch: LaunchFiles, out: Path, *, force: bool = False) -> list[Path]:
-    """Write every file into `out`, all or nothing. A non-empty `out` needs force (it is replaced)."""
+    """Write every file into `out`, all or nothing (planner.writing.write_dir). A non-empty `out`
+    needs force (it is replaced)."""
+    from planner.writing import write_dir
+
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise SpecError(f"--out {out}: is a file, expected a directory")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise SpecError(f"--out {out}: directory is not empty; pass --force to replace it, or pick another directory")
-    parent = out.absolute().parent
-    if not parent.is_dir():
-        raise SpecError(f"--out {out}: parent directory {parent} does not exist")
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
-    try:
-        for name, f in launch.files.items():
-            path = staging / name
-            path.write_text(f.text, encoding="utf-8")
-            path.chmod(0o755 if f.executable else 0o644)
-        staging.chmod(0o755)
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=parent))
-            os.replace(out, old / out.name)
-            os.replace(staging, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    write_dir(out, {name: (f.text.encode("utf-8"), 0o755 if f.executable else 0o644) for name, f in launch.files.items()},
+              force=force)
     return [out / name for name in launch.files]
 
 
-def read_nodes_file(path: Path) -> tuple[str, ...]:
-    """Host names, one a line; blank lines and # comments skipped."""
-    from planner.files import read_text
+# A host name or address: letters, digits, '.', '-', '_' and ':' (IPv6), not starting with '-'
+# (train.sh and srun would read it as an option).
+_HOST = re.compile(r"[A-Za-z0-9_.:\[\]][A-Za-z0-9_.:\[\]-]*")
+MAX_HOSTS = 1 << 16
 
-    hosts = []
-    for line in read_text(Path(path)).splitlines():
+
+def read_nodes_file(path: Path) -> tuple[str, ...]:
+    """Host names, one a line; blank lines and # comments skipped; each host once."""
+    from planner.files import read_text, shown
+
+    hosts: dict[str, int] = {}  # host -> its line
+    where = f"--nodes-file {shown(path)}"
+    for number, line in enumerate(read_text(Path(path)).splitlines(), 1):
         host = line.split("#", 1)[0].strip()
-        if host:
-            hosts.append(host.split()[0])
+        if not host:
+            continue
+        host = host.split()[0]
+        if not _HOST.fullmatch(host) or len(host) > 253:
+            raise SpecError(f"{where}: line {number}: {shown(host)!r} is not a host name (letters, digits, '.', '-', '_', ':'; "
+                            "not starting with '-'; at most 253 characters)")
+        if host in hosts:
+            raise SpecError(f"{where}: line {number}: host {host!r} is listed already on line {hosts[host]}; "
+                            "each node runs one train.sh, list it once")
+        hosts[host] = number
+        if len(hosts) > MAX_HOSTS:
+            raise SpecError(f"{where}: more than {MAX_HOSTS:,} hosts")
     if not hosts:
-        raise SpecError(f"--nodes-file {path}: lists no hosts")
+        raise SpecError(f"{where}: lists no hosts")
     return tuple(hosts)
 
 
@@ -347,9 +346,11 @@ def run_launch(
     options: LaunchOptions = LaunchOptions(),
     headroom: float | None = None,
     calibration: Any = None,
+    flags: bool = False,
 ) -> LaunchFiles:
     """Layout flags given: exactly that layout. None given: the search's plan #rank (default 1),
-    with the axes in `fixes` pinned as `planner plan --fix` pins them."""
+    with the axes in `fixes` pinned as `planner plan --fix` pins them. `flags`: as for
+    planner.runners.build_job."""
     from cost_models.calibration import DEFAULT
     from planner.runners import run_estimate, run_plan
 
@@ -359,7 +360,8 @@ def run_launch(
         if rank is not None or fixes:
             what = "--rank" if rank is not None else "--fix"
             raise SpecError(f"{what} steers the search; it does not combine with layout flags ({', '.join(given)})")
-        report = run_estimate(model, cluster, gpus, training=training, layout=layout, headroom=headroom, calibration=cal)
+        report = run_estimate(model, cluster, gpus, training=training, layout=layout, headroom=headroom, calibration=cal,
+                              flags=flags)
         return build_launch(report, options)
     k = 1 if rank is None else rank
     if k < 1:

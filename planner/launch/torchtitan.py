@@ -363,13 +363,28 @@ def plan_function(target: Target, fqns: list[list[str]] | None) -> str:
 # --- 0.2.x: a TOML file -------------------------------------------------------------------------
 
 
+def _toml_string(text: str) -> str:
+    """A TOML basic string: '"' and '\\' escaped, control characters as \\uXXXX, every other
+    character as itself (TOML 1.0 forbids \\u escapes of surrogates, which json.dumps writes for
+    characters beyond U+FFFF)."""
+    out = []
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
 def _toml_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
         return repr(value)
     if isinstance(value, str):
-        return json.dumps(value)  # a JSON string is a TOML basic string (same escapes, \uXXXX for the rest)
+        return _toml_string(value)
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     raise TypeError(value)

@@ -14,7 +14,7 @@ GPU architecture of the slice's cluster:
 The fit uses the first half of the timed steps; the error before and after is reported on the
 second half (held-out steps), so the improvement is not the fit's own residual. The file written is
 a complete calibration (every constant, per-architecture tables included) that
-`cost_models.calibration.load_calibration` reads for `plan`/`estimate --calibration`.
+`planner.files.load_calibration` reads for `plan`/`estimate --calibration`.
 """
 
 from __future__ import annotations
@@ -101,4 +101,6 @@ def fit(job: Job, split_steps: list[dict[str, Any]], step_times_s: list[float], 
 
 
 def write(cal: Calibration, path: Path) -> None:
-    path.write_text(json.dumps(cal.to_json(), indent=2) + "\n")
+    from planner.writing import write_file
+
+    write_file(path, (json.dumps(cal.to_json(), indent=2) + "\n").encode(), what="--calibrate")

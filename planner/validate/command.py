@@ -37,6 +37,7 @@ class Options:
     calibrate: Path | None = None
     calibration: Calibration = DEFAULT
     debug: dict[str, Any] | None = None  # fault injection (tests)
+    force: bool = False  # write into a non-empty --out that an earlier validate did not write
 
     def check(self, out_dir: Path) -> None:
         """The run's own settings, before anything is loaded or written."""
@@ -47,8 +48,27 @@ class Options:
         for name, seconds in (("--timeout", self.timeout_s), ("--step-timeout", self.step_timeout_s)):
             if not 0 < seconds < float("inf"):
                 raise SpecError(f"{name}({seconds}) must be a positive number of seconds")
-        if out_dir.exists() and not out_dir.is_dir():
-            raise SpecError(f"--out {out_dir}: is a file, expected a directory")
+        check_out(out_dir, force=self.force)
+        if self.calibrate is not None:
+            from planner.writing import check_file
+
+            check_file(self.calibrate, what="--calibrate", suffix=".json")
+
+
+# validate writes this file first into its --out; a directory holding it is one validate may rewrite.
+MARKER_FILE = ".planner-validate"
+
+
+def check_out(out_dir: Path, *, force: bool) -> None:
+    """--out: a new or empty directory, one an earlier validate wrote (it holds MARKER_FILE), or with
+    --force any directory; validate replaces only the files it writes itself."""
+    from planner.files import shown
+    from planner.writing import check_dir
+
+    check_dir(out_dir, force=True)
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / MARKER_FILE).is_file() and not force:
+        raise SpecError(f"--out {shown(out_dir)}: directory is not empty and holds no earlier validate run; "
+                        "pass --force to write into it (validate replaces its own files only), or pick another directory")
 
 
 @dataclass(frozen=True)
@@ -99,7 +119,7 @@ FAULT_ENV = "PLANNER_VALIDATE_FAULT"
 
 def fault_injection() -> dict[str, Any] | None:
     """A fault to inject into the job, from the environment (tests of the failure path), e.g.
-    PLANNER_VALIDATE_FAULT='{"rank": 1, "step": 1, "mode": "raise"}' (modes: raise, hang, oom)."""
+    PLANNER_VALIDATE_FAULT='{"rank": 1, "step": 1, "mode": "raise"}' (modes: raise, hang, oom, kill)."""
     raw = os.environ.get(FAULT_ENV)
     if not raw:
         return None
@@ -107,8 +127,8 @@ def fault_injection() -> dict[str, Any] | None:
         doc = json.loads(raw)
     except json.JSONDecodeError as e:
         raise SpecError(f"{FAULT_ENV}: not JSON ({e.msg})") from None
-    if not isinstance(doc, dict) or doc.get("mode") not in ("raise", "hang", "oom") or not isinstance(doc.get("rank"), int):
-        raise SpecError(f"{FAULT_ENV}: expected {{\"rank\": R, \"step\": S, \"mode\": \"raise\"|\"hang\"|\"oom\"}}")
+    if not isinstance(doc, dict) or doc.get("mode") not in ("raise", "hang", "oom", "kill") or not isinstance(doc.get("rank"), int):
+        raise SpecError(f"{FAULT_ENV}: expected {{\"rank\": R, \"step\": S, \"mode\": \"raise\"|\"hang\"|\"oom\"|\"kill\"}}")
     return doc
 
 
@@ -162,11 +182,16 @@ def run_validate(
         if cluster is None or gpus is None:
             raise SpecError(f"{target}: give a PLAN_DIR holding plan.json, or MODEL with --cluster and --gpus")
         model, cluster_spec, n_gpus, tr, lay = load_model(target), load_cluster(cluster), gpus, training, layout
+    from cost_models.rules import expert_axes_given
+
+    expert_axes_given(model, {k: v for k, v in layout.items() if v is not None}, "--")
     plan, notes = native_job(model, cluster_spec, n_gpus, tr, lay)
     backend, device, nproc = _device(options.backend, options.nproc, plan.gpus)
     slice_ = choose_slice(plan, nproc)
     run = run_doc(slice_.job, name=RUN_NAME, steps=options.steps, warmup=options.warmup, fp32=options.fp32)
     doc = job_doc([run], backend=backend, device=device, step_timeout_s=options.step_timeout_s, debug=options.debug)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / MARKER_FILE).write_text("planner validate writes this directory (job.json, worker.py, launch.log, validate.json, ...)\n")
     emit(out_dir, doc)
     result = launch(out_dir, slice_.ranks, timeout_s=options.timeout_s, step_timeout_s=options.step_timeout_s,
                     on_progress=on_progress)
@@ -184,7 +209,7 @@ def run_validate(
         if options.calibrate is not None:
             what = f"{job.model.name}, {slice_.ranks} ranks, {device}"
             fit = cal_mod.fit(job, measured.split_steps, measured.steps_s, options.calibration, what=what)
-            cal_mod.write(fit.calibration, options.calibrate)
+            cal_mod.write(fit.calibration, options.calibrate)  # checked before the run (Options.check)
     report = ValidateReport(
         slice=slice_, notes=notes, out_dir=out_dir, backend=backend, device=device, dtype=run["dtype"], launch=result,
         prediction=prediction, measured=measured, rows=table, states=states, fit=fit,
@@ -194,7 +219,9 @@ def run_validate(
     if not result.ok:
         doc_out["partial"] = {"step_times_s_per_rank": _partial(out_dir, slice_.ranks),
                               "results": {k: v for k, v in result.results.items()}}
-    (out_dir / "validate.json").write_text(json.dumps(doc_out, indent=1, default=str) + "\n")
+    from planner.text import finite_json
+
+    (out_dir / "validate.json").write_text(json.dumps(finite_json(doc_out), indent=1, default=str, allow_nan=False) + "\n")
     return report
 
 

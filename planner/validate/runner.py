@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,9 @@ MARKER = "PLANNER_VALIDATE_ID"
 POLL_S = 0.2
 ERROR_GRACE_S = 5.0  # after a rank reports an error: time for torchrun to stop the others itself
 TERM_GRACE_S = 5.0  # after SIGTERM: time before SIGKILL
+# SIGTERM or SIGINT to planner validate: torchrun and every rank are gone within
+# TERM_GRACE_S + 2 s (SIGKILL) + TERM_GRACE_S (marker sweep) = 12 s, under Slurm's default KillWait of 30 s.
+TEARDOWN_LIMIT_S = 2 * TERM_GRACE_S + 2.0
 STUCK_GRACE_S = 2.0  # after the per-step timeout: time for the workers' watchdogs to say where they are
 
 # Messages a rank gets when a peer died or stopped: not a cause of their own.
@@ -48,6 +53,45 @@ class LaunchResult:
     results: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # run -> per-rank results
     steps_done: int = 0
     killed: list[int] = field(default_factory=list)  # marker processes still alive after teardown
+    signal: int | None = None  # SIGTERM/SIGINT that stopped the run
+
+
+def _die_with_parent() -> None:
+    """In torchrun's process before exec: SIGTERM when planner dies, even by SIGKILL (Linux
+    PR_SET_PDEATHSIG), so that torchrun stops its ranks rather than outlive the command."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+class _Stop(BaseException):
+    """Raised in the main thread by the SIGTERM/SIGINT handler, to reach the teardown."""
+
+
+@contextmanager
+def _stop_on_signals(state: dict[str, Any]) -> Iterator[None]:
+    """While the job runs, SIGTERM and SIGINT stop the wait (not the process) so that the teardown
+    runs; a second signal during the teardown is recorded, not acted on."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        state.setdefault("signal", signum)
+        if not state.get("tearing_down"):
+            raise _Stop()
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def emit(out_dir: Path, doc: dict[str, Any]) -> Path:
@@ -181,6 +225,9 @@ def failure_cause(out_dir: Path, nproc: int, *, stalled: bool, timed_out_s: floa
     if errors:
         silent = sorted(set(range(nproc)) - {e["rank"] for e in errors})
         e = sorted(errors, key=lambda x: x.get("t", 0))[0]
+        root = root_cause(_log_lines(out_dir))
+        if silent and root is not None and root[0] in silent:
+            return f"rank {root[0]} died {_last_step(out_dir, root[0])}: {root[2]}; the others failed waiting for it"
         if silent:
             return (f"rank(s) {', '.join(map(str, silent))} stopped responding {_where(e)}: the others failed waiting "
                     f"for them ({e.get('message')})")
@@ -192,10 +239,60 @@ def failure_cause(out_dir: Path, nproc: int, *, stalled: bool, timed_out_s: floa
         return "a step ran past the per-step timeout and no rank said where it was"
     if timed_out_s is not None:
         return f"the job did not finish within the overall timeout of {timed_out_s:.0f} s"
-    log = out_dir / "launch.log"
-    lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()] if log.exists() else []
+    lines = _log_lines(out_dir)
+    root = root_cause(lines)
+    if root is not None:
+        rank, code, why = root
+        return f"rank {rank} died {_last_step(out_dir, rank)}: {why}"
     hint = next((ln for ln in reversed(lines) if "Error" in ln or "error" in ln), lines[-1] if lines else "no output")
     return f"torchrun exited with code {returncode}: {hint}"
+
+
+def _log_lines(out_dir: Path) -> list[str]:
+    log = out_dir / "launch.log"
+    try:
+        return [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return []
+
+
+def _last_step(out_dir: Path, rank: int) -> str:
+    """Where a rank was when it died, from its progress file."""
+    rows = _progress(out_dir, rank + 1)[rank]
+    steps = [e for e in rows if "step" in e]
+    if not steps:
+        return "during setup" if rows else "before it started"
+    last = steps[-1]
+    run = f" of run {last['run']}" if last.get("run") else ""
+    return f"{'in' if last.get('phase') == 'start' else 'after'} step {last['step']}{run}"
+
+
+def root_cause(lines: list[str]) -> tuple[int, int, str] | None:
+    """(rank, exit code, why) of torchrun's "Root Cause (first observed failure)" block, the one a
+    rank that died without writing its error file (killed, os._exit, an import error) leaves."""
+    try:
+        start = next(i for i, ln in enumerate(lines) if ln.startswith("Root Cause"))
+    except StopIteration:
+        return None
+    fields: dict[str, str] = {}
+    for ln in lines[start + 1 : start + 12]:
+        key, sep, value = ln.partition(":")
+        if sep:
+            fields.setdefault(key.strip(), value.strip())
+    try:
+        rank = int(fields["rank"].split()[0])
+        code = int(fields["exitcode"].split()[0])
+    except (KeyError, ValueError, IndexError):
+        return None
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return rank, code, f"killed by {name} (exit code {code}{': the kernel OOM killer or a kill -9' if -code == signal.SIGKILL else ''})"
+    error = next((ln for ln in reversed(lines[:start])
+                  if re.match(r"^[A-Za-z_.]*(Error|Exception|Exit)\b", ln) and "ChildFailedError" not in ln), None)
+    return rank, code, f"exited with code {code}" + (f": {error}" if error else "")
 
 
 def launch(
@@ -215,13 +312,17 @@ def launch(
     env = dict(os.environ, **{MARKER: launch_id})
     env.setdefault("PYTHONUNBUFFERED", "1")
     start = time.monotonic()
-    with open(out_dir / "launch.log", "w") as log:
-        proc = subprocess.Popen(cmd, cwd=out_dir, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        error_seen = None
-        stalled = False
-        timed_out = None
-        done = 0
+    state: dict[str, Any] = {}
+    error_seen = None
+    stalled = False
+    timed_out = None
+    done = 0
+    proc: subprocess.Popen | None = None
+    killed: list[int] = []
+    with open(out_dir / "launch.log", "w") as log, _stop_on_signals(state):
         try:
+            proc = subprocess.Popen(cmd, cwd=out_dir, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                    preexec_fn=_die_with_parent)
             while True:
                 rc = proc.poll()
                 events = _progress(out_dir, nproc)
@@ -247,16 +348,27 @@ def launch(
                     timed_out = timeout_s
                     break
                 time.sleep(POLL_S)
+        except _Stop:
+            pass
         finally:
-            killed = _teardown(proc, launch_id)
-    rc = proc.returncode
+            state["tearing_down"] = True
+            if proc is not None:
+                killed = _teardown(proc, launch_id)
+    rc = proc.returncode if proc is not None else None
     wall = time.monotonic() - start
+    done = min(sum(1 for e in rows if e.get("phase") == "end") for rows in _progress(out_dir, nproc))  # the last word
     results: dict[str, list[dict[str, Any]]] = {}
     for run in doc["runs"]:
         rows = [_read_json(out_dir / run["name"] / f"result_rank{r}.json") for r in range(nproc)]
         results[run["name"]] = [r for r in rows if r is not None]
     complete = all(len(v) == nproc for v in results.values())
-    ok = rc == 0 and complete and not stalled and timed_out is None and error_seen is None
-    cause = None if ok else failure_cause(out_dir, nproc, stalled=stalled, timed_out_s=timed_out, returncode=rc)
+    stopped_by = state.get("signal")
+    ok = rc == 0 and complete and not stalled and timed_out is None and error_seen is None and stopped_by is None
+    if stopped_by is not None:
+        name = signal.Signals(stopped_by).name
+        cause = (f"stopped by {name} after {done} of {per_rank_steps} steps; torchrun and its {nproc} rank(s) were "
+                 f"torn down ({len(killed)} needed SIGKILL)")
+    else:
+        cause = None if ok else failure_cause(out_dir, nproc, stalled=stalled, timed_out_s=timed_out, returncode=rc)
     return LaunchResult(ok=ok, cause=cause, returncode=rc, wall_s=wall, launch_id=launch_id, command=cmd,
-                        results=results, steps_done=done, killed=killed)
+                        results=results, steps_done=done, killed=killed, signal=stopped_by)

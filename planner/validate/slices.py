@@ -51,6 +51,34 @@ def _only(fields: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k in fields}
 
 
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _checked(fields: dict[str, Any], cls: Any, where: str) -> dict[str, Any]:
+    """plan.json fields of `cls` with the JSON types the spec takes, numbers as numbers: a whole
+    number given as a string ("8") or a bool is refused here, not coerced; then the spec's own
+    validation (enum values, ranges) runs on them."""
+    import typing
+
+    for key, value in fields.items():
+        annotation = cls.model_fields[key].annotation
+        args = set(typing.get_args(annotation)) or {annotation}
+        for a in list(args):
+            args |= set(typing.get_args(a))
+        if value is None:
+            continue
+        if int in args and bool not in args and (isinstance(value, bool) or not isinstance(value, int)) \
+                and not (float in args and isinstance(value, float)):
+            raise SpecError(f"{where}: {key} = {_short(value)}: expected a whole number")
+    try:
+        cls.model_validate(fields)
+    except ValidationError as e:
+        raise spec_error(e, cls, where) from None
+    return fields
+
+
 def read_plan(plan_dir: Path) -> tuple[ModelSpec, ClusterSpec, int, dict[str, Any], dict[str, Any]]:
     """(model, cluster spec, gpus, training fields, layout fields) from PLAN_DIR/plan.json, as
     `planner launch` writes it (model, cluster, gpus and training under "specs", or at the top
@@ -60,16 +88,23 @@ def read_plan(plan_dir: Path) -> tuple[ModelSpec, ClusterSpec, int, dict[str, An
     from planner.presets import cluster_from_dict
 
     path = plan_dir / "plan.json"
+    where = str(path)
     top = read_mapping(path)
     doc = {**top, **top["specs"]} if isinstance(top.get("specs"), dict) else top
     missing = [k for k in ("model", "cluster", "training", "layout") if k not in doc]
     if missing:
-        raise SpecError(f"{path}: missing key(s) {missing}; a plan file has model, cluster, gpus, training and layout")
+        raise SpecError(f"{where}: missing key(s) {missing}; a plan file has model, cluster, gpus, training and layout")
     model_doc, cluster_doc = doc["model"], doc["cluster"]
+    for key, value in (("model", model_doc), ("cluster", cluster_doc)):
+        if not isinstance(value, (str, dict)):
+            raise SpecError(f"{where}: {key} = {_short(value)}: expected a preset name or a table of the spec")
+    for key in ("training", "layout"):
+        if not isinstance(doc[key], dict) and doc[key] is not None:
+            raise SpecError(f"{where}: {key} = {_short(doc[key])}: expected a table of fields")
     try:
         model = load_model(model_doc) if isinstance(model_doc, str) else ModelSpec.model_validate(_only(ModelSpec.model_fields, model_doc))
     except ValidationError as e:
-        raise spec_error(e, ModelSpec, f"{path} model") from None
+        raise spec_error(e, ModelSpec, f"{where} model") from None
     if isinstance(cluster_doc, str):
         cluster = load_cluster(cluster_doc)
     else:
@@ -77,16 +112,18 @@ def read_plan(plan_dir: Path) -> tuple[ModelSpec, ClusterSpec, int, dict[str, An
         try:
             cluster = cluster_from_dict(str(body.pop("name", "cluster")), body)
         except ValidationError as e:
-            raise spec_error(e, ClusterSpec, f"{path} cluster") from None
+            raise spec_error(e, ClusterSpec, f"{where} cluster") from None
     gpus = doc.get("gpus")
     if gpus is None and isinstance(cluster_doc, dict):
         gpus = cluster_doc.get("gpus", cluster_doc.get("num_gpus"))
     if gpus is None:
-        gpus = ((doc.get("prediction") or {}).get("cluster") or {}).get("gpus")
+        prediction = doc.get("prediction")
+        cl = prediction.get("cluster") if isinstance(prediction, dict) else None
+        gpus = cl.get("gpus") if isinstance(cl, dict) else None
     if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 1:
-        raise SpecError(f"{path}: gpus({gpus!r}) must be a positive integer (top-level key gpus)")
-    training = _only(TrainingSpec.model_fields, doc["training"] or {})
-    layout = _only(Layout.model_fields, doc["layout"] or {})
+        raise SpecError(f"{where}: gpus({_short(gpus)}) must be a positive integer (top-level key gpus)")
+    training = _checked(_only(TrainingSpec.model_fields, doc["training"] or {}), TrainingSpec, f"{where} training")
+    layout = _checked(_only(Layout.model_fields, doc["layout"] or {}), Layout, f"{where} layout")
     return model, cluster, gpus, training, layout
 
 

@@ -29,6 +29,7 @@ import json
 import math
 import os
 import re
+import signal
 import sys
 import threading
 import time
@@ -678,7 +679,8 @@ def watchdog(progress: Progress, step_timeout_s: float, parent: int) -> None:
 
 
 def _debug_hook(job: dict, rank: int, run: str, step: int) -> None:
-    """Fault injection for tests of the launcher: raise, hang or allocate too much on one rank."""
+    """Fault injection for tests of the launcher: raise, hang, allocate too much or die at once
+    (SIGKILL to itself: no error file, as the kernel's OOM killer leaves it) on one rank."""
     dbg = job.get("debug") or {}
     if not dbg or dbg.get("rank") != rank or dbg.get("step", 0) != step or dbg.get("run", run) != run:
         return
@@ -690,6 +692,8 @@ def _debug_hook(job: dict, rank: int, run: str, step: int) -> None:
             time.sleep(1)
     if mode == "oom":
         torch.empty(int(dbg.get("bytes", 2**50)), dtype=torch.uint8)
+    if mode == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def memory_available_bytes(device) -> int | None:
