@@ -324,9 +324,9 @@ def run_plan(
     headroom = check_headroom(DEFAULT_HEADROOM if headroom is None else headroom)
     result = search(problem, top=top, headroom=headroom, calibration=calibration, progress=progress)
     if not result.plans:
-        hint = _what_fits(problem, headroom, calibration, batch_given=training.get("global_batch_size") is not None) if hints and not result.timed_out else ""
         if result.timed_out:  # not an answer about this GPU count: nothing was proven
             raise SpecError(_no_plan(problem, result))
+        hint = _what_fits(problem, headroom, calibration, batch_given=training.get("global_batch_size") is not None) if hints else ""
         raise NoLayout(_no_plan(problem, result) + hint)
     return PlanReport(problem=problem, result=result, headroom=headroom, outlook=outlook)
 
