@@ -250,11 +250,16 @@ def render_plan(report: Any, console: Console, *, explain: bool = False) -> None
     for name, justify in (("#", "right"), ("layout", "left"), ("memory/GPU", "left"), ("step s", "right"),
                           ("tok/s/GPU", "right"), ("MFU", "right"), ("bottleneck", "left")):
         table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
-    for rank, plan in enumerate(report.plans, 1):
+    from planner.search import folded
+
+    ranks = {id(p): i for i, p in enumerate(r.plans, 1)}
+    for found, folds in folded(r.plans):
+        plan = report.plans[ranks[id(found)] - 1]
         mem, t = plan.memory.estimate, plan.time
         bar = fill_bar(mem.peak_bytes, mem.capacity_bytes, width=10) + Text(f" {_gib(mem.peak_bytes)} GiB")
-        table.add_row(str(rank), short_layout(plan.job), bar, f"{t.step_s:,.3f}", f"{t.tokens_per_s_per_gpu:,.0f}",
-                      f"{t.mfu:.1%}", t.bottleneck)
+        same = "".join(f"\n{k} {'/'.join(_fold_value(v) for v in vs)} equal" for k, vs in folds.items())
+        table.add_row(str(ranks[id(found)]), short_layout(plan.job) + same, bar, f"{t.step_s:,.3f}",
+                      f"{t.tokens_per_s_per_gpu:,.0f}", f"{t.mfu:.1%}", t.bottleneck)
     _print_table(console, table)
     proof = "optimal (top-k proven)" if r.optimal else "best found within the time limit (not proven)"
     console.print(f"search: {r.seconds:.2f} s · {r.candidates} layouts scored exactly · {proof} · {r.solver}")
@@ -271,6 +276,10 @@ def render_plan(report: Any, console: Console, *, explain: bool = False) -> None
             console.print(line)
 
 
+def _fold_value(v: Any) -> str:
+    return {True: "on", False: "off", None: "-"}.get(v, str(v)) if isinstance(v, (bool, type(None))) else str(v)
+
+
 def _term_diffs(a: Any, b: Any, scale: float) -> str:
     """The terms of step-time breakdown b that differ from a's, largest first."""
     fa, fb = a.breakdown.flat(), b.breakdown.flat()
@@ -285,10 +294,20 @@ def explain_lines(report: Any) -> list[str]:
     out = []
     plans = report.plans
     if len(plans) >= 2:
+        from planner.search import TIE_RESOLUTION, axes_in_use
+
         a, b = plans[0].time, plans[1].time
         terms = _term_diffs(a, b, b.step_s)
-        out.append(f"#1 beats #2 by {b.step_s / a.step_s - 1:.2%} of step time ({short_layout(plans[1].job)}: "
-                   f"{terms or 'equal terms; tie broken by the layout key'})")
+        gap = b.step_s / a.step_s - 1
+        if abs(gap) <= TIE_RESOLUTION:
+            ma, mb = (p.memory.estimate.peak_bytes / p.memory.estimate.capacity_bytes for p in plans[:2])
+            na, nb = (axes_in_use(p.job.layout) for p in plans[:2])
+            why = (f"more memory slack ({ma:.0%} of HBM against {mb:.0%})" if ma != mb
+                   else f"fewer parallel axes ({na} against {nb})" if na != nb else "the shorter step")
+            out.append(f"#1 and #2 tie ({gap:+.2%} of step time, within the model's {TIE_RESOLUTION:.1%} resolution); "
+                       f"#1 ranks first for {why} ({short_layout(plans[1].job)}: {terms or 'equal terms'})")
+        else:
+            out.append(f"#1 beats #2 by {gap:.2%} of step time ({short_layout(plans[1].job)}: {terms or 'equal terms'})")
     if plans:
         out += suspect_lines(report)
     reasons: dict[str, int] = {}
@@ -323,6 +342,42 @@ def suspects(problem: Any, job: Any) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
+# What a change of pp, cp or recompute can force on the rest of the pipeline split, tried in this
+# order: each is reset only if the split is still illegal without it.
+FORCED_RESETS = (
+    {"vpp": 1}, {"pp_first_stage_layers": None, "pp_last_stage_layers": None},
+    {"account_for_embedding": False, "account_for_loss": False}, {"pp_layout": None}, {"recompute_layers": None},
+)
+
+
+def _forced_changes(problem: Any, before: dict[str, Any], base: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """Keep every other field of #1; where the changed axis makes its pipeline split or recompute
+    depth illegal, reset the fields that must go, fewest first, and say which and why."""
+    from cost_models.errors import SpecError
+    from cost_models.layout import Layout
+    from cost_models.rules import fill_defaults, violations
+
+    def broken(fields: dict[str, Any]) -> str | None:
+        try:
+            job = fill_defaults(problem.model, problem.cluster, problem.training, Layout(**fields))
+        except (SpecError, ValueError):
+            return None  # not a split problem: evaluate reports it
+        return next((msg for rule, msg in violations(job) if rule in ("pipeline_split", "recompute_layers")), None)
+
+    why = broken(base)
+    if why is None:
+        return base, ""
+    changed: list[str] = []
+    for reset in FORCED_RESETS:
+        if all(base.get(k) == v for k, v in reset.items()):
+            continue
+        base = {**base, **reset}
+        changed += [f"{k} {_fold_value(before.get(k))}→{_fold_value(v)}" for k, v in reset.items() if before.get(k) != v]
+        if broken(base) is None:
+            break
+    return base, f"also {', '.join(changed)}: {why.split('; ')[0]}" if changed else ""
+
+
 def suspect_lines(report: Any) -> list[str]:
     """One line per usual alternative to #1: its rank, or by how much it is slower and which terms
     grow, or the rule or the memory it breaks."""
@@ -338,11 +393,11 @@ def suspect_lines(report: Any) -> list[str]:
     for name, change in suspects(problem, job):
         base = lay.model_dump()
         base.update(dp=None, dp_shard=None, schedule=None, **change)
-        if "pp" in change or "recompute" in change:
-            base.update(vpp=1, pp_first_stage_layers=None, pp_last_stage_layers=None, recompute_layers=None,
-                        account_for_embedding=False, account_for_loss=False, pp_layout=None)
         if "tp" in change:
             base.update(etp=None, sp=None)
+        base, forced = _forced_changes(problem, lay.model_dump(), base)
+        if forced:
+            name += f" ({forced})"
         if change.get("tp", 0) > domain and not problem.allow_cross_node_tp:
             out.append(f"{name}: crosses the {domain}-GPU scale-up domain (--allow-cross-node-tp to consider it)")
             continue

@@ -30,6 +30,7 @@ import time
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from cost_models.activations import head_activations, loss_workspace
 from cost_models.calibration import DEFAULT, Calibration
@@ -67,6 +68,58 @@ class Plan:
     @property
     def key(self) -> tuple:
         return (self.time.step_s, layout_key(self.job.layout), self.memory.peak_bytes)
+
+
+# Step times closer than this fraction are ties: the kernel and collective prices the model adds up
+# are quoted to three significant figures (presets/kernels, presets/gpus.toml, cost_models/comm.py),
+# so it cannot rank layouts whose predictions differ by less than 0.1%.
+TIE_RESOLUTION = 1e-3
+
+
+def axes_in_use(layout: Layout) -> int:
+    """Parallel axes a layout uses beyond data parallelism: tp, pp, vpp, cp, ep above 1."""
+    return sum(x > 1 for x in (layout.tp, layout.pp, layout.vpp, layout.cp, layout.ep))
+
+
+def ranked(plans: list[Plan]) -> list[Plan]:
+    """Plans by step time, where a step within TIE_RESOLUTION of a group's fastest ties with it; a
+    tie goes to more memory slack (lower peak over capacity), then fewer parallel axes."""
+    rest = sorted(plans, key=lambda p: p.key)
+    out: list[Plan] = []
+    while rest:
+        edge = rest[0].time.step_s * (1 + TIE_RESOLUTION)
+        group = [p for p in rest if p.time.step_s <= edge]
+        rest = [p for p in rest if p.time.step_s > edge]
+        out += sorted(group, key=lambda p: (p.memory.peak_bytes / p.memory.capacity_bytes, axes_in_use(p.job.layout), p.key))
+    return out
+
+
+def ties(a: Plan, b: Plan) -> bool:
+    fast, slow = sorted((a.time.step_s, b.time.step_s))
+    return slow <= fast * (1 + TIE_RESOLUTION)
+
+
+# Layout fields another field derives (dp from the degrees, schedule from vpp, sp and etp from tp,
+# dp_shard = dp unless HSDP): two layouts that differ in one chosen field differ in these as well.
+DERIVED_FIELDS = frozenset({"dp", "dp_shard", "schedule", "sp", "etp"})
+
+
+def folded(plans: list[Plan]) -> list[tuple[Plan, dict[str, list[Any]]]]:
+    """Ranked plans with equivalents folded: a plan that ties (TIE_RESOLUTION) with a row shown
+    before it and differs from that row's layout in one chosen field becomes a value of that row's
+    fold, {field: [the row's value, the folded values...]}, instead of a row of its own."""
+    rows: list[tuple[Plan, dict[str, list[Any]]]] = []
+    for plan in plans:
+        mine = {k: v for k, v in plan.job.layout.model_dump().items() if k not in DERIVED_FIELDS}
+        for shown, folds in rows:
+            theirs = {k: v for k, v in shown.job.layout.model_dump().items() if k not in DERIVED_FIELDS}
+            diff = [k for k in mine if mine[k] != theirs[k]]
+            if len(diff) == 1 and ties(shown, plan) and (not folds or diff[0] in folds):
+                folds.setdefault(diff[0], [theirs[diff[0]]]).append(mine[diff[0]])
+                break
+        else:
+            rows.append((plan, {}))
+    return rows
 
 
 @dataclass(frozen=True)
@@ -604,7 +657,7 @@ def search(
         # next: up to the k-th best step found, or (fewer than k found) the next k bounds
         nxt = int(plans[top - 1].time.step_s * NS) if len(plans) >= top else int(above[min(top, len(above)) - 1])
         lo, hi = hi, max(nxt, int(above[0]))
-    plans.sort(key=lambda p: p.key)
+    plans = ranked(plans)
     return SearchResult(plans[:top], time.perf_counter() - start, scored, optimal, "cp-sat", rejected,
                         float(bounds[0]) / NS if len(bounds) else None, timed_out)
 
@@ -627,5 +680,5 @@ def brute_force(problem: Problem, *, top: int = 10, headroom: float = DEFAULT_HE
                 scored += 1
                 out = evaluate(problem, layout_of(shard, st, sh, dp), headroom=headroom, calibration=calibration)
                 (plans if isinstance(out, Plan) else rejected).append(out)  # type: ignore[arg-type]
-    plans.sort(key=lambda p: p.key)
+    plans = ranked(plans)
     return SearchResult(plans[:top], time.perf_counter() - start, scored, True, "brute-force", rejected)

@@ -235,3 +235,27 @@ def test_plan_never_ranks_what_its_launch_refuses():
     assert result.plans and all(launch_refusal(p.job) is None for p in result.plans)
     assert all(p.job.layout.pp == 1 for p in result.plans)
     assert any("launch refuses it: DeepSpeed's pipeline" in r.reason for r in result.rejected)
+
+
+def _fake_plan(step_s: float, peak_fraction: float, **layout):
+    from types import SimpleNamespace
+
+    from cost_models.layout import Layout
+    from planner.search import Plan
+
+    return Plan(job=SimpleNamespace(layout=Layout(**layout)), time=SimpleNamespace(step_s=step_s),
+                memory=SimpleNamespace(peak_bytes=int(peak_fraction * 80e9), capacity_bytes=int(80e9)))
+
+
+def test_ties_go_to_memory_slack_then_fewer_axes_and_equivalents_fold():
+    from planner.search import TIE_RESOLUTION, folded, ranked
+
+    a = _fake_plan(10.000, 0.99, tp=4, cp=1)  # fastest, by 0.05%, but at 99% of memory
+    b = _fake_plan(10.005, 0.63, tp=4, cp=2)  # ties with a (within 0.1%), far more slack; 2 axes
+    c = _fake_plan(10.006, 0.63, tp=4, cp=4)  # ties, same slack and axes as b: the step decides
+    d = _fake_plan(10.001, 0.63, tp=2, pp=2, cp=2)  # ties, same slack, faster, but 3 axes
+    e = _fake_plan(10.000 * (1 + 2 * TIE_RESOLUTION), 0.10, tp=1)  # not a tie: behind, whatever its slack
+    assert ranked([e, d, c, b, a]) == [b, c, d, a, e]
+    # b, c and a differ only in cp and tie: one row; d differs in tp, pp and cp; e does not tie
+    rows = folded([b, c, d, a, e])
+    assert [(plan, folds) for plan, folds in rows] == [(b, {"cp": [2, 4, 1]}), (d, {}), (e, {})]
