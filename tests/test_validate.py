@@ -399,3 +399,66 @@ def test_the_rank_that_died_first_is_named_not_its_waiting_peer(tmp_path):
     cause = _died(tmp_path, rank=1, code=-9, traceback="Signal 9 (SIGKILL)", errors=[peer],
                   progress=[{"run": "validate", "step": 2, "phase": "start"}])
     assert cause.startswith("rank 1 died in step 2 of run validate: killed by SIGKILL") and cause.endswith("the others failed waiting for it")
+
+
+def test_ring_attention_never_forms_the_score_matrix():
+    """The ring runs the flash kernel per step: no tensor of s x s scores appears in forward or
+    backward (the explicit-scores ring built (b, h, s, s) at every step), and its output and
+    gradients are causal attention's. One rank (a gloo group of one), so the ring has one step:
+    the causal diagonal block. Tolerances: fp32 flash against SDPA's math kernel, observed <= 1e-6."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialised in this process")
+    s = 256
+    shapes = []
+
+    class Shapes(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in out if isinstance(out, (tuple, list)) else (out,):
+                if isinstance(t, torch.Tensor):
+                    shapes.append((str(func), tuple(t.shape)))
+            return out
+
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, s, 16, generator=gen, requires_grad=True) for _ in range(3))
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        with Shapes():
+            out = worker.ring_attention(q, k, v, dist.group.WORLD, 0.25)
+            out.square().sum().backward()
+    finally:
+        dist.destroy_process_group()
+    assert shapes and not [x for x in shapes if len(x[1]) >= 2 and x[1][-2:] == (s, s)], shapes
+    grads = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.MATH):
+        want = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.25)
+        want.square().sum().backward()
+    assert (out - want).abs().max() <= 1e-5
+    for g, t in zip(grads, (q, k, v)):
+        assert (g - t.grad).abs().max() <= 1e-5 * t.grad.abs().max()
+
+
+def test_ring_transfers_are_cp_and_pipeline_transfers_pp(tmp_path):
+    """An asynchronous send issued inside a cp_ring span (300-310) runs on to 600 while attention
+    computes: it is cp's busy time, 300-600 minus nothing = 300 us, exposed only where no compute
+    covers it (none: compute 0-1000 less the ring's own spans). A send issued outside (700) is the
+    pipeline's: 700-800, 100 us."""
+    def ev(name, a, b, cat="cpu_op"):
+        return {"name": name, "ph": "X", "tid": 1, "ts": a, "dur": b - a, "cat": cat}
+
+    events = [ev("step0", 0, 1000, "user_annotation"), ev("aten::mm", 0, 1000), ev("cp_ring", 300, 310, "user_annotation"),
+              ev("gloo:send", 301, 600), ev("gloo:send", 700, 800)]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    (step,) = worker.analyze_trace(str(path), 1, {}, 0, 1)["steps"]
+    assert step["comm"]["cp"]["busy_s"] == pytest.approx(300e-6)
+    assert step["comm"]["pp"]["busy_s"] == pytest.approx(100e-6)

@@ -7,7 +7,8 @@ the steps); this file builds the transformer with the run's real per-GPU shapes,
 layout with PyTorch's own distributed APIs and measures it:
 
 - mesh: one DeviceMesh with dimensions (pp, dp_replicate, dp_shard, cp, tp), with dp_shard split
-  into (dp_shard_out, ep) when experts are parallel (torchtitan's order: tp fastest);
+  into (dp_shard_out, ep) when experts are parallel (torchtitan's order: tp fastest), and the
+  dense FSDP dimension flattened from it;
 - data parallel: DDP (zero 0), FSDP2 `fully_shard` per block and at the root (zero 2: no reshard
   after forward, zero 3: reshard), HSDP on a 2-D (dp_replicate, dp_shard) mesh;
 - tensor/sequence parallel: `parallelize_module` with the Colwise/Rowwise/SequenceParallel plan of
@@ -15,7 +16,8 @@ layout with PyTorch's own distributed APIs and measures it:
 - pipeline: `torch.distributed.pipelining` stages (virtual stage v of rank r holds segment v*pp + r)
   under Schedule1F1B, ScheduleInterleaved1F1B or ScheduleGPipe;
 - experts: top-k routing with all-to-all token dispatch and combine over the ep group;
-- context parallel: a ring exchange of K/V blocks (load-balanced chunks, log-sum-exp merge);
+- context parallel: ring attention with one flash kernel per step, the next K/V block's transfer
+  overlapped with the current step, log-sum-exp merge (load-balanced chunks, torch's CP scheme);
 - recompute: `checkpoint_wrapper` on the planned layers (full), or checkpointed core attention
   (selective, Korthikanti et al. 2022).
 
@@ -25,6 +27,7 @@ peak memory) and a Chrome trace, or an error file with the cause when it fails.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import os
@@ -75,48 +78,138 @@ def rope_tables(positions: torch.Tensor, head_dim: int, dtype: torch.dtype):
     return ang.cos().to(dtype), ang.sin().to(dtype)
 
 
-class _RingShift(torch.autograd.Function):
-    """Send a tensor to the next rank of the ring and receive the previous rank's; backward sends the
-    gradient the other way. Every rank issues the same sequence, so forward and backward match."""
+class _Transfer:
+    """One ring step of a buffer, asynchronous: send it to the next rank of the group and receive the
+    previous rank's into a new buffer; `wait()` returns the received one. Issued before the compute
+    it overlaps with (torch's context parallel: the next K/V is exchanged before this step's
+    attention)."""
+
+    def __init__(self, buf, group):
+        n, r = dist.get_world_size(group), dist.get_rank(group)
+        self.recv = torch.empty_like(buf)
+        with torch.profiler.record_function("cp_ring"):  # names these sends/receives for the trace analysis
+            ops = [dist.P2POp(dist.isend, buf, group=group, group_peer=(r + 1) % n),
+                   dist.P2POp(dist.irecv, self.recv, group=group, group_peer=(r - 1) % n)]
+            self.works = dist.batch_isend_irecv(ops)
+
+    def wait(self):
+        with torch.profiler.record_function("cp_ring"):
+            for w in self.works:
+                w.wait()
+        return self.recv
+
+
+def _flash_fwd(q, k, v, causal: bool, scale: float):
+    """One block's attention by the flash kernel: (output, fp32 log-sum-exp (b, h, s_q), what the
+    kernel's backward needs besides). CUDA: aten::_scaled_dot_product_flash_attention (bf16/fp16);
+    CPU: aten::_scaled_dot_product_flash_attention_for_cpu, which tiles q and k and never forms the
+    s_q x s_k score matrix either."""
+    if q.device.type == "cuda":
+        out, lse, cum_q, cum_k, max_q, max_k, seed, offset, _ = torch.ops.aten._scaled_dot_product_flash_attention(
+            q, k, v, 0.0, causal, False, scale=scale)
+        return out, lse, (cum_q, cum_k, max_q, max_k, seed, offset)
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, scale=scale)
+    return out, lse, ()
+
+
+def _flash_bwd(dout, q, k, v, out, lse, causal: bool, scale: float, rest):
+    if q.device.type == "cuda":
+        cum_q, cum_k, max_q, max_k, seed, offset = rest
+        return torch.ops.aten._scaled_dot_product_flash_attention_backward(
+            dout, q, k, v, out, lse, cum_q, cum_k, max_q, max_k, 0.0, causal, seed, offset, scale=scale)
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(dout, q, k, v, out, lse, 0.0, causal, scale=scale)
+
+
+def _ring_block(i: int, r: int, n: int):
+    """What rank r computes at ring step i with the load-balanced split (rank c holds sequence chunks
+    c and 2n-1-c of 2n): (causal, q half, k/v half), a half being None (all), 0 or 1. Step 0 is the
+    rank's own block, causal; a block from a lower rank j meets all queries with its first chunk
+    only (chunk j precedes both of ours, chunk 2n-1-j follows both); a block from a higher rank meets
+    only our second query chunk, with both of its chunks. torch's _templated_ring_attention makes the
+    same choice (torch 2.13, torch/distributed/tensor/experimental/_context_parallel/_attention.py)."""
+    if i == 0:
+        return True, None, None
+    return (False, None, 0) if i <= r else (False, 1, None)
+
+
+def _half(t, which):
+    return t if which is None else t.chunk(2, dim=2)[which]
+
+
+class _RingFlashAttention(torch.autograd.Function):
+    """Causal attention over a context-parallel ring (Liu et al. 2023, Ring Attention) as torch's
+    context parallel runs it (torch 2.13.0, git cf30153c, torch/distributed/tensor/experimental/
+    _context_parallel/_attention.py: _templated_ring_attention and its backward): each rank keeps
+    its queries; the K/V blocks travel around the ring, the next one sent before the current one is
+    computed; every step is one flash kernel call whose output is merged into the running one by
+    log-sum-exp; fully masked blocks are skipped by the load balance above. Backward runs the flash
+    backward per step with the merged output and log-sum-exp, and each block's K/V gradient travels
+    with the block until it returns to its owner."""
 
     @staticmethod
-    def forward(ctx, x, group, nxt, prv):
-        ctx.group, ctx.nxt, ctx.prv = group, nxt, prv
-        return _shift(x.contiguous(), group, nxt, prv)
+    def forward(ctx, q, k, v, group, scale):
+        n, r = dist.get_world_size(group), dist.get_rank(group)
+        kv = torch.cat([k.contiguous().flatten(), v.contiguous().flatten()])
+        out = lse = None
+        rests = []
+        for i in range(n):
+            pending = _Transfer(kv, group) if i < n - 1 else None
+            kb, vb = kv[: k.numel()].view(k.shape), kv[k.numel():].view(v.shape)
+            causal, qh, kh = _ring_block(i, r, n)
+            o, l, rest = _flash_fwd(_half(q, qh), _half(kb, kh), _half(vb, kh), causal, scale)
+            rests.append(rest)
+            o, l = o.float(), l.float().unsqueeze(-1)
+            if out is None:
+                out, lse = o, l
+            else:  # the stable merge of torch's _SDPAMerger (ring-flash-attention PR 34)
+                cur_o, cur_l = _half(out, qh), _half(lse, qh)
+                new_o = cur_o - torch.sigmoid(l - cur_l) * (cur_o - o)
+                new_l = cur_l - F.logsigmoid(cur_l - l)
+                if qh is None:
+                    out, lse = new_o, new_l
+                else:
+                    out = torch.cat([out.chunk(2, dim=2)[0], new_o], dim=2)
+                    lse = torch.cat([lse.chunk(2, dim=2)[0], new_l], dim=2)
+            if pending is not None:
+                kv = pending.wait()
+        out = out.to(q.dtype)
+        lse = lse.squeeze(-1).contiguous()
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.group, ctx.scale, ctx.rests = group, scale, rests
+        return out
 
     @staticmethod
-    def backward(ctx, grad):
-        return _shift(grad.contiguous(), ctx.group, ctx.prv, ctx.nxt), None, None, None
+    def backward(ctx, dout):
+        q, k, v, out, lse = ctx.saved_tensors
+        group, scale = ctx.group, ctx.scale
+        n, r = dist.get_world_size(group), dist.get_rank(group)
+        dout = dout.contiguous()
+        dq = torch.zeros_like(q, dtype=torch.float32)
+        kv = torch.cat([k.contiguous().flatten(), v.contiguous().flatten()])
+        back = None  # the K/V gradient travelling with the block
+        for i in range(n):
+            pending = _Transfer(kv, group) if i < n - 1 else None
+            kb, vb = kv[: k.numel()].view(k.shape), kv[k.numel():].view(v.shape)
+            causal, qh, kh = _ring_block(i, r, n)
+            dqb, dkb, dvb = _flash_bwd(_half(dout, qh), _half(q, qh), _half(kb, kh), _half(vb, kh), _half(out, qh),
+                                      lse if qh is None else lse.chunk(2, dim=2)[qh].contiguous(), causal, scale, ctx.rests[i])
+            _half(dq, qh).add_(dqb.float())
+            dkv = torch.zeros(kv.shape, dtype=torch.float32, device=kv.device) if back is None else back.wait()
+            dk, dv = dkv[: k.numel()].view(k.shape), dkv[k.numel():].view(v.shape)
+            _half(dk, kh).add_(dkb.float())
+            _half(dv, kh).add_(dvb.float())
+            back = _Transfer(dkv, group) if n > 1 else None
+            if pending is not None:
+                kv = pending.wait()
+        if back is not None:
+            dkv = back.wait()  # after n steps, this rank's own block's gradient
+        dk, dv = dkv[: k.numel()].view(k.shape), dkv[k.numel():].view(v.shape)
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None
 
 
-def _shift(x, group, dst, src):
-    out = torch.empty_like(x)
-    with torch.profiler.record_function("cp_ring"):  # names these sends/receives for the trace analysis
-        ops = [dist.P2POp(dist.isend, x, group=group, group_peer=dst), dist.P2POp(dist.irecv, out, group=group, group_peer=src)]
-        for w in dist.batch_isend_irecv(ops):
-            w.wait()
-    return out
-
-
-def ring_attention(q, k, v, group, q_pos, kv_pos, scale):
-    """Causal attention over a context-parallel ring (Liu et al. 2023, Ring Attention): each rank
-    holds its queries; K/V blocks travel around the ring cp-1 times; each block's partial output is
-    merged by its log-sum-exp. Masked blocks are computed with a -1e30 fill, never skipped, so every
-    rank builds the same autograd graph (and the same p2p sequence in backward)."""
-    n, r = dist.get_world_size(group), dist.get_rank(group)
-    nxt, prv = (r + 1) % n, (r - 1) % n
-    outs, lses = [], []
-    for step in range(n):
-        s = (q @ k.transpose(-2, -1)) * scale
-        mask = q_pos[:, None] < kv_pos[None, :]
-        s = s.masked_fill(mask, -1e30)
-        lse = torch.logsumexp(s, dim=-1, keepdim=True)
-        outs.append(torch.exp(s - lse) @ v)
-        lses.append(lse)
-        if step < n - 1:
-            k, v, kv_pos = _RingShift.apply(k, group, nxt, prv), _RingShift.apply(v, group, nxt, prv), _shift(kv_pos, group, nxt, prv)
-    total = torch.logsumexp(torch.stack(lses), dim=0)
-    return sum(torch.exp(lse - total) * o for lse, o in zip(lses, outs))
+def ring_attention(q, k, v, group, scale):
+    """(b, heads, s_local, d) queries, keys and values of this rank's two sequence chunks -> output."""
+    return _RingFlashAttention.apply(q, k, v, group, scale)
 
 
 class Attention(nn.Module):
@@ -139,8 +232,7 @@ class Attention(nn.Module):
     def _core(self, q, k, v):
         d = self.head_dim
         if self.cp is not None:
-            group, pos = self.cp
-            return ring_attention(q, k, v, group, pos, pos, 1.0 / math.sqrt(d))
+            return ring_attention(q, k, v, self.cp[0], 1.0 / math.sqrt(d))
         if self.kind == "eager":
             s = q.shape[-2]
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(d)
@@ -307,8 +399,17 @@ class Stage(nn.Module):
             self.output.weight = self.embed.weight
         self.dropout = m.get("hidden_dropout", 0.0)
         self.cp_positions = None
+        self.autocast_dtype = None  # the compute dtype when autocast runs (no FSDP mixed precision)
 
     def forward(self, x):
+        # autocast here, inside the module, and not around the caller: a pipeline schedule calls
+        # each stage's forward itself, so a context around the training step would not reach it
+        if self.autocast_dtype is None:
+            return self._forward(x)
+        with torch.autocast(x.device.type, dtype=self.autocast_dtype):
+            return self._forward(x)
+
+    def _forward(self, x):
         if self.embed is not None:
             tokens = x
             x = self.embed(tokens)
@@ -466,7 +567,10 @@ def mesh_dims(run: dict) -> list[tuple[str, int]]:
 
 
 def build_mesh(run: dict, groups: Groups, device_type: str):
-    """The run's DeviceMesh from groups made here, plus the flat FSDP group of dense parameters."""
+    """The run's DeviceMesh from groups made here, and the dense-parameter FSDP mesh: dp_shard x cp
+    (and ep, which torchtitan carves out of dp_shard) flattened into one dimension "dp_dense" of the
+    same root mesh (torchtitan's dp_shard_cp). One root matters: FSDP2 over a tp-sharded DTensor
+    joins its mesh with the tp mesh (DeviceMesh._concatenate), which refuses meshes of two roots."""
     from torch.distributed.device_mesh import DeviceMesh
 
     dims = mesh_dims(run)
@@ -484,18 +588,13 @@ def build_mesh(run: dict, groups: Groups, device_type: str):
                 mine = g
         dim_groups.append(mine)
     mesh = DeviceMesh.from_group(dim_groups, device_type, mesh=grid, mesh_dim_names=names)
-    # Dense parameters shard over dp_shard x cp (and ep, which torchtitan carves out of dp_shard):
-    # one flat group over those dimensions.
-    flat = [n for n in names if n in ("dp_shard", "dp_shard_out", "ep", "cp")]
-    idx = [names.index(n) for n in flat]
-    rest = [i for i in range(len(names)) if i not in idx]
-    perm = grid.permute(*rest, *idx)
-    size = math.prod(sizes[i] for i in idx)
-    dense = None
-    for line in perm.reshape(-1, size).tolist():
-        g = groups.new(line, "dp", "validate_dp_dense")
-        if g is not None:
-            dense = (g, line)
+    flat = tuple(n for n in names if n in ("dp_shard", "dp_shard_out", "ep", "cp"))
+    # DeviceMesh makes the flattened dimension's groups itself (group_desc "mesh_dp_dense"); the
+    # gloo threads they start are recorded as dp here
+    before = _thread_ids()
+    dense = mesh[flat]._flatten("dp_dense")
+    for t in _thread_ids() - before:
+        groups.thread_kind[t] = "dp"
     return mesh, dense
 
 
@@ -774,17 +873,15 @@ def run_one(job: dict, run: dict, out: str, progress: Progress, device) -> dict:
     if run["zero"] == 0 and dp_total * ms["cp"] > 1:
         from torch.nn.parallel import DistributedDataParallel
 
-        dp_group = mesh["dp_replicate"].get_group() if ms["dp_shard"] == 1 else dense[0]
+        dp_group = mesh["dp_replicate"].get_group() if ms["dp_shard"] == 1 else dense.get_group()
         assert len(stages) == 1 and ms["tp"] == 1 and ms["pp"] == 1, "DDP runs alone (torchtitan: zero 0 without tp/pp/cp/ep)"
         materialize()
         ddp = DistributedDataParallel(stages[0], process_group=dp_group)
     elif run["zero"] > 0 and (shard_size > 1 or ms["dp_replicate"] > 1):
-        from torch.distributed.device_mesh import DeviceMesh
-
         if ms["dp_replicate"] > 1:
             fsdp_mesh = mesh["dp_replicate", "dp_shard"]
         elif ms["ep"] > 1 or ms["cp"] > 1:
-            fsdp_mesh = DeviceMesh.from_group(dense[0], device.type, mesh=torch.tensor(dense[1]), mesh_dim_names=("dp_dense",))
+            fsdp_mesh = dense
         else:
             fsdp_mesh = mesh["dp_shard"]
         for st in stages:
@@ -798,7 +895,14 @@ def run_one(job: dict, run: dict, out: str, progress: Progress, device) -> dict:
     modules = stages
     params = [p for st in stages for p in st.parameters()]
     optimizer = make_optimizer(params, run["optimizer"])
-    autocast = dtype != torch.float32 and not sharded  # FSDP2 casts by its MixedPrecisionPolicy instead
+    # Mixed precision on every path: FSDP2 casts by its MixedPrecisionPolicy; otherwise (DDP, tp or a
+    # pipeline without FSDP, one rank) each stage runs its forward under autocast. torchtitan itself
+    # turns mixed precision off for tp or pp without FSDP (torchtitan/distributed/utils.py
+    # maybe_enable_amp, commit 30b9ea0b) and trains those in fp32; validate computes in the dtype the
+    # estimate prices.
+    if dtype != torch.float32 and not sharded:
+        for st in stages:
+            st.autocast_dtype = dtype
 
     # data: this rank's rows of the global batch, and its sequence chunks under cp
     dp_index = coord["dp_replicate"] * ms["dp_shard"] + (coord["dp_shard_out"] * ms["ep"] + coord["ep"] if ms["ep"] > 1 else coord["dp_shard"])
@@ -847,7 +951,7 @@ def run_one(job: dict, run: dict, out: str, progress: Progress, device) -> dict:
             for i in range(mb):
                 sync = ddp is None or i == mb - 1
                 ctx = ddp.no_sync() if not sync else _null()
-                with ctx, torch.autocast(device.type, dtype=dtype, enabled=autocast):
+                with ctx:
                     with torch.profiler.record_function("forward"):
                         out = model(xs[i])
                     lo = loss_fn(out, ys[i]) / mb
@@ -875,7 +979,7 @@ def run_one(job: dict, run: dict, out: str, progress: Progress, device) -> dict:
 
     prof_ctx = None
     total_steps = run["warmup"] + run["steps"]
-    step_times, losses, first_grads, measured = [], [], None, {}
+    step_times, losses, first_grads, measured, linear_dtypes = [], [], None, {}, {}
     from torch.profiler import ProfilerActivity, profile, record_function
 
     sync = groups.new(list(range(world)), "sync", "validate_sync")
@@ -890,12 +994,15 @@ def run_one(job: dict, run: dict, out: str, progress: Progress, device) -> dict:
         _debug_hook(job, rank, run["name"], step)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
+        hooks = watch_linear_dtypes(stages, linear_dtypes) if step == 0 else []
         t0 = time.perf_counter()
         with record_function(f"step{step}"):
             loss, grads, measured = train_step(step, check=run.get("check", False) and step == 0)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
         seconds = time.perf_counter() - t0
+        for h in hooks:
+            h.remove()
         if grads is not None:
             first_grads = grads
         losses.append(global_loss(loss))
@@ -935,7 +1042,19 @@ def run_one(job: dict, run: dict, out: str, progress: Progress, device) -> dict:
         "split": split,
         "trace": os.path.basename(trace_path) if prof_ctx is not None else None,
         "check": check,
+        "linear_dtypes": linear_dtypes,
     }
+
+
+def watch_linear_dtypes(stages, counts: dict) -> list:
+    """Count, by dtype, the outputs of every nn.Linear call (the dense GEMMs) while the hooks stay:
+    which dtype the matrix multiplies ran in, whatever cast them (autocast or FSDP's policy)."""
+
+    def hook(_module, _inputs, output):
+        name = str(output.dtype).removeprefix("torch.")
+        counts[name] = counts.get(name, 0) + 1
+
+    return [mod.register_forward_hook(hook) for st in stages for mod in st.modules() if isinstance(mod, nn.Linear)]
 
 
 class _null:
@@ -1025,8 +1144,9 @@ def analyze_trace(path: str, main_tid: int, thread_kind: dict[int, str], first_s
     for e in events:
         args = e.get("args") or {}
         desc = str(args.get("Process Group Description", ""))
-        if desc.startswith("validate_") and "External id" in args:
-            group_of_launch[args["External id"]] = desc[len("validate_"):]
+        for prefix in ("validate_", "mesh_"):  # groups made here, or by DeviceMesh (the flattened dp_dense)
+            if desc.startswith(prefix) and "External id" in args:
+                group_of_launch[args["External id"]] = desc[len(prefix):]
     steps = {}
     main_ops, comm_main, optim, ring, p2p, peak = [], [], [], [], [], None
     comm: dict[str, list] = {k: [] for k in KIND_ORDER}
@@ -1071,9 +1191,17 @@ def analyze_trace(path: str, main_tid: int, thread_kind: dict[int, str], first_s
             kind = thread_kind.get(tid)
             if kind in comm:
                 comm[kind].append([a, b])
+    # a send or receive issued inside a cp_ring span is the ring's (its span runs on past the issue
+    # while the step's attention computes); the others are the pipeline's
     ring_u = _union(ring)
-    comm["cp"] += ring_u
-    comm["pp"] += _subtract(_union(p2p), ring_u)
+    starts = [a for a, _ in ring_u]
+
+    def in_ring(t):
+        k = bisect.bisect_right(starts, t) - 1
+        return k >= 0 and t <= ring_u[k][1]
+
+    comm["cp"] += _union(ring_u + [iv for iv in p2p if in_ring(iv[0])])
+    comm["pp"] += _union([iv for iv in p2p if not in_ring(iv[0])])
     compute_all = _subtract(_union(main_ops), _union(comm_main)) if not gpu_compute else _union(gpu_compute)
     optim_u = _union(optim)
     comm_u = {k: _union(v) for k, v in comm.items()}
