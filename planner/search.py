@@ -148,8 +148,10 @@ def evaluate(problem: Problem, layout: Layout, *, headroom: float = DEFAULT_HEAD
         return Rejected(layout, str(e).removeprefix("layout: "))
     from planner.launch.build import launch_refusal
 
+    # Only refusals of the layout: what the launch refuses of the model or the training settings
+    # (a precision, a torchtitan version's recipe) holds for every layout and is said by launch.
     refused = launch_refusal(job)
-    if refused:
+    if refused and refused.startswith("layout: "):
         return Rejected(layout, f"launch refuses it: {refused.removeprefix('layout: ')}")
     mem = memory_estimate(job, headroom=headroom)
     if not mem.fits:
