@@ -100,7 +100,8 @@ def test_search_takes_plan_k(tmp_path):
 def test_search_with_fix_pins_the_axis(tmp_path):
     result = runner.invoke(app, ["launch", "llama-3.1-8b", "-c", "dgx-h100", "-g", "8", "--global-batch-size", "64",
                                  "--framework", "deepspeed", "--fix", "pp=2", "--out", str(tmp_path / "o")])
-    assert result.exit_code == 2 and "plan #1 of the search cannot be launched" in result.output  # a pipeline
+    # plan ranks no layout its launch refuses: DeepSpeed's launch writes no pipeline
+    assert result.exit_code == 2 and "launch refuses it: DeepSpeed's pipeline (pp=2)" in result.output
     assert not (tmp_path / "o").exists()
     result = runner.invoke(app, ["launch", "llama-3.1-8b", "-c", "dgx-h100", "-g", "8", "--global-batch-size", "64",
                                  "--framework", "deepspeed", "--fix", "pp=1", "--fix", "zero=1", "--out", str(tmp_path / "o")])
