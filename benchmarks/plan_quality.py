@@ -36,6 +36,7 @@ from cost_models.layout import Layout  # noqa: E402
 from cost_models.memory import DEFAULT_HEADROOM  # noqa: E402
 from cost_models.rules import resolve  # noqa: E402
 from cost_models.step_time import TimeEstimate, time_estimate  # noqa: E402
+from planner.render import split_tag  # noqa: E402
 from planner.search import Plan, Rejected, SearchResult, evaluate, search  # noqa: E402
 from planner.space import (  # noqa: E402
     HSDP_GROUPS, MAX_MBS, MAX_VPP, MIN_CP_TOKENS, Problem, Sharding, cp_values, ep_values, etp_values,
@@ -167,8 +168,7 @@ def short(job: Job) -> str:
     lay = job.layout
     parts = [f"tp{lay.tp}" + ("sp" if job.sp else "")]
     if lay.pp > 1:
-        split = f"[{lay.pp_first_stage_layers or '-'}/{lay.pp_last_stage_layers or '-'}]"
-        parts.append(f"pp{lay.pp}" + (f"v{lay.vpp}" if lay.vpp > 1 else "") + (split if split != "[-/-]" else ""))
+        parts.append(f"pp{lay.pp}" + (f"v{lay.vpp}" if lay.vpp > 1 else "") + split_tag(lay))
     parts += [f"cp{lay.cp}"] if lay.cp > 1 else []
     parts += [f"ep{lay.ep}"] if lay.ep > 1 else []
     parts.append(f"dp{job.dp}")

@@ -42,6 +42,7 @@ from benchmarks.published import PublishedRun, family, load  # noqa: E402
 from cost_models.calibration import DEFAULT, MECHANISMS, Calibration  # noqa: E402
 from cost_models.job import Job  # noqa: E402
 from cost_models.step_time import TimeEstimate, time_estimate  # noqa: E402
+from planner.render import split_tag  # noqa: E402
 
 MIN_RUNS = 5
 MIN_FAMILIES = 2
@@ -194,8 +195,7 @@ def constants_table(grid: Grid, cal: Calibration, loso: dict[str, Calibration]) 
 
 def _layout(job: Job) -> str:
     lay = job.layout
-    split = "[E+L]" if lay.account_for_embedding and lay.account_for_loss else "[layout]" if lay.pp_layout else ""
-    parts = [f"tp{lay.tp}", f"pp{lay.pp}" + (f"v{lay.vpp}" if lay.vpp > 1 else "") + split, f"dp{job.dp}"]
+    parts = [f"tp{lay.tp}", f"pp{lay.pp}" + (f"v{lay.vpp}" if lay.vpp > 1 else "") + split_tag(lay), f"dp{job.dp}"]
     if lay.cp > 1:
         parts.append(f"cp{lay.cp}")
     if lay.ep > 1:

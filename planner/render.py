@@ -215,17 +215,22 @@ def split_note(job: Any) -> str:
     return f" (layers {shown}" + (f"; {how})" if how else ")")
 
 
+def split_tag(lay: Any) -> str:
+    """How a pipeline split departs from even, in a few characters: [first/last] decoder layers of
+    the end stages, [E+L] for the embedding and/or loss counted as layers, [layout] for an explicit one."""
+    if lay.pp_first_stage_layers is not None or lay.pp_last_stage_layers is not None:
+        return f"[{lay.pp_first_stage_layers or '-'}/{lay.pp_last_stage_layers or '-'}]"
+    if lay.pp_layout is not None:
+        return "[layout]"
+    counted = "+".join(x for x, on in (("E", lay.account_for_embedding), ("L", lay.account_for_loss)) if on)
+    return f"[{counted}]" if counted else ""
+
+
 def short_layout(job: Any) -> str:
     lay = job.layout
     zero = {0: "ddp", 1: "z1", 2: "z2", 3: "z3"}[int(job.zero)]
     shard = f"/{lay.dp_shard}" if lay.dp_shard != job.dp else ""
-    parts = [f"tp{lay.tp}" + ("sp" if job.sp else ""), f"pp{lay.pp}" + (f"v{lay.vpp}" if lay.vpp > 1 else "")]
-    if lay.pp_first_stage_layers or lay.pp_last_stage_layers:
-        parts[-1] += f"[{lay.pp_first_stage_layers or '-'}/{lay.pp_last_stage_layers or '-'}]"
-    elif lay.pp_layout is not None:
-        parts[-1] += "[layout]"
-    elif lay.account_for_embedding or lay.account_for_loss:
-        parts[-1] += "[" + "+".join(x for x, on in (("E", lay.account_for_embedding), ("L", lay.account_for_loss)) if on) + "]"
+    parts = [f"tp{lay.tp}" + ("sp" if job.sp else ""), f"pp{lay.pp}" + (f"v{lay.vpp}" if lay.vpp > 1 else "") + split_tag(lay)]
     parts.append(f"dp{job.dp} {zero}{shard}")
     if lay.cp > 1:
         parts.append(f"cp{lay.cp}")
@@ -294,12 +299,12 @@ def explain_lines(report: Any) -> list[str]:
     out = []
     plans = report.plans
     if len(plans) >= 2:
-        from planner.search import TIE_RESOLUTION, axes_in_use
+        from planner.search import TIE_RESOLUTION, axes_in_use, ties
 
         a, b = plans[0].time, plans[1].time
         terms = _term_diffs(a, b, b.step_s)
         gap = b.step_s / a.step_s - 1
-        if abs(gap) <= TIE_RESOLUTION:
+        if ties(plans[0], plans[1]):
             ma, mb = (p.memory.estimate.peak_bytes / p.memory.estimate.capacity_bytes for p in plans[:2])
             na, nb = (axes_in_use(p.job.layout) for p in plans[:2])
             why = (f"more memory slack ({ma:.0%} of HBM against {mb:.0%})" if ma != mb
