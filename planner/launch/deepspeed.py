@@ -18,7 +18,7 @@ from planner.launch.ds_script import TRAIN_PY
 from planner.launch.hf_config import hf_config
 from planner.launch.shell import Raw, command
 from planner.launch.slurm import environment_lines, script_head, torchrun_head
-from planner.launch.target import File, Target
+from planner.launch.target import CHECKPOINT_DIR_LINE, File, Target, save_interval_lines
 
 VERSION = "DeepSpeed 0.19 (checked against 0.19.8)"
 
@@ -109,7 +109,7 @@ def fill_in(target: Target) -> list[str]:
     return [
         'TOKENIZER_MODEL="${TOKENIZER_MODEL:?set TOKENIZER_MODEL to the Hugging Face tokenizer (name or directory) the data was made with}"',
         'DATA_PATH="${DATA_PATH:?set DATA_PATH to a flat binary file of token ids (numpy dtype DATA_DTYPE)}"',
-        'CHECKPOINT_DIR="${CHECKPOINT_DIR:?set CHECKPOINT_DIR to a directory every node can write (checkpoints are saved and resumed there)}"',
+        CHECKPOINT_DIR_LINE,
         'DATA_DTYPE="${DATA_DTYPE:-uint32}"',
         "# Schedule and optimizer settings are not part of the plan; these are common defaults.",
         'TRAIN_ITERS="${TRAIN_ITERS:-1000}"',
@@ -117,12 +117,6 @@ def fill_in(target: Target) -> list[str]:
         *save_interval_lines(target),
     ]
 
-
-def save_interval_lines(target: Target) -> list[str]:
-    """SAVE_INTERVAL: the plan's checkpoint interval in steps (Daly's optimum over the step time)."""
-    minutes = f"{target.checkpoint_minutes:.1f} min" if target.checkpoint_minutes is not None else "no plan"
-    return [f"# Steps between checkpoints: the plan's Daly interval ({minutes}) over its predicted step time.",
-            f'SAVE_INTERVAL="${{SAVE_INTERVAL:-{int(target.save_interval)}}}"']
 
 
 def files(target: Target) -> dict[str, File]:

@@ -19,7 +19,7 @@ from cost_models.errors import SpecError
 from cost_models.job import Job
 from planner.launch.shell import Raw, Word, command
 from planner.launch.slurm import environment_lines, script_head, torchrun_head
-from planner.launch.target import MegatronFsdp, Target
+from planner.launch.target import CHECKPOINT_DIR_LINE, MegatronFsdp, Target, save_interval_lines
 
 VERSION = "Megatron-LM main (core 0.19 spellings; checked against commit d98e8a64)"
 
@@ -379,14 +379,12 @@ def environment(target: Target) -> list[str]:
 
 
 def fill_in(target: Target) -> list[str]:
-    from planner.launch.deepspeed import save_interval_lines
-
     return [
         'MEGATRON_LM="${MEGATRON_LM:?set MEGATRON_LM to a Megatron-LM checkout (main, core 0.19 or later)}"',
         'TOKENIZER_MODEL="${TOKENIZER_MODEL:?set TOKENIZER_MODEL to a Hugging Face tokenizer name or directory}"',
         "# One or more Megatron indexed-dataset prefixes, optionally weighted: \"0.7 /data/a_text_document 0.3 /data/b_text_document\".",
         'read -r -a DATA_PATH <<< "${DATA_PATH:?set DATA_PATH to the prefix(es) of the preprocessed .bin/.idx data}"',
-        'CHECKPOINT_DIR="${CHECKPOINT_DIR:?set CHECKPOINT_DIR to a directory every node can write (checkpoints are saved and resumed there)}"',
+        CHECKPOINT_DIR_LINE,
         'SPLIT="${SPLIT:-99,1,0}"',
         "# Schedule and optimizer settings are not part of the plan; these are common defaults.",
         'TRAIN_ITERS="${TRAIN_ITERS:-1000}"',

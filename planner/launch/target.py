@@ -21,6 +21,10 @@ class File:
 DEFAULT_SAVE_INTERVAL = 1000
 
 
+# The checkpoint directory every framework's script requires (the variable stops it, named, when unset).
+CHECKPOINT_DIR_LINE = 'CHECKPOINT_DIR="${CHECKPOINT_DIR:?set CHECKPOINT_DIR to a directory every node can write (checkpoints are saved and resumed there)}"'
+
+
 @dataclass(frozen=True)
 class Target:
     job: Job
@@ -55,3 +59,10 @@ class Target:
     @property
     def run_name(self) -> str:
         return self.job.model.name
+
+
+def save_interval_lines(target: Target) -> list[str]:
+    """SAVE_INTERVAL: the plan's checkpoint interval in steps (Daly's optimum over the step time)."""
+    minutes = f"{target.checkpoint_minutes:.1f} min" if target.checkpoint_minutes is not None else "no plan"
+    return [f"# Steps between checkpoints: the plan's Daly interval ({minutes}) over its predicted step time.",
+            f'SAVE_INTERVAL="${{SAVE_INTERVAL:-{int(target.save_interval)}}}"']

@@ -27,7 +27,7 @@ from cost_models.job import Job
 from cost_models.model_spec import ModelSpec
 from planner.launch.shell import Raw, Word, command
 from planner.launch.slurm import environment_lines, layout_summary, script_head, torchrun_head
-from planner.launch.target import File, Target, TitanVersion
+from planner.launch.target import CHECKPOINT_DIR_LINE, File, Target, TitanVersion, save_interval_lines
 
 PLAN_MODULE = "torchtitan_plan"  # torchtitan_plan.py, the config function for 0.3.x
 PLAN_FUNCTION = "plan_config"
@@ -441,11 +441,9 @@ TIMEOUT_S = 600
 
 
 def fill_in(target: Target) -> list[str]:
-    from planner.launch.deepspeed import save_interval_lines
-
     return [
         'HF_ASSETS_PATH="${HF_ASSETS_PATH:?set HF_ASSETS_PATH to the Hugging Face assets (tokenizer) directory of the model}"',
-        'CHECKPOINT_DIR="${CHECKPOINT_DIR:?set CHECKPOINT_DIR to a directory every node can write (checkpoints are saved and resumed there)}"',
+        CHECKPOINT_DIR_LINE,
         "# A dataset name torchtitan registers (c4, c4_test, ...); add --dataloader.dataset_path / --training.dataset_path after the script name for a local copy.",
         'DATASET="${DATASET:-c4}"',
         'STEPS="${STEPS:-1000}"',
