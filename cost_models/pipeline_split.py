@@ -19,6 +19,7 @@ to say a split, one at a time (arguments.py L926-998, transformer_config.py L222
 
 from __future__ import annotations
 
+import functools
 import re
 
 # Megatron's layer characters (pipeline_parallel_layer_layout.py parse_str_to_list)
@@ -26,21 +27,24 @@ LAYER_CHARS = {"E": "embedding", "L": "loss", "t": "decoder", "m": "mtp"}
 # Repetitions Megatron unrolls, in this order: a parenthesised group, then one character.
 _REPEATS = (re.compile(r"\(([^)]+)\)\*(\d+)"), re.compile(r"(.)\*(\d+)"))
 MAX_LAYOUT_STAGES = 65536  # a layout longer than this is not a pipeline any cluster runs
+MAX_LAYOUT_CHARS = 16 * MAX_LAYOUT_STAGES  # unrolled characters: up to 16 layers per stage on average
 
 
-def parse_pp_layout(text: str) -> list[str]:
+@functools.lru_cache(maxsize=64)
+def parse_pp_layout(text: str) -> tuple[str, ...]:
     """The stages of a --pipeline-model-parallel-layout string, each a string of layer characters.
-    Raises ValueError naming what is wrong."""
+    Raises ValueError naming what is wrong. Cached: resolve, the rules and the stage split all read it."""
     s = text.replace(",", "")
     for pattern in _REPEATS:
+        grown = [len(s)]
+
         def unroll(m: re.Match[str]) -> str:
             n = int(m.group(2))
-            if n > MAX_LAYOUT_STAGES:
-                raise ValueError(f"repeat count {n} is above {MAX_LAYOUT_STAGES}")
+            grown[0] += len(m.group(1)) * n - len(m.group(0))
+            if n > MAX_LAYOUT_STAGES or grown[0] > MAX_LAYOUT_CHARS:  # checked before the text is built
+                raise ValueError(f"unrolls to more than {MAX_LAYOUT_CHARS} characters (repeat {n})")
             return m.group(1) * n
         s = pattern.sub(unroll, s)
-        if len(s) > 16 * MAX_LAYOUT_STAGES:
-            raise ValueError(f"unrolls to more than {16 * MAX_LAYOUT_STAGES} characters")
     stages = s.split("|")
     for stage in stages:
         bad = sorted(set(stage) - set(LAYER_CHARS))
@@ -49,10 +53,10 @@ def parse_pp_layout(text: str) -> list[str]:
                 f"unknown layer character {bad[0]!r} in stage {stage!r}; use E (embedding), t (decoder layer), "
                 f"L (loss), m (multi-token prediction), '|' between stages, '(…)*n' or 'x*n' to repeat"
             )
-    return stages
+    return tuple(stages)
 
 
-def layout_errors(stages: list[str], num_layers: int, pp: int) -> str | None:
+def layout_errors(stages: tuple[str, ...], num_layers: int, pp: int) -> str | None:
     """What Megatron's PipelineParallelLayerLayout refuses in a parsed layout (validate_layer_layout),
     restricted to what this model has (no multi-token-prediction layers)."""
     if len(stages) % pp:

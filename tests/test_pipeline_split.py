@@ -18,9 +18,12 @@ Q235 = "qwen3-235b-a22b"  # 94 layers, 128 experts
 
 def test_layout_grammar_unrolls_groups_then_characters():
     # "(tt|)*2" -> "tt|tt|", then "t*3" -> "ttt"; commas are dropped
-    assert parse_pp_layout("Et*3|(tt|)*2,t|tL") == ["Ettt", "tt", "tt", "t", "tL"]
+    assert parse_pp_layout("Et*3|(tt|)*2,t|tL") == ("Ettt", "tt", "tt", "t", "tL")
     with pytest.raises(ValueError, match="unknown layer character 'x'"):
         parse_pp_layout("Et|xL")
+    # 60,000 stages of 60,000 layers would unroll to 3.6e9 characters: refused before it is built
+    with pytest.raises(ValueError, match="unrolls to more than"):
+        parse_pp_layout("(t*60000|)*60000")
 
 
 def test_embedding_and_loss_counted_as_layers():
