@@ -70,9 +70,10 @@ class Plan:
         return (self.time.step_s, layout_key(self.job.layout), self.memory.peak_bytes)
 
 
-# Step times closer than this fraction are ties: the kernel and collective prices the model adds up
-# are quoted to three significant figures (presets/kernels, presets/gpus.toml, cost_models/comm.py),
-# so it cannot rank layouts whose predictions differ by less than 0.1%.
+# Step times closer than this fraction are ties. The kernel and collective prices the model adds up
+# are quoted to two to four significant figures (presets/kernels: memory fractions such as 0.29;
+# presets/gpus.toml: 253.7 TFLOP/s), so no difference under 0.1% carries information; 0.1% is the
+# floor that ties only predictions equal in all but rounding, not the model's accuracy (docs/accuracy.md).
 TIE_RESOLUTION = 1e-3
 
 
