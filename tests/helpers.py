@@ -36,3 +36,19 @@ GPT_TINY = ModelSpec(
     position_embedding="learned", qkv_bias=True, out_bias=True, mlp_bias=True,
     hidden_dropout=0.1, attention_dropout=0.1,
 )
+
+
+def disk_full_at_fsync(monkeypatch: Any, nth: int) -> None:
+    """Make the nth os.fsync of the test fail with ENOSPC, as a disk that fills up mid-write."""
+    import errno
+    import os
+
+    real, calls = os.fsync, []
+
+    def fsync(fd: int) -> None:
+        calls.append(fd)
+        if len(calls) == nth:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)

@@ -454,18 +454,9 @@ def test_out_os_errors_are_one_line(tmp_path, monkeypatch, code, cause):
 
 
 def test_disk_full_midway_leaves_nothing(tmp_path, monkeypatch):
-    import errno
-    import os
+    from helpers import disk_full_at_fsync
 
-    real, calls = os.fsync, []
-
-    def fsync(fd):
-        calls.append(fd)
-        if len(calls) == 3:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
+    disk_full_at_fsync(monkeypatch, 3)
     out = tmp_path / "out"
     _one_line_error(runner.invoke(app, [*LAUNCH, "--out", str(out)]), f"--out {out}: no space left on device")
     assert list(tmp_path.iterdir()) == []
@@ -535,10 +526,17 @@ def test_validate_keeps_the_users_files_without_force(tmp_path):
     assert _tree(out) == before
 
 
-def test_validate_reuses_its_own_directory():
+def test_validate_reuses_its_own_directory(tmp_path):
+    from cost_models.errors import SpecError
     from planner.validate.command import MARKER_FILE, check_out
 
-    assert MARKER_FILE == ".planner-validate"  # check_out accepts a directory holding it without --force
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "validate.json").write_text("{}")
+    with pytest.raises(SpecError, match="holds no earlier validate run"):
+        check_out(out, force=False)
+    (out / MARKER_FILE).write_text("")  # an earlier validate wrote it: reused without --force
+    check_out(out, force=False)
 
 
 @pytest.mark.parametrize("calibrate, needle", [

@@ -329,20 +329,11 @@ def test_non_empty_out_needs_force(tmp_path):
 
 def test_write_is_all_or_nothing(tmp_path, monkeypatch):
     """The disk fills up at the second file: one line naming --out and the cause, nothing left."""
-    import errno
+    from helpers import disk_full_at_fsync
 
     launch = BY_NAME["megatron-gqa-selective"].build()
     out = tmp_path / "out"
-    real = os.fsync
-    calls = []
-
-    def failing(fd):
-        calls.append(fd)
-        if len(calls) == 2:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real(fd)
-
-    monkeypatch.setattr(os, "fsync", failing)
+    disk_full_at_fsync(monkeypatch, 2)
     with pytest.raises(SpecError, match=r"--out .*/out: no space left on device"):
         write_launch(launch, out)
     monkeypatch.undo()
