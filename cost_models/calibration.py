@@ -26,7 +26,6 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
-from pathlib import Path
 from typing import Any
 
 from cost_models.errors import SpecError
