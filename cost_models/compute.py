@@ -30,6 +30,7 @@ from cost_models.enums import (
 from cost_models.flops import Gemm, core_attention, expert_tokens_per_gpu, head_gemm, layer_gemms, tokens
 from cost_models.hardware import GPUSpec
 from cost_models.job import Job
+from cost_models.model_spec import LayerKind
 from cost_models.states import padded_vocab
 
 ACT_BYTES = 2  # bf16/fp16 activations and GEMM operands (fp8 operands: 1)
@@ -269,7 +270,7 @@ def _op_seconds(job: Job, op: str, elements: float, backward: bool, cal: Calibra
     return op_seconds(gpu, op, impl, elements, backward=backward) / cal.scale("memory_scale", gpu.architecture)
 
 
-def elementwise_seconds(job: Job, *, moe: bool, backward: bool, cal: Calibration) -> float:
+def elementwise_seconds(job: Job, kind: LayerKind, *, backward: bool, cal: Calibration) -> float:
     """Memory-bound kernels of one layer pass for one micro-batch on one GPU.
 
     Residual stream (width h, split over tp with sequence parallel): two norms, two residual adds,
@@ -287,7 +288,7 @@ def elementwise_seconds(job: Job, *, moe: bool, backward: bool, cal: Calibration
     if m.position_embedding is PositionKind.ROPE:
         total += _op_seconds(job, "rope", (m.q_width + m.kv_width) / lay.tp * t, backward, cal)
     act = "swiglu" if m.mlp is MLPKind.SWIGLU else "gelu"
-    if moe:
+    if kind.moe:
         assert m.moe is not None
         routed = expert_tokens_per_gpu(job)
         total += _op_seconds(job, act, m.moe.expert_ffn_hidden_size / job.etp * routed, backward, cal)
@@ -328,13 +329,13 @@ def fp8_casts_separate(job: Job) -> bool:
     return tr.precision is Precision.FP8 and tr.framework is Framework.TORCHTITAN and job.cluster.gpu.peak_flop_per_s.fp8 is not None
 
 
-def fp8_cast_bytes(job: Job, *, moe: bool) -> tuple[float, float]:
+def fp8_cast_bytes(job: Job, kind: LayerKind) -> tuple[float, float]:
     """Bytes the fp8 casts of one layer move for one micro-batch, (forward, backward). A GEMM
     (m x k)·(k x n) casts input and weight forward (mk + kn), and grad_output twice, weight and
     input backward (2mn + kn + mk)."""
     if not fp8_casts_separate(job):
         return 0.0, 0.0
-    gemms = layer_gemms(job, moe=moe)
+    gemms = layer_gemms(job, kind)
     fwd = sum(g.count * (g.m * g.k + g.k * g.n) for g in gemms)
     bwd = sum(g.count * (2 * g.m * g.n + g.k * g.n + g.m * g.k) for g in gemms)
     return FP8_CAST_BYTES * fwd, FP8_CAST_BYTES * bwd
@@ -359,12 +360,12 @@ class Block:
     row_dgrad: float
 
 
-def tp_blocks(job: Job, *, moe: bool, cal: Calibration) -> tuple[Block, ...]:
+def tp_blocks(job: Job, kind: LayerKind, *, cal: Calibration) -> tuple[Block, ...]:
     """The attention block, and the dense MLP or an MoE layer's shared experts (routed experts are
     not split over tp: Megatron gives them their own etp, flops.moe_gemms)."""
-    by_name = {g.name: g for g in layer_gemms(job, moe=moe)}
+    by_name = {g.name: g for g in layer_gemms(job, kind)}
     pairs = [("qkv", "out_proj")]
-    if moe:
+    if kind.moe:
         if "shared_fc1" in by_name:
             pairs.append(("shared_fc1", "shared_fc2"))
     else:
@@ -412,24 +413,24 @@ class LayerTime:
         return self.gemm + self.attention + self.elementwise + self.fp8_cast
 
 
-def layer_time(job: Job, *, moe: bool, cal: Calibration) -> LayerTime:
-    key = ("layer_time", moe, cal.key)
+def layer_time(job: Job, kind: LayerKind, *, cal: Calibration) -> LayerTime:
+    key = ("layer_time", kind, cal.key)
     if key in job.memo:
         return job.memo[key]
     gpu, prec = job.cluster.gpu, _gemm_precision(job)
-    gemms = layer_gemms(job, moe=moe)
+    gemms = layer_gemms(job, kind)
     over = 1 + _te_fp8(job)
     fwd = sum(gemm_seconds(g, gpu, prec, cal) for g in gemms) * over
     bwd = sum(gemm_seconds(x, gpu, prec, cal) for g in gemms for x in backward_gemms(g)) * over
     att = attention_kernels(job, cal)
-    cast_fwd, cast_bwd = fp8_cast_bytes(job, moe=moe)
+    cast_fwd, cast_bwd = fp8_cast_bytes(job, kind)
     out = LayerTime(
         gemm=fwd,
         gemm_backward=bwd,
         attention=att.forward_s,
         attention_backward=att.backward_s,
-        elementwise=elementwise_seconds(job, moe=moe, backward=False, cal=cal),
-        elementwise_backward=elementwise_seconds(job, moe=moe, backward=True, cal=cal),
+        elementwise=elementwise_seconds(job, kind, backward=False, cal=cal),
+        elementwise_backward=elementwise_seconds(job, kind, backward=True, cal=cal),
         fp8_cast=_memory_seconds(job, cast_fwd, cal),
         fp8_cast_backward=_memory_seconds(job, cast_bwd, cal),
     )

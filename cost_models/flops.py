@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from cost_models.enums import AttentionKernel, Framework, MLPKind, Recompute
 from cost_models.job import Job
-from cost_models.model_spec import ModelSpec
+from cost_models.model_spec import LayerKind, ModelSpec
 from cost_models.states import local_kv_heads, padded_vocab
 
 FLASH_BACKWARD_FACTOR = 2.5  # see the module docstring
@@ -118,8 +118,8 @@ def moe_gemms(job: Job) -> tuple[Gemm, ...]:
     return tuple(out)
 
 
-def layer_gemms(job: Job, *, moe: bool) -> tuple[Gemm, ...]:
-    mlp = moe_gemms(job) if moe else mlp_gemms(job.model, "mlp", tokens(job), job.model.ffn_hidden_size // job.layout.tp)
+def layer_gemms(job: Job, kind: LayerKind) -> tuple[Gemm, ...]:
+    mlp = moe_gemms(job) if kind.moe else mlp_gemms(job.model, "mlp", tokens(job), job.model.ffn_hidden_size // job.layout.tp)
     return attention_gemms(job) + mlp
 
 
@@ -174,8 +174,8 @@ def recomputed_share(job: Job, mode: Recompute) -> tuple[float, float]:
     return 0.0, 1.0
 
 
-def layer_flops(job: Job, *, moe: bool, mode: Recompute) -> LayerFlops:
-    gemm = sum(g.flop for g in layer_gemms(job, moe=moe))
+def layer_flops(job: Job, kind: LayerKind, *, mode: Recompute) -> LayerFlops:
+    gemm = sum(g.flop for g in layer_gemms(job, kind))
     attention = core_attention(job).flop
     share_gemm, share_attn = recomputed_share(job, mode)
     return LayerFlops(gemm, attention, share_gemm * gemm, share_attn * attention, attention_backward_factor(job))

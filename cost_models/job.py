@@ -123,11 +123,11 @@ class Job:
 
     def rank_signature(self, rank: int) -> tuple:
         """What a pipeline rank's costs depend on besides the job: whether it is the first and/or the
-        last rank, and each chunk's layers as (is MoE, recompute mode). Ranks with equal signatures
+        last rank, and each chunk's layers as (layer kind, recompute mode). Ranks with equal signatures
         (the middle ranks of most pipelines) cost the same per micro-batch."""
         key = ("rank_signature", rank)
         if key not in self.memo:
-            is_moe = self.model.is_moe_layer
-            chunks = tuple(tuple((is_moe(i), self.recompute_mode(n)) for n, i in enumerate(c)) for c in self.stage_chunks[rank])
+            kind = self.model.layer_kind
+            chunks = tuple(tuple((kind(i), self.recompute_mode(n)) for n, i in enumerate(c)) for c in self.stage_chunks[rank])
             self.memo[key] = (rank == 0, rank == self.layout.pp - 1, chunks)
         return self.memo[key]

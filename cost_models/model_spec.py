@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import unicodedata
 from functools import cache, cached_property
-from typing import Annotated, Literal
+from typing import Annotated, Literal, NamedTuple
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
@@ -134,6 +134,18 @@ class RopeScaling(Spec):
     original_max_position_embeddings: Count
 
 
+class LayerKind(NamedTuple):
+    """What one decoder layer's parameters and costs depend on besides the job. Layers of one kind
+    cost the same, so every price is computed once per kind (and per recompute mode)."""
+
+    moe: bool = False  # an MoE block in place of the dense MLP
+
+    @property
+    def label(self) -> str:
+        """A name for the kind in breakdowns (`dense_layers`, `moe_layers`), one per kind."""
+        return "moe" if self.moe else "dense"
+
+
 class ModelSpec(Spec):
     name: Name = "custom"
     num_layers: Count
@@ -223,12 +235,24 @@ class ModelSpec(Spec):
     def moe_layer_ids(self) -> tuple[int, ...]:
         return tuple(i for i in range(self.num_layers) if self.is_moe_layer(i))
 
+    def layer_kind(self, i: int) -> LayerKind:
+        return LayerKind(moe=self.is_moe_layer(i))
+
     @cached_property
-    def layer_kinds(self) -> dict[bool, int]:
-        """One layer id per kind of decoder layer (False: dense, True: MoE), the first of each."""
-        out: dict[bool, int] = {}
+    def layer_kinds(self) -> dict[LayerKind, int]:
+        """One layer id per kind of decoder layer, the first of each, in layer order."""
+        out: dict[LayerKind, int] = {}
         for i in range(self.num_layers):
-            out.setdefault(self.is_moe_layer(i), i)
+            out.setdefault(self.layer_kind(i), i)
+        return out
+
+    @cached_property
+    def layer_kind_counts(self) -> dict[LayerKind, int]:
+        """How many decoder layers are of each kind."""
+        out: dict[LayerKind, int] = {}
+        for i in range(self.num_layers):
+            kind = self.layer_kind(i)
+            out[kind] = out.get(kind, 0) + 1
         return out
 
     @property

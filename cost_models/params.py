@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from cost_models.breakdown import Breakdown
 from cost_models.enums import MLPKind, NormKind, PositionKind
-from cost_models.model_spec import ModelSpec
+from cost_models.model_spec import LayerKind, ModelSpec
 
 
 def norm_params(spec: ModelSpec, width: int) -> int:
@@ -51,13 +51,13 @@ def moe_params(spec: ModelSpec, *, active: bool = False) -> Breakdown:
     )
 
 
-def layer_params(spec: ModelSpec, *, moe: bool, active: bool = False) -> Breakdown:
-    """One decoder layer: two norms, attention, and a dense MLP or an MoE block."""
+def layer_params(spec: ModelSpec, kind: LayerKind, *, active: bool = False) -> Breakdown:
+    """One decoder layer of a kind: two norms, attention, and a dense MLP or an MoE block."""
     return Breakdown.of(
         "params",
         norms=2 * norm_params(spec, spec.hidden_size),
         attention=attention_params(spec),
-        mlp=moe_params(spec, active=active) if moe else mlp_params(spec, spec.ffn_hidden_size),
+        mlp=moe_params(spec, active=active) if kind.moe else mlp_params(spec, spec.ffn_hidden_size),
     )
 
 
@@ -82,11 +82,8 @@ def head_params(spec: ModelSpec) -> Breakdown:
 
 def model_params(spec: ModelSpec, *, active: bool = False) -> Breakdown:
     """All parameters; `active=True` counts only top_k routed experts per MoE layer."""
-    n_moe = spec.num_moe_layers
     parts: dict[str, Breakdown] = {"embedding": embedding_params(spec)}
-    if spec.num_dense_layers:
-        parts["dense_layers"] = layer_params(spec, moe=False).scaled(spec.num_dense_layers)
-    if n_moe:
-        parts["moe_layers"] = layer_params(spec, moe=True, active=active).scaled(n_moe)
+    for kind, n in spec.layer_kind_counts.items():
+        parts[f"{kind.label}_layers"] = layer_params(spec, kind, active=active).scaled(n)
     parts["head"] = head_params(spec)
     return Breakdown.of("params", **parts)

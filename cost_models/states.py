@@ -48,7 +48,7 @@ class LayerParams:
 
 def local_layer_params(job: Job, layer_id: int) -> LayerParams:
     """Parameters of one decoder layer on one GPU: the same for every layer of a kind (dense/MoE)."""
-    key = ("layer_params", job.model.is_moe_layer(layer_id))
+    key = ("layer_params", job.model.layer_kind(layer_id))
     if key not in job.memo:
         job.memo[key] = _local_layer_params(job, layer_id)
     return job.memo[key]

@@ -60,6 +60,7 @@ from cost_models.compute import (
 from cost_models.enums import Framework, MoEDispatch, Precision, Recompute, Zero
 from cost_models.flops import GEMM_BACKWARD_FACTOR, expert_tokens_per_gpu, head_gemm, layer_flops, model_flops_per_token, recomputed_share, tokens
 from cost_models.job import Job
+from cost_models.model_spec import LayerKind
 from cost_models.memory import DEEPSPEED_BUCKET_ELEMENTS, DEEPSPEED_PREFETCH_ELEMENTS
 from cost_models.states import dense_params, local_kv_heads, local_layer_params, rank_params
 
@@ -306,9 +307,9 @@ def ep_exposure(job: Job, passes: int, compute_s: float, cal: Calibration) -> Ex
 # --- one layer pass --------------------------------------------------------------------------------
 
 
-def layer_pass(job: Job, *, moe: bool, mode: Recompute, cal: Calibration) -> LayerPass:
-    lt = layer_time(job, moe=moe, cal=cal)
-    flops = layer_flops(job, moe=moe, mode=mode)
+def layer_pass(job: Job, kind: LayerKind, *, mode: Recompute, cal: Calibration) -> LayerPass:
+    lt = layer_time(job, kind, cal=cal)
+    flops = layer_flops(job, kind, mode=mode)
     share_gemm, share_attn = recomputed_share(job, mode)
     recompute = (
         share_gemm * (lt.gemm + lt.fp8_cast)
@@ -318,12 +319,12 @@ def layer_pass(job: Job, *, moe: bool, mode: Recompute, cal: Calibration) -> Lay
     # passes that run the layer's forward collectives: forward, and forward again under full
     # recompute (selective recompute repeats local work only)
     fwd_passes = 2 if mode is Recompute.FULL else 1
-    blocks = tp_blocks(job, moe=moe, cal=cal)
+    blocks = tp_blocks(job, kind, cal=cal)
     tp = tp_exposure(job, blocks, backward=False, cal=cal).times(fwd_passes) + tp_exposure(job, blocks, backward=True, cal=cal)
-    etp = _etp_comm(job) * (fwd_passes + 1) if moe else 0.0
+    etp = _etp_comm(job) * (fwd_passes + 1) if kind.moe else 0.0
     cp_f, cp_b = cp_exposure(job, cal)
     cp = cp_f.times(fwd_passes) + cp_b
-    ep = ep_exposure(job, fwd_passes + 1, lt.gemm + lt.gemm_backward + lt.attention + lt.attention_backward, cal) if moe else Exposure()
+    ep = ep_exposure(job, fwd_passes + 1, lt.gemm + lt.gemm_backward + lt.attention + lt.attention_backward, cal) if kind.moe else Exposure()
     compute = Breakdown.of(
         "s",
         gemm=lt.gemm + lt.gemm_backward,
@@ -354,7 +355,7 @@ def _expert_group(job: Job):
 
 
 def fsdp_layer_comm(job: Job, layer_id: int) -> tuple[float, float]:
-    key = ("fsdp_layer_comm", job.model.is_moe_layer(layer_id))
+    key = ("fsdp_layer_comm", job.model.layer_kind(layer_id))
     if key not in job.memo:
         job.memo[key] = _fsdp_layer_comm(job, layer_id)
     return job.memo[key]
@@ -535,8 +536,7 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[bool, R
     layer_params: list[int] = []
     for chunk in job.stage_chunks[rank]:
         for pos, layer_id in enumerate(chunk):
-            moe = job.model.is_moe_layer(layer_id)
-            lp = passes[moe, job.recompute_mode(pos)]
+            lp = passes[job.model.layer_kind(layer_id), job.recompute_mode(pos)]
             for name in COMPUTE_PARTS[:-2]:
                 parts[name] += lp.compute.value(name)
             for name in ("tp", "cp", "ep"):
@@ -720,8 +720,7 @@ def expected_max_normal(n: int) -> float:
 
 def time_estimate(job: Job, *, calibration: Calibration = DEFAULT) -> TimeEstimate:
     modes = {job.recompute_mode(0), job.recompute_mode(10**9), job.layout.recompute, Recompute.NONE}
-    kinds = {job.model.is_moe_layer(i) for i in range(job.model.num_layers)}
-    passes = {(moe, mode): layer_pass(job, moe=moe, mode=mode, cal=calibration) for moe in kinds for mode in modes}
+    passes = {(kind, mode): layer_pass(job, kind, mode=mode, cal=calibration) for kind in job.model.layer_kinds for mode in modes}
     alike: dict[tuple, StageTime] = {}  # ranks with equal signatures cost the same
     stages = []
     for r in range(job.layout.pp):

@@ -232,7 +232,7 @@ def shard_table(problem: Problem, shard: Shard, cal: Calibration) -> ShardTable:
     job = shape_job(problem, shard)
     assert job is not None
     kinds = problem.model.layer_kinds
-    passes = {mode: [layer_pass(job, moe=moe, mode=mode, cal=cal) for moe in kinds] for mode in MODES}
+    passes = {mode: [layer_pass(job, kind, mode=mode, cal=cal) for kind in kinds] for mode in MODES}
     costs = layer_costs(job, MODES)
     kept = {m: min(c.kept_bytes for (_, mm), c in costs.items() if mm is m) for m in MODES}
     head = head_pass_time(job, cal) * NS

@@ -13,6 +13,7 @@ from cost_models.calibration import DEFAULT
 from cost_models.comm import Collective, collective_time, placement, send_recv_time
 from cost_models.compute import attention_kernels, chunk_seconds, tp_blocks
 from cost_models.enums import MoEDispatch
+from cost_models.model_spec import LayerKind
 from cost_models.step_time import (
     _ep_comm,
     _kv_bytes,
@@ -161,7 +162,7 @@ def test_chunked_all_gather_gemm_hides_each_transfer_behind_the_previous_chunk()
     # Megatron --tp-comm-overlap (TE userbuffers ring exchange), tp 8: the column GEMM runs in 8
     # chunks of tokens/8 rows; chunk i+1 moves while chunk i multiplies, the last has nothing to hide
     job = make_job("llama-3.1-70b", gpus=8, tp=8, training=dict(tp_comm_overlap=True))
-    b = tp_blocks(job, moe=False, cal=DEFAULT)[0]
+    b = tp_blocks(job, LayerKind(), cal=DEFAULT)[0]
     rows = 8192
     g = chunk_seconds(b.col, rows // 8, job, DEFAULT)
     for transfer in (0.1 * g, 2 * g):
