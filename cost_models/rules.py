@@ -465,6 +465,27 @@ RULES: tuple[Rule, ...] = (
 )
 
 
+def _unordered_queues(job: Job) -> str | None:
+    if not job.unordered_queues:
+        return None
+    axes = " and ".join(f"{a} {v}" for a, v in (("tp", job.layout.tp), ("cp", job.layout.cp)) if v > 1)
+    return (f"Megatron-LM warns against {axes} with fully sharded data parallelism before Blackwell: FSDP needs "
+            "CUDA_DEVICE_MAX_CONNECTIONS unset, tp's backward overlap needs it 1; the backward tp collectives are "
+            "priced exposed")
+
+
+# What a framework warns about a legal layout: said beside the plan and priced where it costs time.
+NOTES: tuple[Rule, ...] = (
+    Rule("unordered_queues", frozenset({MEGATRON}), _unordered_queues,
+         "Megatron-LM@d98e8a64 arguments.py L1451-1465, core/tensor_parallel/layers.py L842-849"),
+)
+
+
+def notes(job: Job) -> list[str]:
+    """The framework's warnings about a legal job, in NOTES order."""
+    return [m for rule in NOTES if job.training.framework in rule.frameworks and (m := rule.check(job))]
+
+
 def violations(job: Job) -> list[tuple[str, str]]:
     """Every rule the job breaks, as (rule name, message), in rule order."""
     out = []

@@ -179,7 +179,8 @@ def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Cal
     under userbuffers); the column GEMM's input is all-gathered beside its dgrad GEMM and its input
     gradient reduce-scattered (all-reduced) beside its wgrad GEMM
     (TransformerEngine@d0067d0d transformer_engine/pytorch/module/linear.py backward; under
-    userbuffers as "bulk" overlaps on UB_SMS SMs). torchtitan's DTensor plan runs both backward
+    userbuffers as "bulk" overlaps on UB_SMS SMs); exposed where FSDP leaves the hardware queues
+    unordered (Job.unordered_queues). torchtitan's DTensor plan runs both backward
     collectives as plain ops, exposed, unless async TP chunks them."""
     tp = job.layout.tp
     if tp == 1:
@@ -212,6 +213,8 @@ def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Cal
             ub = UB_SMS / _sms(job)
             out += _ring_exchange(job, b.row, t, b.row_dgrad, chunk_transfer, cal)
             out += _hidden(ag, b.col_dgrad, ub) + _hidden(rs, b.col_wgrad, ub)
+        elif job.unordered_queues:  # no ordering: the collectives are not launched ahead of the GEMMs
+            out += Exposure(2 * ag + rs) if job.sp else Exposure(ar)
         elif job.sp:
             out += Exposure(ag) + _hidden(ag, b.col_dgrad, share) + _hidden(rs, b.col_wgrad, share)
         else:
