@@ -237,6 +237,28 @@ def test_plan_never_ranks_what_its_launch_refuses():
     assert any("launch refuses it: DeepSpeed's pipeline" in r.reason for r in result.rejected)
 
 
+def test_a_refused_model_is_not_a_refused_layout():
+    # the search skips layouts the launch refuses (LayoutError) and leaves refusals of the model to
+    # `launch`: BLOOM's alibi positions have no Megatron flag, whatever the layout
+    from cost_models.errors import LayoutError
+    from planner.launch.build import launch_refusal
+    from tests.helpers import make_job
+
+    pipeline = make_job("llama-3.1-8b", gpus=16, pp=2, training=dict(framework="deepspeed"))
+    assert isinstance(launch_refusal(pipeline), LayoutError)
+    bloom = make_job(_bloom(), gpus=8)
+    refused = launch_refusal(bloom)
+    assert refused is not None and not isinstance(refused, LayoutError) and "alibi" in str(refused)
+
+
+def _bloom():
+    from cost_models.model_spec import ModelSpec
+
+    return ModelSpec(name="bloom-tiny", num_layers=2, hidden_size=256, ffn_hidden_size=1024, num_attention_heads=8,
+                     vocab_size=1000, mlp="gelu", norm="layernorm", position_embedding="alibi", qkv_bias=True,
+                     out_bias=True, mlp_bias=True, embedding_norm=True)
+
+
 def _fake_plan(step_s: float, peak_fraction: float, **layout):
     from types import SimpleNamespace
 

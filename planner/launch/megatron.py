@@ -15,7 +15,7 @@ from cost_models.enums import (
     AttentionKernel, MLPKind, MoEDispatch, NormKind, OptimizerKind, PositionKind, Precision, Recompute, RouterScore,
     Schedule, Zero,
 )
-from cost_models.errors import SpecError
+from cost_models.errors import LayoutError, SpecError
 from cost_models.job import Job
 from planner.launch.shell import Raw, Word, command
 from planner.launch.slurm import environment_lines, script_head, torchrun_head
@@ -101,10 +101,10 @@ def check(target: Target) -> None:
             "(moe_utils.py topk_routing_with_score_function); renormalize_top_k = false has no flag"
         )
     if job.schedule is Schedule.GPIPE and lay.pp > 1:
-        raise SpecError("layout: Megatron pipelines run 1F1B or interleaved 1F1B, not gpipe; drop --schedule gpipe [megatron]")
+        raise LayoutError("layout: Megatron pipelines run 1F1B or interleaved 1F1B, not gpipe; drop --schedule gpipe [megatron]")
     fsdp = fsdp_kind(job, target)
     if fsdp is not None and lay.pp > 1:
-        raise SpecError(
+        raise LayoutError(
             f"layout: zero {int(job.zero)} runs Megatron's fully sharded data parallel, which runs with pp = 1 "
             f"(pp={lay.pp}; ARG L1031-1049 for torch-FSDP2); use zero 1 (distributed optimizer) [megatron]"
         )
@@ -120,7 +120,7 @@ def check(target: Target) -> None:
         elif lay.dp_shard != job.dp:
             why = f"sharding within groups of {lay.dp_shard} (HSDP has no torch-FSDP2 flag in Megatron)"
         if why:
-            raise SpecError(f"layout: Megatron's --use-torch-fsdp2 does not run with {why} (ARG L1031-1049); use --megatron-fsdp megatron")
+            raise LayoutError(f"layout: Megatron's --use-torch-fsdp2 does not run with {why} (ARG L1031-1049); use --megatron-fsdp megatron")
 
 
 def args(target: Target) -> dict[str, list[Flag]]:
