@@ -34,6 +34,96 @@ def test_bad_patterns_name_the_rule():
             ModelSpec.model_validate({**base, **update})
 
 
+
+def _job(**layout):
+    from helpers import make_job
+
+    return make_job(TINY, gpus=layout.pop("gpus", 1), training={"seq_len": 16, "global_batch_size": layout.pop("gbs", 8)}, **layout)
+
+
+def test_ssd_scan_flops_by_hand():
+    # Dao & Gu 2024 Sec. 6 per chunk: C·Bᵀ 2·Q²·N per group; (L∘CBᵀ)·X 2·Q²·P, Bᵀ·X 2·Q·N·P and C·h
+    # 2·Q·N·P per head. T = 16, Q = 8, N = 16, P = 8, H = 8, G = 2: T·(H·(2QP + 4NP) + G·2QN) = 90,112.
+    from cost_models.flops import layer_flops
+    from cost_models.enums import Recompute
+
+    job = _job()
+    mamba, attention, mlp = (TINY.layer_kind(i) for i in (0, 1, 2))
+    f = layer_flops(job, mamba, mode=Recompute.NONE)
+    assert f.forward_attention == 16 * (8 * (2 * 8 * 8 + 4 * 16 * 8) + 2 * 2 * 8 * 16) == 90_112
+    # in_proj 2·16·(2·64 + 2·2·16 + 8)·32 + out_proj 2·16·32·64
+    assert f.forward_gemm == 2 * 16 * 200 * 32 + 2 * 16 * 32 * 64
+    assert f.backward == 2 * f.forward
+    assert layer_flops(job, mlp, mode=Recompute.NONE).forward_attention == 0
+    assert layer_flops(job, mlp, mode=Recompute.NONE).forward_gemm == 2 * (2 * 16 * 64 * 32)
+    # an attention layer without MLP: q, k, v (32 + 2·16 wide) and o, plus causal core attention
+    assert layer_flops(job, attention, mode=Recompute.NONE).forward_gemm == 2 * 16 * 64 * 32 + 2 * 16 * 32 * 32
+
+
+def test_mamba_layer_activations_and_selective_recompute():
+    # Megatron, tp 2 with sp, one sequence of 16 tokens: zxBCdt 16·200/2 bf16, the gated norm's input
+    # 16·64/2 bf16 and rstd 16·2/2 fp32, out_proj's input 16·64/2 bf16, in_proj's (sp-sharded) input
+    # 16·32/2 bf16, the pre-norm's input 16·32/2 bf16 and rstd 8 fp32.
+    from cost_models import activations as act
+    from cost_models.enums import Recompute
+
+    job = _job(gpus=2, tp=2)
+    items = act.layer_items(job, 0)["mamba"]
+    assert items.value("zxbcdt") == 16 * 100 * 2
+    assert items.value("gated_norm") == 16 * 32 * 2 + 16 * 1 * 4
+    assert items.value("out_proj_input") == 16 * 32 * 2
+    assert items.total == 3200 + 1088 + 1024 + 16 * 16 * 2 + (8 * 32 * 2 + 8 * 4)
+    # Megatron's selective recompute (core attention) leaves a Mamba layer whole
+    assert act.layer_activations(job, 0, Recompute.SELECTIVE).total == items.total
+    assert "attention" not in dict(act.layer_items(job, 2)) and "mamba" not in dict(act.layer_items(job, 2))
+
+
+def test_hybrid_rules_refuse_in_one_line():
+    from cost_models.errors import SpecError
+
+    with pytest.raises(SpecError, match=r"num_groups\(2\) must both be divisible by tp\(4\)"):
+        _job(gpus=4, tp=4)
+    with pytest.raises(SpecError, match="use cp = 1"):
+        _job(gpus=2, cp=2)
+    with pytest.raises(SpecError, match="torchtitan ships no Mamba mixer.*--framework megatron"):
+        from helpers import make_job
+
+        make_job(TINY, gpus=1, training={"seq_len": 16, "framework": "torchtitan"})
+
+
+def test_megatron_launch_splits_the_pattern_at_the_planners_stages():
+    from cost_models.errors import SpecError
+    from planner.launch.megatron import hybrid_pattern, train_sh
+    from planner.launch.target import Target
+
+    from helpers import make_job
+
+    spec = ModelSpec.model_validate({**TINY.model_dump(), "mamba": {**TINY.mamba.model_dump(), "chunk_size": 128}})
+    job = make_job(spec, gpus=2, training={"seq_len": 16, "global_batch_size": 8}, pp=2, pp_first_stage_layers=3)
+    pattern = hybrid_pattern(job)
+    segments = pattern.split("|")
+    assert segments == ["M*-", "M-"]
+    text = train_sh(Target(job=job))
+    assert '"$MEGATRON_LM/pretrain_hybrid.py"' in text and "--num-layers " not in text
+    for flag in ("--hybrid-layer-pattern", "--mamba-num-heads 8", "--mamba-num-groups 2", "--mamba-state-dim 16",
+                 "--mamba-head-dim 8", "--squared-relu", "--position-embedding-type none", "hybrid_stack_spec"):
+        assert flag in text
+    assert "virtual" not in text and "decoder-first" not in text  # the | segments say it
+    with pytest.raises(SpecError, match="chunk_size 8 have no Megatron flags"):
+        train_sh(Target(job=_job()))
+
+
+def test_estimate_and_plan_run_for_the_presets():
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    out = CliRunner().invoke(app, ["estimate", "nemotron-h-8b", "-c", "dgx-h100", "-g", "16", "--tp", "4", "--seq-len", "8192", "--json"])
+    assert out.exit_code == 0, out.output
+    bad = CliRunner().invoke(app, ["estimate", "nemotron-h-8b", "-c", "dgx-h100", "-g", "16", "--framework", "torchtitan"])
+    assert bad.exit_code == 2 and "Traceback" not in bad.output
+
+
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
