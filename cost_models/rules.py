@@ -129,7 +129,8 @@ def _ffn(job: Job) -> str | None:
 def _hybrid_framework(job: Job) -> str | None:
     if job.model.hybrid_pattern is not None:
         return (f"model {job.model.name!r} has Mamba-2 / hybrid layers, which {job.training.framework} does not run here "
-                "(torchtitan ships no Mamba mixer; the DeepSpeed launch builds no Nemotron-H model); "
+                "(torchtitan ships no Mamba mixer; DeepSpeed's transformers NemotronH runs mamba_ssm's kernels or a torch "
+                "fallback, which this planner does not price); "
                 "use --framework megatron (Megatron-LM pretrain_hybrid.py)")
     return None
 
@@ -462,7 +463,7 @@ RULES: tuple[Rule, ...] = (
     Rule("heads_tp", ALL, _heads, "Megatron transformer_config.py L1446-1450"),
     Rule("kv_heads_tp", frozenset({MEGATRON, DEEPSPEED}), _kv_heads_megatron, "Megatron transformer_config.py L1461-1467"),
     Rule("kv_heads_tp", frozenset({TITAN}), _kv_heads_titan, "torchtitan colwise wk/wv shard whole heads"),
-    Rule("hybrid_framework", frozenset({TITAN, DEEPSPEED}), _hybrid_framework, "torchtitan models/ has no Mamba; planner/launch/hf_config.py writes no nemotron_h config"),
+    Rule("hybrid_framework", frozenset({TITAN, DEEPSPEED}), _hybrid_framework, "torchtitan models/ has no Mamba; transformers v5.23.0 NemotronHMamba2Mixer picks mamba_ssm kernels or a torch path at run time"),
     Rule("mamba_tp", ALL, _mamba_tp, "Megatron-LM@d98e8a64 megatron/core/ssm/mamba_mixer.py L262-274 (nheads % tp, ngroups % tp)"),
     Rule("mamba_cp", ALL, _mamba_cp, "Megatron-LM@d98e8a64 megatron/core/ssm/mamba_context_parallel.py (all-to-all CP, not priced)"),
     Rule("ffn_tp", ALL, _ffn, "Megatron ColumnParallelLinear divides the output dim by tp"),
