@@ -8,7 +8,7 @@ Each count is the number of elements of the weight and bias tensors a standard i
 from __future__ import annotations
 
 from cost_models.breakdown import Breakdown
-from cost_models.enums import MLPKind, NormKind, PositionKind
+from cost_models.enums import MixerKind, MLPKind, NormKind, PositionKind
 from cost_models.model_spec import LayerKind, ModelSpec
 
 
@@ -29,8 +29,25 @@ def attention_params(spec: ModelSpec) -> Breakdown:
     )
 
 
+def mamba_params(spec: ModelSpec) -> Breakdown:
+    """One Mamba-2 mixer (transformers NemotronHMamba2Mixer.__init__, v5.23.0; Megatron MambaMixer):
+    in_proj h -> [z, x, B, C, dt], the depthwise conv1d over [x, B, C] (conv_kernel taps per channel),
+    dt_bias, A_log and D per head, the gated RMSNorm's weight over the inner width, out_proj inner -> h."""
+    mb = spec.mamba
+    assert mb is not None
+    h = spec.hidden_size
+    return Breakdown.of(
+        "params",
+        in_proj=h * mb.in_proj_width + (mb.in_proj_width if mb.proj_bias else 0),
+        conv1d=mb.conv_dim * mb.conv_kernel + (mb.conv_dim if mb.conv_bias else 0),
+        per_head=3 * mb.num_heads,  # dt_bias, A_log, D
+        norm=mb.inner,
+        out_proj=mb.inner * h + (h if mb.proj_bias else 0),
+    )
+
+
 def mlp_params(spec: ModelSpec, ffn: int) -> int:
-    """GELU: h->f, f->h. SwiGLU: gate and up h->f, down f->h. Biases on every matrix if mlp_bias."""
+    """GELU and squared ReLU: h->f, f->h. SwiGLU: gate and up h->f, down f->h. Biases on every matrix if mlp_bias."""
     h = spec.hidden_size
     if spec.mlp is MLPKind.SWIGLU:
         return 3 * h * ffn + ((2 * ffn + h) if spec.mlp_bias else 0)
@@ -52,13 +69,16 @@ def moe_params(spec: ModelSpec, *, active: bool = False) -> Breakdown:
 
 
 def layer_params(spec: ModelSpec, kind: LayerKind, *, active: bool = False) -> Breakdown:
-    """One decoder layer of a kind: two norms, attention, and a dense MLP or an MoE block."""
-    return Breakdown.of(
-        "params",
-        norms=2 * norm_params(spec, spec.hidden_size),
-        attention=attention_params(spec),
-        mlp=moe_params(spec, active=active) if kind.moe else mlp_params(spec, spec.ffn_hidden_size),
-    )
+    """One decoder layer of a kind: a norm before each block, the mixer (attention or Mamba-2; none
+    in an MLP-only layer), and a dense MLP or an MoE block (none in a hybrid model's mixer layers)."""
+    parts: dict[str, int | Breakdown] = {"norms": kind.norms * norm_params(spec, spec.hidden_size)}
+    if kind.mixer is MixerKind.ATTENTION:
+        parts["attention"] = attention_params(spec)
+    elif kind.mixer is MixerKind.MAMBA:
+        parts["mamba"] = mamba_params(spec)
+    if kind.mlp:
+        parts["mlp"] = moe_params(spec, active=active) if kind.moe else mlp_params(spec, spec.ffn_hidden_size)
+    return Breakdown.of("params", **parts)
 
 
 def embedding_params(spec: ModelSpec) -> Breakdown:

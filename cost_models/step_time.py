@@ -57,7 +57,7 @@ from cost_models.compute import (
     optimizer_time,
     tp_blocks,
 )
-from cost_models.enums import Framework, MoEDispatch, Precision, Recompute, Zero
+from cost_models.enums import Framework, MixerKind, MoEDispatch, Precision, Recompute, Zero
 from cost_models.flops import GEMM_BACKWARD_FACTOR, expert_tokens_per_gpu, head_gemm, layer_flops, model_flops_per_token, recomputed_share, tokens
 from cost_models.job import Job
 from cost_models.model_spec import LayerKind
@@ -313,7 +313,7 @@ def ep_exposure(job: Job, passes: int, compute_s: float, cal: Calibration) -> Ex
 def layer_pass(job: Job, kind: LayerKind, *, mode: Recompute, cal: Calibration) -> LayerPass:
     lt = layer_time(job, kind, cal=cal)
     flops = layer_flops(job, kind, mode=mode)
-    share_gemm, share_attn = recomputed_share(job, mode)
+    share_gemm, share_attn = recomputed_share(job, mode, kind)
     recompute = (
         share_gemm * (lt.gemm + lt.fp8_cast)
         + share_attn * lt.attention
@@ -325,7 +325,7 @@ def layer_pass(job: Job, kind: LayerKind, *, mode: Recompute, cal: Calibration) 
     blocks = tp_blocks(job, kind, cal=cal)
     tp = tp_exposure(job, blocks, backward=False, cal=cal).times(fwd_passes) + tp_exposure(job, blocks, backward=True, cal=cal)
     etp = _etp_comm(job) * (fwd_passes + 1) if kind.moe else 0.0
-    cp_f, cp_b = cp_exposure(job, cal)
+    cp_f, cp_b = cp_exposure(job, cal) if kind.mixer is MixerKind.ATTENTION else (Exposure(), Exposure())
     cp = cp_f.times(fwd_passes) + cp_b
     ep = ep_exposure(job, fwd_passes + 1, lt.gemm + lt.gemm_backward + lt.attention + lt.attention_backward, cal) if kind.moe else Exposure()
     compute = Breakdown.of(

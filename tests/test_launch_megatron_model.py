@@ -156,7 +156,10 @@ def _check(spec, model, config) -> None:
         assert (mlp.shared_experts is not None) is bool(moe.num_shared_experts)
 
 
-@pytest.mark.parametrize("name", sorted(presets.models()))
+# Hybrid Mamba presets run pretrain_hybrid.py, whose MambaMixer needs the mamba_ssm CUDA package
+# (Megatron-LM@d98e8a64 megatron/core/ssm/mamba_mixer.py L206-209 raises ImportError without it);
+# tests/test_hybrid.py checks their emitted flags.
+@pytest.mark.parametrize("name", sorted(n for n, m in presets.models().items() if m.hybrid_pattern is None))
 def test_megatron_builds_the_planned_preset(name, tmp_path, model_parallel):
     spec, argv = _emitted(name, tmp_path)
     model, config = _build(argv)

@@ -26,11 +26,14 @@ ARCHITECTURES = {
     "gpt2": "GPT2LMHeadModel",
     "gpt_neox": "GPTNeoXForCausalLM",
     "bloom": "BloomForCausalLM",
+    "nemotron_h": "NemotronHForCausalLM",
 }
 
 
 def model_type(m: ModelSpec) -> str:
     """The transformers architecture whose modules are the spec's (checked by the read-back)."""
+    if m.hybrid_pattern is not None:
+        return "nemotron_h"
     if m.position_embedding is PositionKind.ALIBI:
         return "bloom"
     if m.position_embedding is PositionKind.LEARNED:
@@ -121,6 +124,25 @@ def _gelu(m: ModelSpec, kind: str) -> dict[str, Any]:
     }
 
 
+def _nemotron_h(m: ModelSpec) -> dict[str, Any]:
+    """NemotronHConfig keys (transformers v5.23.0), the pattern as hybrid_override_pattern."""
+    mb = m.mamba
+    out: dict[str, Any] = {
+        "hybrid_override_pattern": m.hybrid_pattern, "hidden_size": m.hidden_size, "intermediate_size": m.ffn_hidden_size,
+        "num_attention_heads": m.num_attention_heads, "num_key_value_heads": m.kv_heads, "head_dim": m.head_size,
+        "vocab_size": m.vocab_size, "max_position_embeddings": m.max_position_embeddings,
+        "tie_word_embeddings": m.tie_embeddings, "mlp_hidden_act": "relu2", "mlp_bias": m.mlp_bias,
+        "layer_norm_epsilon": m.norm_eps, "attention_dropout": m.attention_dropout, "hidden_dropout": m.hidden_dropout,
+    }
+    if mb is not None:
+        out |= {
+            "mamba_num_heads": mb.num_heads, "mamba_head_dim": mb.head_dim, "ssm_state_size": mb.state_size,
+            "n_groups": mb.num_groups, "conv_kernel": mb.conv_kernel, "chunk_size": mb.chunk_size,
+            "use_conv_bias": mb.conv_bias, "use_bias": mb.proj_bias,
+        }
+    return out
+
+
 def _same(a: ModelSpec, b: ModelSpec) -> list[str]:
     skip = {"name", "source", "num_kv_heads"}
     da, db = a.model_dump(exclude=skip), b.model_dump(exclude=skip)
@@ -133,7 +155,10 @@ def hf_config(m: ModelSpec) -> dict[str, Any]:
     from planner.hf import model_from_hf
 
     kind = model_type(m)
-    body = _gelu(m, kind) if kind in ("gpt2", "gpt_neox", "bloom") else _llama_like(m)
+    if kind == "nemotron_h":
+        body = _nemotron_h(m)
+    else:
+        body = _gelu(m, kind) if kind in ("gpt2", "gpt_neox", "bloom") else _llama_like(m)
     if kind == "llama":
         body["mlp_bias"] = m.mlp_bias
     if m.moe is not None:

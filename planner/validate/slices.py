@@ -129,6 +129,11 @@ def read_plan(plan_dir: Path) -> tuple[ModelSpec, ClusterSpec, int, dict[str, An
 
 def native_job(model: ModelSpec, cluster: ClusterSpec, gpus: int, training: dict[str, Any], layout: dict[str, Any]) -> tuple[Job, list[str]]:
     """The plan resolved as the PyTorch-native job validate runs, and notes on what changed."""
+    if model.hybrid_pattern is not None:
+        raise SpecError(
+            f"validate cannot run model {model.name!r} yet: the emitted worker has no Mamba-2 mixer "
+            "(planner/torch_model.py's Mamba2 runs it in one process); use planner estimate for hybrid models"
+        )
     notes: list[str] = []
     try:
         cl = Cluster(spec=cluster, num_gpus=gpus)
