@@ -154,7 +154,7 @@ def kernel_rows(time: TimeEstimate, split: dict[str, Any], *, device: str) -> li
     out = [Row(f"compute: {label}", "s", float(pred.value(k)), classes[f"{k}_s"], source) for k, label in KERNEL_ROWS.items()]
     contention = float(pred.value("contention"))
     if contention > 0:
-        out.append(Row("compute: contention", "s", contention, None, "slower kernels beside communication; measured inside the classes above"))
+        out.append(Row("compute: contention", "s", contention, None, "no kernels of its own: slower kernels in the classes above"))
     return out
 
 
