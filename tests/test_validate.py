@@ -173,9 +173,10 @@ def test_gpu_trace_times_come_from_the_device(tmp_path):
     600-650 and 700-760 on the device, so the optimizer is their span, 600-760 = 160 us, not the
     CPU's 20 us. NCCL kernels: the tp group's 300-500 named on the kernel itself (kineto copies
     record_param_comms' group fields onto the kernel it launched), the flattened FSDP group's 800-900
-    found through its External id (the record_param_comms op around the launching op), and one
-    with no group anywhere, 900-950: unattributed, not dp. A cp_ring annotation on the CPU (100-900)
-    and a CPU-side c10d::allreduce_ span are not communication here."""
+    found through its External id (the record_param_comms op around the launching op), a batched
+    send/receive of the cp group 970-990, and one with no group anywhere, 900-950: unattributed,
+    not dp. A cp_ring annotation on the CPU (100-900) and a CPU-side c10d::allreduce_ span are not
+    communication here."""
     def op(name, a, b, cat="cpu_op", tid=1, **args):
         return {"name": name, "ph": "X", "pid": 1, "tid": tid, "ts": a, "dur": b - a, "cat": cat, "args": args}
 
@@ -199,10 +200,19 @@ def test_gpu_trace_times_come_from_the_device(tmp_path):
         op("optimizer", 500, 520, "user_annotation"), op("aten::_foreach_add_", 505, 515),
         launch(506, 5), kernel("void at::native::multi_tensor_apply_kernel<TensorListMetadata<4> >", 600, 650, 7, 5),
         launch(510, 6), kernel("void at::native::multi_tensor_apply_kernel<TensorListMetadata<2> >", 700, 760, 7, 6),
-        op("record_param_comms", 770, 790, **{"External id": 60, "Process Group Name": "9", "Process Group Description": "mesh_dp_dense"}),
+        op("record_param_comms", 770, 790, **{"External id": 60, "Process Group Name": "9", "Process Group Description": "mesh_dp_dense",
+                                              "Collective name": "_reduce_scatter_base"}),
         op("nccl:_reduce_scatter_base", 772, 788, **{"External id": 61}), launch(775, 7),
         kernel("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 800, 900, 20, 7, **{"External id": 61}),
         launch(795, 8), kernel("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", 900, 950, 21, 8),
+        # a batch_isend_irecv inside the ring: the send and the receive record the cp group, the
+        # batch's SendRecv kernel is launched at its end under nccl:coalesced, which names none
+        op("record_param_comms", 960, 962, **{"Process Group Name": "5", "Process Group Description": "validate_cp",
+                                              "Collective name": "send"}),
+        op("record_param_comms", 963, 965, **{"Process Group Name": "5", "Process Group Description": "validate_cp",
+                                              "Collective name": "recv"}),
+        op("nccl:coalesced", 966, 970, **{"External id": 70}), launch(967, 9),
+        kernel("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", 970, 990, 21, 9, **{"External id": 70}),
     ]
     out = worker.analyze_trace(_gpu_trace(tmp_path, events), 1, {}, 3, 4)
     (step,) = out["steps"]
@@ -215,10 +225,10 @@ def test_gpu_trace_times_come_from_the_device(tmp_path):
     assert step["comm"]["tp"] == pytest.approx({"busy_s": 200e-6, "exposed_s": 50e-6})
     assert step["comm"]["dp"] == pytest.approx({"busy_s": 100e-6, "exposed_s": 100e-6})
     assert step["comm"]["unattributed"] == pytest.approx({"busy_s": 50e-6, "exposed_s": 50e-6})
-    assert step["comm"]["cp"]["busy_s"] == 0 and step["comm"]["pp"]["busy_s"] == 0
-    assert list(out["unattributed_kernels"]) == ["ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"]
-    # 1000 us = 350 compute + 160 optimizer + 50 + 100 + 50 exposed + 290 idle
-    assert step["other_s"] == pytest.approx(290e-6)
+    assert step["comm"]["cp"] == pytest.approx({"busy_s": 20e-6, "exposed_s": 20e-6}) and step["comm"]["pp"]["busy_s"] == 0
+    assert out["unattributed_kernels"] == {"ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)": 1}
+    # 1000 us = 350 compute + 160 optimizer + 50 + 100 + 50 + 20 exposed + 270 idle
+    assert step["other_s"] == pytest.approx(270e-6)
     # the group's name alone (no description) finds its kind through the worker's name map
     for e in events:
         e["args"].pop("Process Group Description", None)

@@ -1246,7 +1246,7 @@ def analyze_trace(path: str, main_tid: int, thread_kind: dict[int, str], first_s
 
 def _device_events(events, main_tid, group_kind, steps, optim, comm, by_class, optim_device, unattributed) -> None:
     """Kernels and copies by class, NCCL kernels by kind, the optimizer's kernels' span (see analyze_trace)."""
-    launch_ts = {}  # correlation id -> when the CPU launched it (cuda_runtime/cuda_driver event)
+    launch_at = {}  # correlation id -> (thread, time) of the CPU's launch (cuda_runtime/cuda_driver event)
     ops_by_ext = {}  # External id -> CPU op
     comms_ops = {}  # tid -> record_param_comms ops (they carry the group fields)
     for e in events:
@@ -1254,7 +1254,7 @@ def _device_events(events, main_tid, group_kind, steps, optim, comm, by_class, o
             continue
         args, cat, name = e.get("args") or {}, e.get("cat", ""), e.get("name", "")
         if cat in ("cuda_runtime", "cuda_driver") and "correlation" in args:
-            launch_ts[args["correlation"]] = float(e["ts"])
+            launch_at[args["correlation"]] = (e.get("tid"), float(e["ts"]))
         elif cat in ("cpu_op", "user_annotation"):
             if "External id" in args:
                 ops_by_ext[args["External id"]] = e
@@ -1268,25 +1268,39 @@ def _device_events(events, main_tid, group_kind, steps, optim, comm, by_class, o
     for ops in comms_ops.values():
         ops.sort(key=lambda o: float(o["ts"]))
 
-    def kind_of(args) -> str | None:
+    def launched_at(args) -> tuple | None:
+        if args.get("correlation") in launch_at:
+            return launch_at[args["correlation"]]
+        op = ops_by_ext.get(args.get("External id"))
+        return (op.get("tid"), float(op["ts"])) if op is not None else None
+
+    def kind_of(name: str, args) -> str | None:
         kind = _group_kind(args, group_kind)
         if kind is not None:
             return kind
         op = ops_by_ext.get(args.get("External id"))
-        if op is None:
+        if op is not None:
+            kind = _group_kind(op.get("args") or {}, group_kind)
+            if kind is not None:
+                return kind
+        at = launched_at(args)
+        if at is None:
             return None
-        kind = _group_kind(op.get("args") or {}, group_kind)
-        if kind is not None:
-            return kind
-        t = float(op["ts"])  # the record_param_comms op around the launching op, on its thread
-        inside = [c for c in comms_ops.get(op.get("tid"), []) if float(c["ts"]) <= t <= float(c["ts"]) + float(c["dur"])]
-        return _group_kind(inside[-1].get("args") or {}, group_kind) if inside else None
-
-    def launched_at(args) -> float | None:
-        if args.get("correlation") in launch_ts:
-            return launch_ts[args["correlation"]]
-        op = ops_by_ext.get(args.get("External id"))
-        return float(op["ts"]) if op is not None else None
+        tid, t = at
+        ops = comms_ops.get(tid, [])
+        # the record_param_comms op around the launch, on its thread
+        inside = [c for c in ops if float(c["ts"]) <= t <= float(c["ts"]) + float(c["dur"])]
+        if inside:
+            return _group_kind(inside[-1].get("args") or {}, group_kind)
+        # batched sends and receives (batch_isend_irecv) are launched together when the batch ends
+        # (ProcessGroupNCCL::endCoalescing, under "nccl:coalesced", which records no group): a
+        # SendRecv kernel takes the group of the last send or receive its thread recorded before it
+        before = [c for c in ops if float(c["ts"]) <= t]
+        if "sendrecv" in name.lower() and before:
+            last = before[-1].get("args") or {}
+            if str(last.get("Collective name", "")).strip('"') in ("send", "recv"):
+                return _group_kind(last, group_kind)
+        return None
 
     spans = _union(optim)
     opt_kernels: dict[int, list] = {}
@@ -1297,14 +1311,14 @@ def _device_events(events, main_tid, group_kind, steps, optim, comm, by_class, o
         args, name = e.get("args") or {}, e.get("name", "")
         cls = kernel_class(name)
         if cls == "comm":
-            kind = kind_of(args)
+            kind = kind_of(name, args)
             if kind not in KIND_ORDER:
                 kind = "unattributed"
                 unattributed[name[:80]] = unattributed.get(name[:80], 0) + 1
             comm[kind].append([a, b])
             continue
-        t = launched_at(args)
-        region = next((i for i, (lo, hi) in enumerate(spans) if t is not None and lo <= t <= hi), None)
+        at = launched_at(args)
+        region = next((i for i, (lo, hi) in enumerate(spans) if at is not None and lo <= at[1] <= hi), None)
         if region is not None:
             opt_kernels.setdefault(region, []).append((a, b))
         by_class[cls].append([a, b])
