@@ -134,7 +134,7 @@ def check_states(slice_: Slice, measured: Measured) -> StateCheck:
     return StateCheck(ok=not bad, mismatches=bad)
 
 
-# measured kernel class -> (row name, what the measured time holds)
+# kernel class (worker.kernel_class, step_time.compute_by_kernel) -> its row in the table
 KERNEL_ROWS = {
     "gemm": "GEMM",
     "attention": "attention",

@@ -183,7 +183,7 @@ REFUSALS = (
             lambda j: j.model.moe is not None and j.layout.tp > 1),
     Refusal("ep_cp_hsdp", "ep > 1 runs with cp 1 and without HSDP (dp_shard = dp)",
             lambda j: j.layout.ep > 1 and (j.layout.cp > 1 or j.layout.dp_shard != j.dp)),
-    Refusal("tp_untied_extras", "learned position embeddings, q/k norms and the embedding norm run with tp 1 "
+    Refusal("tp_unreduced_params", "learned position embeddings, q/k norms and the embedding norm run with tp 1 "
             "(their gradients are not reduced over tp)",
             lambda j: j.layout.tp > 1 and (j.model.position_embedding is PositionKind.LEARNED or j.model.qk_norm
                                            or j.model.embedding_norm)),
