@@ -1110,7 +1110,7 @@ KERNEL_CLASSES = ("gemm", "attention", "elementwise")
 # the aten::_scaled_dot_product_*attention* operators. GEMM: cuBLAS/cuBLASLt (*gemm*, *gemv*,
 # splitKreduce_kernel, nvjet_*), CUTLASS (cutlass::Kernel<...>) kernels and the aten matrix-multiply
 # operators (CPU traces, where operators are all there is). The rest of compute is elementwise
-# (memory-bound): norms, activations, rope, copies, reductions, the loss, optimizer-free casts.
+# (memory-bound): norms, activations, rope, copies, reductions, the loss, casts.
 ATTENTION_SIGNS = ("flash", "fmha", "sdpa", "attention")
 GEMM_SIGNS = ("gemm", "gemv", "splitkreduce", "nvjet", "cutlass", "cublas", "aten::mm", "aten::addmm", "aten::bmm",
               "aten::baddbmm", "aten::matmul", "aten::linear", "aten::_grouped_mm")
@@ -1119,7 +1119,7 @@ GEMM_SIGNS = ("gemm", "gemv", "splitkreduce", "nvjet", "cutlass", "cublas", "ate
 def kernel_class(name: str) -> str:
     """"comm", "attention", "gemm" or "elementwise" for a device kernel or a CPU operator name."""
     n = name.lower()
-    if n.startswith(("nccl", "record_param_comms", "c10d::", "_c10d_functional", "gloo:")):
+    if "nccl" in n or n.startswith(("record_param_comms", "c10d::", "_c10d_functional", "gloo:")):
         return "comm"
     if any(s in n for s in ATTENTION_SIGNS):
         return "attention"
