@@ -240,12 +240,13 @@ def test_gpu_trace_times_come_from_the_device(tmp_path):
 # (facebookresearch/HolisticTraceAnalysis@f4d0062c, tests/data/: trace_diff/control/control.json.gz,
 # nccl_parser_config/nccl_data.json.gz, ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz,
 # critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz, trace_file_list/inference_rank_1.json.gz,
-# negative_queue_length_values_check/rank0.json.gz); PyTorch's attention kernels by their source
-# (pytorch/pytorch aten/src/ATen/native/transformers/cuda/flash_attn/flash_fwd_kernel.h: namespace
-# pytorch_flash, flash_fwd_kernel; mem_eff_attention/kernels/cutlassF_bf16_aligned.cu:
-# fmha_cutlassF_bf16_aligned_64x64_rf_sm80); NCCL 2.19+'s generated device kernels
-# (NVIDIA/nccl src/device/generate.py: ncclDevKernel_<coll>_<op>_<type>_<algo>_<proto>); CPU
-# operator names from the traces this worker writes on CPU (torch 2.13).
+# negative_queue_length_values_check/rank0.json.gz); PyTorch's attention kernels from their source
+# (pytorch/pytorch@04ff5beb aten/src/ATen/native/transformers/cuda/flash_attn/flash_fwd_launch_template.h:
+# pytorch_flash::flash_fwd_kernel<Kernel_traits, ...>; pytorch/pytorch@24866316 .../mem_eff_attention/kernels/
+# cutlassF_bf16_aligned.cu: fmha_cutlassF_bf16_aligned_64x64_rf_sm80); NCCL's generated device kernels
+# (NVIDIA/nccl@081eafaf src/device/generate.py: "ncclDevKernel" + coll, redop, type, algo, proto
+# joined by "_", ncclDevKernel_SendRecv for point-to-point); CPU operator names from the traces this
+# worker writes on CPU (torch 2.13).
 REAL_NAMES = {
     "gemm": [
         "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4>(cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4::Params)",
