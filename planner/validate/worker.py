@@ -1172,7 +1172,8 @@ def _clip(intervals, lo, hi):
 def _group_kind(args: dict, group_kind: dict[str, str]) -> str | None:
     """The communication kind of a collective from the group fields torch's profiler records for it
     (record_param_comms: "Process Group Name" is the group's name, "Process Group Description" its
-    group_desc; kineto copies both onto the NCCL kernel the op launched: pytorch/kineto@114171df
+    group_desc; torch 2.13 torch/csrc/profiler/util.h kProcessGroupName, kProcessGroupDesc; kineto
+    copies both onto the NCCL kernel the op launched: pytorch/kineto@114171df
     libkineto/src/output_json.cpp, ChromeTraceLogger::handleActivity), or None when absent."""
     name = args.get("Process Group Name")
     if name is not None and str(name) in group_kind:
