@@ -124,8 +124,7 @@ def chosen() -> tuple[tuple[tuple[str, ...], ...], tuple[tuple[str, ...], ...]]:
     jobs: dict[str, tuple[int, set, tuple[str, ...]]] = {}  # run description -> (ranks, pairs, first plan)
     for c, (ranks, job) in g.items():
         if not isinstance(job, SpecError):
-            ranks_, pairs, first = jobs.setdefault(_key(c), (ranks, set(), c))
-            pairs |= _pairs(c)
+            jobs.setdefault(_key(c), (ranks, set(), c))[1].update(_pairs(c))
     need: dict[tuple, int] = {}  # pair -> fewest ranks of a runnable plan holding it
     for ranks, pairs, _ in jobs.values():
         for p in pairs:
@@ -134,11 +133,14 @@ def chosen() -> tuple[tuple[tuple[str, ...], ...], tuple[tuple[str, ...], ...]]:
     picked: list[tuple[str, ...]] = []
     for world in sorted(set(need.values()), reverse=True):
         todo = {p for p in uncovered if need[p] == world}
-        # pairs one rank can hold go into the 2-rank launch (one launch less)
-        size = 2 if world == 1 and any(g[c][0] == 2 for c in picked) else world
-        candidates = [v for v in jobs.values() if v[0] == size]
+        # pairs one rank can hold go into the 2-rank launch where a 2-rank job holds them (one launch less)
+        sizes = [2, 1] if world == 1 and any(g[c][0] == 2 for c in picked) else [world]
         while todo:
-            _, pairs, first = max(candidates, key=lambda v: (len(v[1] & todo), len(v[1] & uncovered)))
+            for size in sizes:
+                _, pairs, first = max((v for v in jobs.values() if v[0] == size),
+                                      key=lambda v: (len(v[1] & todo), len(v[1] & uncovered)))
+                if pairs & todo:
+                    break
             picked.append(first)
             uncovered -= pairs
             todo -= pairs
