@@ -48,6 +48,7 @@ from cost_models.comm import MAX_SM_SHARE, Collective, collective_time, nccl_sm_
 from cost_models.compute import (
     ACT_BYTES,
     Block,
+    LayerTime,
     attention_kernels,
     chunk_seconds,
     head_backward_time,
@@ -308,6 +309,15 @@ def ep_exposure(job: Job, passes: int, compute_s: float, cal: Calibration) -> Ex
 
 
 # --- one layer pass --------------------------------------------------------------------------------
+
+
+def recompute_kernels(job: Job, lt: LayerTime, mode: Recompute) -> tuple[float, float, float]:
+    """(GEMM, attention, memory-bound) seconds of one layer's recomputed forward, the split of
+    layer_pass's `recompute`: the recomputed share of the forward GEMMs (their fp8 casts counted as
+    memory-bound) and of attention; under full recompute the whole forward's elementwise ops too."""
+    share_gemm, share_attn = recomputed_share(job, mode)
+    return (share_gemm * lt.gemm, share_attn * lt.attention,
+            share_gemm * lt.fp8_cast + (lt.elementwise if mode is Recompute.FULL else 0.0))
 
 
 def layer_pass(job: Job, kind: LayerKind, *, mode: Recompute, cal: Calibration) -> LayerPass:
@@ -732,3 +742,30 @@ def time_estimate(job: Job, *, calibration: Calibration = DEFAULT) -> TimeEstima
             alike[sig] = stage_time(job, r, calibration, passes)
         stages.append(replace(alike[sig], rank=r))
     return TimeEstimate(job=job, stages=tuple(stages), calibration=calibration)
+
+
+def compute_by_kernel(est: TimeEstimate) -> Breakdown:
+    """The step's compute on the critical stage by the kernel classes a profiler sees: GEMMs
+    (forward, dgrad, wgrad, recomputed, the output layer), fused attention (forward, backward,
+    recomputed, cp merges), memory-bound kernels (elementwise ops, their recomputation, fp8 casts,
+    the loss, FSDP2's copies), and the SM contention of overlapped communication, which slows those
+    kernels but is no kernel of its own. Accounted layer by layer apart from stage_time, so its total
+    equals the breakdown's compute only when both count the same kernels."""
+    job, cal, crit = est.job, est.calibration, est.critical
+    gemm = attention = memory = 0.0
+    fsdp = _fsdp_per_microbatch(job) and job.dense_shard_group > 1
+    for chunk in job.stage_chunks[crit.rank]:
+        for pos, layer_id in enumerate(chunk):
+            lt = layer_time(job, job.model.layer_kind(layer_id), cal=cal)
+            rg, ra, rm = recompute_kernels(job, lt, job.recompute_mode(pos))
+            gemm += lt.gemm + lt.gemm_backward + rg
+            attention += lt.attention + lt.attention_backward + ra
+            memory += lt.elementwise + lt.elementwise_backward + lt.fp8_cast + lt.fp8_cast_backward + rm
+            if fsdp:
+                memory += fsdp_copy_seconds(job, layer_id)
+    if crit.rank == job.layout.pp - 1:
+        gemm += head_time(job, cal) + head_backward_time(job, cal)
+        memory += loss_time(job, cal)
+    m = job.num_microbatches
+    return Breakdown.of("s", gemm=gemm * m, attention=attention * m, elementwise=memory * m,
+                        contention=float(est.breakdown.value("compute/contention")))
