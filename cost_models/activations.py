@@ -226,7 +226,7 @@ def _per_op_sac(job: Job, d: Dims, layer_id: int) -> Breakdown:
         width, tokens = moe.expert_ffn_hidden_size // job.etp, expert_tokens(job, d)
     else:
         width, tokens = d.f, t
-    swiglu = job.model.mlp is MLPKind.SWIGLU
+    swiglu = job.model.mlp.gated
     items = {
         "layer_input": d.residual * ACT_BYTES,
         "wq_output": t * d.q * ACT_BYTES,
@@ -276,7 +276,7 @@ def layer_backward_workspace(job: Job, layer_id: int) -> int:
         tokens, width = expert_tokens(job, d), m.moe.expert_ffn_hidden_size // job.etp
     else:
         tokens, width = d.t, d.f
-    wide = 3 if m.mlp is MLPKind.SWIGLU else 2
+    wide = 3 if m.mlp.gated else 2
     gathered = d.t * d.h if d.sp_div > 1 else 0
     return (2 * d.residual + gathered + wide * tokens * width) * ACT_BYTES
 

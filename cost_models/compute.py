@@ -287,7 +287,7 @@ def elementwise_seconds(job: Job, kind: LayerKind, *, backward: bool, cal: Calib
         total += 2 * _op_seconds(job, "dropout", h * residual_tokens, backward, cal)
     if m.position_embedding is PositionKind.ROPE:
         total += _op_seconds(job, "rope", (m.q_width + m.kv_width) / lay.tp * t, backward, cal)
-    act = "swiglu" if m.mlp is MLPKind.SWIGLU else "gelu"
+    act = "swiglu" if m.mlp.gated else "gelu"  # a gated GELU moves the bytes of SwiGLU
     if kind.moe:
         assert m.moe is not None
         routed = expert_tokens_per_gpu(job)

@@ -88,7 +88,7 @@ def mlp_gemms(spec: ModelSpec, name: str, m_tokens: int, width: int, count: int 
     """GELU: fc1 h->f, fc2 f->h. SwiGLU: gate and up as one h->2f GEMM (Megatron fuses them;
     separate GEMMs cost the same FLOPs), down f->h."""
     h = spec.hidden_size
-    up = 2 * width if spec.mlp is MLPKind.SWIGLU else width
+    up = 2 * width if spec.mlp.gated else width
     return (Gemm(f"{name}_fc1", m_tokens, up, h, count), Gemm(f"{name}_fc2", m_tokens, h, width, count))
 
 

@@ -26,13 +26,14 @@ def attention_params(spec: ModelSpec) -> Breakdown:
         out_weight=q * h,
         out_bias=h if spec.out_bias else 0,
         qk_norm=2 * norm_params(spec, spec.head_size) if spec.qk_norm else 0,
+        sinks=spec.num_attention_heads if spec.attention_sinks else 0,  # GptOssAttention.sinks, one logit per head
     )
 
 
 def mlp_params(spec: ModelSpec, ffn: int) -> int:
     """GELU: h->f, f->h. SwiGLU: gate and up h->f, down f->h. Biases on every matrix if mlp_bias."""
     h = spec.hidden_size
-    if spec.mlp is MLPKind.SWIGLU:
+    if spec.mlp.gated:
         return 3 * h * ffn + ((2 * ffn + h) if spec.mlp_bias else 0)
     return 2 * h * ffn + ((ffn + h) if spec.mlp_bias else 0)
 
@@ -45,6 +46,7 @@ def moe_params(spec: ModelSpec, *, active: bool = False) -> Breakdown:
     return Breakdown.of(
         "params",
         router=spec.hidden_size * m.num_experts,  # Linear(h, E, bias=False) in Mixtral/Qwen/Megatron
+        router_bias=m.num_experts if m.router_bias else 0,  # GptOssTopKRouter.bias
         experts=n_routed * mlp_params(spec, m.expert_ffn_hidden_size),
         shared_experts=m.num_shared_experts * mlp_params(spec, m.shared_width),
         shared_gate=spec.hidden_size if m.shared_expert_gate else 0,
@@ -52,10 +54,12 @@ def moe_params(spec: ModelSpec, *, active: bool = False) -> Breakdown:
 
 
 def layer_params(spec: ModelSpec, kind: LayerKind, *, active: bool = False) -> Breakdown:
-    """One decoder layer of a kind: two norms, attention, and a dense MLP or an MoE block."""
+    """One decoder layer of a kind: two norms (four with sandwich norms: Gemma2DecoderLayer's
+    input, post_attention, pre_feedforward and post_feedforward layernorms), attention, and a dense
+    MLP or an MoE block. Sliding-window, chunked and NoPE layers have the same parameters."""
     return Breakdown.of(
         "params",
-        norms=2 * norm_params(spec, spec.hidden_size),
+        norms=(4 if spec.sandwich_norms else 2) * norm_params(spec, spec.hidden_size),
         attention=attention_params(spec),
         mlp=moe_params(spec, active=active) if kind.moe else mlp_params(spec, spec.ffn_hidden_size),
     )
