@@ -161,6 +161,8 @@ def attention_items(job: Job, d: Dims) -> Breakdown:
             items["attention_dropout_mask"] = scores * MASK_BYTES
             items["attention_dropout_output"] = scores * ACT_BYTES
         items["out_proj_input"] = t * d.q * d.lin_bytes
+    if m.sandwich_norms:  # the norm of the attention output (Gemma's post_attention_layernorm)
+        items["post_norm"] = _norm(job, d, t // d.sp_div, d.h)
     if m.hidden_dropout > 0:
         items["dropout_mask"] = d.residual * MASK_BYTES
     return Breakdown.of("bytes", **items)
@@ -173,6 +175,8 @@ def dense_mlp_items(job: Job, d: Dims) -> Breakdown:
         "fc1_input": t * d.h // d.gemm_input_div * d.lin_bytes,
         "activation": _mlp_activation(job, d, t, d.f),
     }
+    if job.model.sandwich_norms:  # the norm of the MLP output (post_feedforward_layernorm)
+        items["post_norm"] = _norm(job, d, t // d.sp_div, d.h)
     if job.model.hidden_dropout > 0:
         items["dropout_mask"] = d.residual * MASK_BYTES
     return Breakdown.of("bytes", **items)
@@ -202,6 +206,8 @@ def moe_mlp_items(job: Job, d: Dims) -> Breakdown:
     if moe.num_shared_experts:
         width = moe.num_shared_experts * moe.shared_width // d.tp
         items["shared_experts"] = _mlp_activation(job, d, d.t, width)
+    if job.model.sandwich_norms:
+        items["post_norm"] = _norm(job, d, local, d.h)
     if job.model.hidden_dropout > 0:
         items["dropout_mask"] = d.residual * MASK_BYTES
     return Breakdown.of("bytes", **items)
@@ -305,6 +311,8 @@ def head_activations(job: Job) -> Breakdown:
         final_norm=_norm(job, d, d.t // d.sp_div, d.h),
         output_input=d.t * d.h // d.gemm_input_div * d.lin_bytes,
         logits=logits,
+        # Gemma's final soft-capping c·tanh(x/c): autograd keeps the 16-bit tanh output
+        logit_softcap=d.t * d.vocab * ACT_BYTES if job.model.final_logit_softcap else 0,
     )
 
 

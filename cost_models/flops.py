@@ -55,14 +55,30 @@ class Attention:
         return 4 * self.batch_heads * self.q_len * self.k_len * self.head_dim * self.causal_fraction
 
 
-def causal_fraction(job: Job) -> float:
-    """Flash kernels skip the blocks above the causal diagonal: (s+1)/(2s) of the scores for one
-    sequence, whichever cp rank holds which chunk (Megatron/torch CP balance the chunks). Eager
-    attention computes every score and masks afterwards (Megatron's fused_scale_mask_softmax)."""
+def attended_pairs(s: int, *, window: int | None = None, chunk: int | None = None) -> int:
+    """(query, key) pairs a causal mask over s tokens keeps. Causal: Σ_i (i + 1) = s(s+1)/2. Sliding
+    window of w (each query sees its last w tokens, itself included): Σ_i min(i + 1, w) = w(w+1)/2 +
+    (s − w)·w for s > w. Chunks of c (causal within each chunk, chunk i·c..(i+1)·c − 1): n = s // c full
+    chunks of c(c+1)/2 and a last one of r = s − n·c tokens."""
+    if chunk is not None:
+        n, r = divmod(s, chunk)
+        return n * chunk * (chunk + 1) // 2 + r * (r + 1) // 2
+    if window is not None and window < s:
+        return window * (window + 1) // 2 + (s - window) * window
+    return s * (s + 1) // 2
+
+
+def causal_fraction(job: Job, kind: LayerKind = LayerKind()) -> float:
+    """Flash kernels skip the blocks the mask removes: above the causal diagonal, (s+1)/(2s) of the
+    scores for one sequence, whichever cp rank holds which chunk (Megatron/torch CP balance the
+    chunks); outside a sliding window or a chunk too (attended_pairs / s²; flash-attn's local
+    attention starts each query block's key loop at the window's first block, flash_fwd_kernel.h
+    n_block_min, Dao-AILab/flash-attention@0251105a L90). Eager attention computes every score and masks afterwards (Megatron's
+    fused_scale_mask_softmax, transformers' eager_attention_forward adding the mask)."""
     if job.training.attention is AttentionKernel.EAGER:
         return 1.0
     s = job.training.seq_len
-    return (s + 1) / (2 * s)
+    return attended_pairs(s, window=kind.window, chunk=kind.chunk) / (s * s)
 
 
 def tokens(job: Job) -> int:
@@ -78,10 +94,10 @@ def attention_gemms(job: Job) -> tuple[Gemm, ...]:
     return (Gemm("qkv", t, q + 2 * kv, h), Gemm("out_proj", t, h, q))
 
 
-def core_attention(job: Job) -> Attention:
+def core_attention(job: Job, kind: LayerKind = LayerKind()) -> Attention:
     m = job.model
     heads = m.num_attention_heads // job.layout.tp
-    return Attention(job.layout.mbs * heads, job.seq_per_rank, job.training.seq_len, m.head_size, causal_fraction(job))
+    return Attention(job.layout.mbs * heads, job.seq_per_rank, job.training.seq_len, m.head_size, causal_fraction(job, kind))
 
 
 def mlp_gemms(spec: ModelSpec, name: str, m_tokens: int, width: int, count: int = 1) -> tuple[Gemm, ...]:
@@ -176,7 +192,7 @@ def recomputed_share(job: Job, mode: Recompute) -> tuple[float, float]:
 
 def layer_flops(job: Job, kind: LayerKind, *, mode: Recompute) -> LayerFlops:
     gemm = sum(g.flop for g in layer_gemms(job, kind))
-    attention = core_attention(job).flop
+    attention = core_attention(job, kind).flop
     share_gemm, share_attn = recomputed_share(job, mode)
     return LayerFlops(gemm, attention, share_gemm * gemm, share_attn * attention, attention_backward_factor(job))
 

@@ -1,0 +1,98 @@
+"""Sliding-window, chunked and NoPE layers (Gemma 2/3, GPT-OSS, Llama 4): which layers are local, the
+attention FLOPs a window or chunk mask keeps, the kernel time that follows, the elementwise terms
+(sandwich norms, rotary on rotary layers only, final-logit soft-capping) and the cp refusal."""
+
+from __future__ import annotations
+
+import pytest
+
+from cost_models.calibration import Calibration
+from cost_models.compute import attention_kernels, elementwise_seconds, loss_time
+from cost_models.errors import SpecError
+from cost_models.flops import attended_pairs, core_attention
+from cost_models.model_spec import LayerKind, ModelSpec
+from planner import presets
+from tests.helpers import LLAMA_TINY, make_job
+
+CAL = Calibration()
+
+
+@pytest.mark.parametrize("s, window, chunk", [(10, 3, None), (10, 10, None), (10, 20, None), (10, None, 4), (12, None, 4), (7, 1, None)])
+def test_attended_pairs_count_the_mask_entry_by_entry(s, window, chunk):
+    def kept(i: int, j: int) -> bool:
+        if j > i:
+            return False
+        if window is not None and j <= i - window:  # transformers sliding_window_overlay
+            return False
+        return chunk is None or i // chunk == j // chunk  # chunked_overlay
+    assert attended_pairs(s, window=window, chunk=chunk) == sum(kept(i, j) for i in range(s) for j in range(s))
+
+
+def test_layer_kinds_follow_the_published_patterns():
+    m = presets.models()
+    # Gemma 2 and GPT-OSS: sliding on even layers (0-based), full on odd ones
+    for name, w in (("gemma-2-9b", 4096), ("gpt-oss-20b", 128)):
+        kinds = [m[name].layer_kind(i) for i in range(4)]
+        assert [k.window for k in kinds] == [w, None, w, None]
+    # Gemma 3: layers 5, 11, 17, 23 of 26 full (sliding_window_pattern 6)
+    g3 = m["gemma-3-1b"]
+    assert [i for i in range(g3.num_layers) if g3.layer_kind(i).window is None] == [5, 11, 17, 23]
+    # Llama 4 Maverick: every fourth layer full attention without rope, the rest chunked with rope;
+    # MoE on odd layers (interleave_moe_layer_step 2)
+    mav = m["llama-4-maverick-17b-128e"]
+    assert [mav.layer_kind(i) for i in range(4)] == [
+        LayerKind(moe=False, chunk=8192), LayerKind(moe=True, chunk=8192), LayerKind(moe=False, chunk=8192),
+        LayerKind(moe=True, rope=False),
+    ]
+    # full layers (3, 7, …) are all MoE layers: three kinds
+    assert {k.label: n for k, n in mav.layer_kind_counts.items()} == {"dense_chunked": 24, "moe_chunked": 12, "moe_nope": 12}
+
+
+def test_window_caps_attention_flops_and_kernel_time():
+    # seq 8192, window 4096: kept pairs 4096·4097/2 + 4096·4096 = 25,174,016 of 8192² → 0.375...
+    job = make_job("gemma-2-9b", gpus=8, tp=8, mbs=1, training=dict(seq_len=8192))
+    local, full = job.model.layer_kind(0), job.model.layer_kind(1)
+    a_local, a_full = core_attention(job, local), core_attention(job, full)
+    assert a_local.causal_fraction == pytest.approx((4096 * 4097 / 2 + 4096 * 4096) / 8192**2)
+    assert a_full.causal_fraction == pytest.approx(8193 / (2 * 8192))
+    assert a_local.flop < a_full.flop
+    k_local, k_full = attention_kernels(job, CAL, local), attention_kernels(job, CAL, full)
+    assert k_local.forward_s < k_full.forward_s and k_local.backward_s < k_full.backward_s
+    # A window as long as the sequence is plain causal attention.
+    long = make_job("gemma-2-9b", gpus=8, tp=8, mbs=1, training=dict(seq_len=4096))
+    assert attention_kernels(long, CAL, long.model.layer_kind(0)).forward_s == pytest.approx(
+        attention_kernels(long, CAL, long.model.layer_kind(1)).forward_s)
+
+
+def test_chunked_attention_costs_scale_with_the_chunk_not_the_sequence():
+    # Chunks of 8192: doubling the sequence doubles a chunked layer's attention, quadruples-ish a full one.
+    def kernel_s(seq: int, i: int) -> float:
+        job = make_job("llama-4-scout-17b-16e", gpus=8, tp=8, ep=8, etp=1, mbs=1, training=dict(seq_len=seq))
+        return attention_kernels(job, CAL, job.model.layer_kind(i)).forward_s
+    chunked = kernel_s(32768, 0) / kernel_s(16384, 0)
+    full = kernel_s(32768, 3) / kernel_s(16384, 3)
+    assert chunked == pytest.approx(2.0, rel=0.05)  # launch overhead and wave fill only
+    assert full > 3.5
+
+
+def test_elementwise_terms_of_sandwich_norms_nope_and_softcap():
+    base = LLAMA_TINY.model_copy(update=dict(attention_chunk_size=64, full_attention_every=2, nope_full_layers=True))
+    job = make_job(base, training=dict(seq_len=256))
+    rope, nope = base.layer_kind(0), base.layer_kind(1)
+    assert elementwise_seconds(job, nope, backward=False, cal=CAL) < elementwise_seconds(job, rope, backward=False, cal=CAL)
+    sandwich = make_job(base.model_copy(update=dict(sandwich_norms=True)), training=dict(seq_len=256))
+    assert elementwise_seconds(sandwich, rope, backward=False, cal=CAL) > elementwise_seconds(job, rope, backward=False, cal=CAL)
+    capped = make_job(base.model_copy(update=dict(final_logit_softcap=30.0)), training=dict(seq_len=256))
+    assert loss_time(capped, CAL) > loss_time(job, CAL)
+
+
+def test_context_parallel_with_local_layers_is_refused_in_one_line():
+    with pytest.raises(SpecError, match=r"context parallel \(cp=2\) with sliding-window \(128\).*use cp 1"):
+        make_job("gpt-oss-20b", gpus=16, tp=8, cp=2, ep=2, etp=1, training=dict(seq_len=8192))
+
+
+def test_local_attention_fields_are_checked():
+    with pytest.raises(ValueError, match="not both"):
+        ModelSpec.model_validate({**LLAMA_TINY.model_dump(), "sliding_window": 8, "attention_chunk_size": 8})
+    with pytest.raises(ValueError, match="need local layers"):
+        ModelSpec.model_validate({**LLAMA_TINY.model_dump(), "full_attention_every": 2})
