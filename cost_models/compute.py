@@ -200,7 +200,8 @@ def attention_kernels(job: Job, cal: Calibration, kind: LayerKind = LayerKind())
         return attention_seconds(gpu, family, p, causal=causal, head_dim=d, q_len=q, k_len=k, batch_heads=heads, rate_scale=scale)
 
     if kind.window is not None or kind.chunk is not None:
-        assert cp == 1, "rules.cp_local_attention refuses cp with local layers"
+        # cp > 1 with local layers is refused (rules.cp_local_attention); the search's bounds may
+        # still ask, and get the local kernel over the rank's tokens
         local = dict(head_dim=d, q_len=seq, batch_heads=heads, rate_scale=scale, window=kind.window, chunk=kind.chunk)
         return AttentionKernels(
             local_attention_seconds(gpu, family, K.Pass.FORWARD, **local),

@@ -228,7 +228,7 @@ class ModelSpec(Spec):
     # Gemma: tanh soft-capping c·tanh(x/c) of the attention scores and of the output logits.
     attn_logit_softcap: Positive | None = None
     final_logit_softcap: Positive | None = None
-    query_pre_attn_scalar: Positive | None = None  # scores scaled by its -1/2 power instead of head_dim's (Gemma)
+    query_pre_attn_scalar: Count | None = None  # scores scaled by its -1/2 power instead of head_dim's (Gemma)
     attention_sinks: bool = False  # a learned logit per head joins every softmax (GPT-OSS sinks)
     sandwich_norms: bool = False  # also a norm on the attention and MLP outputs: four per layer (Gemma 2/3)
     zero_centered_norm: bool = False  # RMSNorm scales by (1 + weight) (Gemma; Megatron --apply-layernorm-1p)

@@ -37,6 +37,7 @@ import pytest
 from launch_cases import Case, after, run_train_sh, write
 from planner import presets
 from planner.launch.hf_config import hf_config
+from planner.launch.megatron import megatron_blocker
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("megatron.core")
@@ -156,7 +157,12 @@ def _check(spec, model, config) -> None:
         assert (mlp.shared_experts is not None) is bool(moe.num_shared_experts)
 
 
-@pytest.mark.parametrize("name", sorted(presets.models()))
+# Presets with what no Megatron flag says (soft-capping, chunked attention, …) are refused by the
+# launch (planner/launch/megatron.py megatron_blocker; tests/test_launch.py).
+MEGATRON_PRESETS = sorted(n for n, m in presets.models().items() if megatron_blocker(m) is None)
+
+
+@pytest.mark.parametrize("name", MEGATRON_PRESETS)
 def test_megatron_builds_the_planned_preset(name, tmp_path, model_parallel):
     spec, argv = _emitted(name, tmp_path)
     model, config = _build(argv)
