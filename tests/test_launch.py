@@ -457,12 +457,13 @@ def test_megatron_window_sink_and_nope_flags(tmp_path):
     spec.write_text('num_layers = 8\nhidden_size = 512\nffn_hidden_size = 1536\nnum_attention_heads = 8\n'
                     'vocab_size = 32000\nsliding_window = 1024\nfull_attention_every = 4\nattention_sinks = true\n')
     out = tmp_path / "o"
-    result = runner.invoke(app, ["launch", str(spec), "-c", "dgx-h100", "-g", "8", "--tp", "1", "--seq-len", "4096", "--out", str(out)])
+    fixed = ["--pp", "1", "--mbs", "1", "--zero", "1", "--recompute", "none", "--seq-len", "4096"]
+    result = runner.invoke(app, ["launch", str(spec), "-c", "dgx-h100", "-g", "8", "--tp", "1", *fixed, "--out", str(out)])
     assert result.exit_code == 0, result.output
     text = (out / "train.sh").read_text()
     assert "--window-size '(1023,0)'" in text and "--window-attn-skip-freq 4" in text and "--softmax-type learnable" in text
     # the same model with context parallelism: TE's p2p ring refuses a window
-    result = runner.invoke(app, ["launch", str(spec), "-c", "dgx-h100", "-g", "8", "--cp", "2", "--seq-len", "4096", "--out", str(tmp_path / "p")])
+    result = runner.invoke(app, ["launch", str(spec), "-c", "dgx-h100", "-g", "8", "--tp", "1", "--cp", "2", *fixed, "--out", str(tmp_path / "p")])
     assert result.exit_code == 2 and "context parallel (cp=2) with sliding-window (1024)" in result.output
 
 
