@@ -96,3 +96,12 @@ def test_local_attention_fields_are_checked():
         ModelSpec.model_validate({**LLAMA_TINY.model_dump(), "sliding_window": 8, "attention_chunk_size": 8})
     with pytest.raises(ValueError, match="need local layers"):
         ModelSpec.model_validate({**LLAMA_TINY.model_dump(), "full_attention_every": 2})
+
+
+def test_validate_worker_masks_keep_the_counted_pairs():
+    """The emitted worker's masks are the ones the FLOP count assumes, entry for entry in count."""
+    pytest.importorskip("torch")
+    from planner.validate.worker import local_mask
+
+    for s, window, chunk in [(32, 8, None), (32, None, 8), (30, None, 8), (32, None, None), (32, 40, None)]:
+        assert int(local_mask(s, window, chunk, "cpu").sum()) == attended_pairs(s, window=window, chunk=chunk)

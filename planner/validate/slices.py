@@ -177,6 +177,8 @@ def unsupported(job: Job) -> str | None:
         return "ep > 1 runs with cp 1 and without HSDP (dp_shard = dp)"
     if lay.tp > 1 and (m.position_embedding is PositionKind.LEARNED or m.qk_norm or m.embedding_norm):
         return "learned position embeddings, q/k norms and the embedding norm run with tp 1 (their gradients are not reduced over tp)"
+    if lay.tp > 1 and m.attention_sinks:
+        return "attention sinks run with tp 1 (the per-head sink logits are not split over tp)"
     if m.tie_embeddings and (lay.pp > 1 or lay.tp > 1):
         return "tied embeddings run with pp 1 and tp 1 (no shared-embedding group)"
     if lay.cp > 1 and job.layout.dp_shard != job.dp:
@@ -337,8 +339,15 @@ def model_doc(m: ModelSpec) -> dict[str, Any]:
         "moe": None if moe is None else {
             "experts": moe.num_experts, "top_k": moe.top_k, "ffn": moe.expert_ffn_hidden_size,
             "shared": moe.num_shared_experts, "shared_ffn": moe.shared_width, "shared_gate": moe.shared_expert_gate,
+            "router_bias": moe.router_bias,
         },
         "moe_layers": list(m.moe_layer_ids),
+        "window": m.sliding_window, "chunk": m.attention_chunk_size,
+        "local_layers": [i for i in range(m.num_layers) if m.is_local_layer(i)],
+        "nope_layers": [i for i in range(m.num_layers) if not m.layer_kind(i).rope],
+        "attn_softcap": m.attn_logit_softcap, "final_softcap": m.final_logit_softcap, "sinks": m.attention_sinks,
+        "sandwich_norms": m.sandwich_norms, "zero_centered_norm": m.zero_centered_norm, "scale_embedding": m.scale_embedding,
+        "query_pre_attn_scalar": m.query_pre_attn_scalar,
     }
 
 
