@@ -105,3 +105,35 @@ def test_validate_worker_masks_keep_the_counted_pairs():
 
     for s, window, chunk in [(32, 8, None), (32, None, 8), (30, None, 8), (32, None, None), (32, 40, None)]:
         assert int(local_mask(s, window, chunk, "cpu").sum()) == attended_pairs(s, window=window, chunk=chunk)
+
+
+def _read(cfg: dict) -> ModelSpec:
+    from planner.hf import model_from_hf
+
+    return model_from_hf(cfg, name="t", source="test")
+
+
+BASE = dict(num_hidden_layers=4, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+            head_dim=16, vocab_size=100)
+
+
+def test_readers_take_the_class_defaults_and_refuse_other_layer_patterns():
+    # Gemma2Config defaults: window 4096 on even layers, soft-caps 50 / 30, tied, (1 + w) sandwich norms
+    g2 = _read({**BASE, "model_type": "gemma2"})
+    assert (g2.sliding_window, g2.full_attention_every, g2.attn_logit_softcap, g2.final_logit_softcap) == (4096, 2, 50.0, 30.0)
+    assert g2.tie_embeddings and g2.sandwich_norms and g2.zero_centered_norm and g2.mlp == "geglu"
+    assert _read({**BASE, "model_type": "gemma2", "attn_logit_softcapping": None}).attn_logit_softcap is None  # null switches it off
+    with pytest.raises(SpecError, match="layer_types is not one full layer after every 1 local ones"):
+        _read({**BASE, "model_type": "gemma2", "layer_types": ["sliding_attention", "full_attention", "full_attention", "sliding_attention"]})
+    # Gemma 3, transformers 5.x spelling: one rope per layer type
+    g3 = _read({**BASE, "model_type": "gemma3_text", "rope_parameters": {
+        "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6}, "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}})
+    assert (g3.rope_theta, g3.rope_scaling.kind, g3.rope_local_theta, g3.full_attention_every, g3.qk_norm) == (1e6, "linear", 1e4, 6, True)
+    # GPT-OSS: yarn x32 from 4096 when the config gives no rope
+    oss = _read({**BASE, "model_type": "gpt_oss", "num_local_experts": 4})
+    assert (oss.rope_scaling.kind, oss.rope_scaling.factor, oss.rope_theta, oss.sliding_window) == ("yarn", 32.0, 150000.0, 128)
+    assert oss.moe.router_bias and oss.attention_sinks and oss.mlp_bias
+    # Llama 4: MoE on the listed layers, the others dense with intermediate_size_mlp; rope on 3 of 4
+    l4 = _read({**BASE, "model_type": "llama4_text", "intermediate_size_mlp": 256, "moe_layers": [0, 3]})
+    assert l4.moe_layer_ids == (0, 3) and l4.ffn_hidden_size == 256
+    assert [l4.layer_kind(i).rope for i in range(4)] == [True, True, True, False]
