@@ -27,7 +27,7 @@ from cost_models.enums import (
     PositionKind,
     Precision,
 )
-from cost_models.flops import Gemm, attended_pairs, core_attention, expert_tokens_per_gpu, head_gemm, layer_gemms, tokens
+from cost_models.flops import Gemm, attended_pairs, core_attention, mask_tensor_attention, expert_tokens_per_gpu, head_gemm, layer_gemms, tokens
 from cost_models.hardware import GPUSpec
 from cost_models.job import Job
 from cost_models.model_spec import LayerKind
@@ -187,7 +187,9 @@ def attention_kernels(job: Job, cal: Calibration, kind: LayerKind = LayerKind())
     accumulates dQ and the visiting dK/dV the same way.
 
     A local layer's kernel (`kind.window` or `kind.chunk`) computes only the blocks its mask keeps
-    (attention_seconds); context parallelism with local layers is refused (rules.cp_local_attention)."""
+    (local_attention_seconds), except where the framework passes the mask as a tensor
+    (flops.mask_tensor_attention: one unmasked kernel over all s x s blocks); context parallelism with
+    local layers is refused (rules.cp_local_attention)."""
     gpu = job.cluster.gpu
     if job.training.attention is AttentionKernel.EAGER:
         return AttentionKernels(_eager_attention_seconds(job, False, cal), _eager_attention_seconds(job, True, cal))
@@ -199,6 +201,8 @@ def attention_kernels(job: Job, cal: Calibration, kind: LayerKind = LayerKind())
     def kernel(p: K.Pass, causal: bool, q: int, k: int) -> float:
         return attention_seconds(gpu, family, p, causal=causal, head_dim=d, q_len=q, k_len=k, batch_heads=heads, rate_scale=scale)
 
+    if mask_tensor_attention(job, kind):  # every block of s x s keys, none skipped
+        return AttentionKernels(kernel(K.Pass.FORWARD, False, seq, seq), kernel(K.Pass.BACKWARD, False, seq, seq))
     if kind.window is not None or kind.chunk is not None:
         # cp > 1 with local layers is refused (rules.cp_local_attention); the search's bounds may
         # still ask, and get the local kernel over the rank's tokens

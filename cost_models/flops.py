@@ -68,14 +68,26 @@ def attended_pairs(s: int, *, window: int | None = None, chunk: int | None = Non
     return s * (s + 1) // 2
 
 
+def mask_tensor_attention(job: Job, kind: LayerKind) -> bool:
+    """A local layer that DeepSpeed's Hugging Face model runs through SDPA with an explicit mask: a
+    window or chunk shorter than the sequence makes transformers pass the mask as a tensor (v5.23.0
+    masking_utils.py _ignore_causal_mask_sdpa, L267-282: the causal skip needs no local window),
+    and SDPA then runs a kernel that reads the mask over every block instead of a flash kernel
+    that skips them (integrations/sdpa_attention.py L145-159: is_causal only without a mask)."""
+    s = job.training.seq_len
+    local = (kind.window is not None and kind.window < s) or (kind.chunk is not None and kind.chunk < s)
+    return local and job.training.framework is Framework.DEEPSPEED
+
+
 def causal_fraction(job: Job, kind: LayerKind = LayerKind()) -> float:
     """Flash kernels skip the blocks the mask removes: above the causal diagonal, (s+1)/(2s) of the
     scores for one sequence, whichever cp rank holds which chunk (Megatron/torch CP balance the
     chunks); outside a sliding window or a chunk too (attended_pairs / s²; flash-attn's local
     attention starts each query block's key loop at the window's first block, flash_fwd_kernel.h
-    n_block_min, Dao-AILab/flash-attention@0251105a L90). Eager attention computes every score and masks afterwards (Megatron's
-    fused_scale_mask_softmax, transformers' eager_attention_forward adding the mask)."""
-    if job.training.attention is AttentionKernel.EAGER:
+    n_block_min, Dao-AILab/flash-attention@0251105a L90). Eager attention computes every score and
+    masks afterwards (Megatron's fused_scale_mask_softmax, transformers' eager_attention_forward
+    adding the mask), and so does SDPA given a mask tensor (mask_tensor_attention)."""
+    if job.training.attention is AttentionKernel.EAGER or mask_tensor_attention(job, kind):
         return 1.0
     s = job.training.seq_len
     return attended_pairs(s, window=kind.window, chunk=kind.chunk) / (s * s)

@@ -298,7 +298,7 @@ def test_slug():
     # what no Megatron-LM@d98e8a64 flag says: each names the framework that runs the model
     (["gemma-2-9b", "-g", "8"], "tanh soft-capping of attention scores or logits has no Megatron flag"),
     (["gemma-3-1b", "-g", "8"], "four norms per layer) has no Megatron flag (Megatron-LM@d98e8a64); use --framework deepspeed"),
-    (["gpt-oss-20b", "-g", "8", "--ep", "8"], "a bias on the router Linear has no Megatron flag"),
+    (["gpt-oss-20b", "-g", "8", "--ep", "8"], "yarn rope scaling has no Megatron flag"),
     (["llama-4-scout-17b-16e", "-g", "16", "--ep", "16", "--etp", "1"], "chunked attention has no Megatron flag"),
     (["gemma-2-9b", "-g", "8", "--framework", "torchtitan"], "no model config can be generated (geglu MLP)"),
     (["llama-4-scout-17b-16e", "-g", "16", "--ep", "16", "--framework", "torchtitan"], "no registry entry"),

@@ -137,3 +137,17 @@ def test_readers_take_the_class_defaults_and_refuse_other_layer_patterns():
     l4 = _read({**BASE, "model_type": "llama4_text", "intermediate_size_mlp": 256, "moe_layers": [0, 3]})
     assert l4.moe_layer_ids == (0, 3) and l4.ffn_hidden_size == 256
     assert [l4.layer_kind(i).rope for i in range(4)] == [True, True, True, False]
+
+
+def test_deepspeed_hf_models_run_local_masks_as_tensors_and_gemma2_eagerly():
+    # Gemma 3 under DeepSpeed: transformers hands SDPA the sliding mask as a tensor, so every score
+    # is computed (no causal or window skip); Megatron's kernel skips the blocks outside the window.
+    def local(framework: str):
+        job = make_job("gemma-3-1b", gpus=8, tp=1, zero=1, training=dict(framework=framework, seq_len=8192))
+        return core_attention(job, job.model.layer_kind(0)), attention_kernels(job, CAL, job.model.layer_kind(0))
+    (ds_flops, ds_kernels), (mg_flops, mg_kernels) = local("deepspeed"), local("megatron")
+    assert ds_flops.causal_fraction == 1.0 and mg_flops.causal_fraction < 0.07  # 512-token window of 8192: ~6%
+    assert ds_kernels.forward_s > 5 * mg_kernels.forward_s
+    # Gemma 2's soft-capped scores have no SDPA path in transformers: DeepSpeed's model runs eager
+    with pytest.raises(SpecError, match="soft-capped scores: transformers' Gemma2 and GptOss models have no SDPA path.*--attention eager"):
+        make_job("gemma-2-2b", gpus=8, tp=1, zero=1, training=dict(framework="deepspeed", seq_len=4096))

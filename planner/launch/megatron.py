@@ -135,7 +135,9 @@ def megatron_blocker(m: ModelSpec) -> str | None:
     the hand-written ones; none of them soft-caps scores or logits, adds norms after the attention
     and MLP outputs, scales the embedding, gates a GELU (--swiglu is SiLU only; ARG L2450), masks
     attention in chunks, gives local layers their own rotary base, scales the queries by position,
-    adds a trained bias to the router Linear, or scales scores by other than head_dim^-1/2."""
+    scales scores by other than head_dim^-1/2 or reaches GPTModel's yarn settings; and the router
+    has a bias exactly when all linear layers have one."""
+    all_biases = m.qkv_bias and m.out_bias and m.mlp_bias
     checks = [
         (m.attn_logit_softcap or m.final_logit_softcap, "tanh soft-capping of attention scores or logits"),
         (m.sandwich_norms, "a norm on the attention and MLP outputs (four norms per layer)"),
@@ -144,9 +146,16 @@ def megatron_blocker(m: ModelSpec) -> str | None:
         (m.attention_chunk_size is not None, "chunked attention"),
         (m.rope_local_theta is not None, "a separate rotary base for local layers"),
         (m.attn_temperature_tuning, "attention temperature tuning"),
-        (m.moe is not None and m.moe.router_bias, "a bias on the router Linear"),
         (m.query_pre_attn_scalar is not None and m.query_pre_attn_scalar != m.head_size, "query_pre_attn_scalar"),
-        (m.rope_scaling is not None and m.rope_scaling.kind != "llama3", f"{m.rope_scaling.kind if m.rope_scaling else ''} rope scaling"),
+        # GPTModel reads yarn settings from config.yarn_* (gpt_model.py L196-212), which no
+        # pretrain_gpt.py flag sets: Megatron's GPT-OSS path sets them in the post-training model
+        # builder (post_training/model_builder.py L298-310)
+        (m.rope_scaling is not None and m.rope_scaling.kind == "yarn", "yarn rope scaling"),
+        (m.rope_scaling is not None and m.rope_scaling.kind == "linear", "linear rope scaling"),
+        # the router has a bias exactly when every linear layer has one (router.py L67, add_bias_linear)
+        (m.moe is not None and m.moe.router_bias != all_biases,
+         f"a router {'with' if m.moe is not None and m.moe.router_bias else 'without'} a bias beside "
+         f"{'all' if all_biases else 'these'} linear biases"),
     ]
     return next((what for bad, what in checks if bad), None)
 
