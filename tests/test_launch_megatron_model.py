@@ -184,3 +184,19 @@ def test_megatron_vocabulary_padding_at_tp(tmp_path, model_parallel):
     assert argv[argv.index("--padded-vocab-size") + 1] == "50432"
     model, _ = _build(argv)
     assert sum(p.numel() for p in model.parameters()) == spec.params_total + (50432 - 50257) * spec.hidden_size
+
+
+def test_megatron_builds_windowed_layers_with_sinks(tmp_path, model_parallel):
+    """A spec with a 128-token window on even layers and attention sinks: megatron-core builds one
+    learned sink logit per head in every layer (softmax_type learnable) and gives the window to the
+    even layers' core attention only (is_layer_window_attention), as the spec counts."""
+    path = tmp_path / "swa.toml"
+    path.write_text("num_layers = 4\nhidden_size = 256\nffn_hidden_size = 512\nnum_attention_heads = 8\nnum_kv_heads = 2\n"
+                    "vocab_size = 1024\nmax_position_embeddings = 1024\nsliding_window = 128\nfull_attention_every = 2\n"
+                    "attention_sinks = true\n")
+    spec, argv = _emitted(str(path), tmp_path)
+    model, config = _build(argv)
+    assert sum(p.numel() for p in model.parameters()) == spec.params_total
+    windows = [layer.self_attention.core_attention.window_size for layer in model.decoder.layers]
+    assert [w is not None for w in windows] == [spec.is_local_layer(i) for i in range(4)] == [True, False, True, False]
+    assert windows[0] == (127, 0)
