@@ -21,13 +21,14 @@ from cost_models.enums import (
     AttentionBackend,
     AttentionKernel,
     Framework,
-    MLPKind,
     NormKind,
     OptimizerKind,
     PositionKind,
     Precision,
 )
-from cost_models.flops import Gemm, attended_pairs, core_attention, mask_tensor_attention, expert_tokens_per_gpu, head_gemm, layer_gemms, tokens
+from cost_models.flops import (
+    Gemm, attended_pairs, core_attention, expert_tokens_per_gpu, head_gemm, layer_gemms, mask_tensor_attention, tokens,
+)
 from cost_models.hardware import GPUSpec
 from cost_models.job import Job
 from cost_models.model_spec import LayerKind

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cost_models.enums import AttentionKernel, Framework, MLPKind, Recompute
+from cost_models.enums import AttentionKernel, Framework, Recompute
 from cost_models.job import Job
 from cost_models.model_spec import LayerKind, ModelSpec
 from cost_models.states import local_kv_heads, padded_vocab

@@ -8,7 +8,7 @@ Each count is the number of elements of the weight and bias tensors a standard i
 from __future__ import annotations
 
 from cost_models.breakdown import Breakdown
-from cost_models.enums import MLPKind, NormKind, PositionKind
+from cost_models.enums import NormKind, PositionKind
 from cost_models.model_spec import LayerKind, ModelSpec
 
 

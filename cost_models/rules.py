@@ -481,8 +481,12 @@ RULES: tuple[Rule, ...] = (
     Rule("tp_comm_overlap", ALL, _tp_comm_overlap, "Megatron arguments.py (--tp-comm-overlap requires --sequence-parallel); torchtitan async TP"),
     Rule("fp8_hardware", ALL, _fp8_hardware, "presets/gpus.toml peak_tflops.fp8: given exactly for the GPUs with fp8 tensor cores (datasheets)"),
     Rule("fp8_recipe", ALL, _fp8_recipe, "Megatron --fp8-recipe (transformer_config.py L594); torchtitan quantize.linear.float8 recipe_name"),
-    Rule("cp_local_attention", ALL, _cp_local_attention, "TransformerEngine@d0067d0d context_parallel.py:5054-5060 (assert: sliding window only with cp_comm_type a2a or all_gather); Megatron-LM@d98e8a64 --cp-comm-type default p2p (arguments.py:3221)"),
-    Rule("hf_attention", frozenset({DEEPSPEED}), _hf_attention, "transformers v5.23.0 modeling_gemma2.py L352, modeling_gpt_oss.py L379 (_supports_sdpa = False); planner/launch/ds_script.py builds from_config without attn_implementation"),
+    Rule("cp_local_attention", ALL, _cp_local_attention,
+         "TransformerEngine@d0067d0d context_parallel.py:5054-5060 (sliding window only with cp_comm_type a2a or all_gather); "
+         "Megatron-LM@d98e8a64 arguments.py:3221 (--cp-comm-type default p2p)"),
+    Rule("hf_attention", frozenset({DEEPSPEED}), _hf_attention,
+         "transformers v5.23.0 modeling_gemma2.py L352, modeling_gpt_oss.py L379 (_supports_sdpa = False); "
+         "planner/launch/ds_script.py builds from_config without attn_implementation"),
     Rule("cp_flash", ALL, _cp_flash, "ring attention (Megatron/TE, torch context_parallel) uses fused attention"),
     Rule("grad_reduce_in_bf16", ALL, _grad_reduce_in_bf16, "Megatron-LM@d98e8a64 arguments.py:1204-1217, 3053"),
     Rule("fp8_param_gather", ALL, _fp8_param_gather, "Megatron-LM@d98e8a64 arguments.py:1095-1098, 2016-2018"),

@@ -127,7 +127,8 @@ def test_readers_take_the_class_defaults_and_refuse_other_layer_patterns():
         _read({**BASE, "model_type": "gemma2", "layer_types": ["sliding_attention", "full_attention", "full_attention", "sliding_attention"]})
     # Gemma 3, transformers 5.x spelling: one rope per layer type
     g3 = _read({**BASE, "model_type": "gemma3_text", "rope_parameters": {
-        "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6}, "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}})
+        "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}})
     assert (g3.rope_theta, g3.rope_scaling.kind, g3.rope_local_theta, g3.full_attention_every, g3.qk_norm) == (1e6, "linear", 1e4, 6, True)
     # GPT-OSS: yarn x32 from 4096 when the config gives no rope
     oss = _read({**BASE, "model_type": "gpt_oss", "num_local_experts": 4})
