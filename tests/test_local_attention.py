@@ -152,3 +152,12 @@ def test_deepspeed_hf_models_run_local_masks_as_tensors_and_gemma2_eagerly():
     # Gemma 2's soft-capped scores have no SDPA path in transformers: DeepSpeed's model runs eager
     with pytest.raises(SpecError, match="soft-capped scores: transformers' Gemma2 and GptOss models have no SDPA path.*--attention eager"):
         make_job("gemma-2-2b", gpus=8, tp=1, zero=1, training=dict(framework="deepspeed", seq_len=4096))
+
+
+def test_deepspeed_config_refuses_what_no_hf_class_holds():
+    from planner.launch.hf_config import hf_config
+
+    # sinks without experts: GPT-OSS is the only class with sinks, and it is all-MoE
+    dense_sinks = ModelSpec.model_validate({**LLAMA_TINY.model_dump(), "sliding_window": 64, "attention_sinks": True})
+    with pytest.raises(SpecError, match=r"nearest Hugging Face architecture \(llama\) differs in sliding_window, attention_sinks"):
+        hf_config(dense_sinks)

@@ -37,7 +37,7 @@ def model_type(m: ModelSpec) -> str:
     """The transformers architecture whose modules are the spec's (checked by the read-back)."""
     if m.sandwich_norms or m.attn_logit_softcap or m.final_logit_softcap or m.mlp is MLPKind.GEGLU:
         return "gemma3_text" if m.qk_norm else "gemma2"
-    if m.attention_sinks:
+    if m.attention_sinks and m.moe is not None:
         return "gpt_oss"
     if m.attention_chunk_size is not None or m.nope_full_layers:
         return "llama4_text"
