@@ -693,8 +693,9 @@ def apply_tp(stage: Stage, tp_mesh, sp: bool) -> None:
             plan["attn_norm"] = SequenceParallel()
             plan["mlp_norm"] = SequenceParallel()
             if block.post_attn_norm is not None:
-                plan["post_attn_norm"] = SequenceParallel()
-                plan["post_mlp_norm"] = SequenceParallel()
+                # their output joins the (local, sequence-sharded) residual stream directly
+                plan["post_attn_norm"] = SequenceParallel(use_local_output=True)
+                plan["post_mlp_norm"] = SequenceParallel(use_local_output=True)
         parallelize_module(block, tp_mesh, plan)
 
 
