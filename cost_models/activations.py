@@ -126,7 +126,7 @@ def _norm(job: Job, d: Dims, tokens: int, width: int) -> Breakdown:
 def _mlp_activation(job: Job, d: Dims, tokens: int, width: int) -> Breakdown:
     """Saved tensors between the first and the last MLP matrix, fc2's input included. GELU and
     squared ReLU keep their input (fc1's output) and fc2 its own input."""
-    if job.model.mlp is not MLPKind.SWIGLU:
+    if not job.model.mlp.gated:
         return Breakdown.of("bytes", gelu_input=tokens * width * ACT_BYTES, fc2_input=tokens * width * d.lin_bytes)
     kept = d.conv.swiglu_widths - 1  # all but fc2's input
     return Breakdown.of(
@@ -162,6 +162,8 @@ def attention_items(job: Job, d: Dims) -> Breakdown:
             items["attention_dropout_mask"] = scores * MASK_BYTES
             items["attention_dropout_output"] = scores * ACT_BYTES
         items["out_proj_input"] = t * d.q * d.lin_bytes
+    if m.sandwich_norms:  # the norm of the attention output (Gemma's post_attention_layernorm)
+        items["post_norm"] = _norm(job, d, t // d.sp_div, d.h)
     if m.hidden_dropout > 0:
         items["dropout_mask"] = d.residual * MASK_BYTES
     return Breakdown.of("bytes", **items)
@@ -174,6 +176,8 @@ def dense_mlp_items(job: Job, d: Dims) -> Breakdown:
         "fc1_input": t * d.h // d.gemm_input_div * d.lin_bytes,
         "activation": _mlp_activation(job, d, t, d.f),
     }
+    if job.model.sandwich_norms:  # the norm of the MLP output (post_feedforward_layernorm)
+        items["post_norm"] = _norm(job, d, t // d.sp_div, d.h)
     if job.model.hidden_dropout > 0:
         items["dropout_mask"] = d.residual * MASK_BYTES
     return Breakdown.of("bytes", **items)
@@ -203,6 +207,8 @@ def moe_mlp_items(job: Job, d: Dims) -> Breakdown:
     if moe.num_shared_experts:
         width = moe.num_shared_experts * moe.shared_width // d.tp
         items["shared_experts"] = _mlp_activation(job, d, d.t, width)
+    if job.model.sandwich_norms:
+        items["post_norm"] = _norm(job, d, local, d.h)
     if job.model.hidden_dropout > 0:
         items["dropout_mask"] = d.residual * MASK_BYTES
     return Breakdown.of("bytes", **items)
@@ -258,7 +264,7 @@ def _per_op_sac(job: Job, d: Dims, layer_id: int) -> Breakdown:
         width, tokens = moe.expert_ffn_hidden_size // job.etp, expert_tokens(job, d)
     else:
         width, tokens = d.f, t
-    swiglu = job.model.mlp is MLPKind.SWIGLU
+    swiglu = job.model.mlp.gated
     items = {
         "layer_input": d.residual * ACT_BYTES,
         "wq_output": t * d.q * ACT_BYTES,
@@ -319,7 +325,7 @@ def layer_backward_workspace(job: Job, layer_id: int) -> int:
         tokens, width = expert_tokens(job, d), m.moe.expert_ffn_hidden_size // job.etp
     else:
         tokens, width = d.t, d.f
-    wide = 3 if m.mlp is MLPKind.SWIGLU else 2
+    wide = 3 if m.mlp.gated else 2
     return (2 * d.residual + gathered + wide * tokens * width) * ACT_BYTES
 
 
@@ -347,6 +353,8 @@ def head_activations(job: Job) -> Breakdown:
         final_norm=_norm(job, d, d.t // d.sp_div, d.h),
         output_input=d.t * d.h // d.gemm_input_div * d.lin_bytes,
         logits=logits,
+        # Gemma's final soft-capping c·tanh(x/c): autograd keeps the 16-bit tanh output
+        logit_softcap=d.t * d.vocab * ACT_BYTES if job.model.final_logit_softcap else 0,
     )
 
 

@@ -22,13 +22,15 @@ from cost_models.enums import (
     AttentionKernel,
     Framework,
     MixerKind,
-    MLPKind,
     NormKind,
     OptimizerKind,
     PositionKind,
     Precision,
 )
-from cost_models.flops import Gemm, core_attention, expert_tokens_per_gpu, head_gemm, layer_gemms, ssd_gemms, tokens
+from cost_models.flops import (
+    Gemm, attended_pairs, core_attention, expert_tokens_per_gpu, head_gemm, layer_gemms, mask_tensor_attention, ssd_gemms,
+    tokens,
+)
 from cost_models.hardware import GPUSpec
 from cost_models.job import Job
 from cost_models.model_spec import LayerKind
@@ -131,12 +133,14 @@ def _te_fp8(job: Job) -> float:
 def _eager_attention_seconds(job: Job, backward: bool, cal: Calibration) -> float:
     """Unfused attention: QKᵀ and PV as batched GEMMs, plus the scores' trips through HBM (scale,
     mask and softmax read and write them; dropout reads them, writes them and a 1-byte mask; PV
-    reads them). Backward: two batched GEMMs per forward one, and the same traffic again."""
+    reads them; tanh soft-capping, Gemma's score / c, tanh, · c, reads and writes them once more
+    per op, three ops). Backward: two batched GEMMs per forward one, and the same traffic again. A
+    window or chunk mask changes nothing here: every score is computed, then masked."""
     a, gpu, prec = core_attention(job), job.cluster.gpu, _gemm_precision(job)
     scores = Gemm("scores", a.q_len, a.k_len, a.head_dim, a.batch_heads)
     context = Gemm("context", a.q_len, a.head_dim, a.k_len, a.batch_heads)
     elements = a.batch_heads * a.q_len * a.k_len
-    passes = 2 + (2 + 2.5 if job.model.attention_dropout > 0 else 0)
+    passes = 2 + (2 + 2.5 if job.model.attention_dropout > 0 else 0) + (2 * 3 if job.model.attn_logit_softcap else 0)
     traffic = _memory_seconds(job, elements * ACT_BYTES * passes, cal)
     gemms = [scores, context] if not backward else [x for g in (scores, context) for x in backward_gemms(g)]
     return sum(gemm_seconds(g, gpu, prec, cal) for g in gemms) + traffic
@@ -172,7 +176,7 @@ class AttentionKernels:
 ATTENTION_BACKWARD_KERNELS = 3
 
 
-def attention_kernels(job: Job, cal: Calibration) -> AttentionKernels:
+def attention_kernels(job: Job, cal: Calibration, kind: LayerKind = LayerKind()) -> AttentionKernels:
     """Flash attention, priced per kernel call.
 
     Without cp: one causal kernel over the sequence. With cp (Megatron/Transformer Engine p2p and
@@ -183,7 +187,12 @@ def attention_kernels(job: Job, cal: Calibration) -> AttentionKernels:
     (TransformerEngine@40c69e75 context_parallel.py AttnFuncWithCPAndKVP2P; torch 2.9
     _templated_ring_attention). Each step after the first merges its output into the running one by
     log-sum-exp in fp32: read the running output and the step's, write the running one; backward
-    accumulates dQ and the visiting dK/dV the same way."""
+    accumulates dQ and the visiting dK/dV the same way.
+
+    A local layer's kernel (`kind.window` or `kind.chunk`) computes only the blocks its mask keeps
+    (local_attention_seconds), except where the framework passes the mask as a tensor
+    (flops.mask_tensor_attention: one unmasked kernel over all s x s blocks); context parallelism with
+    local layers is refused (rules.cp_local_attention)."""
     gpu = job.cluster.gpu
     if job.training.attention is AttentionKernel.EAGER:
         return AttentionKernels(_eager_attention_seconds(job, False, cal), _eager_attention_seconds(job, True, cal))
@@ -195,6 +204,16 @@ def attention_kernels(job: Job, cal: Calibration) -> AttentionKernels:
     def kernel(p: K.Pass, causal: bool, q: int, k: int) -> float:
         return attention_seconds(gpu, family, p, causal=causal, head_dim=d, q_len=q, k_len=k, batch_heads=heads, rate_scale=scale)
 
+    if mask_tensor_attention(job, kind):  # every block of s x s keys, none skipped
+        return AttentionKernels(kernel(K.Pass.FORWARD, False, seq, seq), kernel(K.Pass.BACKWARD, False, seq, seq))
+    if kind.window is not None or kind.chunk is not None:
+        # cp > 1 with local layers is refused (rules.cp_local_attention); the search's bounds may
+        # still ask, and get the local kernel over the rank's tokens
+        local = dict(head_dim=d, q_len=seq, batch_heads=heads, rate_scale=scale, window=kind.window, chunk=kind.chunk)
+        return AttentionKernels(
+            local_attention_seconds(gpu, family, K.Pass.FORWARD, **local),
+            local_attention_seconds(gpu, family, K.Pass.BACKWARD, **local),
+        )
     first_f, first_b = kernel(K.Pass.FORWARD, True, seq, seq), kernel(K.Pass.BACKWARD, True, seq, seq)
     if cp == 1:
         return AttentionKernels(first_f, first_b)
@@ -255,7 +274,7 @@ def mamba_kernels(job: Job, cal: Calibration) -> AttentionKernels:
 def mixer_kernels(job: Job, kind: LayerKind, cal: Calibration) -> AttentionKernels:
     """A layer's token-mixer kernels: attention, the Mamba-2 conv and scan, or none."""
     if kind.mixer is MixerKind.ATTENTION:
-        return attention_kernels(job, cal)
+        return attention_kernels(job, cal, kind)
     if kind.mixer is MixerKind.MAMBA:
         return mamba_kernels(job, cal)
     return AttentionKernels(0.0, 0.0)
@@ -270,6 +289,32 @@ def attention_seconds(
     family's rate times `rate_scale`, plus each kernel's start-up."""
     flop = 4 * batch_heads * q_len * k_len * head_dim * (0.5 if causal else 1.0)
     rate = K.attention_rate(gpu, family, p, causal=causal, head_dim=head_dim, q_len=q_len, k_len=k_len, batch_heads=batch_heads)
+    if p is K.Pass.FORWARD:
+        return flop / (rate * rate_scale) + K.table_for(gpu).launch_s
+    return 2.5 * flop / (rate * rate_scale) + ATTENTION_BACKWARD_KERNELS * K.table_for(gpu).launch_s
+
+
+def local_attention_seconds(
+    gpu: GPUSpec, family: AttentionBackend, p: K.Pass, *, head_dim: int, q_len: int, batch_heads: int,
+    window: int | None, chunk: int | None, rate_scale: float = 1.0,
+) -> float:
+    """One fused kernel call of a local layer over q_len tokens, forward or backward. Its FLOPs are
+    4·heads·d per kept (query, key) pair (flops.attended_pairs). Sliding window w < q_len: each
+    query block loops over the ~w keys of its window with no causal saving inside it (flash-attn's
+    local attention, n_block_min..n_block_max of flash_fwd_kernel.h), priced at the unmasked
+    curve's rate for a key loop of w. Chunks of c: each chunk is a causal attention of c tokens
+    (a varlen batch of q_len/c sequences), priced at the causal curve's rate for c. A window or
+    chunk of q_len or more is plain causal attention (attention_seconds)."""
+    if chunk is not None and chunk < q_len:
+        causal, key_loop = True, chunk
+    elif window is not None and window < q_len:
+        causal, key_loop = False, window
+    else:
+        return attention_seconds(gpu, family, p, causal=True, head_dim=head_dim, q_len=q_len, k_len=q_len,
+                                 batch_heads=batch_heads, rate_scale=rate_scale)
+    pairs = attended_pairs(q_len, window=window, chunk=chunk)
+    flop = 4 * batch_heads * pairs * head_dim
+    rate = K.attention_rate(gpu, family, p, causal=causal, head_dim=head_dim, q_len=q_len, k_len=key_loop, batch_heads=batch_heads)
     if p is K.Pass.FORWARD:
         return flop / (rate * rate_scale) + K.table_for(gpu).launch_s
     return 2.5 * flop / (rate * rate_scale) + ATTENTION_BACKWARD_KERNELS * K.table_for(gpu).launch_s
@@ -327,23 +372,25 @@ def elementwise_seconds(job: Job, kind: LayerKind, *, backward: bool, cal: Calib
     """Memory-bound kernels of one layer pass for one micro-batch on one GPU.
 
     Residual stream (width h, split over tp with sequence parallel): a norm and a residual add per
-    block (two in an attention + MLP layer, one in a hybrid model's layers), dropout on each
-    block's output when dropout > 0. Per tp rank: rotary embedding of q and k, the MLP activation
-    per ffn element (squared ReLU priced as GELU: one read and one write); for MoE the
-    permutation of routed token copies and their weighted combine (torch index ops or fused
-    kernels: kernels.md §4.5). A Mamba mixer's own memory-bound kernels are in mamba_kernels."""
+    block (two in an attention + MLP layer, one in a hybrid model's layers; twice the norms with
+    sandwich norms), dropout on each block's output when dropout > 0. Per tp rank: rotary
+    embedding of q and k (not on a NoPE or Mamba layer), the MLP activation per ffn element (a
+    gated GELU moves the bytes of SwiGLU; squared ReLU priced as GELU: one read and one write);
+    for MoE the permutation of routed token copies and their weighted combine (torch index ops or
+    fused kernels: kernels.md §4.5). A Mamba mixer's own memory-bound kernels are in mamba_kernels."""
     m, lay = job.model, job.layout
     t = tokens(job)
     residual_tokens = t / (lay.tp if job.sp else 1)
     h = m.hidden_size
     blocks = kind.norms
-    total = blocks * _op_seconds(job, "norm", h * residual_tokens, backward, cal)
+    norms = blocks * (2 if m.sandwich_norms else 1)
+    total = norms * _op_seconds(job, "norm", h * residual_tokens, backward, cal)
     total += blocks * _op_seconds(job, "add", h * residual_tokens, backward, cal)
     if m.hidden_dropout > 0:
         total += blocks * _op_seconds(job, "dropout", h * residual_tokens, backward, cal)
-    if m.position_embedding is PositionKind.ROPE and kind.mixer is MixerKind.ATTENTION:
+    if m.position_embedding is PositionKind.ROPE and kind.mixer is MixerKind.ATTENTION and kind.rope:
         total += _op_seconds(job, "rope", (m.q_width + m.kv_width) / lay.tp * t, backward, cal)
-    act = "swiglu" if m.mlp is MLPKind.SWIGLU else "gelu"
+    act = "swiglu" if m.mlp.gated else "gelu"
     if not kind.mlp:
         return total
     if kind.moe:
@@ -528,7 +575,17 @@ def loss_time(job: Job, cal: Calibration) -> float:
     op = {Impl.MEGATRON: "loss.megatron", Impl.COMPILE: "loss.fused"}.get(_impl(job, "loss"), "loss.eager")
     moved = tokens(job) * vocab * LOSS_BYTES_PER_LOGIT
     # forward log-softmax and nll, their two backward kernels
-    return _memory_seconds(job, moved, cal, op=op, launches=4)
+    loss = _memory_seconds(job, moved, cal, op=op, launches=4)
+    if job.model.final_logit_softcap:
+        # Gemma's logits / c, tanh, · c before the loss (Gemma2ForCausalLM.forward): three eager
+        # kernels reading and writing 16-bit logits (4 bytes each), twice that in backward
+        loss += _memory_seconds(job, tokens(job) * vocab * LOGIT_SOFTCAP_BYTES, cal, launches=9)
+    return loss
+
+
+# Final-logit soft-capping per logit over forward and backward: 3 ops x (2 read + 2 write) forward,
+# twice that in backward (each op's gradient reads its saved input and the incoming gradient).
+LOGIT_SOFTCAP_BYTES = 3 * 4 * 3
 
 
 # Optimizer step, bytes per parameter a rank updates. AdamW (torch fused/multi-tensor and Megatron

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cost_models.enums import AttentionKernel, Framework, MixerKind, MLPKind, Recompute
+from cost_models.enums import AttentionKernel, Framework, MixerKind, Recompute
 from cost_models.job import Job
 from cost_models.model_spec import LayerKind, ModelSpec
 from cost_models.states import local_kv_heads, padded_vocab
@@ -64,14 +64,42 @@ class Attention:
         return 4 * self.batch_heads * self.q_len * self.k_len * self.head_dim * self.causal_fraction
 
 
-def causal_fraction(job: Job) -> float:
-    """Flash kernels skip the blocks above the causal diagonal: (s+1)/(2s) of the scores for one
-    sequence, whichever cp rank holds which chunk (Megatron/torch CP balance the chunks). Eager
-    attention computes every score and masks afterwards (Megatron's fused_scale_mask_softmax)."""
-    if job.training.attention is AttentionKernel.EAGER:
+def attended_pairs(s: int, *, window: int | None = None, chunk: int | None = None) -> int:
+    """(query, key) pairs a causal mask over s tokens keeps. Causal: Σ_i (i + 1) = s(s+1)/2. Sliding
+    window of w (each query sees its last w tokens, itself included): Σ_i min(i + 1, w) = w(w+1)/2 +
+    (s − w)·w for s > w. Chunks of c (causal within each chunk, chunk i·c..(i+1)·c − 1): n = s // c full
+    chunks of c(c+1)/2 and a last one of r = s − n·c tokens."""
+    if chunk is not None:
+        n, r = divmod(s, chunk)
+        return n * chunk * (chunk + 1) // 2 + r * (r + 1) // 2
+    if window is not None and window < s:
+        return window * (window + 1) // 2 + (s - window) * window
+    return s * (s + 1) // 2
+
+
+def mask_tensor_attention(job: Job, kind: LayerKind) -> bool:
+    """A local layer that DeepSpeed's Hugging Face model runs through SDPA with an explicit mask: a
+    window or chunk shorter than the sequence makes transformers pass the mask as a tensor (v5.23.0
+    masking_utils.py _ignore_causal_mask_sdpa, L267-282: the causal skip needs no local window),
+    and SDPA then runs a kernel that reads the mask over every block instead of a flash kernel
+    that skips them (integrations/sdpa_attention.py L145-159: is_causal only without a mask)."""
+    s = job.training.seq_len
+    local = (kind.window is not None and kind.window < s) or (kind.chunk is not None and kind.chunk < s)
+    return local and job.training.framework is Framework.DEEPSPEED
+
+
+def causal_fraction(job: Job, kind: LayerKind = LayerKind()) -> float:
+    """Flash kernels skip the blocks the mask removes: above the causal diagonal, (s+1)/(2s) of the
+    scores for one sequence, whichever cp rank holds which chunk (Megatron/torch CP balance the
+    chunks); outside a sliding window or a chunk too (attended_pairs / s²; flash-attn's local
+    attention starts each query block's key loop at the window's first block, flash_fwd_kernel.h
+    n_block_min, Dao-AILab/flash-attention@0251105a L90). Eager attention computes every score and
+    masks afterwards (Megatron's fused_scale_mask_softmax, transformers' eager_attention_forward
+    adding the mask), and so does SDPA given a mask tensor (mask_tensor_attention)."""
+    if job.training.attention is AttentionKernel.EAGER or mask_tensor_attention(job, kind):
         return 1.0
     s = job.training.seq_len
-    return (s + 1) / (2 * s)
+    return attended_pairs(s, window=kind.window, chunk=kind.chunk) / (s * s)
 
 
 def tokens(job: Job) -> int:
@@ -87,17 +115,17 @@ def attention_gemms(job: Job) -> tuple[Gemm, ...]:
     return (Gemm("qkv", t, q + 2 * kv, h), Gemm("out_proj", t, h, q))
 
 
-def core_attention(job: Job) -> Attention:
+def core_attention(job: Job, kind: LayerKind = LayerKind()) -> Attention:
     m = job.model
     heads = m.num_attention_heads // job.layout.tp
-    return Attention(job.layout.mbs * heads, job.seq_per_rank, job.training.seq_len, m.head_size, causal_fraction(job))
+    return Attention(job.layout.mbs * heads, job.seq_per_rank, job.training.seq_len, m.head_size, causal_fraction(job, kind))
 
 
 def mlp_gemms(spec: ModelSpec, name: str, m_tokens: int, width: int, count: int = 1) -> tuple[Gemm, ...]:
     """GELU: fc1 h->f, fc2 f->h. SwiGLU: gate and up as one h->2f GEMM (Megatron fuses them;
     separate GEMMs cost the same FLOPs), down f->h."""
     h = spec.hidden_size
-    up = 2 * width if spec.mlp is MLPKind.SWIGLU else width
+    up = 2 * width if spec.mlp.gated else width
     return (Gemm(f"{name}_fc1", m_tokens, up, h, count), Gemm(f"{name}_fc2", m_tokens, h, width, count))
 
 
@@ -220,7 +248,7 @@ def recomputed_share(job: Job, mode: Recompute, kind: LayerKind = LayerKind()) -
 def mixer_flops(job: Job, kind: LayerKind) -> float:
     """Forward FLOPs of a layer's token mixer besides its projections: core attention, or the SSD scan."""
     if kind.mixer is MixerKind.ATTENTION:
-        return core_attention(job).flop
+        return core_attention(job, kind).flop
     if kind.mixer is MixerKind.MAMBA:
         return sum(g.flop for g in ssd_gemms(job))
     return 0.0

@@ -10,7 +10,7 @@ import unicodedata
 from functools import cache, cached_property
 from typing import Annotated, Literal, NamedTuple
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from cost_models.enums import MixerKind, MLPKind, NormKind, PositionKind, RouterScore
 
@@ -87,6 +87,7 @@ class MoESpec(Spec):
     # rescales the kept scores to sum to 1 (Mixtral always; Qwen-MoE per norm_topk_prob).
     router_score: RouterScore = RouterScore.SOFTMAX
     renormalize_top_k: bool = True
+    router_bias: bool = False  # a bias on the router Linear (GPT-OSS GptOssTopKRouter.bias)
     # Group-limited routing: experts in router_groups groups, tokens routed within the best
     # router_group_top_k groups (DeepSeek-V2/V3); None = all experts eligible.
     router_groups: Count | None = None
@@ -176,6 +177,36 @@ class MambaSpec(Spec):
 # --hybrid-layer-pattern symbols, megatron/core/models/hybrid/hybrid_layer_allocation.py Symbols):
 # M Mamba-2, * attention, - MLP. E (MoE) layers are refused (HYBRID_CHARS names what is read).
 HYBRID_CHARS = {"M": "Mamba-2", "*": "attention", "-": "MLP"}
+class YarnScaling(Spec):
+    """YaRN rotary scaling (transformers modeling_rope_utils.py _compute_yarn_parameters, rope_type
+    "yarn"; GPT-OSS): frequencies interpolated by factor between the beta_fast and beta_slow
+    rotations, attention scaled by 0.1·ln(factor) + 1. No parameters; a launch carries it."""
+
+    kind: Literal["yarn"] = "yarn"
+    factor: Positive
+    original_max_position_embeddings: Count
+    beta_fast: Positive = 32.0  # _compute_yarn_parameters defaults
+    beta_slow: Positive = 1.0
+    truncate: bool = True
+
+
+class LinearScaling(Spec):
+    """Position interpolation (transformers _compute_linear_scaling_rope_parameters, rope_type
+    "linear"; Gemma 3's global layers): positions divided by factor."""
+
+    kind: Literal["linear"] = "linear"
+    factor: Positive
+
+
+def _rope_kind(value: object) -> str | None:
+    """The scaling's kind; a table without one is Llama 3.1's (the only kind before yarn and linear)."""
+    return value.get("kind", "llama3") if isinstance(value, dict) else getattr(value, "kind", None)
+
+
+AnyRopeScaling = Annotated[
+    Annotated[RopeScaling, Tag("llama3")] | Annotated[YarnScaling, Tag("yarn")] | Annotated[LinearScaling, Tag("linear")],
+    Discriminator(_rope_kind),
+]
 
 
 class LayerKind(NamedTuple):
@@ -185,15 +216,21 @@ class LayerKind(NamedTuple):
     moe: bool = False  # an MoE block in place of the dense MLP
     mixer: MixerKind = MixerKind.ATTENTION  # the token mixer (none in an MLP-only layer)
     mlp: bool = True  # whether the layer has an MLP (or MoE) block after its mixer
+    window: int | None = None  # sliding-window attention: each query attends its last `window` tokens
+    chunk: int | None = None  # chunked attention: causal within consecutive chunks of `chunk` tokens
+    rope: bool = True  # rotary embedding applied (Llama 4's full-attention layers have none)
 
     @property
     def label(self) -> str:
-        """A name for the kind in breakdowns (`dense_layers`, `moe_layers`; a hybrid model's
-        `mamba_layers`, `attention_layers`, `mlp_layers`), one per kind."""
+        """A name for the kind in breakdowns, one per kind: `dense_layers`, `moe_layers`,
+        `moe_swa_layers`; a hybrid model's `mamba_layers`, `attention_layers`, `mlp_layers`."""
         if self.mixer is MixerKind.ATTENTION and self.mlp:
-            return "moe" if self.moe else "dense"
-        mlp = ("moe" if self.moe else "mlp") if self.mlp else ""
-        return "_".join(x for x in ((self.mixer.value if self.mixer is not MixerKind.NONE else ""), mlp) if x)
+            parts = ["moe" if self.moe else "dense"]
+        else:
+            parts = [self.mixer.value] if self.mixer is not MixerKind.NONE else []
+            parts += [("moe" if self.moe else "mlp")] if self.mlp else []
+        parts += ["swa"] * (self.window is not None) + ["chunked"] * (self.chunk is not None) + ["nope"] * (not self.rope)
+        return "_".join(parts)
 
     @property
     def norms(self) -> int:
@@ -225,7 +262,7 @@ class ModelSpec(Spec):
     # Rotary base and scaling. 10000 is the default of transformers' LlamaConfig (RotaryEmbeddingConfigMixin
     # default_theta, transformers v5.23.0 modeling_rope_utils.py) and of Megatron's --rotary-base (ARG L2418).
     rope_theta: Positive = 10000.0
-    rope_scaling: RopeScaling | None = None
+    rope_scaling: AnyRopeScaling | None = None
     rotary_fraction: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0  # share of head_dim rotated (GPT-NeoX rotary_pct)
     # Norm epsilon. 1e-5 is megatron-core's layernorm_epsilon default (transformer_config.py L201) and
     # the default of GPT2Config / BloomConfig / GPTNeoXConfig; Llama-family configs give theirs.
@@ -237,6 +274,28 @@ class ModelSpec(Spec):
     embedding_norm: bool = False  # norm right after the token embedding (BLOOM)
     hidden_dropout: Fraction = 0.0
     attention_dropout: Fraction = 0.0
+    # Local attention. A layer is local unless full_attention_every is set and (i + 1) % it == 0
+    # (Megatron's --window-attn-skip-freq N, transformer/utils.py is_layer_window_attention; the
+    # default layer_types of transformers' Gemma2Config, Gemma3TextConfig (sliding_window_pattern)
+    # and GptOssConfig, and Llama4TextConfig's no_rope_layer_interval). A local layer attends a
+    # sliding window of sliding_window tokens, itself included (transformers masking_utils
+    # sliding_window_overlay: kv_idx > q_idx - sliding_window), or causally within chunks of
+    # attention_chunk_size tokens (chunked_overlay). Neither set: every layer attends in full.
+    sliding_window: Count | None = None
+    attention_chunk_size: Count | None = None
+    full_attention_every: Count | None = None
+    nope_full_layers: bool = False  # full-attention layers skip the rotary embedding (Llama 4 no_rope_layers)
+    rope_local_theta: Positive | None = None  # rotary base of the local layers when it differs (Gemma 3)
+    # Gemma: tanh soft-capping c·tanh(x/c) of the attention scores and of the output logits.
+    attn_logit_softcap: Positive | None = None
+    final_logit_softcap: Positive | None = None
+    query_pre_attn_scalar: Count | None = None  # scores scaled by its -1/2 power instead of head_dim's (Gemma)
+    attention_sinks: bool = False  # a learned logit per head joins every softmax (GPT-OSS sinks)
+    sandwich_norms: bool = False  # also a norm on the attention and MLP outputs: four per layer (Gemma 2/3)
+    zero_centered_norm: bool = False  # RMSNorm scales by (1 + weight) (Gemma; Megatron --apply-layernorm-1p)
+    scale_embedding: bool = False  # embedding output multiplied by sqrt(hidden_size) (Gemma)
+    qk_l2_norm: bool = False  # weightless L2 norm of q and k on rotary layers (Llama 4 use_qk_norm)
+    attn_temperature_tuning: bool = False  # Llama 4's position-dependent query scale on NoPE layers
     moe: MoESpec | None = None
     # Hybrid models (Nemotron-H): one character per layer (HYBRID_CHARS); each layer holds one norm
     # and one block. None: every layer is attention followed by an MLP.
@@ -256,6 +315,13 @@ class ModelSpec(Spec):
                 f"hidden_size({self.hidden_size}) is not divisible by num_attention_heads"
                 f"({self.num_attention_heads}); give head_dim explicitly"
             )
+        local = (self.sliding_window, self.attention_chunk_size)
+        if None not in local:
+            raise ValueError("sliding_window and attention_chunk_size: a model's local layers use one of them, not both")
+        if local == (None, None) and (self.full_attention_every is not None or self.nope_full_layers):
+            raise ValueError("full_attention_every / nope_full_layers need local layers: give sliding_window or attention_chunk_size")
+        if self.nope_full_layers and self.position_embedding is not PositionKind.ROPE:
+            raise ValueError("nope_full_layers needs rotary positions (position_embedding = rope)")
         if self.num_layers > MAX_LAYERS:
             raise ValueError(f"num_layers({self.num_layers}) exceeds {MAX_LAYERS}, far above any real model (~100-200)")
         if self.hybrid_pattern is not None:
@@ -271,6 +337,8 @@ class ModelSpec(Spec):
                 raise ValueError("hybrid_pattern: Mamba layers (M) and a mamba section are given together or not at all")
             if self.moe is not None:
                 raise ValueError("hybrid_pattern: MoE in a hybrid model (E layers) is not supported; drop the moe section")
+            if self.sliding_window is not None or self.attention_chunk_size is not None:
+                raise ValueError("hybrid_pattern: local attention (sliding_window, attention_chunk_size) in a hybrid model is not supported")
         elif self.mamba is not None:
             raise ValueError("mamba: a Mamba-2 mixer needs a hybrid_pattern saying which layers hold it (M)")
         if self.moe is not None:
@@ -319,10 +387,22 @@ class ModelSpec(Spec):
     def moe_layer_ids(self) -> tuple[int, ...]:
         return tuple(i for i in range(self.num_layers) if self.is_moe_layer(i))
 
+    def is_local_layer(self, i: int) -> bool:
+        """Sliding-window or chunked attention on layer i (see sliding_window)."""
+        if self.sliding_window is None and self.attention_chunk_size is None:
+            return False
+        return self.full_attention_every is None or (i + 1) % self.full_attention_every != 0
+
     def layer_kind(self, i: int) -> LayerKind:
         if self.hybrid_pattern is not None:
             return _HYBRID_KINDS[self.hybrid_pattern[i]]
-        return LayerKind(moe=self.is_moe_layer(i))
+        local = self.is_local_layer(i)
+        return LayerKind(
+            moe=self.is_moe_layer(i),
+            window=self.sliding_window if local else None,
+            chunk=self.attention_chunk_size if local else None,
+            rope=local or not self.nope_full_layers,
+        )
 
     @property
     def has_attention(self) -> bool:

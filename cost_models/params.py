@@ -8,7 +8,7 @@ Each count is the number of elements of the weight and bias tensors a standard i
 from __future__ import annotations
 
 from cost_models.breakdown import Breakdown
-from cost_models.enums import MixerKind, MLPKind, NormKind, PositionKind
+from cost_models.enums import MixerKind, NormKind, PositionKind
 from cost_models.model_spec import LayerKind, ModelSpec
 
 
@@ -26,6 +26,7 @@ def attention_params(spec: ModelSpec) -> Breakdown:
         out_weight=q * h,
         out_bias=h if spec.out_bias else 0,
         qk_norm=2 * norm_params(spec, spec.head_size) if spec.qk_norm else 0,
+        sinks=spec.num_attention_heads if spec.attention_sinks else 0,  # GptOssAttention.sinks, one logit per head
     )
 
 
@@ -49,7 +50,7 @@ def mamba_params(spec: ModelSpec) -> Breakdown:
 def mlp_params(spec: ModelSpec, ffn: int) -> int:
     """GELU and squared ReLU: h->f, f->h. SwiGLU: gate and up h->f, down f->h. Biases on every matrix if mlp_bias."""
     h = spec.hidden_size
-    if spec.mlp is MLPKind.SWIGLU:
+    if spec.mlp.gated:
         return 3 * h * ffn + ((2 * ffn + h) if spec.mlp_bias else 0)
     return 2 * h * ffn + ((ffn + h) if spec.mlp_bias else 0)
 
@@ -62,6 +63,7 @@ def moe_params(spec: ModelSpec, *, active: bool = False) -> Breakdown:
     return Breakdown.of(
         "params",
         router=spec.hidden_size * m.num_experts,  # Linear(h, E, bias=False) in Mixtral/Qwen/Megatron
+        router_bias=m.num_experts if m.router_bias else 0,  # GptOssTopKRouter.bias
         experts=n_routed * mlp_params(spec, m.expert_ffn_hidden_size),
         shared_experts=m.num_shared_experts * mlp_params(spec, m.shared_width),
         shared_gate=spec.hidden_size if m.shared_expert_gate else 0,
@@ -69,9 +71,13 @@ def moe_params(spec: ModelSpec, *, active: bool = False) -> Breakdown:
 
 
 def layer_params(spec: ModelSpec, kind: LayerKind, *, active: bool = False) -> Breakdown:
-    """One decoder layer of a kind: a norm before each block, the mixer (attention or Mamba-2; none
-    in an MLP-only layer), and a dense MLP or an MoE block (none in a hybrid model's mixer layers)."""
-    parts: dict[str, int | Breakdown] = {"norms": kind.norms * norm_params(spec, spec.hidden_size)}
+    """One decoder layer of a kind: a norm before each block (and after it with sandwich norms:
+    Gemma2DecoderLayer's input, post_attention, pre_feedforward and post_feedforward layernorms),
+    the mixer (attention or Mamba-2; none in an MLP-only layer), and a dense MLP or an MoE block
+    (none in a hybrid model's mixer layers). Sliding-window, chunked and NoPE layers have the same
+    parameters as full-attention ones."""
+    norms = kind.norms * (2 if spec.sandwich_norms else 1)
+    parts: dict[str, int | Breakdown] = {"norms": norms * norm_params(spec, spec.hidden_size)}
     if kind.mixer is MixerKind.ATTENTION:
         parts["attention"] = attention_params(spec)
     elif kind.mixer is MixerKind.MAMBA:

@@ -373,6 +373,29 @@ def _cp_flash(job: Job) -> str | None:
     return None
 
 
+def _cp_local_attention(job: Job) -> str | None:
+    m = job.model
+    if job.layout.cp > 1 and (m.sliding_window is not None or m.attention_chunk_size is not None):
+        what = f"sliding-window ({m.sliding_window})" if m.sliding_window else f"chunked ({m.attention_chunk_size})"
+        return (
+            f"context parallel (cp={job.layout.cp}) with {what} attention layers: Transformer Engine's p2p ring refuses "
+            "sliding windows (only its a2a and all_gather exchanges take them) and the planner prices the causal p2p / "
+            "all-gather ring only; use cp 1"
+        )
+    return None
+
+
+def _hf_attention(job: Job) -> str | None:
+    m = job.model
+    if job.training.attention is AttentionKernel.FLASH and (m.attn_logit_softcap or m.attention_sinks):
+        what = "soft-capped scores" if m.attn_logit_softcap else "attention sinks"
+        return (
+            f"{what}: transformers' Gemma2 and GptOss models have no SDPA path (_supports_sdpa = False), so DeepSpeed's "
+            "train.py runs them with eager attention; use --attention eager"
+        )
+    return None
+
+
 def _compile(job: Job) -> str | None:
     if job.training.compile:
         return f"compile is modelled for torchtitan jobs only, not {job.training.framework}"
@@ -488,6 +511,12 @@ RULES: tuple[Rule, ...] = (
     Rule("tp_comm_overlap", ALL, _tp_comm_overlap, "Megatron arguments.py (--tp-comm-overlap requires --sequence-parallel); torchtitan async TP"),
     Rule("fp8_hardware", ALL, _fp8_hardware, "presets/gpus.toml peak_tflops.fp8: given exactly for the GPUs with fp8 tensor cores (datasheets)"),
     Rule("fp8_recipe", ALL, _fp8_recipe, "Megatron --fp8-recipe (transformer_config.py L594); torchtitan quantize.linear.float8 recipe_name"),
+    Rule("cp_local_attention", ALL, _cp_local_attention,
+         "TransformerEngine@d0067d0d context_parallel.py:5054-5060 (sliding window only with cp_comm_type a2a or all_gather); "
+         "Megatron-LM@d98e8a64 arguments.py:3221 (--cp-comm-type default p2p)"),
+    Rule("hf_attention", frozenset({DEEPSPEED}), _hf_attention,
+         "transformers v5.23.0 modeling_gemma2.py L352, modeling_gpt_oss.py L379 (_supports_sdpa = False); "
+         "planner/launch/ds_script.py builds from_config without attn_implementation"),
     Rule("cp_flash", ALL, _cp_flash, "ring attention (Megatron/TE, torch context_parallel) uses fused attention"),
     Rule("grad_reduce_in_bf16", ALL, _grad_reduce_in_bf16, "Megatron-LM@d98e8a64 arguments.py:1204-1217, 3053"),
     Rule("fp8_param_gather", ALL, _fp8_param_gather, "Megatron-LM@d98e8a64 arguments.py:1095-1098, 2016-2018"),
@@ -528,7 +557,7 @@ def violations(job: Job) -> list[tuple[str, str]]:
 
 
 # Rules that read only the model, the cluster and the training spec: when one breaks, no layout can help.
-PROBLEM_RULES = frozenset({"positions", "compile", "fp8_hardware", "fp8_recipe", "hybrid_framework"})
+PROBLEM_RULES = frozenset({"positions", "compile", "fp8_hardware", "fp8_recipe", "hybrid_framework", "hf_attention"})
 
 
 def problem_violations(model: ModelSpec, cluster: Cluster, training: TrainingSpec) -> list[tuple[str, str]]:

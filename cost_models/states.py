@@ -91,15 +91,17 @@ def _local_layer_params(job: Job, layer_id: int) -> LayerParams:
         + q_local * h
         + (h if m.out_bias else 0)  # row-parallel bias: replicated
         + (2 * norm_params(m, d) if m.qk_norm else 0)
+        + (m.num_attention_heads // tp if m.attention_sinks else 0)  # one sink logit per local head
     )
-    norms = 2 * norm_params(m, h)
+    norms = (4 if m.sandwich_norms else 2) * norm_params(m, h)
     if not m.is_moe_layer(layer_id):
         return LayerParams(dense=attention + norms + mlp_params(m, m.ffn_hidden_size // tp), expert=0)
     moe = m.moe
     assert moe is not None
     shared = moe.num_shared_experts * mlp_params(m, moe.shared_width // tp) + (h if moe.shared_expert_gate else 0)
     experts = moe.num_experts // job.layout.ep * mlp_params(m, moe.expert_ffn_hidden_size // job.etp)
-    return LayerParams(dense=attention + norms + h * moe.num_experts + shared, expert=experts)
+    router = h * moe.num_experts + (moe.num_experts if moe.router_bias else 0)
+    return LayerParams(dense=attention + norms + router + shared, expert=experts)
 
 
 def embedding_params_local(job: Job) -> int:

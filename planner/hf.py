@@ -72,8 +72,21 @@ def _rope(cfg: dict[str, Any], *, theta: float) -> dict[str, Any]:
             high_freq_factor=_opt(scaling, "high_freq_factor", 4.0),
             original_max_position_embeddings=_get(scaling, "original_max_position_embeddings"),
         )
+    elif kind == "yarn":
+        # _compute_yarn_parameters: factor and original_max_position_embeddings required, beta_fast
+        # 32 and beta_slow 1 by default, truncate true unless given (GPT-OSS gives false)
+        out["rope_scaling"] = dict(
+            kind="yarn",
+            factor=_opt(scaling, "factor", 0.0) or _get(scaling, "factor"),
+            original_max_position_embeddings=_get(scaling, "original_max_position_embeddings"),
+            beta_fast=_opt(scaling, "beta_fast", 32.0),
+            beta_slow=_opt(scaling, "beta_slow", 1.0),
+            truncate=_opt(scaling, "truncate", True),
+        )
+    elif kind == "linear":
+        out["rope_scaling"] = dict(kind="linear", factor=_opt(scaling, "factor", 0.0) or _get(scaling, "factor"))
     elif kind != "default":
-        raise SpecError(f"config.json: rope scaling type {kind!r} is not supported (supported: llama3, or none)")
+        raise SpecError(f"config.json: rope scaling type {kind!r} is not supported (supported: llama3, yarn, linear, or none)")
     return out
 
 
@@ -306,6 +319,232 @@ def _nemotron_h(cfg: dict[str, Any]) -> dict[str, Any]:
     )
 
 
+def _nullable(cfg: dict[str, Any], key: str, default: float | None) -> float | None:
+    """A number that null switches off: absent gives `default`, null gives None (Gemma's soft-caps)."""
+    if key not in cfg:
+        return default
+    return None if cfg[key] is None else _opt(cfg, key, 0.0)
+
+
+def _period(cfg: dict[str, Any], flags: list[bool], what: str) -> int | None:
+    """The N of "layer i is full iff (i + 1) % N == 0" that a per-layer list of local (True) / full
+    (False) flags follows; None when every layer is local. Other patterns are refused."""
+    full = [i for i, local in enumerate(flags) if not local]
+    if not full:
+        return None
+    n = full[0] + 1
+    if flags != [(i + 1) % n != 0 for i in range(len(flags))]:
+        raise SpecError(
+            f"config.json: {what} is not one full layer after every {n - 1} local ones (model_type "
+            f"{cfg.get('model_type')!r}); write a model spec file with sliding_window and full_attention_every"
+        )
+    return n
+
+
+def _layer_types(cfg: dict[str, Any], layers: int, local: str, default_every: int) -> int | None:
+    """full_attention_every from config.layer_types ("sliding_attention" / "chunked_attention" /
+    "full_attention" per layer), else the class default pattern `default_every`."""
+    types = cfg.get("layer_types")
+    if types is None:
+        return default_every
+    if not isinstance(types, list) or len(types) != layers or set(types) - {local, "full_attention"}:
+        raise SpecError(f"config.json: layer_types must list {layers} entries of {local!r} or 'full_attention'")
+    return _period(cfg, [t == local for t in types], "layer_types")
+
+
+def _gelu_tanh(cfg: dict[str, Any]) -> MLPKind:
+    act = cfg.get("hidden_activation") or "gelu_pytorch_tanh"
+    if act not in ("gelu_pytorch_tanh", "gelu_tanh"):  # GemmaMLP: act_fn(gate) * up
+        raise SpecError(f"config.json: hidden_activation {act!r} is not supported (supported: gelu_pytorch_tanh)")
+    return MLPKind.GEGLU
+
+
+def _gemma_common(cfg: dict[str, Any], *, defaults: dict[str, Any]) -> dict[str, Any]:
+    """Gemma2Config / Gemma3TextConfig: four RMSNorms per layer scaling by (1 + weight), gated
+    GELU-tanh MLP without biases, embedding scaled by sqrt(hidden_size), tied output layer,
+    q/k/v/o biases per attention_bias, scores scaled by query_pre_attn_scalar^-1/2 (default 256)."""
+    heads = _get(cfg, "num_attention_heads")
+    if cfg.get("use_bidirectional_attention"):
+        raise SpecError("config.json: use_bidirectional_attention is an encoder setting; only causal decoders are planned")
+    bias = _opt(cfg, "attention_bias", False)
+    return dict(
+        num_layers=_get(cfg, "num_hidden_layers"),
+        hidden_size=_get(cfg, "hidden_size"),
+        ffn_hidden_size=_get(cfg, "intermediate_size"),
+        num_attention_heads=heads,
+        num_kv_heads=_opt(cfg, "num_key_value_heads", 0) or 4,  # class default 4
+        head_dim=_opt(cfg, "head_dim", 0) or 256,  # class default 256
+        vocab_size=_get(cfg, "vocab_size"),
+        max_position_embeddings=_get(cfg, "max_position_embeddings", default=defaults["max_position_embeddings"]),
+        tie_embeddings=_opt(cfg, "tie_word_embeddings", True),
+        mlp=_gelu_tanh(cfg),
+        norm=NormKind.RMSNORM,
+        position_embedding=PositionKind.ROPE,
+        qkv_bias=bias,
+        out_bias=bias,
+        attention_dropout=_opt(cfg, "attention_dropout", 0.0),
+        norm_eps=_opt(cfg, "rms_norm_eps", 1e-6),
+        sliding_window=_opt(cfg, "sliding_window", 4096),
+        attn_logit_softcap=_nullable(cfg, "attn_logit_softcapping", defaults["attn_logit_softcapping"]),
+        final_logit_softcap=_nullable(cfg, "final_logit_softcapping", defaults["final_logit_softcapping"]),
+        query_pre_attn_scalar=_opt(cfg, "query_pre_attn_scalar", 256),
+        sandwich_norms=True,
+        zero_centered_norm=True,
+        scale_embedding=True,
+    )
+
+
+def _gemma2(cfg: dict[str, Any]) -> dict[str, Any]:
+    # Gemma2Config (transformers v5.23.0): layer_types default sliding on even layers ((i + 1) % 2),
+    # sliding_window 4096, attn_logit_softcapping 50, final_logit_softcapping 30, max positions 8192
+    out = _gemma_common(cfg, defaults=dict(max_position_embeddings=8192, attn_logit_softcapping=50.0, final_logit_softcapping=30.0))
+    out["full_attention_every"] = _layer_types(cfg, out["num_layers"], "sliding_attention", 2)
+    return {**out, **_rope(cfg, theta=10000.0)}
+
+
+def _gemma3_text(cfg: dict[str, Any]) -> dict[str, Any]:
+    # Gemma3TextConfig: q_norm/k_norm Gemma3RMSNorm(head_dim); layer_types default from
+    # sliding_window_pattern (default 6: five sliding, one full); no soft-capping by default; rotary
+    # bases per layer type: rope_parameters {"full_attention": …, "sliding_attention": …} (5.x) or
+    # rope_theta (global, default 1e6), rope_local_base_freq (default 1e4) and rope_scaling on the
+    # full layers (4.x; convert_rope_params_to_dict)
+    out = _gemma_common(cfg, defaults=dict(max_position_embeddings=131072, attn_logit_softcapping=None, final_logit_softcapping=None))
+    every = _opt(cfg, "sliding_window_pattern", 6)
+    out["full_attention_every"] = _layer_types(cfg, out["num_layers"], "sliding_attention", every)
+    params = cfg.get("rope_parameters") or {}
+    if not isinstance(params, dict):
+        raise SpecError("config.json: rope_parameters must be an object")
+    if "full_attention" in params or "sliding_attention" in params:
+        full, local = params.get("full_attention") or {}, params.get("sliding_attention") or {}
+        if not isinstance(full, dict) or not isinstance(local, dict):
+            raise SpecError("config.json: rope_parameters.full_attention / sliding_attention must be objects")
+        if local.get("rope_type", "default") != "default":
+            raise SpecError("config.json: rope scaling on sliding layers is not supported (only on full layers)")
+        rope = _rope({"rope_parameters": full}, theta=1e6)
+        local_theta = _opt(local, "rope_theta", 1e4)
+    else:
+        rope = _rope(cfg, theta=1e6)
+        local_theta = _opt(cfg, "rope_local_base_freq", 1e4)
+    return {**out, **rope, "rope_local_theta": local_theta, "qk_norm": True}
+
+
+def _gpt_oss(cfg: dict[str, Any]) -> dict[str, Any]:
+    # GptOssConfig (v5.23.0): head_dim 64, num_key_value_heads 8, attention_bias true, sliding_window
+    # 128 on even layers (layer_types default (i + 1) % 2), rms_norm_eps 1e-5, untied, rope_theta
+    # 150000 (default_theta) with yarn scaling (factor 32, beta_fast 32, beta_slow 1, truncate false,
+    # original 4096) when none is given; router_aux_loss_coef 0.001. Modules (modeling_gpt_oss.py):
+    # GptOssAttention q/k/v/o with bias and `sinks` (one logit per head); GptOssTopKRouter weight
+    # (E, h) and bias (E), softmax over the top-k logits (= renormalised top-k); GptOssExperts
+    # gate_up_proj (E, h, 2f) + bias (E, 2f), down_proj (E, f, h) + bias (E, h). Its gate is
+    # clamp(max=7)·sigmoid(1.702·gate) and up is clamped to ±7 (swiglu_limit, swiglu_alpha): the
+    # matrices and bytes of SwiGLU.
+    cfg = {"rope_parameters": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                               "original_max_position_embeddings": 4096}} | cfg
+    layers, bias = _get(cfg, "num_hidden_layers"), _opt(cfg, "attention_bias", True)
+    moe = dict(
+        num_experts=_get(cfg, "num_local_experts"),
+        top_k=_opt(cfg, "num_experts_per_tok", 4),
+        expert_ffn_hidden_size=_get(cfg, "intermediate_size"),
+        router_bias=True,
+        aux_loss_coef=_opt(cfg, "router_aux_loss_coef", 0.001),
+    )
+    heads = _get(cfg, "num_attention_heads")
+    return dict(
+        num_layers=layers,
+        hidden_size=_get(cfg, "hidden_size"),
+        ffn_hidden_size=_get(cfg, "intermediate_size"),
+        num_attention_heads=heads,
+        num_kv_heads=_opt(cfg, "num_key_value_heads", 0) or heads,
+        head_dim=_opt(cfg, "head_dim", 0) or 64,
+        vocab_size=_get(cfg, "vocab_size"),
+        max_position_embeddings=_get(cfg, "max_position_embeddings", default=131072),
+        tie_embeddings=_opt(cfg, "tie_word_embeddings", False),
+        mlp=MLPKind.SWIGLU,
+        norm=NormKind.RMSNORM,
+        position_embedding=PositionKind.ROPE,
+        qkv_bias=bias,
+        out_bias=bias,
+        mlp_bias=True,
+        attention_dropout=_opt(cfg, "attention_dropout", 0.0),
+        norm_eps=_opt(cfg, "rms_norm_eps", 1e-5),
+        sliding_window=_opt(cfg, "sliding_window", 128),
+        full_attention_every=_layer_types(cfg, layers, "sliding_attention", 2),
+        attention_sinks=True,
+        moe=moe,
+        **_rope(cfg, theta=150000.0),
+    )
+
+
+def _llama4_text(cfg: dict[str, Any]) -> dict[str, Any]:
+    # Llama4TextConfig (v5.23.0): intermediate_size (experts and the shared expert) and
+    # intermediate_size_mlp (dense layers); moe_layers default range(step - 1, L, step) for
+    # interleave_moe_layer_step (default 1); no_rope_layers (1 = rotary) default from
+    # no_rope_layer_interval 4; rotary layers attend in chunks of attention_chunk_size (default 8192);
+    # use_qk_norm (default true) is Llama4TextL2Norm without weights on rotary layers;
+    # attn_temperature_tuning default true; num_experts_per_tok 1, num_local_experts 16; head_dim
+    # 128; num_key_value_heads 8; rms_norm_eps 1e-5; rope_theta 500000 (default_theta).
+    # Llama4TextMoe: Llama4Router Linear(h, E, bias=False), sigmoid of the top-k logits (no
+    # renormalisation), experts gate_up_proj (E, h, 2f) and down_proj (E, f, h), a shared
+    # Llama4TextMLP of intermediate_size.
+    layers = _get(cfg, "num_hidden_layers")
+    step = _opt(cfg, "interleave_moe_layer_step", 1) or 1
+    moe_ids = cfg.get("moe_layers")
+    default_moe = list(range(step - 1, layers, step))
+    if moe_ids is None or list(moe_ids) == default_moe:
+        placement = dict(layer_freq=step)
+    else:
+        if not isinstance(moe_ids, list) or any(not isinstance(i, int) or not 0 <= i < layers for i in moe_ids):
+            raise SpecError(f"config.json: moe_layers must list layer ids below num_hidden_layers ({layers})")
+        placement = dict(dense_layers=tuple(i for i in range(layers) if i not in moe_ids))
+    ffn = _get(cfg, "intermediate_size")
+    moe = dict(
+        num_experts=_opt(cfg, "num_local_experts", 16),
+        top_k=_opt(cfg, "num_experts_per_tok", 1),
+        expert_ffn_hidden_size=ffn,
+        num_shared_experts=1,
+        router_score="sigmoid",
+        renormalize_top_k=False,
+        aux_loss_coef=_opt(cfg, "router_aux_loss_coef", 0.001),
+        **placement,
+    )
+    interval = _opt(cfg, "no_rope_layer_interval", 4)
+    rope_flags = cfg.get("no_rope_layers") or [(i + 1) % interval != 0 for i in range(layers)]
+    if not isinstance(rope_flags, list) or len(rope_flags) != layers:
+        raise SpecError(f"config.json: no_rope_layers must list {layers} entries of 0 or 1")
+    types = cfg.get("layer_types")
+    if types is not None and types != ["chunked_attention" if r else "full_attention" for r in rope_flags]:
+        raise SpecError("config.json: layer_types must be chunked_attention on the rotary layers (no_rope_layers) and full_attention elsewhere")
+    chunk = _opt(cfg, "attention_chunk_size", 8192)
+    every = _period(cfg, [bool(r) for r in rope_flags], "no_rope_layers")
+    heads = _get(cfg, "num_attention_heads")
+    bias = _opt(cfg, "attention_bias", False)
+    return dict(
+        num_layers=layers,
+        hidden_size=_get(cfg, "hidden_size"),
+        ffn_hidden_size=_get(cfg, "intermediate_size_mlp"),
+        num_attention_heads=heads,
+        num_kv_heads=_opt(cfg, "num_key_value_heads", 0) or heads,
+        head_dim=_opt(cfg, "head_dim", 0) or 128,
+        vocab_size=_get(cfg, "vocab_size"),
+        max_position_embeddings=_get(cfg, "max_position_embeddings", default=131072),
+        tie_embeddings=_opt(cfg, "tie_word_embeddings", False),
+        mlp=MLPKind.SWIGLU,
+        norm=NormKind.RMSNORM,
+        position_embedding=PositionKind.ROPE,
+        qkv_bias=bias,
+        out_bias=bias,
+        attention_dropout=_opt(cfg, "attention_dropout", 0.0),
+        norm_eps=_opt(cfg, "rms_norm_eps", 1e-5),
+        attention_chunk_size=chunk,
+        full_attention_every=every,
+        nope_full_layers=every is not None,
+        qk_l2_norm=_opt(cfg, "use_qk_norm", True),
+        attn_temperature_tuning=bool(cfg.get("attn_temperature_tuning", True)),
+        moe=moe,
+        **_rope(cfg, theta=500000.0),
+    )
+
+
 READERS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "llama": _llama,
     "mistral": _llama,
@@ -318,6 +557,10 @@ READERS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "gpt_neox": _gpt_neox,
     "bloom": _bloom,
     "nemotron_h": _nemotron_h,
+    "gemma2": _gemma2,
+    "gemma3_text": _gemma3_text,
+    "gpt_oss": _gpt_oss,
+    "llama4_text": _llama4_text,
 }
 
 

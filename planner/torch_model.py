@@ -149,6 +149,8 @@ class Attention(nn.Module):
             self.q_norm = Norm(d, spec.norm, kernels.fused_norm)
             self.k_norm = Norm(d, spec.norm, kernels.fused_norm)
         self.rope = spec.position_embedding is PositionKind.ROPE
+        # GPT-OSS's sinks: one learned logit per head (parameters only; the attention here is causal)
+        self.sinks = nn.Parameter(torch.zeros(self.heads)) if spec.attention_sinks else None
 
     def forward(self, x, cos, sin, causal_mask):
         b, s, _ = x.shape
@@ -181,7 +183,8 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, spec: ModelSpec, ffn: int, kernels: Kernels):
         super().__init__()
-        self.swiglu, self.kernels = spec.mlp is MLPKind.SWIGLU, kernels
+        self.swiglu, self.kernels = spec.mlp.gated, kernels
+        self.geglu = spec.mlp is MLPKind.GEGLU  # Gemma: gelu_tanh(gate) * up
         self.squared_relu = spec.mlp is MLPKind.SQUARED_RELU
         self.fc1 = nn.Linear(spec.hidden_size, 2 * ffn if self.swiglu else ffn, bias=spec.mlp_bias)
         self.fc2 = nn.Linear(ffn, spec.hidden_size, bias=spec.mlp_bias)
@@ -189,11 +192,11 @@ class MLP(nn.Module):
     def forward(self, x):
         y = self.fc1(x)
         if self.swiglu:
-            if self.kernels.fused_swiglu:
+            if self.kernels.fused_swiglu and not self.geglu:
                 y = _FusedSwiGLUFn.apply(y)
             else:
                 g, u = y.chunk(2, dim=-1)
-                y = F.silu(g) * u
+                y = (F.gelu(g, approximate="tanh") if self.geglu else F.silu(g)) * u
         elif self.squared_relu:
             y = F.relu(y).square()
         else:
@@ -253,7 +256,7 @@ class MoE(nn.Module):
         moe = spec.moe
         assert moe is not None
         self.top_k = moe.top_k
-        self.router = nn.Linear(spec.hidden_size, moe.num_experts, bias=False)
+        self.router = nn.Linear(spec.hidden_size, moe.num_experts, bias=moe.router_bias)
         self.experts = nn.ModuleList(MLP(spec, moe.expert_ffn_hidden_size, kernels) for _ in range(moe.num_experts))
         self.shared = nn.ModuleList(MLP(spec, moe.shared_width, kernels) for _ in range(moe.num_shared_experts))
         self.shared_gate = nn.Linear(spec.hidden_size, 1, bias=False) if moe.shared_expert_gate else None
@@ -306,11 +309,16 @@ class Block(nn.Module):
         self.attn = Attention(spec, kernels)
         self.mlp_norm = Norm(spec.hidden_size, spec.norm, kernels.fused_norm)
         self.mlp = MoE(spec, kernels) if spec.is_moe_layer(layer_id) else MLP(spec, spec.ffn_hidden_size, kernels)
+        # Gemma's sandwich norms on the attention and MLP outputs
+        self.post_attn_norm = Norm(spec.hidden_size, spec.norm, kernels.fused_norm) if spec.sandwich_norms else None
+        self.post_mlp_norm = Norm(spec.hidden_size, spec.norm, kernels.fused_norm) if spec.sandwich_norms else None
 
     def forward(self, x, cos, sin, causal_mask):
         p = self.spec.hidden_dropout
-        x = x + dropout(self.attn(self.attn_norm(x), cos, sin, causal_mask), p, self.kernels, self.training)
-        return x + dropout(self.mlp(self.mlp_norm(x)), p, self.kernels, self.training)
+        a = self.attn(self.attn_norm(x), cos, sin, causal_mask)
+        x = x + dropout(a if self.post_attn_norm is None else self.post_attn_norm(a), p, self.kernels, self.training)
+        y = self.mlp(self.mlp_norm(x))
+        return x + dropout(y if self.post_mlp_norm is None else self.post_mlp_norm(y), p, self.kernels, self.training)
 
 
 class Transformer(nn.Module):

@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from cost_models.activations import CONVENTIONS, layer_activations, layer_items  # noqa: E402
-from cost_models.enums import Framework, Recompute  # noqa: E402
+from cost_models.enums import Framework, MLPKind, Recompute  # noqa: E402
 from helpers import GPT_TINY, LLAMA_TINY, make_job  # noqa: E402
 from planner.torch_model import Kernels, saved_activation_bytes  # noqa: E402
 
@@ -88,6 +88,16 @@ def test_llama_block_saved_bytes(framework, recompute):
     b, s = 2, 256
     measured = saved_activation_bytes(LLAMA_TINY, LLAMA_KERNELS[framework], b=b, s=s, recompute=recompute)
     predicted = _predicted(LLAMA_TINY, framework, CONVENTIONS[Framework(framework)], b=b, s=s, recompute=recompute, attention="flash")
+    assert predicted == pytest.approx(measured, rel=TOL)
+
+
+def test_sandwich_norm_geglu_block_saved_bytes():
+    # Gemma's layer shape on torchtitan's kernels: four fused RMSNorms and a gated GELU-tanh MLP
+    # (the post norms' saved inputs and statistics, and the gate/up/product of the GeGLU)
+    spec = LLAMA_TINY.model_copy(update={"mlp": MLPKind.GEGLU, "sandwich_norms": True})
+    b, s = 2, 256
+    measured = saved_activation_bytes(spec, LLAMA_KERNELS["torchtitan"], b=b, s=s, recompute=False)
+    predicted = _predicted(spec, "torchtitan", CONVENTIONS[Framework.TORCHTITAN], b=b, s=s, recompute=False, attention="flash")
     assert predicted == pytest.approx(measured, rel=TOL)
 
 

@@ -295,6 +295,13 @@ def test_slug():
      "--rank(3): the search found only"),
     (["llama-3.1-8b", "-g", "16", "--tp", "2", "--partition", "a b"], "#SBATCH value"),
     (["llama-3.1-8b", "-g", "8", "--tp", "3"], "tp(3)·pp(1)·cp(1) = 3 does not divide gpus(8)"),
+    # what no Megatron-LM@d98e8a64 flag says: each names the framework that runs the model
+    (["gemma-2-9b", "-g", "8"], "tanh soft-capping of attention scores or logits has no Megatron flag"),
+    (["gemma-3-1b", "-g", "8"], "four norms per layer) has no Megatron flag (Megatron-LM@d98e8a64); use --framework deepspeed"),
+    (["gpt-oss-20b", "-g", "8", "--ep", "8"], "yarn rope scaling has no Megatron flag"),
+    (["llama-4-scout-17b-16e", "-g", "16", "--ep", "16", "--etp", "1"], "chunked attention has no Megatron flag"),
+    (["gemma-2-9b", "-g", "8", "--framework", "torchtitan"], "no model config can be generated (geglu MLP)"),
+    (["llama-4-scout-17b-16e", "-g", "16", "--ep", "16", "--framework", "torchtitan"], "no registry entry"),
 ])
 def test_refusals_are_one_line_and_write_nothing(tmp_path, args, message):
     out = tmp_path / "out"
@@ -440,6 +447,24 @@ def test_efa_needs_its_device_count(tmp_path):
 
 
 HF = Path(__file__).parent / "data" / "hf"
+
+
+def test_megatron_window_sink_and_nope_flags(tmp_path):
+    """A sliding window of w tokens is --window-size (w-1,0) (TE window_size (left, right) counts keys
+    besides the query); one full layer in four is --window-attn-skip-freq 4; sinks are
+    --softmax-type learnable (Megatron-LM@d98e8a64 arguments.py:2384-2392, transformer_config.py:170)."""
+    spec = tmp_path / "swa.toml"
+    spec.write_text('num_layers = 8\nhidden_size = 512\nffn_hidden_size = 1536\nnum_attention_heads = 8\n'
+                    'vocab_size = 32000\nsliding_window = 1024\nfull_attention_every = 4\nattention_sinks = true\n')
+    out = tmp_path / "o"
+    fixed = ["--pp", "1", "--mbs", "1", "--zero", "1", "--recompute", "none", "--seq-len", "4096"]
+    result = runner.invoke(app, ["launch", str(spec), "-c", "dgx-h100", "-g", "8", "--tp", "1", *fixed, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    text = (out / "train.sh").read_text()
+    assert "--window-size '(1023,0)'" in text and "--window-attn-skip-freq 4" in text and "--softmax-type learnable" in text
+    # the same model with context parallelism: TE's p2p ring refuses a window
+    result = runner.invoke(app, ["launch", str(spec), "-c", "dgx-h100", "-g", "8", "--tp", "1", "--cp", "2", *fixed, "--out", str(tmp_path / "p")])
+    assert result.exit_code == 2 and "context parallel (cp=2) with sliding-window (1024)" in result.output
 
 
 @pytest.mark.parametrize(("fixture", "framework", "seq", "message"), [

@@ -37,6 +37,7 @@ import pytest
 from launch_cases import Case, after, run_train_sh, write
 from planner import presets
 from planner.launch.hf_config import hf_config
+from planner.launch.megatron import megatron_blocker
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("megatron.core")
@@ -156,10 +157,15 @@ def _check(spec, model, config) -> None:
         assert (mlp.shared_experts is not None) is bool(moe.num_shared_experts)
 
 
-# Hybrid Mamba presets run pretrain_hybrid.py, whose MambaMixer needs the mamba_ssm CUDA package
-# (Megatron-LM@d98e8a64 megatron/core/ssm/mamba_mixer.py L206-209 raises ImportError without it);
-# tests/test_hybrid.py checks their emitted flags.
-@pytest.mark.parametrize("name", sorted(n for n, m in presets.models().items() if m.hybrid_pattern is None))
+# Presets with what no Megatron flag says (soft-capping, chunked attention, …) are refused by the
+# launch (planner/launch/megatron.py megatron_blocker; tests/test_launch.py). Hybrid Mamba presets
+# run pretrain_hybrid.py, whose MambaMixer needs the mamba_ssm CUDA package (Megatron-LM@d98e8a64
+# megatron/core/ssm/mamba_mixer.py L206-209 raises ImportError without it); tests/test_hybrid.py
+# checks their emitted flags.
+MEGATRON_PRESETS = sorted(n for n, m in presets.models().items() if megatron_blocker(m) is None and m.hybrid_pattern is None)
+
+
+@pytest.mark.parametrize("name", MEGATRON_PRESETS)
 def test_megatron_builds_the_planned_preset(name, tmp_path, model_parallel):
     spec, argv = _emitted(name, tmp_path)
     model, config = _build(argv)
@@ -181,3 +187,23 @@ def test_megatron_vocabulary_padding_at_tp(tmp_path, model_parallel):
     assert argv[argv.index("--padded-vocab-size") + 1] == "50432"
     model, _ = _build(argv)
     assert sum(p.numel() for p in model.parameters()) == spec.params_total + (50432 - 50257) * spec.hidden_size
+
+
+def test_megatron_builds_windowed_layers_with_sinks(tmp_path, model_parallel):
+    """A spec with a 128-token window on even layers and attention sinks: megatron-core builds one
+    learned sink logit per head in every layer (softmax_type learnable) and gives the window to the
+    even layers' core attention only (is_layer_window_attention; the local DotProductAttention hands
+    it to its FusedScaleMaskSoftmax, dot_product_attention.py L93-109 in 0.16.1), as the spec counts."""
+    path = tmp_path / "swa.toml"
+    path.write_text("num_layers = 4\nhidden_size = 256\nffn_hidden_size = 512\nnum_attention_heads = 8\nnum_kv_heads = 2\n"
+                    "vocab_size = 1024\nmax_position_embeddings = 1024\nsliding_window = 128\nfull_attention_every = 2\n"
+                    "attention_sinks = true\n")
+    spec, argv = _emitted(str(path), tmp_path)
+    # the local DotProductAttention allocates the sink logits on torch.cuda.current_device()
+    # (dot_product_attention.py L126-135 in 0.16.1); without CUDA the meta device stands in
+    with mock.patch.object(torch.cuda, "current_device", lambda: "meta"):
+        model, config = _build(argv)
+    assert sum(p.numel() for p in model.parameters()) == spec.params_total
+    windows = [layer.self_attention.core_attention.scale_mask_softmax.window_size for layer in model.decoder.layers]
+    assert [w is not None for w in windows] == [spec.is_local_layer(i) for i in range(4)] == [True, False, True, False]
+    assert windows[0] == (127, 0)

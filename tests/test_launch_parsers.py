@@ -59,6 +59,9 @@ NOT_CONFIG: dict[str, tuple[str, set[str] | None]] = {
     "--swiglu": ("ARG L2450", None),
     "--rotary-base": ("ARG L2418", None),
     "--rotary-percent": ("ARG L2420", None),
+    "--window-size": ("ARG L2384", None),
+    "--window-attn-skip-freq": ("ARG L2387", None),
+    "--no-rope-freq": ("ARG L2428", None),
     "--use-rope-scaling": ("ARG L2424", None),
     "--rope-scaling-factor": ("ARG L2426", None),
     "--moe-router-load-balancing-type": ("ARG L3532", {"aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none"}),
@@ -175,7 +178,7 @@ def megatron_config(argv: list[str]):
     kw: dict[str, object] = {}
     extra: dict[str, list[str]] = {}
     for flag, values in _flag_groups(argv):
-        if flag in generated:
+        if flag in generated and flag not in NOT_CONFIG:  # hand-written flags of excluded fields (window_size, …)
             name, store = generated[flag]
             if store is None:
                 kw[name] = _convert(hints[name], values)
@@ -218,6 +221,11 @@ def megatron_config(argv: list[str]):
         kw["cp_comm_type"] = values[0] if len(values) == 1 else values
     if "--no-gradient-accumulation-fusion" in extra:
         kw["gradient_accumulation_fusion"] = False
+    if "--window-size" in extra:  # arguments.py L377-387 tuple_type; L327 moe_freq_type for the skip frequency
+        kw["window_size"] = tuple(int(v) for v in extra["--window-size"][0].strip("()").split(","))
+    for flag, name in (("--window-attn-skip-freq", "window_attn_skip_freq"), ("--no-rope-freq", "no_rope_freq")):
+        if flag in extra:
+            kw[name] = int(extra[flag][0])
     dtype = torch.bfloat16 if kw.get("bf16") else torch.half if kw.get("fp16") else torch.float
     kw |= {"params_dtype": dtype, "pipeline_dtype": dtype, "deallocate_pipeline_outputs": True, "batch_p2p_comm": False}
     return TransformerConfig(**kw), extra
@@ -453,3 +461,27 @@ def test_deepspeed_config_rejects_a_misspelled_key():
     config["zero_optimization"]["stage3_prefetch_buket_size"] = config["zero_optimization"].pop("stage3_prefetch_bucket_size")
     with pytest.raises(Exception, match="stage3_prefetch_buket_size"):
         _deepspeed_config(config, launch.report.job.dp)
+
+
+def test_megatron_window_flags_reach_transformer_config(tmp_path):
+    """A spec with a 1024-token window on three layers in four and attention sinks: the emitted argv
+    becomes window_size (1023, 0), window_attn_skip_freq 4 and softmax_type learnable, and
+    megatron-core's own is_layer_window_attention marks the layers the spec calls local."""
+    from megatron.core.transformer.utils import is_layer_window_attention
+
+    from planner.cli import app
+    from planner.loaders import load_model
+    from typer.testing import CliRunner
+
+    spec = tmp_path / "swa.toml"
+    spec.write_text("num_layers = 8\nhidden_size = 512\nffn_hidden_size = 1536\nnum_attention_heads = 8\n"
+                    "vocab_size = 32000\nsliding_window = 1024\nfull_attention_every = 4\nattention_sinks = true\n")
+    out = tmp_path / "launch"
+    result = CliRunner().invoke(app, ["launch", str(spec), "-c", "dgx-h100", "-g", "8", "--tp", "1", "--pp", "1", "--mbs", "1",
+                                      "--zero", "1", "--recompute", "none", "--seq-len", "4096", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    config, _ = megatron_config(after(run_train_sh(out, tmp_path), "/opt/Megatron-LM/pretrain_gpt.py"))
+    assert (config.window_size, config.window_attn_skip_freq, config.softmax_type) == ((1023, 0), 4, "learnable")
+    m = load_model(str(spec))
+    assert [is_layer_window_attention(config.window_size, config.window_attn_skip_freq, i + 1) for i in range(8)] == [
+        m.is_local_layer(i) for i in range(8)]

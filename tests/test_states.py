@@ -108,6 +108,14 @@ def test_rank_params_partition_the_model():
     assert sum(rank_params(job, r).total for r in range(4)) == job.model.params_total
 
 
+@pytest.mark.parametrize("name", ["gemma-2-9b", "gemma-3-1b", "gpt-oss-20b", "llama-4-maverick-17b-128e"])
+def test_one_rank_holds_every_parameter_of_the_new_layer_types(name):
+    # tp = pp = ep = 1, torchtitan (no vocab padding): the rank's count is the model's, so sandwich
+    # norms, sinks, router biases and the dense/MoE mix are counted once and exactly
+    job = make_job(name, gpus=1, training=dict(framework="torchtitan", seq_len=4096, global_batch_size=1))
+    assert rank_params(job, 0).total == job.model.params_total
+
+
 def test_tensor_parallel_split_by_hand():
     # Llama-3.1-8B, tp=8, megatron (vocab padded to a multiple of 128·8 = 1024: 128256 -> 126 x 1024 = 129024).
     job = make_job("llama-3.1-8b", gpus=8, tp=8, training=dict(seq_len=4096, global_batch_size=8))

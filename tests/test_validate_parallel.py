@@ -28,6 +28,16 @@ TINY_MOE = TINY.model_copy(update={"name": "tiny-moe", "moe": MoESpec(num_expert
 TINY_GPT = ModelSpec(name="tiny-gpt", num_layers=2, hidden_size=64, ffn_hidden_size=256, num_attention_heads=4, vocab_size=128,
                      max_position_embeddings=64, tie_embeddings=True, mlp="gelu", norm="layernorm", position_embedding="learned",
                      qkv_bias=True, out_bias=True, mlp_bias=True)
+# Gemma 2's layer: sliding window of 8 on even layers, soft-capped scores and logits, four (1 + w)
+# RMSNorms, gated GELU-tanh, scaled and tied embedding; with GPT-OSS's attention sinks
+TINY_GEMMA = ModelSpec.model_validate({**TINY.model_dump(),
+    "name": "tiny-gemma", "mlp": "geglu", "tie_embeddings": True, "sliding_window": 8, "full_attention_every": 2,
+    "attn_logit_softcap": 50.0, "final_logit_softcap": 30.0, "query_pre_attn_scalar": 16, "sandwich_norms": True,
+    "zero_centered_norm": True, "scale_embedding": True, "attention_sinks": True})
+# Llama 4's: chunks of 8 on three layers in four, the fourth full without rope; with sandwich norms
+# (their SequenceParallel placement under tp + sp)
+TINY_CHUNKED = ModelSpec.model_validate({**TINY.model_dump(), "name": "tiny-chunked", "attention_chunk_size": 8, "full_attention_every": 4,
+                                         "nope_full_layers": True, "sandwich_norms": True})
 TRAINING = {"framework": "torchtitan", "seq_len": 32, "global_batch_size": 8}
 STEPS, WARMUP, LR = 1, 1, 1e-3  # two optimizer steps; the profiler is on for PROFILED runs only (tests/test_validate.py runs it)
 
@@ -57,6 +67,8 @@ RUNS_2 = {
     "ep": _job(TINY_MOE, ep=2),  # experts over 2 ranks, FSDP over the same 2
     "cp": _job(cp=2),  # ring attention over 2 ranks
     "gpt_fsdp": _job(TINY_GPT, zero=3),  # tied embedding in FSDP's root unit
+    "gemma_fsdp": _job(TINY_GEMMA, zero=3),  # sliding window, soft-capping, sinks, sandwich norms under FSDP2
+    "chunked_tp_sp": _job(TINY_CHUNKED, tp=2),  # chunked and NoPE layers, sandwich norms under tensor + sequence parallel
 }
 # bf16 as asked (not --fp32): a pipeline without FSDP, and DDP, both cast by autocast in the stage
 RUNS_2_BF16 = {

@@ -90,7 +90,8 @@ def check_hf_source(job) -> None:
         if not data:
             return
     window = data.get("sliding_window")
-    if isinstance(window, int) and data.get("use_sliding_window", True) is not False and window < seq:
+    carried = m.sliding_window is not None  # the spec's own window (Gemma, GPT-OSS readers): the launch keeps it
+    if isinstance(window, int) and not carried and data.get("use_sliding_window", True) is not False and window < seq:
         raise SpecError(
             f"model {m.name!r}: config.json sets sliding_window {window} < seq_len {seq}; the launch files would train "
             f"full causal attention over {seq} tokens, another model; use --seq-len {window} or less"

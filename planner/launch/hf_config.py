@@ -27,6 +27,10 @@ ARCHITECTURES = {
     "gpt_neox": "GPTNeoXForCausalLM",
     "bloom": "BloomForCausalLM",
     "nemotron_h": "NemotronHForCausalLM",
+    "gemma2": "Gemma2ForCausalLM",
+    "gemma3_text": "Gemma3ForCausalLM",
+    "gpt_oss": "GptOssForCausalLM",
+    "llama4_text": "Llama4ForCausalLM",
 }
 
 
@@ -34,6 +38,12 @@ def model_type(m: ModelSpec) -> str:
     """The transformers architecture whose modules are the spec's (checked by the read-back)."""
     if m.hybrid_pattern is not None:
         return "nemotron_h"
+    if m.sandwich_norms or m.attn_logit_softcap or m.final_logit_softcap or m.mlp is MLPKind.GEGLU:
+        return "gemma3_text" if m.qk_norm else "gemma2"
+    if m.attention_sinks and m.moe is not None:
+        return "gpt_oss"
+    if m.attention_chunk_size is not None or m.nope_full_layers:
+        return "llama4_text"
     if m.position_embedding is PositionKind.ALIBI:
         return "bloom"
     if m.position_embedding is PositionKind.LEARNED:
@@ -55,9 +65,60 @@ def _rope(m: ModelSpec) -> dict[str, Any]:
     out: dict[str, Any] = {"rope_theta": m.rope_theta}
     rs = m.rope_scaling
     if rs is not None:
-        out["rope_scaling"] = {
-            "rope_type": rs.kind, "factor": rs.factor, "low_freq_factor": rs.low_freq_factor,
-            "high_freq_factor": rs.high_freq_factor, "original_max_position_embeddings": rs.original_max_position_embeddings,
+        # the scaling's own fields under transformers' key names (rope_type for kind)
+        out["rope_scaling"] = {"rope_type": rs.kind, **rs.model_dump(exclude={"kind"})}
+    return out
+
+
+def _layer_types(m: ModelSpec, local: str) -> list[str]:
+    return [local if m.is_local_layer(i) else "full_attention" for i in range(m.num_layers)]
+
+
+def _local_family(m: ModelSpec, kind: str) -> dict[str, Any]:
+    """Gemma2Config / Gemma3TextConfig / GptOssConfig / Llama4TextConfig keys beyond _llama_like's."""
+    if kind in ("gemma2", "gemma3_text"):
+        out: dict[str, Any] = {
+            "hidden_activation": "gelu_pytorch_tanh",
+            "sliding_window": m.sliding_window,
+            "layer_types": _layer_types(m, "sliding_attention"),
+            "attn_logit_softcapping": m.attn_logit_softcap,
+            "final_logit_softcapping": m.final_logit_softcap,
+            "query_pre_attn_scalar": m.query_pre_attn_scalar,
+            "head_dim": m.head_size,
+        }
+        if kind == "gemma3_text":
+            out["rope_local_base_freq"] = m.rope_local_theta
+        return out
+    if kind == "gpt_oss":
+        moe = m.moe
+        assert moe is not None
+        return {
+            "sliding_window": m.sliding_window,
+            "layer_types": _layer_types(m, "sliding_attention"),
+            "num_local_experts": moe.num_experts,
+            "num_experts_per_tok": moe.top_k,
+            "router_aux_loss_coef": moe.aux_loss_coef,
+            "output_router_logits": True,
+            "head_dim": m.head_size,
+        }
+    moe = m.moe
+    out = {
+        "intermediate_size_mlp": m.ffn_hidden_size,
+        "attention_chunk_size": m.attention_chunk_size,
+        "no_rope_layers": [int(m.layer_kind(i).rope) for i in range(m.num_layers)],
+        "use_qk_norm": m.qk_l2_norm,
+        "attn_temperature_tuning": m.attn_temperature_tuning,
+        "head_dim": m.head_size,
+    }
+    if moe is not None:
+        out |= {
+            "intermediate_size": moe.expert_ffn_hidden_size,
+            "num_local_experts": moe.num_experts,
+            "num_experts_per_tok": moe.top_k,
+            "interleave_moe_layer_step": moe.layer_freq,
+            "moe_layers": list(m.moe_layer_ids),
+            "router_aux_loss_coef": moe.aux_loss_coef,
+            "output_router_logits": True,
         }
     return out
 
@@ -161,7 +222,9 @@ def hf_config(m: ModelSpec) -> dict[str, Any]:
         body = _gelu(m, kind) if kind in ("gpt2", "gpt_neox", "bloom") else _llama_like(m)
     if kind == "llama":
         body["mlp_bias"] = m.mlp_bias
-    if m.moe is not None:
+    if kind in ("gemma2", "gemma3_text", "gpt_oss", "llama4_text"):
+        body = {k: v for k, v in body.items() if k != "hidden_act"} | _local_family(m, kind)
+    elif m.moe is not None:
         body |= _moe(m, kind)
     config = {"architectures": [ARCHITECTURES[kind]], "model_type": kind, **body}
     try:

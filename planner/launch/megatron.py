@@ -18,6 +18,7 @@ from cost_models.enums import (
 )
 from cost_models.errors import LayoutError, SpecError
 from cost_models.job import Job
+from cost_models.model_spec import ModelSpec
 from planner.launch.shell import Raw, Word, command
 from planner.launch.slurm import environment_lines, script_head, torchrun_head
 from planner.launch.target import CHECKPOINT_DIR_LINE, MegatronFsdp, Target, save_interval_lines
@@ -99,6 +100,10 @@ def check(target: Target) -> None:
             f"model {m.name!r}: biases qkv={m.qkv_bias} out={m.out_bias} mlp={m.mlp_bias} have no Megatron flags; "
             "Megatron has all linear biases, none (--disable-bias-linear) or q/k/v only (--add-qkv-bias)"
         )
+    blocker = megatron_blocker(m)
+    if blocker:
+        raise SpecError(f"model {m.name!r}: {blocker} has no Megatron flag (Megatron-LM@d98e8a64); use --framework deepspeed, "
+                        "whose training script builds the Hugging Face model from config.json")
     if m.position_embedding is PositionKind.ROPE:
         if not float(m.rope_theta).is_integer():
             raise SpecError(f"model {m.name!r}: rope_theta {m.rope_theta} is not a whole number; Megatron's --rotary-base is an int (ARG L2418)")
@@ -141,6 +146,38 @@ def check(target: Target) -> None:
             why = f"sharding within groups of {lay.dp_shard} (HSDP has no torch-FSDP2 flag in Megatron)"
         if why:
             raise LayoutError(f"layout: Megatron's --use-torch-fsdp2 does not run with {why} (ARG L1031-1049); use --megatron-fsdp megatron")
+
+
+def megatron_blocker(m: ModelSpec) -> str | None:
+    """What of the model pretrain_gpt.py's flags cannot say, or None. At Megatron-LM@d98e8a64 the
+    transformer flags are TransformerConfig's fields (arguments.py:2373, ArgumentGroupFactory) less
+    an exclusion list (arguments.py:2280-2372, which drops softmax_scale and activation_func) plus
+    the hand-written ones; none of them soft-caps scores or logits, adds norms after the attention
+    and MLP outputs, scales the embedding, gates a GELU (--swiglu is SiLU only; ARG L2450), masks
+    attention in chunks, gives local layers their own rotary base, scales the queries by position,
+    scales scores by other than head_dim^-1/2 or reaches GPTModel's yarn settings; and the router
+    has a bias exactly when all linear layers have one."""
+    all_biases = m.qkv_bias and m.out_bias and m.mlp_bias
+    checks = [
+        (m.attn_logit_softcap or m.final_logit_softcap, "tanh soft-capping of attention scores or logits"),
+        (m.sandwich_norms, "a norm on the attention and MLP outputs (four norms per layer)"),
+        (m.scale_embedding, "the embedding scaled by sqrt(hidden_size)"),
+        (m.mlp is MLPKind.GEGLU, "a gated GELU MLP"),
+        (m.attention_chunk_size is not None, "chunked attention"),
+        (m.rope_local_theta is not None, "a separate rotary base for local layers"),
+        (m.attn_temperature_tuning, "attention temperature tuning"),
+        (m.query_pre_attn_scalar is not None and m.query_pre_attn_scalar != m.head_size, "query_pre_attn_scalar"),
+        # GPTModel reads yarn settings from config.yarn_* (gpt_model.py L196-212), which no
+        # pretrain_gpt.py flag sets: Megatron's GPT-OSS path sets them in the post-training model
+        # builder (post_training/model_builder.py L298-310)
+        (m.rope_scaling is not None and m.rope_scaling.kind == "yarn", "yarn rope scaling"),
+        (m.rope_scaling is not None and m.rope_scaling.kind == "linear", "linear rope scaling"),
+        # the router has a bias exactly when every linear layer has one (router.py L67, add_bias_linear)
+        (m.moe is not None and m.moe.router_bias != all_biases,
+         f"a router {'with' if m.moe is not None and m.moe.router_bias else 'without'} a bias beside "
+         f"{'all' if all_biases else 'these'} linear biases"),
+    ]
+    return next((what for bad, what in checks if bad), None)
 
 
 def args(target: Target) -> dict[str, list[Flag]]:
@@ -225,6 +262,22 @@ def _model(job: Job) -> list[Flag]:
     out.append(("--norm-epsilon", m.norm_eps))  # TC L201 layernorm_epsilon (arg_names --norm-epsilon), default 1e-5
     if m.qk_norm:
         out.append(("--qk-layernorm",))  # TC L259 qk_layernorm (uses --normalization)
+    if m.qk_l2_norm:
+        out.append(("--qk-l2-norm",))  # TC L262 qk_l2_norm, "llama 4-style qk L2 norm" (generated flag)
+    if m.zero_centered_norm:
+        out.append(("--apply-layernorm-1p",))  # TC L206 layernorm_zero_centered_gamma: scale by (1 + weight)
+    if m.sliding_window is not None:
+        # TC L247 window_size (left, right), ARG L2384 tuple_type "(l,r)": a query attends keys
+        # [i − left, i + right]; the spec's window counts the query itself, so left = window − 1.
+        out.append(("--window-size", f"({m.sliding_window - 1},0)"))
+        if m.full_attention_every is not None:
+            # ARG L2387, utils.py:531-542: layer_number (1-based) % N != 0 is a window layer
+            out.append(("--window-attn-skip-freq", m.full_attention_every))
+    if m.nope_full_layers:
+        # ARG L2428 no_rope_freq N: layers N, 2N, … (1-based) skip rotary
+        out.append(("--no-rope-freq", m.full_attention_every))
+    if m.attention_sinks:
+        out.append(("--softmax-type", "learnable"))  # TC L170: a learned offset logit per head (generated flag)
     if not m.tie_embeddings:
         out.append(("--untie-embeddings-and-output-weights",))  # ARG L2460
     if not m.out_bias:

@@ -120,6 +120,13 @@ def generation_blocker(m: ModelSpec) -> str | None:
         (m.rotary_fraction != 1.0, "partial rotary"),
         (m.head_dim is not None and m.head_dim * m.num_attention_heads != m.hidden_size, "head_dim other than hidden/heads"),
         (m.hidden_dropout or m.attention_dropout, "dropout"),
+        (m.sliding_window is not None, "sliding-window attention"),
+        (m.attention_chunk_size is not None or m.nope_full_layers, "chunked attention and NoPE layers"),
+        (m.attn_logit_softcap or m.final_logit_softcap, "soft-capping"),
+        (m.attention_sinks, "attention sinks"),
+        (m.sandwich_norms or m.zero_centered_norm or m.scale_embedding, "Gemma's norms and embedding scale"),
+        (m.rope_scaling is not None and m.rope_scaling.kind != "llama3", "rope scaling other than Llama 3.1's"),
+        (m.qk_l2_norm or m.attn_temperature_tuning or m.query_pre_attn_scalar is not None, "Llama 4 / Gemma attention scaling"),
     ]
     return next((what for bad, what in checks if bad), None)
 

@@ -192,6 +192,8 @@ REFUSALS = (
             "(their gradients are not reduced over tp)",
             lambda j: j.layout.tp > 1 and (j.model.position_embedding is PositionKind.LEARNED or j.model.qk_norm
                                            or j.model.embedding_norm)),
+    Refusal("tp_sinks", "attention sinks run with tp 1 (the per-head sink logits are not split over tp)",
+            lambda j: j.layout.tp > 1 and j.model.attention_sinks),
     Refusal("tied_split", "tied embeddings run with pp 1 and tp 1 (no shared-embedding group)",
             lambda j: j.model.tie_embeddings and (j.layout.pp > 1 or j.layout.tp > 1)),
     Refusal("cp_hsdp", "cp > 1 runs without HSDP (dp_shard = dp)", lambda j: j.layout.cp > 1 and j.layout.dp_shard != j.dp),
@@ -360,8 +362,15 @@ def model_doc(m: ModelSpec) -> dict[str, Any]:
         "moe": None if moe is None else {
             "experts": moe.num_experts, "top_k": moe.top_k, "ffn": moe.expert_ffn_hidden_size,
             "shared": moe.num_shared_experts, "shared_ffn": moe.shared_width, "shared_gate": moe.shared_expert_gate,
+            "router_bias": moe.router_bias,
         },
         "moe_layers": list(m.moe_layer_ids),
+        "window": m.sliding_window, "chunk": m.attention_chunk_size,
+        "local_layers": [i for i in range(m.num_layers) if m.is_local_layer(i)],
+        "nope_layers": [i for i in range(m.num_layers) if not m.layer_kind(i).rope],
+        "attn_softcap": m.attn_logit_softcap, "final_softcap": m.final_logit_softcap, "sinks": m.attention_sinks,
+        "sandwich_norms": m.sandwich_norms, "zero_centered_norm": m.zero_centered_norm, "scale_embedding": m.scale_embedding,
+        "query_pre_attn_scalar": m.query_pre_attn_scalar,
     }
 
 

@@ -53,16 +53,36 @@ INIT_STD = 0.02  # GPT-2/Megatron init: N(0, 0.02) for every matrix (Radford et 
 
 
 class Norm(nn.Module):
-    def __init__(self, width: int, kind: str, eps: float = 1e-5):
+    """LayerNorm or RMSNorm; `one_plus` scales by (1 + weight) (Gemma's RMSNorm)."""
+
+    def __init__(self, width: int, kind: str, eps: float = 1e-5, one_plus: bool = False):
         super().__init__()
-        self.kind, self.eps = kind, eps
+        self.kind, self.eps, self.one_plus = kind, eps, one_plus
         self.weight = nn.Parameter(torch.ones(width))
         self.bias = nn.Parameter(torch.zeros(width)) if kind == "layernorm" else None
 
     def forward(self, x):
         if self.kind == "layernorm":
             return F.layer_norm(x, (x.shape[-1],), self.weight, self.bias, self.eps)
-        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+        return F.rms_norm(x, (x.shape[-1],), self.weight + 1 if self.one_plus else self.weight, self.eps)
+
+
+def _norm(width: int, m: dict) -> Norm:
+    return Norm(width, m["norm"], one_plus=m.get("zero_centered_norm", False))
+
+
+def local_mask(s: int, window: int | None, chunk: int | None, device) -> torch.Tensor:
+    """Keys each query may attend (True), (s, s): causal, within the last `window` tokens (the query
+    included: transformers' sliding_window_overlay kv > q − window) or within the query's chunk of
+    `chunk` tokens (chunked_overlay)."""
+    q = torch.arange(s, device=device)[:, None]
+    k = torch.arange(s, device=device)[None, :]
+    keep = k <= q
+    if window is not None:
+        keep = keep & (k > q - window)
+    if chunk is not None:
+        keep = keep & (k // chunk == q // chunk)
+    return keep
 
 
 def _rotate_half(x):
@@ -213,33 +233,51 @@ def ring_attention(q, k, v, group, scale):
 
 
 class Attention(nn.Module):
-    def __init__(self, m: dict, attention: str, selective: bool):
+    def __init__(self, m: dict, attention: str, selective: bool, layer_id: int = 0):
         super().__init__()
         h, d = m["hidden"], m["head_dim"]
         self.head_dim, self.kind, self.selective = d, attention, selective
-        self.rope = m["positions"] == "rope"
+        self.rope = m["positions"] == "rope" and layer_id not in m.get("nope_layers", ())
+        local = layer_id in m.get("local_layers", ())
+        self.window = m.get("window") if local else None
+        self.chunk = m.get("chunk") if local else None
+        self.softcap = m.get("attn_softcap")
+        self.scale = (m.get("query_pre_attn_scalar") or d) ** -0.5
+        # GPT-OSS sinks: a learned logit per head in every row's softmax, no value
+        self.sinks = nn.Parameter(torch.zeros(m["heads"])) if m.get("sinks") else None
         self.dropout = m.get("attention_dropout", 0.0)
         self.wq = nn.Linear(h, m["heads"] * d, bias=m["qkv_bias"])
         self.wk = nn.Linear(h, m["kv_heads"] * d, bias=m["qkv_bias"])
         self.wv = nn.Linear(h, m["kv_heads"] * d, bias=m["qkv_bias"])
         self.wo = nn.Linear(m["heads"] * d, h, bias=m["out_bias"])
         if m["qk_norm"]:
-            self.q_norm, self.k_norm = Norm(d, m["norm"]), Norm(d, m["norm"])
+            self.q_norm, self.k_norm = _norm(d, m), _norm(d, m)
         else:
             self.q_norm = self.k_norm = None
         self.cp = None  # (group, positions of the local tokens) when context parallel
 
     def _core(self, q, k, v):
-        d = self.head_dim
         if self.cp is not None:
-            return ring_attention(q, k, v, self.cp[0], 1.0 / math.sqrt(d))
-        if self.kind == "eager":
-            s = q.shape[-2]
-            scores = (q @ k.transpose(-2, -1)) / math.sqrt(d)
-            scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
-            probs = F.dropout(torch.softmax(scores, dim=-1), self.dropout, self.training)
+            return ring_attention(q, k, v, self.cp[0], self.scale)
+        s, local = q.shape[-2], self.window is not None or self.chunk is not None
+        if self.kind == "eager" or self.softcap is not None or self.sinks is not None:
+            # explicit scores: soft-capping c·tanh(x/c) and sinks have no SDPA form
+            scores = (q @ k.transpose(-2, -1)) * self.scale
+            if self.softcap is not None:
+                scores = self.softcap * torch.tanh(scores / self.softcap)
+            scores = scores.masked_fill(~local_mask(s, self.window, self.chunk, q.device), float("-inf"))
+            if self.sinks is not None:
+                sink = self.sinks.to(scores.dtype)[None, :, None, None].expand(*scores.shape[:-1], 1)
+                probs = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
+            else:
+                probs = torch.softmax(scores, dim=-1)
+            probs = F.dropout(probs, self.dropout, self.training)
             return probs @ v
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True)
+        p = self.dropout if self.training else 0.0
+        if local:
+            mask = local_mask(s, self.window, self.chunk, q.device)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, scale=self.scale)
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True, scale=self.scale)
 
     def forward(self, x):
         b, s, _ = x.shape
@@ -268,15 +306,17 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     """SwiGLU as gate (w1), up (w3) and down (w2) matrices, torchtitan's names; GELU as w1, w2."""
 
-    def __init__(self, h: int, ffn: int, swiglu: bool, bias: bool):
+    def __init__(self, h: int, ffn: int, swiglu: bool, bias: bool, act: str = "silu"):
         super().__init__()
         self.w1 = nn.Linear(h, ffn, bias=bias)
         self.w2 = nn.Linear(ffn, h, bias=bias)
         self.w3 = nn.Linear(h, ffn, bias=bias) if swiglu else None
+        self.act = act  # the gate's activation: silu (SwiGLU) or tanh-approximated gelu (Gemma's GeGLU)
 
     def forward(self, x):
         if self.w3 is not None:
-            return self.w2(F.silu(self.w1(x)) * self.w3(x))
+            gate = F.silu(self.w1(x)) if self.act == "silu" else F.gelu(self.w1(x), approximate="tanh")
+            return self.w2(gate * self.w3(x))
         return self.w2(F.gelu(self.w1(x)))
 
 
@@ -317,7 +357,7 @@ class MoE(nn.Module):
         swiglu = m["mlp"] == "swiglu"
         self.num_experts, self.top_k, self.ep = moe["experts"], moe["top_k"], ep
         self.local = moe["experts"] // ep
-        self.router = nn.Linear(h, moe["experts"], bias=False)
+        self.router = nn.Linear(h, moe["experts"], bias=moe.get("router_bias", False))
         self.experts = Experts(self.local, h, moe["ffn"], swiglu, m["mlp_bias"])
         self.shared = nn.ModuleList(MLP(h, moe["shared_ffn"], swiglu, m["mlp_bias"]) for _ in range(moe["shared"]))
         self.shared_gate = nn.Linear(h, 1, bias=False) if moe["shared_gate"] else None
@@ -367,17 +407,24 @@ class Block(nn.Module):
     def __init__(self, m: dict, layer_id: int, run: dict):
         super().__init__()
         self.dropout = m.get("hidden_dropout", 0.0)
-        self.attn_norm = Norm(m["hidden"], m["norm"])
-        self.attn = Attention(m, run.get("attention", "flash"), run["recompute"]["selective"])
-        self.mlp_norm = Norm(m["hidden"], m["norm"])
+        self.attn_norm = _norm(m["hidden"], m)
+        self.attn = Attention(m, run.get("attention", "flash"), run["recompute"]["selective"], layer_id)
+        self.mlp_norm = _norm(m["hidden"], m)
         if layer_id in m["moe_layers"]:
             self.mlp = MoE(m, run["mesh"]["ep"])
         else:
-            self.mlp = MLP(m["hidden"], m["ffn"], m["mlp"] == "swiglu", m["mlp_bias"])
+            gated = m["mlp"] in ("swiglu", "geglu")
+            self.mlp = MLP(m["hidden"], m["ffn"], gated, m["mlp_bias"], "gelu" if m["mlp"] == "geglu" else "silu")
+        # Gemma's sandwich norms: the attention and MLP outputs are normed before the residual add
+        sandwich = m.get("sandwich_norms", False)
+        self.post_attn_norm = _norm(m["hidden"], m) if sandwich else None
+        self.post_mlp_norm = _norm(m["hidden"], m) if sandwich else None
 
     def forward(self, x):
-        x = x + F.dropout(self.attn(self.attn_norm(x)), self.dropout, self.training)
-        return x + F.dropout(self.mlp(self.mlp_norm(x)), self.dropout, self.training)
+        a = self.attn(self.attn_norm(x))
+        x = x + F.dropout(a if self.post_attn_norm is None else self.post_attn_norm(a), self.dropout, self.training)
+        y = self.mlp(self.mlp_norm(x))
+        return x + F.dropout(y if self.post_mlp_norm is None else self.post_mlp_norm(y), self.dropout, self.training)
 
 
 class Stage(nn.Module):
@@ -391,9 +438,11 @@ class Stage(nn.Module):
         self.first, self.last = first, last
         self.embed = nn.Embedding(m["vocab"], h) if first else None
         self.pos = nn.Embedding(m["max_positions"], h) if first and m["positions"] == "learned" else None
-        self.embed_norm = Norm(h, m["norm"]) if first and m["embedding_norm"] else None
+        self.embed_norm = _norm(h, m) if first and m["embedding_norm"] else None
+        self.embed_scale = math.sqrt(h) if m.get("scale_embedding") else None
+        self.final_softcap = m.get("final_softcap")
         self.layers = nn.ModuleDict({str(i): Block(m, i, run) for i in layer_ids})
-        self.norm = Norm(h, m["norm"]) if last else None
+        self.norm = _norm(h, m) if last else None
         self.output = nn.Linear(h, m["vocab"], bias=False) if last else None
         if last and first and m["tie"]:
             self.output.weight = self.embed.weight
@@ -413,6 +462,8 @@ class Stage(nn.Module):
         if self.embed is not None:
             tokens = x
             x = self.embed(tokens)
+            if self.embed_scale is not None:
+                x = x * self.embed_scale
             if self.pos is not None:
                 pos = self.cp_positions if self.cp_positions is not None else torch.arange(tokens.shape[1], device=x.device)
                 x = x + self.pos(pos)
@@ -423,6 +474,8 @@ class Stage(nn.Module):
             x = layer(x)
         if self.output is not None:
             x = self.output(self.norm(x))
+            if self.final_softcap is not None:
+                x = self.final_softcap * torch.tanh(x / self.final_softcap)
         return x
 
 
@@ -642,6 +695,10 @@ def apply_tp(stage: Stage, tp_mesh, sp: bool) -> None:
         if sp:
             plan["attn_norm"] = SequenceParallel()
             plan["mlp_norm"] = SequenceParallel()
+            if block.post_attn_norm is not None:
+                # their output joins the (local, sequence-sharded) residual stream directly
+                plan["post_attn_norm"] = SequenceParallel(use_local_output=True)
+                plan["post_mlp_norm"] = SequenceParallel(use_local_output=True)
         parallelize_module(block, tp_mesh, plan)
 
 
