@@ -6,6 +6,9 @@ from enum import IntEnum, StrEnum
 class MLPKind(StrEnum):
     GELU = "gelu"  # two matrices: h->f, activation, f->h (GPT-2/3, BLOOM, GPT-NeoX)
     SWIGLU = "swiglu"  # three matrices: gate and up h->f, silu(gate)*up, down f->h (Llama, Mistral, Qwen)
+    # two matrices like GELU, activation relu(x)^2, no gate (Nemotron-4: transformers NemotronMLP with
+    # hidden_act "relu2"; Megatron --squared-relu)
+    SQUARED_RELU = "squared_relu"
 
 
 class NormKind(StrEnum):
