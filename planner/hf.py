@@ -229,7 +229,7 @@ def _deepseek(cfg: dict[str, Any], *, v3: bool) -> dict[str, Any]:
         mlp_bias=False if v3 else _opt(cfg, "mlp_bias", False),
         mla=mla,
         moe=moe,
-        mtp_layers=(_opt(cfg, "num_nextn_predict_layers", None) or _opt(cfg, "num_mtp_layers", 1 if v3 else 0)) if v3 else 0,
+        mtp_layers=_opt(cfg, "num_nextn_predict_layers", _opt(cfg, "num_mtp_layers", 1)) if v3 else 0,
     )
     return out
 

@@ -57,6 +57,13 @@ NOT_CONFIG: dict[str, tuple[str, set[str] | None]] = {
     "--max-position-embeddings": ("ARG L2394", None),
     "--position-embedding-type": ("ARG L2397", {"learned_absolute", "rope", "yarn", "mrope", "relative", "none"}),
     "--swiglu": ("ARG L2450", None),
+    "--squared-relu": ("ARG L2448", None),
+    "--q-lora-rank": ("ARG L3548", None),
+    "--kv-lora-rank": ("ARG L3550", None),
+    "--qk-head-dim": ("ARG L3552", None),
+    "--qk-pos-emb-head-dim": ("ARG L3554", None),
+    "--v-head-dim": ("ARG L3556", None),
+    "--rope-type": ("ARG L2906", {"rope", "yarn"}),
     "--rotary-base": ("ARG L2418", None),
     "--rotary-percent": ("ARG L2420", None),
     "--use-rope-scaling": ("ARG L2424", None),
@@ -194,6 +201,10 @@ def megatron_config(argv: list[str]):
     kw["num_query_groups"] = kw.get("num_query_groups", 1) if "--group-query-attention" in extra else None
     if "--swiglu" in extra:
         kw |= {"gated_linear_unit": True, "activation_func": F.silu}
+    if "--squared-relu" in extra:
+        from megatron.core.activations import squared_relu
+
+        kw["activation_func"] = squared_relu
     if "--num-experts" in extra:
         kw["num_moe_experts"] = int(extra["--num-experts"][0])
     if "--moe-aux-loss-coeff" in extra:  # hand-written flags of TransformerConfig fields (ARG L1661-1664)
@@ -220,6 +231,20 @@ def megatron_config(argv: list[str]):
         kw["gradient_accumulation_fusion"] = False
     dtype = torch.bfloat16 if kw.get("bf16") else torch.half if kw.get("fp16") else torch.float
     kw |= {"params_dtype": dtype, "pipeline_dtype": dtype, "deallocate_pipeline_outputs": True, "batch_p2p_comm": False}
+    if kw.get("multi_latent_attention"):
+        # core_transformer_config_from_args builds MLATransformerConfig with the hand-written MLA
+        # arguments (ARG L3546-3556; --q-lora-rank defaults to None there) and --rope-type
+        from megatron.core.transformer.transformer_config import MLATransformerConfig
+
+        one = lambda flag: int(extra[flag][0]) if flag in extra else None  # noqa: E731
+        mla = {"q_lora_rank": one("--q-lora-rank"), "kv_lora_rank": one("--kv-lora-rank"), "qk_head_dim": one("--qk-head-dim"),
+               "qk_pos_emb_head_dim": one("--qk-pos-emb-head-dim"), "v_head_dim": one("--v-head-dim")}
+        mla = {k: v for k, v in mla.items() if v is not None or k == "q_lora_rank"}
+        if "--rope-type" in extra:
+            mla["rope_type"] = extra["--rope-type"][0]
+        if "--rotary-base" in extra:
+            mla["rotary_base"] = int(extra["--rotary-base"][0])
+        return MLATransformerConfig(**kw, **mla), extra
     return TransformerConfig(**kw), extra
 
 

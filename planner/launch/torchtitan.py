@@ -110,6 +110,7 @@ def generation_blocker(m: ModelSpec) -> str | None:
     q/k norm, no dropout (torchtitan/models/llama3/__init__.py _build_llama3_layers and
     models/common: Linear bias False, FusedQKVLinear, FeedForward w1/w2/w3)."""
     checks = [
+        (m.mla is not None, "multi-head latent attention: torchtitan's deepseek_v3 module has it, e.g. deepseek_v3:deepseek_v3_671b"),
         (m.moe is not None, "mixture of experts"),
         (m.position_embedding is not PositionKind.ROPE, f"{m.position_embedding} positions"),
         (m.norm is not NormKind.RMSNORM, f"{m.norm}"),
