@@ -70,7 +70,7 @@ def test_hf_config_matches_transformers_modules(path):
 # At least six architectures, dense and MoE, tied and untied, learned and rotary positions.
 OUR_MODULES = [
     "gpt2", "megatron-gpt-1.7b", "llama-3.1-8b", "qwen2.5-7b", "mistral-7b", "mixtral-8x7b",
-    "qwen1.5-moe-a2.7b", "qwen3-30b-a3b",
+    "qwen1.5-moe-a2.7b", "qwen3-30b-a3b", "deepseek-v2-lite", "minitron-4b",
 ]
 
 
