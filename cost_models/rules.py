@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cost_models.enums import AttentionKernel, Fp8Recipe, Framework, MLPKind, MoEDispatch, PositionKind, Precision, Recompute, Schedule, Zero
+from cost_models.enums import AttentionKernel, Fp8Recipe, Framework, MoEDispatch, PositionKind, Precision, Recompute, Schedule, Zero
 from cost_models.errors import SpecError
 from cost_models.hardware import Cluster
 from cost_models.job import Job
@@ -340,17 +340,6 @@ def _recompute_layers(job: Job) -> str | None:
     return None
 
 
-def _family_titan(job: Job) -> str | None:
-    """torchtitan 0.3.0's language models (torchtitan/models/: llama3, qwen3, qwen3_5, deepseek_v3,
-    kimi_k2_7, gpt_oss): none is Nemotron-4, whose squared-ReLU MLP and LayerNorm1P no torchtitan
-    module builds."""
-    m = job.model
-    if m.mlp is MLPKind.SQUARED_RELU or m.norm_one_plus:
-        return ("torchtitan has no Nemotron-4 model (squared-ReLU MLP, LayerNorm1P); "
-                "Megatron-LM runs it (--squared-relu --apply-layernorm-1p): use --framework megatron")
-    return None
-
-
 def _cp_flash(job: Job) -> str | None:
     if job.layout.cp > 1 and job.training.attention is not AttentionKernel.FLASH:
         return "context parallel needs a fused (flash) attention kernel"
@@ -469,7 +458,6 @@ RULES: tuple[Rule, ...] = (
     Rule("tp_comm_overlap", ALL, _tp_comm_overlap, "Megatron arguments.py (--tp-comm-overlap requires --sequence-parallel); torchtitan async TP"),
     Rule("fp8_hardware", ALL, _fp8_hardware, "presets/gpus.toml peak_tflops.fp8: given exactly for the GPUs with fp8 tensor cores (datasheets)"),
     Rule("fp8_recipe", ALL, _fp8_recipe, "Megatron --fp8-recipe (transformer_config.py L594); torchtitan quantize.linear.float8 recipe_name"),
-    Rule("family", frozenset({TITAN}), _family_titan, "torchtitan 0.3.0 torchtitan/models/ (llama3, qwen3, qwen3_5, deepseek_v3, kimi_k2_7, gpt_oss)"),
     Rule("cp_flash", ALL, _cp_flash, "ring attention (Megatron/TE, torch context_parallel) uses fused attention"),
     Rule("grad_reduce_in_bf16", ALL, _grad_reduce_in_bf16, "Megatron-LM@d98e8a64 arguments.py:1204-1217, 3053"),
     Rule("fp8_param_gather", ALL, _fp8_param_gather, "Megatron-LM@d98e8a64 arguments.py:1095-1098, 2016-2018"),
@@ -489,7 +477,7 @@ def violations(job: Job) -> list[tuple[str, str]]:
 
 
 # Rules that read only the model, the cluster and the training spec: when one breaks, no layout can help.
-PROBLEM_RULES = frozenset({"positions", "compile", "fp8_hardware", "fp8_recipe", "family"})
+PROBLEM_RULES = frozenset({"positions", "compile", "fp8_hardware", "fp8_recipe"})
 
 
 def problem_violations(model: ModelSpec, cluster: Cluster, training: TrainingSpec) -> list[tuple[str, str]]:

@@ -28,6 +28,17 @@ TINY_MOE = TINY.model_copy(update={"name": "tiny-moe", "moe": MoESpec(num_expert
 TINY_GPT = ModelSpec(name="tiny-gpt", num_layers=2, hidden_size=64, ffn_hidden_size=256, num_attention_heads=4, vocab_size=128,
                      max_position_embeddings=64, tie_embeddings=True, mlp="gelu", norm="layernorm", position_embedding="learned",
                      qkv_bias=True, out_bias=True, mlp_bias=True)
+# DeepSeek-V3's family: multi-head latent attention (query bottleneck, d_qk 24 against d_v 16), a dense
+# first layer, then MoE layers with a shared expert and the sigmoid router, renormalised and scaled
+TINY_MLA = ModelSpec(name="tiny-mla", num_layers=4, hidden_size=64, ffn_hidden_size=128, num_attention_heads=4, vocab_size=128,
+                     max_position_embeddings=256,
+                     mla={"q_lora_rank": 32, "kv_lora_rank": 16, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16},
+                     moe=MoESpec(num_experts=4, top_k=2, expert_ffn_hidden_size=32, num_shared_experts=1, first_k_dense=1,
+                                 router_score="sigmoid", routed_scaling_factor=2.5, expert_bias=True))
+# Nemotron-4's family: squared-ReLU MLP, LayerNorm1P (as LayerNorm in the worker: the same parameters), GQA
+TINY_NEMOTRON = ModelSpec(name="tiny-nemotron", num_layers=2, hidden_size=64, ffn_hidden_size=256, num_attention_heads=4,
+                          num_kv_heads=2, vocab_size=128, max_position_embeddings=256, mlp="squared_relu", norm="layernorm",
+                          norm_one_plus=True)
 TRAINING = {"framework": "torchtitan", "seq_len": 32, "global_batch_size": 8}
 STEPS, WARMUP, LR = 1, 1, 1e-3  # two optimizer steps; the profiler is off (tests/test_validate.py runs it)
 
@@ -57,6 +68,8 @@ RUNS_2 = {
     "ep": _job(TINY_MOE, ep=2),  # experts over 2 ranks, FSDP over the same 2
     "cp": _job(cp=2),  # ring attention over 2 ranks
     "gpt_fsdp": _job(TINY_GPT, zero=3),  # tied embedding in FSDP's root unit
+    "mla_ep": _job(TINY_MLA, ep=2),  # MLA layers and sigmoid-routed experts over 2 ranks, FSDP over the same 2
+    "nemotron_fsdp": _job(TINY_NEMOTRON, zero=3),
 }
 # bf16 as asked (not --fp32): a pipeline without FSDP, and DDP, both cast by autocast in the stage
 RUNS_2_BF16 = {

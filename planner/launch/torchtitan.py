@@ -80,6 +80,13 @@ def titan_model(target: Target) -> TitanModel:
     """The registry entry for the plan's model: --torchtitan-model, else the preset of the same shape."""
     opts, model = target.options, target.job.model
     v03 = opts.torchtitan_version is TitanVersion.V03
+    if model.mlp is MLPKind.SQUARED_RELU or model.norm_one_plus:
+        # torchtitan 0.3.0's language models (torchtitan/models/: llama3, qwen3, qwen3_5, deepseek_v3,
+        # kimi_k2_7, gpt_oss) have no squared-ReLU MLP and no LayerNorm1P
+        raise SpecError(
+            f"model {model.name!r}: torchtitan has no Nemotron-4 model (squared-ReLU MLP, LayerNorm1P); "
+            "Megatron-LM runs it (--squared-relu --apply-layernorm-1p): use --framework megatron"
+        )
     if opts.torchtitan_model is not None:
         if not _NAME.fullmatch(opts.torchtitan_model):
             form = "MODULE:CONFIG, e.g. llama3:llama3_8b" if v03 else "NAME:FLAVOR, e.g. llama3:8B"

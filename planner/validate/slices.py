@@ -171,6 +171,10 @@ def unsupported(job: Job) -> str | None:
         return "--compile is not part of the emitted job; use --no-compile"
     if m.position_embedding is PositionKind.ALIBI:
         return "ALiBi position biases are not implemented; the worker has rope, learned and none"
+    if m.mtp_layers:
+        return "multi-token prediction modules are not implemented in the worker; validate the spec with mtp_layers = 0"
+    if m.mla is not None and (lay.tp > 1 or lay.cp > 1):
+        return f"multi-head latent attention runs with tp 1 and cp 1 in the worker (got tp {lay.tp}, cp {lay.cp}); use dp, ep and pp"
     if m.moe is not None and lay.tp > 1:
         return f"mixture-of-experts layers run with tp 1 (got tp {lay.tp}); use ep and dp"
     if lay.ep > 1 and (lay.cp > 1 or job.layout.dp_shard != job.dp):
@@ -337,6 +341,11 @@ def model_doc(m: ModelSpec) -> dict[str, Any]:
         "moe": None if moe is None else {
             "experts": moe.num_experts, "top_k": moe.top_k, "ffn": moe.expert_ffn_hidden_size,
             "shared": moe.num_shared_experts, "shared_ffn": moe.shared_width, "shared_gate": moe.shared_expert_gate,
+            "score": str(moe.router_score), "renormalize": moe.renormalize_top_k, "scale": moe.routed_scaling_factor,
+        },
+        "mla": None if m.mla is None else {
+            "q_lora": m.mla.q_lora_rank, "kv_lora": m.mla.kv_lora_rank, "nope": m.mla.qk_nope_head_dim,
+            "rope": m.mla.qk_rope_head_dim, "v": m.mla.v_head_dim,
         },
         "moe_layers": list(m.moe_layer_ids),
     }
