@@ -199,15 +199,25 @@ def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Cal
     share = _share(job, _tp_group(job), cal)
     t = tokens(job)
     out = Exposure()
+    h = job.model.hidden_size
+
+    def collectives(width: int) -> tuple[float, float, float, float]:
+        """(all-gather, reduce-scatter, all-reduce, one ring-exchange chunk) of t x width activations."""
+        size = t * width * ACT_BYTES
+        send = collective_time(Collective.SEND_RECV, size / tp, placement(job.cluster.spec, 2, 1), job.cluster.spec)
+        return (_tp_coll(job, Collective.ALL_GATHER, size), _tp_coll(job, Collective.REDUCE_SCATTER, size),
+                _tp_coll(job, Collective.ALL_REDUCE, size), send)
+
+    by_width = {h: collectives(h)}
     for b in blocks:
-        # _h: the residual stream (h wide) the row GEMM reduces and whose gradient the row dgrad
-        # gathers; _c: what the column GEMMs gather, and whose gradient they reduce (h, or MLA's latents)
-        sizes = {"h": t * job.model.hidden_size * ACT_BYTES, "c": t * (b.gather_width or job.model.hidden_size) * ACT_BYTES}
-        ag = {k: _tp_coll(job, Collective.ALL_GATHER, v) for k, v in sizes.items()}
-        rs = {k: _tp_coll(job, Collective.REDUCE_SCATTER, v) for k, v in sizes.items()}
-        ar = {k: _tp_coll(job, Collective.ALL_REDUCE, v) for k, v in sizes.items()}
-        chunk = {k: collective_time(Collective.SEND_RECV, v / tp, placement(job.cluster.spec, 2, 1), job.cluster.spec)
-                 for k, v in sizes.items()}
+        # "h": the residual stream the row GEMM reduces and whose gradient the row dgrad gathers;
+        # "c": what the column GEMMs gather, and whose gradient they reduce (h, or MLA's latents)
+        width = b.gather_width or h
+        if width not in by_width:
+            by_width[width] = collectives(width)
+        (ag_h, rs_h, ar_h, chunk_h), (ag_c, rs_c, ar_c, chunk_c) = by_width[h], by_width[width]
+        ag, rs, ar = {"h": ag_h, "c": ag_c}, {"h": rs_h, "c": rs_c}, {"h": ar_h, "c": ar_c}
+        chunk = {"h": chunk_h, "c": chunk_c}
         if not backward:
             if overlap:
                 out += _ring_exchange(job, b.col, t, b.col_fwd, chunk["c"], cal)
