@@ -64,6 +64,7 @@ NOT_CONFIG: dict[str, tuple[str, set[str] | None]] = {
     "--qk-pos-emb-head-dim": ("ARG L3554", None),
     "--v-head-dim": ("ARG L3556", None),
     "--rope-type": ("ARG L2906", {"rope", "yarn"}),
+    "--no-rope-fusion": ("ARG L2902", None),
     "--rotary-base": ("ARG L2418", None),
     "--rotary-percent": ("ARG L2420", None),
     "--use-rope-scaling": ("ARG L2424", None),
@@ -242,6 +243,9 @@ def megatron_config(argv: list[str]):
         mla = {k: v for k, v in mla.items() if v is not None or k == "q_lora_rank"}
         if "--rope-type" in extra:
             mla["rope_type"] = extra["--rope-type"][0]
+        # --no-rope-fusion is a store_false flag: fusion is on unless it is given (ARG L2902-2905); for
+        # MLA the config then requires yarn (MLATransformerConfig.__post_init__)
+        mla["apply_rope_fusion"] = "--no-rope-fusion" not in extra
         if "--rotary-base" in extra:
             mla["rotary_base"] = int(extra["--rotary-base"][0])
         return MLATransformerConfig(**kw, **mla), extra

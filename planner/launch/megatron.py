@@ -79,6 +79,17 @@ def check(target: Target) -> None:
             f"model {m.name!r}: biases qkv={m.qkv_bias} out={m.out_bias} mlp={m.mlp_bias} have no Megatron flags; "
             "Megatron has all linear biases, none (--disable-bias-linear) or q/k/v only (--add-qkv-bias)"
         )
+    if m.moe is not None and m.moe.expert_bias and m.moe.router_score is not RouterScore.SIGMOID:
+        raise SpecError(
+            f"model {m.name!r}: Megatron's expert bias (aux-loss-free balancing) runs with the sigmoid router only "
+            "(Megatron-LM@d98e8a64 transformer_config.py L2617-2624)"
+        )
+    if m.mtp_layers and lay.pp_layout is not None:
+        raise SpecError(
+            f"layout: with {m.mtp_layers} MTP layer(s) Megatron's --pipeline-model-parallel-layout must place them "
+            "(pipeline_parallel_layer_layout.py L112-114), which --pp-layout cannot say; use --pp-first-layers / "
+            "--pp-last-layers (the MTP layers then go to the last stage)"
+        )
     if m.mla is not None and (m.qkv_bias or m.out_bias):
         raise SpecError(
             f"model {m.name!r}: multi-latent attention with biases has no Megatron form: MLASelfAttention builds its "
@@ -189,6 +200,9 @@ def _model(job: Job) -> list[Flag]:
             ("--v-head-dim", a.v_head_dim),  # ARG L3556
             # MLATransformerConfig.rope_type defaults to yarn (TC L3306); plain rotary as in pre-training
             ("--rope-type", "rope"),  # ARG L2906
+            # rope fusion is on by default (ARG L2902-2905, store_false) and MLATransformerConfig
+            # refuses it with any rope type but yarn (TC L3345-3346)
+            ("--no-rope-fusion",),
         ]
         if not m.qk_norm:
             # the latent norms: gpt_layer_specs.py L106-115 builds the up projections with their norm
