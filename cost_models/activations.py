@@ -150,8 +150,10 @@ def _mla_projection_items(job: Job, d: Dims) -> dict[str, int | Breakdown]:
     if a.q_lora_rank is not None:
         items["q_latent_norm"] = _norm(job, d, local, a.q_lora_rank)
         items["q_up_input"] = t * a.q_lora_rank // d.gemm_input_div * d.lin_bytes
-    else:
-        items["down_input"] = t * d.h // d.gemm_input_div * d.lin_bytes  # the one q projection is column-parallel
+    elif d.gemm_input_div == 1 and d.sp_div > 1:
+        # the one q projection is column-parallel: a convention that keeps the gathered input keeps
+        # it beside the local shard the replicated kv down projection saved
+        items["q_proj_input"] = t * d.h * d.lin_bytes
     items["kv_latent_norm"] = _norm(job, d, local, a.kv_lora_rank)
     items["kv_up_input"] = t * a.kv_lora_rank // d.gemm_input_div * d.lin_bytes
     return items
