@@ -91,6 +91,9 @@ class MoESpec(Spec):
     router_groups: Count | None = None
     router_group_top_k: Count | None = None
     aux_loss_coef: Annotated[float, Field(ge=0.0)] = DEFAULT_AUX_LOSS_COEF  # load-balancing loss weight
+    # The balancing loss over each sequence's tokens rather than the whole micro-batch (DeepSeek's
+    # seq_aux; DeepSeek-V3 report Sec. 2.1.2 "complementary sequence-wise auxiliary loss").
+    sequence_aux_loss: bool = False
     z_loss_coef: Annotated[float, Field(ge=0.0)] = 0.0  # router z-loss weight (0: none)
     capacity_factor: Positive | None = None  # None: dropless (every routed token is computed)
     num_shared_experts: Annotated[int, Field(ge=0, le=2**20)] = 0

@@ -180,8 +180,8 @@ def _deepseek(cfg: dict[str, Any], *, v3: bool) -> dict[str, Any]:
     (num_nextn_predict_layers) 1, max_position_embeddings 4096; V2 the same MLA sizes,
     n_routed_experts 64, n_shared_experts 2, moe_intermediate_size 1407, first_k_dense_replace 0,
     routed_scaling_factor 1.0, norm_topk_prob false, topk_method "greedy", max_position_embeddings
-    2048; both rms_norm_eps 1e-6, rope_theta 10000. DeepSeek's aux_loss_alpha (not a transformers
-    key) is read as the balancing loss weight. YaRN rope scaling (rope_scaling type "yarn") extends
+    2048; both rms_norm_eps 1e-6, rope_theta 10000. DeepSeek's aux_loss_alpha and seq_aux (not
+    transformers keys) are read as the balancing loss's weight and its per-sequence form. YaRN rope scaling (rope_scaling type "yarn") extends
     the context after pre-training (DeepSeek-V3 report Sec. 4.3) and changes no size or cost here:
     it is not kept."""
 
@@ -213,6 +213,9 @@ def _deepseek(cfg: dict[str, Any], *, v3: bool) -> dict[str, Any]:
         router_groups=groups if groups and groups > 1 else None,
         router_group_top_k=group_top_k if groups and groups > 1 else None,
         aux_loss_coef=_opt(cfg, "aux_loss_alpha", 0.001),
+        # DeepSeek's seq_aux (DeepSeek-V2's remote configuration_deepseek.py defaults it to true; V3's
+        # config.json has no key and its report, Sec. 2.1.2, balances per sequence)
+        sequence_aux_loss=_opt(cfg, "seq_aux", True),
     )
     rope_cfg = dict(cfg)
     if rope_cfg.get("intermediate_size") is None:

@@ -206,7 +206,8 @@ def _check(spec, model, config) -> None:
     for mlp in moe_layers:
         router, moe = mlp.router, spec.moe
         assert router.weight.shape == (moe.num_experts, spec.hidden_size)
-        assert (router.topk, router.score_function, router.routing_type) == (moe.top_k, moe.router_score, "aux_loss")
+        balancing = "seq_aux_loss" if moe.sequence_aux_loss else "aux_loss"
+        assert (router.topk, router.score_function, router.routing_type) == (moe.top_k, moe.router_score, balancing)
         assert router.config.moe_router_pre_softmax is (moe.router_score == "softmax" and not moe.renormalize_top_k)
         assert router.config.moe_aux_loss_coeff == moe.aux_loss_coef > 0
         assert router.config.moe_z_loss_coeff == (moe.z_loss_coef or None)

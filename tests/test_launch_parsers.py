@@ -287,7 +287,8 @@ def test_megatron_flags_build_transformer_config(case, tmp_path):
             assert float(extra["--rope-scaling-factor"][0]) == m.rope_scaling.factor
     if m.moe:
         assert config.num_moe_experts == m.moe.num_experts and config.moe_router_topk == m.moe.top_k
-        assert config.moe_aux_loss_coeff == m.moe.aux_loss_coef > 0 and config.moe_router_load_balancing_type == "aux_loss"
+        balancing = "seq_aux_loss" if m.moe.sequence_aux_loss else "aux_loss"
+        assert config.moe_aux_loss_coeff == m.moe.aux_loss_coef > 0 and config.moe_router_load_balancing_type == balancing
         assert config.moe_router_score_function == m.moe.router_score
         assert config.moe_router_pre_softmax is not m.moe.renormalize_top_k
         assert config.moe_expert_capacity_factor == m.moe.capacity_factor

@@ -126,6 +126,7 @@ def _deepseek(m: ModelSpec, kind: str) -> dict[str, Any]:
         "n_shared_experts": moe.num_shared_experts, "first_k_dense_replace": moe.first_k_dense,
         "n_group": moe.router_groups or 1, "topk_group": moe.router_group_top_k or 1,
         "routed_scaling_factor": moe.routed_scaling_factor, "norm_topk_prob": moe.renormalize_top_k, "aux_loss_alpha": moe.aux_loss_coef,
+        "seq_aux": moe.sequence_aux_loss,
     }
     if kind == "deepseek_v2":
         out["topk_method"] = "group_limited_greedy" if grouped else "greedy"

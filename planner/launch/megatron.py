@@ -238,7 +238,8 @@ def _model(job: Job) -> list[Flag]:
             ("--moe-router-score-function", str(moe.router_score)),  # TC L808 (softmax | sigmoid | sqrtsoftplus)
             # Load balancing: GShard/Switch aux loss (ARG L3532, the default type) with the model's
             # coefficient; megatron-core's default coefficient is 0, no balancing (ARG L3536, TC L875).
-            ("--moe-router-load-balancing-type", "aux_loss"),
+            # seq_aux_loss: the same loss per sequence (DeepSeek-V3), one of ARG L3532's choices
+            ("--moe-router-load-balancing-type", "seq_aux_loss" if moe.sequence_aux_loss else "aux_loss"),
             ("--moe-aux-loss-coeff", moe.aux_loss_coef),
         ]
         if moe.router_score is RouterScore.SOFTMAX and not moe.renormalize_top_k:
