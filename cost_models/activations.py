@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cost_models.breakdown import Breakdown
-from cost_models.enums import AttentionKernel, Framework, MLPKind, NormKind, Precision, Recompute
+from cost_models.enums import AttentionKernel, Framework, MixerKind, MLPKind, NormKind, Precision, Recompute
 from cost_models.job import Job
 from cost_models.states import local_kv_heads, padded_vocab
 
@@ -124,13 +124,9 @@ def _norm(job: Job, d: Dims, tokens: int, width: int) -> Breakdown:
 
 
 def _mlp_activation(job: Job, d: Dims, tokens: int, width: int) -> Breakdown:
-    """Saved tensors between the first and the last MLP matrix, fc2's input included. Squared ReLU,
-    pow(relu(x), 2) (Megatron's squared_relu, megatron/core/activations.py; transformers'
-    ReLUSquaredActivation), keeps relu's output, which both relu's and pow's backward read: one
-    f-wide tensor like GELU's input."""
-    if job.model.mlp is MLPKind.SQUARED_RELU:
-        return Breakdown.of("bytes", relu_output=tokens * width * ACT_BYTES, fc2_input=tokens * width * d.lin_bytes)
-    if job.model.mlp is MLPKind.GELU:
+    """Saved tensors between the first and the last MLP matrix, fc2's input included. GELU and
+    squared ReLU keep their input (fc1's output) and fc2 its own input."""
+    if job.model.mlp is not MLPKind.SWIGLU:
         return Breakdown.of("bytes", gelu_input=tokens * width * ACT_BYTES, fc2_input=tokens * width * d.lin_bytes)
     kept = d.conv.swiglu_widths - 1  # all but fc2's input
     return Breakdown.of(
@@ -238,12 +234,42 @@ def moe_mlp_items(job: Job, d: Dims) -> Breakdown:
     return Breakdown.of("bytes", **items)
 
 
+def mamba_items(job: Job, d: Dims) -> Breakdown:
+    """A Mamba-2 block as Megatron runs it (Megatron-LM@d98e8a64 megatron/core/ssm/mamba_mixer.py
+    ssm_training): the pre-norm, in_proj's input, then mamba_ssm's mamba_split_conv1d_scan_combined
+    without its norm and out_proj, which saves only its input zxBCdt (in_proj's output) and
+    recomputes the conv and the scan in backward (mamba_ssm/ops/triton/ssd_combined.py
+    MambaSplitConv1dScanCombinedFn: save_for_backward(zxbcdt, …, out_x = None, rstd = None, …);
+    the other saved tensors are parameters); the RMSNorm gated by z keeps its input and an fp32
+    rstd per token and group; out_proj keeps its input."""
+    mb = job.model.mamba
+    assert mb is not None
+    t = d.t
+    items: dict[str, int | Breakdown] = {
+        "norm": _norm(job, d, t // d.sp_div, d.h),
+        "in_proj_input": t * d.h // d.gemm_input_div * d.lin_bytes,
+        "zxbcdt": t * mb.in_proj_width // d.tp * ACT_BYTES,
+        "gated_norm": Breakdown.of("bytes", input=t * mb.inner // d.tp * ACT_BYTES, stats=t * mb.num_groups // d.tp * FP32),
+        "out_proj_input": t * mb.inner // d.tp * d.lin_bytes,
+    }
+    if job.model.hidden_dropout > 0:
+        items["dropout_mask"] = d.residual * MASK_BYTES
+    return Breakdown.of("bytes", **items)
+
+
 def layer_items(job: Job, layer_id: int, conv: Convention | None = None) -> Breakdown:
     """Everything one layer saves for backward without recomputation (under the framework's
-    convention, or the one given)."""
+    convention, or the one given): its mixer block (attention or Mamba-2) and its MLP block."""
     d = dims(job, conv)
-    mlp = moe_mlp_items(job, d) if job.model.is_moe_layer(layer_id) else dense_mlp_items(job, d)
-    return Breakdown.of("bytes", attention=attention_items(job, d), mlp=mlp)
+    kind = job.model.layer_kind(layer_id)
+    parts: dict[str, Breakdown] = {}
+    if kind.mixer is MixerKind.ATTENTION:
+        parts["attention"] = attention_items(job, d)
+    elif kind.mixer is MixerKind.MAMBA:
+        parts["mamba"] = mamba_items(job, d)
+    if kind.mlp:
+        parts["mlp"] = moe_mlp_items(job, d) if kind.moe else dense_mlp_items(job, d)
+    return Breakdown.of("bytes", **parts)
 
 
 def _per_op_sac(job: Job, d: Dims, layer_id: int) -> Breakdown:
@@ -252,6 +278,7 @@ def _per_op_sac(job: Job, d: Dims, layer_id: int) -> Breakdown:
     and the output of every odd-numbered matmul of the layer (wq, wv, w1, w2 for SwiGLU in forward
     order wq wk wv wo w1 w3 w2; wq, wv, w1 for GELU); recompute the rest."""
     t, moe = d.t, job.model.moe
+    assert job.model.hybrid_pattern is None, "torchtitan runs no hybrid model (rules: hybrid_framework)"
     if job.model.is_moe_layer(layer_id):
         assert moe is not None
         width, tokens = moe.expert_ffn_hidden_size // job.etp, expert_tokens(job, d)
@@ -330,16 +357,26 @@ def layer_backward_workspace(job: Job, layer_id: int) -> int:
     """Gradient tensors alive while one layer runs backward: the incoming and outgoing residual
     gradients, the all-gathered GEMM input under sequence parallel, and the gradients of the widest
     MLP intermediate with those of its inputs (3 f-wide tensors for SwiGLU: d(product), d(gate),
-    d(up); 2 for GELU)."""
+    d(up); 2 for GELU and squared ReLU). A layer without an MLP: for Mamba-2 the gradient of
+    zxBCdt and of the scan output (in_proj width + inner width); for attention those of q, k, v
+    and of the attention output."""
     d = dims(job)
     m = job.model
+    kind = m.layer_kind(layer_id)
+    gathered = d.t * d.h if d.sp_div > 1 else 0
+    if not kind.mlp:
+        if kind.mixer is MixerKind.MAMBA:
+            assert m.mamba is not None
+            width = (m.mamba.in_proj_width + m.mamba.inner) // d.tp
+        else:
+            width = 2 * d.q + 2 * d.kv
+        return (2 * d.residual + gathered + d.t * width) * ACT_BYTES
     if m.is_moe_layer(layer_id):
         assert m.moe is not None
         tokens, width = expert_tokens(job, d), m.moe.expert_ffn_hidden_size // job.etp
     else:
         tokens, width = d.t, d.f
-    wide = 3 if m.mlp is MLPKind.SWIGLU else 2  # GELU and squared ReLU: d(output) and d(input)
-    gathered = d.t * d.h if d.sp_div > 1 else 0
+    wide = 3 if m.mlp is MLPKind.SWIGLU else 2
     return (2 * d.residual + gathered + wide * tokens * width) * ACT_BYTES
 
 

@@ -21,15 +21,17 @@ from cost_models.enums import (
     AttentionBackend,
     AttentionKernel,
     Framework,
+    MixerKind,
     MLPKind,
     NormKind,
     OptimizerKind,
     PositionKind,
     Precision,
 )
-from cost_models.flops import Gemm, core_attention, expert_tokens_per_gpu, head_gemm, layer_gemms, tokens
+from cost_models.flops import Gemm, core_attention, expert_tokens_per_gpu, head_gemm, layer_gemms, ssd_gemms, tokens
 from cost_models.hardware import GPUSpec
 from cost_models.job import Job
+from cost_models.model_spec import LayerKind
 from cost_models.states import padded_vocab
 
 ACT_BYTES = 2  # bf16/fp16 activations and GEMM operands (fp8 operands: 1)
@@ -207,6 +209,58 @@ def attention_kernels(job: Job, cal: Calibration) -> AttentionKernels:
     return AttentionKernels(first_f, first_b, cp, step_f, step_b, merge_f, merge_b)
 
 
+def mamba_kernels(job: Job, cal: Calibration) -> AttentionKernels:
+    """One Mamba-2 layer's mixer kernels besides in_proj/out_proj, one micro-batch on one GPU:
+    - the depthwise causal conv1d with silu over x, B, C (conv_dim/tp channels): memory-bound,
+      reading and writing each element once (forward; backward reads the input and the incoming
+      gradient and writes the input gradient, the weight gradient being a reduction over tokens);
+    - the SSD scan: its batched products (flops.ssd_gemms) priced as GEMMs, plus the inter-chunk
+      states, P x N per head and chunk, written by the chunk-state kernel, read and written by the
+      state passing and read by the chunk scan, in the activations' dtype (Megatron's
+      mamba_training_ssm_states_dtype default None: "the states follow the activation dtype",
+      transformer_config.py at d98e8a64);
+    - the RMSNorm gated by silu(z) over the inner width: reads y and z, writes the output.
+    The scan's backward is its products' dgrad and wgrad GEMMs and twice the state traffic. The
+    kernels follow mamba_ssm's chunked scan (mamba_ssm/ops/triton/ssd_combined.py
+    _mamba_chunk_scan_combined_fwd: chunk cumsum, chunk state, state passing, C·Bᵀ, chunk scan),
+    which Megatron's MambaMixer runs through mamba_split_conv1d_scan_combined; the small kernels on
+    dt (softplus, the cumsum of dt·A) move per-head scalars and are not priced."""
+    mb, lay = job.model.mamba, job.layout
+    assert mb is not None
+    gpu, prec = job.cluster.gpu, _gemm_precision(job)
+    t = tokens(job)
+    conv = t * mb.conv_dim // lay.tp
+    inner = t * mb.inner // lay.tp
+    chunks = lay.mbs * -(-job.seq_per_rank // mb.chunk_size)
+    states = chunks * (mb.num_heads // lay.tp) * mb.head_dim * mb.state_size
+    gemms = ssd_gemms(job)
+    bf16 = Precision.BF16 if prec is Precision.FP8 else prec  # the scan runs in 16-bit, not fp8
+    scan_f = sum(gemm_seconds(g, gpu, bf16, cal) for g in gemms)
+    scan_b = sum(gemm_seconds(x, gpu, bf16, cal) for g in gemms for x in backward_gemms(g))
+    fwd = (
+        scan_f
+        + _memory_seconds(job, 4 * states * ACT_BYTES, cal, launches=1)
+        + _memory_seconds(job, 2 * conv * ACT_BYTES, cal, launches=1)
+        + _memory_seconds(job, 3 * inner * ACT_BYTES, cal, launches=1)
+    )
+    bwd = (
+        scan_b
+        + _memory_seconds(job, 8 * states * ACT_BYTES, cal, launches=1)
+        + _memory_seconds(job, 3 * conv * ACT_BYTES, cal, launches=1)
+        + _memory_seconds(job, 5 * inner * ACT_BYTES, cal, launches=1)
+    )
+    return AttentionKernels(fwd, bwd)
+
+
+def mixer_kernels(job: Job, kind: LayerKind, cal: Calibration) -> AttentionKernels:
+    """A layer's token-mixer kernels: attention, the Mamba-2 conv and scan, or none."""
+    if kind.mixer is MixerKind.ATTENTION:
+        return attention_kernels(job, cal)
+    if kind.mixer is MixerKind.MAMBA:
+        return mamba_kernels(job, cal)
+    return AttentionKernels(0.0, 0.0)
+
+
 def attention_seconds(
     gpu: GPUSpec, family: AttentionBackend, p: K.Pass, *, causal: bool, head_dim: int, q_len: int, k_len: int,
     batch_heads: int, rate_scale: float = 1.0,
@@ -269,22 +323,25 @@ def _op_seconds(job: Job, op: str, elements: float, backward: bool, cal: Calibra
     return op_seconds(gpu, op, impl, elements, backward=backward) / cal.scale("memory_scale", gpu.architecture)
 
 
-def elementwise_seconds(job: Job, *, moe: bool, backward: bool, cal: Calibration) -> float:
+def elementwise_seconds(job: Job, kind: LayerKind, *, backward: bool, cal: Calibration) -> float:
     """Memory-bound kernels of one layer pass for one micro-batch on one GPU.
 
-    Residual stream (width h, split over tp with sequence parallel): two norms, two residual adds,
-    dropout on the two branch outputs when dropout > 0. Per tp rank: rotary embedding of q and k,
-    the MLP activation per ffn element; for MoE the permutation of routed token copies and their
-    weighted combine (torch index ops or fused kernels: kernels.md §4.5)."""
+    Residual stream (width h, split over tp with sequence parallel): a norm and a residual add per
+    block (two in an attention + MLP layer, one in a hybrid model's layers), dropout on each
+    block's output when dropout > 0. Per tp rank: rotary embedding of q and k, the MLP activation
+    per ffn element (squared ReLU priced as GELU: one read and one write); for MoE the
+    permutation of routed token copies and their weighted combine (torch index ops or fused
+    kernels: kernels.md §4.5). A Mamba mixer's own memory-bound kernels are in mamba_kernels."""
     m, lay = job.model, job.layout
     t = tokens(job)
     residual_tokens = t / (lay.tp if job.sp else 1)
     h = m.hidden_size
-    total = 2 * _op_seconds(job, "norm", h * residual_tokens, backward, cal)
-    total += 2 * _op_seconds(job, "add", h * residual_tokens, backward, cal)
+    blocks = kind.norms
+    total = blocks * _op_seconds(job, "norm", h * residual_tokens, backward, cal)
+    total += blocks * _op_seconds(job, "add", h * residual_tokens, backward, cal)
     if m.hidden_dropout > 0:
-        total += 2 * _op_seconds(job, "dropout", h * residual_tokens, backward, cal)
-    if m.mla is not None:
+        total += blocks * _op_seconds(job, "dropout", h * residual_tokens, backward, cal)
+    if m.mla is not None and kind.mixer is MixerKind.ATTENTION:
         # the latent norms (q_layernorm, kv_layernorm) on the rank's tokens, and rotary on the rope
         # part of each local query head and of the one shared key
         a = m.mla
@@ -293,11 +350,13 @@ def elementwise_seconds(job: Job, *, moe: bool, backward: bool, cal: Calibration
         total += _op_seconds(job, "norm", a.kv_lora_rank * residual_tokens, backward, cal)
         rope = (m.num_attention_heads // lay.tp + 1) * a.qk_rope_head_dim * t
         total += _op_seconds(job, "rope", rope, backward, cal)
-    elif m.position_embedding is PositionKind.ROPE:
+    elif m.position_embedding is PositionKind.ROPE and kind.mixer is MixerKind.ATTENTION:
         total += _op_seconds(job, "rope", (m.q_width + m.kv_width) / lay.tp * t, backward, cal)
     # squared ReLU reads one f-wide input and writes one output, as GELU: priced as the GELU op
     act = "swiglu" if m.mlp is MLPKind.SWIGLU else "gelu"
-    if moe:
+    if not kind.mlp:
+        return total
+    if kind.moe:
         assert m.moe is not None
         routed = expert_tokens_per_gpu(job)
         total += _op_seconds(job, act, m.moe.expert_ffn_hidden_size / job.etp * routed, backward, cal)
@@ -338,13 +397,13 @@ def fp8_casts_separate(job: Job) -> bool:
     return tr.precision is Precision.FP8 and tr.framework is Framework.TORCHTITAN and job.cluster.gpu.peak_flop_per_s.fp8 is not None
 
 
-def fp8_cast_bytes(job: Job, *, moe: bool) -> tuple[float, float]:
+def fp8_cast_bytes(job: Job, kind: LayerKind) -> tuple[float, float]:
     """Bytes the fp8 casts of one layer move for one micro-batch, (forward, backward). A GEMM
     (m x k)·(k x n) casts input and weight forward (mk + kn), and grad_output twice, weight and
     input backward (2mn + kn + mk)."""
     if not fp8_casts_separate(job):
         return 0.0, 0.0
-    gemms = layer_gemms(job, moe=moe)
+    gemms = layer_gemms(job, kind)
     fwd = sum(g.count * (g.m * g.k + g.k * g.n) for g in gemms)
     bwd = sum(g.count * (2 * g.m * g.n + g.k * g.n + g.m * g.k) for g in gemms)
     return FP8_CAST_BYTES * fwd, FP8_CAST_BYTES * bwd
@@ -373,15 +432,19 @@ class Block:
     gather_width: int = 0
 
 
-def tp_blocks(job: Job, *, moe: bool, cal: Calibration) -> tuple[Block, ...]:
-    """The attention block, and the dense MLP or an MoE layer's shared experts (routed experts are
-    not split over tp: Megatron gives them their own etp, flops.moe_gemms)."""
-    by_name = {g.name: g for g in layer_gemms(job, moe=moe)}
-    pairs = [("qkv", "out_proj")]
-    if moe:
+def tp_blocks(job: Job, kind: LayerKind, *, cal: Calibration) -> tuple[Block, ...]:
+    """The attention or Mamba block, and the dense MLP or an MoE layer's shared experts (routed
+    experts are not split over tp: Megatron gives them their own etp, flops.moe_gemms)."""
+    by_name = {g.name: g for g in layer_gemms(job, kind)}
+    pairs = []
+    if kind.mixer is MixerKind.ATTENTION:
+        pairs.append(("qkv", "out_proj"))
+    elif kind.mixer is MixerKind.MAMBA:
+        pairs.append(("in_proj", "mamba_out_proj"))
+    if kind.mlp and kind.moe:
         if "shared_fc1" in by_name:
             pairs.append(("shared_fc1", "shared_fc2"))
-    else:
+    elif kind.mlp:
         pairs.append(("mlp_fc1", "mlp_fc2"))
     gpu, prec = job.cluster.gpu, _gemm_precision(job)
     over = 1 + _te_fp8(job)
@@ -422,7 +485,7 @@ class LayerTime:
 
     gemm: float  # forward GEMMs
     gemm_backward: float  # dgrad and wgrad GEMMs
-    attention: float  # forward attention kernels (with cp merges)
+    attention: float  # forward token-mixer kernels: attention (with cp merges), or Mamba's conv and scan
     attention_backward: float
     elementwise: float  # forward memory-bound ops
     elementwise_backward: float
@@ -435,24 +498,24 @@ class LayerTime:
         return self.gemm + self.attention + self.elementwise + self.fp8_cast
 
 
-def layer_time(job: Job, *, moe: bool, cal: Calibration) -> LayerTime:
-    key = ("layer_time", moe, cal.key)
+def layer_time(job: Job, kind: LayerKind, *, cal: Calibration) -> LayerTime:
+    key = ("layer_time", kind, cal.key)
     if key in job.memo:
         return job.memo[key]
     gpu, prec = job.cluster.gpu, _gemm_precision(job)
-    gemms = layer_gemms(job, moe=moe)
+    gemms = layer_gemms(job, kind)
     over = 1 + _te_fp8(job)
     fwd = sum(gemm_seconds(g, gpu, prec, cal) for g in gemms) * over
     bwd = sum(gemm_seconds(x, gpu, prec, cal) for g in gemms for x in backward_gemms(g)) * over
-    att = attention_kernels(job, cal)
-    cast_fwd, cast_bwd = fp8_cast_bytes(job, moe=moe)
+    att = mixer_kernels(job, kind, cal)
+    cast_fwd, cast_bwd = fp8_cast_bytes(job, kind)
     out = LayerTime(
         gemm=fwd,
         gemm_backward=bwd,
         attention=att.forward_s,
         attention_backward=att.backward_s,
-        elementwise=elementwise_seconds(job, moe=moe, backward=False, cal=cal),
-        elementwise_backward=elementwise_seconds(job, moe=moe, backward=True, cal=cal),
+        elementwise=elementwise_seconds(job, kind, backward=False, cal=cal),
+        elementwise_backward=elementwise_seconds(job, kind, backward=True, cal=cal),
         fp8_cast=_memory_seconds(job, cast_fwd, cal),
         fp8_cast_backward=_memory_seconds(job, cast_bwd, cal),
     )

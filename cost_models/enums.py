@@ -6,9 +6,15 @@ from enum import IntEnum, StrEnum
 class MLPKind(StrEnum):
     GELU = "gelu"  # two matrices: h->f, activation, f->h (GPT-2/3, BLOOM, GPT-NeoX)
     SWIGLU = "swiglu"  # three matrices: gate and up h->f, silu(gate)*up, down f->h (Llama, Mistral, Qwen)
-    # two matrices like GELU, activation relu(x)^2, no gate (Nemotron-4: transformers NemotronMLP with
-    # hidden_act "relu2"; Megatron --squared-relu)
-    SQUARED_RELU = "squared_relu"
+    SQUARED_RELU = "squared_relu"  # two matrices: h->f, relu(x)², f->h (Nemotron-4 and Nemotron-H "relu2"; Megatron --squared-relu)
+
+
+class MixerKind(StrEnum):
+    """What mixes tokens in a decoder layer."""
+
+    ATTENTION = "attention"  # self-attention
+    MAMBA = "mamba"  # a Mamba-2 (SSD) mixer (Dao & Gu 2024)
+    NONE = "none"  # no token mixer: an MLP-only layer (Nemotron-H "-" and "E" layers)
 
 
 class NormKind(StrEnum):

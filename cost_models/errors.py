@@ -8,3 +8,8 @@ exit code 2; library callers catch it like any ValueError.
 
 class SpecError(ValueError):
     """A user-fixable problem with a model, cluster, training spec or layout."""
+
+
+class LayoutError(SpecError):
+    """A layout a framework refuses, where another layout of the same model and training may be
+    accepted (the search skips it and goes on); its message starts with "layout: "."""

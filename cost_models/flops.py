@@ -8,6 +8,15 @@ gradients), so 2x its forward; FlashAttention's backward is 2.5x its forward (fi
 multiplies against two: Dao 2023, FlashAttention-2, Sec. 3.1.2; flash-attn's benchmarks count
 `flops_bwd = 2.5 * flops_fwd`).
 
+A Mamba-2 layer's projections are GEMMs like any other (in_proj h -> [z, x, B, C, dt], out_proj
+inner -> h, split over tp by heads and groups); its chunked SSD scan is counted as the batched
+matrix multiplies of Dao & Gu 2024 ("Transformers are SSMs", arXiv 2405.21060, Sec. 6 and Listing 1):
+per chunk of Q tokens, the diagonal block C·Bᵀ (per group, Q x N by N x Q) and its masked product
+with X (per head, Q x Q by Q x P), the chunk state Bᵀ·X (per head, N x Q by Q x P) and the output
+from the carried state C·h (per head, Q x N by N x P); the recurrence over chunk states is
+elementwise. Its backward is counted as twice the forward (the gradients of each product's two
+operands), as for a GEMM.
+
 `model_flops_per_token` is the PaLM convention used for MFU (Chowdhery et al. 2022, Appendix B).
 """
 
@@ -15,9 +24,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cost_models.enums import AttentionKernel, Framework, MLPKind, Recompute
+from cost_models.enums import AttentionKernel, Framework, MixerKind, MLPKind, Recompute
 from cost_models.job import Job
-from cost_models.model_spec import ModelSpec
+from cost_models.model_spec import LayerKind, ModelSpec
 from cost_models.states import local_kv_heads, padded_vocab
 
 FLASH_BACKWARD_FACTOR = 2.5  # see the module docstring
@@ -148,9 +157,41 @@ def moe_gemms(job: Job) -> tuple[Gemm, ...]:
     return tuple(out)
 
 
-def layer_gemms(job: Job, *, moe: bool) -> tuple[Gemm, ...]:
-    mlp = moe_gemms(job) if moe else mlp_gemms(job.model, "mlp", tokens(job), job.model.ffn_hidden_size // job.layout.tp)
-    return attention_gemms(job) + mlp
+def mamba_gemms(job: Job) -> tuple[Gemm, ...]:
+    """in_proj (column-parallel: z, x, B, C and dt each split over tp) and out_proj (row-parallel
+    over the inner width), Megatron MambaMixer (Megatron-LM@d98e8a64 megatron/core/ssm/mamba_mixer.py)."""
+    mb, tp = job.model.mamba, job.layout.tp
+    assert mb is not None
+    t, h = tokens(job), job.model.hidden_size
+    return (Gemm("in_proj", t, mb.in_proj_width // tp, h), Gemm("mamba_out_proj", t, h, mb.inner // tp))
+
+
+def ssd_gemms(job: Job) -> tuple[Gemm, ...]:
+    """The SSD scan of one layer on one GPU as batched GEMMs (module docstring): heads and groups
+    over tp, every chunk of the micro-batch's sequence (cp is refused for Mamba layers)."""
+    mb, lay = job.model.mamba, job.layout
+    assert mb is not None
+    q, n, p = mb.chunk_size, mb.state_size, mb.head_dim
+    chunks = lay.mbs * -(-job.seq_per_rank // q)
+    heads, groups = chunks * (mb.num_heads // lay.tp), chunks * (mb.num_groups // lay.tp)
+    return (
+        Gemm("ssd_cb", q, q, n, groups),  # C·Bᵀ within a chunk, per group
+        Gemm("ssd_diag", q, p, q, heads),  # (L ∘ C·Bᵀ)·X, per head
+        Gemm("ssd_state", n, p, q, heads),  # Bᵀ·X: the chunk's state contribution, per head
+        Gemm("ssd_out", q, p, n, heads),  # C·h: the output from the state carried in, per head
+    )
+
+
+def layer_gemms(job: Job, kind: LayerKind) -> tuple[Gemm, ...]:
+    """The GEMMs of a layer's mixer (attention projections, Mamba in/out projections) and MLP."""
+    out: tuple[Gemm, ...] = ()
+    if kind.mixer is MixerKind.ATTENTION:
+        out += attention_gemms(job)
+    elif kind.mixer is MixerKind.MAMBA:
+        out += mamba_gemms(job)
+    if kind.mlp:
+        out += moe_gemms(job) if kind.moe else mlp_gemms(job.model, "mlp", tokens(job), job.model.ffn_hidden_size // job.layout.tp)
+    return out
 
 
 def head_gemm(job: Job) -> Gemm:
@@ -197,14 +238,16 @@ class LayerFlops:
         return self.forward + self.backward + self.recompute
 
 
-def recomputed_share(job: Job, mode: Recompute) -> tuple[float, float]:
-    """(share of GEMM FLOPs, share of attention FLOPs) a layer repeats in backward.
+def recomputed_share(job: Job, mode: Recompute, kind: LayerKind = LayerKind()) -> tuple[float, float]:
+    """(share of GEMM FLOPs, share of token-mixer FLOPs) a layer repeats in backward.
 
     Full: the whole forward. Selective: Megatron recomputes core attention only (Korthikanti et al.
     2022, Sec. 5; --recompute-granularity selective); torchtitan's per-op policy saves every other
     matmul output and the attention kernel's (torchtitan/distributed/activation_checkpoint.py
     `_custom_policy`), so half the GEMMs run again; DeepSpeed has no selective mode of its own and
-    is counted like Megatron.
+    is counted like Megatron. Megatron's selective default recomputes core attention only
+    (--recompute-modules default ["core_attn"], Megatron-LM@d98e8a64 arguments.py), so a Mamba or
+    MLP-only layer repeats nothing under it.
     """
     if mode is Recompute.NONE:
         return 0.0, 0.0
@@ -212,14 +255,24 @@ def recomputed_share(job: Job, mode: Recompute) -> tuple[float, float]:
         return 1.0, 1.0
     if job.training.framework is Framework.TORCHTITAN:
         return 0.5, 0.0
-    return 0.0, 1.0
+    return 0.0, 1.0 if kind.mixer is MixerKind.ATTENTION else 0.0
 
 
-def layer_flops(job: Job, *, moe: bool, mode: Recompute) -> LayerFlops:
-    gemm = sum(g.flop for g in layer_gemms(job, moe=moe))
-    attention = core_attention(job).flop
-    share_gemm, share_attn = recomputed_share(job, mode)
-    return LayerFlops(gemm, attention, share_gemm * gemm, share_attn * attention, attention_backward_factor(job))
+def mixer_flops(job: Job, kind: LayerKind) -> float:
+    """Forward FLOPs of a layer's token mixer besides its projections: core attention, or the SSD scan."""
+    if kind.mixer is MixerKind.ATTENTION:
+        return core_attention(job).flop
+    if kind.mixer is MixerKind.MAMBA:
+        return sum(g.flop for g in ssd_gemms(job))
+    return 0.0
+
+
+def layer_flops(job: Job, kind: LayerKind, *, mode: Recompute) -> LayerFlops:
+    gemm = sum(g.flop for g in layer_gemms(job, kind))
+    attention = mixer_flops(job, kind)
+    share_gemm, share_attn = recomputed_share(job, mode, kind)
+    factor = attention_backward_factor(job) if kind.mixer is MixerKind.ATTENTION else GEMM_BACKWARD_FACTOR
+    return LayerFlops(gemm, attention, share_gemm * gemm, share_attn * attention, factor)
 
 
 def attention_backward_factor(job: Job) -> float:
@@ -230,11 +283,12 @@ def model_flops_per_token(spec: ModelSpec, seq_len: int) -> float:
     """PaLM's model FLOPs per token, forward + backward, no recomputation: 6·N + 12·L·H·Q·T
     (Chowdhery et al. 2022, Appendix B), N = parameters that take part in a matmul (active ones for
     MoE: every parameter except the input embedding table, which is a lookup; a tied table counts
-    once, as the output layer), L layers, H·Q the attention width (under MLA heads x the mean of the
-    query/key and value head widths, as core_attention counts), T the sequence length. Causal
-    masking is not discounted. torchtitan's MFU uses the same N (parameters minus the embedding).
-    Multi-token prediction modules train with the model: their active parameters and one more pass
-    through the output layer per module join N, their decoder layers join L."""
+    once, as the output layer), L attention layers (a hybrid model's Mamba scan is not counted), H·Q
+    the attention width (under MLA heads x the mean of the query/key and value head widths, as
+    core_attention counts), T the sequence length. Causal masking is not discounted. torchtitan's MFU
+    uses the same N (parameters minus the embedding). Multi-token prediction modules train with the
+    model: their active parameters and one more pass through the output layer per module join N,
+    their decoder layers join L."""
     from cost_models.params import embedding_params, mtp_params
 
     emb = embedding_params(spec)
@@ -242,5 +296,6 @@ def model_flops_per_token(spec: ModelSpec, seq_len: int) -> float:
     n = spec.params_active - lookup
     if spec.mtp_layers:
         n += mtp_params(spec, active=True).total + spec.mtp_layers * spec.vocab_size * spec.hidden_size
-    layers = spec.num_layers + spec.mtp_layers
+    attention_layers = sum(c for k, c in spec.layer_kind_counts.items() if k.mixer is MixerKind.ATTENTION)
+    layers = attention_layers + spec.mtp_layers
     return 6 * n + 12 * layers * spec.num_attention_heads * spec.attention_head_size * seq_len

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from cost_models.enums import Recompute, Schedule, Zero
+from cost_models.enums import Framework, Recompute, Schedule, Zero
 from cost_models.hardware import Cluster
 from cost_models.layout import Layout
 from cost_models.model_spec import ModelSpec
@@ -54,6 +54,18 @@ class Job:
     def schedule(self) -> Schedule:
         assert self.layout.schedule is not None
         return self.layout.schedule
+
+    @property
+    def unordered_queues(self) -> bool:
+        """Megatron with fully sharded data parallelism (zero 2/3: Megatron-FSDP or torch FSDP2) and
+        tp or cp > 1 on a GPU before Blackwell. FSDP runs with CUDA_DEVICE_MAX_CONNECTIONS unset, while
+        Megatron's tensor-parallel layers rely on it being 1 to launch each backward collective ahead of
+        the GEMM it should hide behind ("necessary for a speedup but not for correctness",
+        Megatron-LM@d98e8a64 megatron/core/tensor_parallel/layers.py L842-849); arguments.py
+        L1451-1465 warns against combining them for that reason."""
+        lay = self.layout
+        return (self.training.framework is Framework.MEGATRON and self.zero >= Zero.GRADIENTS
+                and (lay.tp > 1 or lay.cp > 1) and self.cluster.gpu.architecture != "blackwell")
 
     @property
     def edp(self) -> int:
@@ -123,11 +135,11 @@ class Job:
 
     def rank_signature(self, rank: int) -> tuple:
         """What a pipeline rank's costs depend on besides the job: whether it is the first and/or the
-        last rank, and each chunk's layers as (is MoE, recompute mode). Ranks with equal signatures
+        last rank, and each chunk's layers as (layer kind, recompute mode). Ranks with equal signatures
         (the middle ranks of most pipelines) cost the same per micro-batch."""
         key = ("rank_signature", rank)
         if key not in self.memo:
-            is_moe = self.model.is_moe_layer
-            chunks = tuple(tuple((is_moe(i), self.recompute_mode(n)) for n, i in enumerate(c)) for c in self.stage_chunks[rank])
+            kind = self.model.layer_kind
+            chunks = tuple(tuple((kind(i), self.recompute_mode(n)) for n, i in enumerate(c)) for c in self.stage_chunks[rank])
             self.memo[key] = (rank == 0, rank == self.layout.pp - 1, chunks)
         return self.memo[key]

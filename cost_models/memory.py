@@ -15,6 +15,7 @@ from cost_models.breakdown import Breakdown
 from cost_models.enums import Framework, Precision, Recompute, Schedule, Zero
 from cost_models.errors import SpecError
 from cost_models.job import Job
+from cost_models.model_spec import LayerKind
 from cost_models.states import local_layer_params, rank_params, rank_state_bytes
 from cost_models.units import MiB
 
@@ -115,24 +116,24 @@ class LayerCost:
     backward_bytes: int  # recomputed activations plus gradient tensors during its backward
 
 
-def layer_costs(job: Job, modes: tuple[Recompute, ...] | None = None) -> dict[tuple[bool, Recompute], LayerCost]:
-    """Every (is MoE, recompute mode) a job's layers can take (or the modes given), computed once:
+def layer_costs(job: Job, modes: tuple[Recompute, ...] | None = None) -> dict[tuple[LayerKind, Recompute], LayerCost]:
+    """Every (layer kind, recompute mode) a job's layers can take (or the modes given), computed once:
     a layer's activations depend on nothing else."""
     out = {}
-    for moe, layer_id in job.model.layer_kinds.items():
+    for kind, layer_id in job.model.layer_kinds.items():
         full = act.layer_items(job, layer_id).total
         workspace = act.layer_backward_workspace(job, layer_id)
         for mode in modes or {job.layout.recompute, Recompute.NONE}:
             kept = act.layer_activations(job, layer_id, mode).total
-            out[moe, mode] = LayerCost(kept_bytes=int(kept), backward_bytes=int(full - kept + workspace))
+            out[kind, mode] = LayerCost(kept_bytes=int(kept), backward_bytes=int(full - kept + workspace))
     return out
 
 
-def _chunk_layer_costs(job: Job, rank: int, chunk: int, costs: dict[tuple[bool, Recompute], LayerCost]) -> list[LayerCost]:
-    return [costs[job.model.is_moe_layer(i), job.recompute_mode(n)] for n, i in enumerate(job.stage_chunks[rank][chunk])]
+def _chunk_layer_costs(job: Job, rank: int, chunk: int, costs: dict[tuple[LayerKind, Recompute], LayerCost]) -> list[LayerCost]:
+    return [costs[job.model.layer_kind(i), job.recompute_mode(n)] for n, i in enumerate(job.stage_chunks[rank][chunk])]
 
 
-def _chunk_activations(job: Job, rank: int, chunk: int, costs: dict[tuple[bool, Recompute], LayerCost]) -> Breakdown:
+def _chunk_activations(job: Job, rank: int, chunk: int, costs: dict[tuple[LayerKind, Recompute], LayerCost]) -> Breakdown:
     """Activations of one micro-batch through one model chunk of a rank."""
     first = rank == 0 and chunk == 0
     last = rank == job.layout.pp - 1 and chunk == job.layout.vpp - 1
@@ -141,7 +142,7 @@ def _chunk_activations(job: Job, rank: int, chunk: int, costs: dict[tuple[bool, 
     if last and m.mtp_layers:
         # each MTP module: its decoder layer, the saved 2h-wide eh_proj input, and one more output
         # layer and loss (step_time.stage_time)
-        layer = costs[m.is_moe_layer(m.num_layers - 1), job.recompute_mode(0)].kept_bytes
+        layer = costs[m.layer_kind(m.num_layers - 1), job.recompute_mode(0)].kept_bytes
         d = act.dims(job)
         mtp = m.mtp_layers * (layer + 2 * d.t * d.h * act.ACT_BYTES + act.head_activations(job).total)
     return Breakdown.of(
@@ -153,7 +154,7 @@ def _chunk_activations(job: Job, rank: int, chunk: int, costs: dict[tuple[bool, 
     )
 
 
-def _transient(job: Job, rank: int, costs: dict[tuple[bool, Recompute], LayerCost]) -> Breakdown:
+def _transient(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], LayerCost]) -> Breakdown:
     """The largest backward working set: the loss on the last stage, or one layer's recomputed
     activations plus its gradient tensors."""
     best = max(
@@ -229,7 +230,7 @@ def process_groups(tp, pp, cp, dp, ep, etp):  # type: ignore[no-untyped-def]
     return (tp > 1) * 1 + (pp > 1) + (cp > 1) + (dp > 1) + (ep > 1) + ((etp != tp) & (etp > 1))
 
 
-def stage_memory(job: Job, rank: int, costs: dict[tuple[bool, Recompute], LayerCost] | None = None) -> StageMemory:
+def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], LayerCost] | None = None) -> StageMemory:
     costs = costs or layer_costs(job)
     inflight = inflight_microbatches(job, rank)
     chunks = [_chunk_activations(job, rank, c, costs) for c in range(job.layout.vpp)]

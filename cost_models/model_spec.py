@@ -1,4 +1,5 @@
-"""ModelSpec: the shape of a decoder-only transformer, dense or mixture-of-experts.
+"""ModelSpec: the shape of a decoder-only transformer, dense or mixture-of-experts, or a hybrid of
+Mamba-2, attention and MLP layers (Nemotron-H).
 
 Counts only (no units); parameter counts are derived in `cost_models.params`.
 """
@@ -7,11 +8,11 @@ from __future__ import annotations
 
 import unicodedata
 from functools import cache, cached_property
-from typing import Annotated, Literal
+from typing import Annotated, Literal, NamedTuple
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from cost_models.enums import MLPKind, NormKind, PositionKind, RouterScore
+from cost_models.enums import MixerKind, MLPKind, NormKind, PositionKind, RouterScore
 
 
 def _not_bool(value: object) -> object:
@@ -162,6 +163,79 @@ class RopeScaling(Spec):
     original_max_position_embeddings: Count
 
 
+class MambaSpec(Spec):
+    """A Mamba-2 mixer (Dao & Gu 2024, "Transformers are SSMs", arXiv 2405.21060, Sec. 7), as
+    transformers' NemotronHMamba2Mixer and Megatron's MambaMixer build it: in_proj h -> [z, x, B, C,
+    dt] (2·inner + 2·groups·state + heads), a depthwise causal conv1d of conv_kernel taps over [x, B,
+    C], the chunked SSD scan with per-head A_log, dt_bias and D, an RMSNorm gated by silu(z) over
+    groups of inner/groups channels, and out_proj inner -> h."""
+
+    num_heads: Count  # mamba_num_heads
+    head_dim: Count  # mamba_head_dim; inner width = num_heads·head_dim
+    state_size: Count  # ssm_state_size (d_state, N)
+    num_groups: Count = 8  # n_groups: B and C are shared by the heads of a group
+    conv_kernel: Count = 4
+    chunk_size: Count = 128  # the SSD scan's chunk length (Q)
+    conv_bias: bool = True  # use_conv_bias
+    proj_bias: bool = False  # use_bias: biases on in_proj and out_proj
+
+    @model_validator(mode="after")
+    def _check(self) -> MambaSpec:
+        if self.num_heads % self.num_groups:
+            raise ValueError(f"mamba num_heads({self.num_heads}) must be a multiple of num_groups({self.num_groups})")
+        return self
+
+    @property
+    def inner(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        """Channels of the causal conv1d: x, B and C."""
+        return self.inner + 2 * self.num_groups * self.state_size
+
+    @property
+    def in_proj_width(self) -> int:
+        """in_proj's outputs: z, x, B, C and dt."""
+        return self.inner + self.conv_dim + self.num_heads
+
+
+# Characters of a hybrid layer pattern (transformers NemotronHConfig._pattern_to_list; Megatron's
+# --hybrid-layer-pattern symbols, megatron/core/models/hybrid/hybrid_layer_allocation.py Symbols):
+# M Mamba-2, * attention, - MLP. E (MoE) layers are refused (HYBRID_CHARS names what is read).
+HYBRID_CHARS = {"M": "Mamba-2", "*": "attention", "-": "MLP"}
+
+
+class LayerKind(NamedTuple):
+    """What one decoder layer's parameters and costs depend on besides the job. Layers of one kind
+    cost the same, so every price is computed once per kind (and per recompute mode)."""
+
+    moe: bool = False  # an MoE block in place of the dense MLP
+    mixer: MixerKind = MixerKind.ATTENTION  # the token mixer (none in an MLP-only layer)
+    mlp: bool = True  # whether the layer has an MLP (or MoE) block after its mixer
+
+    @property
+    def label(self) -> str:
+        """A name for the kind in breakdowns (`dense_layers`, `moe_layers`; a hybrid model's
+        `mamba_layers`, `attention_layers`, `mlp_layers`), one per kind."""
+        if self.mixer is MixerKind.ATTENTION and self.mlp:
+            return "moe" if self.moe else "dense"
+        mlp = ("moe" if self.moe else "mlp") if self.mlp else ""
+        return "_".join(x for x in ((self.mixer.value if self.mixer is not MixerKind.NONE else ""), mlp) if x)
+
+    @property
+    def norms(self) -> int:
+        """Pre-norms of the layer: one before the mixer, one before the MLP."""
+        return (self.mixer is not MixerKind.NONE) + self.mlp
+
+
+_HYBRID_KINDS = {
+    "M": LayerKind(mixer=MixerKind.MAMBA, mlp=False),
+    "*": LayerKind(mixer=MixerKind.ATTENTION, mlp=False),
+    "-": LayerKind(mixer=MixerKind.NONE, mlp=True),
+}
+
+
 class ModelSpec(Spec):
     name: Name = "custom"
     num_layers: Count
@@ -202,6 +276,10 @@ class ModelSpec(Spec):
     # model but are not part of its parameter count (transformers' DeepseekV3ForCausalLM does not
     # build them): params.mtp_params counts them apart.
     mtp_layers: Annotated[int, Field(ge=0, le=64)] = 0
+    # Hybrid models (Nemotron-H): one character per layer (HYBRID_CHARS); each layer holds one norm
+    # and one block. None: every layer is attention followed by an MLP.
+    hybrid_pattern: Annotated[str, Field(min_length=1, max_length=MAX_LAYERS)] | None = None
+    mamba: MambaSpec | None = None
     source: str = ""
 
     @model_validator(mode="after")
@@ -225,6 +303,21 @@ class ModelSpec(Spec):
             )
         if self.num_layers > MAX_LAYERS:
             raise ValueError(f"num_layers({self.num_layers}) exceeds {MAX_LAYERS}, far above any real model (~100-200)")
+        if self.hybrid_pattern is not None:
+            bad_chars = sorted(set(self.hybrid_pattern) - set(HYBRID_CHARS))
+            if bad_chars:
+                raise ValueError(
+                    f"hybrid_pattern: characters {bad_chars} are not layer kinds; allowed: "
+                    + ", ".join(f"{c} ({what})" for c, what in HYBRID_CHARS.items())
+                )
+            if len(self.hybrid_pattern) != self.num_layers:
+                raise ValueError(f"hybrid_pattern has {len(self.hybrid_pattern)} layers, num_layers is {self.num_layers}; they must be equal")
+            if ("M" in self.hybrid_pattern) != (self.mamba is not None):
+                raise ValueError("hybrid_pattern: Mamba layers (M) and a mamba section are given together or not at all")
+            if self.moe is not None:
+                raise ValueError("hybrid_pattern: MoE in a hybrid model (E layers) is not supported; drop the moe section")
+        elif self.mamba is not None:
+            raise ValueError("mamba: a Mamba-2 mixer needs a hybrid_pattern saying which layers hold it (M)")
         if self.moe is not None:
             bad = [i for i in self.moe.dense_layers if i >= self.num_layers]
             if bad or self.moe.first_k_dense > self.num_layers:
@@ -235,6 +328,9 @@ class ModelSpec(Spec):
         layer = 4 * h * self.q_width + 3 * h * self.ffn_hidden_size
         if moe is not None:
             layer += 3 * h * (moe.num_experts * moe.expert_ffn_hidden_size + moe.num_shared_experts * moe.shared_width)
+        if self.mamba is not None:
+            mb = self.mamba
+            layer += h * (mb.in_proj_width + mb.inner) + mb.conv_dim * (mb.conv_kernel + 1)
         params = self.num_layers * layer + 2 * self.vocab_size * h
         if params > MAX_PARAMS:
             raise ValueError(
@@ -287,12 +383,34 @@ class ModelSpec(Spec):
     def moe_layer_ids(self) -> tuple[int, ...]:
         return tuple(i for i in range(self.num_layers) if self.is_moe_layer(i))
 
+    def layer_kind(self, i: int) -> LayerKind:
+        if self.hybrid_pattern is not None:
+            return _HYBRID_KINDS[self.hybrid_pattern[i]]
+        return LayerKind(moe=self.is_moe_layer(i))
+
+    @property
+    def has_attention(self) -> bool:
+        return any(k.mixer is MixerKind.ATTENTION for k in self.layer_kinds)
+
+    @property
+    def has_mamba(self) -> bool:
+        return self.mamba is not None
+
     @cached_property
-    def layer_kinds(self) -> dict[bool, int]:
-        """One layer id per kind of decoder layer (False: dense, True: MoE), the first of each."""
-        out: dict[bool, int] = {}
+    def layer_kinds(self) -> dict[LayerKind, int]:
+        """One layer id per kind of decoder layer, the first of each, in layer order."""
+        out: dict[LayerKind, int] = {}
         for i in range(self.num_layers):
-            out.setdefault(self.is_moe_layer(i), i)
+            out.setdefault(self.layer_kind(i), i)
+        return out
+
+    @cached_property
+    def layer_kind_counts(self) -> dict[LayerKind, int]:
+        """How many decoder layers are of each kind."""
+        out: dict[LayerKind, int] = {}
+        for i in range(self.num_layers):
+            kind = self.layer_kind(i)
+            out[kind] = out.get(kind, 0) + 1
         return out
 
     @property

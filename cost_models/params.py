@@ -8,8 +8,8 @@ Each count is the number of elements of the weight and bias tensors a standard i
 from __future__ import annotations
 
 from cost_models.breakdown import Breakdown
-from cost_models.enums import MLPKind, NormKind, PositionKind
-from cost_models.model_spec import ModelSpec
+from cost_models.enums import MixerKind, MLPKind, NormKind, PositionKind
+from cost_models.model_spec import LayerKind, ModelSpec
 
 
 def norm_params(spec: ModelSpec, width: int) -> int:
@@ -61,9 +61,25 @@ def mla_params(spec: ModelSpec) -> Breakdown:
     )
 
 
+def mamba_params(spec: ModelSpec) -> Breakdown:
+    """One Mamba-2 mixer (transformers NemotronHMamba2Mixer.__init__, v5.23.0; Megatron MambaMixer):
+    in_proj h -> [z, x, B, C, dt], the depthwise conv1d over [x, B, C] (conv_kernel taps per channel),
+    dt_bias, A_log and D per head, the gated RMSNorm's weight over the inner width, out_proj inner -> h."""
+    mb = spec.mamba
+    assert mb is not None
+    h = spec.hidden_size
+    return Breakdown.of(
+        "params",
+        in_proj=h * mb.in_proj_width + (mb.in_proj_width if mb.proj_bias else 0),
+        conv1d=mb.conv_dim * mb.conv_kernel + (mb.conv_dim if mb.conv_bias else 0),
+        per_head=3 * mb.num_heads,  # dt_bias, A_log, D
+        norm=mb.inner,
+        out_proj=mb.inner * h + (h if mb.proj_bias else 0),
+    )
+
+
 def mlp_params(spec: ModelSpec, ffn: int) -> int:
-    """GELU and squared ReLU: h->f, f->h. SwiGLU: gate and up h->f, down f->h. Biases on every
-    matrix if mlp_bias."""
+    """GELU and squared ReLU: h->f, f->h. SwiGLU: gate and up h->f, down f->h. Biases on every matrix if mlp_bias."""
     h = spec.hidden_size
     if spec.mlp is MLPKind.SWIGLU:
         return 3 * h * ffn + ((2 * ffn + h) if spec.mlp_bias else 0)
@@ -84,14 +100,17 @@ def moe_params(spec: ModelSpec, *, active: bool = False) -> Breakdown:
     )
 
 
-def layer_params(spec: ModelSpec, *, moe: bool, active: bool = False) -> Breakdown:
-    """One decoder layer: two norms, attention, and a dense MLP or an MoE block."""
-    return Breakdown.of(
-        "params",
-        norms=2 * norm_params(spec, spec.hidden_size),
-        attention=attention_params(spec),
-        mlp=moe_params(spec, active=active) if moe else mlp_params(spec, spec.ffn_hidden_size),
-    )
+def layer_params(spec: ModelSpec, kind: LayerKind, *, active: bool = False) -> Breakdown:
+    """One decoder layer of a kind: a norm before each block, the mixer (attention or Mamba-2; none
+    in an MLP-only layer), and a dense MLP or an MoE block (none in a hybrid model's mixer layers)."""
+    parts: dict[str, int | Breakdown] = {"norms": kind.norms * norm_params(spec, spec.hidden_size)}
+    if kind.mixer is MixerKind.ATTENTION:
+        parts["attention"] = attention_params(spec)
+    elif kind.mixer is MixerKind.MAMBA:
+        parts["mamba"] = mamba_params(spec)
+    if kind.mlp:
+        parts["mlp"] = moe_params(spec, active=active) if kind.moe else mlp_params(spec, spec.ffn_hidden_size)
+    return Breakdown.of("params", **parts)
 
 
 def embedding_params(spec: ModelSpec) -> Breakdown:
@@ -121,20 +140,17 @@ def mtp_params(spec: ModelSpec, *, active: bool = False) -> Breakdown:
     MultiTokenPredictionLayer enorm, hnorm, eh_proj, transformer_layer, final_layernorm,
     Megatron-LM@d98e8a64 megatron/core/transformer/multi_token_prediction.py)."""
     h = spec.hidden_size
-    moe = spec.is_moe_layer(spec.num_layers - 1)
+    kind = spec.layer_kind(spec.num_layers - 1)
     one = Breakdown.of(
-        "params", norms=3 * norm_params(spec, h), eh_proj=2 * h * h, layer=layer_params(spec, moe=moe, active=active)
+        "params", norms=3 * norm_params(spec, h), eh_proj=2 * h * h, layer=layer_params(spec, kind, active=active)
     )
     return one.scaled(spec.mtp_layers)
 
 
 def model_params(spec: ModelSpec, *, active: bool = False) -> Breakdown:
     """All parameters; `active=True` counts only top_k routed experts per MoE layer."""
-    n_moe = spec.num_moe_layers
     parts: dict[str, Breakdown] = {"embedding": embedding_params(spec)}
-    if spec.num_dense_layers:
-        parts["dense_layers"] = layer_params(spec, moe=False).scaled(spec.num_dense_layers)
-    if n_moe:
-        parts["moe_layers"] = layer_params(spec, moe=True, active=active).scaled(n_moe)
+    for kind, n in spec.layer_kind_counts.items():
+        parts[f"{kind.label}_layers"] = layer_params(spec, kind, active=active).scaled(n)
     parts["head"] = head_params(spec)
     return Breakdown.of("params", **parts)

@@ -8,6 +8,7 @@ The same predicates serve the search, so a rejected layout always carries a read
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -122,6 +123,32 @@ def _ffn(job: Job) -> str | None:
         return f"ffn_hidden_size({m.ffn_hidden_size}) is not divisible by tp({lay.tp})"
     if m.moe and m.moe.expert_ffn_hidden_size % job.etp:
         return f"expert_ffn_hidden_size({m.moe.expert_ffn_hidden_size}) is not divisible by etp({job.etp})"
+    return None
+
+
+def _hybrid_framework(job: Job) -> str | None:
+    if job.model.hybrid_pattern is not None:
+        return (f"model {job.model.name!r} has Mamba-2 / hybrid layers, which {job.training.framework} does not run here "
+                "(torchtitan ships no Mamba mixer; DeepSpeed's transformers NemotronH runs mamba_ssm's kernels or a torch "
+                "fallback, which this planner does not price); "
+                "use --framework megatron (Megatron-LM pretrain_hybrid.py)")
+    return None
+
+
+def _mamba_tp(job: Job) -> str | None:
+    mb, tp = job.model.mamba, job.layout.tp
+    if mb is None:
+        return None
+    if mb.num_heads % tp or mb.num_groups % tp:
+        return (f"mamba num_heads({mb.num_heads}) and num_groups({mb.num_groups}) must both be divisible by tp({tp}); "
+                f"tp in {_divisors(math.gcd(mb.num_heads, mb.num_groups))}")
+    return None
+
+
+def _mamba_cp(job: Job) -> str | None:
+    if job.model.mamba is not None and job.layout.cp > 1:
+        return (f"cp({job.layout.cp}) with Mamba-2 layers: Megatron runs them with an all-to-all of heads "
+                "(megatron/core/ssm/mamba_context_parallel.py), which this planner does not price; use cp = 1")
     return None
 
 
@@ -436,6 +463,9 @@ RULES: tuple[Rule, ...] = (
     Rule("heads_tp", ALL, _heads, "Megatron transformer_config.py L1446-1450"),
     Rule("kv_heads_tp", frozenset({MEGATRON, DEEPSPEED}), _kv_heads_megatron, "Megatron transformer_config.py L1461-1467"),
     Rule("kv_heads_tp", frozenset({TITAN}), _kv_heads_titan, "torchtitan colwise wk/wv shard whole heads"),
+    Rule("hybrid_framework", frozenset({TITAN, DEEPSPEED}), _hybrid_framework, "torchtitan models/ has no Mamba; transformers v5.23.0 NemotronHMamba2Mixer picks mamba_ssm kernels or a torch path at run time"),
+    Rule("mamba_tp", ALL, _mamba_tp, "Megatron-LM@d98e8a64 megatron/core/ssm/mamba_mixer.py L262-274 (nheads % tp, ngroups % tp)"),
+    Rule("mamba_cp", ALL, _mamba_cp, "Megatron-LM@d98e8a64 megatron/core/ssm/mamba_context_parallel.py (all-to-all CP, not priced)"),
     Rule("ffn_tp", ALL, _ffn, "Megatron ColumnParallelLinear divides the output dim by tp"),
     Rule("seq_cp", frozenset({MEGATRON}), _seq_cp, "Megatron arguments.py L1335-1338"),
     Rule("seq_sp", frozenset({MEGATRON}), _seq_sp, "Megatron scatter_to_sequence_parallel_region splits s by tp"),
@@ -465,6 +495,27 @@ RULES: tuple[Rule, ...] = (
 )
 
 
+def _unordered_queues(job: Job) -> str | None:
+    if not job.unordered_queues:
+        return None
+    axes = " and ".join(f"{a} {v}" for a, v in (("tp", job.layout.tp), ("cp", job.layout.cp)) if v > 1)
+    return (f"Megatron-LM warns against {axes} with fully sharded data parallelism before Blackwell: FSDP needs "
+            "CUDA_DEVICE_MAX_CONNECTIONS unset, tp's backward overlap needs it 1; the backward tp collectives are "
+            "priced exposed")
+
+
+# What a framework warns about a legal layout: said beside the plan and priced where it costs time.
+NOTES: tuple[Rule, ...] = (
+    Rule("unordered_queues", frozenset({MEGATRON}), _unordered_queues,
+         "Megatron-LM@d98e8a64 arguments.py L1451-1465, core/tensor_parallel/layers.py L842-849"),
+)
+
+
+def notes(job: Job) -> list[str]:
+    """The framework's warnings about a legal job, in NOTES order."""
+    return [m for rule in NOTES if job.training.framework in rule.frameworks and (m := rule.check(job))]
+
+
 def violations(job: Job) -> list[tuple[str, str]]:
     """Every rule the job breaks, as (rule name, message), in rule order."""
     out = []
@@ -477,7 +528,7 @@ def violations(job: Job) -> list[tuple[str, str]]:
 
 
 # Rules that read only the model, the cluster and the training spec: when one breaks, no layout can help.
-PROBLEM_RULES = frozenset({"positions", "compile", "fp8_hardware", "fp8_recipe"})
+PROBLEM_RULES = frozenset({"positions", "compile", "fp8_hardware", "fp8_recipe", "hybrid_framework"})
 
 
 def problem_violations(model: ModelSpec, cluster: Cluster, training: TrainingSpec) -> list[tuple[str, str]]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cost_models.breakdown import Breakdown
-from cost_models.enums import Framework, OptimizerKind, PositionKind, Precision, Zero
+from cost_models.enums import Framework, MixerKind, OptimizerKind, PositionKind, Precision, Zero
 from cost_models.job import Job
 from cost_models.model_spec import ModelSpec
 from cost_models.params import mlp_params, norm_params
@@ -49,15 +49,41 @@ class LayerParams:
 
 def local_layer_params(job: Job, layer_id: int) -> LayerParams:
     """Parameters of one decoder layer on one GPU: the same for every layer of a kind (dense/MoE)."""
-    key = ("layer_params", job.model.is_moe_layer(layer_id))
+    key = ("layer_params", job.model.layer_kind(layer_id))
     if key not in job.memo:
         job.memo[key] = _local_layer_params(job, layer_id)
     return job.memo[key]
 
 
+def _local_mamba_params(job: Job) -> int:
+    """A Mamba-2 mixer on one tp rank: in_proj, conv1d, dt_bias, A_log, D and the gated norm's
+    weight split over tp with the heads and groups, out_proj split over its input (Megatron
+    MambaMixer marks all of them tensor_model_parallel, mamba_mixer.py at d98e8a64); a bias on
+    out_proj is replicated."""
+    mb, tp, h = job.model.mamba, job.layout.tp, job.model.hidden_size
+    assert mb is not None
+    width, conv = mb.in_proj_width // tp, mb.conv_dim // tp
+    return (
+        h * width + (width if mb.proj_bias else 0)
+        + conv * mb.conv_kernel + (conv if mb.conv_bias else 0)
+        + 3 * mb.num_heads // tp
+        + mb.inner // tp
+        + mb.inner // tp * h + (h if mb.proj_bias else 0)
+    )
+
+
 def _local_layer_params(job: Job, layer_id: int) -> LayerParams:
     m, tp = job.model, job.layout.tp
     h, d = m.hidden_size, m.head_size
+    kind = m.layer_kind(layer_id)
+    if m.hybrid_pattern is not None:
+        norms = kind.norms * norm_params(m, h)
+        if kind.mixer is MixerKind.MAMBA:
+            return LayerParams(dense=norms + _local_mamba_params(job), expert=0)
+        if not kind.mlp:
+            q_local, kv_local = m.q_width // tp, local_kv_heads(job) * d
+            return LayerParams(dense=norms + h * (q_local + 2 * kv_local) + q_local * h, expert=0)
+        return LayerParams(dense=norms + mlp_params(m, m.ffn_hidden_size // tp), expert=0)
     q_local = m.q_width // tp
     kv_local = local_kv_heads(job) * d
     if m.mla is not None:

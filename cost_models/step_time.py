@@ -48,6 +48,7 @@ from cost_models.comm import MAX_SM_SHARE, Collective, collective_time, nccl_sm_
 from cost_models.compute import (
     ACT_BYTES,
     Block,
+    LayerTime,
     attention_kernels,
     backward_gemms,
     chunk_seconds,
@@ -59,7 +60,7 @@ from cost_models.compute import (
     optimizer_time,
     tp_blocks,
 )
-from cost_models.enums import Framework, MoEDispatch, Precision, Recompute, Zero
+from cost_models.enums import Framework, MixerKind, MoEDispatch, Precision, Recompute, Zero
 from cost_models.flops import (
     GEMM_BACKWARD_FACTOR,
     expert_tokens_per_gpu,
@@ -71,6 +72,7 @@ from cost_models.flops import (
     tokens,
 )
 from cost_models.job import Job
+from cost_models.model_spec import LayerKind
 from cost_models.memory import DEEPSPEED_BUCKET_ELEMENTS, DEEPSPEED_PREFETCH_ELEMENTS
 from cost_models.states import dense_params, local_kv_heads, local_layer_params, rank_params
 
@@ -189,7 +191,8 @@ def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Cal
     under userbuffers); the column GEMM's input is all-gathered beside its dgrad GEMM and its input
     gradient reduce-scattered (all-reduced) beside its wgrad GEMM
     (TransformerEngine@d0067d0d transformer_engine/pytorch/module/linear.py backward; under
-    userbuffers as "bulk" overlaps on UB_SMS SMs). torchtitan's DTensor plan runs both backward
+    userbuffers as "bulk" overlaps on UB_SMS SMs); exposed where FSDP leaves the hardware queues
+    unordered (Job.unordered_queues). torchtitan's DTensor plan runs both backward
     collectives as plain ops, exposed, unless async TP chunks them."""
     tp = job.layout.tp
     if tp == 1:
@@ -236,6 +239,8 @@ def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Cal
             ub = UB_SMS / _sms(job)
             out += _ring_exchange(job, b.row, t, b.row_dgrad, chunk["h"], cal)
             out += _hidden(ag["c"], b.col_dgrad, ub) + _hidden(rs["c"], b.col_wgrad, ub)
+        elif job.unordered_queues:  # no ordering: the collectives are not launched ahead of the GEMMs
+            out += Exposure(ag["h"] + ag["c"] + rs["c"]) if job.sp else Exposure(ar["c"])
         elif job.sp:
             out += Exposure(ag["h"]) + _hidden(ag["c"], b.col_dgrad, share) + _hidden(rs["c"], b.col_wgrad, share)
         else:
@@ -336,10 +341,19 @@ def ep_exposure(job: Job, passes: int, compute_s: float, cal: Calibration) -> Ex
 # --- one layer pass --------------------------------------------------------------------------------
 
 
-def layer_pass(job: Job, *, moe: bool, mode: Recompute, cal: Calibration) -> LayerPass:
-    lt = layer_time(job, moe=moe, cal=cal)
-    flops = layer_flops(job, moe=moe, mode=mode)
+def recompute_kernels(job: Job, lt: LayerTime, mode: Recompute) -> tuple[float, float, float]:
+    """(GEMM, attention, memory-bound) seconds of one layer's recomputed forward, the split of
+    layer_pass's `recompute`: the recomputed share of the forward GEMMs (their fp8 casts counted as
+    memory-bound) and of attention; under full recompute the whole forward's elementwise ops too."""
     share_gemm, share_attn = recomputed_share(job, mode)
+    return (share_gemm * lt.gemm, share_attn * lt.attention,
+            share_gemm * lt.fp8_cast + (lt.elementwise if mode is Recompute.FULL else 0.0))
+
+
+def layer_pass(job: Job, kind: LayerKind, *, mode: Recompute, cal: Calibration) -> LayerPass:
+    lt = layer_time(job, kind, cal=cal)
+    flops = layer_flops(job, kind, mode=mode)
+    share_gemm, share_attn = recomputed_share(job, mode, kind)
     recompute = (
         share_gemm * (lt.gemm + lt.fp8_cast)
         + share_attn * lt.attention
@@ -348,12 +362,12 @@ def layer_pass(job: Job, *, moe: bool, mode: Recompute, cal: Calibration) -> Lay
     # passes that run the layer's forward collectives: forward, and forward again under full
     # recompute (selective recompute repeats local work only)
     fwd_passes = 2 if mode is Recompute.FULL else 1
-    blocks = tp_blocks(job, moe=moe, cal=cal)
+    blocks = tp_blocks(job, kind, cal=cal)
     tp = tp_exposure(job, blocks, backward=False, cal=cal).times(fwd_passes) + tp_exposure(job, blocks, backward=True, cal=cal)
-    etp = _etp_comm(job) * (fwd_passes + 1) if moe else 0.0
-    cp_f, cp_b = cp_exposure(job, cal)
+    etp = _etp_comm(job) * (fwd_passes + 1) if kind.moe else 0.0
+    cp_f, cp_b = cp_exposure(job, cal) if kind.mixer is MixerKind.ATTENTION else (Exposure(), Exposure())
     cp = cp_f.times(fwd_passes) + cp_b
-    ep = ep_exposure(job, fwd_passes + 1, lt.gemm + lt.gemm_backward + lt.attention + lt.attention_backward, cal) if moe else Exposure()
+    ep = ep_exposure(job, fwd_passes + 1, lt.gemm + lt.gemm_backward + lt.attention + lt.attention_backward, cal) if kind.moe else Exposure()
     compute = Breakdown.of(
         "s",
         gemm=lt.gemm + lt.gemm_backward,
@@ -384,7 +398,7 @@ def _expert_group(job: Job):
 
 
 def fsdp_layer_comm(job: Job, layer_id: int) -> tuple[float, float]:
-    key = ("fsdp_layer_comm", job.model.is_moe_layer(layer_id))
+    key = ("fsdp_layer_comm", job.model.layer_kind(layer_id))
     if key not in job.memo:
         job.memo[key] = _fsdp_layer_comm(job, layer_id)
     return job.memo[key]
@@ -570,8 +584,7 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[bool, R
     mtp = [job.model.num_layers - 1] * job.model.mtp_layers if last else []
     layer_list = [(pos, layer_id) for chunk in job.stage_chunks[rank] for pos, layer_id in enumerate(chunk)]
     for pos, layer_id in layer_list + [(0, i) for i in mtp]:
-        moe = job.model.is_moe_layer(layer_id)
-        lp = passes[moe, job.recompute_mode(pos)]
+        lp = passes[job.model.layer_kind(layer_id), job.recompute_mode(pos)]
         for name in COMPUTE_PARTS[:-2]:
             parts[name] += lp.compute.value(name)
         for name in ("tp", "cp", "ep"):
@@ -763,8 +776,7 @@ def expected_max_normal(n: int) -> float:
 
 def time_estimate(job: Job, *, calibration: Calibration = DEFAULT) -> TimeEstimate:
     modes = {job.recompute_mode(0), job.recompute_mode(10**9), job.layout.recompute, Recompute.NONE}
-    kinds = {job.model.is_moe_layer(i) for i in range(job.model.num_layers)}
-    passes = {(moe, mode): layer_pass(job, moe=moe, mode=mode, cal=calibration) for moe in kinds for mode in modes}
+    passes = {(kind, mode): layer_pass(job, kind, mode=mode, cal=calibration) for kind in job.model.layer_kinds for mode in modes}
     alike: dict[tuple, StageTime] = {}  # ranks with equal signatures cost the same
     stages = []
     for r in range(job.layout.pp):
@@ -773,3 +785,30 @@ def time_estimate(job: Job, *, calibration: Calibration = DEFAULT) -> TimeEstima
             alike[sig] = stage_time(job, r, calibration, passes)
         stages.append(replace(alike[sig], rank=r))
     return TimeEstimate(job=job, stages=tuple(stages), calibration=calibration)
+
+
+def compute_by_kernel(est: TimeEstimate) -> Breakdown:
+    """The step's compute on the critical stage by the kernel classes a profiler sees: GEMMs
+    (forward, dgrad, wgrad, recomputed, the output layer), fused attention (forward, backward,
+    recomputed, cp merges), memory-bound kernels (elementwise ops, their recomputation, fp8 casts,
+    the loss, FSDP2's copies), and the SM contention of overlapped communication, which slows those
+    kernels but is no kernel of its own. Accounted layer by layer apart from stage_time, so its total
+    equals the breakdown's compute only when both count the same kernels."""
+    job, cal, crit = est.job, est.calibration, est.critical
+    gemm = attention = memory = 0.0
+    fsdp = _fsdp_per_microbatch(job) and job.dense_shard_group > 1
+    for chunk in job.stage_chunks[crit.rank]:
+        for pos, layer_id in enumerate(chunk):
+            lt = layer_time(job, job.model.layer_kind(layer_id), cal=cal)
+            rg, ra, rm = recompute_kernels(job, lt, job.recompute_mode(pos))
+            gemm += lt.gemm + lt.gemm_backward + rg
+            attention += lt.attention + lt.attention_backward + ra
+            memory += lt.elementwise + lt.elementwise_backward + lt.fp8_cast + lt.fp8_cast_backward + rm
+            if fsdp:
+                memory += fsdp_copy_seconds(job, layer_id)
+    if crit.rank == job.layout.pp - 1:
+        gemm += head_time(job, cal) + head_backward_time(job, cal)
+        memory += loss_time(job, cal)
+    m = job.num_microbatches
+    return Breakdown.of("s", gemm=gemm * m, attention=attention * m, elementwise=memory * m,
+                        contention=float(est.breakdown.value("compute/contention")))

@@ -8,7 +8,7 @@ src/transformers/models/<type>/configuration_<type>.py and modeling_rope_utils.p
 Qwen2-MoE, Qwen3, Qwen3-MoE) or 1e-5 (Mixtral); rope_theta 10000 except Mixtral's 1e6 (its
 default_theta); router_aux_loss_coef 0.001 and norm_topk_prob false (Qwen2-MoE, Qwen3-MoE);
 layer_norm_epsilon / layer_norm_eps 1e-5 (GPT-2, BLOOM, GPT-NeoX); GPT-NeoX rotary_pct 0.25 and
-rotary_emb_base 10000. The Mixtral defaults read the same at commit
+rotary_emb_base 10000; NemotronHConfig (nemotron_h) as its reader says. The Mixtral defaults read the same at commit
 ad467bd7633c63ba3ae55da29ff08a30a47cc008 (MixtralConfig.__init__).
 """
 
@@ -340,6 +340,80 @@ def _bloom(cfg: dict[str, Any]) -> dict[str, Any]:
     )
 
 
+# NemotronHConfig's layer types (layers_block_type) as pattern characters (its _list_to_pattern).
+_NEMOTRON_H_TYPES = {"linear_attention": "M", "full_attention": "*", "mlp": "-", "moe": "E"}
+
+
+def _nemotron_h(cfg: dict[str, Any]) -> dict[str, Any]:
+    """NemotronHConfig / NemotronHForCausalLM (transformers v5.23.0, models/nemotron_h): every block is
+    one RMSNorm and one mixer, by pattern character: M NemotronHMamba2Mixer, * NemotronHAttention
+    (q/k/v/o without bias whatever attention_bias says, no rotary embedding), - NemotronHMLP
+    (up_proj, relu2, down_proj; bias per mlp_bias). The pattern is layers_block_type, or
+    hybrid_override_pattern in older configs. Defaults: head_dim 128, num_key_value_heads 8,
+    intermediate_size 21504, mamba_num_heads 128, mamba_head_dim 64, ssm_state_size 128, n_groups 8
+    (or mamba_n_groups), conv_kernel 4 (or mamba_d_conv), chunk_size 128 (or mamba_chunk_size),
+    use_conv_bias true (or mamba_conv_bias), use_bias false (in_proj/out_proj), layer_norm_epsilon
+    1e-5, tie_word_embeddings false, vocab_size 131072. The Mamba inner width is
+    mamba_num_heads·mamba_head_dim (`expand` is not read by the mixer)."""
+    types = cfg.get("layers_block_type") or cfg.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or any(t not in _NEMOTRON_H_TYPES for t in types):
+            raise SpecError(f"config.json: layers_block_type must be a list of {', '.join(_NEMOTRON_H_TYPES)}")
+        pattern = "".join(_NEMOTRON_H_TYPES[t] for t in types)
+    else:
+        pattern = cfg.get("hybrid_override_pattern")
+        if not isinstance(pattern, str) or not pattern:
+            raise SpecError("config.json: nemotron_h needs layers_block_type or hybrid_override_pattern")
+    if "E" in pattern:
+        raise SpecError(
+            "config.json: nemotron_h MoE layers (E / \"moe\" in the layer pattern) are not supported; "
+            "supported layer kinds: M (Mamba-2), * (attention), - (MLP)"
+        )
+    if _opt(cfg, "num_nextn_predict_layers", 0):
+        raise SpecError("config.json: nemotron_h multi-token prediction layers (num_nextn_predict_layers > 0) are not supported")
+    heads = _opt(cfg, "num_attention_heads", 32)
+
+    def first(*keys: str, default: Any) -> Any:
+        for k in keys:
+            if cfg.get(k) is not None:
+                return _opt(cfg, k, default)
+        return default
+
+    mamba = dict(
+        num_heads=_opt(cfg, "mamba_num_heads", 128),
+        head_dim=_opt(cfg, "mamba_head_dim", 64),
+        state_size=_opt(cfg, "ssm_state_size", 128),
+        num_groups=first("mamba_n_groups", "n_groups", default=8),
+        conv_kernel=first("mamba_d_conv", "conv_kernel", default=4),
+        chunk_size=first("mamba_chunk_size", "chunk_size", default=128),
+        conv_bias=first("mamba_conv_bias", "use_conv_bias", default=True),
+        proj_bias=_opt(cfg, "use_bias", False),
+    )
+    act = cfg.get("mlp_hidden_act", "relu2")
+    if act != "relu2":
+        raise SpecError(f"config.json: nemotron_h mlp_hidden_act {act!r} is not supported (supported: relu2)")
+    return dict(
+        num_layers=len(pattern),
+        hidden_size=_opt(cfg, "hidden_size", 4096),
+        ffn_hidden_size=_opt(cfg, "intermediate_size", 21504),
+        num_attention_heads=heads,
+        num_kv_heads=_opt(cfg, "num_key_value_heads", 8),
+        head_dim=_opt(cfg, "head_dim", 128),
+        vocab_size=_opt(cfg, "vocab_size", 131072),
+        max_position_embeddings=_opt(cfg, "max_position_embeddings", 4096),
+        tie_embeddings=_opt(cfg, "tie_word_embeddings", False),
+        mlp=MLPKind.SQUARED_RELU,
+        norm=NormKind.RMSNORM,
+        position_embedding=PositionKind.NONE,
+        mlp_bias=_opt(cfg, "mlp_bias", False),
+        attention_dropout=_opt(cfg, "attention_dropout", 0.0),
+        hidden_dropout=_opt(cfg, "hidden_dropout", 0.0),
+        norm_eps=_opt(cfg, "layer_norm_epsilon", 1e-5),
+        hybrid_pattern=pattern,
+        mamba=mamba if "M" in pattern else None,
+    )
+
+
 READERS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "llama": _llama,
     "mistral": _llama,
@@ -354,6 +428,7 @@ READERS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "deepseek_v2": _deepseek_v2,
     "deepseek_v3": _deepseek_v3,
     "nemotron": _nemotron,
+    "nemotron_h": _nemotron_h,
 }
 
 

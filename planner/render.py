@@ -180,8 +180,15 @@ def render_estimate(report: Any, console: Console) -> None:
            if t.mfu_fp8 is not None else "")
         + f") · bottleneck: [bold]{t.bottleneck}[/]"
     )
-    for line in outlook_lines(report):
+    for line in outlook_lines(report) + note_lines(report.job):
         console.print(line)
+
+
+def note_lines(job: Any) -> list[str]:
+    """The framework's warnings about the layout (cost_models.rules.NOTES)."""
+    from cost_models.rules import notes
+
+    return [f"note: {n}" for n in notes(job)]
 
 
 def outlook_lines(report: Any) -> list[str]:
@@ -274,7 +281,7 @@ def render_plan(report: Any, console: Console, *, explain: bool = False) -> None
     if hint:
         console.print(hint)
     if report.plans:
-        for line in outlook_lines(report.plans[0]):
+        for line in outlook_lines(report.plans[0]) + note_lines(report.plans[0].job):
             console.print(f"#1: {line}")
     if explain:
         for line in explain_lines(report):

@@ -213,6 +213,9 @@ class EstimateReport:
             "peak_tflops_per_gpu": t.peak_flop_per_s / TFLOP,
         }
         doc["bottleneck"] = t.bottleneck
+        from cost_models.rules import notes
+
+        doc["notes"] = notes(self.job)
         doc["checkpoint"] = self.reliability.to_json()
         if self.cost is not None:
             doc["time_to_train"] = self.cost.to_json()
@@ -256,7 +259,7 @@ class PlanReport:
         plans = []
         for rank, report in enumerate(self.plans, 1):
             doc = report.to_json()
-            keys = ("layout", "memory", "time", "throughput", "bottleneck", "checkpoint", "time_to_train")
+            keys = ("layout", "memory", "time", "throughput", "bottleneck", "notes", "checkpoint", "time_to_train")
             plans.append({"rank": rank, **{k: doc[k] for k in keys if k in doc}})
         r = self.result
         search = {"candidates": r.candidates, "optimal": r.optimal, "solver": r.solver, "lower_bound_s": r.lower_bound_s}

@@ -36,7 +36,7 @@ from cost_models.activations import head_activations, loss_workspace
 from cost_models.calibration import DEFAULT, Calibration
 from cost_models.compute import head_pass_time
 from cost_models.enums import Framework, Recompute, Schedule, Zero
-from cost_models.errors import SpecError
+from cost_models.errors import LayoutError, SpecError
 from cost_models.job import Job
 from cost_models.layout import Layout
 from cost_models.memory import (
@@ -152,8 +152,8 @@ def evaluate(problem: Problem, layout: Layout, *, headroom: float = DEFAULT_HEAD
     # Only refusals of the layout: what the launch refuses of the model or the training settings
     # (a precision, a torchtitan version's recipe) holds for every layout and is said by launch.
     refused = launch_refusal(job)
-    if refused and refused.startswith("layout: "):
-        return Rejected(layout, f"launch refuses it: {refused.removeprefix('layout: ')}")
+    if isinstance(refused, LayoutError):
+        return Rejected(layout, f"launch refuses it: {str(refused).removeprefix('layout: ')}")
     mem = memory_estimate(job, headroom=headroom)
     if not mem.fits:
         gib = 1024**3
@@ -232,7 +232,7 @@ def shard_table(problem: Problem, shard: Shard, cal: Calibration) -> ShardTable:
     job = shape_job(problem, shard)
     assert job is not None
     kinds = problem.model.layer_kinds
-    passes = {mode: [layer_pass(job, moe=moe, mode=mode, cal=cal) for moe in kinds] for mode in MODES}
+    passes = {mode: [layer_pass(job, kind, mode=mode, cal=cal) for kind in kinds] for mode in MODES}
     costs = layer_costs(job, MODES)
     kept = {m: min(c.kept_bytes for (_, mm), c in costs.items() if mm is m) for m in MODES}
     head = head_pass_time(job, cal) * NS

@@ -222,8 +222,8 @@ def head_in_layers(problem: Problem) -> float:
     from cost_models.step_time import layer_pass
 
     job = fill_defaults(problem.model, problem.cluster, problem.training, Layout())
-    moe = problem.model.is_moe_layer(problem.model.num_layers - 1)
-    layer = layer_pass(job, moe=moe, mode=Recompute.NONE, cal=DEFAULT)
+    kind = problem.model.layer_kind(problem.model.num_layers - 1)
+    layer = layer_pass(job, kind, mode=Recompute.NONE, cal=DEFAULT)
     head = head_pass_time(job, DEFAULT)
     return head / (layer.compute.total + layer.comm.total)
 

@@ -8,6 +8,8 @@ kernels of the frameworks save, so the activation model can be checked against i
 - `FusedNorm`: keeps its 16-bit input and fp32 per-token statistics (TE/apex/torch CUDA rms_norm).
 - `ByteMaskDropout`: keeps a 1-byte mask (CUDA native_dropout; torch's CPU dropout keeps a 16-bit one).
 - `FusedSwiGLU`: keeps the [gate|up] input only and recomputes silu (Megatron bias_swiglu_impl).
+- `Mamba2`: a Mamba-2 mixer with transformers' NemotronHMamba2Mixer parameters, its scan computed
+  in the SSD's quadratic (dual) form in plain torch (Dao & Gu 2024, Sec. 3-4), exact on a CPU.
 - attention "flash": torch SDPA (on CPU the `_scaled_dot_product_flash_attention_for_cpu` kernel,
   which keeps q, k, v, the output and the fp32 log-sum-exp); "eager": explicit scores, softmax,
   dropout and matmul, as in Korthikanti et al. 2022.
@@ -22,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cost_models.enums import MLPKind, NormKind, PositionKind, RouterScore
+from cost_models.enums import MixerKind, MLPKind, NormKind, PositionKind, RouterScore
 from cost_models.model_spec import ModelSpec
 
 
@@ -253,6 +255,50 @@ class MLP(nn.Module):
         return self.fc2(y)
 
 
+class Mamba2(nn.Module):
+    """A Mamba-2 mixer with the parameters of transformers' NemotronHMamba2Mixer (in_proj to [z, x,
+    B, C, dt], depthwise causal conv1d over [x, B, C], dt_bias, A_log, D, a gated RMSNorm over
+    groups of inner/groups channels, out_proj). The scan is the SSD's quadratic form: per head,
+    y_i = Σ_{j<=i} exp(Σ_{j<k<=i} dt_k·A) · (C_i·B_j) · dt_j · x_j + D·x_i, the same sequence map
+    the chunked algorithm computes (Dao & Gu 2024, Sec. 3-4)."""
+
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        mb = spec.mamba
+        assert mb is not None
+        self.mb, self.eps = mb, spec.norm_eps
+        self.in_proj = nn.Linear(spec.hidden_size, mb.in_proj_width, bias=mb.proj_bias)
+        self.conv1d = nn.Conv1d(mb.conv_dim, mb.conv_dim, mb.conv_kernel, groups=mb.conv_dim, padding=mb.conv_kernel - 1, bias=mb.conv_bias)
+        self.dt_bias = nn.Parameter(torch.ones(mb.num_heads))
+        self.A_log = nn.Parameter(torch.log(torch.arange(1, mb.num_heads + 1, dtype=torch.float32)))
+        self.D = nn.Parameter(torch.ones(mb.num_heads))
+        self.norm_weight = nn.Parameter(torch.ones(mb.inner))
+        self.out_proj = nn.Linear(mb.inner, spec.hidden_size, bias=mb.proj_bias)
+
+    def forward(self, u):
+        mb = self.mb
+        b, s, _ = u.shape
+        hh, p, n, g = mb.num_heads, mb.head_dim, mb.state_size, mb.num_groups
+        z, xbc, dt = self.in_proj(u).split([mb.inner, mb.conv_dim, hh], dim=-1)
+        xbc = F.silu(self.conv1d(xbc.transpose(1, 2))[..., :s].transpose(1, 2))
+        x, B, C = xbc.split([mb.inner, g * n, g * n], dim=-1)
+        x = x.reshape(b, s, hh, p).float()
+        B = B.reshape(b, s, g, n).float().repeat_interleave(hh // g, dim=2)  # (b, s, heads, n)
+        C = C.reshape(b, s, g, n).float().repeat_interleave(hh // g, dim=2)
+        dt = F.softplus(dt.float() + self.dt_bias.float())  # (b, s, heads)
+        a = dt * -torch.exp(self.A_log.float())
+        cum = a.cumsum(dim=1).transpose(1, 2)  # (b, heads, s)
+        seg = cum[..., :, None] - cum[..., None, :]  # Σ_{j<k<=i} dt_k·A, (b, heads, i, j)
+        causal = torch.ones(s, s, dtype=torch.bool, device=u.device).tril()
+        decay = torch.exp(seg.masked_fill(~causal, float("-inf")))
+        scores = torch.einsum("bihn,bjhn->bhij", C, B) * decay * dt.transpose(1, 2)[:, :, None, :]
+        y = torch.einsum("bhij,bjhp->bihp", scores, x) + self.D.float()[:, None] * x
+        y = y.reshape(b, s, mb.inner) * F.silu(z.float())
+        grouped = y.reshape(b, s, g, mb.inner // g)
+        y = (grouped * torch.rsqrt(grouped.pow(2).mean(-1, keepdim=True) + self.eps)).reshape(b, s, mb.inner)
+        return self.out_proj((self.norm_weight * y).to(u.dtype))
+
+
 class MoE(nn.Module):
     """Router, routed experts (top-k of the softmax or sigmoid scores, renormalised and scaled as the
     spec says; DeepSeek-V3's score-correction bias is a buffer) and shared experts."""
@@ -297,6 +343,28 @@ class MoE(nn.Module):
         return out.view(b, s, h)
 
 
+class HybridBlock(nn.Module):
+    """One layer of a hybrid model: a norm and one block (Mamba-2, attention or MLP), with its residual."""
+
+    def __init__(self, spec: ModelSpec, layer_id: int, kernels: Kernels):
+        super().__init__()
+        self.spec, self.kernels = spec, kernels
+        kind = spec.layer_kind(layer_id)
+        self.norm = Norm(spec.hidden_size, spec.norm, kernels.fused_norm)
+        self.mixer: nn.Module
+        if kind.mixer is MixerKind.MAMBA:
+            self.mixer, self.attention = Mamba2(spec), False
+        elif kind.mixer is MixerKind.ATTENTION:
+            self.mixer, self.attention = Attention(spec, kernels), True
+        else:
+            self.mixer, self.attention = MLP(spec, spec.ffn_hidden_size, kernels), False
+
+    def forward(self, x, cos, sin, causal_mask):
+        y = self.norm(x)
+        y = self.mixer(y, cos, sin, causal_mask) if self.attention else self.mixer(y)
+        return x + dropout(y, self.spec.hidden_dropout, self.kernels, self.training)
+
+
 class Block(nn.Module):
     def __init__(self, spec: ModelSpec, layer_id: int, kernels: Kernels):
         super().__init__()
@@ -320,7 +388,8 @@ class Transformer(nn.Module):
         self.embed = nn.Embedding(spec.vocab_size, h)
         self.pos = nn.Embedding(spec.max_position_embeddings, h) if spec.position_embedding is PositionKind.LEARNED else None
         self.embed_norm = norm(spec, h, kernels) if spec.embedding_norm else None
-        self.layers = nn.ModuleList(Block(spec, i, kernels) for i in range(spec.num_layers))
+        layer = HybridBlock if spec.hybrid_pattern is not None else Block
+        self.layers = nn.ModuleList(layer(spec, i, kernels) for i in range(spec.num_layers))
         self.final_norm = norm(spec, h, kernels)
         self.output = None if spec.tie_embeddings else nn.Linear(h, spec.vocab_size, bias=False)
         n = max_seq or min(spec.max_position_embeddings, 8192)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from cost_models.flops import attention_gemms, core_attention, layer_gemms, model_flops_per_token, mtp_gemms
+from cost_models.model_spec import LayerKind
 from cost_models.params import mla_params, model_params, mtp_params
 from cost_models.states import local_layer_params, rank_params
 from cost_models.step_time import time_estimate
@@ -89,7 +90,7 @@ def test_squared_relu_mlp_has_two_matrices():
     2·2·h·f; its parameters 2·h·f (no biases)."""
     m = presets.models()["nemotron-4-340b"]
     job = make_job(m, gpus=8, tp=8, training=TRAINING)
-    mlp = [g for g in layer_gemms(job, moe=False) if g.name.startswith("mlp_")]
+    mlp = [g for g in layer_gemms(job, LayerKind()) if g.name.startswith("mlp_")]
     h, f = 18432, 73728
     assert sum(g.flop for g in mlp) == 2 * 4096 * 2 * h * f // 8
     assert model_params(m).value("dense_layers/mlp") == 96 * 2 * h * f

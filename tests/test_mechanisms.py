@@ -13,6 +13,7 @@ from cost_models.calibration import DEFAULT
 from cost_models.comm import Collective, collective_time, placement, send_recv_time
 from cost_models.compute import attention_kernels, chunk_seconds, tp_blocks
 from cost_models.enums import MoEDispatch
+from cost_models.model_spec import LayerKind
 from cost_models.step_time import (
     _ep_comm,
     _kv_bytes,
@@ -161,12 +162,39 @@ def test_chunked_all_gather_gemm_hides_each_transfer_behind_the_previous_chunk()
     # Megatron --tp-comm-overlap (TE userbuffers ring exchange), tp 8: the column GEMM runs in 8
     # chunks of tokens/8 rows; chunk i+1 moves while chunk i multiplies, the last has nothing to hide
     job = make_job("llama-3.1-70b", gpus=8, tp=8, training=dict(tp_comm_overlap=True))
-    b = tp_blocks(job, moe=False, cal=DEFAULT)[0]
+    b = tp_blocks(job, LayerKind(), cal=DEFAULT)[0]
     rows = 8192
     g = chunk_seconds(b.col, rows // 8, job, DEFAULT)
     for transfer in (0.1 * g, 2 * g):
         e = _ring_exchange(job, b.col, rows, b.col_fwd, transfer, DEFAULT)
         assert e.exposed == pytest.approx(max(0.0, g + 7 * max(g, transfer) - b.col_fwd))
+
+
+def test_megatron_fsdp_with_tp_before_blackwell_exposes_the_backward_tp_collectives():
+    # Megatron's tp layers hide the backward all-gather / reduce-scatter behind the dgrad / wgrad
+    # GEMMs only when CUDA_DEVICE_MAX_CONNECTIONS=1 orders the launches (Megatron-LM@d98e8a64
+    # core/tensor_parallel/layers.py L842-849); FSDP runs with it unset, so under zero 3 the two
+    # column-GEMM collectives of each block are exposed too: 2·ag + rs per block instead of ag.
+    from cost_models.rules import notes
+    from cost_models.step_time import _tp_coll, tp_exposure
+    from cost_models.comm import Collective
+    from cost_models.flops import tokens
+
+    def backward(zero: int, cluster: str = "dgx-h100"):
+        job = make_job("llama-3.1-8b", gpus=16, cluster=cluster, tp=2, zero=zero)
+        blocks = tp_blocks(job, LayerKind(), cal=DEFAULT)
+        return job, blocks, tp_exposure(job, blocks, backward=True, cal=DEFAULT).exposed
+
+    fsdp, blocks, exposed = backward(3)
+    size = tokens(fsdp) * fsdp.model.hidden_size * 2
+    ag, rs = _tp_coll(fsdp, Collective.ALL_GATHER, size), _tp_coll(fsdp, Collective.REDUCE_SCATTER, size)
+    assert exposed == pytest.approx(len(blocks) * (2 * ag + rs))
+    dist_opt, _, ordered = backward(1)
+    assert ordered < exposed and not notes(dist_opt)
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" in notes(fsdp)[0]
+    # from Blackwell on, Megatron lifts the one-queue requirement (arguments.py L1451-1453)
+    blackwell, _, _ = backward(3, "dgx-b200")
+    assert not blackwell.unordered_queues and not notes(blackwell)
 
 
 def test_interleaved_megatron_overlaps_pipeline_transfers_and_others_wait_for_them():

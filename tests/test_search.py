@@ -237,6 +237,28 @@ def test_plan_never_ranks_what_its_launch_refuses():
     assert any("launch refuses it: DeepSpeed's pipeline" in r.reason for r in result.rejected)
 
 
+def test_a_refused_model_is_not_a_refused_layout():
+    # the search skips layouts the launch refuses (LayoutError) and leaves refusals of the model to
+    # `launch`: BLOOM's alibi positions have no Megatron flag, whatever the layout
+    from cost_models.errors import LayoutError
+    from planner.launch.build import launch_refusal
+    from tests.helpers import make_job
+
+    pipeline = make_job("llama-3.1-8b", gpus=16, pp=2, training=dict(framework="deepspeed"))
+    assert isinstance(launch_refusal(pipeline), LayoutError)
+    bloom = make_job(_bloom(), gpus=8)
+    refused = launch_refusal(bloom)
+    assert refused is not None and not isinstance(refused, LayoutError) and "alibi" in str(refused)
+
+
+def _bloom():
+    from cost_models.model_spec import ModelSpec
+
+    return ModelSpec(name="bloom-tiny", num_layers=2, hidden_size=256, ffn_hidden_size=1024, num_attention_heads=8,
+                     vocab_size=1000, mlp="gelu", norm="layernorm", position_embedding="alibi", qkv_bias=True,
+                     out_bias=True, mlp_bias=True, embedding_norm=True)
+
+
 def _fake_plan(step_s: float, peak_fraction: float, **layout):
     from types import SimpleNamespace
 
@@ -245,6 +267,28 @@ def _fake_plan(step_s: float, peak_fraction: float, **layout):
 
     return Plan(job=SimpleNamespace(layout=Layout(**layout)), time=SimpleNamespace(step_s=step_s),
                 memory=SimpleNamespace(peak_bytes=int(peak_fraction * 80e9), capacity_bytes=int(80e9)))
+
+
+def test_a_large_vocabulary_moves_layers_off_the_last_stage():
+    # Llama-3.1-8B's shape with a 262,144-token vocabulary: the output layer (1.07e9 parameters)
+    # costs about five decoder layers (2.2e8 each) of work on the last stage, so the fastest split
+    # gives that stage fewer layers, and it beats the even split of the same layout by more than
+    # the tie resolution (the search decides the per-stage split; an even split is also in its space)
+    from cost_models.model_spec import ModelSpec
+    from planner import presets
+    from planner.search import TIE_RESOLUTION, evaluate, search
+    from planner.space import Problem
+
+    spec = ModelSpec(name="bigvocab", num_layers=32, hidden_size=4096, ffn_hidden_size=14336, num_attention_heads=32,
+                     num_kv_heads=8, vocab_size=262144, max_position_embeddings=8192)
+    problem = Problem(spec, Cluster(spec=presets.clusters()["dgx-h100"], num_gpus=64),
+                      TrainingSpec(seq_len=8192, global_batch_size=512), fixed=dict(tp=1, cp=1, mbs=1, pp=4))
+    best = search(problem, top=10).plans[0]
+    lay = best.job.layout
+    counts = [len(best.job.stage_layer_ids(r)) for r in range(4)]
+    assert counts[-1] < counts[1], counts
+    even = evaluate(problem, lay.model_copy(update=dict(pp_first_stage_layers=None, pp_last_stage_layers=None)))
+    assert even.time.step_s > best.time.step_s * (1 + TIE_RESOLUTION)
 
 
 def test_ties_go_to_memory_slack_then_fewer_axes_and_equivalents_fold():

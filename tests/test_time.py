@@ -10,6 +10,7 @@ import pytest
 
 from cost_models.calibration import DEFAULT
 from cost_models.enums import Recompute
+from cost_models.model_spec import LayerKind
 from cost_models.flops import causal_fraction, layer_flops, model_flops_per_token
 from cost_models.states import rank_params
 from cost_models.step_time import time_estimate
@@ -24,10 +25,10 @@ def test_gpt_layer_flops_are_narayanan_eq3_per_layer():
     # 24·b·s·h² (qkv 6bsh², out 2bsh², mlp 16bsh²) + 4·b·s²·h (scores and context).
     job = make_job(GPT_TINY, gpus=1, mbs=2, training=dict(seq_len=512, attention="eager"))
     b, s, h = 2, 512, 256
-    f = layer_flops(job, moe=False, mode=Recompute.NONE)
+    f = layer_flops(job, LayerKind(moe=False), mode=Recompute.NONE)
     assert f.forward == 24 * b * s * h * h + 4 * b * s * s * h
     # Full recompute repeats the forward: 4 forwards' worth, Narayanan eq. 3's 96·B·s·l·h²(1 + s/6h)
-    full = layer_flops(job, moe=False, mode=Recompute.FULL)
+    full = layer_flops(job, LayerKind(moe=False), mode=Recompute.FULL)
     assert full.total == 96 * b * s * h * h * (1 + s / (6 * h))
 
 
@@ -44,7 +45,7 @@ def test_gqa_qkv_gemm_and_swiglu_flops():
     t, h = 128, 256
     gemm = 2 * t * h * 384 + 2 * t * 256 * h + 3 * 2 * t * h * 688
     attention = 4 * 8 * 128 * 128 * 32 * (129 / 256)
-    f = layer_flops(job, moe=False, mode=Recompute.NONE)
+    f = layer_flops(job, LayerKind(moe=False), mode=Recompute.NONE)
     assert f.forward_gemm == gemm
     assert f.forward_attention == pytest.approx(attention)
     # backward: 2x the GEMMs, 2.5x flash attention
@@ -52,8 +53,8 @@ def test_gqa_qkv_gemm_and_swiglu_flops():
 
 
 def test_tp_divides_a_layers_gemm_flops():
-    one = layer_flops(make_job(LLAMA_TINY, gpus=1), moe=False, mode=Recompute.NONE)
-    two = layer_flops(make_job(LLAMA_TINY, gpus=2, tp=2), moe=False, mode=Recompute.NONE)
+    one = layer_flops(make_job(LLAMA_TINY, gpus=1), LayerKind(moe=False), mode=Recompute.NONE)
+    two = layer_flops(make_job(LLAMA_TINY, gpus=2, tp=2), LayerKind(moe=False), mode=Recompute.NONE)
     assert two.forward_gemm * 2 == one.forward_gemm
 
 
@@ -63,7 +64,7 @@ def test_moe_layer_flops_count_top_k_experts_and_the_router():
     t, h, f = 4096, 4096, 14336
     # router t·h·8 experts; each token through 2 experts of 3 h x f matrices (SwiGLU)
     expected_mlp = 2 * t * h * 8 + 2 * 3 * 2 * t * h * f
-    dense = layer_flops(job, moe=True, mode=Recompute.NONE).forward_gemm
+    dense = layer_flops(job, LayerKind(moe=True), mode=Recompute.NONE).forward_gemm
     attention_part = 2 * t * h * (4096 + 2 * 1024) + 2 * t * 4096 * h
     assert dense - attention_part == expected_mlp
 
@@ -189,13 +190,13 @@ def test_torchao_fp8_casts_move_five_bytes_per_operand_element():
 
     fp8 = dict(seq_len=128, precision="fp8", framework="torchtitan")
     job = make_job(LLAMA_TINY, gpus=1, training=fp8)
-    assert fp8_cast_bytes(job, moe=False) == (4_392_960, 7_301_120)
+    assert fp8_cast_bytes(job, LayerKind()) == (4_392_960, 7_301_120)
     # Transformer Engine emits fp8 from the producing kernels: nothing extra for Megatron
     megatron = make_job(LLAMA_TINY, gpus=1, training={**fp8, "framework": "megatron"})
-    assert fp8_cast_bytes(megatron, moe=False) == (0, 0)
+    assert fp8_cast_bytes(megatron, LayerKind()) == (0, 0)
     # and the casts show in the step: the same job in bf16 has none
     bf16 = make_job(LLAMA_TINY, gpus=1, training={**fp8, "precision": "bf16"})
-    assert fp8_cast_bytes(bf16, moe=False) == (0, 0)
+    assert fp8_cast_bytes(bf16, LayerKind()) == (0, 0)
 
 
 @pytest.mark.parametrize("recompute, precision", [("none", "bf16"), ("selective", "bf16"), ("full", "fp8")])

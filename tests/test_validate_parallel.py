@@ -40,7 +40,7 @@ TINY_NEMOTRON = ModelSpec(name="tiny-nemotron", num_layers=2, hidden_size=64, ff
                           num_kv_heads=2, vocab_size=128, max_position_embeddings=256, mlp="squared_relu", norm="layernorm",
                           norm_one_plus=True)
 TRAINING = {"framework": "torchtitan", "seq_len": 32, "global_batch_size": 8}
-STEPS, WARMUP, LR = 1, 1, 1e-3  # two optimizer steps; the profiler is off (tests/test_validate.py runs it)
+STEPS, WARMUP, LR = 1, 1, 1e-3  # two optimizer steps; the profiler is on for PROFILED runs only (tests/test_validate.py runs it)
 
 # Tolerances, fp32 on CPU. Loss: the parallel run sums the same products in another order
 # (sharded matmuls, micro-batch accumulation, reductions over ranks); observed differences are
@@ -76,6 +76,7 @@ RUNS_2_BF16 = {
     "pp_bf16": _job(pp=2, mbs=2),
     "dp_bf16": _job(zero=0, mbs=2),
 }
+PROFILED = {"cp"}  # the ring's trace: test_ring_transfers_overlap_the_attention_steps
 RUNS_4 = {
     "fsdp_tp": _job(gpus=4, tp=2),  # 2-D: FSDP 2 x TP 2
     "pp_interleaved": _job(gpus=4, pp=2, vpp=2),  # 2 ranks x 2 virtual stages, FSDP 2
@@ -87,7 +88,8 @@ RUNS_4 = {
 
 def _batch(tmp_path_factory, name: str, runs: dict, nproc: int, bf16: dict | None = None):
     out = tmp_path_factory.mktemp(name)
-    docs = [run_doc(job, name=n, steps=STEPS, warmup=WARMUP, fp32=True, check=True, lr=LR, profile=False) for n, job in runs.items()]
+    docs = [run_doc(job, name=n, steps=STEPS, warmup=WARMUP, fp32=True, check=True, lr=LR, profile=n in PROFILED)
+            for n, job in runs.items()]
     docs += [run_doc(job, name=n, steps=STEPS, warmup=WARMUP, fp32=False, check=False, lr=LR, profile=False) for n, job in (bf16 or {}).items()]
     emit(out, job_doc(docs, backend="gloo", device="cpu", step_timeout_s=60))
     result = launch(out, nproc, timeout_s=240, step_timeout_s=60)
@@ -189,3 +191,25 @@ def test_bf16_is_computed_in_bf16_on_every_path(two):
     for name in RUNS_2_BF16:
         for r in result.results[name]:
             assert r["losses"] == pytest.approx(ref["losses"], abs=0.05), (name, r["rank"], r["losses"], ref["losses"])
+
+
+def test_ring_transfers_overlap_the_attention_steps(two):
+    """Ring attention issues the next K/V block's transfer before the current block's flash kernel
+    and waits for it after (torch's context parallel order): in rank 0's trace of the cp run, every
+    flash call but each pass's last is preceded by a cp_ring span (the issue) that began before it
+    and followed by one (the wait) that begins after it ends. A ring that exchanged blocks
+    synchronously would issue and wait inside one span before the kernel. cp = 2: per layer and
+    pass, issue, flash, wait, flash."""
+    out, _, _ = two
+    events = json.loads((out / "cp" / "trace_rank0.json").read_text())["traceEvents"]
+    main = [e for e in events if e.get("ph") == "X" and (
+        e.get("name") == "cp_ring" or str(e.get("name", "")).startswith("aten::_scaled_dot_product_flash_attention_for_cpu"))]
+    seq = [("ring" if e["name"] == "cp_ring" else "bwd" if e["name"].endswith("backward") else "fwd", e["ts"], e["ts"] + e["dur"])
+           for e in sorted(main, key=lambda e: e["ts"])]
+    fwd = [x for x in seq if x[0] != "bwd"]
+    kinds = [k for k, _, _ in fwd]
+    # the forward of 4 layers: (ring issue, flash, ring wait, flash) each
+    assert "".join(k[0] for k in kinds[:4]) == "rfrf", kinds[:8]
+    for i in range(0, 4 * 4, 4):
+        issue, first, wait, second = fwd[i : i + 4]
+        assert issue[1] <= first[1] and first[2] <= wait[1] <= second[1], fwd[i : i + 4]

@@ -103,16 +103,18 @@ def check_hf_source(job) -> None:
         )
 
 
-def launch_refusal(job: Job) -> str | None:
-    """Why `planner launch` would refuse this layout with its default options, or None: the framework
-    emitter's own check, so that `plan` never ranks a layout its launch then refuses."""
+def launch_refusal(job: Job) -> SpecError | None:
+    """Why `planner launch` would refuse this job with its default options, or None: the framework
+    emitter's own check, so that `plan` never ranks a layout its launch then refuses. A LayoutError
+    refuses the layout; any other SpecError refuses the model or the training settings, whatever
+    the layout."""
     target = Target(job)
     check = {Framework.MEGATRON: megatron.check, Framework.TORCHTITAN: torchtitan.check,
              Framework.DEEPSPEED: deepspeed.check}[job.training.framework]
     try:
         check(target)
     except SpecError as e:
-        return str(e)
+        return e
     return None
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 
 from cost_models.enums import Precision, Recompute, Zero
-from cost_models.errors import SpecError
+from cost_models.errors import LayoutError, SpecError
 from planner.launch.ds_script import TRAIN_PY
 from planner.launch.hf_config import hf_config
 from planner.launch.shell import Raw, command
@@ -37,19 +37,19 @@ def check(target: Target) -> None:
     job = target.job
     lay = job.layout
     if lay.pp > 1:
-        raise SpecError(
+        raise LayoutError(
             f"layout: DeepSpeed's pipeline (pp={lay.pp}) is built in the training script "
             "(deepspeed.pipe.PipelineModule(num_stages=…)), which ds_config.json cannot carry; use pp 1 or megatron"
         )
     if lay.ep > 1:
-        raise SpecError(
+        raise LayoutError(
             f"layout: DeepSpeed's expert parallel (ep={lay.ep}) is set in the model code "
             "(deepspeed.moe.layer.MoE(ep_size=…)), which ds_config.json cannot carry; use ep 1 or megatron"
         )
     if lay.tp > 1 and job.zero is Zero.PARAMETERS:
-        raise SpecError(f"layout: DeepSpeed AutoTP training (tp={lay.tp}) runs with ZeRO 0, 1 or 2, not 3")
+        raise LayoutError(f"layout: DeepSpeed AutoTP training (tp={lay.tp}) runs with ZeRO 0, 1 or 2, not 3")
     if lay.dp_shard != job.dp:
-        raise SpecError(
+        raise LayoutError(
             f"layout: DeepSpeed 0.19 shards over all of dp({job.dp}); sharding within groups of {lay.dp_shard} "
             "(MiCS) was removed (runtime/config.py _reject_removed_config_keys); drop --dp-shard"
         )

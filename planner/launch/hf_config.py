@@ -29,11 +29,14 @@ ARCHITECTURES = {
     "deepseek_v2": "DeepseekV2ForCausalLM",
     "deepseek_v3": "DeepseekV3ForCausalLM",
     "nemotron": "NemotronForCausalLM",
+    "nemotron_h": "NemotronHForCausalLM",
 }
 
 
 def model_type(m: ModelSpec) -> str:
     """The transformers architecture whose modules are the spec's (checked by the read-back)."""
+    if m.hybrid_pattern is not None:
+        return "nemotron_h"
     if m.mla is not None:
         return "deepseek_v3" if m.moe is not None and m.moe.router_score is RouterScore.SIGMOID else "deepseek_v2"
     if m.mlp is MLPKind.SQUARED_RELU:
@@ -161,6 +164,25 @@ def _gelu(m: ModelSpec, kind: str) -> dict[str, Any]:
     }
 
 
+def _nemotron_h(m: ModelSpec) -> dict[str, Any]:
+    """NemotronHConfig keys (transformers v5.23.0), the pattern as hybrid_override_pattern."""
+    mb = m.mamba
+    out: dict[str, Any] = {
+        "hybrid_override_pattern": m.hybrid_pattern, "hidden_size": m.hidden_size, "intermediate_size": m.ffn_hidden_size,
+        "num_attention_heads": m.num_attention_heads, "num_key_value_heads": m.kv_heads, "head_dim": m.head_size,
+        "vocab_size": m.vocab_size, "max_position_embeddings": m.max_position_embeddings,
+        "tie_word_embeddings": m.tie_embeddings, "mlp_hidden_act": "relu2", "mlp_bias": m.mlp_bias,
+        "layer_norm_epsilon": m.norm_eps, "attention_dropout": m.attention_dropout, "hidden_dropout": m.hidden_dropout,
+    }
+    if mb is not None:
+        out |= {
+            "mamba_num_heads": mb.num_heads, "mamba_head_dim": mb.head_dim, "ssm_state_size": mb.state_size,
+            "n_groups": mb.num_groups, "conv_kernel": mb.conv_kernel, "chunk_size": mb.chunk_size,
+            "use_conv_bias": mb.conv_bias, "use_bias": mb.proj_bias,
+        }
+    return out
+
+
 def _same(a: ModelSpec, b: ModelSpec) -> list[str]:
     skip = {"name", "source", "num_kv_heads"}
     da, db = a.model_dump(exclude=skip), b.model_dump(exclude=skip)
@@ -179,7 +201,9 @@ def hf_config(m: ModelSpec) -> dict[str, Any]:
             f"DeepSpeed's training script would train without its {m.mtp_layers} MTP layer(s); use --framework megatron "
             "(Megatron-LM --mtp-num-layers), or a spec with mtp_layers = 0"
         )
-    if kind == "nemotron":
+    if kind == "nemotron_h":
+        body = _nemotron_h(m)
+    elif kind == "nemotron":
         body = _nemotron(m)
     elif kind in ("gpt2", "gpt_neox", "bloom"):
         body = _gelu(m, kind)

@@ -1,4 +1,5 @@
-"""Megatron-LM: train.sh running `torchrun … pretrain_gpt.py` with the plan's flags.
+"""Megatron-LM: train.sh running `torchrun … pretrain_gpt.py` with the plan's flags, or
+`pretrain_hybrid.py` for a hybrid Mamba-2 / attention model.
 
 Spellings are those of Megatron-LM main (core 0.19/0.20.dev, commit d98e8a64), read from the files
 named per flag: ARG = megatron/training/arguments.py, TC = megatron/core/transformer/
@@ -15,7 +16,7 @@ from cost_models.enums import (
     AttentionKernel, MLPKind, MoEDispatch, NormKind, OptimizerKind, PositionKind, Precision, Recompute, RouterScore,
     Schedule, Zero,
 )
-from cost_models.errors import SpecError
+from cost_models.errors import LayoutError, SpecError
 from cost_models.job import Job
 from planner.launch.shell import Raw, Word, command
 from planner.launch.slurm import environment_lines, script_head, torchrun_head
@@ -63,10 +64,29 @@ def fsdp_kind(job: Job, target: Target) -> MegatronFsdp | None:
     return target.options.megatron_fsdp if job.zero >= Zero.GRADIENTS else None
 
 
+# Megatron's MambaMixer: `assert not bias`, `assert conv_bias` (Megatron-LM@d98e8a64
+# megatron/core/ssm/mamba_mixer.py L276-277); d_conv = 4 and chunk_size = 128 are constructor
+# defaults with no flag (mamba_mixer.py __init__, L174-194).
+MEGATRON_MAMBA_CONV_KERNEL = 4
+MEGATRON_MAMBA_CHUNK = 128
+
+
 def check(target: Target) -> None:
     """Refuse what Megatron cannot run or the flags cannot say, with the rule and the way out."""
     job = target.job
     m, lay, tr = job.model, job.layout, job.training
+    mb = m.mamba
+    if mb is not None:
+        if mb.proj_bias or not mb.conv_bias:
+            raise SpecError(
+                f"model {m.name!r}: Megatron's MambaMixer has no in_proj/out_proj bias and always a conv1d bias "
+                "(mamba_mixer.py L276-277: assert not bias, assert conv_bias); this Mamba block cannot be emitted for megatron"
+            )
+        if (mb.conv_kernel, mb.chunk_size) != (MEGATRON_MAMBA_CONV_KERNEL, MEGATRON_MAMBA_CHUNK):
+            raise SpecError(
+                f"model {m.name!r}: Mamba conv_kernel {mb.conv_kernel} and chunk_size {mb.chunk_size} have no Megatron flags; "
+                f"its MambaMixer uses {MEGATRON_MAMBA_CONV_KERNEL} and {MEGATRON_MAMBA_CHUNK} (mamba_mixer.py __init__ defaults)"
+            )
     if m.position_embedding is PositionKind.ALIBI:
         raise SpecError(
             f"model {m.name!r}: alibi positions have no Megatron flag (--position-embedding-type takes "
@@ -117,10 +137,10 @@ def check(target: Target) -> None:
             "(moe_utils.py topk_routing_with_score_function); renormalize_top_k = false has no flag"
         )
     if job.schedule is Schedule.GPIPE and lay.pp > 1:
-        raise SpecError("layout: Megatron pipelines run 1F1B or interleaved 1F1B, not gpipe; drop --schedule gpipe [megatron]")
+        raise LayoutError("layout: Megatron pipelines run 1F1B or interleaved 1F1B, not gpipe; drop --schedule gpipe [megatron]")
     fsdp = fsdp_kind(job, target)
     if fsdp is not None and lay.pp > 1:
-        raise SpecError(
+        raise LayoutError(
             f"layout: zero {int(job.zero)} runs Megatron's fully sharded data parallel, which runs with pp = 1 "
             f"(pp={lay.pp}; ARG L1031-1049 for torch-FSDP2); use zero 1 (distributed optimizer) [megatron]"
         )
@@ -136,7 +156,7 @@ def check(target: Target) -> None:
         elif lay.dp_shard != job.dp:
             why = f"sharding within groups of {lay.dp_shard} (HSDP has no torch-FSDP2 flag in Megatron)"
         if why:
-            raise SpecError(f"layout: Megatron's --use-torch-fsdp2 does not run with {why} (ARG L1031-1049); use --megatron-fsdp megatron")
+            raise LayoutError(f"layout: Megatron's --use-torch-fsdp2 does not run with {why} (ARG L1031-1049); use --megatron-fsdp megatron")
 
 
 def args(target: Target) -> dict[str, list[Flag]]:
@@ -152,10 +172,45 @@ def args(target: Target) -> dict[str, list[Flag]]:
     }
 
 
+def hybrid_pattern(job: Job) -> str:
+    """The model's layer pattern with a `|` after each pipeline segment: segment vp·pp + rank holds
+    that rank's chunk vp (Megatron-LM@d98e8a64 megatron/core/models/hybrid/hybrid_layer_allocation.py
+    select_pipeline_segment, L466-467), so the planner's split, uneven ends and vpp included, is the
+    one Megatron builds; with pp = 1 and vpp = 1 there is no `|`."""
+    pattern, lay = job.model.hybrid_pattern, job.layout
+    assert pattern is not None
+    if lay.pp == 1 and lay.vpp == 1:
+        return pattern
+    segments = [
+        "".join(pattern[i] for i in job.stage_chunks[rank][chunk]) for chunk in range(lay.vpp) for rank in range(lay.pp)
+    ]
+    return "|".join(segments)
+
+
+def _hybrid(job: Job) -> list[Flag]:
+    """A hybrid model's layer pattern and Mamba shape: --hybrid-layer-pattern (ARG L3652; it sets
+    num_layers and the pipeline segments, ARG L787-863), the TransformerConfig fields mamba_state_dim,
+    mamba_head_dim, mamba_num_groups, mamba_num_heads (TC L1259-1268, generated flags), and the layer
+    spec pretrain_hybrid.py requires (hybrid_builders.py L22-25: --spec <module> <name>;
+    megatron/core/models/hybrid/hybrid_layer_specs.py L107 hybrid_stack_spec)."""
+    mb = job.model.mamba
+    out: list[Flag] = [("--hybrid-layer-pattern", hybrid_pattern(job))]
+    if mb is not None:
+        out += [
+            ("--mamba-state-dim", mb.state_size),
+            ("--mamba-head-dim", mb.head_dim),
+            ("--mamba-num-groups", mb.num_groups),
+            ("--mamba-num-heads", mb.num_heads),
+        ]
+    out.append(("--spec", "megatron.core.models.hybrid.hybrid_layer_specs", "hybrid_stack_spec"))
+    return out
+
+
 def _model(job: Job) -> list[Flag]:
     m, s = job.model, job.training.seq_len
-    out: list[Flag] = [
-        ("--num-layers", m.num_layers),  # TC L65
+    hybrid = m.hybrid_pattern is not None
+    out: list[Flag] = _hybrid(job) if hybrid else [("--num-layers", m.num_layers)]  # TC L65
+    out += [
         ("--hidden-size", m.hidden_size),  # TC L145
         ("--ffn-hidden-size", m.ffn_hidden_size),  # TC L180
         ("--num-attention-heads", m.num_attention_heads),  # TC L148
@@ -274,6 +329,10 @@ def _parallel(job: Job, target: Target) -> list[Flag]:
     if job.sp:
         out.append(("--sequence-parallel",))  # MPC L94
     out.append(("--pipeline-model-parallel-size", lay.pp))  # MPC L83
+    if job.model.hybrid_pattern is not None:
+        # The `|` segments of --hybrid-layer-pattern give every stage and virtual stage; the other
+        # split flags are refused beside them (ARG L802-838).
+        return out + _parallel_rest(job, target)
     uneven = lay.pp_first_stage_layers is not None or lay.pp_last_stage_layers is not None
     if lay.pp_first_stage_layers is not None:
         out.append(("--decoder-first-pipeline-num-layers", lay.pp_first_stage_layers))  # ARG L3095
@@ -297,6 +356,12 @@ def _parallel(job: Job, target: Target) -> list[Flag]:
             out.append(("--num-virtual-stages-per-pipeline-rank", lay.vpp))  # ARG L3116
         else:
             out.append(("--num-layers-per-virtual-pipeline-stage", job.model.num_layers // (lay.pp * lay.vpp)))  # ARG L3114
+    return out + _parallel_rest(job, target)
+
+
+def _parallel_rest(job: Job, target: Target) -> list[Flag]:
+    lay = job.layout
+    out: list[Flag] = []
     if lay.cp > 1:
         # Ring attention with p2p exchange of K/V, as the planner times it; spelled as TE spells it (§1.2).
         out += [("--context-parallel-size", lay.cp), ("--cp-comm-type", "p2p")]  # MPC L100, ARG L3221
@@ -455,7 +520,10 @@ def train_sh(target: Target) -> str:
         lines.append(f"{name}=(")
         lines += ["  " + command(flag, []) for flag in flags]
         lines += [")", ""]
-    head = [*torchrun_head(), Raw('"$MEGATRON_LM/pretrain_gpt.py"')]
+    # pretrain_hybrid.py builds HybridModel (Mamba / attention / MLP layers); pretrain_mamba.py is its
+    # deprecated wrapper (Megatron-LM@d98e8a64 pretrain_mamba.py L1-19).
+    entry = "pretrain_hybrid.py" if target.job.model.hybrid_pattern is not None else "pretrain_gpt.py"
+    head = [*torchrun_head(), Raw(f'"$MEGATRON_LM/{entry}"')]
     tail = [(Raw(f'"${{{name}[@]}}"'),) for name in groups] + [(Raw('"$@"'),)]
     lines += [command(head, tail), ""]
     return "\n".join(lines)

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 
 from cost_models.enums import Fp8Recipe, MLPKind, NormKind, PositionKind, Precision, Recompute, Schedule, Zero
-from cost_models.errors import SpecError
+from cost_models.errors import LayoutError, SpecError
 from cost_models.job import Job
 from cost_models.model_spec import ModelSpec
 from planner.launch.shell import Raw, Word, command
@@ -167,20 +167,20 @@ def check(target: Target) -> None:
     if tr.precision is Precision.FP16:
         raise SpecError("training: torchtitan trains in bf16 or fp8 (mixed_precision_param: bfloat16, float32); use --dtype bf16")
     if lay.recompute_layers is not None:
-        raise SpecError(
+        raise LayoutError(
             "layout: recompute_layers (full recompute of the first k layers of each chunk) has no torchtitan "
             "setting (activation checkpointing is none, selective, full or memory_budget); drop --recompute-layers"
         )
     if job.schedule is Schedule.GPIPE and lay.vpp > 1:
-        raise SpecError("layout: GPipe is a single-stage schedule; use vpp 1")
+        raise LayoutError("layout: GPipe is a single-stage schedule; use vpp 1")
     if lay.ep > 1 or job.model.moe is not None:
         if v is TitanVersion.V03 and job.etp != 1:
-            raise SpecError(
+            raise LayoutError(
                 f"layout: torchtitan 0.3 has no expert tensor parallel (ParallelismConfig lost "
                 f"expert_tensor_parallel_degree); etp({job.etp}) must be 1, or use --torchtitan-version 0.2"
             )
     if v is TitanVersion.V02 and lay.tp > 1 and not job.sp:
-        raise SpecError("layout: torchtitan 0.2 always runs sequence parallel with tp > 1; use --sp or --torchtitan-version 0.3")
+        raise LayoutError("layout: torchtitan 0.2 always runs sequence parallel with tp > 1; use --sp or --torchtitan-version 0.3")
     if tr.precision is Precision.FP8 and v is TitanVersion.V03 and titan_model(target).generated:
         raise SpecError(
             f"training: fp8 converts a flavour's model config in torchtitan 0.3 (model_registry(flavor, converters)); "

@@ -3,11 +3,13 @@
 Measured step time is, per timed step, the slowest rank's wall time of that step (ranks meet in
 collectives every step, so the slowest sets the pace); its median and spread are over the timed
 steps. The time split comes from the profiler trace of one rank, the critical one (the largest
-compute time, which under a pipeline is the stage the cost model calls critical): compute is the
-main thread's operators less the time spent inside communication calls and the optimizer;
-communication per kind is its collectives' time not hidden behind that compute (exposed); what is
-left of the step ("idle") is pipeline bubble, waits for other ranks and host time between operators.
-"""
+compute time, which under a pipeline is the stage the cost model calls critical), as
+worker.analyze_trace reads it: on GPUs from the device's kernels (compute kernels, the optimizer's
+kernels, NCCL kernels by process group), on CPU from the main thread's operators less the time
+inside communication calls and the optimizer. Compute is split into GEMM, attention and
+elementwise (memory-bound) time, each beside the cost model's price of the same kernels;
+communication per kind is its collectives' time not hidden behind compute (exposed); what is left
+of the step ("idle") is pipeline bubble, waits for other ranks and host time between kernels."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cost_models.memory import memory_estimate
-from cost_models.step_time import COMM_KINDS, TimeEstimate
+from cost_models.step_time import COMM_KINDS, TimeEstimate, compute_by_kernel
 from planner.validate.slices import Slice
 
 STATE_PARTS = ("weights", "gradients", "optimizer_states")
@@ -81,6 +83,8 @@ def _median_split(steps: list[dict[str, Any]]) -> dict[str, Any]:
         kind: {part: statistics.median(s["comm"][kind][part] for s in steps) for part in ("busy_s", "exposed_s")}
         for kind in steps[0]["comm"]
     }
+    if "classes" in steps[0]:
+        med["classes"] = {k: statistics.median(s["classes"][k] for s in steps) for k in steps[0]["classes"]}
     return med
 
 
@@ -130,6 +134,30 @@ def check_states(slice_: Slice, measured: Measured) -> StateCheck:
     return StateCheck(ok=not bad, mismatches=bad)
 
 
+# kernel class (worker.kernel_class, step_time.compute_by_kernel) -> its row in the table
+KERNEL_ROWS = {
+    "gemm": "GEMM",
+    "attention": "attention",
+    "elementwise": "elementwise (memory-bound)",
+}
+
+
+def kernel_rows(time: TimeEstimate, split: dict[str, Any], *, device: str) -> list[Row]:
+    """The compute row split by kernel class, each beside the cost model's term for the same
+    kernels (step_time.compute_by_kernel). Contention, predicted slowdown of kernels that share the
+    GPU with communication kernels, has no kernels of its own: measured inside the classes."""
+    classes = split.get("classes")
+    if not classes:
+        return []
+    pred = compute_by_kernel(time)
+    source = "device kernels" if device == "cuda" else "CPU operators"
+    out = [Row(f"compute: {label}", "s", float(pred.value(k)), classes[f"{k}_s"], source) for k, label in KERNEL_ROWS.items()]
+    contention = float(pred.value("contention"))
+    if contention > 0:
+        out.append(Row("compute: contention", "s", contention, None, "no kernels of its own: slower kernels in the classes above"))
+    return out
+
+
 def rows(slice_: Slice, time: TimeEstimate, measured: Measured, *, device: str, dtype: str) -> list[Row]:
     job = slice_.job
     br = time.breakdown
@@ -138,6 +166,7 @@ def rows(slice_: Slice, time: TimeEstimate, measured: Measured, *, device: str, 
                f"median of {len(measured.steps_s)} steps, {min(measured.steps_s) * 1e3:.1f}-{max(measured.steps_s) * 1e3:.1f} ms")]
     if sp:
         out.append(Row("compute", "s", float(br.value("compute")), sp["compute_s"], f"rank {measured.critical_rank}"))
+        out += kernel_rows(time, sp, device=device)
         for kind in COMM_KINDS:
             pred = float(br.value(kind))
             got = sp["comm"].get(kind, {}).get("exposed_s")
@@ -146,6 +175,10 @@ def rows(slice_: Slice, time: TimeEstimate, measured: Measured, *, device: str, 
             elif pred > 0 or (got or 0) > 0:
                 busy = sp["comm"].get(kind, {}).get("busy_s", 0.0)
                 out.append(Row(f"{kind} exposed", "s", pred, got, f"busy {busy * 1e3:.1f} ms"))
+        lost = sp["comm"].get("unattributed", {})
+        if lost.get("busy_s", 0.0) > 0:
+            out.append(Row("unattributed comm exposed", "s", None, lost["exposed_s"],
+                           f"busy {lost['busy_s'] * 1e3:.1f} ms of NCCL kernels whose process group the trace does not name"))
         out.append(Row("bubble / idle", "s", time.bubble_s, sp["other_s"], "measured: bubble, waits and host time between operators"))
         out.append(Row("optimizer", "s", float(br.value("optimizer")), sp["optimizer_s"]))
     step = measured.step_s

@@ -19,13 +19,14 @@ number.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from cost_models.enums import AttentionKernel, Framework, OptimizerKind, PositionKind, Precision, Recompute, Zero
+from cost_models.enums import AttentionKernel, Framework, PositionKind, Precision, Recompute, Zero
 from cost_models.errors import SpecError
 from cost_models.hardware import Cluster, ClusterSpec
 from cost_models.job import Job
@@ -129,6 +130,11 @@ def read_plan(plan_dir: Path) -> tuple[ModelSpec, ClusterSpec, int, dict[str, An
 
 def native_job(model: ModelSpec, cluster: ClusterSpec, gpus: int, training: dict[str, Any], layout: dict[str, Any]) -> tuple[Job, list[str]]:
     """The plan resolved as the PyTorch-native job validate runs, and notes on what changed."""
+    if model.hybrid_pattern is not None:
+        raise SpecError(
+            f"validate cannot run model {model.name!r} yet: the emitted worker has no Mamba-2 mixer "
+            "(planner/torch_model.py's Mamba2 runs it in one process); use planner estimate for hybrid models"
+        )
     notes: list[str] = []
     try:
         cl = Cluster(spec=cluster, num_gpus=gpus)
@@ -162,32 +168,49 @@ def native_job(model: ModelSpec, cluster: ClusterSpec, gpus: int, training: dict
     return job, notes
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """A layout the emitted worker does not implement: its name, the one-line reason (with the
+    alternative) validate gives, and the test on the resolved job. docs/validate.md lists them."""
+
+    name: str
+    reason: str
+    applies: Callable[[Job], bool]
+
+
+REFUSALS = (
+    Refusal("fp8", "dtype fp8 needs torchao's float8 GEMMs; use --dtype bf16",
+            lambda j: j.training.precision is Precision.FP8),
+    Refusal("compile", "--compile is not part of the emitted job; use --no-compile", lambda j: j.training.compile),
+    Refusal("alibi", "ALiBi position biases are not implemented; the worker has rope, learned and none",
+            lambda j: j.model.position_embedding is PositionKind.ALIBI),
+    Refusal("mtp", "multi-token prediction modules are not implemented in the worker; validate the spec with mtp_layers = 0",
+            lambda j: j.model.mtp_layers > 0),
+    Refusal("mla_tp_cp", "multi-head latent attention runs with tp 1 and cp 1 in the worker; use dp, ep and pp",
+            lambda j: j.model.mla is not None and (j.layout.tp > 1 or j.layout.cp > 1)),
+    Refusal("moe_tp", "mixture-of-experts layers run with tp 1 (and etp 1); use ep and dp",
+            lambda j: j.model.moe is not None and j.layout.tp > 1),
+    Refusal("ep_cp_hsdp", "ep > 1 runs with cp 1 and without HSDP (dp_shard = dp)",
+            lambda j: j.layout.ep > 1 and (j.layout.cp > 1 or j.layout.dp_shard != j.dp)),
+    Refusal("tp_unreduced_params", "learned position embeddings, q/k norms and the embedding norm run with tp 1 "
+            "(their gradients are not reduced over tp)",
+            lambda j: j.layout.tp > 1 and (j.model.position_embedding is PositionKind.LEARNED or j.model.qk_norm
+                                           or j.model.embedding_norm)),
+    Refusal("tied_split", "tied embeddings run with pp 1 and tp 1 (no shared-embedding group)",
+            lambda j: j.model.tie_embeddings and (j.layout.pp > 1 or j.layout.tp > 1)),
+    Refusal("cp_hsdp", "cp > 1 runs without HSDP (dp_shard = dp)", lambda j: j.layout.cp > 1 and j.layout.dp_shard != j.dp),
+)
+
+
+def refusal(job: Job) -> Refusal | None:
+    """The first rule of REFUSALS the job meets, or None when the worker runs it."""
+    return next((r for r in REFUSALS if r.applies(job)), None)
+
+
 def unsupported(job: Job) -> str | None:
     """What the emitted worker does not implement, as one sentence with the alternative."""
-    m, lay, tr = job.model, job.layout, job.training
-    if tr.precision is Precision.FP8:
-        return "dtype fp8 needs torchao's float8 GEMMs; use --dtype bf16"
-    if tr.compile:
-        return "--compile is not part of the emitted job; use --no-compile"
-    if m.position_embedding is PositionKind.ALIBI:
-        return "ALiBi position biases are not implemented; the worker has rope, learned and none"
-    if m.mtp_layers:
-        return "multi-token prediction modules are not implemented in the worker; validate the spec with mtp_layers = 0"
-    if m.mla is not None and (lay.tp > 1 or lay.cp > 1):
-        return f"multi-head latent attention runs with tp 1 and cp 1 in the worker (got tp {lay.tp}, cp {lay.cp}); use dp, ep and pp"
-    if m.moe is not None and lay.tp > 1:
-        return f"mixture-of-experts layers run with tp 1 (got tp {lay.tp}); use ep and dp"
-    if lay.ep > 1 and (lay.cp > 1 or job.layout.dp_shard != job.dp):
-        return "ep > 1 runs with cp 1 and without HSDP (dp_shard = dp)"
-    if lay.tp > 1 and (m.position_embedding is PositionKind.LEARNED or m.qk_norm or m.embedding_norm):
-        return "learned position embeddings, q/k norms and the embedding norm run with tp 1 (their gradients are not reduced over tp)"
-    if m.tie_embeddings and (lay.pp > 1 or lay.tp > 1):
-        return "tied embeddings run with pp 1 and tp 1 (no shared-embedding group)"
-    if lay.cp > 1 and job.layout.dp_shard != job.dp:
-        return "cp > 1 runs without HSDP (dp_shard = dp)"
-    if tr.optimizer not in (OptimizerKind.ADAMW, OptimizerKind.ADAM, OptimizerKind.SGD):
-        return f"optimizer {tr.optimizer} is not implemented"
-    return None
+    r = refusal(job)
+    return None if r is None else r.reason
 
 
 # --- slices ----------------------------------------------------------------------------------------

@@ -610,6 +610,7 @@ class Groups:
     def __init__(self, rank: int):
         self.rank = rank
         self.thread_kind: dict[int, str] = {}
+        self.name_kind: dict[str, str] = {}  # process group name (the profiler's "Process Group Name") -> kind
 
     def new(self, ranks: list[int], kind: str, desc: str):
         before = _thread_ids()
@@ -618,6 +619,7 @@ class Groups:
         if self.rank in ranks:
             for t in new:
                 self.thread_kind[t] = kind
+            self.name_kind[g.group_name] = kind
             return g
         return None
 
@@ -665,6 +667,7 @@ def build_mesh(run: dict, groups: Groups, device_type: str):
     dense = mesh[flat]._flatten("dp_dense")
     for t in _thread_ids() - before:
         groups.thread_kind[t] = "dp"
+    groups.name_kind[dense.get_group().group_name] = "dp"
     return mesh, dense
 
 
@@ -1054,12 +1057,14 @@ def run_one(job: dict, run: dict, out: str, progress: Progress, device) -> dict:
 
     sync = groups.new(list(range(world)), "sync", "validate_sync")
     for step in range(total_steps):
-        if step == run["warmup"] and run.get("profile", True):
-            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-            prof_ctx = profile(activities=activities, profile_memory=device.type == "cpu")
-            prof_ctx.__enter__()
-            if device.type == "cuda":
+        if step == run["warmup"]:
+            if device.type == "cuda":  # the peak of the measured steps, with the profiler on or off
+                torch.cuda.synchronize(device)
                 torch.cuda.reset_peak_memory_stats(device)
+            if run.get("profile", True):
+                activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+                prof_ctx = profile(activities=activities, profile_memory=device.type == "cpu")
+                prof_ctx.__enter__()
         progress.start_step(run["name"], step)
         _debug_hook(job, rank, run["name"], step)
         if device.type == "cuda":
@@ -1085,14 +1090,17 @@ def run_one(job: dict, run: dict, out: str, progress: Progress, device) -> dict:
     trace_path = os.path.join(rundir, f"trace_rank{rank}.json")
     split = None
     peak = {}
+    if device.type == "cuda":
+        peak = {"max_allocated_bytes": torch.cuda.max_memory_allocated(device), "max_reserved_bytes": torch.cuda.max_memory_reserved(device)}
     if prof_ctx is not None:
         prof_ctx.__exit__(None, None, None)
         prof_ctx.export_chrome_trace(trace_path)
-        split = analyze_trace(trace_path, threading.get_native_id(), groups.thread_kind, run["warmup"], total_steps)
-        if device.type == "cuda":
-            peak = {"max_allocated_bytes": torch.cuda.max_memory_allocated(device), "max_reserved_bytes": torch.cuda.max_memory_reserved(device)}
-        else:
+        split = analyze_trace(trace_path, threading.get_native_id(), groups.thread_kind, run["warmup"], total_steps,
+                              group_kind=groups.name_kind)
+        if device.type != "cuda":
             peak = {"profiler_peak_bytes": split.pop("peak_allocated_bytes", None)}
+        else:
+            split.pop("peak_allocated_bytes", None)
     check = {}
     if run.get("check"):
         params = gather_full(stages, mesh, ms, grads=False)
@@ -1156,11 +1164,38 @@ def gather_full(stages, mesh, ms, grads: bool) -> dict:
 
 
 # --------------------------------------------------------------------------------------------------
-# the profiler's trace: compute, optimizer and communication time per step
+# the profiler's trace: compute by kernel class, optimizer and communication time per step
 
 
 COMM_PREFIXES = ("c10d::", "_c10d_functional", "gloo:", "nccl", "record_param_comms", "aten::wait", "wait_tensor")
-KIND_ORDER = ("tp", "cp", "ep", "dp", "pp")
+# communication kinds in the order their exposed time is counted; "unattributed": NCCL kernels whose
+# process group the trace does not name (reported as such, never as dp)
+KIND_ORDER = ("tp", "cp", "ep", "dp", "pp", "unattributed")
+GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")  # kineto's device events: tid is the stream
+KERNEL_CLASSES = ("gemm", "attention", "elementwise")
+
+# Kernel and operator names by class, matched in lower case, attention first (a fused attention kernel
+# may carry "cutlass" in its name: fmha_cutlassF_*). Attention: PyTorch's flash (pytorch_flash::
+# flash_fwd_kernel), memory-efficient (fmha_cutlassF_*, fmha_cutlassB_*), cuDNN (*sdpa*) kernels and
+# the aten::_scaled_dot_product_*attention* operators. GEMM: cuBLAS/cuBLASLt (*gemm*, *gemv*,
+# splitKreduce_kernel, nvjet_*), CUTLASS (cutlass::Kernel<...>) kernels and the aten matrix-multiply
+# operators (CPU traces, where operators are all there is). The rest of compute is elementwise
+# (memory-bound): norms, activations, rope, copies, reductions, the loss, casts.
+ATTENTION_SIGNS = ("flash", "fmha", "sdpa", "attention")
+GEMM_SIGNS = ("gemm", "gemv", "splitkreduce", "nvjet", "cutlass", "cublas", "aten::mm", "aten::addmm", "aten::bmm",
+              "aten::baddbmm", "aten::matmul", "aten::linear", "aten::_grouped_mm")
+
+
+def kernel_class(name: str) -> str:
+    """"comm", "attention", "gemm" or "elementwise" for a device kernel or a CPU operator name."""
+    n = name.lower()
+    if "nccl" in n or n.startswith(("record_param_comms", "c10d::", "_c10d_functional", "gloo:")):
+        return "comm"
+    if any(s in n for s in ATTENTION_SIGNS):
+        return "attention"
+    if any(s in n for s in GEMM_SIGNS):
+        return "gemm"
+    return "elementwise"
 
 
 def _union(intervals):
@@ -1192,6 +1227,10 @@ def _subtract(intervals, minus):
     return out
 
 
+def _intersect(intervals, other):
+    return _subtract(intervals, _subtract(intervals, other))
+
+
 def _length(intervals) -> float:
     return sum(b - a for a, b in intervals)
 
@@ -1200,27 +1239,169 @@ def _clip(intervals, lo, hi):
     return [[max(a, lo), min(b, hi)] for a, b in intervals if b > lo and a < hi]
 
 
-def analyze_trace(path: str, main_tid: int, thread_kind: dict[int, str], first_step: int, end_step: int) -> dict:
-    """Seconds per profiled step of compute (the main thread's operators, less time inside
-    communication calls, less the optimizer), of the optimizer step, and per kind of communication
-    its busy time and the part not hidden behind compute (exposed). Communication kinds come from
-    the gloo worker thread of each process group (CPU) or the group's description (NCCL kernels);
-    point-to-point ops on the main thread are pipeline sends and receives."""
+def _group_kind(args: dict, group_kind: dict[str, str]) -> str | None:
+    """The communication kind of a collective from the group fields torch's profiler records for it
+    (record_param_comms: "Process Group Name" is the group's name, "Process Group Description" its
+    group_desc; torch 2.13 torch/csrc/profiler/util.h kProcessGroupName, kProcessGroupDesc; kineto
+    copies both onto the NCCL kernel the op launched: pytorch/kineto@114171df
+    libkineto/src/output_json.cpp, ChromeTraceLogger::handleActivity), or None when absent."""
+    name = args.get("Process Group Name")
+    if name is not None and str(name) in group_kind:
+        return group_kind[str(name)]
+    desc = str(args.get("Process Group Description", ""))
+    for prefix in ("validate_", "mesh_"):  # groups made here, or by DeviceMesh (the flattened dp_dense)
+        if desc.startswith(prefix) and desc[len(prefix):] in KIND_OF_DIM:
+            return KIND_OF_DIM[desc[len(prefix):]]
+    return None
+
+
+def analyze_trace(path: str, main_tid: int, thread_kind: dict[int, str], first_step: int, end_step: int,
+                  group_kind: dict[str, str] | None = None) -> dict:
+    """Seconds per profiled step of compute by kernel class (gemm, attention, elementwise), of the
+    optimizer step, and per kind of communication its busy time and the part not hidden behind
+    compute (exposed); the rest of the step is idle.
+
+    With device events (CUDA) every time comes from the device: compute is the union of the non-NCCL
+    kernels and copies on all streams, the optimizer is the span from the first to the last kernel
+    launched inside its CPU region, communication is the NCCL kernels, each attributed to its process
+    group by the group fields of the op that launched it, or "unattributed". CPU spans (a launch, a
+    wait, a ring annotation) are never counted as compute or communication there.
+    Without device events (CPU, gloo) compute is the main thread's operators less the time inside
+    communication calls and the optimizer; a gloo collective's time is its `gloo:*` events on the
+    worker thread of its group (`thread_kind`); point-to-point calls on the main thread are the
+    pipeline's, or context parallel's when issued inside a `cp_ring` annotation."""
+    group_kind = group_kind or {}
     with open(path) as f:
         events = json.load(f).get("traceEvents", [])
-    # NCCL kernels link to the CPU op that launched them by "External id"; the communication ops
-    # (record_param_comms) carry their group's description, which the worker set to validate_<dim>
-    group_of_launch = {}
-    for e in events:
-        args = e.get("args") or {}
-        desc = str(args.get("Process Group Description", ""))
-        for prefix in ("validate_", "mesh_"):  # groups made here, or by DeviceMesh (the flattened dp_dense)
-            if desc.startswith(prefix) and "External id" in args:
-                group_of_launch[args["External id"]] = desc[len(prefix):]
-    steps = {}
-    main_ops, comm_main, optim, ring, p2p, peak = [], [], [], [], [], None
+    device = any(e.get("cat") in GPU_CATEGORIES and e.get("ph") == "X" for e in events)
+    steps, optim, peak = {}, [], None
     comm: dict[str, list] = {k: [] for k in KIND_ORDER}
-    gpu_compute = []
+    by_class: dict[str, list] = {k: [] for k in KERNEL_CLASSES}
+    compute_all: list = []
+    optim_device: list = []
+    unattributed: dict[str, int] = {}
+    if device:
+        _device_events(events, main_tid, group_kind, steps, optim, comm, by_class, optim_device, unattributed)
+        compute_all = _union([iv for k in KERNEL_CLASSES for iv in by_class[k]])
+    else:
+        peak = _host_events(events, main_tid, thread_kind, steps, optim, comm, by_class, compute_all)
+    optim_u = _union(optim_device if device else optim)
+    comm_u = {k: _union(v) for k, v in comm.items()}
+    # each instant of compute in one class: attention over gemm over elementwise (a GEMM inside an
+    # attention op, an elementwise op inside a GEMM op, kernels of two classes on two streams)
+    att = _union(by_class["attention"])
+    gemm = _subtract(_union(by_class["gemm"]), att)
+    per_step = []
+    for k in range(first_step, end_step):
+        if k not in steps:
+            continue
+        lo, hi = steps[k]
+        opt = _clip(optim_u, lo, hi)
+        compute = _subtract(_clip(compute_all, lo, hi), opt)
+        a = _intersect(compute, _clip(att, lo, hi))
+        g = _intersect(compute, _clip(gemm, lo, hi))
+        classes = {"gemm_s": _length(g) / 1e6, "attention_s": _length(a) / 1e6}
+        classes["elementwise_s"] = max(0.0, _length(compute) / 1e6 - classes["gemm_s"] - classes["attention_s"])
+        covered = _union(compute + opt)
+        row = {"step_s": (hi - lo) / 1e6, "compute_s": _length(compute) / 1e6, "optimizer_s": _length(opt) / 1e6,
+               "classes": classes, "comm": {}}
+        for kind in KIND_ORDER:
+            busy = _clip(comm_u[kind], lo, hi)
+            exposed = _subtract(busy, covered)
+            row["comm"][kind] = {"busy_s": _length(busy) / 1e6, "exposed_s": _length(exposed) / 1e6}
+            covered = _union(covered + exposed)
+        row["other_s"] = max(0.0, row["step_s"] - _length(covered) / 1e6)
+        per_step.append(row)
+    return {"steps": per_step, "peak_allocated_bytes": peak, "device_times": device,
+            "unattributed_kernels": dict(sorted(unattributed.items(), key=lambda kv: -kv[1])[:8])}
+
+
+def _device_events(events, main_tid, group_kind, steps, optim, comm, by_class, optim_device, unattributed) -> None:
+    """Kernels and copies by class, NCCL kernels by kind, the optimizer's kernels' span (see analyze_trace)."""
+    launch_at = {}  # correlation id -> (thread, time) of the CPU's launch (cuda_runtime/cuda_driver event)
+    ops_by_ext = {}  # External id -> CPU op
+    comms_ops = {}  # tid -> record_param_comms ops (they carry the group fields)
+    for e in events:
+        if e.get("ph") != "X" or "dur" not in e:
+            continue
+        args, cat, name = e.get("args") or {}, e.get("cat", ""), e.get("name", "")
+        if cat in ("cuda_runtime", "cuda_driver") and "correlation" in args:
+            launch_at[args["correlation"]] = (e.get("tid"), float(e["ts"]))
+        elif cat in ("cpu_op", "user_annotation"):
+            if "External id" in args:
+                ops_by_ext[args["External id"]] = e
+            if name == "record_param_comms":
+                comms_ops.setdefault(e.get("tid"), []).append(e)
+            if e.get("tid") == main_tid:
+                if name.startswith("step") and name[4:].isdigit():
+                    steps[int(name[4:])] = (float(e["ts"]), float(e["ts"]) + float(e["dur"]))
+                elif name == "optimizer":
+                    optim.append([float(e["ts"]), float(e["ts"]) + float(e["dur"])])
+    for ops in comms_ops.values():
+        ops.sort(key=lambda o: float(o["ts"]))
+
+    def launched_at(args) -> tuple | None:
+        if args.get("correlation") in launch_at:
+            return launch_at[args["correlation"]]
+        op = ops_by_ext.get(args.get("External id"))
+        return (op.get("tid"), float(op["ts"])) if op is not None else None
+
+    def kind_of(name: str, args) -> str | None:
+        kind = _group_kind(args, group_kind)
+        if kind is not None:
+            return kind
+        op = ops_by_ext.get(args.get("External id"))
+        if op is not None:
+            kind = _group_kind(op.get("args") or {}, group_kind)
+            if kind is not None:
+                return kind
+        at = launched_at(args)
+        if at is None:
+            return None
+        tid, t = at
+        ops = comms_ops.get(tid, [])
+        # the record_param_comms op around the launch, on its thread
+        inside = [c for c in ops if float(c["ts"]) <= t <= float(c["ts"]) + float(c["dur"])]
+        if inside:
+            return _group_kind(inside[-1].get("args") or {}, group_kind)
+        # batched sends and receives (batch_isend_irecv) are launched together when the batch ends
+        # (ProcessGroupNCCL::endCoalescing, under "nccl:coalesced", which records no group): a
+        # SendRecv kernel takes the group of the last send or receive its thread recorded before it
+        before = [c for c in ops if float(c["ts"]) <= t]
+        if "sendrecv" in name.lower() and before:
+            last = before[-1].get("args") or {}
+            if str(last.get("Collective name", "")).strip('"') in ("send", "recv"):
+                return _group_kind(last, group_kind)
+        return None
+
+    spans = _union(optim)
+    opt_kernels: dict[int, list] = {}
+    for e in events:
+        if e.get("cat") not in GPU_CATEGORIES or e.get("ph") != "X" or "dur" not in e:
+            continue
+        a, b = float(e["ts"]), float(e["ts"]) + float(e["dur"])
+        args, name = e.get("args") or {}, e.get("name", "")
+        cls = kernel_class(name)
+        if cls == "comm":
+            kind = kind_of(name, args)
+            if kind not in KIND_ORDER:
+                kind = "unattributed"
+                unattributed[name[:80]] = unattributed.get(name[:80], 0) + 1
+            comm[kind].append([a, b])
+            continue
+        at = launched_at(args)
+        region = next((i for i, (lo, hi) in enumerate(spans) if at is not None and lo <= at[1] <= hi), None)
+        if region is not None:
+            opt_kernels.setdefault(region, []).append((a, b))
+        by_class[cls].append([a, b])
+    for ks in opt_kernels.values():  # the optimizer's time: its kernels' span on the device
+        optim_device.append([min(a for a, _ in ks), max(b for _, b in ks)])
+
+
+def _host_events(events, main_tid, thread_kind, steps, optim, comm, by_class, compute_all) -> float | None:
+    """Operators of the main thread by class, gloo events by kind (see analyze_trace); the profiler's
+    peak of allocated bytes."""
+    main_ops, comm_main, ring, p2p, peak = [], [], [], [], None
     for e in events:
         name, ph = e.get("name", ""), e.get("ph")
         if name == "[memory]":
@@ -1232,14 +1413,6 @@ def analyze_trace(path: str, main_tid: int, thread_kind: dict[int, str], first_s
             continue
         a, b = float(e["ts"]), float(e["ts"]) + float(e["dur"])
         tid, cat = e.get("tid"), e.get("cat", "")
-        if cat in ("kernel", "gpu_memcpy", "gpu_memset"):
-            if "nccl" in name.lower():
-                kind = KIND_OF_DIM.get(group_of_launch.get((e.get("args") or {}).get("External id"), "dp_dense"))
-                if kind in comm:
-                    comm[kind].append([a, b])
-            else:
-                gpu_compute.append([a, b])
-            continue
         if tid == main_tid:
             if name.startswith("step") and name[4:].isdigit():
                 steps[int(name[4:])] = (a, b)
@@ -1257,6 +1430,9 @@ def analyze_trace(path: str, main_tid: int, thread_kind: dict[int, str], first_s
                 comm_main.append([a, b])
             elif cat == "cpu_op":
                 main_ops.append([a, b])
+                cls = kernel_class(name)
+                if cls in ("gemm", "attention"):
+                    by_class[cls].append([a, b])
         elif name.startswith("gloo:"):
             kind = thread_kind.get(tid)
             if kind in comm:
@@ -1272,26 +1448,8 @@ def analyze_trace(path: str, main_tid: int, thread_kind: dict[int, str], first_s
 
     comm["cp"] += _union(ring_u + [iv for iv in p2p if in_ring(iv[0])])
     comm["pp"] += _union([iv for iv in p2p if not in_ring(iv[0])])
-    compute_all = _subtract(_union(main_ops), _union(comm_main)) if not gpu_compute else _union(gpu_compute)
-    optim_u = _union(optim)
-    comm_u = {k: _union(v) for k, v in comm.items()}
-    per_step = []
-    for k in range(first_step, end_step):
-        if k not in steps:
-            continue
-        lo, hi = steps[k]
-        opt = _clip(optim_u, lo, hi)
-        compute = _subtract(_clip(compute_all, lo, hi), opt)
-        covered = _union(compute + opt)
-        row = {"step_s": (hi - lo) / 1e6, "compute_s": _length(compute) / 1e6, "optimizer_s": _length(opt) / 1e6, "comm": {}}
-        for kind in KIND_ORDER:
-            busy = _clip(comm_u[kind], lo, hi)
-            exposed = _subtract(busy, covered)
-            row["comm"][kind] = {"busy_s": _length(busy) / 1e6, "exposed_s": _length(exposed) / 1e6}
-            covered = _union(covered + exposed)
-        row["other_s"] = max(0.0, row["step_s"] - _length(covered) / 1e6)
-        per_step.append(row)
-    return {"steps": per_step, "peak_allocated_bytes": peak}
+    compute_all.extend(_subtract(_union(main_ops), _union(comm_main)))
+    return peak
 
 
 # --------------------------------------------------------------------------------------------------

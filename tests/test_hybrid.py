@@ -1,0 +1,190 @@
+"""Nemotron-H hybrid models (Mamba-2 / attention / MLP layers): the reference torch model against
+transformers' NemotronH modules, and the cost model's per-kind terms on a hand-sized layer."""
+
+from __future__ import annotations
+
+import pytest
+
+from cost_models.enums import MixerKind
+from cost_models.model_spec import ModelSpec
+
+TINY = ModelSpec.model_validate(dict(
+    name="tiny-nemotron-h", num_layers=5, hidden_size=32, ffn_hidden_size=64, num_attention_heads=4, num_kv_heads=2,
+    head_dim=8, vocab_size=64, max_position_embeddings=64, mlp="squared_relu", position_embedding="none",
+    hybrid_pattern="M*-M-", mamba=dict(num_heads=8, head_dim=8, state_size=16, num_groups=2, chunk_size=8),
+))
+
+
+def test_layer_kinds_follow_the_pattern():
+    kinds = [TINY.layer_kind(i) for i in range(5)]
+    assert [k.mixer for k in kinds] == [MixerKind.MAMBA, MixerKind.ATTENTION, MixerKind.NONE, MixerKind.MAMBA, MixerKind.NONE]
+    assert [k.mlp for k in kinds] == [False, False, True, False, True]
+    assert {k.label for k in kinds} == {"mamba", "attention", "mlp"}
+    # one norm per layer: 5·32; Mamba: in_proj 32·(2·64 + 2·2·16 + 8) = 6400, conv (64 + 64)·4 + 128 = 640,
+    # 3·8 per-head, norm 64, out_proj 64·32 = 2048 -> 9176 each; attention 32·(32 + 2·16) + 32·32 = 3072;
+    # MLP 2·32·64 = 4096 each; embedding and output 2·64·32; final norm 32.
+    assert TINY.params_total == 5 * 32 + 2 * 9176 + 3072 + 2 * 4096 + 2 * 64 * 32 + 32
+
+
+def test_bad_patterns_name_the_rule():
+    base = TINY.model_dump()
+    for update, words in (({"hybrid_pattern": "M*-MX"}, "not layer kinds"), ({"hybrid_pattern": "M*-M"}, "must be equal"),
+                          ({"mamba": None}, "together")):
+        with pytest.raises(ValueError, match=words):
+            ModelSpec.model_validate({**base, **update})
+
+
+
+def _job(**layout):
+    from helpers import make_job
+
+    return make_job(TINY, gpus=layout.pop("gpus", 1), training={"seq_len": 16, "global_batch_size": layout.pop("gbs", 8)}, **layout)
+
+
+def test_ssd_scan_flops_by_hand():
+    # Dao & Gu 2024 Sec. 6 per chunk: C·Bᵀ 2·Q²·N per group; (L∘CBᵀ)·X 2·Q²·P, Bᵀ·X 2·Q·N·P and C·h
+    # 2·Q·N·P per head. T = 16, Q = 8, N = 16, P = 8, H = 8, G = 2: T·(H·(2QP + 4NP) + G·2QN) = 90,112.
+    from cost_models.flops import layer_flops
+    from cost_models.enums import Recompute
+
+    job = _job()
+    mamba, attention, mlp = (TINY.layer_kind(i) for i in (0, 1, 2))
+    f = layer_flops(job, mamba, mode=Recompute.NONE)
+    assert f.forward_attention == 16 * (8 * (2 * 8 * 8 + 4 * 16 * 8) + 2 * 2 * 8 * 16) == 90_112
+    # in_proj 2·16·(2·64 + 2·2·16 + 8)·32 + out_proj 2·16·32·64
+    assert f.forward_gemm == 2 * 16 * 200 * 32 + 2 * 16 * 32 * 64
+    assert f.backward == 2 * f.forward
+    assert layer_flops(job, mlp, mode=Recompute.NONE).forward_attention == 0
+    assert layer_flops(job, mlp, mode=Recompute.NONE).forward_gemm == 2 * (2 * 16 * 64 * 32)
+    # an attention layer without MLP: q, k, v (32 + 2·16 wide) and o, plus causal core attention
+    assert layer_flops(job, attention, mode=Recompute.NONE).forward_gemm == 2 * 16 * 64 * 32 + 2 * 16 * 32 * 32
+
+
+def test_mamba_layer_activations_and_selective_recompute():
+    # Megatron, tp 2 with sp, one sequence of 16 tokens: zxBCdt 16·200/2 bf16, the gated norm's input
+    # 16·64/2 bf16 and rstd 16·2/2 fp32, out_proj's input 16·64/2 bf16, in_proj's (sp-sharded) input
+    # 16·32/2 bf16, the pre-norm's input 16·32/2 bf16 and rstd 8 fp32.
+    from cost_models import activations as act
+    from cost_models.enums import Recompute
+
+    job = _job(gpus=2, tp=2)
+    items = act.layer_items(job, 0)["mamba"]
+    assert items.value("zxbcdt") == 16 * 100 * 2
+    assert items.value("gated_norm") == 16 * 32 * 2 + 16 * 1 * 4
+    assert items.value("out_proj_input") == 16 * 32 * 2
+    assert items.total == 3200 + 1088 + 1024 + 16 * 16 * 2 + (8 * 32 * 2 + 8 * 4)
+    # Megatron's selective recompute (core attention) leaves a Mamba layer whole
+    assert act.layer_activations(job, 0, Recompute.SELECTIVE).total == items.total
+    assert "attention" not in dict(act.layer_items(job, 2)) and "mamba" not in dict(act.layer_items(job, 2))
+
+
+def test_hybrid_rules_refuse_in_one_line():
+    from cost_models.errors import SpecError
+
+    with pytest.raises(SpecError, match=r"num_groups\(2\) must both be divisible by tp\(4\)"):
+        _job(gpus=4, tp=4)
+    with pytest.raises(SpecError, match="use cp = 1"):
+        _job(gpus=2, cp=2)
+    with pytest.raises(SpecError, match="torchtitan ships no Mamba mixer.*--framework megatron"):
+        from helpers import make_job
+
+        make_job(TINY, gpus=1, training={"seq_len": 16, "framework": "torchtitan"})
+
+
+def test_megatron_launch_splits_the_pattern_at_the_planners_stages():
+    from cost_models.errors import SpecError
+    from planner.launch.megatron import hybrid_pattern, train_sh
+    from planner.launch.target import Target
+
+    from helpers import make_job
+
+    spec = ModelSpec.model_validate({**TINY.model_dump(), "mamba": {**TINY.mamba.model_dump(), "chunk_size": 128}})
+    job = make_job(spec, gpus=2, training={"seq_len": 16, "global_batch_size": 8}, pp=2, pp_first_stage_layers=3)
+    pattern = hybrid_pattern(job)
+    segments = pattern.split("|")
+    assert segments == ["M*-", "M-"]
+    text = train_sh(Target(job=job))
+    assert '"$MEGATRON_LM/pretrain_hybrid.py"' in text and "--num-layers " not in text
+    for flag in ("--hybrid-layer-pattern", "--mamba-num-heads 8", "--mamba-num-groups 2", "--mamba-state-dim 16",
+                 "--mamba-head-dim 8", "--squared-relu", "--position-embedding-type none", "hybrid_stack_spec"):
+        assert flag in text
+    assert "virtual" not in text and "decoder-first" not in text  # the | segments say it
+    with pytest.raises(SpecError, match="chunk_size 8 have no Megatron flags"):
+        train_sh(Target(job=_job()))
+
+
+def test_estimate_and_plan_run_for_the_presets():
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    out = CliRunner().invoke(app, ["estimate", "nemotron-h-8b", "-c", "dgx-h100", "-g", "16", "--tp", "4", "--seq-len", "8192", "--json"])
+    assert out.exit_code == 0, out.output
+    bad = CliRunner().invoke(app, ["estimate", "nemotron-h-8b", "-c", "dgx-h100", "-g", "16", "--framework", "torchtitan"])
+    assert bad.exit_code == 2 and "Traceback" not in bad.output
+
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+
+def _hf_mixer():
+    cfg = transformers.NemotronHConfig(
+        hybrid_override_pattern=TINY.hybrid_pattern, hidden_size=32, intermediate_size=64, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, vocab_size=64, mamba_num_heads=8, mamba_head_dim=8, ssm_state_size=16,
+        n_groups=2, chunk_size=8, layer_norm_epsilon=TINY.norm_eps,
+    )
+    torch.manual_seed(0)
+    model = transformers.NemotronHForCausalLM(cfg).float()
+    return model, model.model.layers[0].mixer
+
+
+def test_reference_model_counts_transformers_parameters():
+    from planner.torch_model import Transformer
+
+    model, _ = _hf_mixer()
+    assert sum(p.numel() for p in Transformer(TINY, max_seq=16).parameters()) == TINY.params_total
+    assert TINY.params_total == sum(p.numel() for p in model.parameters())
+
+
+def test_quadratic_ssd_matches_transformers_chunked_scan():
+    """Our Mamba2 (quadratic form, one pass) against NemotronHMamba2Mixer's torch path (chunked scan,
+    chunk 8 over 16 tokens: two chunks and a carried state) with the same weights. Tolerance 1e-4:
+    fp32 sums in different orders."""
+    from planner.torch_model import Mamba2
+
+    _, hf = _hf_mixer()
+    ours = Mamba2(TINY).float()
+    with torch.no_grad():
+        for p in (hf.dt_bias, hf.A_log, hf.D, hf.norm.weight):
+            p.uniform_(0.5, 1.5)
+        ours.in_proj.weight.copy_(hf.in_proj.weight)
+        ours.conv1d.weight.copy_(hf.conv1d.weight)
+        ours.conv1d.bias.copy_(hf.conv1d.bias)
+        ours.out_proj.weight.copy_(hf.out_proj.weight)
+        for name, src in (("dt_bias", hf.dt_bias), ("A_log", hf.A_log), ("D", hf.D), ("norm_weight", hf.norm.weight)):
+            getattr(ours, name).copy_(src)
+    x = torch.randn(2, 16, 32)
+    hf.eval()
+    assert torch.allclose(ours(x), hf(x), atol=1e-4, rtol=1e-4)
+
+
+def test_tiny_hybrid_trains_on_cpu():
+    """One process, fp32, a fixed batch: 20 AdamW steps at lr 1e-2 bring the loss well below its
+    start (a model whose gradients do not reach every layer kind would stall)."""
+    from planner.torch_model import Transformer
+
+    torch.manual_seed(0)
+    model = Transformer(TINY, max_seq=16)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    tokens = torch.randint(0, 64, (2, 17))
+    losses = []
+    for _ in range(20):
+        logits = model(tokens[:, :-1])
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 64), tokens[:, 1:].reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0]
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for n, p in model.named_parameters() if ".mixer." in n)
