@@ -134,34 +134,60 @@ def _mlp_activation(job: Job, d: Dims, tokens: int, width: int) -> Breakdown:
     )
 
 
+def _mla_projection_items(job: Job, d: Dims) -> dict[str, int | Breakdown]:
+    """MLA's projections (megatron-core MLASelfAttention, flops.mla_gemms): the down projections
+    read the rank's own tokens (replicated weights, no gather) and share that saved input; each
+    latent norm keeps its input and statistics; the up projections keep the latents they read
+    (gathered under sequence parallel, or the local shard Megatron gathers again)."""
+    a = job.model.mla
+    assert a is not None
+    t, local = d.t, d.t // d.sp_div
+    items: dict[str, int | Breakdown] = {"down_input": local * d.h * d.lin_bytes}
+    if a.q_lora_rank is not None:
+        items["q_latent_norm"] = _norm(job, d, local, a.q_lora_rank)
+        items["q_up_input"] = t * a.q_lora_rank // d.gemm_input_div * d.lin_bytes
+    elif d.gemm_input_div == 1 and d.sp_div > 1:
+        # the one q projection is column-parallel: a convention that keeps the gathered input keeps
+        # it beside the local shard the replicated kv down projection saved
+        items["q_proj_input"] = t * d.h * d.lin_bytes
+    items["kv_latent_norm"] = _norm(job, d, local, a.kv_lora_rank)
+    items["kv_up_input"] = t * a.kv_lora_rank // d.gemm_input_div * d.lin_bytes
+    return items
+
+
 def attention_items(job: Job, d: Dims) -> Breakdown:
     m, tr = job.model, job.training
     t = d.t
     kv_saved = d.q if d.conv.gqa_expands_kv else d.kv
-    items: dict[str, int | Breakdown] = {
-        "norm": _norm(job, d, t // d.sp_div, d.h),
-        "qkv_input": t * d.h // d.gemm_input_div * d.lin_bytes,
-    }
+    # widths on this rank of the saved keys, values and attention output: under MLA every head has
+    # its own key (nope + the shared rope part, expanded) and value of v_head_dim
+    k_width, v_width, o_width = kv_saved, kv_saved, d.q
+    items: dict[str, int | Breakdown] = {"norm": _norm(job, d, t // d.sp_div, d.h)}
+    if m.mla is not None:
+        items.update(_mla_projection_items(job, d))
+        k_width, v_width, o_width = d.q, d.heads * m.v_head_size, d.heads * m.v_head_size
+    else:
+        items["qkv_input"] = t * d.h // d.gemm_input_div * d.lin_bytes
     if m.qk_norm:  # per-head norms over head_dim of q and k
         kv_heads = d.kv // m.head_size
         items["qk_norm"] = _norm(job, d, t * (d.heads + kv_heads), m.head_size)
     items["query"] = t * d.q * ACT_BYTES
-    items["key"] = t * kv_saved * ACT_BYTES
-    items["value"] = t * kv_saved * ACT_BYTES
+    items["key"] = t * k_width * ACT_BYTES
+    items["value"] = t * v_width * ACT_BYTES
     if tr.attention is AttentionKernel.FLASH:
         # flash-attn saves its output and the fp32 log-sum-exp per row (Dao 2023, Algorithm 2:
         # FlashAttention-2's forward returns O and L). Kernels write O as (b, s, heads, d), so the
         # output projection reads the same storage; only an fp8 linear keeps its own fp8 copy.
-        items["attention_output"] = t * d.q * ACT_BYTES
+        items["attention_output"] = t * o_width * ACT_BYTES
         items["softmax_lse"] = d.b * d.heads * d.s * FP32
-        items["out_proj_input"] = t * d.q if d.lin_bytes == 1 else 0
+        items["out_proj_input"] = t * o_width if d.lin_bytes == 1 else 0
     else:
         scores = d.b * d.heads * d.s * d.s
         items["softmax_output"] = scores * ACT_BYTES
         if m.attention_dropout > 0:
             items["attention_dropout_mask"] = scores * MASK_BYTES
             items["attention_dropout_output"] = scores * ACT_BYTES
-        items["out_proj_input"] = t * d.q * d.lin_bytes
+        items["out_proj_input"] = t * o_width * d.lin_bytes
     if m.sandwich_norms:  # the norm of the attention output (Gemma's post_attention_layernorm)
         items["post_norm"] = _norm(job, d, t // d.sp_div, d.h)
     if m.hidden_dropout > 0:
@@ -265,6 +291,9 @@ def _per_op_sac(job: Job, d: Dims, layer_id: int) -> Breakdown:
     else:
         width, tokens = d.f, t
     swiglu = job.model.mlp.gated
+    m = job.model
+    if m.mla is not None:
+        return _per_op_sac_mla(job, d, width, tokens)
     items = {
         "layer_input": d.residual * ACT_BYTES,
         "wq_output": t * d.q * ACT_BYTES,
@@ -276,6 +305,34 @@ def _per_op_sac(job: Job, d: Dims, layer_id: int) -> Breakdown:
         "reduce_scatter_outputs": 2 * d.residual * ACT_BYTES if d.tp > 1 else 0,
     }
     return Breakdown.of("bytes", **items)
+
+
+def _per_op_sac_mla(job: Job, d: Dims, width: int, tokens: int) -> Breakdown:
+    """The same policy over an MLA layer's matmuls in forward order (torchtitan
+    models/deepseek_v3 Attention: wq_a, wq_b or one wq, wkv_a, wkv_b, wo; then w1, w3, w2, or the
+    GELU/squared-ReLU pair): the odd-numbered ones keep their outputs."""
+    m, t = job.model, d.t
+    a = m.mla
+    assert a is not None
+    v_out = d.heads * m.v_head_size
+    mms: list[tuple[str, int]] = []
+    if a.q_lora_rank is not None:
+        mms.append(("wq_a_output", t * a.q_lora_rank))
+    mms += [("wq_output", t * d.q), ("wkv_a_output", t * (a.kv_lora_rank + a.qk_rope_head_dim)),
+            ("wkv_b_output", t * d.heads * (a.qk_nope_head_dim + m.v_head_size)), ("wo_output", t * d.h)]
+    if m.mlp is MLPKind.SWIGLU:
+        mms += [("w1_output", tokens * width), ("w3_output", tokens * width), ("w2_output", tokens * d.h)]
+    else:
+        mms += [("w1_output", tokens * width), ("w2_output", tokens * d.h)]
+    items = {name: n * ACT_BYTES for i, (name, n) in enumerate(mms) if i % 2 == 0}
+    return Breakdown.of(
+        "bytes",
+        layer_input=d.residual * ACT_BYTES,
+        **items,
+        attention_output=t * v_out * ACT_BYTES,
+        softmax_lse=d.b * d.heads * d.s * FP32,
+        reduce_scatter_outputs=2 * d.residual * ACT_BYTES if d.tp > 1 else 0,
+    )
 
 
 def _without(b: Breakdown, names: set[str]) -> Breakdown:

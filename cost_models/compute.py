@@ -388,8 +388,19 @@ def elementwise_seconds(job: Job, kind: LayerKind, *, backward: bool, cal: Calib
     total += blocks * _op_seconds(job, "add", h * residual_tokens, backward, cal)
     if m.hidden_dropout > 0:
         total += blocks * _op_seconds(job, "dropout", h * residual_tokens, backward, cal)
-    if m.position_embedding is PositionKind.ROPE and kind.mixer is MixerKind.ATTENTION and kind.rope:
+    if m.mla is not None and kind.mixer is MixerKind.ATTENTION:
+        # the latent norms (q_layernorm, kv_layernorm) on the rank's tokens, and rotary on the rope
+        # part of each local query head and of the one shared key
+        a = m.mla
+        if a.q_lora_rank is not None:
+            total += _op_seconds(job, "norm", a.q_lora_rank * residual_tokens, backward, cal)
+        total += _op_seconds(job, "norm", a.kv_lora_rank * residual_tokens, backward, cal)
+        rope = (m.num_attention_heads // lay.tp + 1) * a.qk_rope_head_dim * t
+        total += _op_seconds(job, "rope", rope, backward, cal)
+    elif m.position_embedding is PositionKind.ROPE and kind.mixer is MixerKind.ATTENTION and kind.rope:
         total += _op_seconds(job, "rope", (m.q_width + m.kv_width) / lay.tp * t, backward, cal)
+    # a gated GELU moves the bytes of SwiGLU; squared ReLU reads one f-wide input and writes one
+    # output, as GELU: priced as the GELU op
     act = "swiglu" if m.mlp.gated else "gelu"
     if not kind.mlp:
         return total
@@ -463,6 +474,10 @@ class Block:
     col_wgrad: float
     row_fwd: float
     row_dgrad: float
+    # width per token of what tp gathers before the column GEMMs (and reduces in backward): the
+    # hidden size, or under MLA the query and key/value latents (q_lora_rank + kv_lora_rank + rope;
+    # the down projections run on each rank's own tokens, multi_latent_attention.py L636-668)
+    gather_width: int = 0
 
 
 def tp_blocks(job: Job, kind: LayerKind, *, cal: Calibration) -> tuple[Block, ...]:
@@ -486,10 +501,19 @@ def tp_blocks(job: Job, kind: LayerKind, *, cal: Calibration) -> tuple[Block, ..
         return gemm_seconds(g, gpu, prec, cal) * over
 
     out = []
+    m = job.model
     for c, r in pairs:
         col, row = by_name[c], by_name[r]
         (cd, cw), (rd, _) = backward_gemms(col), backward_gemms(row)
-        out.append(Block(col, row, t(col), t(cd), t(cw), t(row), t(rd)))
+        fwd, dgrad, wgrad = t(col), t(cd), t(cw)
+        width = m.hidden_size
+        if c == "qkv" and m.mla is not None:
+            # the key/value up projection runs beside the query one on the gathered latents
+            kv_up = by_name["kv_up"]
+            (kd, kw) = backward_gemms(kv_up)
+            fwd, dgrad, wgrad = fwd + t(kv_up), dgrad + t(kd), wgrad + t(kw)
+            width = (m.mla.q_lora_rank or m.hidden_size) + m.mla.kv_lora_rank + m.mla.qk_rope_head_dim
+        out.append(Block(col, row, fwd, dgrad, wgrad, t(row), t(rd), width))
     return tuple(out)
 
 

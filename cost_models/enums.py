@@ -6,7 +6,7 @@ from enum import IntEnum, StrEnum
 class MLPKind(StrEnum):
     GELU = "gelu"  # two matrices: h->f, activation, f->h (GPT-2/3, BLOOM, GPT-NeoX)
     SWIGLU = "swiglu"  # three matrices: gate and up h->f, silu(gate)*up, down f->h (Llama, Mistral, Qwen)
-    SQUARED_RELU = "squared_relu"  # two matrices: h->f, relu(x)², f->h (Nemotron-H "relu2")
+    SQUARED_RELU = "squared_relu"  # two matrices: h->f, relu(x)², f->h (Nemotron-4 and Nemotron-H "relu2"; Megatron --squared-relu)
     GEGLU = "geglu"  # three matrices like SwiGLU, gelu_tanh(gate)*up (Gemma 2 and 3: GemmaMLP hidden_activation)
 
     @property

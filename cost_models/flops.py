@@ -55,7 +55,7 @@ class Attention:
     batch_heads: int  # mbs x local query heads
     q_len: int  # queries on this rank (seq_len/cp)
     k_len: int  # keys each query sees in total (seq_len: cp ranks pass K/V around)
-    head_dim: int
+    head_dim: float  # (d_qk + d_v) / 2, the head size unless MLA sets them apart
     causal_fraction: float  # share of the q x k score matrix the kernel computes
 
     @property
@@ -110,20 +110,50 @@ def tokens(job: Job) -> int:
 def attention_gemms(job: Job) -> tuple[Gemm, ...]:
     m, tp = job.model, job.layout.tp
     t, h = tokens(job), m.hidden_size
+    if m.mla is not None:
+        return mla_gemms(job)
     q = m.q_width // tp
     kv = local_kv_heads(job) * m.head_size
     return (Gemm("qkv", t, q + 2 * kv, h), Gemm("out_proj", t, h, q))
 
 
+def mla_gemms(job: Job) -> tuple[Gemm, ...]:
+    """Multi-head latent attention as megatron-core's MLASelfAttention runs it
+    (Megatron-LM@d98e8a64 multi_latent_attention.py L508-632, gpt_layer_specs.py L106-126): the
+    down projections (linear_q_down_proj, linear_kv_down_proj) are replicated over tp
+    (TELinear parallel_mode "duplicated") and read the rank's own tokens (t/tp under sequence
+    parallel, t otherwise); the up projections are column-parallel over heads on the gathered
+    latents; the output projection is row-parallel. The query up projection (or the one query
+    projection without q_lora_rank) is named "qkv": it opens the attention's tensor-parallel block."""
+    m, lay = job.model, job.layout
+    a = m.mla
+    assert a is not None
+    t, h = tokens(job), m.hidden_size
+    local = t // (lay.tp if job.sp else 1)
+    heads = m.num_attention_heads // lay.tp
+    if a.q_lora_rank is None:
+        query: tuple[Gemm, ...] = (Gemm("qkv", t, heads * a.qk_head_dim, h),)
+    else:
+        query = (Gemm("q_down", local, a.q_lora_rank, h), Gemm("qkv", t, heads * a.qk_head_dim, a.q_lora_rank))
+    return query + (
+        Gemm("kv_down", local, a.kv_lora_rank + a.qk_rope_head_dim, h),
+        Gemm("kv_up", t, heads * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank),
+        Gemm("out_proj", t, h, heads * a.v_head_dim),
+    )
+
+
 def core_attention(job: Job, kind: LayerKind = LayerKind()) -> Attention:
+    """Per head 2·q·k·d_qk (QKᵀ) + 2·q·k·d_v (PV) FLOPs: with MLA's unequal widths (192 and 128 for
+    DeepSeek-V3) head_dim is their mean, which gives the same FLOPs and prices the kernel between
+    the two widths."""
     m = job.model
     heads = m.num_attention_heads // job.layout.tp
-    return Attention(job.layout.mbs * heads, job.seq_per_rank, job.training.seq_len, m.head_size, causal_fraction(job, kind))
+    return Attention(job.layout.mbs * heads, job.seq_per_rank, job.training.seq_len, m.attention_head_size, causal_fraction(job, kind))
 
 
 def mlp_gemms(spec: ModelSpec, name: str, m_tokens: int, width: int, count: int = 1) -> tuple[Gemm, ...]:
-    """GELU: fc1 h->f, fc2 f->h. SwiGLU: gate and up as one h->2f GEMM (Megatron fuses them;
-    separate GEMMs cost the same FLOPs), down f->h."""
+    """GELU and squared ReLU: fc1 h->f, fc2 f->h. SwiGLU: gate and up as one h->2f GEMM (Megatron
+    fuses them; separate GEMMs cost the same FLOPs), down f->h."""
     h = spec.hidden_size
     up = 2 * width if spec.mlp.gated else width
     return (Gemm(f"{name}_fc1", m_tokens, up, h, count), Gemm(f"{name}_fc2", m_tokens, h, width, count))
@@ -198,6 +228,17 @@ def head_gemm(job: Job) -> Gemm:
     return Gemm("output", tokens(job), vocab, job.model.hidden_size)
 
 
+def mtp_gemms(job: Job) -> tuple[Gemm, ...]:
+    """Each MTP module's merge of the next token's embedding and the hidden state, an h x 2h
+    projection (DeepSeek-V3 Sec. 2.2; megatron-core MultiTokenPredictionLayer.eh_proj, a
+    column-parallel linear split over tp). Its decoder layer and output pass are priced as the
+    model's own (step_time.stage_time)."""
+    m = job.model
+    if not m.mtp_layers:
+        return ()
+    return (Gemm("mtp_eh_proj", tokens(job), m.hidden_size // job.layout.tp, 2 * m.hidden_size, m.mtp_layers),)
+
+
 @dataclass(frozen=True)
 class LayerFlops:
     """One decoder layer, one micro-batch, one GPU."""
@@ -270,12 +311,19 @@ def model_flops_per_token(spec: ModelSpec, seq_len: int) -> float:
     """PaLM's model FLOPs per token, forward + backward, no recomputation: 6·N + 12·L·H·Q·T
     (Chowdhery et al. 2022, Appendix B), N = parameters that take part in a matmul (active ones for
     MoE: every parameter except the input embedding table, which is a lookup; a tied table counts
-    once, as the output layer), L attention layers (a hybrid model's Mamba scan is not counted), H·Q the attention width, T the sequence length. Causal
-    masking is not discounted. torchtitan's MFU uses the same N (parameters minus the embedding)."""
-    from cost_models.params import embedding_params
+    once, as the output layer), L attention layers (a hybrid model's Mamba scan is not counted), H·Q
+    the attention width (under MLA heads x the mean of the query/key and value head widths, as
+    core_attention counts), T the sequence length. Causal masking is not discounted. torchtitan's MFU
+    uses the same N (parameters minus the embedding). Multi-token prediction modules train with the
+    model: their active parameters and one more pass through the output layer per module join N,
+    their decoder layers join L."""
+    from cost_models.params import embedding_params, mtp_params
 
     emb = embedding_params(spec)
     lookup = emb.value("position") + (0 if spec.tie_embeddings else emb.value("word"))
     n = spec.params_active - lookup
+    if spec.mtp_layers:
+        n += mtp_params(spec, active=True).total + spec.mtp_layers * spec.vocab_size * spec.hidden_size
     attention_layers = sum(c for k, c in spec.layer_kind_counts.items() if k.mixer is MixerKind.ATTENTION)
-    return 6 * n + 12 * attention_layers * spec.q_width * seq_len
+    layers = attention_layers + spec.mtp_layers
+    return 6 * n + 12 * layers * spec.num_attention_heads * spec.attention_head_size * seq_len

@@ -137,11 +137,20 @@ def _chunk_activations(job: Job, rank: int, chunk: int, costs: dict[tuple[LayerK
     """Activations of one micro-batch through one model chunk of a rank."""
     first = rank == 0 and chunk == 0
     last = rank == job.layout.pp - 1 and chunk == job.layout.vpp - 1
+    m = job.model
+    mtp = 0
+    if last and m.mtp_layers:
+        # each MTP module: its decoder layer, the saved 2h-wide eh_proj input, and one more output
+        # layer and loss (step_time.stage_time)
+        layer = costs[m.layer_kind(m.num_layers - 1), job.recompute_mode(0)].kept_bytes
+        d = act.dims(job)
+        mtp = m.mtp_layers * (layer + 2 * d.t * d.h * act.ACT_BYTES + act.head_activations(job).total)
     return Breakdown.of(
         "bytes",
         embedding=act.embedding_activations(job).total if first else 0,
         layers=sum(c.kept_bytes for c in _chunk_layer_costs(job, rank, chunk, costs)),
         head=act.head_activations(job).total if last else 0,
+        mtp=mtp,
     )
 
 

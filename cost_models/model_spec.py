@@ -93,6 +93,9 @@ class MoESpec(Spec):
     router_groups: Count | None = None
     router_group_top_k: Count | None = None
     aux_loss_coef: Annotated[float, Field(ge=0.0)] = DEFAULT_AUX_LOSS_COEF  # load-balancing loss weight
+    # The balancing loss over each sequence's tokens rather than the whole micro-batch (DeepSeek's
+    # seq_aux; DeepSeek-V3 report Sec. 2.1.2 "complementary sequence-wise auxiliary loss").
+    sequence_aux_loss: bool = False
     z_loss_coef: Annotated[float, Field(ge=0.0)] = 0.0  # router z-loss weight (0: none)
     capacity_factor: Positive | None = None  # None: dropless (every routed token is computed)
     num_shared_experts: Annotated[int, Field(ge=0, le=2**20)] = 0
@@ -105,6 +108,13 @@ class MoESpec(Spec):
     first_k_dense: Annotated[int, Field(ge=0)] = 0
     layer_freq: Count = 1
     dense_layers: tuple[Annotated[int, Field(ge=0)], ...] = ()
+    # The kept scores are multiplied by this (DeepSeek-V2/V3 routed_scaling_factor; 1 = unscaled).
+    routed_scaling_factor: Positive = 1.0
+    # A per-expert bias added to the scores for choosing experts only, updated from the load
+    # (DeepSeek-V3's auxiliary-loss-free balancing, arXiv 2412.19437 Sec. 2.1.2). A buffer, not a
+    # parameter: transformers' DeepseekV3TopkRouter.e_score_correction_bias is an nn.Buffer and
+    # megatron-core's TopKRouter.expert_bias a registered buffer.
+    expert_bias: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> MoESpec:
@@ -122,6 +132,24 @@ class MoESpec(Spec):
     @property
     def shared_width(self) -> int:
         return self.shared_expert_ffn_hidden_size or self.expert_ffn_hidden_size
+
+
+class MLASpec(Spec):
+    """Multi-head latent attention (DeepSeek-V2/V3, arXiv 2405.04434 Sec. 2.1): queries through an
+    optional low-rank bottleneck (h -> q_lora_rank -> heads x (nope + rope); None: one h -> heads x
+    (nope + rope) projection, as DeepSeek-V2-Lite), keys and values from one shared latent
+    (h -> kv_lora_rank + rope, then kv_lora_rank -> heads x (nope + v)), the rope part of the key
+    shared by all heads. Field names are transformers' DeepseekV3Config keys."""
+
+    q_lora_rank: Count | None = None
+    kv_lora_rank: Count
+    qk_nope_head_dim: Count
+    qk_rope_head_dim: Count
+    v_head_dim: Count
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
 
 
 class RopeScaling(Spec):
@@ -292,11 +320,21 @@ class ModelSpec(Spec):
     query_pre_attn_scalar: Count | None = None  # scores scaled by its -1/2 power instead of head_dim's (Gemma)
     attention_sinks: bool = False  # a learned logit per head joins every softmax (GPT-OSS sinks)
     sandwich_norms: bool = False  # also a norm on the attention and MLP outputs: four per layer (Gemma 2/3)
-    zero_centered_norm: bool = False  # RMSNorm scales by (1 + weight) (Gemma; Megatron --apply-layernorm-1p)
+    # The norm's weight is stored as an offset from 1, scaling by (1 + weight): Gemma's RMSNorm,
+    # Nemotron's LayerNorm1P (transformers NemotronLayerNorm1P; Megatron --apply-layernorm-1p,
+    # layernorm_zero_centered_gamma). The same parameters as the norm without it.
+    zero_centered_norm: bool = False
     scale_embedding: bool = False  # embedding output multiplied by sqrt(hidden_size) (Gemma)
     qk_l2_norm: bool = False  # weightless L2 norm of q and k on rotary layers (Llama 4 use_qk_norm)
     attn_temperature_tuning: bool = False  # Llama 4's position-dependent query scale on NoPE layers
     moe: MoESpec | None = None
+    mla: MLASpec | None = None
+    # Multi-token prediction modules after the last layer (DeepSeek-V3 Sec. 2.2, depth 1): each an
+    # embedding/hidden merge (two norms and an h x 2h projection), one decoder layer of the last
+    # layer's kind and a final norm, sharing the embedding and output layer. They train with the
+    # model but are not part of its parameter count (transformers' DeepseekV3ForCausalLM does not
+    # build them): params.mtp_params counts them apart.
+    mtp_layers: Annotated[int, Field(ge=0, le=64)] = 0
     # Hybrid models (Nemotron-H): one character per layer (HYBRID_CHARS); each layer holds one norm
     # and one block. None: every layer is attention followed by an MLP.
     hybrid_pattern: Annotated[str, Field(min_length=1, max_length=MAX_LAYERS)] | None = None
@@ -305,12 +343,19 @@ class ModelSpec(Spec):
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
+        if self.mla is not None:
+            qk = self.mla.qk_head_dim
+            if self.head_dim not in (None, qk) or self.num_kv_heads not in (None, self.num_attention_heads):
+                raise ValueError(
+                    f"with mla, head_dim({self.head_dim}) is qk_nope_head_dim + qk_rope_head_dim ({qk}) and "
+                    f"num_kv_heads({self.num_kv_heads}) is num_attention_heads({self.num_attention_heads}); leave both out"
+                )
         if self.num_attention_heads % self.kv_heads:
             raise ValueError(
                 f"num_attention_heads({self.num_attention_heads}) must be a multiple of "
                 f"num_kv_heads({self.kv_heads})"
             )
-        if self.head_dim is None and self.hidden_size % self.num_attention_heads:
+        if self.head_dim is None and self.mla is None and self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 f"hidden_size({self.hidden_size}) is not divisible by num_attention_heads"
                 f"({self.num_attention_heads}); give head_dim explicitly"
@@ -368,7 +413,26 @@ class ModelSpec(Spec):
 
     @property
     def head_size(self) -> int:
+        """Query/key width of one head (under MLA: nope + rope)."""
+        if self.mla is not None:
+            return self.mla.qk_head_dim
         return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @property
+    def v_head_size(self) -> int:
+        """Value width of one head (MLA's v_head_dim; else the head size)."""
+        return self.mla.v_head_dim if self.mla is not None else self.head_size
+
+    @property
+    def attention_head_size(self) -> float:
+        """The mean of the query/key and value head widths: core attention's FLOPs are
+        2·q·k·d_qk + 2·q·k·d_v per head = 4·q·k·this."""
+        return (self.head_size + self.v_head_size) / 2
+
+    @property
+    def value_width(self) -> int:
+        """Width of all heads' attention output, the output projection's input."""
+        return self.num_attention_heads * self.v_head_size
 
     @property
     def q_width(self) -> int:

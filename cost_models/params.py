@@ -18,6 +18,8 @@ def norm_params(spec: ModelSpec, width: int) -> int:
 
 
 def attention_params(spec: ModelSpec) -> Breakdown:
+    if spec.mla is not None:
+        return mla_params(spec)
     h, q, kv = spec.hidden_size, spec.q_width, spec.kv_width
     return Breakdown.of(
         "params",
@@ -27,6 +29,36 @@ def attention_params(spec: ModelSpec) -> Breakdown:
         out_bias=h if spec.out_bias else 0,
         qk_norm=2 * norm_params(spec, spec.head_size) if spec.qk_norm else 0,
         sinks=spec.num_attention_heads if spec.attention_sinks else 0,  # GptOssAttention.sinks, one logit per head
+    )
+
+
+def mla_params(spec: ModelSpec) -> Breakdown:
+    """Multi-head latent attention as transformers' DeepseekV3Attention (and DeepseekV2Attention)
+    builds it: q_a_proj h->q_lora (bias per attention_bias), q_a_layernorm, q_b_proj
+    q_lora->heads·(nope+rope) without bias, or one q_proj h->heads·(nope+rope) when q_lora_rank is
+    None; kv_a_proj_with_mqa h->kv_lora+rope (bias per attention_bias), kv_a_layernorm,
+    kv_b_proj kv_lora->heads·(nope+v) without bias; o_proj heads·v->h (bias per attention_bias).
+    megatron-core's MLASelfAttention has the same matrices and norms (linear_q_down_proj,
+    q_layernorm, linear_q_up_proj, linear_kv_down_proj, kv_layernorm, linear_kv_up_proj,
+    linear_proj; Megatron-LM@d98e8a64 multi_latent_attention.py L508-632)."""
+    a = spec.mla
+    assert a is not None
+    h, n = spec.hidden_size, spec.num_attention_heads
+    q_out = n * a.qk_head_dim
+    if a.q_lora_rank is None:
+        q = Breakdown.of("params", q_proj=h * q_out)
+    else:
+        r = a.q_lora_rank
+        q = Breakdown.of("params", q_a=h * r + (r if spec.qkv_bias else 0), q_a_norm=norm_params(spec, r), q_b=r * q_out)
+    kv_a = a.kv_lora_rank + a.qk_rope_head_dim
+    return Breakdown.of(
+        "params",
+        q=q,
+        kv_a=h * kv_a + (kv_a if spec.qkv_bias else 0),
+        kv_a_norm=norm_params(spec, a.kv_lora_rank),
+        kv_b=a.kv_lora_rank * n * (a.qk_nope_head_dim + a.v_head_dim),
+        out_weight=n * a.v_head_dim * h,
+        out_bias=h if spec.out_bias else 0,
     )
 
 
@@ -104,6 +136,21 @@ def head_params(spec: ModelSpec) -> Breakdown:
         final_norm=norm_params(spec, spec.hidden_size),
         output=0 if spec.tie_embeddings else spec.vocab_size * spec.hidden_size,
     )
+
+
+def mtp_params(spec: ModelSpec, *, active: bool = False) -> Breakdown:
+    """The multi-token prediction modules, apart from the model's count: per module the two input
+    norms (of the next token's embedding and of the hidden state), the h x 2h projection without bias
+    (eh_proj), one decoder layer of the last layer's kind and a final norm; the embedding and the
+    output layer are the model's own (DeepSeek-V3 Sec. 2.2, Fig. 3; megatron-core
+    MultiTokenPredictionLayer enorm, hnorm, eh_proj, transformer_layer, final_layernorm,
+    Megatron-LM@d98e8a64 megatron/core/transformer/multi_token_prediction.py)."""
+    h = spec.hidden_size
+    kind = spec.layer_kind(spec.num_layers - 1)
+    one = Breakdown.of(
+        "params", norms=3 * norm_params(spec, h), eh_proj=2 * h * h, layer=layer_params(spec, kind, active=active)
+    )
+    return one.scaled(spec.mtp_layers)
 
 
 def model_params(spec: ModelSpec, *, active: bool = False) -> Breakdown:

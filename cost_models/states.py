@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from cost_models.breakdown import Breakdown
 from cost_models.enums import Framework, MixerKind, OptimizerKind, PositionKind, Precision, Zero
 from cost_models.job import Job
+from cost_models.model_spec import ModelSpec
 from cost_models.params import mlp_params, norm_params
 
 # Megatron pads the vocabulary to a multiple of this x tp (--make-vocab-size-divisible-by,
@@ -85,14 +86,17 @@ def _local_layer_params(job: Job, layer_id: int) -> LayerParams:
         return LayerParams(dense=norms + mlp_params(m, m.ffn_hidden_size // tp), expert=0)
     q_local = m.q_width // tp
     kv_local = local_kv_heads(job) * d
-    attention = (
-        h * (q_local + 2 * kv_local)
-        + ((q_local + 2 * kv_local) if m.qkv_bias else 0)
-        + q_local * h
-        + (h if m.out_bias else 0)  # row-parallel bias: replicated
-        + (2 * norm_params(m, d) if m.qk_norm else 0)
-        + (m.num_attention_heads // tp if m.attention_sinks else 0)  # one sink logit per local head
-    )
+    if m.mla is not None:
+        attention = mla_params_local(m, tp)
+    else:
+        attention = (
+            h * (q_local + 2 * kv_local)
+            + ((q_local + 2 * kv_local) if m.qkv_bias else 0)
+            + q_local * h
+            + (h if m.out_bias else 0)  # row-parallel bias: replicated
+            + (2 * norm_params(m, d) if m.qk_norm else 0)
+            + (m.num_attention_heads // tp if m.attention_sinks else 0)  # one sink logit per local head
+        )
     norms = (4 if m.sandwich_norms else 2) * norm_params(m, h)
     if not m.is_moe_layer(layer_id):
         return LayerParams(dense=attention + norms + mlp_params(m, m.ffn_hidden_size // tp), expert=0)
@@ -102,6 +106,27 @@ def _local_layer_params(job: Job, layer_id: int) -> LayerParams:
     experts = moe.num_experts // job.layout.ep * mlp_params(m, moe.expert_ffn_hidden_size // job.etp)
     router = h * moe.num_experts + (moe.num_experts if moe.router_bias else 0)
     return LayerParams(dense=attention + norms + router + shared, expert=experts)
+
+
+def mla_params_local(m: ModelSpec, tp: int) -> int:
+    """MLA on one tp rank: the down projections and latent norms replicated (TELinear "duplicated"),
+    the up projections and the output projection split over heads, the output bias replicated
+    (Megatron-LM@d98e8a64 multi_latent_attention.py L508-632)."""
+    a = m.mla
+    assert a is not None
+    h, heads = m.hidden_size, m.num_attention_heads // tp
+    kv_a = a.kv_lora_rank + a.qk_rope_head_dim
+    if a.q_lora_rank is None:
+        query = h * heads * a.qk_head_dim
+    else:
+        r = a.q_lora_rank
+        query = h * r + (r if m.qkv_bias else 0) + norm_params(m, r) + r * heads * a.qk_head_dim
+    return (
+        query
+        + h * kv_a + (kv_a if m.qkv_bias else 0) + norm_params(m, a.kv_lora_rank)
+        + a.kv_lora_rank * heads * (a.qk_nope_head_dim + a.v_head_dim)
+        + heads * a.v_head_dim * h + (h if m.out_bias else 0)
+    )
 
 
 def embedding_params_local(job: Job) -> int:
@@ -132,6 +157,14 @@ def rank_params(job: Job, rank: int) -> Breakdown:
 
 def _rank_params(job: Job, rank: int) -> Breakdown:
     layers = [local_layer_params(job, i) for i in job.stage_layer_ids(rank)]
+    m = job.model
+    if rank == job.layout.pp - 1 and m.mtp_layers:
+        # the MTP modules on the last stage (step_time.stage_time): a decoder layer of the last
+        # layer's kind each, with three replicated norms and the column-parallel h x 2h eh_proj
+        h = m.hidden_size
+        extra = 3 * norm_params(m, h) + 2 * h * h // job.layout.tp
+        last = local_layer_params(job, m.num_layers - 1)
+        layers += [LayerParams(dense=last.dense + extra, expert=last.expert)] * m.mtp_layers
     return Breakdown.of(
         "params",
         embedding=embedding_params_local(job) if rank == 0 else 0,

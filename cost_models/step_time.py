@@ -50,7 +50,9 @@ from cost_models.compute import (
     Block,
     LayerTime,
     attention_kernels,
+    backward_gemms,
     chunk_seconds,
+    gemm_seconds,
     head_backward_time,
     head_time,
     layer_time,
@@ -59,7 +61,16 @@ from cost_models.compute import (
     tp_blocks,
 )
 from cost_models.enums import Framework, MixerKind, MoEDispatch, Precision, Recompute, Zero
-from cost_models.flops import GEMM_BACKWARD_FACTOR, expert_tokens_per_gpu, head_gemm, layer_flops, model_flops_per_token, recomputed_share, tokens
+from cost_models.flops import (
+    GEMM_BACKWARD_FACTOR,
+    expert_tokens_per_gpu,
+    head_gemm,
+    layer_flops,
+    model_flops_per_token,
+    mtp_gemms,
+    recomputed_share,
+    tokens,
+)
 from cost_models.job import Job
 from cost_models.model_spec import LayerKind
 from cost_models.memory import DEEPSPEED_BUCKET_ELEMENTS, DEEPSPEED_PREFETCH_ELEMENTS
@@ -186,40 +197,54 @@ def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Cal
     tp = job.layout.tp
     if tp == 1:
         return Exposure()
-    size = tokens(job) * job.model.hidden_size * ACT_BYTES
     fw = job.training.framework
     overlap = job.training.tp_comm_overlap and job.sp
-    ag, rs = _tp_coll(job, Collective.ALL_GATHER, size), _tp_coll(job, Collective.REDUCE_SCATTER, size)
-    ar = _tp_coll(job, Collective.ALL_REDUCE, size)
     share = _share(job, _tp_group(job), cal)
-    chunk_transfer = collective_time(Collective.SEND_RECV, size / tp, placement(job.cluster.spec, 2, 1), job.cluster.spec)
     t = tokens(job)
     out = Exposure()
+    h = job.model.hidden_size
+
+    def collectives(width: int) -> tuple[float, float, float, float]:
+        """(all-gather, reduce-scatter, all-reduce, one ring-exchange chunk) of t x width activations."""
+        size = t * width * ACT_BYTES
+        send = collective_time(Collective.SEND_RECV, size / tp, placement(job.cluster.spec, 2, 1), job.cluster.spec)
+        return (_tp_coll(job, Collective.ALL_GATHER, size), _tp_coll(job, Collective.REDUCE_SCATTER, size),
+                _tp_coll(job, Collective.ALL_REDUCE, size), send)
+
+    by_width = {h: collectives(h)}
     for b in blocks:
+        # "h": the residual stream the row GEMM reduces and whose gradient the row dgrad gathers;
+        # "c": what the column GEMMs gather, and whose gradient they reduce (h, or MLA's latents)
+        width = b.gather_width or h
+        if width not in by_width:
+            by_width[width] = collectives(width)
+        (ag_h, rs_h, ar_h, chunk_h), (ag_c, rs_c, ar_c, chunk_c) = by_width[h], by_width[width]
+        ag, rs, ar = {"h": ag_h, "c": ag_c}, {"h": rs_h, "c": rs_c}, {"h": ar_h, "c": ar_c}
+        chunk = {"h": chunk_h, "c": chunk_c}
         if not backward:
             if overlap:
-                out += _ring_exchange(job, b.col, t, b.col_fwd, chunk_transfer, cal)
-                out += _pipelined_rs(job, b.row, t, b.row_fwd, rs, cal)
+                out += _ring_exchange(job, b.col, t, b.col_fwd, chunk["c"], cal)
+                out += _pipelined_rs(job, b.row, t, b.row_fwd, rs["h"], cal)
             else:
-                out += Exposure(ag + rs) if job.sp else Exposure(ar)
+                out += Exposure(ag["c"] + rs["h"]) if job.sp else Exposure(ar["h"])
             continue
         if fw is Framework.TORCHTITAN:
             if overlap:  # torch async TP decomposes the backward's gather-matmul and matmul-scatter too
-                out += _ring_exchange(job, b.row, t, b.row_dgrad, chunk_transfer, cal)
-                out += _ring_exchange(job, b.col, t, b.col_dgrad, chunk_transfer, cal)
+                out += _ring_exchange(job, b.row, t, b.row_dgrad, chunk["h"], cal)
+                out += _ring_exchange(job, b.col, t, b.col_dgrad, chunk["c"], cal)
             else:
-                out += Exposure(ag + rs) if job.sp else Exposure(ar)
+                out += Exposure(ag["h"] + rs["c"]) if job.sp else Exposure(ar["c"])
             continue
         if overlap:  # TE userbuffers: ring exchange for the row dgrad, bulk AG / RS beside the column GEMMs
             ub = UB_SMS / _sms(job)
-            out += _ring_exchange(job, b.row, t, b.row_dgrad, chunk_transfer, cal)
-            out += _hidden(ag, b.col_dgrad, ub) + _hidden(rs, b.col_wgrad, ub)
+            out += _ring_exchange(job, b.row, t, b.row_dgrad, chunk["h"], cal)
+            out += _hidden(ag["c"], b.col_dgrad, ub) + _hidden(rs["c"], b.col_wgrad, ub)
         elif job.unordered_queues:  # no ordering: the collectives are not launched ahead of the GEMMs
-            out += Exposure(2 * ag + rs) if job.sp else Exposure(ar)
+            out += Exposure(ag["h"] + ag["c"] + rs["c"]) if job.sp else Exposure(ar["c"])
         elif job.sp:
-            out += Exposure(ag) + _hidden(ag, b.col_dgrad, share) + _hidden(rs, b.col_wgrad, share)
+            out += Exposure(ag["h"]) + _hidden(ag["c"], b.col_dgrad, share) + _hidden(rs["c"], b.col_wgrad, share)
         else:
-            out += _hidden(ar, b.col_wgrad, share)
+            out += _hidden(ar["c"], b.col_wgrad, share)
     return out
 
 
@@ -243,7 +268,12 @@ def _cp_in_domain(job: Job) -> bool:
 
 def _kv_bytes(job: Job) -> float:
     """Bytes of a rank's local K and V (one ring message)."""
-    kv = local_kv_heads(job) * job.model.head_size
+    m = job.model
+    if m.mla is not None:
+        # MLA: the up-projected keys (d_qk) and values (d_v) of the rank's heads travel, not the latent
+        heads = m.num_attention_heads // job.layout.tp
+        return job.layout.mbs * job.seq_per_rank * heads * (m.head_size + m.v_head_size) * ACT_BYTES
+    kv = local_kv_heads(job) * m.head_size
     return 2 * job.layout.mbs * job.seq_per_rank * kv * ACT_BYTES
 
 
@@ -547,36 +577,49 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[bool, R
     fwd_compute: list[float] = []
     bwd_compute: list[float] = []
     layer_params: list[int] = []
-    for chunk in job.stage_chunks[rank]:
-        for pos, layer_id in enumerate(chunk):
-            lp = passes[job.model.layer_kind(layer_id), job.recompute_mode(pos)]
-            for name in COMPUTE_PARTS[:-2]:
-                parts[name] += lp.compute.value(name)
-            for name in ("tp", "cp", "ep"):
-                comm[name] += lp.comm.value(name)
-            flop += lp.flop
-            recompute_flop += lp.recompute_flop
-            fwd_compute.append(lp.forward_s)
-            bwd_compute.append(lp.compute.total - lp.forward_s)
-            backward_s += lp.compute.total - lp.forward_s
-            if fsdp:
-                g, r = fsdp_layer_comm(job, layer_id)
-                gathers.append(g)
-                reduces.append(r)
-                p = local_layer_params(job, layer_id)
-                layer_params.append(p.dense + p.expert)
-                parts["sharding"] += fsdp_copy_seconds(job, layer_id)
+    first, last = rank == 0, rank == lay.pp - 1
+    # Multi-token prediction runs after the last decoder layer, on the last stage (without a custom
+    # pipeline layout Megatron places every MTP layer there: Megatron-LM@d98e8a64
+    # megatron/core/transformer/multi_token_prediction.py L788-805 mtp_on_this_rank)
+    mtp = [job.model.num_layers - 1] * job.model.mtp_layers if last else []
+    layer_list = [(pos, layer_id) for chunk in job.stage_chunks[rank] for pos, layer_id in enumerate(chunk)]
+    for pos, layer_id in layer_list + [(0, i) for i in mtp]:
+        lp = passes[job.model.layer_kind(layer_id), job.recompute_mode(pos)]
+        for name in COMPUTE_PARTS[:-2]:
+            parts[name] += lp.compute.value(name)
+        for name in ("tp", "cp", "ep"):
+            comm[name] += lp.comm.value(name)
+        flop += lp.flop
+        recompute_flop += lp.recompute_flop
+        fwd_compute.append(lp.forward_s)
+        bwd_compute.append(lp.compute.total - lp.forward_s)
+        backward_s += lp.compute.total - lp.forward_s
+        if fsdp:
+            g, r = fsdp_layer_comm(job, layer_id)
+            gathers.append(g)
+            reduces.append(r)
+            p = local_layer_params(job, layer_id)
+            layer_params.append(p.dense + p.expert)
+            parts["sharding"] += fsdp_copy_seconds(job, layer_id)
     if fsdp and gathers:
         exposure = _fsdp_exposure(job, gathers, reduces, fwd_compute, bwd_compute, layer_params, cal)
         comm["dp"] += exposure.exposed
         parts["contention"] += exposure.contention
-    first, last = rank == 0, rank == lay.pp - 1
     if last:
+        # the output layer and the loss once for the model and once more per MTP module, which
+        # also runs its h x 2h merge projection (eh_proj)
+        heads = 1 + job.model.mtp_layers
         head, head_bwd = head_time(job, cal), head_backward_time(job, cal)
-        parts["gemm"] += head + head_bwd
-        parts["loss"] += loss_time(job, cal)
-        flop += (1 + GEMM_BACKWARD_FACTOR) * head_gemm(job).flop
-        backward_s += head_bwd
+        parts["gemm"] += heads * (head + head_bwd)
+        parts["loss"] += heads * loss_time(job, cal)
+        flop += heads * (1 + GEMM_BACKWARD_FACTOR) * head_gemm(job).flop
+        backward_s += heads * head_bwd
+        for g in mtp_gemms(job):
+            fwd_s, bwd_s = gemm_seconds(g, job.cluster.gpu, Precision.BF16, cal), sum(
+                gemm_seconds(x, job.cluster.gpu, Precision.BF16, cal) for x in backward_gemms(g))
+            parts["gemm"] += fwd_s + bwd_s
+            flop += (1 + GEMM_BACKWARD_FACTOR) * g.flop
+            backward_s += bwd_s
     pp_fill = 0.0
     if lay.pp > 1:
         # each chunk receives its input in forward and its output gradient in backward; the

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from cost_models.enums import MLPKind, NormKind, PositionKind
+from cost_models.enums import MLPKind, NormKind, PositionKind, RouterScore
 from cost_models.errors import SpecError
 from cost_models.model_spec import ModelSpec
 
@@ -175,6 +175,114 @@ def _qwen3_moe(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def _qwen3(cfg: dict[str, Any]) -> dict[str, Any]:
     return _llama_like(cfg, qk_norm=True)
+
+
+def _deepseek(cfg: dict[str, Any], *, v3: bool) -> dict[str, Any]:
+    """DeepseekV3Config / DeepseekV2Config: multi-head latent attention, dense MLPs in the first
+    first_k_dense_replace layers, then MoE layers of n_routed_experts (moe_intermediate_size wide)
+    and one shared MLP of n_shared_experts·moe_intermediate_size (DeepseekV3MoE / DeepseekV2Moe;
+    counted as n_shared_experts experts of moe_intermediate_size, the same matrices' elements).
+    Routers: V3 sigmoid scores with a score-correction bias buffer, group-limited top-k (n_group,
+    topk_group), renormalised per norm_topk_prob, times routed_scaling_factor
+    (DeepseekV3TopkRouter); V2 softmax scores, group-limited only for topk_method
+    "group_limited_greedy" (DeepseekV2TopkRouter). The q/kv down projections and o_proj carry
+    attention_bias. Defaults (v5.23.0): V3 q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim
+    128, qk_rope_head_dim 64, v_head_dim 128, n_routed_experts 256, n_shared_experts 1,
+    moe_intermediate_size 2048, num_experts_per_tok 8, n_group 8, topk_group 4,
+    first_k_dense_replace 3, routed_scaling_factor 2.5, norm_topk_prob true, num_mtp_layers
+    (num_nextn_predict_layers) 1, max_position_embeddings 4096; V2 the same MLA sizes,
+    n_routed_experts 64, n_shared_experts 2, moe_intermediate_size 1407, first_k_dense_replace 0,
+    routed_scaling_factor 1.0, norm_topk_prob false, topk_method "greedy", max_position_embeddings
+    2048; both rms_norm_eps 1e-6, rope_theta 10000. DeepSeek's aux_loss_alpha and seq_aux (not
+    transformers keys) are read as the balancing loss's weight and its per-sequence form. YaRN rope scaling (rope_scaling type "yarn") extends
+    the context after pre-training (DeepSeek-V3 report Sec. 4.3) and changes no size or cost here:
+    it is not kept."""
+
+    def opt_size(key: str, default: int | None) -> int | None:
+        return _opt(cfg, key, 0) or None if key in cfg else default
+
+    q_lora = opt_size("q_lora_rank", 1536)
+    mla = dict(
+        q_lora_rank=q_lora,
+        kv_lora_rank=_get(cfg, "kv_lora_rank", default=512),
+        qk_nope_head_dim=_get(cfg, "qk_nope_head_dim", default=128),
+        qk_rope_head_dim=_get(cfg, "qk_rope_head_dim", default=64),
+        v_head_dim=_get(cfg, "v_head_dim", default=128),
+    )
+    experts = _get(cfg, "n_routed_experts", default=256 if v3 else 64)
+    groups, group_top_k = opt_size("n_group", 8 if v3 else None), opt_size("topk_group", 4 if v3 else None)
+    if not v3 and cfg.get("topk_method", "greedy") != "group_limited_greedy":
+        groups = group_top_k = None
+    moe = dict(
+        num_experts=experts,
+        top_k=_get(cfg, "num_experts_per_tok", default=8) if v3 else _get(cfg, "num_experts_per_tok"),
+        expert_ffn_hidden_size=_get(cfg, "moe_intermediate_size", default=2048 if v3 else 1407),
+        num_shared_experts=_opt(cfg, "n_shared_experts", 1 if v3 else 2),
+        first_k_dense=_opt(cfg, "first_k_dense_replace", 3 if v3 else 0),
+        router_score=RouterScore.SIGMOID if v3 else RouterScore.SOFTMAX,
+        renormalize_top_k=_opt(cfg, "norm_topk_prob", v3),
+        routed_scaling_factor=_opt(cfg, "routed_scaling_factor", 2.5 if v3 else 1.0),
+        expert_bias=v3,
+        router_groups=groups if groups and groups > 1 else None,
+        router_group_top_k=group_top_k if groups and groups > 1 else None,
+        aux_loss_coef=_opt(cfg, "aux_loss_alpha", 0.001),
+        # DeepSeek's seq_aux (DeepSeek-V2's remote configuration_deepseek.py defaults it to true; V3's
+        # config.json has no key and its report, Sec. 2.1.2, balances per sequence)
+        sequence_aux_loss=_opt(cfg, "seq_aux", True),
+    )
+    rope_cfg = dict(cfg)
+    if rope_cfg.get("intermediate_size") is None:
+        rope_cfg["intermediate_size"] = 18432 if v3 else 11008
+    scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
+    if isinstance(scaling, dict) and scaling.get("rope_type", scaling.get("type")) == "yarn":
+        rope_cfg.pop("rope_scaling", None)
+        rope_cfg["rope_parameters"] = {"rope_theta": scaling.get("rope_theta", cfg.get("rope_theta", 10000.0))}
+    out = _llama_like(
+        rope_cfg,
+        num_kv_heads=None,
+        head_dim=None,
+        max_position_embeddings=_get(cfg, "max_position_embeddings", default=4096 if v3 else 2048),
+        mlp_bias=False if v3 else _opt(cfg, "mlp_bias", False),
+        mla=mla,
+        moe=moe,
+        mtp_layers=_opt(cfg, "num_nextn_predict_layers", _opt(cfg, "num_mtp_layers", 1)) if v3 else 0,
+    )
+    return out
+
+
+def _deepseek_v3(cfg: dict[str, Any]) -> dict[str, Any]:
+    return _deepseek(cfg, v3=True)
+
+
+def _deepseek_v2(cfg: dict[str, Any]) -> dict[str, Any]:
+    return _deepseek(cfg, v3=False)
+
+
+def _nemotron(cfg: dict[str, Any]) -> dict[str, Any]:
+    """NemotronConfig / NemotronModel: LayerNorm1P (NemotronLayerNorm1P, an nn.LayerNorm with weight
+    and bias applied as weight + 1), squared-ReLU MLP up_proj/down_proj without gate (NemotronMLP,
+    hidden_act "relu2"), rotary over partial_rotary_factor of each head, q/k/v/o biases per
+    attention_bias, MLP biases per mlp_bias, untied output layer. Defaults (v5.23.0): norm_eps
+    1e-5, partial_rotary_factor 0.5, rope_theta 10000, max_position_embeddings 4096, head_dim
+    hidden_size / num_attention_heads, num_key_value_heads = num_attention_heads."""
+    act = cfg.get("hidden_act", "relu2")
+    if act != "relu2":
+        raise SpecError(f"config.json: nemotron hidden_act {act!r} is not supported (supported: relu2)")
+    params = cfg.get("rope_parameters") or {}
+    if not isinstance(params, dict):
+        raise SpecError("config.json: rope_parameters must be an object")
+    bias = _opt(cfg, "attention_bias", False)
+    out = _llama_like(cfg, eps=1e-5)
+    out.update(
+        mlp=MLPKind.SQUARED_RELU,
+        norm=NormKind.LAYERNORM,
+        zero_centered_norm=True,
+        norm_eps=_opt(cfg, "norm_eps", 1e-5),
+        rotary_fraction=_opt(cfg, "partial_rotary_factor", None) or _opt(params, "partial_rotary_factor", 0.5),
+        qkv_bias=bias,
+        out_bias=bias,
+    )
+    return out
 
 
 def _gelu_layernorm(cfg: dict[str, Any], **fields: Any) -> dict[str, Any]:
@@ -556,6 +664,9 @@ READERS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "gpt2": _gpt2,
     "gpt_neox": _gpt_neox,
     "bloom": _bloom,
+    "deepseek_v2": _deepseek_v2,
+    "deepseek_v3": _deepseek_v3,
+    "nemotron": _nemotron,
     "nemotron_h": _nemotron_h,
     "gemma2": _gemma2,
     "gemma3_text": _gemma3_text,

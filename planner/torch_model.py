@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cost_models.enums import MixerKind, MLPKind, NormKind, PositionKind
+from cost_models.enums import MixerKind, MLPKind, NormKind, PositionKind, RouterScore
 from cost_models.model_spec import ModelSpec
 
 
@@ -76,20 +76,27 @@ class _FusedLayerNormFn(torch.autograd.Function):
 
 
 class Norm(nn.Module):
-    def __init__(self, width: int, kind: NormKind, fused: bool, eps: float = 1e-5):
+    """LayerNorm or RMSNorm; `one_plus` stores the weight as an offset from 1 (LayerNorm1P)."""
+
+    def __init__(self, width: int, kind: NormKind, fused: bool, eps: float = 1e-5, one_plus: bool = False):
         super().__init__()
-        self.kind, self.fused, self.eps = kind, fused, eps
-        self.weight = nn.Parameter(torch.ones(width))
+        self.kind, self.fused, self.eps, self.one_plus = kind, fused, eps, one_plus
+        self.weight = nn.Parameter(torch.zeros(width) if one_plus else torch.ones(width))
         self.bias = nn.Parameter(torch.zeros(width)) if kind is NormKind.LAYERNORM else None
 
     def forward(self, x):
+        weight = self.weight + 1 if self.one_plus else self.weight
         if self.kind is NormKind.LAYERNORM:
             if self.fused:
-                return _FusedLayerNormFn.apply(x, self.weight, self.bias, self.eps)
-            return F.layer_norm(x, (x.shape[-1],), self.weight, self.bias, self.eps)
+                return _FusedLayerNormFn.apply(x, weight, self.bias, self.eps)
+            return F.layer_norm(x, (x.shape[-1],), weight, self.bias, self.eps)
         if self.fused:
-            return _FusedRMSNormFn.apply(x, self.weight, self.eps)
-        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+            return _FusedRMSNormFn.apply(x, weight, self.eps)
+        return F.rms_norm(x, (x.shape[-1],), weight, self.eps)
+
+
+def norm(spec: ModelSpec, width: int, kernels: Kernels) -> Norm:
+    return Norm(width, spec.norm, kernels.fused_norm, spec.norm_eps, spec.zero_centered_norm)
 
 
 class _ByteMaskDropoutFn(torch.autograd.Function):
@@ -146,8 +153,8 @@ class Attention(nn.Module):
         self.wv = nn.Linear(h, spec.kv_width, bias=spec.qkv_bias)
         self.wo = nn.Linear(spec.q_width, h, bias=spec.out_bias)
         if spec.qk_norm:
-            self.q_norm = Norm(d, spec.norm, kernels.fused_norm)
-            self.k_norm = Norm(d, spec.norm, kernels.fused_norm)
+            self.q_norm = norm(spec, d, kernels)
+            self.k_norm = norm(spec, d, kernels)
         self.rope = spec.position_embedding is PositionKind.ROPE
         # GPT-OSS's sinks: one learned logit per head (parameters only; the attention here is causal)
         self.sinks = nn.Parameter(torch.zeros(self.heads)) if spec.attention_sinks else None
@@ -180,6 +187,53 @@ class Attention(nn.Module):
         return self.wo(out.transpose(1, 2).reshape(b, s, -1))
 
 
+class MLAttention(nn.Module):
+    """Multi-head latent attention, the matrices of transformers' DeepseekV3Attention: q_a / q_a_norm /
+    q_b (or one q_proj), kv_a (latent and the shared rope key), kv_a_norm, kv_b (per-head key part
+    without rope and value), o. Rotary on the rope part only; the value is made contiguous before the
+    attention kernel, which reads it apart from the key part it was projected with."""
+
+    def __init__(self, spec: ModelSpec, kernels: Kernels):
+        super().__init__()
+        a = spec.mla
+        assert a is not None
+        h, n = spec.hidden_size, spec.num_attention_heads
+        self.spec, self.kernels, self.a, self.heads = spec, kernels, a, n
+        if a.q_lora_rank is None:
+            self.q_proj = nn.Linear(h, n * a.qk_head_dim, bias=False)
+        else:
+            self.q_a = nn.Linear(h, a.q_lora_rank, bias=spec.qkv_bias)
+            self.q_a_norm = norm(spec, a.q_lora_rank, kernels)
+            self.q_b = nn.Linear(a.q_lora_rank, n * a.qk_head_dim, bias=False)
+        self.kv_a = nn.Linear(h, a.kv_lora_rank + a.qk_rope_head_dim, bias=spec.qkv_bias)
+        self.kv_a_norm = norm(spec, a.kv_lora_rank, kernels)
+        self.kv_b = nn.Linear(a.kv_lora_rank, n * (a.qk_nope_head_dim + a.v_head_dim), bias=False)
+        self.o = nn.Linear(n * a.v_head_dim, h, bias=spec.out_bias)
+
+    def forward(self, x, cos, sin, causal_mask):
+        a, n = self.a, self.heads
+        b, s, _ = x.shape
+        q = self.q_proj(x) if a.q_lora_rank is None else self.q_b(self.q_a_norm(self.q_a(x)))
+        q_nope, q_rope = q.view(b, s, n, a.qk_head_dim).split([a.qk_nope_head_dim, a.qk_rope_head_dim], dim=-1)
+        latent, k_rope = self.kv_a(x).split([a.kv_lora_rank, a.qk_rope_head_dim], dim=-1)
+        k_nope, v = self.kv_b(self.kv_a_norm(latent)).view(b, s, n, -1).split([a.qk_nope_head_dim, a.v_head_dim], dim=-1)
+        k_rope = k_rope[:, :, None, :]
+        q_rope = q_rope * cos + _rotate_half(q_rope) * sin
+        k_rope = k_rope * cos + _rotate_half(k_rope) * sin
+        q = torch.cat([q_nope, q_rope], dim=-1).transpose(1, 2)
+        k = torch.cat([k_nope, k_rope.expand(b, s, n, a.qk_rope_head_dim)], dim=-1).transpose(1, 2)
+        v = v.contiguous().transpose(1, 2)
+        if self.kernels.attention == "flash":
+            p = self.spec.attention_dropout if self.training else 0.0
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        else:
+            scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(a.qk_head_dim))
+            scores = scores.masked_fill(causal_mask[:s, :s], float("-inf"))
+            probs = dropout(torch.softmax(scores, dim=-1), self.spec.attention_dropout, self.kernels, self.training)
+            out = probs @ v
+        return self.o(out.transpose(1, 2).reshape(b, s, -1))
+
+
 class MLP(nn.Module):
     def __init__(self, spec: ModelSpec, ffn: int, kernels: Kernels):
         super().__init__()
@@ -198,7 +252,7 @@ class MLP(nn.Module):
                 g, u = y.chunk(2, dim=-1)
                 y = (F.gelu(g, approximate="tanh") if self.geglu else F.silu(g)) * u
         elif self.squared_relu:
-            y = F.relu(y).square()
+            y = torch.pow(F.relu(y), 2)
         else:
             y = F.gelu(y)
         return self.fc2(y)
@@ -249,14 +303,17 @@ class Mamba2(nn.Module):
 
 
 class MoE(nn.Module):
-    """Router, routed experts (top-k, softmax over the chosen logits) and shared experts."""
+    """Router, routed experts (top-k of the softmax or sigmoid scores, renormalised and scaled as the
+    spec says; DeepSeek-V3's score-correction bias is a buffer) and shared experts."""
 
     def __init__(self, spec: ModelSpec, kernels: Kernels):
         super().__init__()
         moe = spec.moe
         assert moe is not None
-        self.top_k = moe.top_k
+        self.moe, self.top_k = moe, moe.top_k
         self.router = nn.Linear(spec.hidden_size, moe.num_experts, bias=moe.router_bias)
+        if moe.expert_bias:
+            self.register_buffer("expert_bias", torch.zeros(moe.num_experts))
         self.experts = nn.ModuleList(MLP(spec, moe.expert_ffn_hidden_size, kernels) for _ in range(moe.num_experts))
         self.shared = nn.ModuleList(MLP(spec, moe.shared_width, kernels) for _ in range(moe.num_shared_experts))
         self.shared_gate = nn.Linear(spec.hidden_size, 1, bias=False) if moe.shared_expert_gate else None
@@ -264,8 +321,18 @@ class MoE(nn.Module):
     def forward(self, x):
         b, s, h = x.shape
         flat = x.reshape(-1, h)
-        probs = torch.softmax(self.router(flat).float(), dim=-1)
-        weights, chosen = probs.topk(self.top_k, dim=-1)
+        logits = self.router(flat).float()
+        if self.moe.router_score is RouterScore.SIGMOID:
+            probs = torch.sigmoid(logits)
+            choice = probs + self.expert_bias if self.moe.expert_bias else probs
+            chosen = choice.topk(self.top_k, dim=-1).indices
+            weights = probs.gather(1, chosen)
+        else:
+            probs = torch.softmax(logits, dim=-1)
+            weights, chosen = probs.topk(self.top_k, dim=-1)
+        if self.moe.router_score is RouterScore.SIGMOID and self.moe.renormalize_top_k:
+            weights = weights / weights.sum(-1, keepdim=True)
+        weights = weights * self.moe.routed_scaling_factor
         out = torch.zeros_like(flat)
         for e, expert in enumerate(self.experts):
             token, slot = (chosen == e).nonzero(as_tuple=True)
@@ -305,9 +372,9 @@ class Block(nn.Module):
     def __init__(self, spec: ModelSpec, layer_id: int, kernels: Kernels):
         super().__init__()
         self.spec, self.kernels = spec, kernels
-        self.attn_norm = Norm(spec.hidden_size, spec.norm, kernels.fused_norm)
-        self.attn = Attention(spec, kernels)
-        self.mlp_norm = Norm(spec.hidden_size, spec.norm, kernels.fused_norm)
+        self.attn_norm = norm(spec, spec.hidden_size, kernels)
+        self.attn = MLAttention(spec, kernels) if spec.mla is not None else Attention(spec, kernels)
+        self.mlp_norm = norm(spec, spec.hidden_size, kernels)
         self.mlp = MoE(spec, kernels) if spec.is_moe_layer(layer_id) else MLP(spec, spec.ffn_hidden_size, kernels)
         # Gemma's sandwich norms on the attention and MLP outputs
         self.post_attn_norm = Norm(spec.hidden_size, spec.norm, kernels.fused_norm) if spec.sandwich_norms else None
@@ -328,13 +395,13 @@ class Transformer(nn.Module):
         h = spec.hidden_size
         self.embed = nn.Embedding(spec.vocab_size, h)
         self.pos = nn.Embedding(spec.max_position_embeddings, h) if spec.position_embedding is PositionKind.LEARNED else None
-        self.embed_norm = Norm(h, spec.norm, kernels.fused_norm) if spec.embedding_norm else None
+        self.embed_norm = norm(spec, h, kernels) if spec.embedding_norm else None
         layer = HybridBlock if spec.hybrid_pattern is not None else Block
         self.layers = nn.ModuleList(layer(spec, i, kernels) for i in range(spec.num_layers))
-        self.final_norm = Norm(h, spec.norm, kernels.fused_norm)
+        self.final_norm = norm(spec, h, kernels)
         self.output = None if spec.tie_embeddings else nn.Linear(h, spec.vocab_size, bias=False)
         n = max_seq or min(spec.max_position_embeddings, 8192)
-        d = spec.head_size
+        d = spec.head_size if spec.mla is None else spec.mla.qk_rope_head_dim
         inv = 1.0 / (10000.0 ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
         ang = torch.outer(torch.arange(n, dtype=torch.float32), inv)
         ang = torch.cat([ang, ang], dim=-1)[:, None, :]  # (s, 1, d): broadcasts over (b, s, heads, d)

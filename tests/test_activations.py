@@ -111,6 +111,33 @@ def test_gpt_block_saved_bytes(recompute):
     assert predicted == pytest.approx(measured, rel=TOL)
 
 
+# Multi-head latent attention (DeepSeek-V2/V3 shapes, scaled down; d_qk = nope + rope equals d_v so
+# that torch's CPU flash kernel runs: with unequal widths SDPA falls back to its math path) and a
+# squared-ReLU LayerNorm1P model (Nemotron-4), under Megatron's kernels.
+MLA_TINY = dict(
+    name="mla-tiny", num_layers=2, hidden_size=256, ffn_hidden_size=688, num_attention_heads=8, vocab_size=1000,
+    max_position_embeddings=4096, mla=dict(q_lora_rank=96, kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=16,
+                                            v_head_dim=48),
+)
+NEMOTRON_TINY = dict(
+    name="nemotron-tiny", num_layers=2, hidden_size=256, ffn_hidden_size=1024, num_attention_heads=8, num_kv_heads=2,
+    vocab_size=1000, mlp="squared_relu", norm="layernorm", zero_centered_norm=True, rotary_fraction=0.5,
+)
+
+
+@pytest.mark.parametrize("fields", [MLA_TINY, {**MLA_TINY, "mla": {**MLA_TINY["mla"], "q_lora_rank": None}}, NEMOTRON_TINY],
+                         ids=["mla", "mla-no-q-lora", "squared-relu"])
+def test_new_family_block_saved_bytes(fields):
+    """Without recomputation (under full recomputation a layer keeps its input, whatever its family)."""
+    from cost_models.model_spec import ModelSpec
+
+    spec = ModelSpec(**fields)
+    b, s = 2, 256
+    measured = saved_activation_bytes(spec, LLAMA_KERNELS["megatron"], b=b, s=s, recompute=False)
+    predicted = _predicted(spec, "megatron", CONVENTIONS[Framework.MEGATRON], b=b, s=s, recompute=False, attention="flash")
+    assert predicted == pytest.approx(measured, rel=TOL)
+
+
 def test_items_are_what_recompute_drops():
     job = make_job("llama-3.1-8b", training=dict(seq_len=8192, global_batch_size=8))
     none = layer_activations(job, 0, Recompute.NONE).total

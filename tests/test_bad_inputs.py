@@ -70,8 +70,8 @@ MODEL_FILES = [
     ("model_too_many_layers.toml", "num_layers(100000) exceeds 4096"),
     ("model_too_many_params.toml", "parameters exceed 35,184,372,088,832 (2^45)"),
     # Hugging Face configs (directories holding config.json)
-    ("hf_t5", "model_type 't5' is not supported; supported: bloom, gemma2, gemma3_text, gpt2, gpt_neox, gpt_oss, llama, llama4_text"),
-    ("hf_bert", "has no model_type; supported: bloom, gemma2, gemma3_text, gpt2"),
+    ("hf_t5", "model_type 't5' is not supported; supported: bloom, deepseek_v2, deepseek_v3, gemma2, gemma3_text, gpt2, gpt_neox, gpt_oss, llama, llama4_text"),
+    ("hf_bert", "has no model_type; supported: bloom, deepseek_v2, deepseek_v3, gemma2, gemma3_text, gpt2"),
     ("hf_model_type_list", "model_type ['llama'] is not supported; supported:"),
     ("hf_llama_no_hidden", "config.json: missing hidden_size (model_type 'llama')"),
     ("hf_llama_negative_layers", "num_layers = -2: Input should be greater than 0"),

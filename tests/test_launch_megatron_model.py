@@ -49,7 +49,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::Deprecat
 
 HF = Path(__file__).parent / "data" / "hf"
 # Fixtures whose architecture Megatron's flags can say (bloom has alibi and an embedding norm, refused).
-HF_FIXTURES = ["Llama-3.1-8B", "Mistral-7B-v0.1", "Mixtral-8x7B-v0.1", "Qwen1.5-MoE-A2.7B", "Qwen2.5-7B", "Qwen3-30B-A3B", "gpt2"]
+HF_FIXTURES = ["Llama-3.1-8B", "Mistral-7B-v0.1", "Mixtral-8x7B-v0.1", "Qwen1.5-MoE-A2.7B", "Qwen2.5-7B", "Qwen3-30B-A3B", "gpt2",
+               "DeepSeek-V2-Lite", "Minitron-4B-Base"]
 # Learned position tables limit the sequence; 1024 fits every preset's table.
 SEQ_LEN = 1024
 
@@ -82,11 +83,15 @@ def _build(argv: list[str]):
     from megatron.core.transformer.moe import grouped_gemm_util
     from megatron.core.transformer.moe.token_dispatcher import MoEAlltoAllTokenDispatcher
 
-    config, extra = megatron_config(argv)
-    # One rank holds everything; allocation on the meta device.
+    parsed, extra = megatron_config(argv)
+    # One rank holds everything; allocation on the meta device. The local torch LayerNorm refuses
+    # --apply-layernorm-1p (zero-centred gamma: Transformer Engine's and apex's norms apply weight + 1,
+    # torch_norm.py L26); the 1p norm has the same weight and bias, so the model is built without it
+    # and the parsed config (returned) keeps the flag.
     config = dataclasses.replace(
-        config, tensor_model_parallel_size=1, sequence_parallel=False, expert_model_parallel_size=1,
+        parsed, tensor_model_parallel_size=1, sequence_parallel=False, expert_model_parallel_size=1,
         expert_tensor_parallel_size=1, use_cpu_initialization=True, perform_initialization=False,
+        layernorm_zero_centered_gamma=False,
     )
     normalization = config.normalization
     if config.num_moe_experts:
@@ -94,6 +99,8 @@ def _build(argv: list[str]):
     else:
         spec = get_gpt_layer_local_spec(config.num_moe_experts, config.moe_grouped_gemm, config.qk_layernorm,
                                         config.multi_latent_attention, normalization=normalization)
+    if config.multi_latent_attention:
+        spec = _parameter_free_core_attention(spec)
     one = lambda flag, default=None: extra[flag][0] if flag in extra else default  # noqa: E731
     # The all-to-all dispatcher (the emitted --moe-token-dispatcher-type) makes one CUDA stream per
     # process when its class attribute is unset (token_dispatcher.py L444-445 in 0.16.1); a placeholder
@@ -104,10 +111,27 @@ def _build(argv: list[str]):
     # only in forward. Its weights, one (h, E·2f) and one (E·f, h) tensor per layer, are allocated
     # as without the check.
     kernels = mock.patch.object(grouped_gemm_util, "assert_grouped_gemm_is_available", lambda: None)
-    with torch.device("meta"), stream, kernels:
+    # MLASelfAttention builds its RotaryEmbedding without use_cpu_initialization (multi_latent_attention.py
+    # L129-135 in 0.16.1), which then asks for the current CUDA device to put inv_freq on; a machine
+    # without CUDA answers "cpu". The table's values do not depend on the device.
+    device = mock.patch.object(torch.cuda, "current_device", lambda: "cpu")
+    # multi_latent_attention.py L54-65 sets HAVE_TE when megatron.core.extensions.transformer_engine
+    # imports, which it does without Transformer Engine (its classes are then None); L183-186 would call
+    # isinstance(x, None). Without Transformer Engine installed, HAVE_TE is what it should say: False.
+    from megatron.core.transformer import multi_latent_attention
+
+    no_te = mock.patch.object(multi_latent_attention, "HAVE_TE", False)
+    mtp = None
+    if config.mtp_num_layers:
+        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_mtp_block_spec
+
+        # gpt_builders.py: the MTP block takes the decoder's last layer spec
+        mtp = get_gpt_mtp_block_spec(config, spec, use_transformer_engine=False)
+    with torch.device("meta"), stream, kernels, device, no_te:
         model = GPTModel(
             config=config,
             transformer_layer_spec=spec,
+            mtp_block_spec=mtp,
             vocab_size=int(one("--padded-vocab-size")),
             max_sequence_length=int(one("--max-position-embeddings")),
             share_embeddings_and_output_weights="--untie-embeddings-and-output-weights" not in extra,
@@ -116,20 +140,45 @@ def _build(argv: list[str]):
             rotary_base=int(one("--rotary-base", 10000)),
             rope_scaling="--use-rope-scaling" in extra,
         )
-    return model, config
+    return model, parsed
+
+
+def _parameter_free_core_attention(spec):
+    """MLA's layer spec with IdentityOp as core attention. The local (non-Transformer-Engine)
+    DotProductAttention of megatron-core 0.16.1 takes no k_channels/v_channels, which
+    MLASelfAttention passes (its different q/k and v head widths need TE's attention), so Megatron's
+    MLA does not build without Transformer Engine; core attention holds no parameters in either, so
+    the stand-in changes no count."""
+    import copy
+
+    from megatron.core.transformer.identity_op import IdentityOp
+
+    spec = copy.deepcopy(spec)
+    layers = getattr(spec, "layer_specs", None) or [spec]
+    for layer in layers:
+        layer.submodules.self_attention.submodules.core_attention = IdentityOp
+    return spec
 
 
 def _hf_inv_freq(spec):
     """The rotary inverse frequencies transformers computes for the spec's DeepSpeed config.json."""
-    cfg = transformers.AutoConfig.for_model(**hf_config(spec))
+    cfg = transformers.AutoConfig.for_model(**hf_config(spec.model_copy(update={"mtp_layers": 0})))
     module = sys.modules[transformers.AutoModelForCausalLM._model_mapping[type(cfg)].__module__]
     rotary = next(getattr(module, n) for n in dir(module) if n.endswith("RotaryEmbedding"))
     return rotary(config=cfg).inv_freq
 
 
 def _check(spec, model, config) -> None:
-    assert sum(p.numel() for p in model.parameters()) == spec.params_total
-    if spec.position_embedding == "rope":
+    from cost_models.params import mtp_params
+
+    # MTP modules share the embedding and the output layer; their own parameters are counted apart
+    assert sum(p.numel() for p in model.parameters()) == spec.params_total + mtp_params(spec).total
+    attention = model.decoder.layers[0].self_attention
+    if spec.mla is not None:
+        # GPTModel builds no rotary table for MLA; the attention's own covers the rope dims only
+        assert not hasattr(model, "rotary_pos_emb")
+        torch.testing.assert_close(attention.rotary_pos_emb.inv_freq.cpu(), _hf_inv_freq(spec), rtol=1e-6, atol=0)
+    elif spec.position_embedding == "rope":
         # float32 in both; the Llama-3.1 scaling is written differently in the two (smoothing order),
         # so equal to float32 rounding.
         torch.testing.assert_close(model.rotary_pos_emb.inv_freq.cpu(), _hf_inv_freq(spec), rtol=1e-6, atol=0)
@@ -137,24 +186,37 @@ def _check(spec, model, config) -> None:
         assert not hasattr(model, "rotary_pos_emb")
     kind = {"rmsnorm": torch.nn.RMSNorm, "layernorm": torch.nn.LayerNorm}[spec.norm]
     norms = [m for m in model.modules() if isinstance(m, (torch.nn.RMSNorm, torch.nn.LayerNorm))]
-    per_layer = 2 + (2 if spec.qk_norm else 0)
-    assert len(norms) == spec.num_layers * per_layer + 1  # + the final norm
+    latent_norms = 0 if spec.mla is None else 1 + (spec.mla.q_lora_rank is not None)
+    per_layer = 2 + (2 if spec.qk_norm else 0) + latent_norms
+    # + the final norm; each MTP module: its layer's norms, enorm, hnorm and its final norm
+    assert len(norms) == (spec.num_layers + spec.mtp_layers) * per_layer + 1 + 3 * spec.mtp_layers
     assert all(type(n) is kind and n.eps == spec.norm_eps for n in norms)
-    attention = model.decoder.layers[0].self_attention
-    assert isinstance(attention.q_layernorm, kind) is spec.qk_norm and isinstance(attention.k_layernorm, kind) is spec.qk_norm
+    assert config.layernorm_zero_centered_gamma is spec.zero_centered_norm
+    if spec.mla is not None:
+        a = spec.mla
+        assert isinstance(attention.kv_layernorm, kind) and attention.kv_layernorm.normalized_shape == (a.kv_lora_rank,)
+        assert (config.q_lora_rank, config.kv_lora_rank) == (a.q_lora_rank, a.kv_lora_rank)
+        assert (config.qk_head_dim, config.qk_pos_emb_head_dim, config.v_head_dim) == (a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim)
+    else:
+        assert isinstance(attention.q_layernorm, kind) is spec.qk_norm and isinstance(attention.k_layernorm, kind) is spec.qk_norm
     if spec.qk_norm:
         assert attention.q_layernorm.normalized_shape == (spec.head_size,)
+    assert config.activation_func.__name__ == {"swiglu": "silu", "gelu": "gelu", "squared_relu": "squared_relu"}[spec.mlp]
     moe_layers = [layer.mlp for layer in model.decoder.layers if hasattr(layer.mlp, "router")]
     assert len(moe_layers) == (0 if spec.moe is None else sum(spec.is_moe_layer(i) for i in range(spec.num_layers)))
     for mlp in moe_layers:
         router, moe = mlp.router, spec.moe
         assert router.weight.shape == (moe.num_experts, spec.hidden_size)
-        assert (router.topk, router.score_function, router.routing_type) == (moe.top_k, moe.router_score, "aux_loss")
+        balancing = "seq_aux_loss" if moe.sequence_aux_loss else "aux_loss"
+        assert (router.topk, router.score_function, router.routing_type) == (moe.top_k, moe.router_score, balancing)
         assert router.config.moe_router_pre_softmax is (moe.router_score == "softmax" and not moe.renormalize_top_k)
         assert router.config.moe_aux_loss_coeff == moe.aux_loss_coef > 0
         assert router.config.moe_z_loss_coeff == (moe.z_loss_coef or None)
         assert router.config.moe_expert_capacity_factor == moe.capacity_factor
         assert (mlp.shared_experts is not None) is bool(moe.num_shared_experts)
+        assert router.config.moe_router_topk_scaling_factor == (moe.routed_scaling_factor if moe.routed_scaling_factor != 1 else None)
+        assert router.enable_expert_bias is moe.expert_bias
+        assert (router.config.moe_router_num_groups, router.config.moe_router_group_topk) == (moe.router_groups, moe.router_group_top_k)
 
 
 # Presets with what no Megatron flag says (soft-capping, chunked attention, …) are refused by the

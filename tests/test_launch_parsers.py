@@ -57,6 +57,14 @@ NOT_CONFIG: dict[str, tuple[str, set[str] | None]] = {
     "--max-position-embeddings": ("ARG L2394", None),
     "--position-embedding-type": ("ARG L2397", {"learned_absolute", "rope", "yarn", "mrope", "relative", "none"}),
     "--swiglu": ("ARG L2450", None),
+    "--squared-relu": ("ARG L2448", None),
+    "--q-lora-rank": ("ARG L3548", None),
+    "--kv-lora-rank": ("ARG L3550", None),
+    "--qk-head-dim": ("ARG L3552", None),
+    "--qk-pos-emb-head-dim": ("ARG L3554", None),
+    "--v-head-dim": ("ARG L3556", None),
+    "--rope-type": ("ARG L2906", {"rope", "yarn"}),
+    "--no-rope-fusion": ("ARG L2902", None),
     "--rotary-base": ("ARG L2418", None),
     "--rotary-percent": ("ARG L2420", None),
     "--window-size": ("ARG L2384", None),
@@ -197,6 +205,10 @@ def megatron_config(argv: list[str]):
     kw["num_query_groups"] = kw.get("num_query_groups", 1) if "--group-query-attention" in extra else None
     if "--swiglu" in extra:
         kw |= {"gated_linear_unit": True, "activation_func": F.silu}
+    if "--squared-relu" in extra:
+        from megatron.core.activations import squared_relu
+
+        kw["activation_func"] = squared_relu
     if "--num-experts" in extra:
         kw["num_moe_experts"] = int(extra["--num-experts"][0])
     if "--moe-aux-loss-coeff" in extra:  # hand-written flags of TransformerConfig fields (ARG L1661-1664)
@@ -228,6 +240,23 @@ def megatron_config(argv: list[str]):
             kw[name] = int(extra[flag][0])
     dtype = torch.bfloat16 if kw.get("bf16") else torch.half if kw.get("fp16") else torch.float
     kw |= {"params_dtype": dtype, "pipeline_dtype": dtype, "deallocate_pipeline_outputs": True, "batch_p2p_comm": False}
+    if kw.get("multi_latent_attention"):
+        # core_transformer_config_from_args builds MLATransformerConfig with the hand-written MLA
+        # arguments (ARG L3546-3556; --q-lora-rank defaults to None there) and --rope-type
+        from megatron.core.transformer.transformer_config import MLATransformerConfig
+
+        one = lambda flag: int(extra[flag][0]) if flag in extra else None  # noqa: E731
+        mla = {"q_lora_rank": one("--q-lora-rank"), "kv_lora_rank": one("--kv-lora-rank"), "qk_head_dim": one("--qk-head-dim"),
+               "qk_pos_emb_head_dim": one("--qk-pos-emb-head-dim"), "v_head_dim": one("--v-head-dim")}
+        mla = {k: v for k, v in mla.items() if v is not None or k == "q_lora_rank"}
+        if "--rope-type" in extra:
+            mla["rope_type"] = extra["--rope-type"][0]
+        # --no-rope-fusion is a store_false flag: fusion is on unless it is given (ARG L2902-2905); for
+        # MLA the config then requires yarn (MLATransformerConfig.__post_init__)
+        mla["apply_rope_fusion"] = "--no-rope-fusion" not in extra
+        if "--rotary-base" in extra:
+            mla["rotary_base"] = int(extra["--rotary-base"][0])
+        return MLATransformerConfig(**kw, **mla), extra
     return TransformerConfig(**kw), extra
 
 
@@ -266,7 +295,8 @@ def test_megatron_flags_build_transformer_config(case, tmp_path):
             assert float(extra["--rope-scaling-factor"][0]) == m.rope_scaling.factor
     if m.moe:
         assert config.num_moe_experts == m.moe.num_experts and config.moe_router_topk == m.moe.top_k
-        assert config.moe_aux_loss_coeff == m.moe.aux_loss_coef > 0 and config.moe_router_load_balancing_type == "aux_loss"
+        balancing = "seq_aux_loss" if m.moe.sequence_aux_loss else "aux_loss"
+        assert config.moe_aux_loss_coeff == m.moe.aux_loss_coef > 0 and config.moe_router_load_balancing_type == balancing
         assert config.moe_router_score_function == m.moe.router_score
         assert config.moe_router_pre_softmax is not m.moe.renormalize_top_k
         assert config.moe_expert_capacity_factor == m.moe.capacity_factor

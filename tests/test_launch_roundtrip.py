@@ -17,6 +17,7 @@ import pytest
 
 from launch_cases import BY_NAME
 from planner import presets
+from cost_models.errors import SpecError
 from planner.launch.hf_config import hf_config
 from planner.loaders import load_model
 
@@ -36,7 +37,7 @@ def _settings(cfg) -> dict:
         "rope_type": rope.get("rope_type"),
         "factor": rope.get("factor"),
         "partial_rotary_factor": rope.get("partial_rotary_factor"),
-        "eps": next((getattr(cfg, k) for k in ("rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps") if hasattr(cfg, k)), None),
+        "eps": next((getattr(cfg, k) for k in ("rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps", "norm_eps") if hasattr(cfg, k)), None),
     }
     for key in ("num_experts_per_tok", "router_aux_loss_coef", "norm_topk_prob", "num_local_experts", "num_experts"):
         if hasattr(cfg, key):
@@ -51,9 +52,19 @@ def _build(config: dict):
     return cfg, sum(p.numel() for p in model.parameters())
 
 
+def _without_mtp(spec):
+    """transformers builds no MTP module: a spec with MTP layers is refused for DeepSpeed, the same
+    spec without them is emitted."""
+    if not spec.mtp_layers:
+        return spec
+    with pytest.raises(SpecError, match="builds no multi-token prediction module"):
+        hf_config(spec)
+    return spec.model_copy(update={"mtp_layers": 0})
+
+
 @pytest.mark.parametrize("name", PRESETS)
 def test_deepspeed_config_json_builds_the_planned_model(name):
-    spec = presets.models()[name]
+    spec = _without_mtp(presets.models()[name])
     cfg, params = _build(hf_config(spec))
     assert params == spec.params_total
     s = _settings(cfg)
@@ -62,19 +73,25 @@ def test_deepspeed_config_json_builds_the_planned_model(name):
         assert s["rope_type"] in ((spec.rope_scaling.kind,) if spec.rope_scaling else ("default", None))
         assert s["factor"] == (spec.rope_scaling.factor if spec.rope_scaling else None)
     assert s["eps"] == spec.norm_eps
-    if spec.moe:
+    if spec.moe and spec.mla is None:
         assert s["num_experts_per_tok"] == spec.moe.top_k and s["router_aux_loss_coef"] == spec.moe.aux_loss_coef > 0
         assert cfg.output_router_logits  # the HF MoE models add the balancing loss only then
+    elif spec.moe:  # transformers' DeepSeek models route (group-limited, scaled) but add no balancing loss
+        assert s["num_experts_per_tok"] == spec.moe.top_k and cfg.routed_scaling_factor == spec.moe.routed_scaling_factor
 
 
 @pytest.mark.parametrize("path", HF_DIRS, ids=[p.name for p in HF_DIRS])
 def test_hf_fixture_round_trips_with_its_settings(path):
     """Fixture -> spec -> emitted config.json: the same settings as the fixture, the same parameters."""
     original = transformers.AutoConfig.from_pretrained(str(path))
-    spec = load_model(str(path))
+    spec = _without_mtp(load_model(str(path)))
     cfg, params = _build(hf_config(spec))
     assert params == spec.params_total
-    assert _settings(cfg) == _settings(original)
+    ours, theirs = _settings(cfg), _settings(original)
+    if spec.mla is not None:  # the fixtures' YaRN scaling is not kept (planner/hf.py _deepseek)
+        for key in ("rope_type", "factor"):
+            ours.pop(key), theirs.pop(key)
+    assert ours == theirs
 
 
 def _recompute_calls(tree: ast.Module) -> list[ast.If]:

@@ -70,7 +70,7 @@ def test_hf_config_matches_transformers_modules(path):
 # At least six architectures, dense and MoE, tied and untied, learned and rotary positions.
 OUR_MODULES = [
     "gpt2", "megatron-gpt-1.7b", "llama-3.1-8b", "qwen2.5-7b", "mistral-7b", "mixtral-8x7b",
-    "qwen1.5-moe-a2.7b", "qwen3-30b-a3b", "gemma-3-1b", "gpt-oss-20b",
+    "qwen1.5-moe-a2.7b", "qwen3-30b-a3b", "gemma-3-1b", "gpt-oss-20b", "deepseek-v2-lite", "minitron-4b",
 ]
 
 
@@ -113,6 +113,29 @@ def test_a_copied_spec_derives_its_numbers_again():
     assert two.moe_layer_ids == (0, 1)
     assert two.params_total < m.params_total
     assert two.params_total == ModelSpec.model_validate({**m.model_dump(), "num_layers": 2}).params_total
+
+
+def test_mtp_module_counted_apart():
+    """DeepSeek-V3's MTP module is not in transformers' model (params_total equals its count, above);
+    mtp_params counts it as DeepSeek's checkpoint holds it under model.layers.61: a decoder layer like
+    the last one (transformers' DeepseekV3DecoderLayer built with layer_idx 61, an MoE layer), enorm,
+    hnorm and shared_head.norm (RMSNorm h) and eh_proj (2h -> h, no bias); embedding and output
+    layer shared (DeepSeek's README_WEIGHTS.md)."""
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3DecoderLayer
+
+    from cost_models.params import mtp_params
+
+    spec = load_model(str(DATA / "hf" / "DeepSeek-V3"))
+    cfg = transformers.AutoConfig.from_pretrained(str(DATA / "hf" / "DeepSeek-V3"))
+    with torch.device("meta"):
+        layer = DeepseekV3DecoderLayer(cfg, layer_idx=cfg.num_hidden_layers)
+    h = cfg.hidden_size
+    expected = sum(p.numel() for p in layer.parameters()) + 3 * h + 2 * h * h
+    assert spec.mtp_layers == 1
+    assert mtp_params(spec).total == expected
+    # DeepSeek's README_WEIGHTS.md: 671B main model, 11.5B unique MTP parameters besides the shared embedding
+    # and head; the checkpoint's "685B" adds both and a second copy of embedding and head (0.93B each).
+    assert spec.params_total // 10**9 == 671 and 11.5e9 < mtp_params(spec).total < 11.7e9
 
 
 def _nemotron_h_config(spec: ModelSpec):

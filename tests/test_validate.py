@@ -93,6 +93,11 @@ def test_layouts_the_worker_lacks_are_refused_with_the_reason():
     moe = "mixtral-8x7b"
     with pytest.raises(SpecError, match="mixture-of-experts layers run with tp 1"):
         native_job(presets.models()[moe], presets.clusters()["dgx-h100"], 8, {"framework": "torchtitan"}, {"tp": 2})
+    v3, lite = presets.models()["deepseek-v3"], presets.models()["deepseek-v2-lite"]
+    with pytest.raises(SpecError, match="multi-token prediction modules are not implemented in the worker"):
+        native_job(v3, presets.clusters()["dgx-h100"], 8, {"framework": "torchtitan"}, {"ep": 8})
+    with pytest.raises(SpecError, match="multi-head latent attention runs with tp 1 and cp 1"):
+        native_job(lite, presets.clusters()["dgx-h100"], 8, {"framework": "torchtitan"}, {"cp": 2})
 
 
 def test_run_description_names_the_checkpointed_layers():

@@ -69,6 +69,8 @@ BEYOND_AXES = {
     "fp8": ("llama", {"framework": "torchtitan", "precision": "fp8"}, {}),
     "compile": ("llama", {"framework": "torchtitan", "compile": True}, {}),
     "alibi": ("alibi", {"framework": "megatron"}, {}),
+    "mtp": ("mtp", {"framework": "megatron"}, {}),
+    "mla_tp_cp": ("mla", {"framework": "torchtitan"}, {"tp": 2}),
 }
 
 
@@ -189,11 +191,16 @@ def test_refused_plans_are_refused_with_a_stated_reason():
         assert name is not None, (c, str(error))
         assert "\n" not in str(error)
         met.add(name)
-    alibi = ModelSpec.model_validate({**TINY.model_dump(), "name": "tiny-alibi", "position_embedding": "alibi"})
+    beyond = {
+        "alibi": ModelSpec.model_validate({**TINY.model_dump(), "name": "tiny-alibi", "position_embedding": "alibi"}),
+        "mtp": ModelSpec.model_validate({**TINY.model_dump(), "name": "tiny-mtp", "mtp_layers": 1}),
+        "mla": ModelSpec.model_validate({**TINY.model_dump(), "name": "tiny-mla", "num_kv_heads": None, "mla": {
+            "kv_lora_rank": 16, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16}}),
+    }
     for name, (model, training, lay) in BEYOND_AXES.items():
-        spec = alibi if model == "alibi" else MODELS[model]
+        spec = beyond.get(model) or MODELS[model]
         with pytest.raises(SpecError) as e:
-            native_job(spec, CLUSTER, 1, {**TRAINING, **training}, lay)
+            native_job(spec, CLUSTER, lay.get("tp", 1), {**TRAINING, **training}, lay)
         assert refusal_name(e.value) == name, str(e.value)
         met.add(name)
     assert met == {r.name for r in REFUSALS}

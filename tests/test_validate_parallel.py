@@ -38,6 +38,17 @@ TINY_GEMMA = ModelSpec.model_validate({**TINY.model_dump(),
 # (their SequenceParallel placement under tp + sp)
 TINY_CHUNKED = ModelSpec.model_validate({**TINY.model_dump(), "name": "tiny-chunked", "attention_chunk_size": 8, "full_attention_every": 4,
                                          "nope_full_layers": True, "sandwich_norms": True})
+# DeepSeek-V3's family: multi-head latent attention (query bottleneck, d_qk 24 against d_v 16), a dense
+# first layer, then MoE layers with a shared expert and the sigmoid router, renormalised and scaled
+TINY_MLA = ModelSpec(name="tiny-mla", num_layers=4, hidden_size=64, ffn_hidden_size=128, num_attention_heads=4, vocab_size=128,
+                     max_position_embeddings=256,
+                     mla={"q_lora_rank": 32, "kv_lora_rank": 16, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16},
+                     moe=MoESpec(num_experts=4, top_k=2, expert_ffn_hidden_size=32, num_shared_experts=1, first_k_dense=1,
+                                 router_score="sigmoid", routed_scaling_factor=2.5, expert_bias=True))
+# Nemotron-4's family: squared-ReLU MLP, LayerNorm1P (as LayerNorm in the worker: the same parameters), GQA
+TINY_NEMOTRON = ModelSpec(name="tiny-nemotron", num_layers=2, hidden_size=64, ffn_hidden_size=256, num_attention_heads=4,
+                          num_kv_heads=2, vocab_size=128, max_position_embeddings=256, mlp="squared_relu", norm="layernorm",
+                          zero_centered_norm=True)
 TRAINING = {"framework": "torchtitan", "seq_len": 32, "global_batch_size": 8}
 STEPS, WARMUP, LR = 1, 1, 1e-3  # two optimizer steps; the profiler is on for PROFILED runs only (tests/test_validate.py runs it)
 
@@ -69,6 +80,8 @@ RUNS_2 = {
     "gpt_fsdp": _job(TINY_GPT, zero=3),  # tied embedding in FSDP's root unit
     "gemma_fsdp": _job(TINY_GEMMA, zero=3),  # sliding window, soft-capping, sinks, sandwich norms under FSDP2
     "chunked_tp_sp": _job(TINY_CHUNKED, tp=2),  # chunked and NoPE layers, sandwich norms under tensor + sequence parallel
+    "mla_ep": _job(TINY_MLA, ep=2),  # MLA layers and sigmoid-routed experts over 2 ranks, FSDP over the same 2
+    "nemotron_fsdp": _job(TINY_NEMOTRON, zero=3),
 }
 # bf16 as asked (not --fp32): a pipeline without FSDP, and DDP, both cast by autocast in the stage
 RUNS_2_BF16 = {

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cost_models.enums import MLPKind, NormKind, PositionKind
+from cost_models.enums import MLPKind, NormKind, PositionKind, RouterScore
 from cost_models.errors import SpecError
 from cost_models.model_spec import ModelSpec
 
@@ -26,6 +26,9 @@ ARCHITECTURES = {
     "gpt2": "GPT2LMHeadModel",
     "gpt_neox": "GPTNeoXForCausalLM",
     "bloom": "BloomForCausalLM",
+    "deepseek_v2": "DeepseekV2ForCausalLM",
+    "deepseek_v3": "DeepseekV3ForCausalLM",
+    "nemotron": "NemotronForCausalLM",
     "nemotron_h": "NemotronHForCausalLM",
     "gemma2": "Gemma2ForCausalLM",
     "gemma3_text": "Gemma3ForCausalLM",
@@ -44,6 +47,10 @@ def model_type(m: ModelSpec) -> str:
         return "gpt_oss"
     if m.attention_chunk_size is not None or m.nope_full_layers:
         return "llama4_text"
+    if m.mla is not None:
+        return "deepseek_v3" if m.moe is not None and m.moe.router_score is RouterScore.SIGMOID else "deepseek_v2"
+    if m.mlp is MLPKind.SQUARED_RELU:
+        return "nemotron"
     if m.position_embedding is PositionKind.ALIBI:
         return "bloom"
     if m.position_embedding is PositionKind.LEARNED:
@@ -164,6 +171,39 @@ def _moe(m: ModelSpec, kind: str) -> dict[str, Any]:
     return out
 
 
+def _deepseek(m: ModelSpec, kind: str) -> dict[str, Any]:
+    """DeepseekV3Config / DeepseekV2Config keys (planner/hf.py _deepseek reads them back). A dense
+    spec is written with first_k_dense_replace = num_layers."""
+    a, moe = m.mla, m.moe
+    assert a is not None
+    out: dict[str, Any] = {
+        "q_lora_rank": a.q_lora_rank, "kv_lora_rank": a.kv_lora_rank, "qk_nope_head_dim": a.qk_nope_head_dim,
+        "qk_rope_head_dim": a.qk_rope_head_dim, "v_head_dim": a.v_head_dim,
+    }
+    if kind == "deepseek_v3":
+        out["num_nextn_predict_layers"] = m.mtp_layers
+    if moe is None:
+        return out | {"first_k_dense_replace": m.num_layers}
+    grouped = moe.router_groups is not None
+    out |= {
+        "n_routed_experts": moe.num_experts, "num_experts_per_tok": moe.top_k, "moe_intermediate_size": moe.expert_ffn_hidden_size,
+        "n_shared_experts": moe.num_shared_experts, "first_k_dense_replace": moe.first_k_dense,
+        "n_group": moe.router_groups or 1, "topk_group": moe.router_group_top_k or 1,
+        "routed_scaling_factor": moe.routed_scaling_factor, "norm_topk_prob": moe.renormalize_top_k, "aux_loss_alpha": moe.aux_loss_coef,
+        "seq_aux": moe.sequence_aux_loss,
+    }
+    if kind == "deepseek_v2":
+        out["topk_method"] = "group_limited_greedy" if grouped else "greedy"
+    return out
+
+
+def _nemotron(m: ModelSpec) -> dict[str, Any]:
+    """NemotronConfig keys (planner/hf.py _nemotron reads them back)."""
+    body = _llama_like(m)
+    del body["rms_norm_eps"]
+    return body | {"hidden_act": "relu2", "norm_eps": m.norm_eps, "partial_rotary_factor": m.rotary_fraction, "mlp_bias": m.mlp_bias}
+
+
 def _gelu(m: ModelSpec, kind: str) -> dict[str, Any]:
     common = {"vocab_size": m.vocab_size, "tie_word_embeddings": m.tie_embeddings}
     if kind == "gpt2":
@@ -216,14 +256,26 @@ def hf_config(m: ModelSpec) -> dict[str, Any]:
     from planner.hf import model_from_hf
 
     kind = model_type(m)
+    if m.mtp_layers:
+        raise SpecError(
+            f"model {m.name!r}: transformers' DeepseekV3ForCausalLM builds no multi-token prediction module, so "
+            f"DeepSpeed's training script would train without its {m.mtp_layers} MTP layer(s); use --framework megatron "
+            "(Megatron-LM --mtp-num-layers), or a spec with mtp_layers = 0"
+        )
     if kind == "nemotron_h":
         body = _nemotron_h(m)
+    elif kind == "nemotron":
+        body = _nemotron(m)
+    elif kind in ("gpt2", "gpt_neox", "bloom"):
+        body = _gelu(m, kind)
     else:
-        body = _gelu(m, kind) if kind in ("gpt2", "gpt_neox", "bloom") else _llama_like(m)
+        body = _llama_like(m)
     if kind == "llama":
         body["mlp_bias"] = m.mlp_bias
     if kind in ("gemma2", "gemma3_text", "gpt_oss", "llama4_text"):
         body = {k: v for k, v in body.items() if k != "hidden_act"} | _local_family(m, kind)
+    elif kind.startswith("deepseek"):
+        body |= _deepseek(m, kind)
     elif m.moe is not None:
         body |= _moe(m, kind)
     config = {"architectures": [ARCHITECTURES[kind]], "model_type": kind, **body}

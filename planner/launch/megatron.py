@@ -104,6 +104,22 @@ def check(target: Target) -> None:
     if blocker:
         raise SpecError(f"model {m.name!r}: {blocker} has no Megatron flag (Megatron-LM@d98e8a64); use --framework deepspeed, "
                         "whose training script builds the Hugging Face model from config.json")
+    if m.moe is not None and m.moe.expert_bias and m.moe.router_score is not RouterScore.SIGMOID:
+        raise SpecError(
+            f"model {m.name!r}: Megatron's expert bias (aux-loss-free balancing) runs with the sigmoid router only "
+            "(Megatron-LM@d98e8a64 transformer_config.py L2617-2624)"
+        )
+    if m.mtp_layers and lay.pp_layout is not None:
+        raise SpecError(
+            f"layout: with {m.mtp_layers} MTP layer(s) Megatron's --pipeline-model-parallel-layout must place them "
+            "(pipeline_parallel_layer_layout.py L112-114), which --pp-layout cannot say; use --pp-first-layers / "
+            "--pp-last-layers (the MTP layers then go to the last stage)"
+        )
+    if m.mla is not None and (m.qkv_bias or m.out_bias):
+        raise SpecError(
+            f"model {m.name!r}: multi-latent attention with biases has no Megatron form: MLASelfAttention builds its "
+            "down projections without bias (Megatron-LM@d98e8a64 multi_latent_attention.py L537-600)"
+        )
     if m.position_embedding is PositionKind.ROPE:
         if not float(m.rope_theta).is_integer():
             raise SpecError(f"model {m.name!r}: rope_theta {m.rope_theta} is not a whole number; Megatron's --rotary-base is an int (ARG L2418)")
@@ -256,16 +272,16 @@ def _model(job: Job) -> list[Flag]:
     if m.mlp is MLPKind.SWIGLU:
         out.append(("--swiglu",))  # ARG L2450 (gelu is the default activation)
     elif m.mlp is MLPKind.SQUARED_RELU:
-        out.append(("--squared-relu",))  # ARG L2448 (argument_utils.py L320 sets the activation)
+        out.append(("--squared-relu",))  # ARG L2448 (activation_func squared_relu, argument_utils.py L320-322)
     norm = {NormKind.RMSNORM: "RMSNorm", NormKind.LAYERNORM: "LayerNorm"}
     out.append(("--normalization", norm[m.norm]))  # TC L256
     out.append(("--norm-epsilon", m.norm_eps))  # TC L201 layernorm_epsilon (arg_names --norm-epsilon), default 1e-5
+    if m.zero_centered_norm:
+        out.append(("--apply-layernorm-1p",))  # TC L206-207 layernorm_zero_centered_gamma (arg_names --apply-layernorm-1p)
     if m.qk_norm:
         out.append(("--qk-layernorm",))  # TC L259 qk_layernorm (uses --normalization)
     if m.qk_l2_norm:
         out.append(("--qk-l2-norm",))  # TC L262 qk_l2_norm, "llama 4-style qk L2 norm" (generated flag)
-    if m.zero_centered_norm:
-        out.append(("--apply-layernorm-1p",))  # TC L206 layernorm_zero_centered_gamma: scale by (1 + weight)
     if m.sliding_window is not None:
         # TC L247 window_size (left, right), ARG L2384 tuple_type "(l,r)": a query attends keys
         # [i − left, i + right]; the spec's window counts the query itself, so left = window − 1.
@@ -278,6 +294,28 @@ def _model(job: Job) -> list[Flag]:
         out.append(("--no-rope-freq", m.full_attention_every))
     if m.attention_sinks:
         out.append(("--softmax-type", "learnable"))  # TC L170: a learned offset logit per head (generated flag)
+    if m.mla is not None:
+        a = m.mla
+        out.append(("--multi-latent-attention",))  # TC L288 (pretrain_gpt then builds MLATransformerConfig, TC L3279)
+        if a.q_lora_rank is not None:
+            out.append(("--q-lora-rank", a.q_lora_rank))  # ARG L3548 (default None: one query projection)
+        out += [
+            ("--kv-lora-rank", a.kv_lora_rank),  # ARG L3550
+            ("--qk-head-dim", a.qk_nope_head_dim),  # ARG L3552 (the part without rope)
+            ("--qk-pos-emb-head-dim", a.qk_rope_head_dim),  # ARG L3554
+            ("--v-head-dim", a.v_head_dim),  # ARG L3556
+            # MLATransformerConfig.rope_type defaults to yarn (TC L3306); plain rotary as in pre-training
+            ("--rope-type", "rope"),  # ARG L2906
+            # rope fusion is on by default (ARG L2902-2905, store_false) and MLATransformerConfig
+            # refuses it with any rope type but yarn (TC L3345-3346)
+            ("--no-rope-fusion",),
+        ]
+        if not m.qk_norm:
+            # the latent norms: gpt_layer_specs.py L106-115 builds the up projections with their norm
+            # (column_parallel_layer_norm_linear) only under qk_layernorm, else the norms are IdentityOp
+            out.append(("--qk-layernorm",))  # TC L259
+    if m.mtp_layers:
+        out.append(("--mtp-num-layers", m.mtp_layers))  # TC L68 (loss weight mtp_loss_scaling_factor, default 0.1, TC L75)
     if not m.tie_embeddings:
         out.append(("--untie-embeddings-and-output-weights",))  # ARG L2460
     if not m.out_bias:
@@ -306,7 +344,8 @@ def _model(job: Job) -> list[Flag]:
             ("--moe-router-score-function", str(moe.router_score)),  # TC L808 (softmax | sigmoid | sqrtsoftplus)
             # Load balancing: GShard/Switch aux loss (ARG L3532, the default type) with the model's
             # coefficient; megatron-core's default coefficient is 0, no balancing (ARG L3536, TC L875).
-            ("--moe-router-load-balancing-type", "aux_loss"),
+            # seq_aux_loss: the same loss per sequence (DeepSeek-V3), one of ARG L3532's choices
+            ("--moe-router-load-balancing-type", "seq_aux_loss" if moe.sequence_aux_loss else "aux_loss"),
             ("--moe-aux-loss-coeff", moe.aux_loss_coef),
         ]
         if moe.router_score is RouterScore.SOFTMAX and not moe.renormalize_top_k:
@@ -317,6 +356,11 @@ def _model(job: Job) -> list[Flag]:
             out.append(("--moe-z-loss-coeff", moe.z_loss_coef))  # TC L880 (default None: no z-loss)
         if moe.router_groups is not None:
             out += [("--moe-router-num-groups", moe.router_groups), ("--moe-router-group-topk", moe.router_group_top_k)]  # TC L780, L796
+        if moe.routed_scaling_factor != 1.0:
+            out.append(("--moe-router-topk-scaling-factor", moe.routed_scaling_factor))  # TC L804 (moe_utils.py L933-934)
+        if moe.expert_bias:
+            # aux-loss-free balancing, bias update rate 1e-3 (TC L821; DeepSeek-V3 report Sec. 4.2: 0.001)
+            out.append(("--moe-router-enable-expert-bias",))  # TC L816
         if moe.capacity_factor is not None:
             out.append(("--moe-expert-capacity-factor", moe.capacity_factor))  # TC L917 (default None: dropless)
         if moe.num_shared_experts:

@@ -80,6 +80,13 @@ def titan_model(target: Target) -> TitanModel:
     """The registry entry for the plan's model: --torchtitan-model, else the preset of the same shape."""
     opts, model = target.options, target.job.model
     v03 = opts.torchtitan_version is TitanVersion.V03
+    if model.mlp is MLPKind.SQUARED_RELU or (model.zero_centered_norm and model.norm is NormKind.LAYERNORM):
+        # torchtitan 0.3.0's language models (torchtitan/models/: llama3, qwen3, qwen3_5, deepseek_v3,
+        # kimi_k2_7, gpt_oss) have no squared-ReLU MLP and no LayerNorm1P
+        raise SpecError(
+            f"model {model.name!r}: torchtitan has no Nemotron-4 model (squared-ReLU MLP, LayerNorm1P); "
+            "Megatron-LM runs it (--squared-relu --apply-layernorm-1p): use --framework megatron"
+        )
     if opts.torchtitan_model is not None:
         if not _NAME.fullmatch(opts.torchtitan_model):
             form = "MODULE:CONFIG, e.g. llama3:llama3_8b" if v03 else "NAME:FLAVOR, e.g. llama3:8B"
@@ -110,6 +117,7 @@ def generation_blocker(m: ModelSpec) -> str | None:
     q/k norm, no dropout (torchtitan/models/llama3/__init__.py _build_llama3_layers and
     models/common: Linear bias False, FusedQKVLinear, FeedForward w1/w2/w3)."""
     checks = [
+        (m.mla is not None, "multi-head latent attention: torchtitan's deepseek_v3 module has it, e.g. deepseek_v3:deepseek_v3_671b"),
         (m.moe is not None, "mixture of experts"),
         (m.position_embedding is not PositionKind.ROPE, f"{m.position_embedding} positions"),
         (m.norm is not NormKind.RMSNORM, f"{m.norm}"),

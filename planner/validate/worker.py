@@ -303,28 +303,92 @@ class Attention(nn.Module):
         return self.wo(out.transpose(1, 2).reshape(b, s, -1))
 
 
-class MLP(nn.Module):
-    """SwiGLU as gate (w1), up (w3) and down (w2) matrices, torchtitan's names; GELU as w1, w2."""
+class MLAttention(nn.Module):
+    """Multi-head latent attention (DeepSeek-V2/V3; torchtitan's deepseek_v3 names): wq_a, q_norm,
+    wq_b (or one wq), wkv_a (the latent and the rope key shared by all heads), kv_norm, wkv_b (each
+    head's key part without rope and its value), wo; rotary on the rope parts only."""
 
-    def __init__(self, h: int, ffn: int, swiglu: bool, bias: bool, act: str = "silu"):
+    def __init__(self, m: dict, attention: str, selective: bool):
+        super().__init__()
+        a, h, n = m["mla"], m["hidden"], m["heads"]
+        self.a, self.kind, self.selective, self.heads = a, attention, selective, n
+        self.qk = a["nope"] + a["rope"]
+        if a["q_lora"] is None:
+            self.wq = nn.Linear(h, n * self.qk, bias=False)
+        else:
+            self.wq_a = nn.Linear(h, a["q_lora"], bias=m["qkv_bias"])
+            self.q_norm = Norm(a["q_lora"], m["norm"])
+            self.wq_b = nn.Linear(a["q_lora"], n * self.qk, bias=False)
+        self.wkv_a = nn.Linear(h, a["kv_lora"] + a["rope"], bias=m["qkv_bias"])
+        self.kv_norm = Norm(a["kv_lora"], m["norm"])
+        self.wkv_b = nn.Linear(a["kv_lora"], n * (a["nope"] + a["v"]), bias=False)
+        self.wo = nn.Linear(n * a["v"], h, bias=m["out_bias"])
+        self.dropout = m.get("attention_dropout", 0.0)
+        self.cp = None  # the planner refuses MLA under cp (slices.unsupported)
+
+    def _core(self, q, k, v):
+        if self.kind == "eager":
+            s = q.shape[-2]
+            scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.qk)
+            scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+            return F.dropout(torch.softmax(scores, dim=-1), self.dropout, self.training) @ v
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True)
+
+    def forward(self, x):
+        a, n = self.a, self.heads
+        b, s, _ = x.shape
+        q = self.wq(x) if a["q_lora"] is None else self.wq_b(self.q_norm(self.wq_a(x)))
+        q_nope, q_rope = q.view(b, s, n, self.qk).split([a["nope"], a["rope"]], dim=-1)
+        latent, k_rope = self.wkv_a(x).split([a["kv_lora"], a["rope"]], dim=-1)
+        k_nope, v = self.wkv_b(self.kv_norm(latent)).view(b, s, n, -1).split([a["nope"], a["v"]], dim=-1)
+        cos, sin = rope_tables(torch.arange(s, device=x.device), a["rope"], q.dtype)
+        q_rope = q_rope * cos + _rotate_half(q_rope) * sin
+        k_rope = k_rope[:, :, None, :] * cos + _rotate_half(k_rope[:, :, None, :]) * sin
+        q = torch.cat([q_nope, q_rope], dim=-1).transpose(1, 2)
+        k = torch.cat([k_nope, k_rope.expand(b, s, n, a["rope"])], dim=-1).transpose(1, 2)
+        v = v.transpose(1, 2)
+        if self.selective:
+            out = torch.utils.checkpoint.checkpoint(self._core, q, k, v, use_reentrant=False)
+        else:
+            out = self._core(q, k, v)
+        return self.wo(out.transpose(1, 2).reshape(b, s, -1))
+
+
+def activation(x, kind: str):
+    """The MLP activation by the spec's mlp kind: of the gate for SwiGLU (silu) and GeGLU
+    (tanh-approximated GELU, Gemma), of the one matrix for GELU and squared ReLU (Nemotron-4)."""
+    if kind == "squared_relu":
+        return torch.pow(F.relu(x), 2)
+    if kind == "swiglu":
+        return F.silu(x)
+    if kind == "geglu":
+        return F.gelu(x, approximate="tanh")
+    return F.gelu(x)
+
+
+class MLP(nn.Module):
+    """SwiGLU and GeGLU as gate (w1), up (w3) and down (w2) matrices, torchtitan's names; GELU or
+    squared ReLU as w1, w2. `act` is the spec's mlp kind (activation)."""
+
+    def __init__(self, h: int, ffn: int, swiglu: bool, bias: bool, act: str = "gelu"):
         super().__init__()
         self.w1 = nn.Linear(h, ffn, bias=bias)
         self.w2 = nn.Linear(ffn, h, bias=bias)
         self.w3 = nn.Linear(h, ffn, bias=bias) if swiglu else None
-        self.act = act  # the gate's activation: silu (SwiGLU) or tanh-approximated gelu (Gemma's GeGLU)
+        self.act = act
 
     def forward(self, x):
         if self.w3 is not None:
-            gate = F.silu(self.w1(x)) if self.act == "silu" else F.gelu(self.w1(x), approximate="tanh")
-            return self.w2(gate * self.w3(x))
-        return self.w2(F.gelu(self.w1(x)))
+            return self.w2(activation(self.w1(x), self.act) * self.w3(x))
+        return self.w2(activation(self.w1(x), self.act))
 
 
 class Experts(nn.Module):
     """The routed experts held by one ep rank, stacked: w1/w3 (E_local, h, ffn), w2 (E_local, ffn, h)."""
 
-    def __init__(self, n: int, h: int, ffn: int, swiglu: bool, bias: bool):
+    def __init__(self, n: int, h: int, ffn: int, swiglu: bool, bias: bool, act: str = "gelu"):
         super().__init__()
+        self.act = act
         self.w1 = nn.Parameter(torch.empty(n, h, ffn))
         self.w2 = nn.Parameter(torch.empty(n, ffn, h))
         self.w3 = nn.Parameter(torch.empty(n, h, ffn)) if swiglu else None
@@ -339,35 +403,45 @@ class Experts(nn.Module):
         for e, xe in enumerate(x.split(splits)):
             a = xe @ self.w1[e] + (self.b1[e] if self.b1 is not None else 0)
             if self.w3 is not None:
-                a = F.silu(a) * (xe @ self.w3[e] + (self.b3[e] if self.b3 is not None else 0))
+                a = activation(a, self.act) * (xe @ self.w3[e] + (self.b3[e] if self.b3 is not None else 0))
             else:
-                a = F.gelu(a)
+                a = activation(a, self.act)
             outs.append(a @ self.w2[e] + (self.b2[e] if self.b2 is not None else 0))
         return torch.cat(outs)
 
 
 class MoE(nn.Module):
-    """Router (softmax, top-k, weights not renormalised: Mixtral/torch_model), routed experts split
+    """Router (softmax, top-k, weights not renormalised: Mixtral/torch_model; or DeepSeek-V3's sigmoid
+    scores, renormalised and scaled), routed experts split
     over ep, and shared experts. With ep > 1 the routed token copies are sorted by expert and sent to
     the expert's rank with an all-to-all, and the outputs come back with the reverse one."""
 
     def __init__(self, m: dict, ep: int):
         super().__init__()
         moe, h = m["moe"], m["hidden"]
-        swiglu = m["mlp"] == "swiglu"
+        swiglu = m["mlp"] in ("swiglu", "geglu")
         self.num_experts, self.top_k, self.ep = moe["experts"], moe["top_k"], ep
         self.local = moe["experts"] // ep
         self.router = nn.Linear(h, moe["experts"], bias=moe.get("router_bias", False))
-        self.experts = Experts(self.local, h, moe["ffn"], swiglu, m["mlp_bias"])
-        self.shared = nn.ModuleList(MLP(h, moe["shared_ffn"], swiglu, m["mlp_bias"]) for _ in range(moe["shared"]))
+        self.experts = Experts(self.local, h, moe["ffn"], swiglu, m["mlp_bias"], m["mlp"])
+        self.shared = nn.ModuleList(MLP(h, moe["shared_ffn"], swiglu, m["mlp_bias"], m["mlp"]) for _ in range(moe["shared"]))
+        # sigmoid scores, renormalised over the chosen experts and scaled (DeepSeek-V3's router; its
+        # group limit and balancing bias change which experts a token visits, not the work)
+        self.sigmoid = moe.get("score") == "sigmoid"
+        self.renormalize, self.scale = moe.get("renormalize", False), moe.get("scale", 1.0)
         self.shared_gate = nn.Linear(h, 1, bias=False) if moe["shared_gate"] else None
         self.ep_group = None
 
     def forward(self, x):
         b, s, h = x.shape
         flat = x.reshape(-1, h)
-        probs = torch.softmax(self.router(flat).float(), dim=-1)
+        logits = self.router(flat).float()
+        probs = torch.sigmoid(logits) if self.sigmoid else torch.softmax(logits, dim=-1)
         weights, chosen = probs.topk(self.top_k, dim=-1)
+        if self.sigmoid and self.renormalize:
+            weights = weights / weights.sum(-1, keepdim=True)
+        if self.scale != 1.0:
+            weights = weights * self.scale
         order = chosen.reshape(-1).argsort(stable=True)
         token = order // self.top_k
         routed = flat[token]  # token copies sorted by expert
@@ -408,13 +482,15 @@ class Block(nn.Module):
         super().__init__()
         self.dropout = m.get("hidden_dropout", 0.0)
         self.attn_norm = _norm(m["hidden"], m)
-        self.attn = Attention(m, run.get("attention", "flash"), run["recompute"]["selective"], layer_id)
+        if m.get("mla"):
+            self.attn = MLAttention(m, run.get("attention", "flash"), run["recompute"]["selective"])
+        else:
+            self.attn = Attention(m, run.get("attention", "flash"), run["recompute"]["selective"], layer_id)
         self.mlp_norm = _norm(m["hidden"], m)
         if layer_id in m["moe_layers"]:
             self.mlp = MoE(m, run["mesh"]["ep"])
         else:
-            gated = m["mlp"] in ("swiglu", "geglu")
-            self.mlp = MLP(m["hidden"], m["ffn"], gated, m["mlp_bias"], "gelu" if m["mlp"] == "geglu" else "silu")
+            self.mlp = MLP(m["hidden"], m["ffn"], m["mlp"] in ("swiglu", "geglu"), m["mlp_bias"], m["mlp"])
         # Gemma's sandwich norms: the attention and MLP outputs are normed before the residual add
         sandwich = m.get("sandwich_norms", False)
         self.post_attn_norm = _norm(m["hidden"], m) if sandwich else None

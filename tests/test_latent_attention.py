@@ -1,0 +1,96 @@
+"""Multi-head latent attention, multi-token prediction and squared ReLU in the cost model: GEMM shapes
+against the parameter count (checked against transformers in test_params.py), per-rank placement,
+and where the MTP modules go. Hand-worked arithmetic in the comments."""
+
+from __future__ import annotations
+
+import pytest
+
+from cost_models.flops import attention_gemms, core_attention, layer_gemms, model_flops_per_token, mtp_gemms
+from cost_models.model_spec import LayerKind
+from cost_models.params import mla_params, model_params, mtp_params
+from cost_models.states import local_layer_params, rank_params
+from cost_models.step_time import time_estimate
+from planner import presets
+from tests.helpers import make_job
+
+V3 = presets.models()["deepseek-v3"]
+TRAINING = {"seq_len": 4096, "global_batch_size": 64}
+
+
+def test_mla_gemms_run_every_projection_once_per_token():
+    """Without tp each projection is one GEMM over the t tokens, so the forward FLOPs of the
+    projections are 2·t·(their weight elements): the MLA parameters less the two latent norms."""
+    job = make_job(V3, gpus=64, ep=64, training=TRAINING)
+    t = 4096
+    a = V3.mla
+    weights = mla_params(V3).total - a.q_lora_rank - a.kv_lora_rank
+    assert sum(g.flop for g in attention_gemms(job)) == 2 * t * weights
+
+
+def test_mla_under_tp_splits_heads_and_keeps_the_down_projections_whole():
+    """tp 8 with sequence parallel: the replicated down projections read t/8 tokens each rank
+    (h x (q_lora + kv_lora + rope) = 7168 x 2112), the up and output projections 1/8 of the heads on
+    all t tokens."""
+    job = make_job(V3, gpus=64, tp=8, ep=8, training=TRAINING)
+    by = {g.name: g for g in attention_gemms(job)}
+    t, h, n = 4096, 7168, 128 // 8
+    assert (by["q_down"].m, by["q_down"].n, by["q_down"].k) == (t // 8, 1536, h)
+    assert (by["kv_down"].m, by["kv_down"].n, by["kv_down"].k) == (t // 8, 512 + 64, h)
+    assert (by["qkv"].m, by["qkv"].n, by["qkv"].k) == (t, n * 192, 1536)
+    assert (by["kv_up"].m, by["kv_up"].n, by["kv_up"].k) == (t, n * (128 + 128), 512)
+    assert (by["out_proj"].m, by["out_proj"].n, by["out_proj"].k) == (t, h, n * 128)
+    # the rank's attention parameters: replicated down projections and norms, split up/out projections
+    full, per_rank = mla_params(V3), local_layer_params(job, 0).dense
+    replicated = full.value("q/q_a") + full.value("q/q_a_norm") + full.value("kv_a") + full.value("kv_a_norm")
+    split = full.value("q/q_b") + full.value("kv_b") + full.value("out_weight")
+    norms, mlp = 2 * h, 3 * h * 18432 // 8
+    assert per_rank == replicated + split // 8 + norms + mlp
+
+
+def test_core_attention_counts_query_key_and_value_widths_apart():
+    """QKᵀ over d_qk = 192 and PV over d_v = 128: 2·q·k·192 + 2·q·k·128 = 4·q·k·160 per head."""
+    job = make_job(V3, gpus=64, ep=64, training=TRAINING)
+    a = core_attention(job)
+    assert a.head_dim == 160
+    assert a.flop == pytest.approx(2 * 128 * 4096 * 4096 * (192 + 128) * a.causal_fraction)
+
+
+def test_mtp_modules_run_on_the_last_stage():
+    """pp 2 (layers 30/31): the last rank holds the MTP layer (an MoE layer, like layer 60), its
+    three norms and the h x 2h projection, and runs the output layer twice per micro-batch."""
+    job = make_job(V3, gpus=128, pp=2, ep=64, zero=1, recompute="full", pp_first_stage_layers=30, training=TRAINING)
+    h = 7168
+    last = rank_params(job, 1)
+    without = job.model.model_copy(update={"mtp_layers": 0})
+    base = rank_params(make_job(without, gpus=128, pp=2, ep=64, zero=1, recompute="full", pp_first_stage_layers=30, training=TRAINING), 1)
+    moe_layer = local_layer_params(job, 60)
+    assert last.value("layers") - base.value("layers") == moe_layer.dense + 3 * h + 2 * h * h
+    assert last.value("experts") - base.value("experts") == moe_layer.expert
+    assert rank_params(job, 0).total == rank_params(make_job(without, gpus=128, pp=2, ep=64, zero=1, recompute="full",
+                                                            pp_first_stage_layers=30, training=TRAINING), 0).total
+    (eh,) = mtp_gemms(job)
+    assert (eh.m, eh.n, eh.k) == (4096, h, 2 * h)
+    est, est0 = time_estimate(job), time_estimate(make_job(without, gpus=128, pp=2, ep=64, zero=1, recompute="full",
+                                                            pp_first_stage_layers=30, training=TRAINING))
+    assert est.stages[0].microbatch_s == est0.stages[0].microbatch_s
+    assert est.stages[1].microbatch_s > est0.stages[1].microbatch_s
+
+
+def test_model_flops_count_the_mtp_module():
+    """6·(its active parameters + one more output layer) + 12·H·Q·T for its layer, per token."""
+    h, v, s = 7168, 129280, 4096
+    without = V3.model_copy(update={"mtp_layers": 0})
+    extra = model_flops_per_token(V3, s) - model_flops_per_token(without, s)
+    assert extra == 6 * (mtp_params(V3, active=True).total + v * h) + 12 * 128 * 160 * s
+
+
+def test_squared_relu_mlp_has_two_matrices():
+    """Nemotron-4 340B: fc1 h->f and fc2 f->h (no gate), so the MLP's forward FLOPs per token are
+    2·2·h·f; its parameters 2·h·f (no biases)."""
+    m = presets.models()["nemotron-4-340b"]
+    job = make_job(m, gpus=8, tp=8, training=TRAINING)
+    mlp = [g for g in layer_gemms(job, LayerKind()) if g.name.startswith("mlp_")]
+    h, f = 18432, 73728
+    assert sum(g.flop for g in mlp) == 2 * 4096 * 2 * h * f // 8
+    assert model_params(m).value("dense_layers/mlp") == 96 * 2 * h * f
