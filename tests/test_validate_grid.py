@@ -71,6 +71,7 @@ BEYOND_AXES = {
     "alibi": ("alibi", {"framework": "megatron"}, {}),
     "mtp": ("mtp", {"framework": "megatron"}, {}),
     "mla_tp_cp": ("mla", {"framework": "torchtitan"}, {"tp": 2}),
+    "tp_sinks": ("sinks", {"framework": "megatron"}, {"tp": 2}),
 }
 
 
@@ -196,6 +197,7 @@ def test_refused_plans_are_refused_with_a_stated_reason():
         "mtp": ModelSpec.model_validate({**TINY.model_dump(), "name": "tiny-mtp", "mtp_layers": 1}),
         "mla": ModelSpec.model_validate({**TINY.model_dump(), "name": "tiny-mla", "num_kv_heads": None, "mla": {
             "kv_lora_rank": 16, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16}}),
+        "sinks": ModelSpec.model_validate({**TINY.model_dump(), "name": "tiny-sinks", "attention_sinks": True}),
     }
     for name, (model, training, lay) in BEYOND_AXES.items():
         spec = beyond.get(model) or MODELS[model]
