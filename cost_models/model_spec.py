@@ -458,6 +458,14 @@ class ModelSpec(Spec):
         return self.full_attention_every is None or (i + 1) % self.full_attention_every != 0
 
     def layer_kind(self, i: int) -> LayerKind:
+        return self.kinds_by_layer[i]
+
+    @cached_property
+    def kinds_by_layer(self) -> tuple[LayerKind, ...]:
+        """Each decoder layer's kind, in order (the cost model asks for them per layer and job)."""
+        return tuple(self._layer_kind(i) for i in range(self.num_layers))
+
+    def _layer_kind(self, i: int) -> LayerKind:
         if self.hybrid_pattern is not None:
             return _HYBRID_KINDS[self.hybrid_pattern[i]]
         local = self.is_local_layer(i)
