@@ -91,7 +91,8 @@ def _rope(cfg: dict[str, Any], *, theta: float) -> dict[str, Any]:
 
 
 def _llama_like(cfg: dict[str, Any], *, eps: float = 1e-6, theta: float = 10000.0, **extra: Any) -> dict[str, Any]:
-    """LlamaConfig / MistralConfig / Qwen2Config: RMSNorm, SwiGLU, rotary."""
+    """LlamaConfig / MistralConfig / Qwen2Config: RMSNorm, SwiGLU, rotary (GPT-OSS and Llama 4 text too,
+    with the fields they set apart given in `extra`)."""
     heads = _get(cfg, "num_attention_heads")
     out = dict(
         num_layers=_get(cfg, "num_hidden_layers"),
@@ -556,30 +557,17 @@ def _gpt_oss(cfg: dict[str, Any]) -> dict[str, Any]:
         router_bias=True,
         aux_loss_coef=_opt(cfg, "router_aux_loss_coef", 0.001),
     )
-    heads = _get(cfg, "num_attention_heads")
-    return dict(
-        num_layers=layers,
-        hidden_size=_get(cfg, "hidden_size"),
-        ffn_hidden_size=_get(cfg, "intermediate_size"),
-        num_attention_heads=heads,
-        num_kv_heads=_opt(cfg, "num_key_value_heads", 0) or heads,
+    return _llama_like(
+        cfg, eps=1e-5, theta=150000.0,
         head_dim=_opt(cfg, "head_dim", 0) or 64,
-        vocab_size=_get(cfg, "vocab_size"),
         max_position_embeddings=_get(cfg, "max_position_embeddings", default=131072),
-        tie_embeddings=_opt(cfg, "tie_word_embeddings", False),
-        mlp=MLPKind.SWIGLU,
-        norm=NormKind.RMSNORM,
-        position_embedding=PositionKind.ROPE,
         qkv_bias=bias,
         out_bias=bias,
         mlp_bias=True,
-        attention_dropout=_opt(cfg, "attention_dropout", 0.0),
-        norm_eps=_opt(cfg, "rms_norm_eps", 1e-5),
         sliding_window=_opt(cfg, "sliding_window", 128),
         full_attention_every=_layer_types(cfg, layers, "sliding_attention", 2),
         attention_sinks=True,
         moe=moe,
-        **_rope(cfg, theta=150000.0),
     )
 
 
@@ -624,32 +612,17 @@ def _llama4_text(cfg: dict[str, Any]) -> dict[str, Any]:
         raise SpecError("config.json: layer_types must be chunked_attention on the rotary layers (no_rope_layers) and full_attention elsewhere")
     chunk = _opt(cfg, "attention_chunk_size", 8192)
     every = _period(cfg, [bool(r) for r in rope_flags], "no_rope_layers")
-    heads = _get(cfg, "num_attention_heads")
-    bias = _opt(cfg, "attention_bias", False)
-    return dict(
-        num_layers=layers,
-        hidden_size=_get(cfg, "hidden_size"),
+    return _llama_like(
+        cfg, eps=1e-5, theta=500000.0,
         ffn_hidden_size=_get(cfg, "intermediate_size_mlp"),
-        num_attention_heads=heads,
-        num_kv_heads=_opt(cfg, "num_key_value_heads", 0) or heads,
         head_dim=_opt(cfg, "head_dim", 0) or 128,
-        vocab_size=_get(cfg, "vocab_size"),
         max_position_embeddings=_get(cfg, "max_position_embeddings", default=131072),
-        tie_embeddings=_opt(cfg, "tie_word_embeddings", False),
-        mlp=MLPKind.SWIGLU,
-        norm=NormKind.RMSNORM,
-        position_embedding=PositionKind.ROPE,
-        qkv_bias=bias,
-        out_bias=bias,
-        attention_dropout=_opt(cfg, "attention_dropout", 0.0),
-        norm_eps=_opt(cfg, "rms_norm_eps", 1e-5),
         attention_chunk_size=chunk,
         full_attention_every=every,
         nope_full_layers=every is not None,
         qk_l2_norm=_opt(cfg, "use_qk_norm", True),
         attn_temperature_tuning=bool(cfg.get("attn_temperature_tuning", True)),
         moe=moe,
-        **_rope(cfg, theta=500000.0),
     )
 
 
