@@ -210,6 +210,7 @@ FLAGS = [
     # sweep sizes: each count is a full search
     (["sweep", M, "--cluster", "dgx-h100", "--gpus", ",".join(str(8 * i) for i in range(1, 10001))], "58,613 characters"),
     (["sweep", M, "--cluster", "dgx-h100", "--gpus", ",".join(str(8 * i) for i in range(1, 34))], "--gpus: 33 counts; a sweep takes at most 32"),
+    (["sweep", M, "--cluster", "dgx-h100", "--gpus", "1..99999999999"], "--gpus: 99,999,999,999 GPUs; a cluster spec takes at most 16,777,216"),
     (["sweep", M, "--cluster", "dgx-h100", "--gpus", f"8..{2**40}"], "--gpus: 1,099,511,627,776 GPUs; a cluster spec takes at most 16,777,216"),
     (["sweep", M, "--cluster", "dgx-h100", "--gpus", "8,99999999"], "--gpus: 99,999,999 GPUs"),
     # hardware: precisions a GPU cannot run
