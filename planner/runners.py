@@ -4,11 +4,13 @@ the cost model, return a result object. The CLI only renders what these return."
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from pydantic import ValidationError
 
 from cost_models.calibration import DEFAULT, Calibration
+from cost_models.errors import SpecError
 from cost_models.hardware import Cluster
 from cost_models.job import Job
 from cost_models.layout import Layout
@@ -17,7 +19,6 @@ from cost_models.rules import resolve
 from cost_models.step_time import TimeEstimate, time_estimate
 from cost_models.training import TrainingSpec
 from cost_models.units import TFLOP
-from cost_models.errors import SpecError
 from planner.errors import spec_error
 from planner.loaders import load_cluster, load_model
 
@@ -124,8 +125,6 @@ class Outlook:
     gpu_mtbf_hours: float | None = None
 
     def check(self) -> None:
-        from cost_models.errors import SpecError
-
         for name, value in (("--tokens", self.tokens), ("--gpu-hour-cost", self.gpu_hour_cost),
                             ("--ckpt-write-gbps", self.ckpt_write_gb_per_s), ("--gpu-mtbf-hours", self.gpu_mtbf_hours)):
             if value is not None and not (value > 0 and value != float("inf")):
@@ -248,7 +247,7 @@ class PlanReport:
     headroom: float = DEFAULT_HEADROOM
     outlook: Outlook = Outlook()
 
-    @property
+    @cached_property
     def plans(self) -> list[EstimateReport]:
         return [EstimateReport(memory=MemoryReport(job=p.job, estimate=p.memory), time=p.time, outlook=self.outlook)
                 for p in self.result.plans]
@@ -305,7 +304,6 @@ def run_plan(
     hints: bool = True,
     outlook: Outlook = Outlook(),
 ) -> PlanReport:
-    from cost_models.errors import SpecError
     from cost_models.rules import problem_violations
     from planner.search import search
     from planner.space import Problem, default_global_batch, parse_fixes
