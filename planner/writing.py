@@ -22,6 +22,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 from cost_models.errors import SpecError
 from planner.files import shown
@@ -106,9 +107,7 @@ def write_file(path: Path, data: bytes, *, what: str, mode: int = 0o644) -> None
         fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
         tmp = Path(name)
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            _write_synced(f, data)
         tmp.chmod(mode & ~_umask())
         os.replace(tmp, path)
         tmp = None
@@ -117,6 +116,13 @@ def write_file(path: Path, data: bytes, *, what: str, mode: int = 0o644) -> None
     finally:
         if tmp is not None:
             tmp.unlink(missing_ok=True)
+
+
+def _write_synced(f: BinaryIO, data: bytes) -> None:
+    """All of `data`, on the disk before the rename that publishes it (a full disk fails here)."""
+    f.write(data)
+    f.flush()
+    os.fsync(f.fileno())
 
 
 def _umask() -> int:
@@ -178,9 +184,7 @@ def write_dir(out: Path, files: dict[str, tuple[bytes, int]], *, force: bool, wh
         for name, (data, mode) in files.items():
             path = staging / name
             with open(path, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+                _write_synced(f, data)
             path.chmod(mode & ~umask)
         if out.is_dir() and not any(out.iterdir()):
             for name in files:
