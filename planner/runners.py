@@ -15,7 +15,7 @@ from cost_models.hardware import Cluster
 from cost_models.job import Job
 from cost_models.layout import Layout
 from cost_models.memory import DEFAULT_HEADROOM, MemoryEstimate, check_headroom, memory_estimate
-from cost_models.rules import resolve
+from cost_models.rules import expert_axes_given, notes, problem_violations, resolve
 from cost_models.step_time import TimeEstimate, time_estimate
 from cost_models.training import TrainingSpec
 from cost_models.units import TFLOP
@@ -46,8 +46,6 @@ def build_job(model: str, cluster: str, gpus: int, *, training: dict[str, Any], 
     model_spec, cluster_obj, training_spec = load_specs(model, cluster, gpus, training)
     lay_fields = {k: v for k, v in layout.items() if v is not None}
     if flags:
-        from cost_models.rules import expert_axes_given
-
         expert_axes_given(model_spec, lay_fields, "--")
     try:
         layout_spec = Layout.model_validate(lay_fields)
@@ -212,8 +210,6 @@ class EstimateReport:
             "peak_tflops_per_gpu": t.peak_flop_per_s / TFLOP,
         }
         doc["bottleneck"] = t.bottleneck
-        from cost_models.rules import notes
-
         doc["notes"] = notes(self.job)
         doc["checkpoint"] = self.reliability.to_json()
         if self.cost is not None:
@@ -304,7 +300,6 @@ def run_plan(
     hints: bool = True,
     outlook: Outlook = Outlook(),
 ) -> PlanReport:
-    from cost_models.rules import problem_violations
     from planner.search import search
     from planner.space import Problem, default_global_batch, parse_fixes
 
@@ -315,8 +310,6 @@ def run_plan(
     if spec.global_batch_size is None:
         spec = spec.model_copy(update=dict(global_batch_size=default_global_batch(spec.seq_len)))
     fixed = parse_fixes(fixes)
-    from cost_models.rules import expert_axes_given
-
     expert_axes_given(model_spec, fixed, "--fix ")
     problem = Problem(model_spec, cluster_obj, spec, fixed=fixed, allow_cross_node_tp=allow_cross_node_tp)
     broken = problem_violations(model_spec, cluster_obj, spec)
