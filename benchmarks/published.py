@@ -536,7 +536,8 @@ def _mlperf(entry: dict) -> Mapped:
         raise Skip("NVFP4 GEMMs: Precision has no fp4")
     notes = ["Megatron-core with Transformer Engine: cuDNN fused attention, fp8 delayed/current tensorwise scaling",
              "CUDA graphs and NCCL tuning of the submission are not modelled"]
-    if m["layers"] == 96:
+    gpt3 = m["layers"] == 96  # the GPT-3 175B benchmark; the others are the Llama-3.1 ones
+    if gpt3:
         model = _gpt_model(entry, vocab=m["vocab"], tied=True)
         notes.append("GPT-3 175B as the benchmark configures it: LayerNorm, biases, learned positions, GELU, tied embeddings")
     else:
@@ -551,7 +552,7 @@ def _mlperf(entry: dict) -> Mapped:
     # NVIDIA/benchmarks/llama31_405b/implementations/eos-dfw_n256_ngc25.01_nemo/pretrain.py:252,355;
     # training_results_v5.1@441d65f4 NVIDIA/benchmarks/llama31_8b/implementations/nemo/pretrain.py and
     # Cisco/benchmarks/llama31_8b/implementations/nemo/pretrain.py:254,356). GPT-3's NeMo 1 code is not read here.
-    bf16_grads = m["layers"] != 96
+    bf16_grads = not gpt3
     if bf16_grads:
         notes.append("gradients kept and reduced in bf16 (the NeMo code's grad_reduce_in_fp32=False)")
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.FP8,
