@@ -212,9 +212,9 @@ def split_note(job: Any) -> str:
     lay = job.layout
     if lay.pp == 1:
         return ""
+    counted = _counted_as_layers(lay)
     how = ("layout " + lay.pp_layout if lay.pp_layout is not None else
-           " and ".join(x for x, on in (("embedding", lay.account_for_embedding), ("loss", lay.account_for_loss)) if on)
-           + " counted as layers" if lay.account_for_embedding or lay.account_for_loss else "")
+           " and ".join(counted) + " counted as layers" if counted else "")
     if not how and lay.pp_first_stage_layers is None and lay.pp_last_stage_layers is None:
         return ""
     counts = [len(job.stage_layer_ids(r)) for r in range(lay.pp)]
@@ -229,8 +229,13 @@ def split_tag(lay: Any) -> str:
         return f"[{lay.pp_first_stage_layers or '-'}/{lay.pp_last_stage_layers or '-'}]"
     if lay.pp_layout is not None:
         return "[layout]"
-    counted = "+".join(x for x, on in (("E", lay.account_for_embedding), ("L", lay.account_for_loss)) if on)
+    counted = "+".join(x[0].upper() for x in _counted_as_layers(lay))
     return f"[{counted}]" if counted else ""
+
+
+def _counted_as_layers(lay: Any) -> list[str]:
+    """What Megatron's account-for flags count as pipeline layers: the embedding and/or the loss."""
+    return [x for x, on in (("embedding", lay.account_for_embedding), ("loss", lay.account_for_loss)) if on]
 
 
 def short_layout(job: Any) -> str:
