@@ -491,3 +491,17 @@ def test_hf_settings_the_spec_drops_are_refused(tmp_path, fixture, framework, se
         lines = [ln for ln in result.output.splitlines() if ln.strip()]
         assert result.exit_code == 2 and len(lines) == 1 and message in lines[0], result.output
         assert not out.exists()
+
+
+def test_mtp_with_a_pipeline_layout_is_a_refused_layout():
+    """--pp-layout has no m (MTP) character here, so an MTP model's explicit layout is refused as a
+    layout (the search skips it), and the same model with --pp-first-layers is launched."""
+    from helpers import LLAMA_TINY, make_job
+
+    from cost_models.errors import LayoutError
+    from planner.launch.build import launch_refusal
+
+    mtp = LLAMA_TINY.model_copy(update={"name": "tiny-mtp", "mtp_layers": 1})
+    refused = launch_refusal(make_job(mtp, gpus=16, pp=2, pp_layout="Ett|ttL", training=dict(framework="megatron")))
+    assert isinstance(refused, LayoutError) and "MTP layer(s)" in str(refused)
+    assert launch_refusal(make_job(mtp, gpus=16, pp=2, pp_first_stage_layers=2, training=dict(framework="megatron"))) is None
