@@ -187,11 +187,11 @@ def _deepseek(cfg: dict[str, Any], *, v3: bool) -> dict[str, Any]:
     topk_group), renormalised per norm_topk_prob, times routed_scaling_factor
     (DeepseekV3TopkRouter); V2 softmax scores, group-limited only for topk_method
     "group_limited_greedy" (DeepseekV2TopkRouter). The q/kv down projections and o_proj carry
-    attention_bias. Defaults (v5.23.0): V3 q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim
+    attention_bias. Defaults (v5.23.0): V3 intermediate_size 18432, q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim
     128, qk_rope_head_dim 64, v_head_dim 128, n_routed_experts 256, n_shared_experts 1,
     moe_intermediate_size 2048, num_experts_per_tok 8, n_group 8, topk_group 4,
     first_k_dense_replace 3, routed_scaling_factor 2.5, norm_topk_prob true, num_mtp_layers
-    (num_nextn_predict_layers) 1, max_position_embeddings 4096; V2 the same MLA sizes,
+    (num_nextn_predict_layers) 1, max_position_embeddings 4096; V2 intermediate_size 11008, the same MLA sizes,
     n_routed_experts 64, n_shared_experts 2, moe_intermediate_size 1407, first_k_dense_replace 0,
     routed_scaling_factor 1.0, norm_topk_prob false, topk_method "greedy", max_position_embeddings
     2048; both rms_norm_eps 1e-6, rope_theta 10000. DeepSeek's aux_loss_alpha and seq_aux (not
@@ -231,15 +231,16 @@ def _deepseek(cfg: dict[str, Any], *, v3: bool) -> dict[str, Any]:
         # config.json has no key and its report, Sec. 2.1.2, balances per sequence)
         sequence_aux_loss=_opt(cfg, "seq_aux", True),
     )
-    rope_cfg = dict(cfg)
-    if rope_cfg.get("intermediate_size") is None:
-        rope_cfg["intermediate_size"] = 18432 if v3 else 11008
+    # the config _llama_like reads: intermediate_size defaulted (the class default, above), YaRN dropped
+    base = dict(cfg)
+    if base.get("intermediate_size") is None:
+        base["intermediate_size"] = 18432 if v3 else 11008
     scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
     if isinstance(scaling, dict) and scaling.get("rope_type", scaling.get("type")) == "yarn":
-        rope_cfg.pop("rope_scaling", None)
-        rope_cfg["rope_parameters"] = {"rope_theta": scaling.get("rope_theta", cfg.get("rope_theta", 10000.0))}
-    out = _llama_like(
-        rope_cfg,
+        base.pop("rope_scaling", None)
+        base["rope_parameters"] = {"rope_theta": scaling.get("rope_theta", cfg.get("rope_theta", 10000.0))}
+    return _llama_like(
+        base,
         num_kv_heads=None,
         head_dim=None,
         max_position_embeddings=_get(cfg, "max_position_embeddings", default=4096 if v3 else 2048),
@@ -248,7 +249,6 @@ def _deepseek(cfg: dict[str, Any], *, v3: bool) -> dict[str, Any]:
         moe=moe,
         mtp_layers=_opt(cfg, "num_nextn_predict_layers", _opt(cfg, "num_mtp_layers", 1)) if v3 else 0,
     )
-    return out
 
 
 def _deepseek_v3(cfg: dict[str, Any]) -> dict[str, Any]:
