@@ -471,28 +471,18 @@ def _gelu_tanh(cfg: dict[str, Any]) -> MLPKind:
 def _gemma_common(cfg: dict[str, Any], *, defaults: dict[str, Any]) -> dict[str, Any]:
     """Gemma2Config / Gemma3TextConfig: four RMSNorms per layer scaling by (1 + weight), gated
     GELU-tanh MLP without biases, embedding scaled by sqrt(hidden_size), tied output layer,
-    q/k/v/o biases per attention_bias, scores scaled by query_pre_attn_scalar^-1/2 (default 256)."""
-    heads = _get(cfg, "num_attention_heads")
+    q/k/v/o biases per attention_bias, scores scaled by query_pre_attn_scalar^-1/2 (default 256);
+    _llama_like's fields with Gemma's own as overrides."""
     if cfg.get("use_bidirectional_attention"):
         raise SpecError("config.json: use_bidirectional_attention is an encoder setting; only causal decoders are planned")
-    bias = _opt(cfg, "attention_bias", False)
-    return dict(
-        num_layers=_get(cfg, "num_hidden_layers"),
-        hidden_size=_get(cfg, "hidden_size"),
-        ffn_hidden_size=_get(cfg, "intermediate_size"),
-        num_attention_heads=heads,
+    return _llama_like(
+        cfg,
         num_kv_heads=_opt(cfg, "num_key_value_heads", 0) or 4,  # class default 4
         head_dim=_opt(cfg, "head_dim", 0) or 256,  # class default 256
-        vocab_size=_get(cfg, "vocab_size"),
         max_position_embeddings=_get(cfg, "max_position_embeddings", default=defaults["max_position_embeddings"]),
         tie_embeddings=_opt(cfg, "tie_word_embeddings", True),
         mlp=_gelu_tanh(cfg),
-        norm=NormKind.RMSNORM,
-        position_embedding=PositionKind.ROPE,
-        qkv_bias=bias,
-        out_bias=bias,
-        attention_dropout=_opt(cfg, "attention_dropout", 0.0),
-        norm_eps=_opt(cfg, "rms_norm_eps", 1e-6),
+        mlp_bias=False,
         sliding_window=_opt(cfg, "sliding_window", 4096),
         attn_logit_softcap=_nullable(cfg, "attn_logit_softcapping", defaults["attn_logit_softcapping"]),
         final_logit_softcap=_nullable(cfg, "final_logit_softcapping", defaults["final_logit_softcapping"]),
@@ -505,10 +495,11 @@ def _gemma_common(cfg: dict[str, Any], *, defaults: dict[str, Any]) -> dict[str,
 
 def _gemma2(cfg: dict[str, Any]) -> dict[str, Any]:
     # Gemma2Config (transformers v5.23.0): layer_types default sliding on even layers ((i + 1) % 2),
-    # sliding_window 4096, attn_logit_softcapping 50, final_logit_softcapping 30, max positions 8192
+    # sliding_window 4096, attn_logit_softcapping 50, final_logit_softcapping 30, max positions 8192,
+    # rope_theta 10000 (_llama_like's)
     out = _gemma_common(cfg, defaults=dict(max_position_embeddings=8192, attn_logit_softcapping=50.0, final_logit_softcapping=30.0))
     out["full_attention_every"] = _layer_types(cfg, out["num_layers"], "sliding_attention", 2)
-    return {**out, **_rope(cfg, theta=10000.0)}
+    return out
 
 
 def _gemma3_text(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -534,7 +525,7 @@ def _gemma3_text(cfg: dict[str, Any]) -> dict[str, Any]:
     else:
         rope = _rope(cfg, theta=1e6)
         local_theta = _opt(cfg, "rope_local_base_freq", 1e4)
-    return {**out, **rope, "rope_local_theta": local_theta, "qk_norm": True}
+    return {**out, "rope_scaling": None, **rope, "rope_local_theta": local_theta, "qk_norm": True}
 
 
 def _gpt_oss(cfg: dict[str, Any]) -> dict[str, Any]:
