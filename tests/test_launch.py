@@ -427,7 +427,8 @@ def _cluster_file(tmp_path: Path, **changes) -> str:
 def test_fabric_environment_and_devices(tmp_path, fabric, lines):
     changes = {"fabric": fabric, "efa_devices_per_node": 32 if fabric == "efa" else None}
     cluster = _cluster_file(tmp_path, **changes)
-    files = run_launch("llama-3.1-8b", cluster, 16, training={"framework": "megatron"}, layout={"tp": 2, "zero": 1}).files
+    launch = run_launch("llama-3.1-8b", cluster, 16, training={"framework": "megatron"}, layout={"tp": 2, "zero": 1})
+    files = launch.files
     text = files["train.sh"].text
     assert all(line in text for line in lines)
     assert ("FI_PROVIDER" in text) is (fabric == "efa") and ("# Fabric:" in text) is (fabric != "unspecified")
@@ -439,8 +440,7 @@ def test_fabric_environment_and_devices(tmp_path, fabric, lines):
     expected = {"nvidia.com/gpu": 8, **({"vpc.amazonaws.com/efa": 32} if fabric == "efa" else {})}
     assert limits == [expected, expected]
     # the directory runs: train.sh with the EFA exports is valid bash and reaches torchrun
-    run_train_sh(write(run_launch("llama-3.1-8b", cluster, 16, training={"framework": "megatron"}, layout={"tp": 2, "zero": 1}),
-                       tmp_path / "launch"), tmp_path)
+    run_train_sh(write(launch, tmp_path / "launch"), tmp_path)
 
 
 def test_efa_needs_its_device_count(tmp_path):
