@@ -387,20 +387,15 @@ def _nemotron_h(cfg: dict[str, Any]) -> dict[str, Any]:
         raise SpecError("config.json: nemotron_h multi-token prediction layers (num_nextn_predict_layers > 0) are not supported")
     heads = _opt(cfg, "num_attention_heads", 32)
 
-    def first(*keys: str, default: Any) -> Any:
-        for k in keys:
-            if cfg.get(k) is not None:
-                return _opt(cfg, k, default)
-        return default
-
     mamba = dict(
         num_heads=_opt(cfg, "mamba_num_heads", 128),
         head_dim=_opt(cfg, "mamba_head_dim", 64),
         state_size=_opt(cfg, "ssm_state_size", 128),
-        num_groups=first("mamba_n_groups", "n_groups", default=8),
-        conv_kernel=first("mamba_d_conv", "conv_kernel", default=4),
-        chunk_size=first("mamba_chunk_size", "chunk_size", default=128),
-        conv_bias=first("mamba_conv_bias", "use_conv_bias", default=True),
+        # NemotronHConfig.__init__: a mamba_* key, where given, wins over its plain name
+        num_groups=_get(cfg, "mamba_n_groups", "n_groups", default=8),
+        conv_kernel=_get(cfg, "mamba_d_conv", "conv_kernel", default=4),
+        chunk_size=_get(cfg, "mamba_chunk_size", "chunk_size", default=128),
+        conv_bias=_opt(cfg, "mamba_conv_bias" if cfg.get("mamba_conv_bias") is not None else "use_conv_bias", True),
         proj_bias=_opt(cfg, "use_bias", False),
     )
     act = cfg.get("mlp_hidden_act", "relu2")
