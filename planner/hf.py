@@ -584,7 +584,7 @@ def _llama4_text(cfg: dict[str, Any]) -> dict[str, Any]:
         top_k=_opt(cfg, "num_experts_per_tok", 1),
         expert_ffn_hidden_size=ffn,
         num_shared_experts=1,
-        router_score="sigmoid",
+        router_score=RouterScore.SIGMOID,
         renormalize_top_k=False,
         aux_loss_coef=_opt(cfg, "router_aux_loss_coef", 0.001),
         **placement,
