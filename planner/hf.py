@@ -187,11 +187,11 @@ def _deepseek(cfg: dict[str, Any], *, v3: bool) -> dict[str, Any]:
     topk_group), renormalised per norm_topk_prob, times routed_scaling_factor
     (DeepseekV3TopkRouter); V2 softmax scores, group-limited only for topk_method
     "group_limited_greedy" (DeepseekV2TopkRouter). The q/kv down projections and o_proj carry
-    attention_bias. Defaults (v5.23.0): V3 q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim
+    attention_bias. Defaults (v5.23.0): V3 intermediate_size 18432, q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim
     128, qk_rope_head_dim 64, v_head_dim 128, n_routed_experts 256, n_shared_experts 1,
     moe_intermediate_size 2048, num_experts_per_tok 8, n_group 8, topk_group 4,
     first_k_dense_replace 3, routed_scaling_factor 2.5, norm_topk_prob true, num_mtp_layers
-    (num_nextn_predict_layers) 1, max_position_embeddings 4096; V2 the same MLA sizes,
+    (num_nextn_predict_layers) 1, max_position_embeddings 4096; V2 intermediate_size 11008, the same MLA sizes,
     n_routed_experts 64, n_shared_experts 2, moe_intermediate_size 1407, first_k_dense_replace 0,
     routed_scaling_factor 1.0, norm_topk_prob false, topk_method "greedy", max_position_embeddings
     2048; both rms_norm_eps 1e-6, rope_theta 10000. DeepSeek's aux_loss_alpha and seq_aux (not
@@ -231,15 +231,16 @@ def _deepseek(cfg: dict[str, Any], *, v3: bool) -> dict[str, Any]:
         # config.json has no key and its report, Sec. 2.1.2, balances per sequence)
         sequence_aux_loss=_opt(cfg, "seq_aux", True),
     )
-    rope_cfg = dict(cfg)
-    if rope_cfg.get("intermediate_size") is None:
-        rope_cfg["intermediate_size"] = 18432 if v3 else 11008
+    # the config _llama_like reads: intermediate_size defaulted (the class default, above), YaRN dropped
+    base = dict(cfg)
+    if base.get("intermediate_size") is None:
+        base["intermediate_size"] = 18432 if v3 else 11008
     scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
     if isinstance(scaling, dict) and scaling.get("rope_type", scaling.get("type")) == "yarn":
-        rope_cfg.pop("rope_scaling", None)
-        rope_cfg["rope_parameters"] = {"rope_theta": scaling.get("rope_theta", cfg.get("rope_theta", 10000.0))}
-    out = _llama_like(
-        rope_cfg,
+        base.pop("rope_scaling", None)
+        base["rope_parameters"] = {"rope_theta": scaling.get("rope_theta", cfg.get("rope_theta", 10000.0))}
+    return _llama_like(
+        base,
         num_kv_heads=None,
         head_dim=None,
         max_position_embeddings=_get(cfg, "max_position_embeddings", default=4096 if v3 else 2048),
@@ -248,7 +249,6 @@ def _deepseek(cfg: dict[str, Any], *, v3: bool) -> dict[str, Any]:
         moe=moe,
         mtp_layers=_opt(cfg, "num_nextn_predict_layers", _opt(cfg, "num_mtp_layers", 1)) if v3 else 0,
     )
-    return out
 
 
 def _deepseek_v3(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -387,20 +387,15 @@ def _nemotron_h(cfg: dict[str, Any]) -> dict[str, Any]:
         raise SpecError("config.json: nemotron_h multi-token prediction layers (num_nextn_predict_layers > 0) are not supported")
     heads = _opt(cfg, "num_attention_heads", 32)
 
-    def first(*keys: str, default: Any) -> Any:
-        for k in keys:
-            if cfg.get(k) is not None:
-                return _opt(cfg, k, default)
-        return default
-
     mamba = dict(
         num_heads=_opt(cfg, "mamba_num_heads", 128),
         head_dim=_opt(cfg, "mamba_head_dim", 64),
         state_size=_opt(cfg, "ssm_state_size", 128),
-        num_groups=first("mamba_n_groups", "n_groups", default=8),
-        conv_kernel=first("mamba_d_conv", "conv_kernel", default=4),
-        chunk_size=first("mamba_chunk_size", "chunk_size", default=128),
-        conv_bias=first("mamba_conv_bias", "use_conv_bias", default=True),
+        # NemotronHConfig.__init__: a mamba_* key, where given, wins over its plain name
+        num_groups=_get(cfg, "mamba_n_groups", "n_groups", default=8),
+        conv_kernel=_get(cfg, "mamba_d_conv", "conv_kernel", default=4),
+        chunk_size=_get(cfg, "mamba_chunk_size", "chunk_size", default=128),
+        conv_bias=_opt(cfg, "mamba_conv_bias" if cfg.get("mamba_conv_bias") is not None else "use_conv_bias", True),
         proj_bias=_opt(cfg, "use_bias", False),
     )
     act = cfg.get("mlp_hidden_act", "relu2")
@@ -471,28 +466,18 @@ def _gelu_tanh(cfg: dict[str, Any]) -> MLPKind:
 def _gemma_common(cfg: dict[str, Any], *, defaults: dict[str, Any]) -> dict[str, Any]:
     """Gemma2Config / Gemma3TextConfig: four RMSNorms per layer scaling by (1 + weight), gated
     GELU-tanh MLP without biases, embedding scaled by sqrt(hidden_size), tied output layer,
-    q/k/v/o biases per attention_bias, scores scaled by query_pre_attn_scalar^-1/2 (default 256)."""
-    heads = _get(cfg, "num_attention_heads")
+    q/k/v/o biases per attention_bias, scores scaled by query_pre_attn_scalar^-1/2 (default 256);
+    _llama_like's fields with Gemma's own as overrides."""
     if cfg.get("use_bidirectional_attention"):
         raise SpecError("config.json: use_bidirectional_attention is an encoder setting; only causal decoders are planned")
-    bias = _opt(cfg, "attention_bias", False)
-    return dict(
-        num_layers=_get(cfg, "num_hidden_layers"),
-        hidden_size=_get(cfg, "hidden_size"),
-        ffn_hidden_size=_get(cfg, "intermediate_size"),
-        num_attention_heads=heads,
+    return _llama_like(
+        cfg,
         num_kv_heads=_opt(cfg, "num_key_value_heads", 0) or 4,  # class default 4
         head_dim=_opt(cfg, "head_dim", 0) or 256,  # class default 256
-        vocab_size=_get(cfg, "vocab_size"),
         max_position_embeddings=_get(cfg, "max_position_embeddings", default=defaults["max_position_embeddings"]),
         tie_embeddings=_opt(cfg, "tie_word_embeddings", True),
         mlp=_gelu_tanh(cfg),
-        norm=NormKind.RMSNORM,
-        position_embedding=PositionKind.ROPE,
-        qkv_bias=bias,
-        out_bias=bias,
-        attention_dropout=_opt(cfg, "attention_dropout", 0.0),
-        norm_eps=_opt(cfg, "rms_norm_eps", 1e-6),
+        mlp_bias=False,
         sliding_window=_opt(cfg, "sliding_window", 4096),
         attn_logit_softcap=_nullable(cfg, "attn_logit_softcapping", defaults["attn_logit_softcapping"]),
         final_logit_softcap=_nullable(cfg, "final_logit_softcapping", defaults["final_logit_softcapping"]),
@@ -505,10 +490,11 @@ def _gemma_common(cfg: dict[str, Any], *, defaults: dict[str, Any]) -> dict[str,
 
 def _gemma2(cfg: dict[str, Any]) -> dict[str, Any]:
     # Gemma2Config (transformers v5.23.0): layer_types default sliding on even layers ((i + 1) % 2),
-    # sliding_window 4096, attn_logit_softcapping 50, final_logit_softcapping 30, max positions 8192
+    # sliding_window 4096, attn_logit_softcapping 50, final_logit_softcapping 30, max positions 8192,
+    # rope_theta 10000 (_llama_like's)
     out = _gemma_common(cfg, defaults=dict(max_position_embeddings=8192, attn_logit_softcapping=50.0, final_logit_softcapping=30.0))
     out["full_attention_every"] = _layer_types(cfg, out["num_layers"], "sliding_attention", 2)
-    return {**out, **_rope(cfg, theta=10000.0)}
+    return out
 
 
 def _gemma3_text(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -534,7 +520,7 @@ def _gemma3_text(cfg: dict[str, Any]) -> dict[str, Any]:
     else:
         rope = _rope(cfg, theta=1e6)
         local_theta = _opt(cfg, "rope_local_base_freq", 1e4)
-    return {**out, **rope, "rope_local_theta": local_theta, "qk_norm": True}
+    return {**out, "rope_scaling": None, **rope, "rope_local_theta": local_theta, "qk_norm": True}
 
 
 def _gpt_oss(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -598,7 +584,7 @@ def _llama4_text(cfg: dict[str, Any]) -> dict[str, Any]:
         top_k=_opt(cfg, "num_experts_per_tok", 1),
         expert_ffn_hidden_size=ffn,
         num_shared_experts=1,
-        router_score="sigmoid",
+        router_score=RouterScore.SIGMOID,
         renormalize_top_k=False,
         aux_loss_coef=_opt(cfg, "router_aux_loss_coef", 0.001),
         **placement,

@@ -427,7 +427,8 @@ def _cluster_file(tmp_path: Path, **changes) -> str:
 def test_fabric_environment_and_devices(tmp_path, fabric, lines):
     changes = {"fabric": fabric, "efa_devices_per_node": 32 if fabric == "efa" else None}
     cluster = _cluster_file(tmp_path, **changes)
-    files = run_launch("llama-3.1-8b", cluster, 16, training={"framework": "megatron"}, layout={"tp": 2, "zero": 1}).files
+    launch = run_launch("llama-3.1-8b", cluster, 16, training={"framework": "megatron"}, layout={"tp": 2, "zero": 1})
+    files = launch.files
     text = files["train.sh"].text
     assert all(line in text for line in lines)
     assert ("FI_PROVIDER" in text) is (fabric == "efa") and ("# Fabric:" in text) is (fabric != "unspecified")
@@ -439,8 +440,7 @@ def test_fabric_environment_and_devices(tmp_path, fabric, lines):
     expected = {"nvidia.com/gpu": 8, **({"vpc.amazonaws.com/efa": 32} if fabric == "efa" else {})}
     assert limits == [expected, expected]
     # the directory runs: train.sh with the EFA exports is valid bash and reaches torchrun
-    run_train_sh(write(run_launch("llama-3.1-8b", cluster, 16, training={"framework": "megatron"}, layout={"tp": 2, "zero": 1}),
-                       tmp_path / "launch"), tmp_path)
+    run_train_sh(write(launch, tmp_path / "launch"), tmp_path)
 
 
 def test_efa_needs_its_device_count(tmp_path):
@@ -491,3 +491,17 @@ def test_hf_settings_the_spec_drops_are_refused(tmp_path, fixture, framework, se
         lines = [ln for ln in result.output.splitlines() if ln.strip()]
         assert result.exit_code == 2 and len(lines) == 1 and message in lines[0], result.output
         assert not out.exists()
+
+
+def test_mtp_with_a_pipeline_layout_is_a_refused_layout():
+    """--pp-layout has no m (MTP) character here, so an MTP model's explicit layout is refused as a
+    layout (the search skips it), and the same model with --pp-first-layers is launched."""
+    from helpers import LLAMA_TINY, make_job
+
+    from cost_models.errors import LayoutError
+    from planner.launch.build import launch_refusal
+
+    mtp = LLAMA_TINY.model_copy(update={"name": "tiny-mtp", "mtp_layers": 1})
+    refused = launch_refusal(make_job(mtp, gpus=16, pp=2, pp_layout="Ett|ttL", training=dict(framework="megatron")))
+    assert isinstance(refused, LayoutError) and "MTP layer(s)" in str(refused)
+    assert launch_refusal(make_job(mtp, gpus=16, pp=2, pp_first_stage_layers=2, training=dict(framework="megatron"))) is None

@@ -138,26 +138,15 @@ def test_mtp_module_counted_apart():
     assert spec.params_total // 10**9 == 671 and 11.5e9 < mtp_params(spec).total < 11.7e9
 
 
-def _nemotron_h_config(spec: ModelSpec):
-    """transformers' NemotronHConfig with a preset's fields (the keys the reader in planner/hf.py reads)."""
-    mb = spec.mamba
-    assert mb is not None
-    return transformers.NemotronHConfig(
-        hybrid_override_pattern=spec.hybrid_pattern, hidden_size=spec.hidden_size, intermediate_size=spec.ffn_hidden_size,
-        num_attention_heads=spec.num_attention_heads, num_key_value_heads=spec.kv_heads, head_dim=spec.head_size,
-        vocab_size=spec.vocab_size, tie_word_embeddings=spec.tie_embeddings, mamba_num_heads=mb.num_heads,
-        mamba_head_dim=mb.head_dim, ssm_state_size=mb.state_size, n_groups=mb.num_groups, conv_kernel=mb.conv_kernel,
-        use_conv_bias=mb.conv_bias, use_bias=mb.proj_bias, mlp_bias=spec.mlp_bias,
-    )
-
-
 @pytest.mark.parametrize("name", ["nemotron-h-8b", "nemotron-h-56b"])
 def test_nemotron_h_presets_match_transformers(name):
     # 8B: 8,100,852,736 and 56B: 56,324,350,464 parameters, each layer kind counted by transformers'
     # NemotronHForCausalLM (v5.23.0) on the meta device.
+    from planner.launch.hf_config import hf_config
+
     spec = presets.models()[name]
-    with torch.device("meta"):
-        model = transformers.NemotronHForCausalLM(_nemotron_h_config(spec))
+    with torch.device("meta"):  # the config.json DeepSpeed's launch writes for the preset
+        model = transformers.NemotronHForCausalLM(transformers.AutoConfig.for_model(**hf_config(spec)))
     assert spec.params_total == sum(p.numel() for p in model.parameters())
     mixer = next(m for m in model.modules() if type(m).__name__ == "NemotronHMamba2Mixer")
     from cost_models.params import mamba_params

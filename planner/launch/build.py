@@ -63,17 +63,16 @@ def checkpoint_steps(report: EstimateReport) -> tuple[int, float]:
 PRESET_HF_SETTINGS: dict[str, dict[str, Any]] = {"mistral-7b": {"model_type": "mistral", "sliding_window": 4096}}
 
 
-def check_hf_source(job) -> None:
+def check_hf_source(job: Job) -> None:
     """Refuse a model read from a Hugging Face config.json that sets what the spec does not carry,
     where the launch would train another model: sliding-window attention shorter than the sequence
     (Mistral-7B-v0.1: sliding_window 4096; transformers' MistralConfig applies it unless
     use_sliding_window is false, the Qwen2 switch), and GPT-NeoX's parallel residual (default true in
     transformers' GPTNeoXConfig) for Megatron, whose layers add attention and MLP one after the
     other. DeepSpeed's config.json is a gpt_neox config, whose default keeps the parallel residual."""
+    from planner import presets
     from planner.files import read_mapping
     from planner.hf import is_hf_config
-
-    from planner import presets
 
     m, seq = job.model, job.training.seq_len
     path = Path(m.source)

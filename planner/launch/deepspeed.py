@@ -118,7 +118,6 @@ def fill_in(target: Target) -> list[str]:
     ]
 
 
-
 def files(target: Target) -> dict[str, File]:
     config = ds_config(target)
     model = hf_config(target.job.model)

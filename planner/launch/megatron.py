@@ -110,7 +110,7 @@ def check(target: Target) -> None:
             "(Megatron-LM@d98e8a64 transformer_config.py L2617-2624)"
         )
     if m.mtp_layers and lay.pp_layout is not None:
-        raise SpecError(
+        raise LayoutError(
             f"layout: with {m.mtp_layers} MTP layer(s) Megatron's --pipeline-model-parallel-layout must place them "
             "(pipeline_parallel_layer_layout.py L112-114), which --pp-layout cannot say; use --pp-first-layers / "
             "--pp-last-layers (the MTP layers then go to the last stage)"
