@@ -232,6 +232,31 @@ def ring_attention(q, k, v, group, scale):
     return _RingFlashAttention.apply(q, k, v, group, scale)
 
 
+def attention_core(q, k, v, *, eager: bool, scale: float, dropout: float, training: bool,
+                   window: int | None = None, chunk: int | None = None, softcap: float | None = None, sinks=None):
+    """Causal attention of (b, heads, s, d) queries, keys and values, within the last `window` tokens
+    or the query's `chunk` when given (local_mask): torch SDPA, or explicit scores when eager,
+    soft-capped or with sinks."""
+    s = q.shape[-2]
+    if eager or softcap is not None or sinks is not None:
+        # explicit scores: soft-capping c·tanh(x/c) and sinks have no SDPA form
+        scores = (q @ k.transpose(-2, -1)) * scale
+        if softcap is not None:
+            scores = softcap * torch.tanh(scores / softcap)
+        scores = scores.masked_fill(~local_mask(s, window, chunk, q.device), float("-inf"))
+        if sinks is not None:
+            sink = sinks.to(scores.dtype)[None, :, None, None].expand(*scores.shape[:-1], 1)
+            probs = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
+        else:
+            probs = torch.softmax(scores, dim=-1)
+        return F.dropout(probs, dropout, training) @ v
+    p = dropout if training else 0.0
+    if window is not None or chunk is not None:
+        mask = local_mask(s, window, chunk, q.device)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, scale=scale)
+    return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True, scale=scale)
+
+
 class Attention(nn.Module):
     def __init__(self, m: dict, attention: str, selective: bool, layer_id: int = 0):
         super().__init__()
@@ -259,25 +284,8 @@ class Attention(nn.Module):
     def _core(self, q, k, v):
         if self.cp is not None:
             return ring_attention(q, k, v, self.cp[0], self.scale)
-        s, local = q.shape[-2], self.window is not None or self.chunk is not None
-        if self.kind == "eager" or self.softcap is not None or self.sinks is not None:
-            # explicit scores: soft-capping c·tanh(x/c) and sinks have no SDPA form
-            scores = (q @ k.transpose(-2, -1)) * self.scale
-            if self.softcap is not None:
-                scores = self.softcap * torch.tanh(scores / self.softcap)
-            scores = scores.masked_fill(~local_mask(s, self.window, self.chunk, q.device), float("-inf"))
-            if self.sinks is not None:
-                sink = self.sinks.to(scores.dtype)[None, :, None, None].expand(*scores.shape[:-1], 1)
-                probs = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
-            else:
-                probs = torch.softmax(scores, dim=-1)
-            probs = F.dropout(probs, self.dropout, self.training)
-            return probs @ v
-        p = self.dropout if self.training else 0.0
-        if local:
-            mask = local_mask(s, self.window, self.chunk, q.device)
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, scale=self.scale)
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True, scale=self.scale)
+        return attention_core(q, k, v, eager=self.kind == "eager", scale=self.scale, dropout=self.dropout, training=self.training,
+                              window=self.window, chunk=self.chunk, softcap=self.softcap, sinks=self.sinks)
 
     def forward(self, x):
         b, s, _ = x.shape
@@ -327,12 +335,8 @@ class MLAttention(nn.Module):
         self.cp = None  # the planner refuses MLA under cp (slices.unsupported)
 
     def _core(self, q, k, v):
-        if self.kind == "eager":
-            s = q.shape[-2]
-            scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.qk)
-            scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
-            return F.dropout(torch.softmax(scores, dim=-1), self.dropout, self.training) @ v
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True)
+        return attention_core(q, k, v, eager=self.kind == "eager", scale=1.0 / math.sqrt(self.qk), dropout=self.dropout,
+                              training=self.training)
 
     def forward(self, x):
         a, n = self.a, self.heads
