@@ -358,6 +358,9 @@ class MLAttention(nn.Module):
         return self.wo(out.transpose(1, 2).reshape(b, s, -1))
 
 
+GATED = ("swiglu", "geglu")  # mlp kinds with a gate matrix beside the up matrix
+
+
 def activation(x, kind: str):
     """The MLP activation by the spec's mlp kind: of the gate for SwiGLU (silu) and GeGLU
     (tanh-approximated GELU, Gemma), of the one matrix for GELU and squared ReLU (Nemotron-4)."""
@@ -374,11 +377,11 @@ class MLP(nn.Module):
     """SwiGLU and GeGLU as gate (w1), up (w3) and down (w2) matrices, torchtitan's names; GELU or
     squared ReLU as w1, w2. `act` is the spec's mlp kind (activation)."""
 
-    def __init__(self, h: int, ffn: int, swiglu: bool, bias: bool, act: str = "gelu"):
+    def __init__(self, h: int, ffn: int, act: str, bias: bool):
         super().__init__()
         self.w1 = nn.Linear(h, ffn, bias=bias)
         self.w2 = nn.Linear(ffn, h, bias=bias)
-        self.w3 = nn.Linear(h, ffn, bias=bias) if swiglu else None
+        self.w3 = nn.Linear(h, ffn, bias=bias) if act in GATED else None
         self.act = act
 
     def forward(self, x):
@@ -390,15 +393,16 @@ class MLP(nn.Module):
 class Experts(nn.Module):
     """The routed experts held by one ep rank, stacked: w1/w3 (E_local, h, ffn), w2 (E_local, ffn, h)."""
 
-    def __init__(self, n: int, h: int, ffn: int, swiglu: bool, bias: bool, act: str = "gelu"):
+    def __init__(self, n: int, h: int, ffn: int, act: str, bias: bool):
         super().__init__()
         self.act = act
+        gated = act in GATED
         self.w1 = nn.Parameter(torch.empty(n, h, ffn))
         self.w2 = nn.Parameter(torch.empty(n, ffn, h))
-        self.w3 = nn.Parameter(torch.empty(n, h, ffn)) if swiglu else None
+        self.w3 = nn.Parameter(torch.empty(n, h, ffn)) if gated else None
         self.b1 = nn.Parameter(torch.zeros(n, ffn)) if bias else None
         self.b2 = nn.Parameter(torch.zeros(n, h)) if bias else None
-        self.b3 = nn.Parameter(torch.zeros(n, ffn)) if bias and swiglu else None
+        self.b3 = nn.Parameter(torch.zeros(n, ffn)) if bias and gated else None
 
     def forward(self, x, splits: list[int]):
         """Token rows grouped by local expert (`splits` rows each) -> each expert's output, same order.
@@ -423,12 +427,11 @@ class MoE(nn.Module):
     def __init__(self, m: dict, ep: int):
         super().__init__()
         moe, h = m["moe"], m["hidden"]
-        swiglu = m["mlp"] in ("swiglu", "geglu")
         self.num_experts, self.top_k, self.ep = moe["experts"], moe["top_k"], ep
         self.local = moe["experts"] // ep
         self.router = nn.Linear(h, moe["experts"], bias=moe.get("router_bias", False))
-        self.experts = Experts(self.local, h, moe["ffn"], swiglu, m["mlp_bias"], m["mlp"])
-        self.shared = nn.ModuleList(MLP(h, moe["shared_ffn"], swiglu, m["mlp_bias"], m["mlp"]) for _ in range(moe["shared"]))
+        self.experts = Experts(self.local, h, moe["ffn"], m["mlp"], m["mlp_bias"])
+        self.shared = nn.ModuleList(MLP(h, moe["shared_ffn"], m["mlp"], m["mlp_bias"]) for _ in range(moe["shared"]))
         # sigmoid scores, renormalised over the chosen experts and scaled (DeepSeek-V3's router; its
         # group limit and balancing bias change which experts a token visits, not the work)
         self.sigmoid = moe.get("score") == "sigmoid"
@@ -494,7 +497,7 @@ class Block(nn.Module):
         if layer_id in m["moe_layers"]:
             self.mlp = MoE(m, run["mesh"]["ep"])
         else:
-            self.mlp = MLP(m["hidden"], m["ffn"], m["mlp"] in ("swiglu", "geglu"), m["mlp_bias"], m["mlp"])
+            self.mlp = MLP(m["hidden"], m["ffn"], m["mlp"], m["mlp_bias"])
         # Gemma's sandwich norms: the attention and MLP outputs are normed before the residual add
         sandwich = m.get("sandwich_norms", False)
         self.post_attn_norm = _norm(m["hidden"], m) if sandwich else None
