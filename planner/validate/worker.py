@@ -325,10 +325,10 @@ class MLAttention(nn.Module):
             self.wq = nn.Linear(h, n * self.qk, bias=False)
         else:
             self.wq_a = nn.Linear(h, a["q_lora"], bias=m["qkv_bias"])
-            self.q_norm = Norm(a["q_lora"], m["norm"])
+            self.q_norm = _norm(a["q_lora"], m)
             self.wq_b = nn.Linear(a["q_lora"], n * self.qk, bias=False)
         self.wkv_a = nn.Linear(h, a["kv_lora"] + a["rope"], bias=m["qkv_bias"])
-        self.kv_norm = Norm(a["kv_lora"], m["norm"])
+        self.kv_norm = _norm(a["kv_lora"], m)
         self.wkv_b = nn.Linear(a["kv_lora"], n * (a["nope"] + a["v"]), bias=False)
         self.wo = nn.Linear(n * a["v"], h, bias=m["out_bias"])
         self.dropout = m.get("attention_dropout", 0.0)
