@@ -53,11 +53,12 @@ INIT_STD = 0.02  # GPT-2/Megatron init: N(0, 0.02) for every matrix (Radford et 
 
 
 class Norm(nn.Module):
-    """LayerNorm or RMSNorm; `one_plus` scales by (1 + weight) (Gemma's RMSNorm)."""
+    """LayerNorm or RMSNorm; `one_plus` scales an RMSNorm by (1 + weight) (Gemma's RMSNorm). A
+    zero-centered LayerNorm (LayerNorm1P) runs as LayerNorm: the same parameters and kernels."""
 
     def __init__(self, width: int, kind: str, eps: float = 1e-5, one_plus: bool = False):
         super().__init__()
-        self.kind, self.eps, self.one_plus = kind, eps, one_plus
+        self.kind, self.eps, self.one_plus = kind, eps, one_plus and kind != "layernorm"
         self.weight = nn.Parameter(torch.ones(width))
         self.bias = nn.Parameter(torch.zeros(width)) if kind == "layernorm" else None
 
@@ -567,13 +568,15 @@ def _parent(name: str) -> str:
     return name.rsplit(".", 2)[-2] if name.count(".") else ""
 
 
-def _init_kind(name: str) -> str:
-    """How a parameter starts, by its name: "zero" (biases), "one" (norm weights) or "normal" (the rest)."""
+def _init_kind(module: nn.Module, name: str) -> str:
+    """How a parameter of `module` starts, by its name: "zero" (biases, and the weight of a (1 + w)
+    norm, which then scales by 1 as Gemma's RMSNorm and torch_model.Norm start), "one" (other norm
+    weights) or "normal" (the rest)."""
     leaf, parent = name.rsplit(".", 1)[-1], _parent(name)
     if leaf == "bias" or (parent == "experts" and leaf.startswith("b")):
         return "zero"
     if "norm" in parent and leaf == "weight":
-        return "one"
+        return "zero" if getattr(module.get_submodule(name.rpartition(".")[0]), "one_plus", False) else "one"
     return "normal"
 
 
@@ -583,7 +586,7 @@ def init_local(module: nn.Module, seed: int) -> None:
     with torch.no_grad():
         for name, p in module.named_parameters():
             t = _local(p)
-            kind = _init_kind(name)
+            kind = _init_kind(module, name)
             if kind == "zero":
                 t.zero_()
             elif kind == "one":
@@ -594,11 +597,11 @@ def init_local(module: nn.Module, seed: int) -> None:
 
 def init_parameters(module: nn.Module, seed: int, expert_slice: tuple[int, int] | None = None) -> None:
     """Deterministic init by parameter name, so that every rank, stage and the single-process
-    reference get identical full tensors: matrices N(0, 0.02), norm weights 1, biases 0. Routed
+    reference get identical full tensors: matrices N(0, 0.02), norm scales 1, biases 0. Routed
     experts are drawn full (all experts) and sliced to this ep rank's block."""
     with torch.no_grad():
         for name, p in module.named_parameters():
-            kind = _init_kind(name)
+            kind = _init_kind(module, name)
             if kind == "zero":
                 p.zero_()
             elif kind == "one":
