@@ -1304,8 +1304,9 @@ def _intersect(intervals, other):
     return _subtract(intervals, _subtract(intervals, other))
 
 
-def _length(intervals) -> float:
-    return sum(b - a for a, b in intervals)
+def _seconds(intervals) -> float:
+    """Total length of [start, end] intervals of the trace (microseconds, Chrome trace format), in seconds."""
+    return sum(b - a for a, b in intervals) / 1e6
 
 
 def _clip(intervals, lo, hi):
@@ -1373,17 +1374,17 @@ def analyze_trace(path: str, main_tid: int, thread_kind: dict[int, str], first_s
         compute = _subtract(_clip(compute_all, lo, hi), opt)
         a = _intersect(compute, _clip(att, lo, hi))
         g = _intersect(compute, _clip(gemm, lo, hi))
-        classes = {"gemm_s": _length(g) / 1e6, "attention_s": _length(a) / 1e6}
-        classes["elementwise_s"] = max(0.0, _length(compute) / 1e6 - classes["gemm_s"] - classes["attention_s"])
+        classes = {"gemm_s": _seconds(g), "attention_s": _seconds(a)}
+        classes["elementwise_s"] = max(0.0, _seconds(compute) - classes["gemm_s"] - classes["attention_s"])
         covered = _union(compute + opt)
-        row = {"step_s": (hi - lo) / 1e6, "compute_s": _length(compute) / 1e6, "optimizer_s": _length(opt) / 1e6,
+        row = {"step_s": _seconds([[lo, hi]]), "compute_s": _seconds(compute), "optimizer_s": _seconds(opt),
                "classes": classes, "comm": {}}
         for kind in KIND_ORDER:
             busy = _clip(comm_u[kind], lo, hi)
             exposed = _subtract(busy, covered)
-            row["comm"][kind] = {"busy_s": _length(busy) / 1e6, "exposed_s": _length(exposed) / 1e6}
+            row["comm"][kind] = {"busy_s": _seconds(busy), "exposed_s": _seconds(exposed)}
             covered = _union(covered + exposed)
-        row["other_s"] = max(0.0, row["step_s"] - _length(covered) / 1e6)
+        row["other_s"] = max(0.0, row["step_s"] - _seconds(covered))
         per_step.append(row)
     return {"steps": per_step, "peak_allocated_bytes": peak, "device_times": device,
             "unattributed_kernels": dict(sorted(unattributed.items(), key=lambda kv: -kv[1])[:8])}
