@@ -353,7 +353,7 @@ class HybridBlock(nn.Module):
         super().__init__()
         self.spec, self.kernels = spec, kernels
         kind = spec.layer_kind(layer_id)
-        self.norm = Norm(spec.hidden_size, spec.norm, kernels.fused_norm)
+        self.norm = norm(spec, spec.hidden_size, kernels)
         self.mixer: nn.Module
         if kind.mixer is MixerKind.MAMBA:
             self.mixer, self.attention = Mamba2(spec), False
@@ -377,8 +377,8 @@ class Block(nn.Module):
         self.mlp_norm = norm(spec, spec.hidden_size, kernels)
         self.mlp = MoE(spec, kernels) if spec.is_moe_layer(layer_id) else MLP(spec, spec.ffn_hidden_size, kernels)
         # Gemma's sandwich norms on the attention and MLP outputs
-        self.post_attn_norm = Norm(spec.hidden_size, spec.norm, kernels.fused_norm) if spec.sandwich_norms else None
-        self.post_mlp_norm = Norm(spec.hidden_size, spec.norm, kernels.fused_norm) if spec.sandwich_norms else None
+        self.post_attn_norm = norm(spec, spec.hidden_size, kernels) if spec.sandwich_norms else None
+        self.post_mlp_norm = norm(spec, spec.hidden_size, kernels) if spec.sandwich_norms else None
 
     def forward(self, x, cos, sin, causal_mask):
         p = self.spec.hidden_dropout

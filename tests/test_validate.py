@@ -110,6 +110,27 @@ def test_run_description_names_the_checkpointed_layers():
     assert run["microbatches"] == plan.num_microbatches and run["dtype"] == "bfloat16"
 
 
+def test_every_norm_of_a_fresh_model_scales_by_one():
+    """After init_parameters every norm is the plain norm of its input: a (1 + w) RMSNorm (Gemma)
+    starts at w = 0, not at w = 1 (which would double every normed activation), and a zero-centered
+    LayerNorm (Nemotron's LayerNorm1P, run as LayerNorm) at weight 1. Tolerance: fp32 rounding."""
+    import torch
+    import torch.nn.functional as F
+
+    from planner.validate.slices import model_doc
+    from tests.test_validate_parallel import TINY_GEMMA, TINY_NEMOTRON
+
+    run = {"attention": "flash", "recompute": {"selective": False, "full_layers": []}, "mesh": {"ep": 1}}
+    x = torch.randn(2, 5, 64, generator=torch.Generator().manual_seed(0))
+    for spec, plain in ((TINY_GEMMA, F.rms_norm), (TINY_NEMOTRON, F.layer_norm)):
+        stage = worker.Stage(model_doc(spec), [0], run, first=True, last=True)
+        worker.init_parameters(stage, 0)
+        norms = {n: mod for n, mod in stage.named_modules() if isinstance(mod, worker.Norm) and mod.weight.shape == (64,)}
+        assert len(norms) >= 3, spec.name
+        for name, mod in norms.items():
+            assert (mod(x) - plain(x, (64,), eps=mod.eps)).abs().max() <= 1e-6, (spec.name, name)
+
+
 def test_plan_file_is_read_with_extra_keys(tmp_path):
     doc = {
         "model": {**presets.models()["llama-3.1-8b"].model_dump(mode="json"), "params_total": 8030261248},

@@ -256,9 +256,9 @@ def batch(request, tmp_path_factory):
 
 
 def test_every_chosen_plan_trains_like_one_process(batch):
-    """Losses, first-step gradients and weights after two steps equal a one-process reference, and
-    every rank holds exactly the state bytes the memory model predicts (tests/test_validate_parallel.py's
-    check, with its tolerances)."""
+    """The loss, the gradients and the weights after the one optimizer step (STEPS) equal a
+    one-process reference, and every rank holds exactly the state bytes the memory model predicts
+    (tests/test_validate_parallel.py's check, with its tolerances)."""
     run_batch, jobs = batch
     for name in jobs:
         _check(run_batch, name, jobs)

@@ -32,9 +32,10 @@ MARKER = "PLANNER_VALIDATE_ID"
 POLL_S = 0.2
 ERROR_GRACE_S = 5.0  # after a rank reports an error: time for torchrun to stop the others itself
 TERM_GRACE_S = 5.0  # after SIGTERM: time before SIGKILL
+KILL_WAIT_S = 2.0  # after SIGKILL to torchrun's group: time for it to exit
 # SIGTERM or SIGINT to planner validate: torchrun and every rank are gone within
-# TERM_GRACE_S + 2 s (SIGKILL) + TERM_GRACE_S (marker sweep) = 12 s, under Slurm's default KillWait of 30 s.
-TEARDOWN_LIMIT_S = 2 * TERM_GRACE_S + 2.0
+# TERM_GRACE_S + KILL_WAIT_S + TERM_GRACE_S (marker sweep) = 12 s, under Slurm's default KillWait of 30 s.
+TEARDOWN_LIMIT_S = 2 * TERM_GRACE_S + KILL_WAIT_S
 STUCK_GRACE_S = 2.0  # after the per-step timeout: time for the workers' watchdogs to say where they are
 
 # Messages a rank gets when a peer died or stopped: not a cause of their own.
@@ -133,7 +134,7 @@ def _alive(pid: int) -> bool:
 
 def _teardown(proc: subprocess.Popen, launch_id: str) -> list[int]:
     """Stop torchrun and every worker; return the marker processes that needed a SIGKILL."""
-    for sig, wait in ((signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, 2.0)):
+    for sig, wait in ((signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, KILL_WAIT_S)):
         if proc.poll() is not None:
             break
         try:

@@ -53,11 +53,12 @@ INIT_STD = 0.02  # GPT-2/Megatron init: N(0, 0.02) for every matrix (Radford et 
 
 
 class Norm(nn.Module):
-    """LayerNorm or RMSNorm; `one_plus` scales by (1 + weight) (Gemma's RMSNorm)."""
+    """LayerNorm or RMSNorm; `one_plus` scales an RMSNorm by (1 + weight) (Gemma's RMSNorm). A
+    zero-centered LayerNorm (LayerNorm1P) runs as LayerNorm: the same parameters and kernels."""
 
     def __init__(self, width: int, kind: str, eps: float = 1e-5, one_plus: bool = False):
         super().__init__()
-        self.kind, self.eps, self.one_plus = kind, eps, one_plus
+        self.kind, self.eps, self.one_plus = kind, eps, one_plus and kind != "layernorm"
         self.weight = nn.Parameter(torch.ones(width))
         self.bias = nn.Parameter(torch.zeros(width)) if kind == "layernorm" else None
 
@@ -232,6 +233,31 @@ def ring_attention(q, k, v, group, scale):
     return _RingFlashAttention.apply(q, k, v, group, scale)
 
 
+def attention_core(q, k, v, *, eager: bool, scale: float, dropout: float, training: bool,
+                   window: int | None = None, chunk: int | None = None, softcap: float | None = None, sinks=None):
+    """Causal attention of (b, heads, s, d) queries, keys and values, within the last `window` tokens
+    or the query's `chunk` when given (local_mask): torch SDPA, or explicit scores when eager,
+    soft-capped or with sinks."""
+    s = q.shape[-2]
+    if eager or softcap is not None or sinks is not None:
+        # explicit scores: soft-capping c·tanh(x/c) and sinks have no SDPA form
+        scores = (q @ k.transpose(-2, -1)) * scale
+        if softcap is not None:
+            scores = softcap * torch.tanh(scores / softcap)
+        scores = scores.masked_fill(~local_mask(s, window, chunk, q.device), float("-inf"))
+        if sinks is not None:
+            sink = sinks.to(scores.dtype)[None, :, None, None].expand(*scores.shape[:-1], 1)
+            probs = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
+        else:
+            probs = torch.softmax(scores, dim=-1)
+        return F.dropout(probs, dropout, training) @ v
+    p = dropout if training else 0.0
+    if window is not None or chunk is not None:
+        mask = local_mask(s, window, chunk, q.device)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, scale=scale)
+    return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True, scale=scale)
+
+
 class Attention(nn.Module):
     def __init__(self, m: dict, attention: str, selective: bool, layer_id: int = 0):
         super().__init__()
@@ -259,25 +285,8 @@ class Attention(nn.Module):
     def _core(self, q, k, v):
         if self.cp is not None:
             return ring_attention(q, k, v, self.cp[0], self.scale)
-        s, local = q.shape[-2], self.window is not None or self.chunk is not None
-        if self.kind == "eager" or self.softcap is not None or self.sinks is not None:
-            # explicit scores: soft-capping c·tanh(x/c) and sinks have no SDPA form
-            scores = (q @ k.transpose(-2, -1)) * self.scale
-            if self.softcap is not None:
-                scores = self.softcap * torch.tanh(scores / self.softcap)
-            scores = scores.masked_fill(~local_mask(s, self.window, self.chunk, q.device), float("-inf"))
-            if self.sinks is not None:
-                sink = self.sinks.to(scores.dtype)[None, :, None, None].expand(*scores.shape[:-1], 1)
-                probs = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
-            else:
-                probs = torch.softmax(scores, dim=-1)
-            probs = F.dropout(probs, self.dropout, self.training)
-            return probs @ v
-        p = self.dropout if self.training else 0.0
-        if local:
-            mask = local_mask(s, self.window, self.chunk, q.device)
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, scale=self.scale)
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True, scale=self.scale)
+        return attention_core(q, k, v, eager=self.kind == "eager", scale=self.scale, dropout=self.dropout, training=self.training,
+                              window=self.window, chunk=self.chunk, softcap=self.softcap, sinks=self.sinks)
 
     def forward(self, x):
         b, s, _ = x.shape
@@ -317,22 +326,18 @@ class MLAttention(nn.Module):
             self.wq = nn.Linear(h, n * self.qk, bias=False)
         else:
             self.wq_a = nn.Linear(h, a["q_lora"], bias=m["qkv_bias"])
-            self.q_norm = Norm(a["q_lora"], m["norm"])
+            self.q_norm = _norm(a["q_lora"], m)
             self.wq_b = nn.Linear(a["q_lora"], n * self.qk, bias=False)
         self.wkv_a = nn.Linear(h, a["kv_lora"] + a["rope"], bias=m["qkv_bias"])
-        self.kv_norm = Norm(a["kv_lora"], m["norm"])
+        self.kv_norm = _norm(a["kv_lora"], m)
         self.wkv_b = nn.Linear(a["kv_lora"], n * (a["nope"] + a["v"]), bias=False)
         self.wo = nn.Linear(n * a["v"], h, bias=m["out_bias"])
         self.dropout = m.get("attention_dropout", 0.0)
         self.cp = None  # the planner refuses MLA under cp (slices.unsupported)
 
     def _core(self, q, k, v):
-        if self.kind == "eager":
-            s = q.shape[-2]
-            scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.qk)
-            scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
-            return F.dropout(torch.softmax(scores, dim=-1), self.dropout, self.training) @ v
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True)
+        return attention_core(q, k, v, eager=self.kind == "eager", scale=1.0 / math.sqrt(self.qk), dropout=self.dropout,
+                              training=self.training)
 
     def forward(self, x):
         a, n = self.a, self.heads
@@ -354,6 +359,9 @@ class MLAttention(nn.Module):
         return self.wo(out.transpose(1, 2).reshape(b, s, -1))
 
 
+GATED = ("swiglu", "geglu")  # mlp kinds with a gate matrix beside the up matrix
+
+
 def activation(x, kind: str):
     """The MLP activation by the spec's mlp kind: of the gate for SwiGLU (silu) and GeGLU
     (tanh-approximated GELU, Gemma), of the one matrix for GELU and squared ReLU (Nemotron-4)."""
@@ -370,11 +378,11 @@ class MLP(nn.Module):
     """SwiGLU and GeGLU as gate (w1), up (w3) and down (w2) matrices, torchtitan's names; GELU or
     squared ReLU as w1, w2. `act` is the spec's mlp kind (activation)."""
 
-    def __init__(self, h: int, ffn: int, swiglu: bool, bias: bool, act: str = "gelu"):
+    def __init__(self, h: int, ffn: int, act: str, bias: bool):
         super().__init__()
         self.w1 = nn.Linear(h, ffn, bias=bias)
         self.w2 = nn.Linear(ffn, h, bias=bias)
-        self.w3 = nn.Linear(h, ffn, bias=bias) if swiglu else None
+        self.w3 = nn.Linear(h, ffn, bias=bias) if act in GATED else None
         self.act = act
 
     def forward(self, x):
@@ -386,15 +394,16 @@ class MLP(nn.Module):
 class Experts(nn.Module):
     """The routed experts held by one ep rank, stacked: w1/w3 (E_local, h, ffn), w2 (E_local, ffn, h)."""
 
-    def __init__(self, n: int, h: int, ffn: int, swiglu: bool, bias: bool, act: str = "gelu"):
+    def __init__(self, n: int, h: int, ffn: int, act: str, bias: bool):
         super().__init__()
         self.act = act
+        gated = act in GATED
         self.w1 = nn.Parameter(torch.empty(n, h, ffn))
         self.w2 = nn.Parameter(torch.empty(n, ffn, h))
-        self.w3 = nn.Parameter(torch.empty(n, h, ffn)) if swiglu else None
+        self.w3 = nn.Parameter(torch.empty(n, h, ffn)) if gated else None
         self.b1 = nn.Parameter(torch.zeros(n, ffn)) if bias else None
         self.b2 = nn.Parameter(torch.zeros(n, h)) if bias else None
-        self.b3 = nn.Parameter(torch.zeros(n, ffn)) if bias and swiglu else None
+        self.b3 = nn.Parameter(torch.zeros(n, ffn)) if bias and gated else None
 
     def forward(self, x, splits: list[int]):
         """Token rows grouped by local expert (`splits` rows each) -> each expert's output, same order.
@@ -419,12 +428,11 @@ class MoE(nn.Module):
     def __init__(self, m: dict, ep: int):
         super().__init__()
         moe, h = m["moe"], m["hidden"]
-        swiglu = m["mlp"] in ("swiglu", "geglu")
         self.num_experts, self.top_k, self.ep = moe["experts"], moe["top_k"], ep
         self.local = moe["experts"] // ep
         self.router = nn.Linear(h, moe["experts"], bias=moe.get("router_bias", False))
-        self.experts = Experts(self.local, h, moe["ffn"], swiglu, m["mlp_bias"], m["mlp"])
-        self.shared = nn.ModuleList(MLP(h, moe["shared_ffn"], swiglu, m["mlp_bias"], m["mlp"]) for _ in range(moe["shared"]))
+        self.experts = Experts(self.local, h, moe["ffn"], m["mlp"], m["mlp_bias"])
+        self.shared = nn.ModuleList(MLP(h, moe["shared_ffn"], m["mlp"], m["mlp_bias"]) for _ in range(moe["shared"]))
         # sigmoid scores, renormalised over the chosen experts and scaled (DeepSeek-V3's router; its
         # group limit and balancing bias change which experts a token visits, not the work)
         self.sigmoid = moe.get("score") == "sigmoid"
@@ -490,7 +498,7 @@ class Block(nn.Module):
         if layer_id in m["moe_layers"]:
             self.mlp = MoE(m, run["mesh"]["ep"])
         else:
-            self.mlp = MLP(m["hidden"], m["ffn"], m["mlp"] in ("swiglu", "geglu"), m["mlp_bias"], m["mlp"])
+            self.mlp = MLP(m["hidden"], m["ffn"], m["mlp"], m["mlp_bias"])
         # Gemma's sandwich norms: the attention and MLP outputs are normed before the residual add
         sandwich = m.get("sandwich_norms", False)
         self.post_attn_norm = _norm(m["hidden"], m) if sandwich else None
@@ -560,13 +568,15 @@ def _parent(name: str) -> str:
     return name.rsplit(".", 2)[-2] if name.count(".") else ""
 
 
-def _init_kind(name: str) -> str:
-    """How a parameter starts, by its name: "zero" (biases), "one" (norm weights) or "normal" (the rest)."""
+def _init_kind(module: nn.Module, name: str) -> str:
+    """How a parameter of `module` starts, by its name: "zero" (biases, and the weight of a (1 + w)
+    norm, which then scales by 1 as Gemma's RMSNorm and torch_model.Norm start), "one" (other norm
+    weights) or "normal" (the rest)."""
     leaf, parent = name.rsplit(".", 1)[-1], _parent(name)
     if leaf == "bias" or (parent == "experts" and leaf.startswith("b")):
         return "zero"
     if "norm" in parent and leaf == "weight":
-        return "one"
+        return "zero" if getattr(module.get_submodule(name.rpartition(".")[0]), "one_plus", False) else "one"
     return "normal"
 
 
@@ -576,7 +586,7 @@ def init_local(module: nn.Module, seed: int) -> None:
     with torch.no_grad():
         for name, p in module.named_parameters():
             t = _local(p)
-            kind = _init_kind(name)
+            kind = _init_kind(module, name)
             if kind == "zero":
                 t.zero_()
             elif kind == "one":
@@ -587,11 +597,11 @@ def init_local(module: nn.Module, seed: int) -> None:
 
 def init_parameters(module: nn.Module, seed: int, expert_slice: tuple[int, int] | None = None) -> None:
     """Deterministic init by parameter name, so that every rank, stage and the single-process
-    reference get identical full tensors: matrices N(0, 0.02), norm weights 1, biases 0. Routed
+    reference get identical full tensors: matrices N(0, 0.02), norm scales 1, biases 0. Routed
     experts are drawn full (all experts) and sliced to this ep rank's block."""
     with torch.no_grad():
         for name, p in module.named_parameters():
-            kind = _init_kind(name)
+            kind = _init_kind(module, name)
             if kind == "zero":
                 p.zero_()
             elif kind == "one":
@@ -1294,8 +1304,9 @@ def _intersect(intervals, other):
     return _subtract(intervals, _subtract(intervals, other))
 
 
-def _length(intervals) -> float:
-    return sum(b - a for a, b in intervals)
+def _seconds(intervals) -> float:
+    """Total length of [start, end] intervals of the trace (microseconds, Chrome trace format), in seconds."""
+    return sum(b - a for a, b in intervals) / 1e6
 
 
 def _clip(intervals, lo, hi):
@@ -1363,17 +1374,17 @@ def analyze_trace(path: str, main_tid: int, thread_kind: dict[int, str], first_s
         compute = _subtract(_clip(compute_all, lo, hi), opt)
         a = _intersect(compute, _clip(att, lo, hi))
         g = _intersect(compute, _clip(gemm, lo, hi))
-        classes = {"gemm_s": _length(g) / 1e6, "attention_s": _length(a) / 1e6}
-        classes["elementwise_s"] = max(0.0, _length(compute) / 1e6 - classes["gemm_s"] - classes["attention_s"])
+        classes = {"gemm_s": _seconds(g), "attention_s": _seconds(a)}
+        classes["elementwise_s"] = max(0.0, _seconds(compute) - classes["gemm_s"] - classes["attention_s"])
         covered = _union(compute + opt)
-        row = {"step_s": (hi - lo) / 1e6, "compute_s": _length(compute) / 1e6, "optimizer_s": _length(opt) / 1e6,
+        row = {"step_s": _seconds([[lo, hi]]), "compute_s": _seconds(compute), "optimizer_s": _seconds(opt),
                "classes": classes, "comm": {}}
         for kind in KIND_ORDER:
             busy = _clip(comm_u[kind], lo, hi)
             exposed = _subtract(busy, covered)
-            row["comm"][kind] = {"busy_s": _length(busy) / 1e6, "exposed_s": _length(exposed) / 1e6}
+            row["comm"][kind] = {"busy_s": _seconds(busy), "exposed_s": _seconds(exposed)}
             covered = _union(covered + exposed)
-        row["other_s"] = max(0.0, row["step_s"] - _length(covered) / 1e6)
+        row["other_s"] = max(0.0, row["step_s"] - _seconds(covered))
         per_step.append(row)
     return {"steps": per_step, "peak_allocated_bytes": peak, "device_times": device,
             "unattributed_kernels": dict(sorted(unattributed.items(), key=lambda kv: -kv[1])[:8])}
