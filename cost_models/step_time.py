@@ -341,11 +341,11 @@ def ep_exposure(job: Job, passes: int, compute_s: float, cal: Calibration) -> Ex
 # --- one layer pass --------------------------------------------------------------------------------
 
 
-def recompute_kernels(job: Job, lt: LayerTime, mode: Recompute) -> tuple[float, float, float]:
-    """(GEMM, attention, memory-bound) seconds of one layer's recomputed forward, the split of
+def recompute_kernels(job: Job, kind: LayerKind, lt: LayerTime, mode: Recompute) -> tuple[float, float, float]:
+    """(GEMM, token-mixer, memory-bound) seconds of one layer's recomputed forward, whose sum is
     layer_pass's `recompute`: the recomputed share of the forward GEMMs (their fp8 casts counted as
-    memory-bound) and of attention; under full recompute the whole forward's elementwise ops too."""
-    share_gemm, share_attn = recomputed_share(job, mode)
+    memory-bound) and of the mixer kernels; under full recompute the whole forward's elementwise ops too."""
+    share_gemm, share_attn = recomputed_share(job, mode, kind)
     return (share_gemm * lt.gemm, share_attn * lt.attention,
             share_gemm * lt.fp8_cast + (lt.elementwise if mode is Recompute.FULL else 0.0))
 
@@ -353,12 +353,7 @@ def recompute_kernels(job: Job, lt: LayerTime, mode: Recompute) -> tuple[float, 
 def layer_pass(job: Job, kind: LayerKind, *, mode: Recompute, cal: Calibration) -> LayerPass:
     lt = layer_time(job, kind, cal=cal)
     flops = layer_flops(job, kind, mode=mode)
-    share_gemm, share_attn = recomputed_share(job, mode, kind)
-    recompute = (
-        share_gemm * (lt.gemm + lt.fp8_cast)
-        + share_attn * lt.attention
-        + (lt.elementwise if mode is Recompute.FULL else 0.0)
-    )
+    recompute = sum(recompute_kernels(job, kind, lt, mode))
     # passes that run the layer's forward collectives: forward, and forward again under full
     # recompute (selective recompute repeats local work only)
     fwd_passes = 2 if mode is Recompute.FULL else 1
@@ -799,8 +794,9 @@ def compute_by_kernel(est: TimeEstimate) -> Breakdown:
     fsdp = _fsdp_per_microbatch(job) and job.dense_shard_group > 1
     for chunk in job.stage_chunks[crit.rank]:
         for pos, layer_id in enumerate(chunk):
-            lt = layer_time(job, job.model.layer_kind(layer_id), cal=cal)
-            rg, ra, rm = recompute_kernels(job, lt, job.recompute_mode(pos))
+            kind = job.model.layer_kind(layer_id)
+            lt = layer_time(job, kind, cal=cal)
+            rg, ra, rm = recompute_kernels(job, kind, lt, job.recompute_mode(pos))
             gemm += lt.gemm + lt.gemm_backward + rg
             attention += lt.attention + lt.attention_backward + ra
             memory += lt.elementwise + lt.elementwise_backward + lt.fp8_cast + lt.fp8_cast_backward + rm

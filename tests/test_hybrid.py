@@ -78,6 +78,18 @@ def test_mamba_layer_activations_and_selective_recompute():
     assert "attention" not in dict(act.layer_items(job, 2)) and "mamba" not in dict(act.layer_items(job, 2))
 
 
+def test_kernel_split_of_the_compute_leaves_mamba_layers_unrecomputed_under_selective():
+    # validate's per-class split (compute_by_kernel) recounts the critical stage layer by layer: with
+    # Megatron's selective recompute (core attention only) it must repeat no Mamba scan, as stage_time
+    # does, so both reach the same compute (to rounding); full recompute repeats every mixer
+    from cost_models.step_time import compute_by_kernel, time_estimate
+
+    for mode in ("selective", "full"):
+        est = time_estimate(_job(recompute=mode))
+        split = compute_by_kernel(est)
+        assert split.total == pytest.approx(float(est.breakdown.value("compute")), rel=1e-12), mode
+
+
 def test_hybrid_rules_refuse_in_one_line():
     from cost_models.errors import SpecError
 
