@@ -560,7 +560,26 @@ def _pp_overlapped(job: Job) -> bool:
     return job.training.framework is Framework.MEGATRON and job.layout.vpp > 1
 
 
-def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[bool, Recompute], LayerPass]) -> StageTime:
+def stage_layers(job: Job, rank: int) -> list[tuple[int, int]]:
+    """(position in its chunk, layer id) of each decoder layer a rank runs per micro-batch, in order.
+    Multi-token prediction runs after the last decoder layer, on the last stage (without a custom
+    pipeline layout Megatron places every MTP layer there: Megatron-LM@d98e8a64
+    megatron/core/transformer/multi_token_prediction.py L788-805 mtp_on_this_rank): one layer of the
+    last layer's kind per module, at position 0."""
+    out = [(pos, layer_id) for chunk in job.stage_chunks[rank] for pos, layer_id in enumerate(chunk)]
+    if rank == job.layout.pp - 1:
+        out += [(0, job.model.num_layers - 1)] * job.model.mtp_layers
+    return out
+
+
+def mtp_merge_seconds(job: Job, cal: Calibration) -> tuple[float, float]:
+    """(forward, backward) seconds of the MTP modules' h x 2h merge projections (flops.mtp_gemms)."""
+    gpu, gemms = job.cluster.gpu, mtp_gemms(job)
+    return (sum(gemm_seconds(g, gpu, Precision.BF16, cal) for g in gemms),
+            sum(gemm_seconds(x, gpu, Precision.BF16, cal) for g in gemms for x in backward_gemms(g)))
+
+
+def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[LayerKind, Recompute], LayerPass]) -> StageTime:
     lay, cl = job.layout, job.cluster.spec
     parts = {k: 0.0 for k in COMPUTE_PARTS}
     comm = {k: 0.0 for k in COMM_KINDS}
@@ -573,12 +592,7 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[bool, R
     bwd_compute: list[float] = []
     layer_params: list[int] = []
     first, last = rank == 0, rank == lay.pp - 1
-    # Multi-token prediction runs after the last decoder layer, on the last stage (without a custom
-    # pipeline layout Megatron places every MTP layer there: Megatron-LM@d98e8a64
-    # megatron/core/transformer/multi_token_prediction.py L788-805 mtp_on_this_rank)
-    mtp = [job.model.num_layers - 1] * job.model.mtp_layers if last else []
-    layer_list = [(pos, layer_id) for chunk in job.stage_chunks[rank] for pos, layer_id in enumerate(chunk)]
-    for pos, layer_id in layer_list + [(0, i) for i in mtp]:
+    for pos, layer_id in stage_layers(job, rank):
         lp = passes[job.model.layer_kind(layer_id), job.recompute_mode(pos)]
         for name in COMPUTE_PARTS[:-2]:
             parts[name] += lp.compute.value(name)
@@ -605,16 +619,11 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[bool, R
         # also runs its h x 2h merge projection (eh_proj)
         heads = 1 + job.model.mtp_layers
         head, head_bwd = head_time(job, cal), head_backward_time(job, cal)
-        parts["gemm"] += heads * (head + head_bwd)
+        mtp_fwd, mtp_bwd = mtp_merge_seconds(job, cal)
+        parts["gemm"] += heads * (head + head_bwd) + mtp_fwd + mtp_bwd
         parts["loss"] += heads * loss_time(job, cal)
-        flop += heads * (1 + GEMM_BACKWARD_FACTOR) * head_gemm(job).flop
-        backward_s += heads * head_bwd
-        for g in mtp_gemms(job):
-            fwd_s, bwd_s = gemm_seconds(g, job.cluster.gpu, Precision.BF16, cal), sum(
-                gemm_seconds(x, job.cluster.gpu, Precision.BF16, cal) for x in backward_gemms(g))
-            parts["gemm"] += fwd_s + bwd_s
-            flop += (1 + GEMM_BACKWARD_FACTOR) * g.flop
-            backward_s += bwd_s
+        flop += (1 + GEMM_BACKWARD_FACTOR) * (heads * head_gemm(job).flop + sum(g.flop for g in mtp_gemms(job)))
+        backward_s += heads * head_bwd + mtp_bwd
     pp_fill = 0.0
     if lay.pp > 1:
         # each chunk receives its input in forward and its output gradient in backward; the
@@ -792,19 +801,19 @@ def compute_by_kernel(est: TimeEstimate) -> Breakdown:
     job, cal, crit = est.job, est.calibration, est.critical
     gemm = attention = memory = 0.0
     fsdp = _fsdp_per_microbatch(job) and job.dense_shard_group > 1
-    for chunk in job.stage_chunks[crit.rank]:
-        for pos, layer_id in enumerate(chunk):
-            kind = job.model.layer_kind(layer_id)
-            lt = layer_time(job, kind, cal=cal)
-            rg, ra, rm = recompute_kernels(job, kind, lt, job.recompute_mode(pos))
-            gemm += lt.gemm + lt.gemm_backward + rg
-            attention += lt.attention + lt.attention_backward + ra
-            memory += lt.elementwise + lt.elementwise_backward + lt.fp8_cast + lt.fp8_cast_backward + rm
-            if fsdp:
-                memory += fsdp_copy_seconds(job, layer_id)
+    for pos, layer_id in stage_layers(job, crit.rank):
+        kind = job.model.layer_kind(layer_id)
+        lt = layer_time(job, kind, cal=cal)
+        rg, ra, rm = recompute_kernels(job, kind, lt, job.recompute_mode(pos))
+        gemm += lt.gemm + lt.gemm_backward + rg
+        attention += lt.attention + lt.attention_backward + ra
+        memory += lt.elementwise + lt.elementwise_backward + lt.fp8_cast + lt.fp8_cast_backward + rm
+        if fsdp:
+            memory += fsdp_copy_seconds(job, layer_id)
     if crit.rank == job.layout.pp - 1:
-        gemm += head_time(job, cal) + head_backward_time(job, cal)
-        memory += loss_time(job, cal)
+        heads = 1 + job.model.mtp_layers  # the output layer and loss again per MTP module (stage_time)
+        gemm += heads * (head_time(job, cal) + head_backward_time(job, cal)) + sum(mtp_merge_seconds(job, cal))
+        memory += heads * loss_time(job, cal)
     m = job.num_microbatches
     return Breakdown.of("s", gemm=gemm * m, attention=attention * m, elementwise=memory * m,
                         contention=float(est.breakdown.value("compute/contention")))

@@ -77,6 +77,16 @@ def test_mtp_modules_run_on_the_last_stage():
     assert est.stages[1].microbatch_s > est0.stages[1].microbatch_s
 
 
+def test_kernel_split_of_the_compute_counts_the_mtp_modules():
+    """validate's per-class split (compute_by_kernel) recounts the critical stage apart from
+    stage_time: with pp 1 that stage runs the MTP layer, its merge projection and a second output
+    layer and loss, and both must reach the same compute (to rounding)."""
+    from cost_models.step_time import compute_by_kernel
+
+    est = time_estimate(make_job(V3, gpus=64, ep=64, recompute="full", training=TRAINING))
+    assert compute_by_kernel(est).total == pytest.approx(float(est.breakdown.value("compute")), rel=1e-12)
+
+
 def test_model_flops_count_the_mtp_module():
     """6·(its active parameters + one more output layer) + 12·H·Q·T for its layer, per token."""
     h, v, s = 7168, 129280, 4096
