@@ -213,38 +213,36 @@ def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Cal
 
     by_width = {h: collectives(h)}
     for b in blocks:
-        # "h": the residual stream the row GEMM reduces and whose gradient the row dgrad gathers;
-        # "c": what the column GEMMs gather, and whose gradient they reduce (h, or MLA's latents)
+        # _h: the residual stream the row GEMM reduces and whose gradient the row dgrad gathers;
+        # _c: what the column GEMMs gather, and whose gradient they reduce (h, or MLA's latents)
         width = b.gather_width or h
         if width not in by_width:
             by_width[width] = collectives(width)
         (ag_h, rs_h, ar_h, chunk_h), (ag_c, rs_c, ar_c, chunk_c) = by_width[h], by_width[width]
-        ag, rs, ar = {"h": ag_h, "c": ag_c}, {"h": rs_h, "c": rs_c}, {"h": ar_h, "c": ar_c}
-        chunk = {"h": chunk_h, "c": chunk_c}
         if not backward:
             if overlap:
-                out += _ring_exchange(job, b.col, t, b.col_fwd, chunk["c"], cal)
-                out += _pipelined_rs(job, b.row, t, b.row_fwd, rs["h"], cal)
+                out += _ring_exchange(job, b.col, t, b.col_fwd, chunk_c, cal)
+                out += _pipelined_rs(job, b.row, t, b.row_fwd, rs_h, cal)
             else:
-                out += Exposure(ag["c"] + rs["h"]) if job.sp else Exposure(ar["h"])
+                out += Exposure(ag_c + rs_h) if job.sp else Exposure(ar_h)
             continue
         if fw is Framework.TORCHTITAN:
             if overlap:  # torch async TP decomposes the backward's gather-matmul and matmul-scatter too
-                out += _ring_exchange(job, b.row, t, b.row_dgrad, chunk["h"], cal)
-                out += _ring_exchange(job, b.col, t, b.col_dgrad, chunk["c"], cal)
+                out += _ring_exchange(job, b.row, t, b.row_dgrad, chunk_h, cal)
+                out += _ring_exchange(job, b.col, t, b.col_dgrad, chunk_c, cal)
             else:
-                out += Exposure(ag["h"] + rs["c"]) if job.sp else Exposure(ar["c"])
+                out += Exposure(ag_h + rs_c) if job.sp else Exposure(ar_c)
             continue
         if overlap:  # TE userbuffers: ring exchange for the row dgrad, bulk AG / RS beside the column GEMMs
             ub = UB_SMS / _sms(job)
-            out += _ring_exchange(job, b.row, t, b.row_dgrad, chunk["h"], cal)
-            out += _hidden(ag["c"], b.col_dgrad, ub) + _hidden(rs["c"], b.col_wgrad, ub)
+            out += _ring_exchange(job, b.row, t, b.row_dgrad, chunk_h, cal)
+            out += _hidden(ag_c, b.col_dgrad, ub) + _hidden(rs_c, b.col_wgrad, ub)
         elif job.unordered_queues:  # no ordering: the collectives are not launched ahead of the GEMMs
-            out += Exposure(ag["h"] + ag["c"] + rs["c"]) if job.sp else Exposure(ar["c"])
+            out += Exposure(ag_h + ag_c + rs_c) if job.sp else Exposure(ar_c)
         elif job.sp:
-            out += Exposure(ag["h"]) + _hidden(ag["c"], b.col_dgrad, share) + _hidden(rs["c"], b.col_wgrad, share)
+            out += Exposure(ag_h) + _hidden(ag_c, b.col_dgrad, share) + _hidden(rs_c, b.col_wgrad, share)
         else:
-            out += _hidden(ar["c"], b.col_wgrad, share)
+            out += _hidden(ar_c, b.col_wgrad, share)
     return out
 
 
