@@ -72,40 +72,46 @@ def _local_mamba_params(job: Job) -> int:
     )
 
 
-def _local_layer_params(job: Job, layer_id: int) -> LayerParams:
+def _local_attention_params(job: Job) -> int:
+    """Self-attention on one tp rank: q, k, v column-parallel over heads (kv heads replicated where
+    fewer than tp), the output projection row-parallel."""
     m, tp = job.model, job.layout.tp
+    if m.mla is not None:
+        return mla_params_local(m, tp)
     h, d = m.hidden_size, m.head_size
-    kind = m.layer_kind(layer_id)
-    if m.hybrid_pattern is not None:
-        norms = kind.norms * norm_params(m, h)
-        if kind.mixer is MixerKind.MAMBA:
-            return LayerParams(dense=norms + _local_mamba_params(job), expert=0)
-        if not kind.mlp:
-            q_local, kv_local = m.q_width // tp, local_kv_heads(job) * d
-            return LayerParams(dense=norms + h * (q_local + 2 * kv_local) + q_local * h, expert=0)
-        return LayerParams(dense=norms + mlp_params(m, m.ffn_hidden_size // tp), expert=0)
     q_local = m.q_width // tp
     kv_local = local_kv_heads(job) * d
-    if m.mla is not None:
-        attention = mla_params_local(m, tp)
-    else:
-        attention = (
-            h * (q_local + 2 * kv_local)
-            + ((q_local + 2 * kv_local) if m.qkv_bias else 0)
-            + q_local * h
-            + (h if m.out_bias else 0)  # row-parallel bias: replicated
-            + (2 * norm_params(m, d) if m.qk_norm else 0)
-            + (m.num_attention_heads // tp if m.attention_sinks else 0)  # one sink logit per local head
-        )
-    norms = (4 if m.sandwich_norms else 2) * norm_params(m, h)
-    if not m.is_moe_layer(layer_id):
-        return LayerParams(dense=attention + norms + mlp_params(m, m.ffn_hidden_size // tp), expert=0)
+    return (
+        h * (q_local + 2 * kv_local)
+        + ((q_local + 2 * kv_local) if m.qkv_bias else 0)
+        + q_local * h
+        + (h if m.out_bias else 0)  # row-parallel bias: replicated
+        + (2 * norm_params(m, d) if m.qk_norm else 0)
+        + (m.num_attention_heads // tp if m.attention_sinks else 0)  # one sink logit per local head
+    )
+
+
+def _local_layer_params(job: Job, layer_id: int) -> LayerParams:
+    """A layer of a kind, as params.layer_params counts it, on one rank: its norms (replicated), its
+    mixer, and its dense MLP or MoE block."""
+    m, tp = job.model, job.layout.tp
+    h = m.hidden_size
+    kind = m.layer_kind(layer_id)
+    dense = kind.norms * (2 if m.sandwich_norms else 1) * norm_params(m, h)
+    if kind.mixer is MixerKind.ATTENTION:
+        dense += _local_attention_params(job)
+    elif kind.mixer is MixerKind.MAMBA:
+        dense += _local_mamba_params(job)
+    if not kind.mlp:
+        return LayerParams(dense=dense, expert=0)
+    if not kind.moe:
+        return LayerParams(dense=dense + mlp_params(m, m.ffn_hidden_size // tp), expert=0)
     moe = m.moe
     assert moe is not None
     shared = moe.num_shared_experts * mlp_params(m, moe.shared_width // tp) + (h if moe.shared_expert_gate else 0)
     experts = moe.num_experts // job.layout.ep * mlp_params(m, moe.expert_ffn_hidden_size // job.etp)
     router = h * moe.num_experts + (moe.num_experts if moe.router_bias else 0)
-    return LayerParams(dense=attention + norms + router + shared, expert=experts)
+    return LayerParams(dense=dense + router + shared, expert=experts)
 
 
 def mla_params_local(m: ModelSpec, tp: int) -> int:

@@ -35,10 +35,10 @@ def test_bad_patterns_name_the_rule():
 
 
 
-def _job(**layout):
+def _job(model: ModelSpec = TINY, **layout):
     from helpers import make_job
 
-    return make_job(TINY, gpus=layout.pop("gpus", 1), training={"seq_len": 16, "global_batch_size": layout.pop("gbs", 8)}, **layout)
+    return make_job(model, gpus=layout.pop("gpus", 1), training={"seq_len": 16, "global_batch_size": layout.pop("gbs", 8)}, **layout)
 
 
 def test_ssd_scan_flops_by_hand():
@@ -76,6 +76,17 @@ def test_mamba_layer_activations_and_selective_recompute():
     # Megatron's selective recompute (core attention) leaves a Mamba layer whole
     assert act.layer_activations(job, 0, Recompute.SELECTIVE).total == items.total
     assert "attention" not in dict(act.layer_items(job, 2)) and "mamba" not in dict(act.layer_items(job, 2))
+
+
+def test_one_rank_holds_the_hybrid_layers_counted_in_the_model():
+    # tp = pp = 1: the rank's decoder-layer parameters are the model's, biases on the attention
+    # projections included (params.layer_params and states count the same layer kinds)
+    from cost_models.params import model_params
+    from cost_models.states import rank_params
+
+    spec = TINY.model_copy(update={"qkv_bias": True, "out_bias": True})
+    layers = sum(part.total for name, part in model_params(spec) if name.endswith("_layers"))
+    assert rank_params(_job(model=spec), 0).value("layers") == layers == TINY.params_total - 2 * 64 * 32 - 32 + 64 + 32
 
 
 def test_kernel_split_of_the_compute_leaves_mamba_layers_unrecomputed_under_selective():
