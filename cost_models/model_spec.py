@@ -201,10 +201,7 @@ class MambaSpec(Spec):
         return self.inner + self.conv_dim + self.num_heads
 
 
-# Characters of a hybrid layer pattern (transformers NemotronHConfig._pattern_to_list; Megatron's
-# --hybrid-layer-pattern symbols, megatron/core/models/hybrid/hybrid_layer_allocation.py Symbols):
-# M Mamba-2, * attention, - MLP. E (MoE) layers are refused (HYBRID_CHARS names what is read).
-HYBRID_CHARS = {"M": "Mamba-2", "*": "attention", "-": "MLP"}
+
 class YarnScaling(Spec):
     """YaRN rotary scaling (transformers modeling_rope_utils.py _compute_yarn_parameters, rope_type
     "yarn"; GPT-OSS): frequencies interpolated by factor between the beta_fast and beta_slow
@@ -266,6 +263,11 @@ class LayerKind(NamedTuple):
         return (self.mixer is not MixerKind.NONE) + self.mlp
 
 
+# Characters of a hybrid layer pattern (transformers NemotronHConfig._pattern_to_list; Megatron's
+# --hybrid-layer-pattern symbols, megatron/core/models/hybrid/hybrid_layer_allocation.py Symbols):
+# M Mamba-2, * attention, - MLP. E (MoE) layers are refused (HYBRID_CHARS names what is read).
+HYBRID_CHARS = {"M": "Mamba-2", "*": "attention", "-": "MLP"}
+# and the kind of layer each stands for
 _HYBRID_KINDS = {
     "M": LayerKind(mixer=MixerKind.MAMBA, mlp=False),
     "*": LayerKind(mixer=MixerKind.ATTENTION, mlp=False),
