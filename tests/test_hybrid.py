@@ -136,13 +136,21 @@ def test_megatron_launch_splits_the_pattern_at_the_planners_stages():
         train_sh(Target(job=_job()))
 
 
-def test_estimate_and_plan_run_for_the_presets():
+def test_estimate_of_the_preset_counts_model_flops_on_its_attention_layers_only():
+    # PaLM's 6·N + 12·L·H·Q·T per token with L the 4 attention layers of the 52 ("*" in the pattern;
+    # a Mamba scan adds no such term), N the parameters less the 131072 x 4096 input embedding
+    import json
+
     from typer.testing import CliRunner
 
     from planner.cli import app
 
     out = CliRunner().invoke(app, ["estimate", "nemotron-h-8b", "-c", "dgx-h100", "-g", "16", "--tp", "4", "--seq-len", "8192", "--json"])
     assert out.exit_code == 0, out.output
+    doc = json.loads(out.output)
+    n = doc["model"]["params_total"] - 131072 * 4096
+    per_token = 6 * n + 12 * 4 * 32 * 128 * 8192
+    assert doc["throughput"]["model_flop_per_step"] == per_token * doc["throughput"]["tokens_per_step"]
     bad = CliRunner().invoke(app, ["estimate", "nemotron-h-8b", "-c", "dgx-h100", "-g", "16", "--framework", "torchtitan"])
     assert bad.exit_code == 2 and "Traceback" not in bad.output
 
