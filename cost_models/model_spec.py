@@ -478,14 +478,6 @@ class ModelSpec(Spec):
             rope=local or not self.nope_full_layers,
         )
 
-    @property
-    def has_attention(self) -> bool:
-        return any(k.mixer is MixerKind.ATTENTION for k in self.layer_kinds)
-
-    @property
-    def has_mamba(self) -> bool:
-        return self.mamba is not None
-
     @cached_property
     def layer_kinds(self) -> dict[LayerKind, int]:
         """One layer id per kind of decoder layer, the first of each, in layer order."""
