@@ -432,11 +432,6 @@ class ModelSpec(Spec):
         return (self.head_size + self.v_head_size) / 2
 
     @property
-    def value_width(self) -> int:
-        """Width of all heads' attention output, the output projection's input."""
-        return self.num_attention_heads * self.v_head_size
-
-    @property
     def q_width(self) -> int:
         """Width of all query heads together (= hidden_size unless head_dim is set apart)."""
         return self.num_attention_heads * self.head_size
