@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cost_models.breakdown import Breakdown
-from cost_models.enums import AttentionKernel, Framework, MixerKind, MLPKind, NormKind, Precision, Recompute
+from cost_models.enums import AttentionKernel, Framework, MixerKind, NormKind, Precision, Recompute
 from cost_models.job import Job
 from cost_models.states import local_kv_heads, padded_vocab
 
@@ -290,10 +290,9 @@ def _per_op_sac(job: Job, d: Dims, layer_id: int) -> Breakdown:
         width, tokens = moe.expert_ffn_hidden_size // job.etp, expert_tokens(job, d)
     else:
         width, tokens = d.f, t
-    swiglu = job.model.mlp.gated
-    m = job.model
-    if m.mla is not None:
+    if job.model.mla is not None:
         return _per_op_sac_mla(job, d, width, tokens)
+    swiglu = job.model.mlp.gated
     items = {
         "layer_input": d.residual * ACT_BYTES,
         "wq_output": t * d.q * ACT_BYTES,
@@ -320,10 +319,10 @@ def _per_op_sac_mla(job: Job, d: Dims, width: int, tokens: int) -> Breakdown:
         mms.append(("wq_a_output", t * a.q_lora_rank))
     mms += [("wq_output", t * d.q), ("wkv_a_output", t * (a.kv_lora_rank + a.qk_rope_head_dim)),
             ("wkv_b_output", t * d.heads * (a.qk_nope_head_dim + m.v_head_size)), ("wo_output", t * d.h)]
-    if m.mlp is MLPKind.SWIGLU:
-        mms += [("w1_output", tokens * width), ("w3_output", tokens * width), ("w2_output", tokens * d.h)]
-    else:
-        mms += [("w1_output", tokens * width), ("w2_output", tokens * d.h)]
+    mms.append(("w1_output", tokens * width))
+    if m.mlp.gated:  # w3, the up projection of a gated MLP (SwiGLU, GeGLU)
+        mms.append(("w3_output", tokens * width))
+    mms.append(("w2_output", tokens * d.h))
     items = {name: n * ACT_BYTES for i, (name, n) in enumerate(mms) if i % 2 == 0}
     return Breakdown.of(
         "bytes",

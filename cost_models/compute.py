@@ -28,8 +28,8 @@ from cost_models.enums import (
     Precision,
 )
 from cost_models.flops import (
-    Gemm, attended_pairs, core_attention, expert_tokens_per_gpu, head_gemm, layer_gemms, mask_tensor_attention, ssd_gemms,
-    tokens,
+    FLASH_BACKWARD_FACTOR, Gemm, attended_pairs, core_attention, expert_tokens_per_gpu, head_gemm, layer_gemms,
+    mask_tensor_attention, ssd_gemms, tokens,
 )
 from cost_models.hardware import GPUSpec
 from cost_models.job import Job
@@ -289,9 +289,15 @@ def attention_seconds(
     family's rate times `rate_scale`, plus each kernel's start-up."""
     flop = 4 * batch_heads * q_len * k_len * head_dim * (0.5 if causal else 1.0)
     rate = K.attention_rate(gpu, family, p, causal=causal, head_dim=head_dim, q_len=q_len, k_len=k_len, batch_heads=batch_heads)
+    return _fused_attention_seconds(gpu, p, flop, rate * rate_scale)
+
+
+def _fused_attention_seconds(gpu: GPUSpec, p: K.Pass, forward_flop: float, rate_flop_per_s: float) -> float:
+    """A fused attention kernel of `forward_flop` at a rate: forward one launch; backward
+    FLASH_BACKWARD_FACTOR x the FLOPs and its helper kernels' launches."""
     if p is K.Pass.FORWARD:
-        return flop / (rate * rate_scale) + K.table_for(gpu).launch_s
-    return 2.5 * flop / (rate * rate_scale) + ATTENTION_BACKWARD_KERNELS * K.table_for(gpu).launch_s
+        return forward_flop / rate_flop_per_s + K.table_for(gpu).launch_s
+    return FLASH_BACKWARD_FACTOR * forward_flop / rate_flop_per_s + ATTENTION_BACKWARD_KERNELS * K.table_for(gpu).launch_s
 
 
 def local_attention_seconds(
@@ -315,9 +321,7 @@ def local_attention_seconds(
     pairs = attended_pairs(q_len, window=window, chunk=chunk)
     flop = 4 * batch_heads * pairs * head_dim
     rate = K.attention_rate(gpu, family, p, causal=causal, head_dim=head_dim, q_len=q_len, k_len=key_loop, batch_heads=batch_heads)
-    if p is K.Pass.FORWARD:
-        return flop / (rate * rate_scale) + K.table_for(gpu).launch_s
-    return 2.5 * flop / (rate * rate_scale) + ATTENTION_BACKWARD_KERNELS * K.table_for(gpu).launch_s
+    return _fused_attention_seconds(gpu, p, flop, rate * rate_scale)
 
 
 # --- memory-bound ops -----------------------------------------------------------------------------

@@ -201,10 +201,7 @@ class MambaSpec(Spec):
         return self.inner + self.conv_dim + self.num_heads
 
 
-# Characters of a hybrid layer pattern (transformers NemotronHConfig._pattern_to_list; Megatron's
-# --hybrid-layer-pattern symbols, megatron/core/models/hybrid/hybrid_layer_allocation.py Symbols):
-# M Mamba-2, * attention, - MLP. E (MoE) layers are refused (HYBRID_CHARS names what is read).
-HYBRID_CHARS = {"M": "Mamba-2", "*": "attention", "-": "MLP"}
+
 class YarnScaling(Spec):
     """YaRN rotary scaling (transformers modeling_rope_utils.py _compute_yarn_parameters, rope_type
     "yarn"; GPT-OSS): frequencies interpolated by factor between the beta_fast and beta_slow
@@ -266,6 +263,11 @@ class LayerKind(NamedTuple):
         return (self.mixer is not MixerKind.NONE) + self.mlp
 
 
+# Characters of a hybrid layer pattern (transformers NemotronHConfig._pattern_to_list; Megatron's
+# --hybrid-layer-pattern symbols, megatron/core/models/hybrid/hybrid_layer_allocation.py Symbols):
+# M Mamba-2, * attention, - MLP. E (MoE) layers are refused (HYBRID_CHARS names what is read).
+HYBRID_CHARS = {"M": "Mamba-2", "*": "attention", "-": "MLP"}
+# and the kind of layer each stands for
 _HYBRID_KINDS = {
     "M": LayerKind(mixer=MixerKind.MAMBA, mlp=False),
     "*": LayerKind(mixer=MixerKind.ATTENTION, mlp=False),
@@ -430,11 +432,6 @@ class ModelSpec(Spec):
         return (self.head_size + self.v_head_size) / 2
 
     @property
-    def value_width(self) -> int:
-        """Width of all heads' attention output, the output projection's input."""
-        return self.num_attention_heads * self.v_head_size
-
-    @property
     def q_width(self) -> int:
         """Width of all query heads together (= hidden_size unless head_dim is set apart)."""
         return self.num_attention_heads * self.head_size
@@ -475,14 +472,6 @@ class ModelSpec(Spec):
             chunk=self.attention_chunk_size if local else None,
             rope=local or not self.nope_full_layers,
         )
-
-    @property
-    def has_attention(self) -> bool:
-        return any(k.mixer is MixerKind.ATTENTION for k in self.layer_kinds)
-
-    @property
-    def has_mamba(self) -> bool:
-        return self.mamba is not None
 
     @cached_property
     def layer_kinds(self) -> dict[LayerKind, int]:

@@ -32,7 +32,7 @@ def attention_params(spec: ModelSpec) -> Breakdown:
     )
 
 
-def mla_params(spec: ModelSpec) -> Breakdown:
+def mla_params(spec: ModelSpec, tp: int = 1) -> Breakdown:
     """Multi-head latent attention as transformers' DeepseekV3Attention (and DeepseekV2Attention)
     builds it: q_a_proj h->q_lora (bias per attention_bias), q_a_layernorm, q_b_proj
     q_lora->heads·(nope+rope) without bias, or one q_proj h->heads·(nope+rope) when q_lora_rank is
@@ -40,10 +40,12 @@ def mla_params(spec: ModelSpec) -> Breakdown:
     kv_b_proj kv_lora->heads·(nope+v) without bias; o_proj heads·v->h (bias per attention_bias).
     megatron-core's MLASelfAttention has the same matrices and norms (linear_q_down_proj,
     q_layernorm, linear_q_up_proj, linear_kv_down_proj, kv_layernorm, linear_kv_up_proj,
-    linear_proj; Megatron-LM@d98e8a64 multi_latent_attention.py L508-632)."""
+    linear_proj; Megatron-LM@d98e8a64 multi_latent_attention.py L508-632). On one of `tp` ranks:
+    the down projections and latent norms replicated (TELinear "duplicated"), the up projections
+    and the output projection split over heads, the output bias replicated."""
     a = spec.mla
     assert a is not None
-    h, n = spec.hidden_size, spec.num_attention_heads
+    h, n = spec.hidden_size, spec.num_attention_heads // tp
     q_out = n * a.qk_head_dim
     if a.q_lora_rank is None:
         q = Breakdown.of("params", q_proj=h * q_out)
@@ -62,20 +64,24 @@ def mla_params(spec: ModelSpec) -> Breakdown:
     )
 
 
-def mamba_params(spec: ModelSpec) -> Breakdown:
+def mamba_params(spec: ModelSpec, tp: int = 1) -> Breakdown:
     """One Mamba-2 mixer (transformers NemotronHMamba2Mixer.__init__, v5.23.0; Megatron MambaMixer):
     in_proj h -> [z, x, B, C, dt], the depthwise conv1d over [x, B, C] (conv_kernel taps per channel),
-    dt_bias, A_log and D per head, the gated RMSNorm's weight over the inner width, out_proj inner -> h."""
+    dt_bias, A_log and D per head, the gated RMSNorm's weight over the inner width, out_proj inner -> h.
+    On one of `tp` ranks: all of them split over tp with the heads and groups, out_proj over its
+    input, a bias on out_proj replicated (Megatron MambaMixer marks them tensor_model_parallel,
+    mamba_mixer.py at d98e8a64)."""
     mb = spec.mamba
     assert mb is not None
     h = spec.hidden_size
+    width, conv, inner = mb.in_proj_width // tp, mb.conv_dim // tp, mb.inner // tp
     return Breakdown.of(
         "params",
-        in_proj=h * mb.in_proj_width + (mb.in_proj_width if mb.proj_bias else 0),
-        conv1d=mb.conv_dim * mb.conv_kernel + (mb.conv_dim if mb.conv_bias else 0),
-        per_head=3 * mb.num_heads,  # dt_bias, A_log, D
-        norm=mb.inner,
-        out_proj=mb.inner * h + (h if mb.proj_bias else 0),
+        in_proj=h * width + (width if mb.proj_bias else 0),
+        conv1d=conv * mb.conv_kernel + (conv if mb.conv_bias else 0),
+        per_head=3 * mb.num_heads // tp,  # dt_bias, A_log, D
+        norm=inner,
+        out_proj=inner * h + (h if mb.proj_bias else 0),
     )
 
 

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from cost_models.breakdown import Breakdown
 from cost_models.enums import Framework, MixerKind, OptimizerKind, PositionKind, Precision, Zero
 from cost_models.job import Job
-from cost_models.model_spec import ModelSpec
-from cost_models.params import mlp_params, norm_params
+from cost_models.params import mamba_params, mla_params, mlp_params, norm_params
 
 # Megatron pads the vocabulary to a multiple of this x tp (--make-vocab-size-divisible-by,
 # megatron/training/arguments.py L2441; padding in megatron/training/tokenizer/tokenizer.py
@@ -55,78 +54,46 @@ def local_layer_params(job: Job, layer_id: int) -> LayerParams:
     return job.memo[key]
 
 
-def _local_mamba_params(job: Job) -> int:
-    """A Mamba-2 mixer on one tp rank: in_proj, conv1d, dt_bias, A_log, D and the gated norm's
-    weight split over tp with the heads and groups, out_proj split over its input (Megatron
-    MambaMixer marks all of them tensor_model_parallel, mamba_mixer.py at d98e8a64); a bias on
-    out_proj is replicated."""
-    mb, tp, h = job.model.mamba, job.layout.tp, job.model.hidden_size
-    assert mb is not None
-    width, conv = mb.in_proj_width // tp, mb.conv_dim // tp
+def _local_attention_params(job: Job) -> int:
+    """Self-attention on one tp rank: q, k, v column-parallel over heads (kv heads replicated where
+    fewer than tp), the output projection row-parallel."""
+    m, tp = job.model, job.layout.tp
+    if m.mla is not None:
+        return int(mla_params(m, tp).total)
+    h, d = m.hidden_size, m.head_size
+    q_local = m.q_width // tp
+    kv_local = local_kv_heads(job) * d
     return (
-        h * width + (width if mb.proj_bias else 0)
-        + conv * mb.conv_kernel + (conv if mb.conv_bias else 0)
-        + 3 * mb.num_heads // tp
-        + mb.inner // tp
-        + mb.inner // tp * h + (h if mb.proj_bias else 0)
+        h * (q_local + 2 * kv_local)
+        + ((q_local + 2 * kv_local) if m.qkv_bias else 0)
+        + q_local * h
+        + (h if m.out_bias else 0)  # row-parallel bias: replicated
+        + (2 * norm_params(m, d) if m.qk_norm else 0)
+        + (m.num_attention_heads // tp if m.attention_sinks else 0)  # one sink logit per local head
     )
 
 
 def _local_layer_params(job: Job, layer_id: int) -> LayerParams:
+    """A layer of a kind, as params.layer_params counts it, on one rank: its norms (replicated), its
+    mixer, and its dense MLP or MoE block."""
     m, tp = job.model, job.layout.tp
-    h, d = m.hidden_size, m.head_size
+    h = m.hidden_size
     kind = m.layer_kind(layer_id)
-    if m.hybrid_pattern is not None:
-        norms = kind.norms * norm_params(m, h)
-        if kind.mixer is MixerKind.MAMBA:
-            return LayerParams(dense=norms + _local_mamba_params(job), expert=0)
-        if not kind.mlp:
-            q_local, kv_local = m.q_width // tp, local_kv_heads(job) * d
-            return LayerParams(dense=norms + h * (q_local + 2 * kv_local) + q_local * h, expert=0)
-        return LayerParams(dense=norms + mlp_params(m, m.ffn_hidden_size // tp), expert=0)
-    q_local = m.q_width // tp
-    kv_local = local_kv_heads(job) * d
-    if m.mla is not None:
-        attention = mla_params_local(m, tp)
-    else:
-        attention = (
-            h * (q_local + 2 * kv_local)
-            + ((q_local + 2 * kv_local) if m.qkv_bias else 0)
-            + q_local * h
-            + (h if m.out_bias else 0)  # row-parallel bias: replicated
-            + (2 * norm_params(m, d) if m.qk_norm else 0)
-            + (m.num_attention_heads // tp if m.attention_sinks else 0)  # one sink logit per local head
-        )
-    norms = (4 if m.sandwich_norms else 2) * norm_params(m, h)
-    if not m.is_moe_layer(layer_id):
-        return LayerParams(dense=attention + norms + mlp_params(m, m.ffn_hidden_size // tp), expert=0)
+    dense = kind.norms * (2 if m.sandwich_norms else 1) * norm_params(m, h)
+    if kind.mixer is MixerKind.ATTENTION:
+        dense += _local_attention_params(job)
+    elif kind.mixer is MixerKind.MAMBA:
+        dense += int(mamba_params(m, tp).total)
+    if not kind.mlp:
+        return LayerParams(dense=dense, expert=0)
+    if not kind.moe:
+        return LayerParams(dense=dense + mlp_params(m, m.ffn_hidden_size // tp), expert=0)
     moe = m.moe
     assert moe is not None
     shared = moe.num_shared_experts * mlp_params(m, moe.shared_width // tp) + (h if moe.shared_expert_gate else 0)
     experts = moe.num_experts // job.layout.ep * mlp_params(m, moe.expert_ffn_hidden_size // job.etp)
     router = h * moe.num_experts + (moe.num_experts if moe.router_bias else 0)
-    return LayerParams(dense=attention + norms + router + shared, expert=experts)
-
-
-def mla_params_local(m: ModelSpec, tp: int) -> int:
-    """MLA on one tp rank: the down projections and latent norms replicated (TELinear "duplicated"),
-    the up projections and the output projection split over heads, the output bias replicated
-    (Megatron-LM@d98e8a64 multi_latent_attention.py L508-632)."""
-    a = m.mla
-    assert a is not None
-    h, heads = m.hidden_size, m.num_attention_heads // tp
-    kv_a = a.kv_lora_rank + a.qk_rope_head_dim
-    if a.q_lora_rank is None:
-        query = h * heads * a.qk_head_dim
-    else:
-        r = a.q_lora_rank
-        query = h * r + (r if m.qkv_bias else 0) + norm_params(m, r) + r * heads * a.qk_head_dim
-    return (
-        query
-        + h * kv_a + (kv_a if m.qkv_bias else 0) + norm_params(m, a.kv_lora_rank)
-        + a.kv_lora_rank * heads * (a.qk_nope_head_dim + a.v_head_dim)
-        + heads * a.v_head_dim * h + (h if m.out_bias else 0)
-    )
+    return LayerParams(dense=dense + router + shared, expert=experts)
 
 
 def embedding_params_local(job: Job) -> int:

@@ -213,38 +213,36 @@ def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Cal
 
     by_width = {h: collectives(h)}
     for b in blocks:
-        # "h": the residual stream the row GEMM reduces and whose gradient the row dgrad gathers;
-        # "c": what the column GEMMs gather, and whose gradient they reduce (h, or MLA's latents)
+        # _h: the residual stream the row GEMM reduces and whose gradient the row dgrad gathers;
+        # _c: what the column GEMMs gather, and whose gradient they reduce (h, or MLA's latents)
         width = b.gather_width or h
         if width not in by_width:
             by_width[width] = collectives(width)
         (ag_h, rs_h, ar_h, chunk_h), (ag_c, rs_c, ar_c, chunk_c) = by_width[h], by_width[width]
-        ag, rs, ar = {"h": ag_h, "c": ag_c}, {"h": rs_h, "c": rs_c}, {"h": ar_h, "c": ar_c}
-        chunk = {"h": chunk_h, "c": chunk_c}
         if not backward:
             if overlap:
-                out += _ring_exchange(job, b.col, t, b.col_fwd, chunk["c"], cal)
-                out += _pipelined_rs(job, b.row, t, b.row_fwd, rs["h"], cal)
+                out += _ring_exchange(job, b.col, t, b.col_fwd, chunk_c, cal)
+                out += _pipelined_rs(job, b.row, t, b.row_fwd, rs_h, cal)
             else:
-                out += Exposure(ag["c"] + rs["h"]) if job.sp else Exposure(ar["h"])
+                out += Exposure(ag_c + rs_h) if job.sp else Exposure(ar_h)
             continue
         if fw is Framework.TORCHTITAN:
             if overlap:  # torch async TP decomposes the backward's gather-matmul and matmul-scatter too
-                out += _ring_exchange(job, b.row, t, b.row_dgrad, chunk["h"], cal)
-                out += _ring_exchange(job, b.col, t, b.col_dgrad, chunk["c"], cal)
+                out += _ring_exchange(job, b.row, t, b.row_dgrad, chunk_h, cal)
+                out += _ring_exchange(job, b.col, t, b.col_dgrad, chunk_c, cal)
             else:
-                out += Exposure(ag["h"] + rs["c"]) if job.sp else Exposure(ar["c"])
+                out += Exposure(ag_h + rs_c) if job.sp else Exposure(ar_c)
             continue
         if overlap:  # TE userbuffers: ring exchange for the row dgrad, bulk AG / RS beside the column GEMMs
             ub = UB_SMS / _sms(job)
-            out += _ring_exchange(job, b.row, t, b.row_dgrad, chunk["h"], cal)
-            out += _hidden(ag["c"], b.col_dgrad, ub) + _hidden(rs["c"], b.col_wgrad, ub)
+            out += _ring_exchange(job, b.row, t, b.row_dgrad, chunk_h, cal)
+            out += _hidden(ag_c, b.col_dgrad, ub) + _hidden(rs_c, b.col_wgrad, ub)
         elif job.unordered_queues:  # no ordering: the collectives are not launched ahead of the GEMMs
-            out += Exposure(ag["h"] + ag["c"] + rs["c"]) if job.sp else Exposure(ar["c"])
+            out += Exposure(ag_h + ag_c + rs_c) if job.sp else Exposure(ar_c)
         elif job.sp:
-            out += Exposure(ag["h"]) + _hidden(ag["c"], b.col_dgrad, share) + _hidden(rs["c"], b.col_wgrad, share)
+            out += Exposure(ag_h) + _hidden(ag_c, b.col_dgrad, share) + _hidden(rs_c, b.col_wgrad, share)
         else:
-            out += _hidden(ar["c"], b.col_wgrad, share)
+            out += _hidden(ar_c, b.col_wgrad, share)
     return out
 
 
@@ -341,11 +339,11 @@ def ep_exposure(job: Job, passes: int, compute_s: float, cal: Calibration) -> Ex
 # --- one layer pass --------------------------------------------------------------------------------
 
 
-def recompute_kernels(job: Job, lt: LayerTime, mode: Recompute) -> tuple[float, float, float]:
-    """(GEMM, attention, memory-bound) seconds of one layer's recomputed forward, the split of
+def recompute_kernels(job: Job, kind: LayerKind, lt: LayerTime, mode: Recompute) -> tuple[float, float, float]:
+    """(GEMM, token-mixer, memory-bound) seconds of one layer's recomputed forward, whose sum is
     layer_pass's `recompute`: the recomputed share of the forward GEMMs (their fp8 casts counted as
-    memory-bound) and of attention; under full recompute the whole forward's elementwise ops too."""
-    share_gemm, share_attn = recomputed_share(job, mode)
+    memory-bound) and of the mixer kernels; under full recompute the whole forward's elementwise ops too."""
+    share_gemm, share_attn = recomputed_share(job, mode, kind)
     return (share_gemm * lt.gemm, share_attn * lt.attention,
             share_gemm * lt.fp8_cast + (lt.elementwise if mode is Recompute.FULL else 0.0))
 
@@ -353,12 +351,7 @@ def recompute_kernels(job: Job, lt: LayerTime, mode: Recompute) -> tuple[float, 
 def layer_pass(job: Job, kind: LayerKind, *, mode: Recompute, cal: Calibration) -> LayerPass:
     lt = layer_time(job, kind, cal=cal)
     flops = layer_flops(job, kind, mode=mode)
-    share_gemm, share_attn = recomputed_share(job, mode, kind)
-    recompute = (
-        share_gemm * (lt.gemm + lt.fp8_cast)
-        + share_attn * lt.attention
-        + (lt.elementwise if mode is Recompute.FULL else 0.0)
-    )
+    recompute = sum(recompute_kernels(job, kind, lt, mode))
     # passes that run the layer's forward collectives: forward, and forward again under full
     # recompute (selective recompute repeats local work only)
     fwd_passes = 2 if mode is Recompute.FULL else 1
@@ -565,7 +558,26 @@ def _pp_overlapped(job: Job) -> bool:
     return job.training.framework is Framework.MEGATRON and job.layout.vpp > 1
 
 
-def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[bool, Recompute], LayerPass]) -> StageTime:
+def stage_layers(job: Job, rank: int) -> list[tuple[int, int]]:
+    """(position in its chunk, layer id) of each decoder layer a rank runs per micro-batch, in order.
+    Multi-token prediction runs after the last decoder layer, on the last stage (without a custom
+    pipeline layout Megatron places every MTP layer there: Megatron-LM@d98e8a64
+    megatron/core/transformer/multi_token_prediction.py L788-805 mtp_on_this_rank): one layer of the
+    last layer's kind per module, at position 0."""
+    out = [(pos, layer_id) for chunk in job.stage_chunks[rank] for pos, layer_id in enumerate(chunk)]
+    if rank == job.layout.pp - 1:
+        out += [(0, job.model.num_layers - 1)] * job.model.mtp_layers
+    return out
+
+
+def mtp_merge_seconds(job: Job, cal: Calibration) -> tuple[float, float]:
+    """(forward, backward) seconds of the MTP modules' h x 2h merge projections (flops.mtp_gemms)."""
+    gpu, gemms = job.cluster.gpu, mtp_gemms(job)
+    return (sum(gemm_seconds(g, gpu, Precision.BF16, cal) for g in gemms),
+            sum(gemm_seconds(x, gpu, Precision.BF16, cal) for g in gemms for x in backward_gemms(g)))
+
+
+def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[LayerKind, Recompute], LayerPass]) -> StageTime:
     lay, cl = job.layout, job.cluster.spec
     parts = {k: 0.0 for k in COMPUTE_PARTS}
     comm = {k: 0.0 for k in COMM_KINDS}
@@ -578,12 +590,7 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[bool, R
     bwd_compute: list[float] = []
     layer_params: list[int] = []
     first, last = rank == 0, rank == lay.pp - 1
-    # Multi-token prediction runs after the last decoder layer, on the last stage (without a custom
-    # pipeline layout Megatron places every MTP layer there: Megatron-LM@d98e8a64
-    # megatron/core/transformer/multi_token_prediction.py L788-805 mtp_on_this_rank)
-    mtp = [job.model.num_layers - 1] * job.model.mtp_layers if last else []
-    layer_list = [(pos, layer_id) for chunk in job.stage_chunks[rank] for pos, layer_id in enumerate(chunk)]
-    for pos, layer_id in layer_list + [(0, i) for i in mtp]:
+    for pos, layer_id in stage_layers(job, rank):
         lp = passes[job.model.layer_kind(layer_id), job.recompute_mode(pos)]
         for name in COMPUTE_PARTS[:-2]:
             parts[name] += lp.compute.value(name)
@@ -610,16 +617,11 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[bool, R
         # also runs its h x 2h merge projection (eh_proj)
         heads = 1 + job.model.mtp_layers
         head, head_bwd = head_time(job, cal), head_backward_time(job, cal)
-        parts["gemm"] += heads * (head + head_bwd)
+        mtp_fwd, mtp_bwd = mtp_merge_seconds(job, cal)
+        parts["gemm"] += heads * (head + head_bwd) + mtp_fwd + mtp_bwd
         parts["loss"] += heads * loss_time(job, cal)
-        flop += heads * (1 + GEMM_BACKWARD_FACTOR) * head_gemm(job).flop
-        backward_s += heads * head_bwd
-        for g in mtp_gemms(job):
-            fwd_s, bwd_s = gemm_seconds(g, job.cluster.gpu, Precision.BF16, cal), sum(
-                gemm_seconds(x, job.cluster.gpu, Precision.BF16, cal) for x in backward_gemms(g))
-            parts["gemm"] += fwd_s + bwd_s
-            flop += (1 + GEMM_BACKWARD_FACTOR) * g.flop
-            backward_s += bwd_s
+        flop += (1 + GEMM_BACKWARD_FACTOR) * (heads * head_gemm(job).flop + sum(g.flop for g in mtp_gemms(job)))
+        backward_s += heads * head_bwd + mtp_bwd
     pp_fill = 0.0
     if lay.pp > 1:
         # each chunk receives its input in forward and its output gradient in backward; the
@@ -797,18 +799,19 @@ def compute_by_kernel(est: TimeEstimate) -> Breakdown:
     job, cal, crit = est.job, est.calibration, est.critical
     gemm = attention = memory = 0.0
     fsdp = _fsdp_per_microbatch(job) and job.dense_shard_group > 1
-    for chunk in job.stage_chunks[crit.rank]:
-        for pos, layer_id in enumerate(chunk):
-            lt = layer_time(job, job.model.layer_kind(layer_id), cal=cal)
-            rg, ra, rm = recompute_kernels(job, lt, job.recompute_mode(pos))
-            gemm += lt.gemm + lt.gemm_backward + rg
-            attention += lt.attention + lt.attention_backward + ra
-            memory += lt.elementwise + lt.elementwise_backward + lt.fp8_cast + lt.fp8_cast_backward + rm
-            if fsdp:
-                memory += fsdp_copy_seconds(job, layer_id)
+    for pos, layer_id in stage_layers(job, crit.rank):
+        kind = job.model.layer_kind(layer_id)
+        lt = layer_time(job, kind, cal=cal)
+        rg, ra, rm = recompute_kernels(job, kind, lt, job.recompute_mode(pos))
+        gemm += lt.gemm + lt.gemm_backward + rg
+        attention += lt.attention + lt.attention_backward + ra
+        memory += lt.elementwise + lt.elementwise_backward + lt.fp8_cast + lt.fp8_cast_backward + rm
+        if fsdp:
+            memory += fsdp_copy_seconds(job, layer_id)
     if crit.rank == job.layout.pp - 1:
-        gemm += head_time(job, cal) + head_backward_time(job, cal)
-        memory += loss_time(job, cal)
+        heads = 1 + job.model.mtp_layers  # the output layer and loss again per MTP module (stage_time)
+        gemm += heads * (head_time(job, cal) + head_backward_time(job, cal)) + sum(mtp_merge_seconds(job, cal))
+        memory += heads * loss_time(job, cal)
     m = job.num_microbatches
     return Breakdown.of("s", gemm=gemm * m, attention=attention * m, elementwise=memory * m,
                         contention=float(est.breakdown.value("compute/contention")))

@@ -35,10 +35,10 @@ def test_bad_patterns_name_the_rule():
 
 
 
-def _job(**layout):
+def _job(model: ModelSpec = TINY, **layout):
     from helpers import make_job
 
-    return make_job(TINY, gpus=layout.pop("gpus", 1), training={"seq_len": 16, "global_batch_size": layout.pop("gbs", 8)}, **layout)
+    return make_job(model, gpus=layout.pop("gpus", 1), training={"seq_len": 16, "global_batch_size": layout.pop("gbs", 8)}, **layout)
 
 
 def test_ssd_scan_flops_by_hand():
@@ -78,6 +78,29 @@ def test_mamba_layer_activations_and_selective_recompute():
     assert "attention" not in dict(act.layer_items(job, 2)) and "mamba" not in dict(act.layer_items(job, 2))
 
 
+def test_one_rank_holds_the_hybrid_layers_counted_in_the_model():
+    # tp = pp = 1: the rank's decoder-layer parameters are the model's, biases on the attention
+    # projections included (params.layer_params and states count the same layer kinds)
+    from cost_models.params import model_params
+    from cost_models.states import rank_params
+
+    spec = TINY.model_copy(update={"qkv_bias": True, "out_bias": True})
+    layers = sum(part.total for name, part in model_params(spec) if name.endswith("_layers"))
+    assert rank_params(_job(model=spec), 0).value("layers") == layers == TINY.params_total - 2 * 64 * 32 - 32 + 64 + 32
+
+
+def test_kernel_split_of_the_compute_leaves_mamba_layers_unrecomputed_under_selective():
+    # validate's per-class split (compute_by_kernel) recounts the critical stage layer by layer: with
+    # Megatron's selective recompute (core attention only) it must repeat no Mamba scan, as stage_time
+    # does, so both reach the same compute (to rounding); full recompute repeats every mixer
+    from cost_models.step_time import compute_by_kernel, time_estimate
+
+    for mode in ("selective", "full"):
+        est = time_estimate(_job(recompute=mode))
+        split = compute_by_kernel(est)
+        assert split.total == pytest.approx(float(est.breakdown.value("compute")), rel=1e-12), mode
+
+
 def test_hybrid_rules_refuse_in_one_line():
     from cost_models.errors import SpecError
 
@@ -113,13 +136,21 @@ def test_megatron_launch_splits_the_pattern_at_the_planners_stages():
         train_sh(Target(job=_job()))
 
 
-def test_estimate_and_plan_run_for_the_presets():
+def test_estimate_of_the_preset_counts_model_flops_on_its_attention_layers_only():
+    # PaLM's 6·N + 12·L·H·Q·T per token with L the 4 attention layers of the 52 ("*" in the pattern;
+    # a Mamba scan adds no such term), N the parameters less the 131072 x 4096 input embedding
+    import json
+
     from typer.testing import CliRunner
 
     from planner.cli import app
 
     out = CliRunner().invoke(app, ["estimate", "nemotron-h-8b", "-c", "dgx-h100", "-g", "16", "--tp", "4", "--seq-len", "8192", "--json"])
     assert out.exit_code == 0, out.output
+    doc = json.loads(out.output)
+    n = doc["model"]["params_total"] - 131072 * 4096
+    per_token = 6 * n + 12 * 4 * 32 * 128 * 8192
+    assert doc["throughput"]["model_flop_per_step"] == per_token * doc["throughput"]["tokens_per_step"]
     bad = CliRunner().invoke(app, ["estimate", "nemotron-h-8b", "-c", "dgx-h100", "-g", "16", "--framework", "torchtitan"])
     assert bad.exit_code == 2 and "Traceback" not in bad.output
 

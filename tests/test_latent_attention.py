@@ -77,12 +77,43 @@ def test_mtp_modules_run_on_the_last_stage():
     assert est.stages[1].microbatch_s > est0.stages[1].microbatch_s
 
 
+def test_kernel_split_of_the_compute_counts_the_mtp_modules():
+    """validate's per-class split (compute_by_kernel) recounts the critical stage apart from
+    stage_time: with pp 1 that stage runs the MTP layer, its merge projection and a second output
+    layer and loss, and both must reach the same compute (to rounding)."""
+    from cost_models.step_time import compute_by_kernel
+
+    est = time_estimate(make_job(V3, gpus=64, ep=64, recompute="full", training=TRAINING))
+    assert compute_by_kernel(est).total == pytest.approx(float(est.breakdown.value("compute")), rel=1e-12)
+
+
 def test_model_flops_count_the_mtp_module():
     """6·(its active parameters + one more output layer) + 12·H·Q·T for its layer, per token."""
     h, v, s = 7168, 129280, 4096
     without = V3.model_copy(update={"mtp_layers": 0})
     extra = model_flops_per_token(V3, s) - model_flops_per_token(without, s)
     assert extra == 6 * (mtp_params(V3, active=True).total + v * h) + 12 * 128 * 160 * s
+
+
+def test_torchtitan_selective_keeps_every_other_mla_matmul_output():
+    """torchtitan's per-op policy over wq_a, wq_b, wkv_a, wkv_b, wo, w1, w3, w2 keeps the outputs of
+    the 1st, 3rd, 5th and 7th: wq_a, wkv_a, wo and w3, the up projection of any gated MLP (GeGLU as
+    SwiGLU); a two-matrix MLP (w1, w2) keeps w2's instead."""
+    from cost_models.activations import layer_activations
+    from cost_models.enums import Recompute
+    from cost_models.model_spec import ModelSpec
+
+    mla = dict(name="mla-tiny", num_layers=2, hidden_size=256, ffn_hidden_size=688, num_attention_heads=8,
+               vocab_size=1000, mla=dict(q_lora_rank=96, kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=48))
+    t, f, h = 256, 688, 256
+
+    def kept(mlp: str) -> dict[str, int]:
+        job = make_job(ModelSpec(**mla, mlp=mlp), gpus=1, recompute="selective",
+                       training=dict(framework="torchtitan", seq_len=t, global_batch_size=1))
+        return {n: p for n, p in layer_activations(job, 0, Recompute.SELECTIVE) if n.startswith("w")}
+    gated = {"wq_a_output": t * 96 * 2, "wkv_a_output": t * (64 + 16) * 2, "wo_output": t * h * 2, "w3_output": t * f * 2}
+    assert kept("swiglu") == kept("geglu") == gated
+    assert kept("gelu") == {**{k: v for k, v in gated.items() if k != "w3_output"}, "w2_output": t * h * 2}
 
 
 def test_squared_relu_mlp_has_two_matrices():

@@ -82,6 +82,8 @@ def test_published_layouts_type_and_estimate_as_published():
     r = runner.invoke(app, ["estimate", Q235, "-c", "dgx-h100", "-g", "2048", "--tp", "2", "--pp", "8", "--vpp", "4",
                             "--ep", "32", "--account-for-embedding", "--account-for-loss"])
     assert r.exit_code == 0, r.output
+    # 94 + 2 = 96 units over 32 virtual stages of 3: 4 chunks per rank, the first and last a layer short
+    assert "pp 8×vpp 4 (layers 11/12/…/11; embedding and loss counted as layers)" in " ".join(r.output.split())
 
 
 def test_megatron_launch_says_the_split_and_the_gradient_dtype(tmp_path):
