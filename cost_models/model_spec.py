@@ -6,13 +6,13 @@ Counts only (no units); parameter counts are derived in `cost_models.params`.
 
 from __future__ import annotations
 
-import unicodedata
 from functools import cache, cached_property
 from typing import Annotated, Literal, NamedTuple
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from cost_models.enums import MixerKind, MLPKind, NormKind, PositionKind, RouterScore
+from cost_models.errors import unsafe
 
 
 def _not_bool(value: object) -> object:
@@ -30,8 +30,6 @@ MAX_LAYERS = 4096
 MAX_PARAMS = 2**45
 Count = Annotated[int, Field(gt=0, le=MAX_COUNT), BeforeValidator(_not_bool)]
 
-# Bidirectional overrides and isolates (they reorder what a terminal prints after them).
-_BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 MAX_NAME_CHARS = 1024
 
 
@@ -39,7 +37,7 @@ def _plain_name(value: str) -> str:
     """A name is printed in tables and written into scripts and configs: no control characters
     (NUL, escape sequences, newlines), lone surrogates (not encodable) or bidirectional overrides."""
     for i, ch in enumerate(value):
-        if unicodedata.category(ch) in ("Cc", "Cs") or ch in _BIDI:
+        if unsafe(ch):
             raise ValueError(f"character {ascii(ch)} at position {i} is not allowed in a name (control "
                              "characters, lone surrogates and bidirectional overrides are refused)")
     return value

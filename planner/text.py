@@ -7,17 +7,9 @@ from __future__ import annotations
 import codecs
 import math
 import sys
-import unicodedata
 from typing import Any
 
-# Bidirectional overrides and isolates reorder what follows them on a terminal (category Cf).
-_BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
-
-
-def unsafe(ch: str) -> bool:
-    """A character a one-line message must not print raw: a control character (C0, DEL, C1: escape
-    sequences start with one), a lone surrogate (not encodable), or a bidirectional override."""
-    return unicodedata.category(ch) in ("Cc", "Cs") or ch in _BIDI
+from cost_models.errors import unsafe
 
 
 def printable(text: str) -> str:
