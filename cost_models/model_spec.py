@@ -6,6 +6,7 @@ Counts only (no units); parameter counts are derived in `cost_models.params`.
 
 from __future__ import annotations
 
+from collections import Counter
 from functools import cache, cached_property
 from typing import Annotated, Literal, NamedTuple
 
@@ -475,18 +476,14 @@ class ModelSpec(Spec):
     def layer_kinds(self) -> dict[LayerKind, int]:
         """One layer id per kind of decoder layer, the first of each, in layer order."""
         out: dict[LayerKind, int] = {}
-        for i in range(self.num_layers):
-            out.setdefault(self.layer_kind(i), i)
+        for i, kind in enumerate(self.kinds_by_layer):
+            out.setdefault(kind, i)
         return out
 
     @cached_property
     def layer_kind_counts(self) -> dict[LayerKind, int]:
-        """How many decoder layers are of each kind."""
-        out: dict[LayerKind, int] = {}
-        for i in range(self.num_layers):
-            kind = self.layer_kind(i)
-            out[kind] = out.get(kind, 0) + 1
-        return out
+        """How many decoder layers are of each kind (in the order of layer_kinds)."""
+        return dict(Counter(self.kinds_by_layer))
 
     @property
     def num_moe_layers(self) -> int:
