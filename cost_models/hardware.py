@@ -69,6 +69,9 @@ class GPUSpec(_SIFromHuman):
     # GPU generation ("ampere", "hopper", "blackwell", ...): picks the kernel table
     # (presets/kernels/<architecture>.toml) and the per-architecture corrections of a calibration file
     architecture: str = ""
+    # CUDA compute capability (major, minor), as torch.cuda.get_device_capability reports it; frameworks
+    # branch on its major version (Megatron-LM's get_device_arch_version: 8 Ampere, 9 Hopper, 10 Blackwell)
+    compute_capability: tuple[int, int] | None = None
     hbm_bytes: HbmBytes  # capacity a framework can allocate from (see presets for what each counts)
     hbm_bandwidth_bytes_per_s: Bandwidth
     peak_flop_per_s: PeakFlops
@@ -79,6 +82,17 @@ class GPUSpec(_SIFromHuman):
     # takes its generation's reference GPU's ratio of tensor-core ceiling to datasheet peak
     matmul: tuple[MatmulMeasurement, ...] = ()
     source: str = ""
+
+    @property
+    def before_blackwell(self) -> bool:
+        """Compute capability major below 10, Megatron-LM's test for the CUDA_DEVICE_MAX_CONNECTIONS=1
+        requirement of tp and cp (Megatron-LM@d98e8a64 arguments.py L1453-1454, get_device_arch_version
+        in training/utils/common_utils.py L527-529). A GPU without a compute capability takes its
+        generation's ("blackwell" is 10); one of neither is counted before Blackwell, where the
+        requirement holds."""
+        if self.compute_capability is not None:
+            return self.compute_capability[0] < 10
+        return self.architecture != "blackwell"
 
 
 class NetworkTier(_SIFromHuman):

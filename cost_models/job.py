@@ -65,7 +65,7 @@ class Job:
         L1451-1465 warns against combining them for that reason."""
         lay = self.layout
         return (self.training.framework is Framework.MEGATRON and self.zero >= Zero.GRADIENTS
-                and (lay.tp > 1 or lay.cp > 1) and self.cluster.gpu.architecture != "blackwell")
+                and (lay.tp > 1 or lay.cp > 1) and self.cluster.gpu.before_blackwell)
 
     @property
     def edp(self) -> int:

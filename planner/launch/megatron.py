@@ -536,7 +536,7 @@ def environment(target: Target) -> list[str]:
     if fsdp_kind(job, target) is not None:
         return ["# Megatron-FSDP and torch-FSDP2 need more than one hardware queue (ARG L1048, L1166).",
                 "unset CUDA_DEVICE_MAX_CONNECTIONS"]
-    if (lay.tp > 1 or lay.cp > 1) and job.cluster.gpu.architecture != "blackwell":
+    if (lay.tp > 1 or lay.cp > 1) and job.cluster.gpu.before_blackwell:
         return ["# tp or cp > 1 before Blackwell: Megatron asserts one hardware queue (ARG L1453-1478).",
                 "export CUDA_DEVICE_MAX_CONNECTIONS=1"]
     return []
