@@ -550,15 +550,19 @@ class LayerTime:
         return self.gemm + self.attention + self.elementwise + self.fp8_cast
 
 
+def linear_seconds(job: Job, gemms: list[Gemm], cal: Calibration) -> tuple[float, float]:
+    """(forward, backward) seconds of a block's linear layers at the run's GEMM precision, with
+    Transformer Engine's fp8 quantisation where it applies."""
+    gpu, prec, over = job.cluster.gpu, _gemm_precision(job), 1 + _te_fp8(job)
+    return (sum(gemm_seconds(g, gpu, prec, cal) for g in gemms) * over,
+            sum(gemm_seconds(x, gpu, prec, cal) for g in gemms for x in backward_gemms(g)) * over)
+
+
 def layer_time(job: Job, kind: LayerKind, *, cal: Calibration) -> LayerTime:
     key = ("layer_time", kind, cal.key)
     if key in job.memo:
         return job.memo[key]
-    gpu, prec = job.cluster.gpu, _gemm_precision(job)
-    gemms = layer_gemms(job, kind)
-    over = 1 + _te_fp8(job)
-    fwd = sum(gemm_seconds(g, gpu, prec, cal) for g in gemms) * over
-    bwd = sum(gemm_seconds(x, gpu, prec, cal) for g in gemms for x in backward_gemms(g)) * over
+    fwd, bwd = linear_seconds(job, layer_gemms(job, kind), cal)
     att = mixer_kernels(job, kind, cal)
     cast_fwd, cast_bwd = fp8_cast_bytes(job, kind)
     out = LayerTime(

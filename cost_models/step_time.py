@@ -50,12 +50,11 @@ from cost_models.compute import (
     Block,
     LayerTime,
     attention_kernels,
-    backward_gemms,
     chunk_seconds,
-    gemm_seconds,
     head_backward_time,
     head_time,
     layer_time,
+    linear_seconds,
     loss_time,
     optimizer_time,
     tp_blocks,
@@ -571,10 +570,10 @@ def stage_layers(job: Job, rank: int) -> list[tuple[int, int]]:
 
 
 def mtp_merge_seconds(job: Job, cal: Calibration) -> tuple[float, float]:
-    """(forward, backward) seconds of the MTP modules' h x 2h merge projections (flops.mtp_gemms)."""
-    gpu, gemms = job.cluster.gpu, mtp_gemms(job)
-    return (sum(gemm_seconds(g, gpu, Precision.BF16, cal) for g in gemms),
-            sum(gemm_seconds(x, gpu, Precision.BF16, cal) for g in gemms for x in backward_gemms(g)))
+    """(forward, backward) seconds of the MTP modules' h x 2h merge projections (flops.mtp_gemms), at
+    the layers' precision: Megatron runs the merge (eh_proj) inside the same fp8 context as the MTP
+    layer (Megatron-LM@d98e8a64 core/transformer/multi_token_prediction.py L1387-1397)."""
+    return linear_seconds(job, mtp_gemms(job), cal)
 
 
 def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[LayerKind, Recompute], LayerPass]) -> StageTime:

@@ -77,6 +77,22 @@ def test_mtp_modules_run_on_the_last_stage():
     assert est.stages[1].microbatch_s > est0.stages[1].microbatch_s
 
 
+def test_the_mtp_merge_runs_at_the_layers_precision():
+    """Megatron runs eh_proj inside the MTP layer's fp8 context (multi_token_prediction.py
+    L1387-1397): under fp8 the merge is an fp8 GEMM with Transformer Engine's quantisation, the same
+    precision the layers' linear GEMMs get, and cheaper than the bf16 merge on an H800."""
+    from cost_models.calibration import DEFAULT
+    from cost_models.step_time import mtp_merge_seconds
+
+    def merge(precision: str) -> tuple[float, float]:
+        job = make_job(V3, gpus=128, cluster="h800-deepseek", pp=2, ep=64, zero=1, pp_first_stage_layers=30,
+                       training={**TRAINING, "precision": precision})
+        return mtp_merge_seconds(job, DEFAULT)
+
+    fp8, bf16 = merge("fp8"), merge("bf16")
+    assert fp8[0] < bf16[0] and fp8[1] < bf16[1]
+
+
 def test_kernel_split_of_the_compute_counts_the_mtp_modules():
     """validate's per-class split (compute_by_kernel) recounts the critical stage apart from
     stage_time: with pp 1 that stage runs the MTP layer, its merge projection and a second output
