@@ -14,6 +14,7 @@ from cost_models import activations as act
 from cost_models.breakdown import Breakdown
 from cost_models.enums import Framework, Precision, Recompute, Schedule, Zero
 from cost_models.errors import SpecError
+from cost_models.flops import layer_gemms
 from cost_models.job import Job
 from cost_models.model_spec import LayerKind
 from cost_models.states import local_layer_params, rank_params, rank_state_bytes
@@ -35,9 +36,11 @@ NCCL_BYTES_PER_GROUP = 512 * MiB
 # DeepSpeed ZeRO bucket defaults, elements (deepspeed/runtime/zero/config.py: reduce_bucket_size
 # and allgather_bucket_size = 5e8).
 DEEPSPEED_BUCKET_ELEMENTS = 500_000_000
-# ZeRO-3 prefetches upcoming parameters only up to stage3_prefetch_bucket_size = 5e7 elements
-# (deepspeed/runtime/zero/config.py:215-248 at v0.19.6, the same default since its 2021 docs).
+# ZeRO-3 prefetches upcoming parameters only up to stage3_prefetch_bucket_size = 5e7 elements, and
+# none once stage3_max_live_parameters = 1e9 are gathered (deepspeed/runtime/zero/config.py:215-248
+# at v0.19.6, the same defaults since its 2021 docs).
 DEEPSPEED_PREFETCH_ELEMENTS = 50_000_000
+DEEPSPEED_MAX_LIVE_ELEMENTS = 1_000_000_000
 
 # PyTorch's caching allocator reserves more than it hands out: blocks are rounded (2 MiB for large
 # allocations) and freed blocks are reused only by requests that fit. Modelled as a fraction of the
@@ -167,6 +170,17 @@ def _transient(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], Lay
     return Breakdown.of("bytes", layer_backward=best)
 
 
+def _largest_modules(job: Job, rank: int) -> tuple[int, int]:
+    """The two largest weights (elements on this rank) among the stage's GEMM weights, embedding
+    and output layer."""
+    params = rank_params(job, rank)
+    sizes = [int(params.value("embedding")), int(params.value("head"))]
+    for kind in {job.model.layer_kind(i) for i in job.stage_layer_ids(rank)}:
+        sizes += [g.n * g.k for g in layer_gemms(job, kind)]
+    first, after = sorted(sizes + [0, 0], reverse=True)[:2]
+    return first, after
+
+
 def stage_buffers(job: Job, rank: int) -> Breakdown:
     """Unsharded parameter/gradient copies, fp8 weight caches and ZeRO buckets."""
     fw, z, lay = job.training.framework, job.zero, job.layout
@@ -186,13 +200,23 @@ def stage_buffers(job: Job, rank: int) -> Breakdown:
         unsharded_params = 2 * stage_params
         unsharded_grads = 4 * stage_params if lay.pp > 1 else 6 * biggest
     elif z is Zero.PARAMETERS and fw is Framework.DEEPSPEED:
-        # DeepSpeed ZeRO-3 gathers the layer it computes and prefetches at most
-        # stage3_prefetch_bucket_size (5e7) parameters of the next; nothing above the persistence
-        # threshold (1e5 parameters) stays gathered, the root included. A layer's 16-bit gradients
-        # live until they are copied into the reduce bucket (counted under zero_buckets)
-        # (deepspeedai/DeepSpeed@edaa7221 deepspeed/runtime/zero/config.py:215-248, stage3.py:730-746).
-        unsharded_params = 2 * (biggest + min(second, DEEPSPEED_PREFETCH_ELEMENTS))
-        unsharded_grads = 2 * biggest
+        # DeepSpeed ZeRO-3 gathers the parameters of the module it runs, not of the whole layer:
+        # fetch and release go module by module over each module's own parameters (recurse=False),
+        # and it prefetches the next parameters until stage3_prefetch_bucket_size (5e7) elements are
+        # under way, none once stage3_max_live_parameters (1e9) are gathered; nothing above the
+        # persistence threshold (1e5 parameters) stays gathered, the root included. A weight's 16-bit
+        # gradient lives until it is copied into the reduce bucket (counted under zero_buckets)
+        # (deepspeedai/DeepSpeed@edaa7221 deepspeed/runtime/zero/partitioned_param_coordinator.py
+        # L49-50, L449-475, L494-530; config.py:215-248; stage3.py:730-746). A module's weight is taken
+        # as the largest GEMM weight (fused qkv, fused gate and up projections: an upper bound for
+        # transformers' separate q/k/v and gate/up modules), or the embedding and output layer.
+        # The prefetch takes whole parameters until it reaches its target, so it ends at most one
+        # parameter past it; the second-largest weight bounds that parameter.
+        first, after = _largest_modules(job, rank)
+        target = min(DEEPSPEED_MAX_LIVE_ELEMENTS - first, DEEPSPEED_PREFETCH_ELEMENTS)
+        prefetch = 0 if target <= 0 else (after if after >= target else target + after)
+        unsharded_params = 2 * (first + prefetch)
+        unsharded_grads = 2 * first
     elif z is Zero.PARAMETERS:
         # Fully sharded: the root unit (embedding, final norm, output layer) stays gathered for the
         # step (FSDP2 does not reshard the root after forward), plus the current and the prefetched

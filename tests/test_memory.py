@@ -126,14 +126,23 @@ def test_framework_features_are_refused_where_the_framework_lacks_them(training,
         make_job("llama-3.1-8b", gpus=8, training=training, **layout)
 
 
-def test_deepspeed_zero3_gathers_one_layer_and_prefetches_a_bucket():
-    # DeepSpeed ZeRO-3: the computed layer gathered plus at most stage3_prefetch_bucket_size (5e7)
-    # parameters of the next, no root unit kept gathered; the layer's 16-bit gradients until bucketed
+def test_deepspeed_zero3_gathers_module_by_module_and_prefetches_until_the_live_limit():
+    # DeepSpeed ZeRO-3 gathers the module it runs (partitioned_param_coordinator.py fetches a
+    # module's own parameters) and prefetches the next until 5e7 elements are under way, none once
+    # 1e9 are gathered; a module's 16-bit gradient lives until it is bucketed. The largest module is
+    # the output layer (vocab x hidden, with the final norm counted beside it), not a whole layer.
     from cost_models.memory import stage_buffers
-    from cost_models.states import local_layer_params
 
-    job = make_job("llama-3.1-70b", gpus=64, zero=3, training=dict(framework="deepspeed", seq_len=4096, global_batch_size=64))
-    layer = local_layer_params(job, 0).total  # 856M parameters: far above the prefetch bucket
-    b = stage_buffers(job, 0)
-    assert b.value("unsharded_params") == 2 * (layer + 50_000_000)
-    assert b.value("unsharded_grads") == 2 * layer
+    def buffers(model: str) -> tuple[float, float]:
+        job = make_job(model, gpus=64, zero=3, training=dict(framework="deepspeed", seq_len=4096, global_batch_size=64))
+        b = stage_buffers(job, 0)
+        return b.value("unsharded_params"), b.value("unsharded_grads")
+
+    # 8B: output layer 128256 x 4096 (+ norm 4096), then the embedding, 128256 x 4096: under 1e9
+    # together, so the embedding is prefetched whole (the prefetch takes whole parameters)
+    head, embedding = 128256 * 4096 + 4096, 128256 * 4096
+    assert buffers("llama-3.1-8b") == (2 * (head + embedding), 2 * head)
+    # 70B: the output layer alone (128256 x 8192 + 8192) is above the 1e9 live limit: no prefetch;
+    # a whole 70B layer (856M) would have been far smaller than what the module limit allows
+    head = 128256 * 8192 + 8192
+    assert buffers("llama-3.1-70b") == (2 * head, 2 * head)
