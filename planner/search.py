@@ -48,7 +48,7 @@ from cost_models.rules import fill_defaults, resolve
 from cost_models.states import embedding_params_local, local_layer_params, state_parts
 from cost_models.step_time import TimeEstimate, dp_tail, expected_max_normal, fsdp_layer_comm, dense_share, layer_pass, time_estimate
 from planner.space import (
-    Problem, Shard, Sharding, Stages, degrees_ok, layout_key, layout_of, schedule_ok, shardings, shards, sharding_ok,
+    Problem, Shard, Sharding, Stages, degrees_ok, expert_grid_ok, layout_key, layout_of, schedule_ok, shardings, shards, sharding_ok,
     stages,
 )
 
@@ -447,6 +447,7 @@ class Space:
         per_step = sh_mbs[:, None] * np.maximum(dp, 1)
         ok &= gbs % per_step == 0
         ok &= schedule_ok(problem, st_pp[None, :], st_vpp[None, :], gbs // per_step)
+        ok &= expert_grid_ok(problem, sh_tp[:, None], col(self.shards, "ep")[:, None], col(self.shards, "etp")[:, None], st_pp[None, :])
         si, ti = np.nonzero(ok)
         self.cell_shard, self.cell_stages = si, ti
         self.dp = dp[si, ti]
@@ -742,6 +743,8 @@ def search(
     rejected: list[Rejected] = []
     scored = 0
     optimal = complete = timed_out = False
+    if not len(bounds):
+        optimal = True  # no layout passes the bounds, so none fits: an empty top k is proven
     # the first band holds the `top` smallest bounds: the k-th best step is at least the k-th bound
     lo, hi = -1, (int(bounds[min(top, len(bounds)) - 1]) if len(bounds) else -1)
     while len(bounds):

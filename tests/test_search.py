@@ -53,7 +53,7 @@ CASES = [
     (LLAMA_TINY, 4, 8, "torchtitan", 2048),
     (LLAMA_TINY, 8, 32, "deepspeed", 2048),
     (MOE_TINY, 4, 8, "megatron", 2048),
-    (MOE_MIXED_TINY, 4, 8, "megatron", 2048),
+    (MOE_MIXED_TINY, 2, 8, "megatron", 2048),
     (HYBRID_TINY, 4, 8, "megatron", 2048),
 ]
 
