@@ -233,9 +233,10 @@ class ShardTable:
     kind_expert_params: tuple[int, ...]  # expert parameters of one layer on one GPU
 
 
-def shard_table(problem: Problem, shard: Shard, cal: Calibration, *, priced: bool = True) -> ShardTable:
+def shard_table(problem: Problem, shard: Shard, cal: Calibration, *, priced: bool = True, memo: dict | None = None) -> ShardTable:
     """The Shard's table; without `priced`, only its memory numbers (activations and parameters),
-    its times 0."""
+    its times 0. A layer without MoE does no expert-parallel work, so its passes depend on the
+    Shard's tp, sp, cp and mbs alone: `memo` keeps them for the Shards that differ in ep or etp."""
     job = shape_job(problem, shard)
     assert job is not None
     kinds = problem.model.layer_kinds
@@ -251,7 +252,18 @@ def shard_table(problem: Problem, shard: Shard, cal: Calibration, *, priced: boo
     if not priced:
         zero3 = ((0, 0, 0),) * len(kinds)
         return ShardTable((0, 0, 0), (0, 0, 0), 0, (0, 0, 0), 0, (0, 0, 0), 0, kind_pass_ns=zero3, kind_compute_ns=zero3, **memory)
-    passes = {mode: [layer_pass(job, kind, mode=mode, cal=cal) for kind in kinds] for mode in MODES}
+    memo = {} if memo is None else memo
+
+    def kind_passes(kind):  # type: ignore[no-untyped-def]
+        if kind.moe:
+            return [layer_pass(job, kind, mode=mode, cal=cal) for mode in MODES]
+        key = (kind, shard.tp, shard.sp, shard.cp, shard.mbs)
+        if key not in memo:
+            memo[key] = [layer_pass(job, kind, mode=mode, cal=cal) for mode in MODES]
+        return memo[key]
+
+    per_kind = [kind_passes(kind) for kind in kinds]
+    passes = {mode: [p[i] for p in per_kind] for i, mode in enumerate(MODES)}
     head = head_pass_time(job, cal) * NS
     return ShardTable(
         pass_ns=tuple(int(min(p.compute.total + p.comm.total for p in passes[m]) * NS) for m in MODES),  # type: ignore[arg-type]
@@ -560,8 +572,9 @@ class Space:
         # the others' cells keep a step bound of 0, which bounds every step
         fitting = self.legal if usable is None else self.legal & (self.mem <= usable)
         priced = sorted(set(si[fitting.any(axis=1)].tolist()))
+        memo: dict = {}
         for s in priced:
-            self.tables[s] = shard_table(problem, self.shards[s], cal)
+            self.tables[s] = shard_table(problem, self.shards[s], cal, memo=memo)
         self.priced = np.isin(si, priced)
         k_pass, k_comp = per_kind("kind_pass_ns", 3), per_kind("kind_compute_ns", 3)
         head = col(tabs(), "head_ns")
