@@ -5,11 +5,13 @@ The exact cost model (cost_models.memory / step_time) is too rich to state as in
 from the exact model's own per-layer numbers (Space):
 
     step ≥ LB = m·M + (Σ_r S_r − M)/vpp + m·F + G,   M = max_r S_r
-    S_r = Σ over rank r's layers of one layer pass (compute + exposed tp/cp/ep), + head and loss on the last rank
+    S_r = Σ over rank r's layers of one layer pass (compute + exposed tp/cp/ep) of that layer's kind,
+          + head and loss on the last rank
     G   = cv · E[max of N normals] · m · min_r C_r, C_r the compute part of S_r (the straggler term)
     F   = the FSDP gathers and reduce-scatters one micro-batch exposes at pp = 1, at least (fsdp_ns)
     peak ≥ CUDA context + NCCL + states of rank 0's dense and expert parameters under the sharding
-           + its in-flight micro-batches' activations (+ fragmentation) + at pp = 1 its buffers
+           + its in-flight micro-batches' activations, each at its lightest chunk's (+ fragmentation)
+           + at pp = 1 its buffers (and rank 1's likewise)
 
 Each S_r drops only non-negative terms of the exact stage time T_r, and the exact step is
 m·T_max + (Σ T_r − T_max)/vpp + dp tail + optimizer + straggler, which is increasing in every T_r
