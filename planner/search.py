@@ -235,22 +235,28 @@ class ShardTable:
     kind_expert_params: tuple[int, ...]  # expert parameters of one layer on one GPU
 
 
-def shard_table(problem: Problem, shard: Shard, cal: Calibration, *, priced: bool = True, memo: dict | None = None) -> ShardTable:
+def shard_table(problem: Problem, shard: Shard, cal: Calibration, *, priced: bool = True, memo: dict | None = None,
+                unpriced: ShardTable | None = None) -> ShardTable:
     """The Shard's table; without `priced`, only its memory numbers (activations and parameters),
     its times 0. A layer without MoE does no expert-parallel work, so its passes depend on the
-    Shard's tp, sp, cp and mbs alone: `memo` keeps them for the Shards that differ in ep or etp."""
+    Shard's tp, sp, cp and mbs alone: `memo` keeps them for the Shards that differ in ep or etp.
+    `unpriced`: the Shard's table without `priced`, whose memory numbers are taken as they are."""
     job = shape_job(problem, shard)
     assert job is not None
     kinds = problem.model.layer_kinds
-    costs = layer_costs(job, MODES)
-    kept = {m: min(c.kept_bytes for (_, mm), c in costs.items() if mm is m) for m in MODES}
-    memory = dict(
-        kept_bytes=tuple(kept[m] for m in MODES),
-        embedding_params=embedding_params_local(job),
-        kind_kept_bytes=tuple(tuple(costs[kind, m].kept_bytes for m in MODES) for kind in kinds),
-        kind_dense_params=tuple(local_layer_params(job, i).dense for i in kinds.values()),
-        kind_expert_params=tuple(local_layer_params(job, i).expert for i in kinds.values()),
-    )
+    fields = ("kept_bytes", "embedding_params", "kind_kept_bytes", "kind_dense_params", "kind_expert_params")
+    if unpriced is not None:
+        memory = {name: getattr(unpriced, name) for name in fields}
+    else:
+        costs = layer_costs(job, MODES)
+        kept = {m: min(c.kept_bytes for (_, mm), c in costs.items() if mm is m) for m in MODES}
+        memory = dict(
+            kept_bytes=tuple(kept[m] for m in MODES),
+            embedding_params=embedding_params_local(job),
+            kind_kept_bytes=tuple(tuple(costs[kind, m].kept_bytes for m in MODES) for kind in kinds),
+            kind_dense_params=tuple(local_layer_params(job, i).dense for i in kinds.values()),
+            kind_expert_params=tuple(local_layer_params(job, i).expert for i in kinds.values()),
+        )
     if not priced:
         zero3 = ((0, 0, 0),) * len(kinds)
         return ShardTable((0, 0, 0), (0, 0, 0), 0, (0, 0, 0), 0, (0, 0, 0), 0, kind_pass_ns=zero3, kind_compute_ns=zero3, **memory)
@@ -576,7 +582,7 @@ class Space:
         priced = sorted(set(si[fitting.any(axis=1)].tolist()))
         memo: dict = {}
         for s in priced:
-            self.tables[s] = shard_table(problem, self.shards[s], cal, memo=memo)
+            self.tables[s] = shard_table(problem, self.shards[s], cal, memo=memo, unpriced=self.tables[s])
         self.priced = np.isin(si, priced)
         k_pass, k_comp = per_kind("kind_pass_ns", 3), per_kind("kind_compute_ns", 3)
         head = col(tabs(), "head_ns")
