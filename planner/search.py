@@ -288,32 +288,42 @@ def shard_table(problem: Problem, shard: Shard, cal: Calibration, *, priced: boo
     )
 
 
-def fsdp_ns(problem: Problem, shard: Shard, sharding: Sharding, table: ShardTable, cal: Calibration) -> tuple[int, int, int, int]:
+def fsdp_ns(problem: Problem, shard: Shard, sharding: Sharding, table: ShardTable, cal: Calibration) -> tuple[int, list[list[int]]]:
     """Exposed parameter gathers and gradient reduce-scatters of one micro-batch when FSDP/ZeRO-3
-    works per micro-batch (pp = 1), and the compute they slow while hidden, at least.
-    step_time.stage_time hides layer i's gather behind layer i−1's compute; with every gather at
-    least the smallest layer's (g, r) and every compute between the least and the most layer's
-    (f, b under its recompute mode) it exposes at least
+    works per micro-batch (pp = 1, where the only rank runs the layers in model order), and the
+    compute they slow while hidden, at least. step_time._fsdp_exposure exposes g_0 + g_{L−1} + r_0
+    and hides layer i's gather g_i behind layer i−1's forward f_{i−1}, and g_{j−1} + r_j behind
+    layer j's backward b_j; with each (g, r) of the layer's own kind and every compute between the
+    least and the most over kinds (f, b under the layer's recompute mode) it exposes at least
 
-        g + (L−1)·max(0, g − f_max)  forward,   g + r + Σ_{i≥1} max(0, g + r − b_max)  backward,
+        g_0 + g_{L−1} + r_0 + Σ_{i≥1} max(0, g_i − f_max) + Σ_{j≥1} max(0, g_{j−1} + r_j − b_max),
 
-    and charges at least k·min(g, f_min) per forward layer and k·min(g + r, b_min) per backward one
-    as contention, k = s/(1 − s) with s the share of SMs the collective holds (not for DeepSpeed,
-    whose prefetch limit hides less).
+    and charges at least k·min(g_i, f_min) per forward layer and k·min(g_{j−1} + r_j, b_min) per
+    backward one as contention, k = s/(1 − s) with s the share of SMs the collective holds (not for
+    DeepSpeed, whose prefetch limit hides less: its g(1 − c) + max(0, g·c − f) is at least max(0, g − f)).
 
-    Returns (the fixed part: both passes' first terms and the forward sum, then the per-layer
-    backward term for each recompute mode); zeros where there is no FSDP."""
+    Returns (the fixed part: the first terms and the forward sum; for each recompute mode the
+    backward terms summed over layers 1..j−1 for j = 0..L, as if those layers ran under it, so that
+    a split at the first R recomputed layers reads two prefix sums); zeros where there is no FSDP."""
+    n = problem.model.num_layers
     job = shape_job(problem, shard, sharding)
     if job is None or sharding.zero is not Zero.PARAMETERS or job.dense_shard_group == 1:
-        return (0, 0, 0, 0)
-    comm = [fsdp_layer_comm(job, i) for i in problem.model.layer_kinds.values()]
-    g, r = (min(c[0] for c in comm) * NS, min(c[1] for c in comm) * NS)
-    n = problem.model.num_layers
+        return (0, [[0] * (n + 1) for _ in MODES])
+    by_kind = {kind: fsdp_layer_comm(job, i) for kind, i in problem.model.layer_kinds.items()}
+    g = [by_kind[kind][0] * NS for kind in problem.model.kinds_by_layer]
+    r = [by_kind[kind][1] * NS for kind in problem.model.kinds_by_layer]
     s = 0.0 if job.training.framework is Framework.DEEPSPEED else dense_share(job, cal)
     k = s / (1 - s)
-    fixed = g + (n - 1) * (max(0.0, g - table.forward_ns) + k * min(g, table.forward_min_ns)) + g + r
-    per = (max(0.0, g + r - b) + k * min(g + r, bmin) for b, bmin in zip(table.backward_ns, table.backward_min_ns))
-    return (int(fixed), *(int(x) for x in per))  # type: ignore[return-value]
+    fixed = g[0] + g[-1] + r[0] + sum(max(0.0, x - table.forward_ns) + k * min(x, table.forward_min_ns) for x in g[1:])
+    cum = []
+    for b, bmin in zip(table.backward_ns, table.backward_min_ns):
+        total, out = 0.0, [0, 0]
+        for j in range(1, n):
+            x = g[j - 1] + r[j]
+            total += max(0.0, x - b) + k * min(x, bmin)
+            out.append(int(total))
+        cum.append(out[: n + 1])
+    return (int(fixed), cum)
 
 
 def pp1_buffers(problem: Problem, shard: Shard, sharding: Sharding) -> int:
@@ -613,12 +623,14 @@ class Space:
         self.lb = np.repeat(self.cell_lb[:, None], Z, axis=1)
         for zi, z in enumerate(self.shardings):
             if z.zero is Zero.PARAMETERS:
-                f = np.array([fsdp_ns(problem, self.shards[s], z, self.tables[s], cal) if s in priced else (0, 0, 0, 0)
-                              for s in range(S)], dtype=i64).reshape(S, 4)
-                # layers 1..L−1 of the only rank: its recomputed ones first (layer 0 among them, if any)
-                n_rec = np.maximum(0, rec[ti, 2] - 1)
-                n_plain = plain[ti, 2] - (rec[ti, 2] == 0)
-                exposed = f[si, 0] + n_rec * f[si, 1 + mode[ti]] + n_plain * f[si, 1]
+                L = problem.model.num_layers
+                f = [fsdp_ns(problem, self.shards[s], z, self.tables[s], cal) if s in priced and s in pp1
+                     else (0, [[0] * (L + 1)] * 3) for s in range(S)]
+                fixed = np.array([x[0] for x in f], dtype=i64)
+                cum = np.array([x[1] for x in f], dtype=i64).reshape(S, 3, L + 1)
+                # the only rank's first R layers run under the recompute mode, the rest without
+                R = np.minimum(row_rec[ti, 0].sum(axis=1), L)
+                exposed = (fixed[si] + cum[si, mode[ti], R] + cum[si, 0, L] - cum[si, 0, R])
                 self.lb[:, zi] += np.where(one_stage, m * exposed, 0)
 
         self.refined = np.zeros((C, Z), dtype=bool)
