@@ -41,11 +41,11 @@ from cost_models.enums import Framework, Recompute, Schedule, Zero
 from cost_models.errors import LayoutError, SpecError
 from cost_models.job import Job
 from cost_models.layout import Layout
-from cost_models.pipeline_split import virtual_stage_layers
 from cost_models.memory import (
     CUDA_CONTEXT_BYTES, DEFAULT_HEADROOM, FRAGMENTATION, NCCL_BYTES_PER_GROUP, MemoryEstimate, inflight_counts, layer_costs,
     memory_estimate, process_groups, stage_buffers,
 )
+from cost_models.pipeline_split import virtual_stage_layers
 from cost_models.rules import fill_defaults, resolve
 from cost_models.states import embedding_params_local, local_layer_params, state_parts
 from cost_models.step_time import TimeEstimate, dp_tail, expected_max_normal, fsdp_layer_comm, dense_share, layer_pass, time_estimate
@@ -218,18 +218,15 @@ class ShardTable:
     """What one layer costs on one GPU under a Shard, per recompute mode: per layer kind (kind_*),
     and the least or most over kinds where a bound term needs one number for every layer."""
 
-    pass_ns: tuple[int, int, int]  # one layer pass (fwd + bwd + recompute, exposed tp/cp/ep) per mode
-    compute_ns: tuple[int, int, int]  # its compute alone (what the straggler term scales) per mode
     forward_ns: int  # the forward compute of a layer (the most over kinds: what hides a gather)
     backward_ns: tuple[int, int, int]  # backward compute with recompute (the most over kinds) per mode
     forward_min_ns: int  # ... the least over kinds (what a hidden gather slows at least)
     backward_min_ns: tuple[int, int, int]
     head_ns: int  # output layer forward + backward and the loss, on the last rank
-    kept_bytes: tuple[int, int, int]  # activations one layer keeps per micro-batch, per mode (the least over kinds)
     embedding_params: int
     # per layer kind (in the order of ModelSpec.layer_kinds), what the bound sums over each rank's layers
-    kind_pass_ns: tuple[tuple[int, int, int], ...]  # one layer pass per mode, as pass_ns
-    kind_compute_ns: tuple[tuple[int, int, int], ...]  # its compute alone per mode
+    kind_pass_ns: tuple[tuple[int, int, int], ...]  # one layer pass (fwd + bwd + recompute, exposed tp/cp/ep) per mode
+    kind_compute_ns: tuple[tuple[int, int, int], ...]  # its compute alone (what the straggler term scales) per mode
     kind_kept_bytes: tuple[tuple[int, int, int], ...]  # activations kept per micro-batch per mode
     kind_dense_params: tuple[int, ...]  # non-expert parameters of one layer on one GPU
     kind_expert_params: tuple[int, ...]  # expert parameters of one layer on one GPU
@@ -244,14 +241,12 @@ def shard_table(problem: Problem, shard: Shard, cal: Calibration, *, priced: boo
     job = shape_job(problem, shard)
     assert job is not None
     kinds = problem.model.layer_kinds
-    fields = ("kept_bytes", "embedding_params", "kind_kept_bytes", "kind_dense_params", "kind_expert_params")
+    fields = ("embedding_params", "kind_kept_bytes", "kind_dense_params", "kind_expert_params")
     if unpriced is not None:
         memory = {name: getattr(unpriced, name) for name in fields}
     else:
         costs = layer_costs(job, MODES)
-        kept = {m: min(c.kept_bytes for (_, mm), c in costs.items() if mm is m) for m in MODES}
         memory = dict(
-            kept_bytes=tuple(kept[m] for m in MODES),
             embedding_params=embedding_params_local(job),
             kind_kept_bytes=tuple(tuple(costs[kind, m].kept_bytes for m in MODES) for kind in kinds),
             kind_dense_params=tuple(local_layer_params(job, i).dense for i in kinds.values()),
@@ -259,7 +254,7 @@ def shard_table(problem: Problem, shard: Shard, cal: Calibration, *, priced: boo
         )
     if not priced:
         zero3 = ((0, 0, 0),) * len(kinds)
-        return ShardTable((0, 0, 0), (0, 0, 0), 0, (0, 0, 0), 0, (0, 0, 0), 0, kind_pass_ns=zero3, kind_compute_ns=zero3, **memory)
+        return ShardTable(0, (0, 0, 0), 0, (0, 0, 0), 0, kind_pass_ns=zero3, kind_compute_ns=zero3, **memory)
     memo = {} if memo is None else memo
 
     def kind_passes(kind):  # type: ignore[no-untyped-def]
@@ -274,8 +269,6 @@ def shard_table(problem: Problem, shard: Shard, cal: Calibration, *, priced: boo
     passes = {mode: [p[i] for p in per_kind] for i, mode in enumerate(MODES)}
     head = head_pass_time(job, cal) * NS
     return ShardTable(
-        pass_ns=tuple(int(min(p.compute.total + p.comm.total for p in passes[m]) * NS) for m in MODES),  # type: ignore[arg-type]
-        compute_ns=tuple(int(min(p.compute.total for p in passes[m]) * NS) for m in MODES),  # type: ignore[arg-type]
         forward_ns=int(-(-max(p.forward_s for p in passes[Recompute.NONE]) * NS // 1)),
         backward_ns=tuple(int(-(-max(p.compute.total - p.forward_s for p in passes[m]) * NS // 1)) for m in MODES),  # type: ignore[arg-type]
         forward_min_ns=int(min(p.forward_s for p in passes[Recompute.NONE]) * NS),
@@ -339,41 +332,6 @@ def pp1_buffers(problem: Problem, shard: Shard, sharding: Sharding) -> int:
     head = int(head_activations(job).total) + loss_workspace(job)
     dynamic = b.value("unsharded_params") + b.value("unsharded_grads") + head
     return int(b.total) + head + max(0, int(FRAGMENTATION * dynamic) - 1)
-
-
-@dataclass(frozen=True)
-class StagesTable:
-    """Layer counts that the bound multiplies by a Shard's per-layer numbers."""
-
-    mode: int  # index into MODES of the recomputed layers
-    weights: tuple[int, int, int]  # how many ranks are first, middle, last (pp = 1: the only rank is "last")
-    recomputed: tuple[int, int, int]  # recomputed layers on a first, middle, last rank
-    plain: tuple[int, int, int]  # layers without recompute on each
-    chunk0: tuple[int, int]  # (recomputed, plain) layers in each of rank 0's chunks
-    first_layers: int  # decoder layers on rank 0
-    chunk1: tuple[int, int]  # ... and of rank 1's (0, 0 at pp = 1)
-    second_layers: int  # decoder layers on rank 1
-
-
-def stages_table(problem: Problem, st: Stages) -> StagesTable:
-    counts = st.counts(problem.model.num_layers)
-    pp = st.pp
-    kinds = [counts[0], counts[pp // 2] if pp > 2 else 0, counts[-1]]
-    if pp == 1:
-        kinds = [0, 0, counts[0]]
-    weights = (0, 0, 1) if pp == 1 else (1, max(0, pp - 2), 1)
-    rec = tuple(st.recomputed(c) for c in kinds)
-    def chunk(layers: int) -> tuple[int, int]:
-        size = layers // st.vpp
-        recomputed = 0 if st.recompute is Recompute.NONE else min(st.recompute_layers or size, size)
-        return recomputed, size - recomputed
-
-    second = counts[1] if pp > 1 else 0
-    return StagesTable(
-        mode=MODES.index(st.recompute), weights=weights, recomputed=rec,  # type: ignore[arg-type]
-        plain=tuple(c - r for c, r in zip(kinds, rec)),  # type: ignore[arg-type]
-        chunk0=chunk(counts[0]), first_layers=counts[0], chunk1=chunk(second), second_layers=second,
-    )
 
 
 @dataclass(frozen=True)
@@ -490,8 +448,8 @@ class Space:
         used = sorted(set(si.tolist()))
         self.tables = {s: shard_table(problem, self.shards[s], cal, priced=False) for s in used}
         K = len(problem.model.layer_kinds)
-        blank = ShardTable((0, 0, 0), (0, 0, 0), 0, (0, 0, 0), 0, (0, 0, 0), 0, (0, 0, 0), 0, ((0, 0, 0),) * K,
-                           ((0, 0, 0),) * K, ((0, 0, 0),) * K, (0,) * K, (0,) * K)
+        blank = ShardTable(0, (0, 0, 0), 0, (0, 0, 0), 0, 0, ((0, 0, 0),) * K, ((0, 0, 0),) * K, ((0, 0, 0),) * K,
+                           (0,) * K, (0,) * K)
 
         def tabs() -> list[ShardTable]:
             return [self.tables.get(s, blank) for s in range(S)]
@@ -502,10 +460,7 @@ class Space:
         eparams = col(tabs(), "embedding_params")
         k_kept = per_kind("kind_kept_bytes", 3)
         k_dense, k_expert = per_kind("kind_dense_params", 1), per_kind("kind_expert_params", 1)
-        pts = [stages_table(problem, p) for p in self.stages]
-        mode = col(pts, "mode")
-        rec = np.array([p.recomputed for p in pts], dtype=i64).reshape(T, 3)
-        plain = np.array([p.plain for p in pts], dtype=i64).reshape(T, 3)
+        mode = np.array([MODES.index(p.recompute) for p in self.stages], dtype=i64)  # of the recomputed layers
 
         # per layer kind: each rank's layers of each kind (rows of equal ranks merged, padded to the
         # most rows of any Stages)
@@ -614,9 +569,8 @@ class Space:
         least = np.where(used_row, rank_compute, np.iinfo(i64).max).min(axis=1)
         self.cell_lb += np.floor(cal.gpu_speed_cv * expected_max_normal(problem.gpus) * m * least).astype(i64)
         # rank 0's backward compute of one micro-batch, at most: what its gradient traffic can hide behind
-        rank0 = np.where(st_pp[ti] == 1, 2, 0)
         bwd = np.array([t.backward_ns for t in tabs()], dtype=i64).reshape(S, 3)
-        self.window0 = (rec[ti, rank0] * bwd[si, mode[ti]] + plain[ti, rank0] * bwd[si, 0]
+        self.window0 = (ch_rec[0][ti].sum(axis=(1, 2)) * bwd[si, mode[ti]] + ch_plain[0][ti].sum(axis=(1, 2)) * bwd[si, 0]
                         + np.where(st_pp[ti] == 1, head[si], 0))
 
         # the FSDP term of every (cell, sharding) at pp = 1
