@@ -5,11 +5,13 @@ The exact cost model (cost_models.memory / step_time) is too rich to state as in
 from the exact model's own per-layer numbers (Space):
 
     step ≥ LB = m·M + (Σ_r S_r − M)/vpp + m·F + G,   M = max_r S_r
-    S_r = Σ over rank r's layers of one layer pass (compute + exposed tp/cp/ep), + head and loss on the last rank
+    S_r = Σ over rank r's layers of one layer pass (compute + exposed tp/cp/ep) of that layer's kind,
+          + head and loss on the last rank
     G   = cv · E[max of N normals] · m · min_r C_r, C_r the compute part of S_r (the straggler term)
     F   = the FSDP gathers and reduce-scatters one micro-batch exposes at pp = 1, at least (fsdp_ns)
     peak ≥ CUDA context + NCCL + states of rank 0's dense and expert parameters under the sharding
-           + its in-flight micro-batches' activations (+ fragmentation) + at pp = 1 its buffers
+           + its in-flight micro-batches' activations, each at its lightest chunk's (+ fragmentation)
+           + at pp = 1 its buffers (and rank 1's likewise)
 
 Each S_r drops only non-negative terms of the exact stage time T_r, and the exact step is
 m·T_max + (Σ T_r − T_max)/vpp + dp tail + optimizer + straggler, which is increasing in every T_r
@@ -43,11 +45,12 @@ from cost_models.memory import (
     CUDA_CONTEXT_BYTES, DEFAULT_HEADROOM, FRAGMENTATION, NCCL_BYTES_PER_GROUP, MemoryEstimate, inflight_counts, layer_costs,
     memory_estimate, process_groups, stage_buffers,
 )
+from cost_models.pipeline_split import virtual_stage_layers
 from cost_models.rules import fill_defaults, resolve
 from cost_models.states import embedding_params_local, local_layer_params, state_parts
 from cost_models.step_time import TimeEstimate, dp_tail, expected_max_normal, fsdp_layer_comm, dense_share, layer_pass, time_estimate
 from planner.space import (
-    Problem, Shard, Sharding, Stages, degrees_ok, layout_key, layout_of, schedule_ok, shardings, shards, sharding_ok,
+    Problem, Shard, Sharding, Stages, degrees_ok, expert_grid_ok, layout_key, layout_of, schedule_ok, shardings, shards, sharding_ok,
     stages,
 )
 
@@ -212,71 +215,108 @@ def shape_job(problem: Problem, shard: Shard, sharding: Sharding | None = None, 
 
 @dataclass(frozen=True)
 class ShardTable:
-    """What one layer costs on one GPU under a Shard, per recompute mode (the minimum over layer
-    kinds, so that every layer costs at least this)."""
+    """What one layer costs on one GPU under a Shard, per recompute mode: per layer kind (kind_*),
+    and the least or most over kinds where a bound term needs one number for every layer."""
 
-    pass_ns: tuple[int, int, int]  # one layer pass (fwd + bwd + recompute, exposed tp/cp/ep) per mode
-    compute_ns: tuple[int, int, int]  # its compute alone (what the straggler term scales) per mode
     forward_ns: int  # the forward compute of a layer (the most over kinds: what hides a gather)
     backward_ns: tuple[int, int, int]  # backward compute with recompute (the most over kinds) per mode
     forward_min_ns: int  # ... the least over kinds (what a hidden gather slows at least)
     backward_min_ns: tuple[int, int, int]
     head_ns: int  # output layer forward + backward and the loss, on the last rank
-    kept_bytes: tuple[int, int, int]  # activations one layer keeps per micro-batch, per mode
-    dense_params: int  # non-expert parameters of one decoder layer on one GPU (the fewest over kinds)
-    expert_params: int  # expert parameters of one MoE layer on one GPU
     embedding_params: int
+    # per layer kind (in the order of ModelSpec.layer_kinds), what the bound sums over each rank's layers
+    kind_pass_ns: tuple[tuple[int, int, int], ...]  # one layer pass (fwd + bwd + recompute, exposed tp/cp/ep) per mode
+    kind_compute_ns: tuple[tuple[int, int, int], ...]  # its compute alone (what the straggler term scales) per mode
+    kind_kept_bytes: tuple[tuple[int, int, int], ...]  # activations kept per micro-batch per mode
+    kind_dense_params: tuple[int, ...]  # non-expert parameters of one layer on one GPU
+    kind_expert_params: tuple[int, ...]  # expert parameters of one layer on one GPU
 
 
-def shard_table(problem: Problem, shard: Shard, cal: Calibration) -> ShardTable:
+def shard_table(problem: Problem, shard: Shard, cal: Calibration, *, priced: bool = True, memo: dict | None = None,
+                unpriced: ShardTable | None = None) -> ShardTable:
+    """The Shard's table; without `priced`, only its memory numbers (activations and parameters),
+    its times 0. A layer without MoE does no expert-parallel work, so its passes depend on the
+    Shard's tp, sp, cp and mbs alone: `memo` keeps them for the Shards that differ in ep or etp.
+    `unpriced`: the Shard's table without `priced`, whose memory numbers are taken as they are."""
     job = shape_job(problem, shard)
     assert job is not None
     kinds = problem.model.layer_kinds
-    passes = {mode: [layer_pass(job, kind, mode=mode, cal=cal) for kind in kinds] for mode in MODES}
-    costs = layer_costs(job, MODES)
-    kept = {m: min(c.kept_bytes for (_, mm), c in costs.items() if mm is m) for m in MODES}
+    fields = ("embedding_params", "kind_kept_bytes", "kind_dense_params", "kind_expert_params")
+    if unpriced is not None:
+        memory = {name: getattr(unpriced, name) for name in fields}
+    else:
+        costs = layer_costs(job, MODES)
+        memory = dict(
+            embedding_params=embedding_params_local(job),
+            kind_kept_bytes=tuple(tuple(costs[kind, m].kept_bytes for m in MODES) for kind in kinds),
+            kind_dense_params=tuple(local_layer_params(job, i).dense for i in kinds.values()),
+            kind_expert_params=tuple(local_layer_params(job, i).expert for i in kinds.values()),
+        )
+    if not priced:
+        zero3 = ((0, 0, 0),) * len(kinds)
+        return ShardTable(0, (0, 0, 0), 0, (0, 0, 0), 0, kind_pass_ns=zero3, kind_compute_ns=zero3, **memory)
+    memo = {} if memo is None else memo
+
+    def kind_passes(kind):  # type: ignore[no-untyped-def]
+        if kind.moe:
+            return [layer_pass(job, kind, mode=mode, cal=cal) for mode in MODES]
+        key = (kind, shard.tp, shard.sp, shard.cp, shard.mbs)
+        if key not in memo:
+            memo[key] = [layer_pass(job, kind, mode=mode, cal=cal) for mode in MODES]
+        return memo[key]
+
+    per_kind = [kind_passes(kind) for kind in kinds]
+    passes = {mode: [p[i] for p in per_kind] for i, mode in enumerate(MODES)}
     head = head_pass_time(job, cal) * NS
     return ShardTable(
-        pass_ns=tuple(int(min(p.compute.total + p.comm.total for p in passes[m]) * NS) for m in MODES),  # type: ignore[arg-type]
-        compute_ns=tuple(int(min(p.compute.total for p in passes[m]) * NS) for m in MODES),  # type: ignore[arg-type]
         forward_ns=int(-(-max(p.forward_s for p in passes[Recompute.NONE]) * NS // 1)),
         backward_ns=tuple(int(-(-max(p.compute.total - p.forward_s for p in passes[m]) * NS // 1)) for m in MODES),  # type: ignore[arg-type]
         forward_min_ns=int(min(p.forward_s for p in passes[Recompute.NONE]) * NS),
         backward_min_ns=tuple(int(min(p.compute.total - p.forward_s for p in passes[m]) * NS) for m in MODES),  # type: ignore[arg-type]
         head_ns=int(head),
-        kept_bytes=tuple(kept[m] for m in MODES),  # type: ignore[arg-type]
-        dense_params=min(local_layer_params(job, i).dense for i in kinds.values()),
-        expert_params=max(local_layer_params(job, i).expert for i in kinds.values()),
-        embedding_params=embedding_params_local(job),
+        kind_pass_ns=tuple(tuple(int((passes[m][k].compute.total + passes[m][k].comm.total) * NS) for m in MODES)
+                           for k in range(len(kinds))),
+        kind_compute_ns=tuple(tuple(int(passes[m][k].compute.total * NS) for m in MODES) for k in range(len(kinds))),
+        **memory,
     )
 
 
-def fsdp_ns(problem: Problem, shard: Shard, sharding: Sharding, table: ShardTable, cal: Calibration) -> tuple[int, int, int, int]:
+def fsdp_ns(problem: Problem, shard: Shard, sharding: Sharding, table: ShardTable, cal: Calibration) -> tuple[int, list[list[int]]]:
     """Exposed parameter gathers and gradient reduce-scatters of one micro-batch when FSDP/ZeRO-3
-    works per micro-batch (pp = 1), and the compute they slow while hidden, at least.
-    step_time.stage_time hides layer i's gather behind layer i−1's compute; with every gather at
-    least the smallest layer's (g, r) and every compute between the least and the most layer's
-    (f, b under its recompute mode) it exposes at least
+    works per micro-batch (pp = 1, where the only rank runs the layers in model order), and the
+    compute they slow while hidden, at least. step_time._fsdp_exposure exposes g_0 + g_{L−1} + r_0
+    and hides layer i's gather g_i behind layer i−1's forward f_{i−1}, and g_{j−1} + r_j behind
+    layer j's backward b_j; with each (g, r) of the layer's own kind and every compute between the
+    least and the most over kinds (f, b under the layer's recompute mode) it exposes at least
 
-        g + (L−1)·max(0, g − f_max)  forward,   g + r + Σ_{i≥1} max(0, g + r − b_max)  backward,
+        g_0 + g_{L−1} + r_0 + Σ_{i≥1} max(0, g_i − f_max) + Σ_{j≥1} max(0, g_{j−1} + r_j − b_max),
 
-    and charges at least k·min(g, f_min) per forward layer and k·min(g + r, b_min) per backward one
-    as contention, k = s/(1 − s) with s the share of SMs the collective holds (not for DeepSpeed,
-    whose prefetch limit hides less).
+    and charges at least k·min(g_i, f_min) per forward layer and k·min(g_{j−1} + r_j, b_min) per
+    backward one as contention, k = s/(1 − s) with s the share of SMs the collective holds (not for
+    DeepSpeed, whose prefetch limit hides less: its g(1 − c) + max(0, g·c − f) is at least max(0, g − f)).
 
-    Returns (the fixed part: both passes' first terms and the forward sum, then the per-layer
-    backward term for each recompute mode); zeros where there is no FSDP."""
+    Returns (the fixed part: the first terms and the forward sum; for each recompute mode the
+    backward terms summed over layers 1..j−1 for j = 0..L, as if those layers ran under it, so that
+    a split at the first R recomputed layers reads two prefix sums); zeros where there is no FSDP."""
+    n = problem.model.num_layers
     job = shape_job(problem, shard, sharding)
     if job is None or sharding.zero is not Zero.PARAMETERS or job.dense_shard_group == 1:
-        return (0, 0, 0, 0)
-    comm = [fsdp_layer_comm(job, i) for i in problem.model.layer_kinds.values()]
-    g, r = (min(c[0] for c in comm) * NS, min(c[1] for c in comm) * NS)
-    n = problem.model.num_layers
+        return (0, [[0] * (n + 1) for _ in MODES])
+    by_kind = {kind: fsdp_layer_comm(job, i) for kind, i in problem.model.layer_kinds.items()}
+    g = [by_kind[kind][0] * NS for kind in problem.model.kinds_by_layer]
+    r = [by_kind[kind][1] * NS for kind in problem.model.kinds_by_layer]
     s = 0.0 if job.training.framework is Framework.DEEPSPEED else dense_share(job, cal)
     k = s / (1 - s)
-    fixed = g + (n - 1) * (max(0.0, g - table.forward_ns) + k * min(g, table.forward_min_ns)) + g + r
-    per = (max(0.0, g + r - b) + k * min(g + r, bmin) for b, bmin in zip(table.backward_ns, table.backward_min_ns))
-    return (int(fixed), *(int(x) for x in per))  # type: ignore[return-value]
+    fixed = g[0] + g[-1] + r[0] + sum(max(0.0, x - table.forward_ns) + k * min(x, table.forward_min_ns) for x in g[1:])
+    cum = []
+    for b, bmin in zip(table.backward_ns, table.backward_min_ns):
+        total, out = 0.0, [0, 0]
+        for j in range(1, n):
+            x = g[j - 1] + r[j]
+            total += max(0.0, x - b) + k * min(x, bmin)
+            out.append(int(total))
+        cum.append(out[: n + 1])
+    return (int(fixed), cum)
 
 
 def pp1_buffers(problem: Problem, shard: Shard, sharding: Sharding) -> int:
@@ -295,37 +335,61 @@ def pp1_buffers(problem: Problem, shard: Shard, sharding: Sharding) -> int:
 
 
 @dataclass(frozen=True)
-class StagesTable:
-    """Layer counts that the bound multiplies by a Shard's per-layer numbers."""
+class RankKinds:
+    """Each pipeline rank's layers of a Stages by layer kind (the order of ModelSpec.layer_kinds),
+    split into those that run under the recompute mode and those that do not, with ranks of equal
+    counts merged: what the bound sums each Shard's per-kind numbers over."""
 
-    mode: int  # index into MODES of the recomputed layers
-    weights: tuple[int, int, int]  # how many ranks are first, middle, last (pp = 1: the only rank is "last")
-    recomputed: tuple[int, int, int]  # recomputed layers on a first, middle, last rank
-    plain: tuple[int, int, int]  # layers without recompute on each
-    chunk0: tuple[int, int]  # (recomputed, plain) layers in each of rank 0's chunks
-    first_layers: int  # decoder layers on rank 0
-    chunk1: tuple[int, int]  # ... and of rank 1's (0, 0 at pp = 1)
-    second_layers: int  # decoder layers on rank 1
+    recomputed: tuple[tuple[int, ...], ...]  # [row][kind] layers under the recompute mode
+    plain: tuple[tuple[int, ...], ...]  # [row][kind] layers without recompute
+    weights: tuple[int, ...]  # how many ranks each row stands for
+    last: tuple[bool, ...]  # whether the row is the last rank's (it adds the output layer and loss)
+    layers0: tuple[int, ...]  # rank 0's layers per kind
+    layers1: tuple[int, ...]  # rank 1's (zeros at pp = 1)
+    chunks0: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]  # rank 0's chunks: (recomputed, plain) per kind
+    chunks1: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]  # rank 1's (none at pp = 1)
 
 
-def stages_table(problem: Problem, st: Stages) -> StagesTable:
-    counts = st.counts(problem.model.num_layers)
-    pp = st.pp
-    kinds = [counts[0], counts[pp // 2] if pp > 2 else 0, counts[-1]]
-    if pp == 1:
-        kinds = [0, 0, counts[0]]
-    weights = (0, 0, 1) if pp == 1 else (1, max(0, pp - 2), 1)
-    rec = tuple(st.recomputed(c) for c in kinds)
-    def chunk(layers: int) -> tuple[int, int]:
-        size = layers // st.vpp
-        recomputed = 0 if st.recompute is Recompute.NONE else min(st.recompute_layers or size, size)
-        return recomputed, size - recomputed
+def rank_kinds(problem: Problem, st: Stages) -> RankKinds:
+    """Job.stage_chunks and Job.recompute_mode for a Stages, counted per layer kind."""
+    model = problem.model
+    index = {kind: k for k, kind in enumerate(model.layer_kinds)}
+    kind_of = [index[kind] for kind in model.kinds_by_layer]
+    K = len(index)
+    sizes = virtual_stage_layers(model.num_layers, st.pp, st.vpp, first=st.first, last=st.last)
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
 
-    second = counts[1] if pp > 1 else 0
-    return StagesTable(
-        mode=MODES.index(st.recompute), weights=weights, recomputed=rec,  # type: ignore[arg-type]
-        plain=tuple(c - r for c, r in zip(kinds, rec)),  # type: ignore[arg-type]
-        chunk0=chunk(counts[0]), first_layers=counts[0], chunk1=chunk(second), second_layers=second,
+    def recomputed(pos: int) -> bool:
+        if st.recompute is Recompute.NONE:
+            return False
+        return not (st.recompute is Recompute.FULL and st.recompute_layers is not None and pos >= st.recompute_layers)
+
+    ranks: list[list[tuple[tuple[int, ...], tuple[int, ...]]]] = []
+    for r in range(st.pp):
+        chunks = []
+        for v in range(st.vpp):
+            rec, plain = [0] * K, [0] * K
+            g = v * st.pp + r
+            for pos, layer in enumerate(range(starts[g], starts[g] + sizes[g])):
+                (rec if recomputed(pos) else plain)[kind_of[layer]] += 1
+            chunks.append((tuple(rec), tuple(plain)))
+        ranks.append(chunks)
+    rows: dict[tuple, int] = {}
+    for r, chunks in enumerate(ranks):
+        rec = tuple(sum(c[0][k] for c in chunks) for k in range(K))
+        plain = tuple(sum(c[1][k] for c in chunks) for k in range(K))
+        key = (rec, plain, r == st.pp - 1)
+        rows[key] = rows.get(key, 0) + 1
+
+    def layers(r: int) -> tuple[int, ...]:
+        if r >= st.pp:
+            return (0,) * K
+        return tuple(sum(c[0][k] + c[1][k] for c in ranks[r]) for k in range(K))
+
+    return RankKinds(
+        recomputed=tuple(k[0] for k in rows), plain=tuple(k[1] for k in rows), weights=tuple(rows.values()),
+        last=tuple(k[2] for k in rows), layers0=layers(0), layers1=layers(1),
+        chunks0=tuple(ranks[0]), chunks1=tuple(ranks[1]) if st.pp > 1 else (),
     )
 
 
@@ -346,7 +410,7 @@ class Space:
     (S_r and the memory bound: see the module docstring; F, the FSDP exposure at pp = 1: fsdp_ns.)
     The degrees here are planner.space.degrees_ok and sharding_ok over whole arrays."""
 
-    def __init__(self, problem: Problem, *, cal: Calibration) -> None:
+    def __init__(self, problem: Problem, *, cal: Calibration, usable: int | None = None) -> None:
         import numpy as np
 
         self.problem = problem
@@ -371,59 +435,61 @@ class Space:
         per_step = sh_mbs[:, None] * np.maximum(dp, 1)
         ok &= gbs % per_step == 0
         ok &= schedule_ok(problem, st_pp[None, :], st_vpp[None, :], gbs // per_step)
+        ok &= expert_grid_ok(problem, sh_tp[:, None], col(self.shards, "ep")[:, None], col(self.shards, "etp")[:, None], st_pp[None, :])
         si, ti = np.nonzero(ok)
         self.cell_shard, self.cell_stages = si, ti
         self.dp = dp[si, ti]
         self.microbatches = gbs // (sh_mbs[si] * self.dp)
         C = len(si)
 
-        # per-shard tables, only for shards that take part in some cell
+        # per-shard tables, only for shards that take part in some cell: first what the memory bound
+        # reads (activations and parameters), then, for the Shards with a cell under `usable`, the
+        # layer passes the step bound reads
         used = sorted(set(si.tolist()))
-        self.tables = {s: shard_table(problem, self.shards[s], cal) for s in used}
-        blank = ShardTable((0, 0, 0), (0, 0, 0), 0, (0, 0, 0), 0, (0, 0, 0), 0, (0, 0, 0), 0, 0, 0)
-        tabs = [self.tables.get(s, blank) for s in range(S)]
-        pass_ns = np.array([t.pass_ns for t in tabs], dtype=i64).reshape(S, 3)
-        kept = np.array([t.kept_bytes for t in tabs], dtype=i64).reshape(S, 3)
-        head = col(tabs, "head_ns")
-        dparams, xparams, eparams = col(tabs, "dense_params"), col(tabs, "expert_params"), col(tabs, "embedding_params")
-        pts = [stages_table(problem, p) for p in self.stages]
-        mode = col(pts, "mode")
-        weights = np.array([p.weights for p in pts], dtype=i64).reshape(T, 3)
-        rec = np.array([p.recomputed for p in pts], dtype=i64).reshape(T, 3)
-        plain = np.array([p.plain for p in pts], dtype=i64).reshape(T, 3)
-        chunk0 = np.array([p.chunk0 for p in pts], dtype=i64).reshape(T, 2)
-        first = col(pts, "first_layers")
-        chunk1 = np.array([p.chunk1 for p in pts], dtype=i64).reshape(T, 2)
-        second = col(pts, "second_layers")
+        self.tables = {s: shard_table(problem, self.shards[s], cal, priced=False) for s in used}
+        K = len(problem.model.layer_kinds)
+        blank = ShardTable(0, (0, 0, 0), 0, (0, 0, 0), 0, 0, ((0, 0, 0),) * K, ((0, 0, 0),) * K, ((0, 0, 0),) * K,
+                           (0,) * K, (0,) * K)
 
-        # the step bound of every cell (cell_bound, vectorised)
-        p_mode = pass_ns[si, mode[ti]]
-        p_none = pass_ns[si, 0]
-        per_rank = rec[ti] * p_mode[:, None] + plain[ti] * p_none[:, None]
-        per_rank[:, 2] += head[si]
-        top = per_rank.max(axis=1)
-        total = (weights[ti] * per_rank).sum(axis=1)
+        def tabs() -> list[ShardTable]:
+            return [self.tables.get(s, blank) for s in range(S)]
+
+        def per_kind(name: str, width: int):  # type: ignore[no-untyped-def]
+            return np.array([getattr(t, name) for t in tabs()], dtype=i64).reshape((S, K, 3) if width == 3 else (S, K))
+
+        eparams = col(tabs(), "embedding_params")
+        k_kept = per_kind("kind_kept_bytes", 3)
+        k_dense, k_expert = per_kind("kind_dense_params", 1), per_kind("kind_expert_params", 1)
+        mode = np.array([MODES.index(p.recompute) for p in self.stages], dtype=i64)  # of the recomputed layers
+
+        # per layer kind: each rank's layers of each kind (rows of equal ranks merged, padded to the
+        # most rows of any Stages)
+        rks = [rank_kinds(problem, p) for p in self.stages]
+        U = max(len(r.weights) for r in rks)
+        V = max(max(len(r.chunks0), len(r.chunks1)) for r in rks)
+        row_rec = np.zeros((T, U, K), dtype=i64)
+        row_plain = np.zeros((T, U, K), dtype=i64)
+        row_w = np.zeros((T, U), dtype=i64)
+        row_last = np.zeros((T, U), dtype=i64)
+        ch_rec = np.zeros((2, T, V, K), dtype=i64)
+        ch_plain = np.zeros((2, T, V, K), dtype=i64)
+        ch_used = np.zeros((2, T, V), dtype=bool)
+        for t, r in enumerate(rks):
+            u = len(r.weights)
+            row_rec[t, :u], row_plain[t, :u] = r.recomputed, r.plain
+            row_w[t, :u], row_last[t, :u] = r.weights, r.last
+            for rank, chunks in enumerate((r.chunks0, r.chunks1)):
+                for v, (cr, cpl) in enumerate(chunks):
+                    ch_rec[rank, t, v], ch_plain[rank, t, v], ch_used[rank, t, v] = cr, cpl, True
+        layers0 = np.array([r.layers0 for r in rks], dtype=i64).reshape(T, K)
+        layers1 = np.array([r.layers1 for r in rks], dtype=i64).reshape(T, K)
         m = self.microbatches
-        self.cell_lb = m * top + (total - top) // st_vpp[ti]
-        # the straggler term: gpu_speed_cv · E[max of N normals] of the step's compute, which is at
-        # least m times the least compute any rank's layers (and the last rank's head) take
-        comp = np.array([t.compute_ns for t in tabs], dtype=i64).reshape(S, 3)
-        rank_compute = rec[ti] * comp[si, mode[ti]][:, None] + plain[ti] * comp[si, 0][:, None]
-        rank_compute[:, 2] += head[si]
-        least = np.where(weights[ti] > 0, rank_compute, np.iinfo(i64).max).min(axis=1)
-        self.cell_lb += np.floor(cal.gpu_speed_cv * expected_max_normal(problem.gpus) * m * least).astype(i64)
-        # rank 0's dense parameters, and its expert parameters: at least its layers beyond the
-        # model's dense ones are MoE layers
-        dense_layers = sum(1 for i in range(problem.model.num_layers) if not problem.model.is_moe_layer(i))
-        # rank 0's backward compute of one micro-batch, at most: what its gradient traffic can hide behind
-        rank0 = np.where(st_pp[ti] == 1, 2, 0)
-        bwd = np.array([t.backward_ns for t in tabs], dtype=i64).reshape(S, 3)
-        self.window0 = (rec[ti, rank0] * bwd[si, mode[ti]] + plain[ti, rank0] * bwd[si, 0]
-                        + np.where(st_pp[ti] == 1, head[si], 0))
-        self.params0 = eparams[si] + first[ti] * dparams[si]
-        self.experts0 = np.maximum(0, first[ti] - dense_layers) * xparams[si]
+
+        # rank 0's dense and expert parameters, summed over its layers by kind
+        self.params0 = eparams[si] + (layers0[ti] * k_dense[si]).sum(axis=1)
+        self.experts0 = (layers0[ti] * k_expert[si]).sum(axis=1)
         edp = n // (col(self.shards, "etp")[si] * col(self.shards, "ep")[si] * st_pp[ti])
-        # rank 0 holds in-flight micro-batches of each of its chunks, all alike in layers and recompute
+        # rank 0 holds in-flight micro-batches of each of its chunks
         code = (st_pp[ti] << 40) + (st_vpp[ti] << 32) + m  # (pp, vpp, m) as one key
         keys, where = np.unique(code, return_inverse=True)
         def held(rank: int):  # type: ignore[no-untyped-def]
@@ -432,32 +498,40 @@ class Space:
                        if rank < k >> 40 else 0 for k in keys.tolist()]
             return np.array(per_key, dtype=i64)[where.reshape(-1)]
 
-        self.acts0 = held(0) * (chunk0[ti, 0] * kept[si, mode[ti]] + chunk0[ti, 1] * kept[si, 0])
+        kept_mode = np.take_along_axis(k_kept[si], mode[ti][:, None, None], axis=2)[:, :, 0]  # (C, K)
+
+        def least_chunk(rank: int):  # type: ignore[no-untyped-def]
+            """The activations of a rank's lightest chunk for one micro-batch: Σ_chunks in-flight ×
+            chunk ≥ (Σ in-flight) × the lightest."""
+            per_chunk = (np.einsum("cvk,ck->cv", ch_rec[rank][ti], kept_mode)
+                         + np.einsum("cvk,ck->cv", ch_plain[rank][ti], k_kept[si, :, 0]))
+            return np.where(ch_used[rank][ti], per_chunk, np.iinfo(i64).max).min(axis=1, initial=np.iinfo(i64).max)
+
+        self.acts0 = held(0) * least_chunk(0)
         shard_col = {name: col(self.shards, name)[si] for name in ("ep", "etp")}
         groups = NCCL_BYTES_PER_GROUP * process_groups(sh_tp[si], st_pp[ti], sh_cp[si], self.dp, shard_col["ep"], shard_col["etp"])
         self.overhead = overhead = CUDA_CONTEXT_BYTES + groups + np.maximum(0, (self.acts0 * FRAGMENTATION).astype(i64) - 1)
         # rank 1 (pp > 1): no embedding, a middle stage's layers, one in-flight micro-batch fewer
-        acts1 = held(1) * (chunk1[ti, 0] * kept[si, mode[ti]] + chunk1[ti, 1] * kept[si, 0])
-        params1 = second[ti] * dparams[si]
-        experts1 = np.maximum(0, second[ti] - dense_layers) * xparams[si]
+        acts1 = np.where(st_pp[ti] > 1, held(1) * np.where(st_pp[ti] > 1, least_chunk(1), 0), 0)
+        params1 = (layers1[ti] * k_dense[si]).sum(axis=1)
+        experts1 = (layers1[ti] * k_expert[si]).sum(axis=1)
         fixed1 = CUDA_CONTEXT_BYTES + groups + np.maximum(0, (acts1 * FRAGMENTATION).astype(i64) - 1) + acts1
 
-        # every (cell, sharding): the framework's rules, the FSDP term, the memory bound
+        # every (cell, sharding): the framework's rules and the memory bound
         self.coef = [state_coefficients(problem, z) for z in self.shardings]
         self.legal = np.zeros((C, Z), dtype=bool)
-        self.lb = np.repeat(self.cell_lb[:, None], Z, axis=1)
         self.mem = np.zeros((C, Z), dtype=i64)
         self.pair_bytes = np.zeros((C, Z), dtype=i64)  # the part of rank 0's memory bound that depends on both
         self.mem1 = np.zeros((C, Z), dtype=i64)  # rank 1's memory bound
         pp_c = st_pp[ti]
         cp_c = sh_cp[si]
         one_stage = pp_c == 1
+        pp1 = set(si[one_stage].tolist())
         for zi, z in enumerate(self.shardings):
             self.legal[:, zi] = sharding_ok(problem, pp_c, z, self.dp)
             group = self.dp if z.dp_shard is None else np.full(C, z.dp_shard, dtype=i64)
             rep, shd = self.coef[zi]
             expert_group = np.maximum(1, edp * group // np.maximum(self.dp, 1))
-            pp1 = set(si[one_stage].tolist())
             buffers = np.array([pp1_buffers(problem, self.shards[s], z) if s in pp1 else 0 for s in range(S)], dtype=i64)
             self.pair_bytes[:, zi] = (self.experts0 * rep + (self.experts0 * shd) // expert_group
                                       + np.where(one_stage, buffers[si], 0))
@@ -466,13 +540,51 @@ class Space:
                             + (experts1 * shd) // expert_group)
             self.mem1[:, zi] = mem1
             self.mem[:, zi] = np.maximum(self.mem[:, zi], mem1)
+
+        # the layer passes, of the Shards that have a cell within `usable` (all of them without it);
+        # the others' cells keep a step bound of 0, which bounds every step
+        fitting = self.legal if usable is None else self.legal & (self.mem <= usable)
+        priced = sorted(set(si[fitting.any(axis=1)].tolist()))
+        memo: dict = {}
+        for s in priced:
+            self.tables[s] = shard_table(problem, self.shards[s], cal, memo=memo, unpriced=self.tables[s])
+        self.priced = np.isin(si, priced)
+        k_pass, k_comp = per_kind("kind_pass_ns", 3), per_kind("kind_compute_ns", 3)
+        head = col(tabs(), "head_ns")
+
+        def rank_sums(table):  # type: ignore[no-untyped-def]
+            """(cell, row): the sum over a row's layers of a per-kind table, each under its mode."""
+            in_mode = np.take_along_axis(table[si], mode[ti][:, None, None], axis=2)[:, :, 0]  # (C, K)
+            return (np.einsum("cuk,ck->cu", row_rec[ti], in_mode) + np.einsum("cuk,ck->cu", row_plain[ti], table[si, :, 0]))
+
+        # the step bound of every cell (cell_bound, vectorised): S_r summed over each rank's layers by kind
+        used_row = row_w[ti] > 0
+        per_rank = rank_sums(k_pass) + row_last[ti] * head[si][:, None]
+        top = np.where(used_row, per_rank, 0).max(axis=1)
+        total = (row_w[ti] * per_rank).sum(axis=1)
+        self.cell_lb = m * top + (total - top) // st_vpp[ti]
+        # the straggler term: gpu_speed_cv · E[max of N normals] of the step's compute, which is at
+        # least m times the least compute any rank's layers (and the last rank's head) take
+        rank_compute = rank_sums(k_comp) + row_last[ti] * head[si][:, None]
+        least = np.where(used_row, rank_compute, np.iinfo(i64).max).min(axis=1)
+        self.cell_lb += np.floor(cal.gpu_speed_cv * expected_max_normal(problem.gpus) * m * least).astype(i64)
+        # rank 0's backward compute of one micro-batch, at most: what its gradient traffic can hide behind
+        bwd = np.array([t.backward_ns for t in tabs()], dtype=i64).reshape(S, 3)
+        self.window0 = (ch_rec[0][ti].sum(axis=(1, 2)) * bwd[si, mode[ti]] + ch_plain[0][ti].sum(axis=(1, 2)) * bwd[si, 0]
+                        + np.where(st_pp[ti] == 1, head[si], 0))
+
+        # the FSDP term of every (cell, sharding) at pp = 1
+        self.lb = np.repeat(self.cell_lb[:, None], Z, axis=1)
+        for zi, z in enumerate(self.shardings):
             if z.zero is Zero.PARAMETERS:
-                f = np.array([fsdp_ns(problem, self.shards[s], z, self.tables[s], cal) if s in self.tables else (0, 0, 0, 0)
-                              for s in range(S)], dtype=i64).reshape(S, 4)
-                # layers 1..L−1 of the only rank: its recomputed ones first (layer 0 among them, if any)
-                n_rec = np.maximum(0, rec[ti, 2] - 1)
-                n_plain = plain[ti, 2] - (rec[ti, 2] == 0)
-                exposed = f[si, 0] + n_rec * f[si, 1 + mode[ti]] + n_plain * f[si, 1]
+                L = problem.model.num_layers
+                f = [fsdp_ns(problem, self.shards[s], z, self.tables[s], cal) if s in priced and s in pp1
+                     else (0, [[0] * (L + 1)] * 3) for s in range(S)]
+                fixed = np.array([x[0] for x in f], dtype=i64)
+                cum = np.array([x[1] for x in f], dtype=i64).reshape(S, 3, L + 1)
+                # the only rank's first R layers run under the recompute mode, the rest without
+                R = np.minimum(row_rec[ti, 0].sum(axis=1), L)
+                exposed = (fixed[si] + cum[si, mode[ti], R] + cum[si, 0, L] - cum[si, 0, R])
                 self.lb[:, zi] += np.where(one_stage, m * exposed, 0)
 
         self.refined = np.zeros((C, Z), dtype=bool)
@@ -491,6 +603,8 @@ class Space:
         shape and sharding (step_time.dp_tail on a job of that shape)."""
         p = self.problem
         for c, zi in zip(cells.tolist(), shardings.tolist()):
+            if not self.priced[c]:  # no layer passes, so no backward to hide behind: left at its bound
+                continue
             shard, st = self.shards[self.cell_shard[c]], self.stages[self.cell_stages[c]]
             dp = int(self.dp[c])
             key = (shard.tp, shard.cp, shard.ep, shard.etp, st.pp, st.first, st.last, zi, dp)
@@ -608,14 +722,16 @@ def search(
     import numpy as np
 
     start = time.perf_counter()
-    space = Space(problem, cal=calibration)
     usable = int(problem.cluster.gpu.hbm_bytes * (1 - headroom))
+    space = Space(problem, cal=calibration, usable=usable)
     feasible = space.legal & (space.mem <= usable)
     bounds = np.sort(space.lb[feasible])
     plans: list[Plan] = []
     rejected: list[Rejected] = []
     scored = 0
     optimal = complete = timed_out = False
+    if not len(bounds):
+        optimal = True  # no layout passes the bounds, so none fits: an empty top k is proven
     # the first band holds the `top` smallest bounds: the k-th best step is at least the k-th bound
     lo, hi = -1, (int(bounds[min(top, len(bounds)) - 1]) if len(bounds) else -1)
     while len(bounds):

@@ -338,7 +338,17 @@ def degrees_ok(problem: Problem, shard: Shard, st: Stages) -> int | None:
         return None
     if not schedule_ok(problem, st.pp, st.vpp, problem.global_batch // (shard.mbs * dp)):
         return None
+    if not expert_grid_ok(problem, shard.tp, shard.ep, shard.etp, st.pp):
+        return None
     return dp
+
+
+def expert_grid_ok(problem: Problem, tp, ep, etp, pp):  # type: ignore[no-untyped-def]
+    """The frameworks' expert grids (cost_models.rules, expert_grid): Megatron and DeepSpeed need
+    etp·ep·pp to divide the GPUs, torchtitan etp of 1 or tp; ints or numpy arrays, like sharding_ok."""
+    if problem.framework is Framework.TORCHTITAN:
+        return (etp == 1) | (etp == tp)
+    return problem.gpus % (etp * ep * pp) == 0
 
 
 def schedule_ok(problem: Problem, pp, vpp, microbatches):  # type: ignore[no-untyped-def]
