@@ -149,10 +149,13 @@ def _fixed(problem: Problem, axis: str, values: list) -> list:
 
 
 def tp_values(problem: Problem) -> list[int]:
-    """Divisors of the head count that fit the scale-up domain (unless cross-node tp is allowed)."""
+    """Divisors of the head count (and of the Mamba heads and groups, which Megatron's mixer splits
+    over tp: rules.mamba_tp) that fit the scale-up domain (unless cross-node tp is allowed)."""
     m, cl = problem.model, problem.cluster.spec
     limit = problem.gpus if problem.allow_cross_node_tp else min(problem.gpus, cl.scaleup_domain_gpus)
     out = [t for t in _divisors(m.num_attention_heads) if t <= limit and problem.gpus % t == 0]
+    if m.mamba is not None:
+        out = [t for t in out if m.mamba.num_heads % t == 0 and m.mamba.num_groups % t == 0]
     return _fixed(problem, "tp", out)
 
 

@@ -319,3 +319,12 @@ def test_ties_go_to_memory_slack_then_fewer_axes_and_equivalents_fold():
     # b, c and a differ only in cp and tie: one row; d differs in tp, pp and cp; e does not tie
     rows = folded([b, c, d, a, e])
     assert [(plan, folds) for plan, folds in rows] == [(b, {"cp": [2, 4, 1]}), (d, {}), (e, {})]
+
+
+def test_tp_that_does_not_divide_the_mamba_groups_is_never_priced():
+    # Megatron splits Mamba heads and groups over tp (rules.mamba_tp); with 2 groups, tp 4 is not a
+    # layout, and pricing it would split the scan into no blocks at all
+    m = HYBRID_TINY.model_copy(update={"mamba": HYBRID_TINY.mamba.model_copy(update={"num_groups": 2})})
+    result = search(problem(m, 4))
+    assert result.optimal and result.plans
+    assert {p.job.layout.tp for p in result.plans} <= {1, 2}
