@@ -122,12 +122,15 @@ def test_every_norm_of_a_fresh_model_scales_by_one():
 
     run = {"attention": "flash", "recompute": {"selective": False, "full_layers": []}, "mesh": {"ep": 1}}
     x = torch.randn(2, 5, 64, generator=torch.Generator().manual_seed(0))
-    for spec, plain in ((TINY_GEMMA, F.rms_norm), (TINY_NEMOTRON, F.layer_norm)):
+    # Gemma's epsilon is 1e-6 (transformers Gemma2Config rms_norm_eps): the worker's norms take it
+    gemma = TINY_GEMMA.model_copy(update={"norm_eps": 1e-6})
+    for spec, plain in ((gemma, F.rms_norm), (TINY_NEMOTRON, F.layer_norm)):
         stage = worker.Stage(model_doc(spec), [0], run, first=True, last=True)
         worker.init_parameters(stage, 0)
         norms = {n: mod for n, mod in stage.named_modules() if isinstance(mod, worker.Norm) and mod.weight.shape == (64,)}
         assert len(norms) >= 3, spec.name
         for name, mod in norms.items():
+            assert mod.eps == spec.norm_eps, (spec.name, name)  # the model's epsilon, not a default
             assert (mod(x) - plain(x, (64,), eps=mod.eps)).abs().max() <= 1e-6, (spec.name, name)
 
 

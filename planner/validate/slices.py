@@ -360,7 +360,8 @@ def model_doc(m: ModelSpec) -> dict[str, Any]:
     return {
         "layers": m.num_layers, "hidden": m.hidden_size, "ffn": m.ffn_hidden_size, "heads": m.num_attention_heads,
         "kv_heads": m.kv_heads, "head_dim": m.head_size, "vocab": m.vocab_size, "max_positions": m.max_position_embeddings,
-        "tie": m.tie_embeddings, "mlp": str(m.mlp), "norm": str(m.norm), "positions": str(m.position_embedding),
+        "tie": m.tie_embeddings, "mlp": str(m.mlp), "norm": str(m.norm), "norm_eps": m.norm_eps,
+        "positions": str(m.position_embedding),
         "qkv_bias": m.qkv_bias, "out_bias": m.out_bias, "mlp_bias": m.mlp_bias, "qk_norm": m.qk_norm,
         "embedding_norm": m.embedding_norm, "hidden_dropout": m.hidden_dropout, "attention_dropout": m.attention_dropout,
         "moe": None if moe is None else {

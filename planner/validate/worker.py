@@ -69,7 +69,7 @@ class Norm(nn.Module):
 
 
 def _norm(width: int, m: dict) -> Norm:
-    return Norm(width, m["norm"], one_plus=m.get("zero_centered_norm", False))
+    return Norm(width, m["norm"], m.get("norm_eps", 1e-5), one_plus=m.get("zero_centered_norm", False))
 
 
 def local_mask(s: int, window: int | None, chunk: int | None, device) -> torch.Tensor:
