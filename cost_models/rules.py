@@ -545,11 +545,12 @@ def notes(job: Job) -> list[str]:
     return [m for rule in NOTES if job.training.framework in rule.frameworks and (m := rule.check(job))]
 
 
-def violations(job: Job) -> list[tuple[str, str]]:
-    """Every rule the job breaks, as (rule name, message), in rule order."""
+def violations(job: Job, waive: frozenset[str] = frozenset()) -> list[tuple[str, str]]:
+    """Every rule the job breaks, as (rule name, message), in rule order; rules named in `waive`
+    are not checked."""
     out = []
     for rule in RULES:
-        if job.training.framework in rule.frameworks:
+        if job.training.framework in rule.frameworks and rule.name not in waive:
             message = rule.check(job)
             if message:
                 out.append((rule.name, message))
@@ -566,10 +567,12 @@ def problem_violations(model: ModelSpec, cluster: Cluster, training: TrainingSpe
     return [(name, message) for name, message in violations(job) if name in PROBLEM_RULES]
 
 
-def resolve(model: ModelSpec, cluster: Cluster, training: TrainingSpec, layout: Layout) -> Job:
-    """Fill the layout's derived fields and check every rule; raise SpecError on the first broken one."""
+def resolve(model: ModelSpec, cluster: Cluster, training: TrainingSpec, layout: Layout,
+            waive: frozenset[str] = frozenset()) -> Job:
+    """Fill the layout's derived fields and check every rule but those named in `waive`; raise
+    SpecError on the first broken one."""
     job = fill_defaults(model, cluster, training, layout)
-    broken = violations(job)
+    broken = violations(job, waive)
     if broken:
         raise SpecError(f"layout: {broken[0][1]} [{training.framework}]")
     return job

@@ -8,8 +8,8 @@ kernels of the frameworks save, so the activation model can be checked against i
 - `FusedNorm`: keeps its 16-bit input and fp32 per-token statistics (TE/apex/torch CUDA rms_norm).
 - `ByteMaskDropout`: keeps a 1-byte mask (CUDA native_dropout; torch's CPU dropout keeps a 16-bit one).
 - `FusedSwiGLU`: keeps the [gate|up] input only and recomputes silu (Megatron bias_swiglu_impl).
-- `Mamba2`: a Mamba-2 mixer with transformers' NemotronHMamba2Mixer parameters, its scan computed
-  in the SSD's quadratic (dual) form in plain torch (Dao & Gu 2024, Sec. 3-4), exact on a CPU.
+- `Mamba2`: validate's Mamba-2 mixer (transformers' NemotronHMamba2Mixer parameters, the chunked SSD
+  scan in plain torch, Dao & Gu 2024 Sec. 6), exact on a CPU.
 - attention "flash": torch SDPA (on CPU the `_scaled_dot_product_flash_attention_for_cpu` kernel,
   which keeps q, k, v, the output and the fp32 log-sum-exp); "eager": explicit scores, softmax,
   dropout and matmul, as in Korthikanti et al. 2022.
@@ -26,6 +26,8 @@ from torch import nn
 
 from cost_models.enums import MixerKind, MLPKind, NormKind, PositionKind, RouterScore
 from cost_models.model_spec import ModelSpec
+from planner.validate import worker
+from planner.validate.slices import mamba_doc
 
 
 @dataclass(frozen=True)
@@ -258,48 +260,16 @@ class MLP(nn.Module):
         return self.fc2(y)
 
 
-class Mamba2(nn.Module):
-    """A Mamba-2 mixer with the parameters of transformers' NemotronHMamba2Mixer (in_proj to [z, x,
-    B, C, dt], depthwise causal conv1d over [x, B, C], dt_bias, A_log, D, a gated RMSNorm over
-    groups of inner/groups channels, out_proj). The scan is the SSD's quadratic form: per head,
-    y_i = Σ_{j<=i} exp(Σ_{j<k<=i} dt_k·A) · (C_i·B_j) · dt_j · x_j + D·x_i, the same sequence map
-    the chunked algorithm computes (Dao & Gu 2024, Sec. 3-4)."""
+class Mamba2(worker.Mamba2):
+    """validate's Mamba-2 mixer (planner/validate/worker.py: transformers' NemotronHMamba2Mixer
+    parameters and the chunked SSD scan of the spec's chunk length), with transformers' init of the
+    per-head parameters: A_log = log(1..heads), D = dt_bias = 1 (NemotronHMamba2Mixer.init_nemotron_h_weights)."""
 
     def __init__(self, spec: ModelSpec):
-        super().__init__()
-        mb = spec.mamba
-        assert mb is not None
-        self.mb, self.eps = mb, spec.norm_eps
-        self.in_proj = nn.Linear(spec.hidden_size, mb.in_proj_width, bias=mb.proj_bias)
-        self.conv1d = nn.Conv1d(mb.conv_dim, mb.conv_dim, mb.conv_kernel, groups=mb.conv_dim, padding=mb.conv_kernel - 1, bias=mb.conv_bias)
-        self.dt_bias = nn.Parameter(torch.ones(mb.num_heads))
-        self.A_log = nn.Parameter(torch.log(torch.arange(1, mb.num_heads + 1, dtype=torch.float32)))
-        self.D = nn.Parameter(torch.ones(mb.num_heads))
-        self.norm_weight = nn.Parameter(torch.ones(mb.inner))
-        self.out_proj = nn.Linear(mb.inner, spec.hidden_size, bias=mb.proj_bias)
-
-    def forward(self, u):
-        mb = self.mb
-        b, s, _ = u.shape
-        hh, p, n, g = mb.num_heads, mb.head_dim, mb.state_size, mb.num_groups
-        z, xbc, dt = self.in_proj(u).split([mb.inner, mb.conv_dim, hh], dim=-1)
-        xbc = F.silu(self.conv1d(xbc.transpose(1, 2))[..., :s].transpose(1, 2))
-        x, B, C = xbc.split([mb.inner, g * n, g * n], dim=-1)
-        x = x.reshape(b, s, hh, p).float()
-        B = B.reshape(b, s, g, n).float().repeat_interleave(hh // g, dim=2)  # (b, s, heads, n)
-        C = C.reshape(b, s, g, n).float().repeat_interleave(hh // g, dim=2)
-        dt = F.softplus(dt.float() + self.dt_bias.float())  # (b, s, heads)
-        a = dt * -torch.exp(self.A_log.float())
-        cum = a.cumsum(dim=1).transpose(1, 2)  # (b, heads, s)
-        seg = cum[..., :, None] - cum[..., None, :]  # Σ_{j<k<=i} dt_k·A, (b, heads, i, j)
-        causal = torch.ones(s, s, dtype=torch.bool, device=u.device).tril()
-        decay = torch.exp(seg.masked_fill(~causal, float("-inf")))
-        scores = torch.einsum("bihn,bjhn->bhij", C, B) * decay * dt.transpose(1, 2)[:, :, None, :]
-        y = torch.einsum("bhij,bjhp->bihp", scores, x) + self.D.float()[:, None] * x
-        y = y.reshape(b, s, mb.inner) * F.silu(z.float())
-        grouped = y.reshape(b, s, g, mb.inner // g)
-        y = (grouped * torch.rsqrt(grouped.pow(2).mean(-1, keepdim=True) + self.eps)).reshape(b, s, mb.inner)
-        return self.out_proj((self.norm_weight * y).to(u.dtype))
+        assert spec.mamba is not None
+        super().__init__(spec.hidden_size, mamba_doc(spec.mamba), spec.norm_eps)
+        with torch.no_grad():
+            self.A_log.copy_(torch.log(torch.arange(1, spec.mamba.num_heads + 1, dtype=torch.float32)))
 
 
 class MoE(nn.Module):

@@ -178,10 +178,30 @@ def test_reference_model_counts_transformers_parameters():
     assert TINY.params_total == sum(p.numel() for p in model.parameters())
 
 
-def test_quadratic_ssd_matches_transformers_chunked_scan():
-    """Our Mamba2 (quadratic form, one pass) against NemotronHMamba2Mixer's torch path (chunked scan,
-    chunk 8 over 16 tokens: two chunks and a carried state) with the same weights. Tolerance 1e-4:
-    fp32 sums in different orders."""
+def test_ssd_scan_equals_the_recurrence_at_any_chunk_length():
+    """The chunked scan against the SSM's definition, one step at a time: h_t = exp(a_t)·h_{t-1} +
+    x_t ⊗ B_t, y_t = h_t·C_t (Dao & Gu 2024, Sec. 2). 13 steps: chunks of 1, 4 and 5 leave a partial
+    last chunk, 13 and 64 are one chunk (the quadratic form). float64, so 1e-12 is rounding only."""
+    from planner.validate.worker import ssd_scan
+
+    gen = torch.Generator().manual_seed(0)
+    b, s, h, p, n = 2, 13, 4, 3, 5
+    x, B, C = (torch.randn(b, s, h, d, generator=gen, dtype=torch.float64) for d in (p, n, n))
+    a = -torch.rand(b, s, h, generator=gen, dtype=torch.float64)
+    state, want = torch.zeros(b, h, p, n, dtype=torch.float64), []
+    for t in range(s):
+        state = state * a[:, t].exp()[..., None, None] + x[:, t, :, :, None] * B[:, t, :, None, :]
+        want.append(torch.einsum("bhpn,bhn->bhp", state, C[:, t]))
+    want = torch.stack(want, dim=1)
+    for chunk in (1, 4, 5, 13, 64):
+        assert (ssd_scan(x, a, B, C, chunk) - want).abs().max() < 1e-12, chunk
+
+
+@pytest.mark.parametrize("tokens", [16, 20])
+def test_mamba_mixer_matches_transformers(tokens):
+    """validate's Mamba2 (torch_model.Mamba2 is the same module) against NemotronHMamba2Mixer's torch
+    path with the same weights: chunks of 8 over 16 tokens (two chunks and a carried state) and over
+    20 (a partial last chunk). Outputs and input gradients to 1e-4: fp32 sums in different orders."""
     from planner.torch_model import Mamba2
 
     _, hf = _hf_mixer()
@@ -189,15 +209,16 @@ def test_quadratic_ssd_matches_transformers_chunked_scan():
     with torch.no_grad():
         for p in (hf.dt_bias, hf.A_log, hf.D, hf.norm.weight):
             p.uniform_(0.5, 1.5)
-        ours.in_proj.weight.copy_(hf.in_proj.weight)
-        ours.conv1d.weight.copy_(hf.conv1d.weight)
-        ours.conv1d.bias.copy_(hf.conv1d.bias)
-        ours.out_proj.weight.copy_(hf.out_proj.weight)
-        for name, src in (("dt_bias", hf.dt_bias), ("A_log", hf.A_log), ("D", hf.D), ("norm_weight", hf.norm.weight)):
-            getattr(ours, name).copy_(src)
-    x = torch.randn(2, 16, 32)
+        missing = ours.load_state_dict(hf.state_dict(), strict=True)
+    assert not missing.missing_keys and not missing.unexpected_keys  # the same parameter names
+    x = torch.randn(2, tokens, 32, requires_grad=True)
     hf.eval()
-    assert torch.allclose(ours(x), hf(x), atol=1e-4, rtol=1e-4)
+    got, want = ours(x), hf(x)
+    assert torch.allclose(got, want, atol=1e-4, rtol=1e-4)
+    dy = torch.randn_like(got)
+    (g_ours,) = torch.autograd.grad(got, x, dy)
+    (g_hf,) = torch.autograd.grad(want, x, dy)
+    assert torch.allclose(g_ours, g_hf, atol=1e-4, rtol=1e-4)
 
 
 def test_tiny_hybrid_trains_on_cpu():

@@ -39,7 +39,7 @@ from cost_models.training import TrainingSpec
 from planner import presets
 from planner.validate.runner import emit, launch
 from planner.validate.slices import REFUSALS, job_doc, native_job, run_doc
-from tests.test_validate_parallel import LR, TINY, TINY_GPT, TINY_MOE, _check
+from tests.test_validate_parallel import LR, TINY, TINY_GPT, TINY_HYBRID, TINY_MOE, _check
 
 CLUSTER = presets.clusters()["dgx-h100"]
 MODELS = {"llama": TINY, "gpt": TINY_GPT, "moe": TINY_MOE}
@@ -72,6 +72,8 @@ BEYOND_AXES = {
     "mtp": ("mtp", {"framework": "megatron"}, {}),
     "mla_tp_cp": ("mla", {"framework": "torchtitan"}, {"tp": 2}),
     "tp_sinks": ("sinks", {"framework": "megatron"}, {"tp": 2}),
+    "mamba_tp": ("hybrid", {"framework": "megatron"}, {"tp": 2}),
+    "hybrid_selective": ("hybrid", {"framework": "megatron"}, {"recompute": "selective"}),
 }
 
 
@@ -198,6 +200,7 @@ def test_refused_plans_are_refused_with_a_stated_reason():
         "mla": ModelSpec.model_validate({**TINY.model_dump(), "name": "tiny-mla", "num_kv_heads": None, "mla": {
             "kv_lora_rank": 16, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16}}),
         "sinks": ModelSpec.model_validate({**TINY.model_dump(), "name": "tiny-sinks", "attention_sinks": True}),
+        "hybrid": TINY_HYBRID,
     }
     for name, (model, training, lay) in BEYOND_AXES.items():
         spec = beyond.get(model) or MODELS[model]

@@ -31,7 +31,7 @@ from cost_models.errors import SpecError
 from cost_models.hardware import Cluster, ClusterSpec
 from cost_models.job import Job
 from cost_models.layout import Layout
-from cost_models.model_spec import ModelSpec, MoESpec
+from cost_models.model_spec import MambaSpec, ModelSpec, MoESpec
 from cost_models.rules import resolve
 from cost_models.training import TrainingSpec
 from planner.errors import spec_error
@@ -128,13 +128,13 @@ def read_plan(plan_dir: Path) -> tuple[ModelSpec, ClusterSpec, int, dict[str, An
     return model, cluster, gpus, training, layout
 
 
+# Framework rules that do not bind the PyTorch-native job: torchtitan has no Mamba-2 module, but the
+# worker has its own (worker.Mamba2), so a hybrid model runs there as it would under torchtitan's parallelism.
+NATIVE_WAIVED = frozenset({"hybrid_framework"})
+
+
 def native_job(model: ModelSpec, cluster: ClusterSpec, gpus: int, training: dict[str, Any], layout: dict[str, Any]) -> tuple[Job, list[str]]:
     """The plan resolved as the PyTorch-native job validate runs, and notes on what changed."""
-    if model.hybrid_pattern is not None:
-        raise SpecError(
-            f"validate cannot run model {model.name!r} yet: the emitted worker has no Mamba-2 mixer "
-            "(planner/torch_model.py's Mamba2 runs it in one process); use planner estimate for hybrid models"
-        )
     notes: list[str] = []
     try:
         cl = Cluster(spec=cluster, num_gpus=gpus)
@@ -159,7 +159,7 @@ def native_job(model: ModelSpec, cluster: ClusterSpec, gpus: int, training: dict
     except ValidationError as e:
         raise spec_error(e, TrainingSpec, "training") from None
     try:
-        job = resolve(model, cl, spec, lay_spec)
+        job = resolve(model, cl, spec, lay_spec, NATIVE_WAIVED)
     except SpecError as e:
         raise SpecError(f"the plan cannot run as a PyTorch-native job: {e}") from None
     problem = unsupported(job)
@@ -200,6 +200,10 @@ REFUSALS = (
             lambda j: j.layout.tp > 1 and j.model.attention_sinks),
     Refusal("tied_split", "tied embeddings run with pp 1 and tp 1 (no shared-embedding group)",
             lambda j: j.model.tie_embeddings and (j.layout.pp > 1 or j.layout.tp > 1)),
+    Refusal("mamba_tp", "Mamba-2 layers run with tp 1 in the worker (in_proj's [z, x, B, C, dt] output is not split by part); use dp and pp",
+            lambda j: j.model.mamba is not None and j.layout.tp > 1),
+    Refusal("hybrid_selective", "hybrid (Mamba-2) models run with recompute none or full in the worker; use --recompute full",
+            lambda j: j.model.hybrid_pattern is not None and j.layout.recompute is Recompute.SELECTIVE),
     Refusal("cp_hsdp", "cp > 1 runs without HSDP (dp_shard = dp)", lambda j: j.layout.cp > 1 and j.layout.dp_shard != j.dp),
 )
 
@@ -240,7 +244,7 @@ def _cluster_sizes(cluster: ClusterSpec, at_most: int) -> list[int]:
 
 def _try(model: ModelSpec, cluster: ClusterSpec, gpus: int, training: TrainingSpec, layout: Layout) -> Job | None:
     try:
-        job = resolve(model, Cluster(spec=cluster, num_gpus=gpus), training, layout)
+        job = resolve(model, Cluster(spec=cluster, num_gpus=gpus), training, layout, NATIVE_WAIVED)
     except (SpecError, ValidationError):
         return None
     return None if unsupported(job) else job
@@ -250,6 +254,10 @@ def _stage_model(job: Job, layer_ids: tuple[int, ...]) -> ModelSpec:
     """The model with only these layers (their dense/MoE kinds kept, in order)."""
     m = job.model
     upd: dict[str, Any] = {"num_layers": len(layer_ids), "name": f"{m.name}[{layer_ids[0]}-{layer_ids[-1]}]"}
+    if m.hybrid_pattern is not None:
+        upd["hybrid_pattern"] = "".join(m.hybrid_pattern[lid] for lid in layer_ids)
+        if "M" not in upd["hybrid_pattern"]:
+            upd["mamba"] = None
     if m.moe is not None:
         dense = tuple(i for i, lid in enumerate(layer_ids) if not m.is_moe_layer(lid))
         upd["moe"] = m.moe.model_copy(update={"first_k_dense": 0, "layer_freq": 1, "dense_layers": dense})
@@ -381,7 +389,15 @@ def model_doc(m: ModelSpec) -> dict[str, Any]:
         "attn_softcap": m.attn_logit_softcap, "final_softcap": m.final_logit_softcap, "sinks": m.attention_sinks,
         "sandwich_norms": m.sandwich_norms, "zero_centered_norm": m.zero_centered_norm, "scale_embedding": m.scale_embedding,
         "query_pre_attn_scalar": m.query_pre_attn_scalar,
+        "hybrid": m.hybrid_pattern,
+        "mamba": None if m.mamba is None else mamba_doc(m.mamba),
     }
+
+
+def mamba_doc(mb: MambaSpec) -> dict[str, Any]:
+    """The Mamba-2 dimensions worker.Mamba2 is built from."""
+    return {"heads": mb.num_heads, "head_dim": mb.head_dim, "state": mb.state_size, "groups": mb.num_groups,
+            "conv_kernel": mb.conv_kernel, "chunk": mb.chunk_size, "conv_bias": mb.conv_bias, "proj_bias": mb.proj_bias}
 
 
 def run_doc(job: Job, *, name: str, steps: int, warmup: int, fp32: bool = False, seed: int = 0,

@@ -16,6 +16,8 @@ layout with PyTorch's own distributed APIs and measures it:
 - pipeline: `torch.distributed.pipelining` stages (virtual stage v of rank r holds segment v*pp + r)
   under Schedule1F1B, ScheduleInterleaved1F1B or ScheduleGPipe;
 - experts: top-k routing with all-to-all token dispatch and combine over the ep group;
+- hybrid models (Nemotron-H): Mamba-2 layers with the chunked SSD scan in plain torch (ssd_scan),
+  attention and MLP layers, one norm and one block per layer;
 - context parallel: ring attention with one flash kernel per step, the next K/V block's transfer
   overlapped with the current step, log-sum-exp merge (load-balanced chunks, torch's CP scheme);
 - recompute: `checkpoint_wrapper` on the planned layers (full), or checkpointed core attention
@@ -485,6 +487,117 @@ class MoE(nn.Module):
         return all_to_all_single_autograd(regrouped, send_split, recv_split, self.ep_group)
 
 
+def _segment_sums(a):
+    """Σ_{j<k<=i} a_k for every i >= j along the last axis, -inf above the diagonal: out[..., i, j]."""
+    n = a.shape[-1]
+    tiled = a[..., :, None].expand(*a.shape, n)  # [..., k, j] = a_k
+    tiled = tiled.masked_fill(~torch.ones(n, n, dtype=torch.bool, device=a.device).tril(-1), 0.0)  # a_k where k > j
+    sums = tiled.cumsum(dim=-2)  # [..., i, j] = Σ_{j<k<=i} a_k
+    return sums.masked_fill(~torch.ones(n, n, dtype=torch.bool, device=a.device).tril(), float("-inf"))
+
+
+def ssd_scan(x, a, B, C, chunk: int):
+    """The SSD scan of Mamba-2 by chunks of `chunk` steps (Dao & Gu 2024, arXiv 2405.21060, Sec. 6):
+    y_i = Σ_{j<=i} exp(Σ_{j<k<=i} a_k) (C_i·B_j) x_j, per head. Inside a chunk, the quadratic (dual)
+    form; between chunks, each chunk's final state carried by its decay. x (b, s, heads, p) already
+    multiplied by dt, a = dt·A (b, s, heads), B and C (b, s, heads, n). One chunk is the dual form."""
+    b, s, hh, p = x.shape
+    q = min(chunk, s)
+    pad = -s % q
+    if pad:  # zero steps at the end: causal, so the first s outputs do not see them
+        x, a, B, C = (F.pad(t, (0, 0) * (t.dim() - 2) + (0, pad)) for t in (x, a, B, C))
+    c = x.shape[1] // q
+    x, B, C = (t.reshape(b, c, q, hh, t.shape[-1]) for t in (x, B, C))
+    a = a.reshape(b, c, q, hh).permute(0, 3, 1, 2)  # (b, heads, chunks, q)
+    cum = a.cumsum(dim=-1)
+    # within each chunk: the dual form
+    decay = torch.exp(_segment_sums(a))  # (b, heads, chunks, i, j)
+    y = torch.einsum("bcihn,bcjhn,bhcij,bcjhp->bcihp", C, B, decay, x)
+    # each chunk's state at its end, then the states entering each chunk (a recurrence over chunks)
+    to_end = torch.exp(cum[..., -1:] - cum)  # (b, heads, chunks, q)
+    states = torch.einsum("bcjhn,bhcj,bcjhp->bchpn", B, to_end, x)
+    states = torch.cat([torch.zeros_like(states[:, :1]), states], dim=1)
+    across = torch.exp(_segment_sums(F.pad(cum[..., -1], (1, 0))))  # (b, heads, chunks + 1, chunks + 1)
+    entering = torch.einsum("bhzc,bchpn->bzhpn", across, states)[:, :-1]
+    y = y + torch.einsum("bcihn,bchpn,bhci->bcihp", C, entering, torch.exp(cum))
+    return y.reshape(b, c * q, hh, p)[:, :s]
+
+
+class GatedNorm(nn.Module):
+    """Mamba-2's output norm: RMSNorm of y·silu(z) over groups of width/groups channels, in fp32
+    (transformers v5.23.0 MambaRMSNormGated; Megatron's RMSNormGated with group_size inner/ngroups)."""
+
+    def __init__(self, width: int, groups: int, eps: float):
+        super().__init__()
+        self.groups, self.eps = groups, eps
+        self.weight = nn.Parameter(torch.ones(width))
+
+    def forward(self, y, z):
+        b, s, w = y.shape
+        g = (y.float() * F.silu(z.float())).reshape(b, s, self.groups, w // self.groups)
+        g = g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * g.reshape(b, s, w)
+
+
+class Mamba2(nn.Module):
+    """A Mamba-2 mixer with the parameters of transformers' NemotronHMamba2Mixer: in_proj to [z, x,
+    B, C, dt], a depthwise causal conv1d over [x, B, C] with silu, dt = softplus(dt + dt_bias),
+    A = -exp(A_log), the chunked SSD scan (ssd_scan) plus D·x, the gated group norm and out_proj.
+    `mb` holds the dimensions (slices.model_doc): heads, head_dim, state, groups, conv_kernel,
+    chunk, conv_bias, proj_bias. The scan runs in fp32."""
+
+    def __init__(self, h: int, mb: dict, eps: float):
+        super().__init__()
+        self.mb = mb
+        inner, hh, gn = mb["heads"] * mb["head_dim"], mb["heads"], mb["groups"] * mb["state"]
+        self.split = [inner, inner + 2 * gn, hh]  # z, [x, B, C], dt
+        conv = inner + 2 * gn
+        self.in_proj = nn.Linear(h, sum(self.split), bias=mb["proj_bias"])
+        self.conv1d = nn.Conv1d(conv, conv, mb["conv_kernel"], groups=conv, padding=mb["conv_kernel"] - 1, bias=mb["conv_bias"])
+        self.dt_bias = nn.Parameter(torch.ones(hh))
+        self.A_log = nn.Parameter(torch.zeros(hh))
+        self.D = nn.Parameter(torch.ones(hh))
+        self.norm = GatedNorm(inner, mb["groups"], eps)
+        self.out_proj = nn.Linear(inner, h, bias=mb["proj_bias"])
+
+    def forward(self, u):
+        mb = self.mb
+        b, s, _ = u.shape
+        hh, p, n, g = mb["heads"], mb["head_dim"], mb["state"], mb["groups"]
+        z, xbc, dt = self.in_proj(u).split(self.split, dim=-1)
+        xbc = F.silu(self.conv1d(xbc.transpose(1, 2))[..., :s].transpose(1, 2))
+        x, B, C = xbc.split([hh * p, g * n, g * n], dim=-1)
+        x = x.reshape(b, s, hh, p).float()
+        B = B.reshape(b, s, g, n).float().repeat_interleave(hh // g, dim=2)  # (b, s, heads, n)
+        C = C.reshape(b, s, g, n).float().repeat_interleave(hh // g, dim=2)
+        dt = F.softplus(dt.float() + self.dt_bias.float())  # (b, s, heads)
+        y = ssd_scan(x * dt[..., None], dt * -torch.exp(self.A_log.float()), B, C, mb["chunk"])
+        y = (y + self.D.float()[:, None] * x).reshape(b, s, hh * p)
+        return self.out_proj(self.norm(y, z).to(u.dtype))
+
+
+class HybridBlock(nn.Module):
+    """One layer of a hybrid model (Nemotron-H): a norm, then one block by the pattern's character
+    (M Mamba-2, * attention, - MLP), with its residual."""
+
+    def __init__(self, m: dict, layer_id: int, run: dict):
+        super().__init__()
+        self.dropout = m.get("hidden_dropout", 0.0)
+        self.norm = _norm(m["hidden"], m)
+        kind = m["hybrid"][layer_id]
+        if kind == "M":
+            self.mixer = Mamba2(m["hidden"], m["mamba"], m.get("norm_eps", 1e-5))
+        elif kind == "*":
+            self.mixer = Attention(m, run.get("attention", "flash"), run["recompute"]["selective"], layer_id)
+        else:
+            self.mixer = MLP(m["hidden"], m["ffn"], m["mlp"], m["mlp_bias"])
+        # the attribute apply_tp and the cp set-up reach for
+        self.attn = self.mixer if kind == "*" else None
+
+    def forward(self, x):
+        return x + F.dropout(self.mixer(self.norm(x)), self.dropout, self.training)
+
+
 class Block(nn.Module):
     def __init__(self, m: dict, layer_id: int, run: dict):
         super().__init__()
@@ -525,7 +638,8 @@ class Stage(nn.Module):
         self.embed_norm = _norm(h, m) if first and m["embedding_norm"] else None
         self.embed_scale = math.sqrt(h) if m.get("scale_embedding") else None
         self.final_softcap = m.get("final_softcap")
-        self.layers = nn.ModuleDict({str(i): Block(m, i, run) for i in layer_ids})
+        block = HybridBlock if m.get("hybrid") else Block
+        self.layers = nn.ModuleDict({str(i): block(m, i, run) for i in layer_ids})
         self.norm = _norm(h, m) if last else None
         self.output = nn.Linear(h, m["vocab"], bias=False) if last else None
         if last and first and m["tie"]:
