@@ -137,3 +137,15 @@ def test_megatron_launch_of_a_hybrid_job_under_cp():
     assert '"$MEGATRON_LM/pretrain_hybrid.py"' in text
     for flag in ("--context-parallel-size 2", "--tensor-model-parallel-size 2", "--hybrid-layer-pattern"):
         assert flag in text
+
+
+def test_the_cli_refuses_an_unsplittable_cp_in_one_line():
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    out = CliRunner().invoke(app, ["estimate", "nemotron-h-8b", "-c", "dgx-h100", "-g", "24", "--cp", "3", "--seq-len", "12288"])
+    assert out.exit_code == 2 and "Traceback" not in out.output
+    # 128 heads over tp 1 split over cp 1 … 128 (8 groups: from cp 16 on each group's B, C repeat)
+    assert "num_heads(128)/tp(1) = 128 is not divisible by cp(3)" in out.output
+    assert "cp in 1, 2, 4, 8, 16, 32, 64, 128" in out.output
