@@ -69,11 +69,15 @@ class MambaShard:
         return self.inner + self.conv_channels + self.heads
 
 
+def _repeat(groups: int, cp: int) -> int:
+    """group_repeat_count (L119-133): cp/(ngroups/tp) where a tp rank holds fewer groups than cp."""
+    return cp // groups if groups < cp else 1
+
+
 def mamba_shard(mb: MambaSpec, *, tp: int, cp: int, seq_len: int) -> MambaShard:
     assert cp_error(mb, tp, cp) is None, "rules.mamba_cp refuses this split"
     heads, groups = mb.num_heads // tp, mb.num_groups // tp
-    repeat = cp // groups if groups < cp else 1
-    return MambaShard(seq=seq_len, heads=heads // cp, groups=max(1, groups // cp), repeat=repeat,
+    return MambaShard(seq=seq_len, heads=heads // cp, groups=max(1, groups // cp), repeat=_repeat(groups, cp),
                       head_dim=mb.head_dim, state=mb.state_size)
 
 
@@ -83,7 +87,7 @@ def all_to_all_widths(mb: MambaSpec, *, tp: int, cp: int) -> dict[str, int]:
     Each is 16-bit (in_proj's output and the scan's output are in the activation dtype). Empty at cp 1."""
     if cp == 1:
         return {}
-    sh = mamba_shard(mb, tp=tp, cp=cp, seq_len=cp)
+    assert cp_error(mb, tp, cp) is None, "rules.mamba_cp refuses this split"
     inner, groups = mb.inner // tp, mb.num_groups // tp
-    bc = groups * sh.repeat * mb.state_size
+    bc = groups * _repeat(groups, cp) * mb.state_size
     return {"z": inner, "x": inner, "B": bc, "C": bc, "dt": mb.num_heads // tp, "y": inner}
