@@ -368,8 +368,10 @@ def layer_backward_workspace(job: Job, layer_id: int) -> int:
     gradients, the all-gathered GEMM input under sequence parallel, and the gradients of the widest
     MLP intermediate with those of its inputs (3 f-wide tensors for SwiGLU: d(product), d(gate),
     d(up); 2 for GELU and squared ReLU). A layer without an MLP: for Mamba-2 the gradient of
-    zxBCdt (as the scan kernel sees it: mamba_items) and of the scan output; for attention those of
-    q, k, v and of the attention output."""
+    zxBCdt (as the scan kernel sees it: mamba_items) and of the scan output, and under cp also
+    in_proj's output gradient that the reverse all-to-alls assemble while the kernel's is alive
+    (mamba_context_parallel.py pre_conv_ssm at d98e8a64); for attention those of q, k, v and of the
+    attention output."""
     d = dims(job)
     m = job.model
     kind = m.layer_kind(layer_id)
@@ -378,7 +380,9 @@ def layer_backward_workspace(job: Job, layer_id: int) -> int:
         if kind.mixer is MixerKind.MAMBA:
             assert m.mamba is not None
             sh = mamba_local(job)
-            return (2 * d.residual + gathered + d.b * sh.seq * sh.scan_width + d.t * m.mamba.inner // d.tp) * ACT_BYTES
+            exchanged = d.t * m.mamba.in_proj_width // d.tp if job.layout.cp > 1 else 0
+            grads = d.b * sh.seq * sh.scan_width + d.t * m.mamba.inner // d.tp + exchanged
+            return (2 * d.residual + gathered + grads) * ACT_BYTES
         width = 2 * d.q + 2 * d.kv
         return (2 * d.residual + gathered + d.t * width) * ACT_BYTES
     if m.is_moe_layer(layer_id):

@@ -68,6 +68,9 @@ def test_the_scan_runs_the_whole_sequence_on_a_share_of_the_heads():
     assert items.value("zxbcdt") == 16 * 66 * 2 == 2112
     # the gated norm and out_proj see y back at the rank's 8 tokens, 64/2 wide
     assert items.value("out_proj_input") == 8 * 32 * 2
+    # backward: residual gradients in and out (8·32/2 each, sp), the gathered input 8·32, the
+    # kernel's zxBCdt gradient 16·66, y's 8·32 and in_proj's output gradient 8·100 coming back
+    assert act.layer_backward_workspace(job, 0) == (2 * 128 + 256 + 16 * 66 + 8 * 32 + 8 * 100) * 2 == 5248
 
 
 def test_cp_2_costs_the_exposed_all_to_alls_on_a_compute_bound_layer():
