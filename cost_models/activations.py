@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from cost_models.breakdown import Breakdown
 from cost_models.enums import AttentionKernel, Framework, MixerKind, NormKind, Precision, Recompute
+from cost_models.flops import mamba_local
 from cost_models.job import Job
 from cost_models.states import local_kv_heads, padded_vocab
 
@@ -247,14 +248,18 @@ def mamba_items(job: Job, d: Dims) -> Breakdown:
     recomputes the conv and the scan in backward (mamba_ssm/ops/triton/ssd_combined.py
     MambaSplitConv1dScanCombinedFn: save_for_backward(zxbcdt, …, out_x = None, rstd = None, …);
     the other saved tensors are parameters); the RMSNorm gated by z keeps its input and an fp32
-    rstd per token and group; out_proj keeps its input."""
-    mb = job.model.mamba
+    rstd per token and group; out_proj keeps its input. Under context parallelism the kernel's
+    zxBCdt is the all-to-alls' output, the whole sequence on the rank's nheads/(tp·cp) heads and
+    groups (flops.mamba_local; B and C repeated where cp exceeds the rank's groups), and the
+    all-to-alls keep nothing; y comes back to seq/cp before the norm (mamba_context_parallel.py
+    pre_conv_ssm, post_conv_ssm at d98e8a64)."""
+    mb, sh = job.model.mamba, mamba_local(job)
     assert mb is not None
     t = d.t
     items: dict[str, int | Breakdown] = {
         "norm": _norm(job, d, t // d.sp_div, d.h),
         "in_proj_input": t * d.h // d.gemm_input_div * d.lin_bytes,
-        "zxbcdt": t * mb.in_proj_width // d.tp * ACT_BYTES,
+        "zxbcdt": d.b * sh.seq * sh.scan_width * ACT_BYTES,
         "gated_norm": Breakdown.of("bytes", input=t * mb.inner // d.tp * ACT_BYTES, stats=t * mb.num_groups // d.tp * FP32),
         "out_proj_input": t * mb.inner // d.tp * d.lin_bytes,
     }
@@ -363,8 +368,10 @@ def layer_backward_workspace(job: Job, layer_id: int) -> int:
     gradients, the all-gathered GEMM input under sequence parallel, and the gradients of the widest
     MLP intermediate with those of its inputs (3 f-wide tensors for SwiGLU: d(product), d(gate),
     d(up); 2 for GELU and squared ReLU). A layer without an MLP: for Mamba-2 the gradient of
-    zxBCdt and of the scan output (in_proj width + inner width); for attention those of q, k, v
-    and of the attention output."""
+    zxBCdt (as the scan kernel sees it: mamba_items) and of the scan output, and under cp also
+    in_proj's output gradient that the reverse all-to-alls assemble while the kernel's is alive
+    (mamba_context_parallel.py pre_conv_ssm at d98e8a64); for attention those of q, k, v and of the
+    attention output."""
     d = dims(job)
     m = job.model
     kind = m.layer_kind(layer_id)
@@ -372,9 +379,11 @@ def layer_backward_workspace(job: Job, layer_id: int) -> int:
     if not kind.mlp:
         if kind.mixer is MixerKind.MAMBA:
             assert m.mamba is not None
-            width = (m.mamba.in_proj_width + m.mamba.inner) // d.tp
-        else:
-            width = 2 * d.q + 2 * d.kv
+            sh = mamba_local(job)
+            exchanged = d.t * m.mamba.in_proj_width // d.tp if job.layout.cp > 1 else 0
+            grads = d.b * sh.seq * sh.scan_width + d.t * m.mamba.inner // d.tp + exchanged
+            return (2 * d.residual + gathered + grads) * ACT_BYTES
+        width = 2 * d.q + 2 * d.kv
         return (2 * d.residual + gathered + d.t * width) * ACT_BYTES
     if m.is_moe_layer(layer_id):
         assert m.moe is not None

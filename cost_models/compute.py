@@ -29,10 +29,11 @@ from cost_models.enums import (
 )
 from cost_models.flops import (
     FLASH_BACKWARD_FACTOR, Gemm, attended_pairs, core_attention, expert_tokens_per_gpu, head_gemm, layer_gemms,
-    mask_tensor_attention, ssd_gemms, tokens,
+    mamba_local, mask_tensor_attention, ssd_gemms, tokens,
 )
 from cost_models.hardware import GPUSpec
 from cost_models.job import Job
+from cost_models.mamba_shard import all_to_all_widths
 from cost_models.model_spec import LayerKind
 from cost_models.states import padded_vocab
 
@@ -229,8 +230,10 @@ def attention_kernels(job: Job, cal: Calibration, kind: LayerKind = LayerKind())
 
 
 def mamba_kernels(job: Job, cal: Calibration) -> AttentionKernels:
-    """One Mamba-2 layer's mixer kernels besides in_proj/out_proj, one micro-batch on one GPU:
-    - the depthwise causal conv1d with silu over x, B, C (conv_dim/tp channels): memory-bound,
+    """One Mamba-2 layer's mixer kernels besides in_proj/out_proj, one micro-batch on one GPU, over
+    the rank's heads and positions (flops.mamba_local: under cp the whole sequence on nheads/(tp·cp)
+    heads):
+    - the depthwise causal conv1d with silu over x, B, C (conv channels on the rank): memory-bound,
       reading and writing each element once (forward; backward reads the input and the incoming
       gradient and writes the input gradient, the weight gradient being a reduction over tokens);
     - the SSD scan: its batched products (flops.ssd_gemms) priced as GEMMs, plus the inter-chunk
@@ -238,37 +241,63 @@ def mamba_kernels(job: Job, cal: Calibration) -> AttentionKernels:
       state passing and read by the chunk scan, in the activations' dtype (Megatron's
       mamba_training_ssm_states_dtype default None: "the states follow the activation dtype",
       transformer_config.py at d98e8a64);
-    - the RMSNorm gated by silu(z) over the inner width: reads y and z, writes the output.
+    - the RMSNorm gated by silu(z) over the inner width: reads y and z, writes the output;
+    - under cp, the copies around the all-to-alls (mamba_reorder_bytes).
     The scan's backward is its products' dgrad and wgrad GEMMs and twice the state traffic. The
     kernels follow mamba_ssm's chunked scan (mamba_ssm/ops/triton/ssd_combined.py
     _mamba_chunk_scan_combined_fwd: chunk cumsum, chunk state, state passing, C·Bᵀ, chunk scan),
     which Megatron's MambaMixer runs through mamba_split_conv1d_scan_combined; the small kernels on
     dt (softplus, the cumsum of dt·A) move per-head scalars and are not priced."""
-    mb, lay = job.model.mamba, job.layout
+    mb, lay, sh = job.model.mamba, job.layout, mamba_local(job)
     assert mb is not None
     gpu, prec = job.cluster.gpu, _gemm_precision(job)
-    t = tokens(job)
-    conv = t * mb.conv_dim // lay.tp
-    inner = t * mb.inner // lay.tp
-    chunks = lay.mbs * -(-job.seq_per_rank // mb.chunk_size)
-    states = chunks * (mb.num_heads // lay.tp) * mb.head_dim * mb.state_size
+    positions = lay.mbs * sh.seq
+    conv = positions * sh.conv_channels
+    inner = positions * sh.inner
+    chunks = lay.mbs * -(-sh.seq // mb.chunk_size)
+    states = chunks * sh.heads * mb.head_dim * mb.state_size
     gemms = ssd_gemms(job)
     bf16 = Precision.BF16 if prec is Precision.FP8 else prec  # the scan runs in 16-bit, not fp8
     scan_f = sum(gemm_seconds(g, gpu, bf16, cal) for g in gemms)
     scan_b = sum(gemm_seconds(x, gpu, bf16, cal) for g in gemms for x in backward_gemms(g))
+    reorder, copies = mamba_reorder_bytes(job)
+    reorder_s = _memory_seconds(job, reorder, cal, launches=copies) if copies else 0.0
     fwd = (
         scan_f
         + _memory_seconds(job, 4 * states * ACT_BYTES, cal, launches=1)
         + _memory_seconds(job, 2 * conv * ACT_BYTES, cal, launches=1)
         + _memory_seconds(job, 3 * inner * ACT_BYTES, cal, launches=1)
+        + reorder_s
     )
     bwd = (
         scan_b
         + _memory_seconds(job, 8 * states * ACT_BYTES, cal, launches=1)
         + _memory_seconds(job, 3 * conv * ACT_BYTES, cal, launches=1)
         + _memory_seconds(job, 5 * inner * ACT_BYTES, cal, launches=1)
+        + reorder_s
     )
     return AttentionKernels(fwd, bwd)
+
+
+def mamba_reorder_bytes(job: Job) -> tuple[float, int]:
+    """(bytes moved, kernels) of the copies Megatron's Mamba context parallel makes around its
+    all-to-alls in one forward (Megatron-LM@d98e8a64 mamba_context_parallel.py, tensor_parallel/
+    mappings.py L566-621): all_to_all_sp2hp splits and concatenates each of z, x, B, C, dt before
+    its all-to-all (a read and a write each); pre_conv_ssm concatenates the five results and
+    _undo_attention_load_balancing reorders the sequence chunks (two reads and writes of the
+    whole); post_conv_ssm's _redo_attention_load_balancing and all_to_all_hp2sp's concatenation
+    copy y twice; einops' repeat of B and C, where a group's state goes to several cp ranks, writes
+    them once more. Each copy's gradient in backward is the inverse copy of the same bytes. Nothing
+    at cp 1."""
+    widths = all_to_all_widths(job.model.mamba, tp=job.layout.tp, cp=job.layout.cp) if job.model.mamba else {}
+    if not widths:
+        return 0.0, 0
+    t = tokens(job)
+    pre = t * (widths["z"] + widths["x"] + widths["B"] + widths["C"] + widths["dt"])
+    y = t * widths["y"]
+    r = mamba_local(job).repeat
+    repeat = t * (widths["B"] + widths["C"]) * (1 + 1 / r) if r > 1 else 0.0  # reads 1/r of what it writes
+    return ACT_BYTES * (2 * (3 * pre + 2 * y) + repeat), 5 + 2 + 2 + (2 if r > 1 else 0)
 
 
 def mixer_kernels(job: Job, kind: LayerKind, cal: Calibration) -> AttentionKernels:

@@ -15,7 +15,8 @@ per chunk of Q tokens, the diagonal block C·Bᵀ (per group, Q x N by N x Q) an
 with X (per head, Q x Q by Q x P), the chunk state Bᵀ·X (per head, N x Q by Q x P) and the output
 from the carried state C·h (per head, Q x N by N x P); the recurrence over chunk states is
 elementwise. Its backward is counted as twice the forward (the gradients of each product's two
-operands), as for a GEMM.
+operands), as for a GEMM. Under context parallelism the projections see the rank's t tokens while the
+scan runs over the whole sequence on the rank's nheads/(tp·cp) heads (cost_models.mamba_shard).
 
 `model_flops_per_token` is the PaLM convention used for MFU (Chowdhery et al. 2022, Appendix B).
 """
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 
 from cost_models.enums import AttentionKernel, Framework, MixerKind, Recompute
 from cost_models.job import Job
+from cost_models.mamba_shard import MambaShard, mamba_shard
 from cost_models.model_spec import LayerKind, ModelSpec
 from cost_models.states import local_kv_heads, padded_vocab
 
@@ -194,14 +196,22 @@ def mamba_gemms(job: Job) -> tuple[Gemm, ...]:
     return (Gemm("in_proj", t, mb.in_proj_width // tp, h), Gemm("mamba_out_proj", t, h, mb.inner // tp))
 
 
+def mamba_local(job: Job) -> MambaShard:
+    """The heads, groups and sequence one GPU's Mamba conv and scan run over (mamba_shard: the whole
+    sequence on nheads/(tp·cp) heads under context parallelism)."""
+    assert job.model.mamba is not None
+    return mamba_shard(job.model.mamba, tp=job.layout.tp, cp=job.layout.cp, seq_len=job.training.seq_len)
+
+
 def ssd_gemms(job: Job) -> tuple[Gemm, ...]:
-    """The SSD scan of one layer on one GPU as batched GEMMs (module docstring): heads and groups
-    over tp, every chunk of the micro-batch's sequence (cp is refused for Mamba layers)."""
-    mb, lay = job.model.mamba, job.layout
+    """The SSD scan of one layer on one GPU as batched GEMMs (module docstring): the rank's heads
+    and groups (over tp, and over cp with the whole sequence: mamba_shard), every chunk of the
+    micro-batch's sequences."""
+    mb, sh = job.model.mamba, mamba_local(job)
     assert mb is not None
     q, n, p = mb.chunk_size, mb.state_size, mb.head_dim
-    chunks = lay.mbs * -(-job.seq_per_rank // q)
-    heads, groups = chunks * (mb.num_heads // lay.tp), chunks * (mb.num_groups // lay.tp)
+    chunks = job.layout.mbs * -(-sh.seq // q)
+    heads, groups = chunks * sh.heads, chunks * sh.groups
     return (
         Gemm("ssd_cb", q, q, n, groups),  # C·Bᵀ within a chunk, per group
         Gemm("ssd_diag", q, p, q, heads),  # (L ∘ C·Bᵀ)·X, per head

@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from cost_models import mamba_shard
 from cost_models.enums import AttentionKernel, Fp8Recipe, Framework, MoEDispatch, PositionKind, Precision, Recompute, Schedule, Zero
 from cost_models.errors import SpecError
 from cost_models.hardware import Cluster
@@ -146,9 +147,12 @@ def _mamba_tp(job: Job) -> str | None:
 
 
 def _mamba_cp(job: Job) -> str | None:
-    if job.model.mamba is not None and job.layout.cp > 1:
-        return (f"cp({job.layout.cp}) with Mamba-2 layers: Megatron runs them with an all-to-all of heads "
-                "(megatron/core/ssm/mamba_context_parallel.py), which this planner does not price; use cp = 1")
+    mb, tp, cp = job.model.mamba, job.layout.tp, job.layout.cp
+    if mb is None:
+        return None
+    error = mamba_shard.cp_error(mb, tp, cp)
+    if error:
+        return f"{error} (Megatron's Mamba context parallel splits heads and groups over cp); cp in {', '.join(map(str, mamba_shard.cp_values(mb, tp)))}"
     return None
 
 
@@ -488,7 +492,7 @@ RULES: tuple[Rule, ...] = (
     Rule("kv_heads_tp", frozenset({TITAN}), _kv_heads_titan, "torchtitan colwise wk/wv shard whole heads"),
     Rule("hybrid_framework", frozenset({TITAN, DEEPSPEED}), _hybrid_framework, "torchtitan models/ has no Mamba; transformers v5.23.0 NemotronHMamba2Mixer picks mamba_ssm kernels or a torch path at run time"),
     Rule("mamba_tp", ALL, _mamba_tp, "Megatron-LM@d98e8a64 megatron/core/ssm/mamba_mixer.py L262-274 (nheads % tp, ngroups % tp)"),
-    Rule("mamba_cp", ALL, _mamba_cp, "Megatron-LM@d98e8a64 megatron/core/ssm/mamba_context_parallel.py (all-to-all CP, not priced)"),
+    Rule("mamba_cp", ALL, _mamba_cp, "Megatron-LM@d98e8a64 megatron/core/ssm/mamba_context_parallel.py L105-129 (nheads/tp % cp, ngroups/tp and cp)"),
     Rule("ffn_tp", ALL, _ffn, "Megatron ColumnParallelLinear divides the output dim by tp"),
     Rule("seq_cp", frozenset({MEGATRON}), _seq_cp, "Megatron arguments.py L1335-1338"),
     Rule("seq_sp", frozenset({MEGATRON}), _seq_sp, "Megatron scatter_to_sequence_parallel_region splits s by tp"),

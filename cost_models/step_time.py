@@ -18,7 +18,8 @@ code it follows; the framework notes of docs/performance-model.md list the commi
   Megatron --tp-comm-overlap (TE userbuffers) or torchtitan async TP the GEMMs are cut into chunks
   and each chunk's transfer hides behind its neighbour's GEMM (tp_exposure);
 - cp: each ring step's K/V transfer hides behind the previous step's attention kernel (TE p2p);
-  torch's context parallel all-gathers K/V once, hidden only behind the first step;
+  torch's context parallel all-gathers K/V once, hidden only behind the first step; a Mamba-2
+  layer's all-to-alls of heads (Megatron) run on the compute stream (exposed);
 - ep: the token all-to-alls run on the compute stream (exposed), unless the dispatcher overlaps
   them with another micro-batch (Megatron's combined 1F1B);
 - pp: each chunk's activation send/recv is on the critical path once per pass;
@@ -71,6 +72,7 @@ from cost_models.flops import (
     tokens,
 )
 from cost_models.job import Job
+from cost_models.mamba_shard import all_to_all_widths
 from cost_models.model_spec import LayerKind
 from cost_models.memory import DEEPSPEED_BUCKET_ELEMENTS, DEEPSPEED_PREFETCH_ELEMENTS
 from cost_models.states import dense_params, local_kv_heads, local_layer_params, rank_params
@@ -307,6 +309,21 @@ def cp_exposure(job: Job, cal: Calibration) -> tuple[Exposure, Exposure]:
     return fwd, bwd
 
 
+def mamba_cp_seconds(job: Job) -> float:
+    """One forward of a Mamba-2 layer's context-parallel all-to-alls: z, x, B, C and dt before the
+    conv and scan, y after them, six all_to_all_single calls over the cp group, each the rank's
+    whole [seq/cp, b, width] buffer of 16-bit activations (mamba_shard.all_to_all_widths).
+    Megatron issues them on the compute stream and waits (Megatron-LM@d98e8a64
+    tensor_parallel/mappings.py L424-467 _AllToAll.forward: all_to_all_single without async_op,
+    called from mamba_context_parallel.py L162-211 between in_proj, the scan and the norm), so
+    they are exposed; each one's backward is the reverse all-to-all of the same bytes (L469-483)."""
+    mb, lay, cl = job.model.mamba, job.layout, job.cluster.spec
+    widths = all_to_all_widths(mb, tp=lay.tp, cp=lay.cp) if mb is not None else {}
+    group = placement(cl, lay.cp, lay.tp)
+    t = tokens(job)
+    return sum(collective_time(Collective.ALL_TO_ALL, t * w * ACT_BYTES, group, cl) for w in widths.values())
+
+
 # --- expert parallelism ----------------------------------------------------------------------------
 
 
@@ -358,6 +375,9 @@ def layer_pass(job: Job, kind: LayerKind, *, mode: Recompute, cal: Calibration) 
     tp = tp_exposure(job, blocks, backward=False, cal=cal).times(fwd_passes) + tp_exposure(job, blocks, backward=True, cal=cal)
     etp = _etp_comm(job) * (fwd_passes + 1) if kind.moe else 0.0
     cp_f, cp_b = cp_exposure(job, cal) if kind.mixer is MixerKind.ATTENTION else (Exposure(), Exposure())
+    if kind.mixer is MixerKind.MAMBA and job.layout.cp > 1:
+        a2a = mamba_cp_seconds(job)
+        cp_f, cp_b = Exposure(a2a), Exposure(a2a)
     cp = cp_f.times(fwd_passes) + cp_b
     ep = ep_exposure(job, fwd_passes + 1, lt.gemm + lt.gemm_backward + lt.attention + lt.attention_backward, cal) if kind.moe else Exposure()
     compute = Breakdown.of(

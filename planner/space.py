@@ -30,6 +30,7 @@ from cost_models.errors import SpecError
 from cost_models.hardware import Cluster
 from cost_models.pipeline_split import stage_layer_counts
 from cost_models.layout import Layout
+from cost_models.mamba_shard import cp_error as mamba_cp_error
 from cost_models.model_spec import ModelSpec
 from cost_models.training import TrainingSpec
 
@@ -205,6 +206,8 @@ def shards(problem: Problem) -> Iterator[Shard]:
     for tp in tp_values(problem):
         for cp in cp_values(problem):
             if problem.gpus % (tp * cp):
+                continue
+            if problem.model.mamba is not None and mamba_cp_error(problem.model.mamba, tp, cp):  # rules.mamba_cp
                 continue
             for sp in sp_values(problem, tp):
                 if sp and (s // cp) % tp:

@@ -106,8 +106,9 @@ def test_hybrid_rules_refuse_in_one_line():
 
     with pytest.raises(SpecError, match=r"num_groups\(2\) must both be divisible by tp\(4\)"):
         _job(gpus=4, tp=4)
-    with pytest.raises(SpecError, match="use cp = 1"):
-        _job(gpus=2, cp=2)
+    # Megatron's MambaContextParallel: nheads/tp = 8 heads do not split over cp 3
+    with pytest.raises(SpecError, match=r"num_heads\(8\)/tp\(1\) = 8 is not divisible by cp\(3\).*; cp in 1, 2, 4, 8 \["):
+        _job(gpus=24, cp=3)
     with pytest.raises(SpecError, match="torchtitan ships no Mamba mixer.*--framework megatron"):
         from helpers import make_job
 

@@ -73,6 +73,7 @@ BEYOND_AXES = {
     "mla_tp_cp": ("mla", {"framework": "torchtitan"}, {"tp": 2}),
     "tp_sinks": ("sinks", {"framework": "megatron"}, {"tp": 2}),
     "mamba_tp": ("hybrid", {"framework": "megatron"}, {"tp": 2}),
+    "mamba_cp": ("hybrid", {"framework": "megatron"}, {"cp": 2}),
     "hybrid_selective": ("hybrid", {"framework": "megatron"}, {"recompute": "selective"}),
 }
 
@@ -205,7 +206,7 @@ def test_refused_plans_are_refused_with_a_stated_reason():
     for name, (model, training, lay) in BEYOND_AXES.items():
         spec = beyond.get(model) or MODELS[model]
         with pytest.raises(SpecError) as e:
-            native_job(spec, CLUSTER, lay.get("tp", 1), {**TRAINING, **training}, lay)
+            native_job(spec, CLUSTER, lay.get("tp", 1) * lay.get("cp", 1), {**TRAINING, **training}, lay)
         assert refusal_name(e.value) == name, str(e.value)
         met.add(name)
     assert met == {r.name for r in REFUSALS}

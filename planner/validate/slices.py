@@ -202,6 +202,8 @@ REFUSALS = (
             lambda j: j.model.tie_embeddings and (j.layout.pp > 1 or j.layout.tp > 1)),
     Refusal("mamba_tp", "Mamba-2 layers run with tp 1 in the worker (in_proj's [z, x, B, C, dt] output is not split by part); use dp and pp",
             lambda j: j.model.mamba is not None and j.layout.tp > 1),
+    Refusal("mamba_cp", "Mamba-2 layers run with cp 1 in the worker (no all-to-all of heads); use dp and pp",
+            lambda j: j.model.mamba is not None and j.layout.cp > 1),
     Refusal("hybrid_selective", "hybrid (Mamba-2) models run with recompute none or full in the worker; use --recompute full",
             lambda j: j.model.hybrid_pattern is not None and j.layout.recompute is Recompute.SELECTIVE),
     Refusal("cp_hsdp", "cp > 1 runs without HSDP (dp_shard = dp)", lambda j: j.layout.cp > 1 and j.layout.dp_shard != j.dp),
