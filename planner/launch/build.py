@@ -198,7 +198,8 @@ _ABOUT = {
     "plan.json": "the resolved layout, the specs and the full prediction (`planner estimate --json`)",
     "ds_config.json": "DeepSpeed configuration: ZeRO stage, batch triplet, precision, buckets",
     "config.json": "the model as a Hugging Face config.json (read back by the planner's importer to the planned model, field for field)",
-    "train.py": "the DeepSpeed training script: builds the model of config.json, turns on the plan's recompute, trains on DATA_PATH and checkpoints",
+    "train.py": "the DeepSpeed training script: builds the model of config.json, turns on the plan's recompute, trains on DATA_PATH and checkpoints "
+                "(`./train.sh --mock-data --train-iters 2`, with TOKENIZER_MODEL and DATA_PATH set to anything, is a smoke test on random tokens)",
     "torchtitan.toml": "torchtitan 0.2.x job configuration, passed as --job.config_file",
     f"{torchtitan.PLAN_MODULE}.py": "torchtitan 0.3.x config function for what no flag reaches (--module torchtitan_plan --config plan_config)",
 }
