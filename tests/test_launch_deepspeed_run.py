@@ -8,7 +8,8 @@ and outside DeepSpeedEngine.backward and records the ZeRO stage the engine repor
 
 - recompute full: every layer runs forward once per micro-batch and once more in the backward;
 - recompute none: once, and never in the backward;
-- engine.zero_optimization_stage() is the planned --zero.
+- engine.zero_optimization_stage() is the planned --zero;
+- a Mistral-shaped model keeps its sliding window through the planner into the model train.py builds.
 
 A subprocess test of about 10 s of CPU per run (imports of torch, transformers and DeepSpeed
 included); skipped where DeepSpeed is not installed.
@@ -41,6 +42,8 @@ TINY = {
     "max_position_embeddings": 256, "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "tie_word_embeddings": False,
     "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
 }
+# The same shape as a Mistral: a sliding window of 16 tokens, shorter than the 32-token sequence.
+TINY_MISTRAL = {**TINY, "architectures": ["MistralForCausalLM"], "model_type": "mistral", "sliding_window": 16}
 LAYERS, STEPS, MICRO = 2, 2, 2  # global batch 2 = mbs 1 x 2 micro-batches x dp 1
 
 
@@ -50,10 +53,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _run(tmp: Path, layout: dict) -> tuple[dict, str]:
+def _run(tmp: Path, layout: dict, config: dict) -> tuple[dict, str]:
     model = tmp / "tiny"
     model.mkdir()
-    (model / "config.json").write_text(json.dumps(TINY))
+    (model / "config.json").write_text(json.dumps(config))
     launch = run_launch(str(model), "dgx-h100", 1, training={"framework": "deepspeed", "seq_len": 32, "global_batch_size": 2},
                         layout={"tp": 1, "mbs": 1, **layout})
     out = write(launch, tmp / "launch")
@@ -71,10 +74,13 @@ def _run(tmp: Path, layout: dict) -> tuple[dict, str]:
     return json.loads(counts.read_text()), result.stdout
 
 
-@pytest.mark.parametrize("zero, recompute", [(3, "full"), (1, "none")])
-def test_deepspeed_train_py_runs_and_recomputes_as_planned(tmp_path, zero, recompute):
-    counts, stdout = _run(tmp_path, {"zero": zero, "recompute": recompute})
+@pytest.mark.parametrize("zero, recompute, config", [(3, "full", TINY), (1, "none", TINY_MISTRAL)],
+                         ids=["zero3-full-llama", "zero1-none-mistral"])
+def test_deepspeed_train_py_runs_and_recomputes_as_planned(tmp_path, zero, recompute, config):
+    counts, stdout = _run(tmp_path, {"zero": zero, "recompute": recompute}, config)
     assert counts["zero_stage"] == zero
+    # the model built from the emitted config.json: the planned type and window (read, planned, emitted)
+    assert (counts["model_type"], counts["sliding_window"]) == (config["model_type"], config.get("sliding_window"))
     assert f"DeepSpeed engine: ZeRO stage {zero}," in stdout and f"recompute {recompute}" in stdout
     assert counts["layers"] == LAYERS and counts["steps"] == STEPS
     forwards = LAYERS * MICRO * STEPS  # each layer once per micro-batch of each step

@@ -1,7 +1,7 @@
 """Runs a DeepSpeed train.py (argv[1], with its arguments after it) and counts what it did, for
 tests/test_launch_deepspeed_run.py: the forward calls of every decoder layer, split into those made
 inside DeepSpeedEngine.backward (activation recompute) and outside it, the optimizer steps, and the
-ZeRO stage the engine reports. Writes them as JSON to $COUNTS_OUT when the script ends.
+ZeRO stage the engine reports, and the built model's type and sliding window. Writes them as JSON to $COUNTS_OUT when the script ends.
 
 A layer's forward is counted by a pre-hook on its MLP, which the forward calls: transformers
 checkpoints the layer's `forward`, not its `__call__`, so hooks on the layer itself stay outside the
@@ -21,7 +21,8 @@ import deepspeed
 import transformers
 from deepspeed.runtime.engine import DeepSpeedEngine
 
-counts = {"forward": 0, "forward_in_backward": 0, "layers": 0, "steps": 0, "zero_stage": None}
+counts = {"forward": 0, "forward_in_backward": 0, "layers": 0, "steps": 0, "zero_stage": None, "model_type": None,
+          "sliding_window": None}
 in_backward = [False]
 
 
@@ -36,6 +37,8 @@ def from_config(*args, **kwargs):
     model = build(*args, **kwargs)
     layers = model.model.layers  # the decoder layers of the Hugging Face causal LMs
     counts["layers"] = len(layers)
+    counts["model_type"] = model.config.model_type
+    counts["sliding_window"] = getattr(model.config, "sliding_window", None)  # what the attention masks read
     for layer in layers:
         layer.mlp.register_forward_pre_hook(count)
     return model
