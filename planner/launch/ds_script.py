@@ -4,10 +4,14 @@ test of the launch without a tokenizer or data). The text is fixed; train.sh pas
 as flags.
 
 What it calls, with the DeepSpeed 0.19 / transformers sources it follows:
-- deepspeed.init_distributed with the accelerator's backend, timeout=… : nccl on CUDA, gloo on the CPU
-  accelerator without oneCCL (accelerator/cuda_accelerator.py L34, cpu_accelerator.py L30-34; comm/comm.py L904-906
-  picks the same when dist_backend is None; DeepSpeed v0.19.8), and the accelerator's set_device (a
-  no-op on the CPU accelerator, cpu_accelerator.py L61-62), so the script also runs on a CPU-only host;
+- deepspeed.init_distributed with the accelerator's backend, timeout=… : nccl on CUDA, gloo on the
+  CPU accelerator without oneCCL (DeepSpeed v0.19.8 accelerator/cuda_accelerator.py L34,
+  cpu_accelerator.py L30-34; comm/comm.py L904-906 picks the same when dist_backend is None), and the
+  accelerator's set_device (a no-op on the CPU accelerator, cpu_accelerator.py L61-62), so the script
+  also runs on a CPU-only host;
+- for ZeRO-3, the model's transformers module imported before zero.Init: inside it, which replaces
+  torch.Tensor.__new__, the torch._dynamo import that transformers' masking_utils makes raises
+  "Signature mismatch" (seen with DeepSpeed 0.19.8, torch 2.13, transformers 5.24);
 - deepspeed.zero.Init around from_config for ZeRO-3, so each rank only ever holds its shard
   (deepspeed/runtime/zero/partition_parameters.py Init);
 - model.gradient_checkpointing_enable() for full recompute: every decoder layer is re-run in the
