@@ -217,6 +217,9 @@ def test_mistral_7b_window_reaches_the_cost_and_the_hugging_face_config():
     # seq 8192, window 4096: Megatron's kernel keeps 4096·4097/2 + 4096·4096 of 8192² pairs (0.3750…)
     job = make_job("mistral-7b", gpus=8, tp=1, zero=1, training=dict(seq_len=8192))
     assert core_attention(job, job.model.layer_kind(0)).causal_fraction == pytest.approx((4096 * 4097 / 2 + 4096 * 4096) / 8192**2)
+    # DeepSpeed's Hugging Face Mistral: SDPA gets the window as a mask tensor and computes every score
+    ds = make_job("mistral-7b", gpus=8, tp=1, zero=1, training=dict(framework="deepspeed", seq_len=8192))
+    assert core_attention(ds, ds.model.layer_kind(0)).causal_fraction == 1.0
     cfg = hf_config(m)
     assert (cfg["model_type"], cfg["architectures"], cfg["sliding_window"]) == ("mistral", ["MistralForCausalLM"], 4096)
     assert _hf_windows(cfg) == [4096] * 32
