@@ -122,18 +122,76 @@ def _llama(cfg: dict[str, Any]) -> dict[str, Any]:
     return _llama_like(cfg)
 
 
+# Sliding windows of the Mistral and Qwen families, as transformers v5.24.0 applies them (the lines
+# below are of that version's models/<type>/configuration_<type>.py and modeling_<type>.py): a layer
+# whose mask is create_sliding_window_causal_mask attends its last sliding_window tokens.
+
+
+def _window(cfg: dict[str, Any], default: int | None) -> int | None:
+    """config.sliding_window: absent gives the class default, null none."""
+    if "sliding_window" not in cfg:
+        return default
+    return None if cfg["sliding_window"] is None else _opt(cfg, "sliding_window", 0) or None
+
+
+def _windows(cfg: dict[str, Any], window: int | None, local: list[bool]) -> dict[str, Any]:
+    """sliding_window and full_attention_every for a window on the layers flagged local."""
+    if window is None or not any(local):
+        return {}
+    full = [i for i, flag in enumerate(local) if not flag]
+    every = full[0] + 1 if full else None
+    if every is not None and local != [(i + 1) % every != 0 for i in range(len(local))]:
+        raise SpecError(
+            f"config.json: a sliding window on {sum(local)} of {len(local)} layers, first full layer {full[0]} (model_type "
+            f"{cfg.get('model_type')!r}); the spec holds a window on every layer or on all but every N-th; "
+            "use a config whose window layers follow that (e.g. max_window_layers 0), or use_sliding_window false"
+        )
+    return {"sliding_window": window, "full_attention_every": every}
+
+
+def _switched_window(cfg: dict[str, Any], layers: int, default_local: Callable[[int, int], bool]) -> dict[str, Any]:
+    """Qwen2Config / Qwen3Config / Qwen2MoeConfig: sliding_window (default 4096) counts only when
+    use_sliding_window (default false); then the layers listed "sliding_attention" in layer_types,
+    or by default those default_local(i, max_window_layers) says (max_window_layers default 28)
+    (qwen2 configuration L73-76, L83-93; qwen3 L76-79, L86-96; qwen2_moe L91-93, L112-119; the
+    models read config.layer_types per layer, e.g. modeling_qwen2.py L173, L185)."""
+    if not _opt(cfg, "use_sliding_window", False):
+        return {}
+    if cfg.get("layer_types") is not None:
+        every = _layer_types(cfg, layers, "sliding_attention", 1)
+        local = [every is None or (i + 1) % every != 0 for i in range(layers)]
+    else:
+        bound = _opt(cfg, "max_window_layers", 28)
+        local = [default_local(i, bound) for i in range(layers)]
+    return _windows(cfg, _window(cfg, 4096), local)
+
+
+def _mistral(cfg: dict[str, Any]) -> dict[str, Any]:
+    # MistralConfig: sliding_window 4096 unless given (null: none), on every layer (layer_types are
+    # ignored, with a warning): configuration_mistral.py L79, L87-90; modeling_mistral.py L173, L355.
+    # MistralMLP and MistralAttention have no biases, whatever the config says (L41-43, L134-137).
+    layers = _get(cfg, "num_hidden_layers")
+    return _llama_like(cfg, qkv_bias=False, out_bias=False, mlp_bias=False,
+                       **_windows(cfg, _window(cfg, 4096), [True] * layers))
+
+
 def _qwen2(cfg: dict[str, Any]) -> dict[str, Any]:
-    # Qwen2Attention: q/k/v with bias, o_proj without (transformers models/qwen2/modeling_qwen2.py)
-    return _llama_like(cfg, qkv_bias=True, out_bias=False, mlp_bias=False)
+    # Qwen2Attention: q/k/v with bias, o_proj without (transformers models/qwen2/modeling_qwen2.py);
+    # the window on layers max_window_layers and up
+    window = _switched_window(cfg, _get(cfg, "num_hidden_layers"), lambda i, bound: i >= bound)
+    return _llama_like(cfg, qkv_bias=True, out_bias=False, mlp_bias=False, **window)
 
 
 def _mixtral(cfg: dict[str, Any]) -> dict[str, Any]:
     # MixtralSparseMoeBlock: gate Linear(h, E, bias=False), experts w1/w2/w3 of intermediate_size
-    # (softmax over all experts, top-k, renormalised: MixtralSparseMoeBlock / MixtralTopKRouter)
+    # (softmax over all experts, top-k, renormalised: MixtralSparseMoeBlock / MixtralTopKRouter).
+    # MixtralConfig sliding_window: none unless given, then on every layer (configuration_mixtral.py
+    # L82, modeling_mixtral.py L322, L444).
     ffn = _get(cfg, "intermediate_size")
     moe = dict(num_experts=_get(cfg, "num_local_experts"), top_k=_get(cfg, "num_experts_per_tok"), expert_ffn_hidden_size=ffn,
                aux_loss_coef=_opt(cfg, "router_aux_loss_coef", 0.001))
-    return _llama_like(cfg, eps=1e-5, theta=1e6, moe=moe)
+    layers = _get(cfg, "num_hidden_layers")
+    return _llama_like(cfg, eps=1e-5, theta=1e6, moe=moe, **_windows(cfg, _window(cfg, None), [True] * layers))
 
 
 def _qwen_moe_layers(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -160,7 +218,9 @@ def _qwen2_moe(cfg: dict[str, Any]) -> dict[str, Any]:
         shared_expert_gate=bool(shared),
         **_qwen_moe_layers(cfg),
     )
-    return _llama_like(cfg, qkv_bias=True, out_bias=False, moe=moe)
+    # the window on even-numbered layers (i + 1 odd) below max_window_layers
+    window = _switched_window(cfg, _get(cfg, "num_hidden_layers"), lambda i, bound: (i + 1) % 2 == 1 and i < bound)
+    return _llama_like(cfg, qkv_bias=True, out_bias=False, moe=moe, **window)
 
 
 def _qwen3_moe(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -171,11 +231,16 @@ def _qwen3_moe(cfg: dict[str, Any]) -> dict[str, Any]:
         expert_ffn_hidden_size=_get(cfg, "moe_intermediate_size"),
         **_qwen_moe_layers(cfg),
     )
-    return _llama_like(cfg, qk_norm=True, moe=moe)
+    # Qwen3MoeConfig: sliding_window (default 4096) only when use_sliding_window, then on every layer
+    # (configuration_qwen3_moe.py L94-95, L110; modeling_qwen3_moe.py L149, L473)
+    layers = _get(cfg, "num_hidden_layers")
+    window = _windows(cfg, _window(cfg, 4096), [True] * layers) if _opt(cfg, "use_sliding_window", False) else {}
+    return _llama_like(cfg, qk_norm=True, moe=moe, **window)
 
 
 def _qwen3(cfg: dict[str, Any]) -> dict[str, Any]:
-    return _llama_like(cfg, qk_norm=True)
+    # the window on layers max_window_layers and up, as Qwen2's
+    return _llama_like(cfg, qk_norm=True, **_switched_window(cfg, _get(cfg, "num_hidden_layers"), lambda i, bound: i >= bound))
 
 
 def _deepseek(cfg: dict[str, Any], *, v3: bool) -> dict[str, Any]:
@@ -614,7 +679,7 @@ def _llama4_text(cfg: dict[str, Any]) -> dict[str, Any]:
 
 READERS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "llama": _llama,
-    "mistral": _llama,
+    "mistral": _mistral,
     "mixtral": _mixtral,
     "qwen2": _qwen2,
     "qwen2_moe": _qwen2_moe,

@@ -471,19 +471,21 @@ def test_megatron_window_sink_and_nope_flags(tmp_path):
 
 
 @pytest.mark.parametrize(("fixture", "framework", "seq", "message"), [
-    ("Mistral-7B-v0.1", "megatron", 8192, "sliding_window 4096 < seq_len 8192"),
-    ("Mistral-7B-v0.1", "deepspeed", 8192, "sliding_window 4096 < seq_len 8192"),
-    ("Mistral-7B-v0.1", "megatron", 4096, None),  # a window as long as the sequence is full causal attention
     ("pythia-1.4b", "megatron", 2048, "use_parallel_residual"),
     ("pythia-1.4b", "deepspeed", 2048, None),  # gpt_neox's config default keeps the parallel residual
     ("Qwen2.5-7B", "megatron", 8192, None),  # sliding_window with use_sliding_window false
-    ("mistral-7b", "megatron", 8192, "sliding_window 4096 < seq_len 8192"),  # the preset: its config.json's window
-    ("mistral-7b", "deepspeed", 4096, None),
+    # Mistral's window is the spec's: carried by Megatron and DeepSpeed, refused by torchtitan's llama3
+    # modules only where it masks something (seq > window)
+    ("Mistral-7B-v0.1", "megatron", 8192, None),
+    ("mistral-7b", "deepspeed", 8192, None),
+    ("mistral-7b", "torchtitan", 8192, "sliding_window 4096 < seq_len 8192, and torchtitan's llama3 modules have no sliding-window"),
+    ("mistral-7b", "torchtitan", 4096, None),  # a window as long as the sequence is full causal attention
 ])
 def test_hf_settings_the_spec_drops_are_refused(tmp_path, fixture, framework, seq, message):
     out = tmp_path / "o"
     model = str(HF / fixture) if (HF / fixture).exists() else fixture
-    result = runner.invoke(app, ["launch", model, "-c", "dgx-h100", "-g", "8", "--tp", "1", "--zero", "1",
+    zero = "3" if framework == "torchtitan" else "1"
+    result = runner.invoke(app, ["launch", model, "-c", "dgx-h100", "-g", "8", "--tp", "1", "--zero", zero,
                                  "--framework", framework, "--seq-len", str(seq), "--out", str(out)])
     if message is None:
         assert result.exit_code == 0, result.output
@@ -505,3 +507,18 @@ def test_mtp_with_a_pipeline_layout_is_a_refused_layout():
     refused = launch_refusal(make_job(mtp, gpus=16, pp=2, pp_layout="Ett|ttL", training=dict(framework="megatron")))
     assert isinstance(refused, LayoutError) and "MTP layer(s)" in str(refused)
     assert launch_refusal(make_job(mtp, gpus=16, pp=2, pp_first_stage_layers=2, training=dict(framework="megatron"))) is None
+
+
+def test_mistral_window_reaches_megatron_and_deepspeed(tmp_path):
+    """Mistral-7B-v0.1's 4096-token window on every layer: Megatron's --window-size (left 4095: the
+    query itself counts) without --window-attn-skip-freq (all layers windowed when it is unset), and
+    a MistralConfig config.json with sliding_window 4096 for DeepSpeed's Hugging Face model."""
+    common = ["-c", "dgx-h100", "-g", "8", "--tp", "1", "--zero", "1", "--seq-len", "8192"]
+    mg = runner.invoke(app, ["launch", "mistral-7b", *common, "--out", str(tmp_path / "m")])
+    assert mg.exit_code == 0, mg.output
+    text = (tmp_path / "m" / "train.sh").read_text()
+    assert "--window-size '(4095,0)'" in text and "--window-attn-skip-freq" not in text
+    ds = runner.invoke(app, ["launch", "mistral-7b", *common, "--framework", "deepspeed", "--out", str(tmp_path / "d")])
+    assert ds.exit_code == 0, ds.output
+    cfg = json.loads((tmp_path / "d" / "config.json").read_text())
+    assert (cfg["model_type"], cfg["sliding_window"]) == ("mistral", 4096)

@@ -159,5 +159,71 @@ def test_deepspeed_config_refuses_what_no_hf_class_holds():
 
     # sinks without experts: GPT-OSS is the only class with sinks, and it is all-MoE
     dense_sinks = ModelSpec.model_validate({**LLAMA_TINY.model_dump(), "sliding_window": 64, "attention_sinks": True})
-    with pytest.raises(SpecError, match=r"nearest Hugging Face architecture \(llama\) differs in sliding_window, attention_sinks"):
+    with pytest.raises(SpecError, match=r"nearest Hugging Face architecture \(mistral\) differs in attention_sinks"):
         hf_config(dense_sinks)
+
+
+def _hf_windows(cfg: dict) -> list[int | None]:
+    """Each layer's window as transformers builds the model: config.sliding_window on the layers
+    config.layer_types calls sliding (all layers where the class keeps no layer_types: Mistral,
+    Mixtral, Qwen3-MoE; MistralAttention / MixtralAttention / Qwen3MoeAttention pass
+    config.sliding_window to every layer, Qwen2Attention its layer type's)."""
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.AutoConfig.for_model(**cfg)
+    types = getattr(hf, "layer_types", None) if cfg["model_type"] not in ("mistral", "mixtral") else None
+    return [hf.sliding_window or None if types is None or types[i] == "sliding_attention" else None
+            for i in range(hf.num_hidden_layers)]
+
+
+@pytest.mark.parametrize("cfg, windows", [
+    ({"model_type": "mistral"}, [4096] * 4),  # MistralConfig's default window
+    ({"model_type": "mistral", "sliding_window": None}, [None] * 4),
+    ({"model_type": "mistral", "sliding_window": 64, "layer_types": ["full_attention"] * 4}, [64] * 4),  # ignored by Mistral
+    ({"model_type": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 2}, [None] * 4),  # MixtralConfig: none
+    ({"model_type": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 64}, [64] * 4),
+    ({"model_type": "qwen2", "sliding_window": 64}, [None] * 4),  # use_sliding_window false by default
+    ({"model_type": "qwen2", "sliding_window": 64, "use_sliding_window": True, "max_window_layers": 0}, [64] * 4),
+    ({"model_type": "qwen2", "sliding_window": 64, "use_sliding_window": True}, [None] * 4),  # max_window_layers 28 > 4 layers
+    ({"model_type": "qwen2", "sliding_window": 64, "use_sliding_window": True,
+      "layer_types": ["sliding_attention", "full_attention"] * 2}, [64, None, 64, None]),
+    ({"model_type": "qwen3", "use_sliding_window": True, "max_window_layers": 0}, [4096] * 4),
+    ({"model_type": "qwen3_moe", "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+      "sliding_window": 64, "use_sliding_window": True}, [64] * 4),
+    ({"model_type": "qwen2_moe", "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+      "sliding_window": 64, "use_sliding_window": True}, [64, None, 64, None]),  # even layers below max_window_layers 28
+], ids=["mistral-default", "mistral-null", "mistral-layer-types-ignored", "mixtral-default", "mixtral-64", "qwen2-switch-off",
+        "qwen2-all", "qwen2-max-window-layers", "qwen2-layer-types", "qwen3-all", "qwen3-moe", "qwen2-moe-default-pattern"])
+def test_mistral_and_qwen_readers_carry_the_window_transformers_applies(cfg, windows):
+    spec = _read({**BASE, **cfg})
+    ours = [spec.layer_kind(i).window for i in range(spec.num_layers)]
+    assert ours == windows
+    assert _hf_windows({**BASE, **cfg}) == windows
+
+
+def test_window_layers_the_spec_cannot_hold_are_refused_in_one_line():
+    # Qwen2: the window on layers 2 and 3 (i >= max_window_layers), full attention on 0 and 1
+    cfg = {**BASE, "model_type": "qwen2", "sliding_window": 64, "use_sliding_window": True, "max_window_layers": 2}
+    assert _hf_windows(cfg) == [None, None, 64, 64]
+    with pytest.raises(SpecError, match=r"^config.json: a sliding window on 2 of 4 layers, first full layer 0 "
+                                        r"\(model_type 'qwen2'\);.*max_window_layers 0\), or use_sliding_window false$"):
+        _read(cfg)
+
+
+def test_mistral_7b_window_reaches_the_cost_and_the_hugging_face_config():
+    from planner.launch.hf_config import hf_config
+
+    m = presets.models()["mistral-7b"]
+    assert [m.layer_kind(i).window for i in range(m.num_layers)] == [4096] * 32
+    # seq 8192, window 4096: Megatron's kernel keeps 4096·4097/2 + 4096·4096 of 8192² pairs (0.3750…)
+    job = make_job("mistral-7b", gpus=8, tp=1, zero=1, training=dict(seq_len=8192))
+    assert core_attention(job, job.model.layer_kind(0)).causal_fraction == pytest.approx((4096 * 4097 / 2 + 4096 * 4096) / 8192**2)
+    # DeepSpeed's Hugging Face Mistral: SDPA gets the window as a mask tensor and computes every score
+    ds = make_job("mistral-7b", gpus=8, tp=1, zero=1, training=dict(framework="deepspeed", seq_len=8192))
+    assert core_attention(ds, ds.model.layer_kind(0)).causal_fraction == 1.0
+    cfg = hf_config(m)
+    assert (cfg["model_type"], cfg["architectures"], cfg["sliding_window"]) == ("mistral", ["MistralForCausalLM"], 4096)
+    assert _hf_windows(cfg) == [4096] * 32
+    # a Qwen2-shaped spec with one full layer in four: use_sliding_window and layer_types
+    qwen = ModelSpec.model_validate({**presets.models()["qwen2.5-7b"].model_dump(), "sliding_window": 1024, "full_attention_every": 4})
+    cfg = hf_config(qwen)
+    assert cfg["model_type"] == "qwen2" and _hf_windows(cfg) == [None if (i + 1) % 4 == 0 else 1024 for i in range(28)]

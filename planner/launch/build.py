@@ -57,44 +57,23 @@ def checkpoint_steps(report: EstimateReport) -> tuple[int, float]:
     return max(1, round(interval_s / report.time.step_s)), interval_s / 60
 
 
-# Hugging Face config.json settings of presets that the spec has no key for: Mistral-7B-v0.1's
-# sliding_window 4096 (presets/models/mistral.toml; https://huggingface.co/mistralai/Mistral-7B-v0.1
-# config.json, fixture tests/data/hf/Mistral-7B-v0.1).
-PRESET_HF_SETTINGS: dict[str, dict[str, Any]] = {"mistral-7b": {"model_type": "mistral", "sliding_window": 4096}}
-
-
 def check_hf_source(job: Job) -> None:
     """Refuse a model read from a Hugging Face config.json that sets what the spec does not carry,
-    where the launch would train another model: sliding-window attention shorter than the sequence
-    (Mistral-7B-v0.1: sliding_window 4096; transformers' MistralConfig applies it unless
-    use_sliding_window is false, the Qwen2 switch), and GPT-NeoX's parallel residual (default true in
+    where the launch would train another model: GPT-NeoX's parallel residual (default true in
     transformers' GPTNeoXConfig) for Megatron, whose layers add attention and MLP one after the
-    other. DeepSpeed's config.json is a gpt_neox config, whose default keeps the parallel residual."""
-    from planner import presets
+    other. DeepSpeed's config.json is a gpt_neox config, whose default keeps the parallel residual.
+    (Sliding windows are the spec's own: planner/hf.py reads them, the emitters carry them.)"""
     from planner.files import read_mapping
     from planner.hf import is_hf_config
 
-    m, seq = job.model, job.training.seq_len
+    m = job.model
     path = Path(m.source)
     try:
         data = read_mapping(path) if m.source.endswith(".json") and path.is_file() else None
     except (SpecError, OSError):
         data = None
     if not data or not is_hf_config(data):
-        # a preset's own config.json settings that its table cannot say (presets/models/*.toml comments)
-        known = presets.models()
-        for name, settings in PRESET_HF_SETTINGS.items():
-            if known[name].model_dump(exclude={"source"}) == m.model_dump(exclude={"source"}):
-                data = settings
-        if not data:
-            return
-    window = data.get("sliding_window")
-    carried = m.sliding_window is not None  # the spec's own window (Gemma, GPT-OSS readers): the launch keeps it
-    if isinstance(window, int) and not carried and data.get("use_sliding_window", True) is not False and window < seq:
-        raise SpecError(
-            f"model {m.name!r}: config.json sets sliding_window {window} < seq_len {seq}; the launch files would train "
-            f"full causal attention over {seq} tokens, another model; use --seq-len {window} or less"
-        )
+        return
     if (data.get("model_type") == "gpt_neox" and data.get("use_parallel_residual", True)
             and job.training.framework is Framework.MEGATRON):
         raise SpecError(
@@ -198,7 +177,8 @@ _ABOUT = {
     "plan.json": "the resolved layout, the specs and the full prediction (`planner estimate --json`)",
     "ds_config.json": "DeepSpeed configuration: ZeRO stage, batch triplet, precision, buckets",
     "config.json": "the model as a Hugging Face config.json (read back by the planner's importer to the planned model, field for field)",
-    "train.py": "the DeepSpeed training script: builds the model of config.json, turns on the plan's recompute, trains on DATA_PATH and checkpoints",
+    "train.py": "the DeepSpeed training script: builds the model of config.json, turns on the plan's recompute, trains on DATA_PATH and checkpoints "
+                "(`./train.sh --mock-data --train-iters 2`, with TOKENIZER_MODEL and DATA_PATH set to anything, is a smoke test on random tokens)",
     "torchtitan.toml": "torchtitan 0.2.x job configuration, passed as --job.config_file",
     f"{torchtitan.PLAN_MODULE}.py": "torchtitan 0.3.x config function for what no flag reaches (--module torchtitan_plan --config plan_config)",
 }

@@ -1,9 +1,17 @@
 """train.py of a DeepSpeed launch: a Hugging Face causal LM built from the launch's config.json,
-trained by a DeepSpeed engine on a file of token ids. The text is fixed; train.sh passes the plan's
-values as flags.
+trained by a DeepSpeed engine on a file of token ids (or, with --mock-data, on random ones: a smoke
+test of the launch without a tokenizer or data). The text is fixed; train.sh passes the plan's values
+as flags.
 
 What it calls, with the DeepSpeed 0.19 / transformers sources it follows:
-- deepspeed.init_distributed(dist_backend, timeout=…) (deepspeed/comm/comm.py init_distributed);
+- deepspeed.init_distributed with the accelerator's backend, timeout=… : nccl on CUDA, gloo on the
+  CPU accelerator without oneCCL (DeepSpeed v0.19.8 accelerator/cuda_accelerator.py L34,
+  cpu_accelerator.py L30-34; comm/comm.py L904-906 picks the same when dist_backend is None), and the
+  accelerator's set_device (a no-op on the CPU accelerator, cpu_accelerator.py L61-62), so the script
+  also runs on a CPU-only host;
+- for ZeRO-3, the model's transformers module imported before zero.Init: inside it, which replaces
+  torch.Tensor.__new__, the torch._dynamo import that transformers' masking_utils makes raises
+  "Signature mismatch" (seen with DeepSpeed 0.19.8, torch 2.13, transformers 5.24);
 - deepspeed.zero.Init around from_config for ZeRO-3, so each rank only ever holds its shard
   (deepspeed/runtime/zero/partition_parameters.py Init);
 - model.gradient_checkpointing_enable() for full recompute: every decoder layer is re-run in the
@@ -19,6 +27,9 @@ TRAIN_PY = '''\
 Builds the model of config.json (beside this file), trains it on DATA_PATH, a flat file of token ids
 (numpy dtype --data-dtype, e.g. the uint32 output of a tokenizer run over the corpus), and saves a
 DeepSpeed checkpoint every --save-interval steps into --checkpoint-dir, resuming from the latest one.
+--mock-data trains on random token ids instead (no tokenizer or data read; the loss means nothing): a
+smoke test of the launch, e.g. `./train.sh --mock-data --train-iters 2` with TOKENIZER_MODEL and
+DATA_PATH set to anything.
 """
 
 import argparse
@@ -30,12 +41,14 @@ import time
 import deepspeed
 import numpy as np
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+from deepspeed.accelerator import get_accelerator
+from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 parser = argparse.ArgumentParser(description=__doc__)
 parser.add_argument("--model-config", required=True, help="Hugging Face config.json of the model")
-parser.add_argument("--tokenizer", required=True, help="tokenizer the data was made with (checked against the vocabulary)")
-parser.add_argument("--data-path", required=True, help="flat binary file of token ids")
+parser.add_argument("--tokenizer", help="tokenizer the data was made with (checked against the vocabulary)")
+parser.add_argument("--data-path", help="flat binary file of token ids")
+parser.add_argument("--mock-data", action="store_true", help="random token ids instead of --data-path (a smoke test)")
 parser.add_argument("--data-dtype", default="uint32")
 parser.add_argument("--checkpoint-dir", required=True)
 parser.add_argument("--save-interval", type=int, required=True, help="optimizer steps between checkpoints")
@@ -50,9 +63,13 @@ parser.add_argument("--seed", type=int, default=1234)
 parser.add_argument("--local_rank", type=int, default=int(os.environ.get("LOCAL_RANK", 0)))
 parser = deepspeed.add_config_arguments(parser)
 args = parser.parse_args()
+if not args.mock_data and (args.tokenizer is None or args.data_path is None):
+    parser.error("--tokenizer and --data-path are required (or --mock-data for random token ids)")
 
-deepspeed.init_distributed(dist_backend="nccl", timeout=datetime.timedelta(minutes=args.timeout_minutes))
-torch.cuda.set_device(args.local_rank)
+accelerator = get_accelerator()  # CUDA on GPUs (nccl), the CPU accelerator (gloo) elsewhere
+deepspeed.init_distributed(dist_backend=accelerator.communication_backend_name(),
+                           timeout=datetime.timedelta(minutes=args.timeout_minutes))
+accelerator.set_device(args.local_rank)
 rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
 with open(args.deepspeed_config) as f:
     ds_config = json.load(f)
@@ -60,11 +77,14 @@ tp = ds_config.get("tensor_parallel", {}).get("autotp_size", 1)
 dp_rank = rank // tp  # the ranks of one tensor-parallel group read the same batch
 
 config = AutoConfig.from_pretrained(args.model_config)
-vocab = len(AutoTokenizer.from_pretrained(args.tokenizer))
+vocab = config.vocab_size if args.mock_data else len(AutoTokenizer.from_pretrained(args.tokenizer))
 if vocab > config.vocab_size:
     raise SystemExit(f"tokenizer {args.tokenizer} has {vocab} tokens, more than the model's vocab_size {config.vocab_size}")
 dtype = torch.bfloat16 if ds_config.get("bf16", {}).get("enabled") else torch.float16
 if ds_config["zero_optimization"]["stage"] == 3:
+    # Import the model's module first: imported inside zero.Init, which replaces torch.Tensor.__new__,
+    # the torch._dynamo it imports (through transformers' masking_utils) fails ("Signature mismatch").
+    MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
     with deepspeed.zero.Init(config_dict_or_path=ds_config):
         model = AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
 else:
@@ -82,15 +102,21 @@ if os.path.exists(os.path.join(args.checkpoint_dir, "latest")):
     _, state = engine.load_checkpoint(args.checkpoint_dir)
     step = (state or {}).get("step", 0)
 
-tokens = np.memmap(args.data_path, dtype=args.data_dtype, mode="r")
 mbs, accumulation = engine.train_micro_batch_size_per_gpu(), engine.gradient_accumulation_steps()
-if len(tokens) <= args.seq_length:
-    raise SystemExit(f"{args.data_path}: {len(tokens)} tokens, fewer than one sequence of {args.seq_length}")
+if rank == 0:
+    print(f"DeepSpeed engine: ZeRO stage {engine.zero_optimization_stage()}, {dtype}, micro-batch {mbs} x "
+          f"{accumulation} accumulation x {world // tp} data-parallel ranks, recompute {args.recompute}", flush=True)
+if not args.mock_data:
+    tokens = np.memmap(args.data_path, dtype=args.data_dtype, mode="r")
+    if len(tokens) <= args.seq_length:
+        raise SystemExit(f"{args.data_path}: {len(tokens)} tokens, fewer than one sequence of {args.seq_length}")
 
 
 def batch(step, micro):
     """mbs windows of seq_length tokens, the same on every run for (step, micro, dp rank)."""
     rng = np.random.default_rng([args.seed, step, micro, dp_rank])
+    if args.mock_data:
+        return torch.from_numpy(rng.integers(0, vocab, size=(mbs, args.seq_length))).to(engine.device)
     starts = rng.integers(0, len(tokens) - args.seq_length, size=mbs)
     rows = np.stack([tokens[s:s + args.seq_length] for s in starts]).astype(np.int64)
     return torch.from_numpy(rows).to(engine.device)

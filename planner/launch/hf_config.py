@@ -18,6 +18,7 @@ from cost_models.model_spec import ModelSpec
 
 ARCHITECTURES = {
     "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
     "mixtral": "MixtralForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
     "qwen2_moe": "Qwen2MoeForCausalLM",
@@ -65,7 +66,21 @@ def model_type(m: ModelSpec) -> str:
         return "qwen3"
     if m.qkv_bias and not m.out_bias:
         return "qwen2"
-    return "llama"
+    return "mistral" if m.sliding_window is not None else "llama"
+
+
+def _window(m: ModelSpec, kind: str) -> dict[str, Any]:
+    """The sliding window in the keys of the Mistral and Qwen configs (planner/hf.py reads them
+    back): every layer for Mistral, Mixtral and Qwen3-MoE; for Qwen2/Qwen3/Qwen2-MoE the switch
+    use_sliding_window and the layers as layer_types."""
+    if m.sliding_window is None:
+        return {"sliding_window": None} if kind in ("mistral", "mixtral") else {}
+    out: dict[str, Any] = {"sliding_window": m.sliding_window}
+    if kind.startswith("qwen"):
+        out["use_sliding_window"] = True
+        if kind != "qwen3_moe":
+            out["layer_types"] = _layer_types(m, "sliding_attention")
+    return out
 
 
 def _rope(m: ModelSpec) -> dict[str, Any]:
@@ -272,6 +287,8 @@ def hf_config(m: ModelSpec) -> dict[str, Any]:
         body = _llama_like(m)
     if kind == "llama":
         body["mlp_bias"] = m.mlp_bias
+    if kind in ("mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe"):
+        body |= _window(m, kind)
     if kind in ("gemma2", "gemma3_text", "gpt_oss", "llama4_text"):
         body = {k: v for k, v in body.items() if k != "hidden_act"} | _local_family(m, kind)
     elif kind.startswith("deepseek"):

@@ -56,6 +56,10 @@ def _devices(target: Target) -> dict[str, int]:
 
 
 def _replica(target: Target, job_name: str, replicas: int) -> dict:
+    # The pod's environment: train.sh's required variables (its `${VAR:?…}` lines, empty here to be
+    # filled in) and RDZV_ID, torchrun's --rdzv-id (launch_formats.md §4), the same in every pod of
+    # the job. MASTER_ADDR / MASTER_PORT come from the operator (module docstring); the NCCL and
+    # fabric variables from train.sh itself (slurm.py environment_lines, with their sources).
     env = [{"name": var, "value": ""} for var in REQUIRED[target.job.training.framework]]
     env.append({"name": "RDZV_ID", "value": job_name})
     container = {
@@ -75,7 +79,10 @@ def _replica(target: Target, job_name: str, replicas: int) -> dict:
                 "containers": [container],
                 "volumes": [
                     {"name": "launch", "configMap": {"name": f"{job_name}-launch", "defaultMode": 0o755}},
-                    # NCCL and data loaders use shared memory beyond a container's 64 MiB default.
+                    # /dev/shm as memory without the container runtime's 64 MiB cap (Docker's default
+                    # --shm-size 64m, docs.docker.com "docker container run"; Kubernetes "Volumes",
+                    # emptyDir medium Memory): NCCL's SHM transport between ranks of a pod and torch's
+                    # data-loader workers allocate there.
                     {"name": "dshm", "emptyDir": {"medium": "Memory"}},
                 ],
             }

@@ -287,7 +287,8 @@ def _model(job: Job) -> list[Flag]:
         # [i − left, i + right]; the spec's window counts the query itself, so left = window − 1.
         out.append(("--window-size", f"({m.sliding_window - 1},0)"))
         if m.full_attention_every is not None:
-            # ARG L2387, utils.py:531-542: layer_number (1-based) % N != 0 is a window layer
+            # ARG L2387, utils.py:531-542: layer_number (1-based) % N != 0 is a window layer; left
+            # unset (None), every layer is (Mistral)
             out.append(("--window-attn-skip-freq", m.full_attention_every))
     if m.nope_full_layers:
         # ARG L2428 no_rope_freq N: layers N, 2N, … (1-based) skip rotary

@@ -78,11 +78,30 @@ def _quoted_default(host: str) -> str:
     return slurm_value("--nodes-file host", host)
 
 
+# Sources of the variables train.sh exports or names (each may be overridden from the environment):
+# - NCCL user guide, "Environment Variables" (https://docs.nvidia.com/deeplearning/nccl/user-guide/
+#   docs/env.html, NCCL 2.27): NCCL_DEBUG (Debugging; WARN prints warnings and errors, the value of the
+#   page's own nccl.conf example), NCCL_SOCKET_IFNAME (System configuration; unset, NCCL picks an
+#   interface itself, skipping lo and docker*, favouring ib*), NCCL_IB_HCA (which RDMA adapters and
+#   ports), NCCL_IB_DISABLE (only set to 1 does NCCL leave its IB/RoCE transport for IP sockets),
+#   NCCL_IB_GID_INDEX (default -1: the GID with RoCE v2 support on an Ethernet link layer) and
+#   NCCL_BUFFSIZE (the buffer each pair of ranks communicates through).
+# - AWS EFA: torchtitan's multinode_trainer.slurm (pytorch/torchtitan@030cd95d, "optimized for AWS with
+#   EFA", L8-10), which exports FI_PROVIDER="efa" (L34), NCCL_DEBUG=WARN (L40), LD_LIBRARY_PATH=
+#   /opt/amazon/efa/lib:… (L46, the EFA installer's libfabric), NCCL_BUFFSIZE=2097152 (L53; L9-10: adjust
+#   it under memory pressure) and FI_EFA_SET_CUDA_SYNC_MEMOPS=0 (L55). FI_PROVIDER lists the libfabric
+#   providers to use (libfabric man/fabric.7.md L272-277, ofiwg/libfabric@af8ddbe9).
+#   FI_EFA_SET_CUDA_SYNC_MEMOPS (default 1: the EFA
+#   provider set CU_POINTER_ATTRIBUTE_SYNC_MEMOPS on every registered CUDA buffer) exists from libfabric
+#   v1.17.0 (commit 91b7634c) to v1.19; v1.20.0 removed it (commit bc6c52c1) and only logs that it is
+#   deprecated when set (prov/efa/src/efa_env.c info_deprecated_env_vars, L79 at af8ddbe9), so it is
+#   kept for older EFA installs and harmless on newer ones.
+
+
 def environment_lines(target: Target) -> list[str]:
-    """NCCL settings every launch exports, and those the cluster's fabric needs; each may be
-    overridden from the environment. NCCL finds the InfiniBand / RoCE adapters and the bootstrap
-    interface itself; NCCL_SOCKET_IFNAME and NCCL_IB_HCA, set before running, pin them (NCCL user
-    guide, "Environment Variables")."""
+    """NCCL settings every launch exports, and those the cluster's fabric needs (sources above).
+    NCCL finds the InfiniBand / RoCE adapters and the bootstrap interface itself; NCCL_SOCKET_IFNAME
+    and NCCL_IB_HCA, set before running, pin them."""
     lines = [
         "# NCCL: warnings and errors in the log; NCCL_SOCKET_IFNAME / NCCL_IB_HCA, if set, pin the interfaces.",
         'export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"',
@@ -91,15 +110,12 @@ def environment_lines(target: Target) -> list[str]:
     if fabric is Fabric.INFINIBAND:
         lines.append("# Fabric: InfiniBand. NCCL uses its IB transport unasked; NCCL_IB_HCA selects adapters if needed.")
     elif fabric is Fabric.ROCE:
-        # NCCL_IB_GID_INDEX defaults to -1: NCCL picks the GID with RoCE v2 support on an Ethernet link
-        # layer (NCCL 2.27 user guide, "Environment Variables", NCCL_IB_GID_INDEX).
         lines.append("# Fabric: RoCE. NCCL's IB transport picks each port's RoCE v2 GID (NCCL_IB_GID_INDEX=-1); "
                      "set NCCL_IB_GID_INDEX if your GID table needs another.")
     elif fabric is Fabric.EFA:
-        # torchtitan's multinode_trainer.slurm for AWS EFA (pytorch/torchtitan@030cd95d): the libfabric
-        # EFA provider, the EFA libraries on the path, NCCL_BUFFSIZE 2 MiB, no CUDA sync memops.
         lines += [
-            "# Fabric: AWS EFA, through the aws-ofi-nccl plugin (torchtitan's multinode_trainer.slurm settings).",
+            "# Fabric: AWS EFA, through the aws-ofi-nccl plugin (torchtitan's multinode_trainer.slurm settings;",
+            "# FI_EFA_SET_CUDA_SYNC_MEMOPS matters to libfabric before 1.20 only).",
             'export FI_PROVIDER="${FI_PROVIDER:-efa}"',
             'export FI_EFA_SET_CUDA_SYNC_MEMOPS="${FI_EFA_SET_CUDA_SYNC_MEMOPS:-0}"',
             'export NCCL_BUFFSIZE="${NCCL_BUFFSIZE:-2097152}"',

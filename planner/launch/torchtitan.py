@@ -76,9 +76,20 @@ def _shape(model: ModelSpec) -> dict:
     return model.model_dump(exclude={"name", "source"})
 
 
+def without_idle_window(model: ModelSpec, seq_len: int) -> ModelSpec:
+    """The model as trained at seq_len: a sliding window of at least seq_len tokens masks nothing (a
+    query attends keys i − window < j ≤ i, all earlier ones when i < window; transformers
+    masking_utils sliding_window_overlay), so it is full causal attention, which torchtitan's
+    llama3 modules run. Local layers with their own rotary base (Gemma 3) stay apart."""
+    if model.sliding_window is None or seq_len > model.sliding_window or model.rope_local_theta is not None:
+        return model
+    return ModelSpec.model_validate(model.model_dump() | {"sliding_window": None, "full_attention_every": None})
+
+
 def titan_model(target: Target) -> TitanModel:
     """The registry entry for the plan's model: --torchtitan-model, else the preset of the same shape."""
-    opts, model = target.options, target.job.model
+    opts = target.options
+    model = without_idle_window(target.job.model, target.job.training.seq_len)
     v03 = opts.torchtitan_version is TitanVersion.V03
     if model.mlp is MLPKind.SQUARED_RELU or (model.zero_centered_norm and model.norm is NormKind.LAYERNORM):
         # torchtitan 0.3.0's language models (torchtitan/models/: llama3, qwen3, qwen3_5, deepseek_v3,
@@ -173,6 +184,13 @@ def check(target: Target) -> None:
     v = target.options.torchtitan_version
     if tr.precision is Precision.FP16:
         raise SpecError("training: torchtitan trains in bf16 or fp8 (mixed_precision_param: bfloat16, float32); use --dtype bf16")
+    m = job.model
+    if m.sliding_window is not None and tr.seq_len > m.sliding_window and target.options.torchtitan_model is None:
+        # torchtitan 0.3.0's llama3 modules (the ones a model config is generated for) attend in full
+        raise SpecError(
+            f"model {m.name!r}: sliding_window {m.sliding_window} < seq_len {tr.seq_len}, and torchtitan's llama3 "
+            f"modules have no sliding-window attention; use --seq-len {m.sliding_window} or less, or --framework megatron or deepspeed"
+        )
     if lay.recompute_layers is not None:
         raise LayoutError(
             "layout: recompute_layers (full recompute of the first k layers of each chunk) has no torchtitan "
