@@ -73,7 +73,7 @@ def _rope(m: ModelSpec) -> dict[str, Any]:
     rs = m.rope_scaling
     if rs is not None:
         # the scaling's own fields under transformers' key names (rope_type for kind)
-        out["rope_scaling"] = {"rope_type": rs.kind, **rs.model_dump(exclude={"kind"})}
+        out["rope_scaling"] = {"rope_type": rs.kind, **rs.model_dump(exclude={"kind"}, exclude_none=True)}
     return out
 
 
@@ -107,6 +107,8 @@ def _local_family(m: ModelSpec, kind: str) -> dict[str, Any]:
             "router_aux_loss_coef": moe.aux_loss_coef,
             "output_router_logits": True,
             "head_dim": m.head_size,
+            "swiglu_limit": m.swiglu_limit,
+            "swiglu_alpha": m.swiglu_alpha,
         }
     moe = m.moe
     out = {
