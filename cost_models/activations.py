@@ -129,9 +129,22 @@ def _mlp_activation(job: Job, d: Dims, tokens: int, width: int) -> Breakdown:
     if not job.model.mlp.gated:
         return Breakdown.of("bytes", gelu_input=tokens * width * ACT_BYTES, fc2_input=tokens * width * d.lin_bytes)
     kept = d.conv.swiglu_widths - 1  # all but fc2's input
-    return Breakdown.of(
-        "bytes", swiglu=tokens * width * kept * ACT_BYTES, fc2_input=tokens * width * d.lin_bytes
-    )
+    items = {"swiglu": tokens * width * kept * ACT_BYTES, "fc2_input": tokens * width * d.lin_bytes}
+    if clamp_widths(job):
+        items["clamp"] = tokens * width * clamp_widths(job) * ACT_BYTES
+    return Breakdown.of("bytes", **items)
+
+
+def clamp_widths(job: Job) -> int:
+    """f-wide tensors GPT-OSS's clamped SwiGLU (ModelSpec.swiglu_limit) keeps beyond SwiGLU's.
+    Eager (transformers GptOssExperts._apply_gate) keeps gate and up (the clamps' inputs), the
+    sigmoid's output, the clamped gate, up + 1 and glu where eager SwiGLU keeps gate, silu(gate) and
+    up: 3 more. Megatron's torch clamps keep their inputs, both halves of fc1's output, beside the
+    clamped [gate|up] its fused kernel keeps (fused_bias_geglu.py L424-431 at d98e8a64): 2 more.
+    torch.compile saves fc1's output for its fused kernel, as for SwiGLU: none."""
+    if job.model.swiglu_limit is None or (job.training.compile and job.training.framework is not Framework.MEGATRON):
+        return 0
+    return 2 if job.training.framework is Framework.MEGATRON else 3
 
 
 def _mla_projection_items(job: Job, d: Dims) -> dict[str, int | Breakdown]:

@@ -352,6 +352,36 @@ EAGER = {"norm": EagerChain(36, 6), "rope": EagerChain(20, 3), "swiglu": EagerCh
 COMPULSORY = {"norm": (4, 6), "swiglu": (6, 10), "gelu": (4, 6), "rope": (4, 4), "add": (6, 6), "dropout": (5, 5)}
 
 
+# GPT-OSS's clamped SwiGLU (ModelSpec.swiglu_limit) beyond SwiGLU's own kernel, per ffn element,
+# (bytes, kernels) of the forward and of the backward.
+# Eager (transformers v5.23.0 GptOssExperts._apply_gate): gate.clamp (r2 w2), up.clamp (r2 w2),
+# gate·alpha (r2 w2), sigmoid (r2 w2), gate·sigmoid (r4 w2), up + 1 (r2 w2), (up + 1)·glu (r4 w2):
+# 32 bytes in 7 kernels where eager SwiGLU moves 10 in 2 (EAGER), 22 bytes and 5 kernels more;
+# backward twice that (EagerChain's rule).
+# Megatron (Megatron-LM@d98e8a64 megatron/core/fusions/fused_bias_geglu.py L424-431,
+# weighted_bias_quick_geglu_impl): torch clamps of the two halves of fc1's output (r2 w2 each) and
+# their torch.cat (r4 w4) ahead of the fused quick-GEGLU kernel, whose bytes are SwiGLU's: 16 bytes
+# in 3 kernels; backward, each clamp's gradient reads its saved input and the incoming gradient and
+# writes one (r4 w2, twice), the cat's being views: 12 bytes in 2 kernels. (Transformer Engine's
+# op fuser, ScaledClampedQGeGLU, clamps inside its kernel where experts.py L385-455 selects it.)
+# torch.compile fuses the clamps into the activation's kernel: nothing beyond SwiGLU's bytes.
+CLAMP_EAGER = (22, 5), (44, 10)
+CLAMP_MEGATRON = (16, 3), (12, 2)
+
+
+def clamp_seconds(job: Job, elements: float, *, backward: bool, cal: Calibration) -> float:
+    """The clamped SwiGLU's memory-bound work beyond plain SwiGLU's, over `elements` ffn elements
+    (0 for an unclamped MLP and where the clamps fuse into the activation's kernel)."""
+    if job.model.swiglu_limit is None:
+        return 0.0
+    impl = _impl(job, "act")
+    table = {Impl.EAGER: CLAMP_EAGER, Impl.MEGATRON: CLAMP_MEGATRON}.get(impl)
+    if table is None:
+        return 0.0
+    moved, launches = table[1 if backward else 0]
+    return _memory_seconds(job, elements * moved, cal, launches=launches)
+
+
 def op_seconds(gpu: GPUSpec, op: str, impl: Impl, elements: float, *, backward: bool) -> float:
     """One memory-bound op over `elements` output elements (per ffn element for the activation) in
     the given implementation: an eager chain at the streaming fraction of HBM bandwidth, anything
@@ -408,15 +438,18 @@ def elementwise_seconds(job: Job, kind: LayerKind, *, backward: bool, cal: Calib
     act = "swiglu" if m.mlp.gated else "gelu"
     if not kind.mlp:
         return total
+    def activation(elements: float) -> float:
+        return _op_seconds(job, act, elements, backward, cal) + clamp_seconds(job, elements, backward=backward, cal=cal)
+
     if kind.moe:
         assert m.moe is not None
         routed = expert_tokens_per_gpu(job)
-        total += _op_seconds(job, act, m.moe.expert_ffn_hidden_size / job.etp * routed, backward, cal)
+        total += activation(m.moe.expert_ffn_hidden_size / job.etp * routed)
         if m.moe.num_shared_experts:
-            total += _op_seconds(job, act, m.moe.num_shared_experts * m.moe.shared_width / lay.tp * t, backward, cal)
+            total += activation(m.moe.num_shared_experts * m.moe.shared_width / lay.tp * t)
         total += permutation_seconds(job, routed, cal)
     else:
-        total += _op_seconds(job, act, m.ffn_hidden_size / lay.tp * t, backward, cal)
+        total += activation(m.ffn_hidden_size / lay.tp * t)
     return total
 
 
