@@ -197,6 +197,14 @@ def attention_items(job: Job, d: Dims) -> Breakdown:
     else:
         scores = d.b * d.heads * d.s * d.s
         items["softmax_output"] = scores * ACT_BYTES
+        if m.attention_sinks:
+            # the softmax runs over the scores and one sink column (b, heads, s, s + 1), and keeps its
+            # output (TransformerEngine@d0067d0d backends.py L682-694 UnfusedDotProductAttention;
+            # transformers v5.23.0 modeling_gpt_oss.py eager_attention_forward); transformers also
+            # subtracts the row max first, whose backward keeps its int64 index per row
+            items["softmax_sink_column"] = d.b * d.heads * d.s * ACT_BYTES
+            if job.training.framework is not Framework.MEGATRON:
+                items["softmax_row_max_index"] = d.b * d.heads * d.s * INDEX_BYTES
         if m.attention_dropout > 0:
             items["attention_dropout_mask"] = scores * MASK_BYTES
             items["attention_dropout_output"] = scores * ACT_BYTES
@@ -366,7 +374,8 @@ def layer_activations(job: Job, layer_id: int, recompute: Recompute, conv: Conve
             return _per_op_sac(job, d, layer_id)
         # Megatron core_attn recompute: the attention kernel's internals (scores, softmax,
         # dropout; with flash the log-sum-exp) are recomputed from the saved q, k, v.
-        core = {"softmax_output", "attention_dropout_mask", "attention_dropout_output", "softmax_lse"}
+        core = {"softmax_output", "attention_dropout_mask", "attention_dropout_output", "softmax_lse",
+                "softmax_sink_column", "softmax_row_max_index"}
         return _without(layer_items(job, layer_id, conv), core)
     return layer_items(job, layer_id, conv)
 

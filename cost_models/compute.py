@@ -12,6 +12,7 @@ data (FRAMEWORK_IMPLEMENTATIONS), each choice with its source.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -61,11 +62,18 @@ def attention_backend(job: Job) -> AttentionBackend:
     PyTorch SDPA (torchtitan, DeepSpeed with Hugging Face models) prefers cuDNN on sm90/sm100 once
     its bundled cuDNN is newer than 9.15 (torch >= 2.11, sdp_utils.cpp check_prefer_cudnn_attention,
     after pytorch/pytorch#138522 made cuDNN opt-in for 2.5.1-2.10) and runs FlashAttention-2
-    otherwise. A generation without the preferred family's curves takes the first it has."""
+    otherwise. A generation without the preferred family's curves takes the first it has.
+
+    Attention sinks (softmax_type learnable) disable FlashAttention in Transformer Engine, leaving
+    cuDNN's FusedAttention, which takes the sink logits in its kernels
+    (TransformerEngine@d0067d0d .../dot_product_attention/utils.py L1113-1124; the "learnable" row of
+    its support table): a Megatron job with sinks runs cuDNN on every generation."""
     if job.training.attention_backend is not None:
         return job.training.attention_backend
     gpu = job.cluster.gpu
     prefer = AttentionBackend.CUDNN if gpu.architecture in ("hopper", "blackwell") else AttentionBackend.FA2
+    if job.model.attention_sinks and job.training.framework is Framework.MEGATRON:
+        prefer = AttentionBackend.CUDNN
     if K.family_available(gpu, prefer):
         return prefer
     return next(iter(K.table_for(gpu).attention))
@@ -141,9 +149,30 @@ def _eager_attention_seconds(job: Job, backward: bool, cal: Calibration) -> floa
     context = Gemm("context", a.q_len, a.head_dim, a.k_len, a.batch_heads)
     elements = a.batch_heads * a.q_len * a.k_len
     passes = 2 + (2 + 2.5 if job.model.attention_dropout > 0 else 0) + (2 * 3 if job.model.attn_logit_softcap else 0)
+    passes += SINK_EAGER_PASSES if job.model.attention_sinks else 0
     traffic = _memory_seconds(job, elements * ACT_BYTES * passes, cal)
     gemms = [scores, context] if not backward else [x for g in (scores, context) for x in backward_gemms(g)]
     return sum(gemm_seconds(g, gpu, prec, cal) for g in gemms) + traffic
+
+
+# Attention sinks in eager attention (transformers v5.23.0 modeling_gpt_oss.py eager_attention_forward):
+# torch.cat of the scores and the per-head sink column reads the scores and writes a copy (2
+# passes), then the row max is subtracted (the max reads them, the subtraction reads and writes: 3),
+# before the softmax the plain path already prices: 5 passes of the scores more; backward the same.
+SINK_EAGER_PASSES = 5
+
+
+def sink_gradient_bytes(job: Job) -> float:
+    """Bytes of the sink logits' gradient in a fused backward: d sink_h = −Σ_rows p_sink·D, p_sink =
+    exp(sink_h − lse) per row and D = rowsum(dO∘O), which the backward's preprocess computes
+    (ATTENTION_BACKWARD_KERNELS): one more read of the fp32 log-sum-exp and D per (batch·head,
+    query) row, 8 bytes (cuDNN returns it from its backward kernels: TransformerEngine@d0067d0d
+    dot_product_attention/backends.py L1982-1984, d_softmax_offset). The forward's extra work, one
+    exponential and add per row, is not priced (heads·q against the s² scores)."""
+    if not job.model.attention_sinks:
+        return 0.0
+    a = core_attention(job)
+    return a.batch_heads * a.q_len * 2 * FP32
 
 
 @dataclass(frozen=True)
@@ -274,7 +303,11 @@ def mamba_kernels(job: Job, cal: Calibration) -> AttentionKernels:
 def mixer_kernels(job: Job, kind: LayerKind, cal: Calibration) -> AttentionKernels:
     """A layer's token-mixer kernels: attention, the Mamba-2 conv and scan, or none."""
     if kind.mixer is MixerKind.ATTENTION:
-        return attention_kernels(job, cal, kind)
+        att = attention_kernels(job, cal, kind)
+        if job.training.attention is AttentionKernel.FLASH and job.model.attention_sinks:
+            sink = _memory_seconds(job, sink_gradient_bytes(job), cal)
+            att = dataclasses.replace(att, first_bwd=att.first_bwd + sink)
+        return att
     if kind.mixer is MixerKind.MAMBA:
         return mamba_kernels(job, cal)
     return AttentionKernels(0.0, 0.0)

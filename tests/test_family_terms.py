@@ -9,8 +9,9 @@ import pytest
 from cost_models import kernels as K
 from cost_models.activations import layer_activations
 from cost_models.calibration import Calibration
-from cost_models.compute import elementwise_seconds
-from cost_models.enums import Recompute
+from cost_models.compute import attention_backend, elementwise_seconds, mixer_kernels
+from cost_models.enums import AttentionBackend, Recompute
+from cost_models.errors import SpecError
 from cost_models.model_spec import LayerKind
 from cost_models.step_time import time_estimate
 from planner import presets
@@ -76,3 +77,57 @@ def test_gpt_oss_is_slower_than_with_plain_swiglu(framework):
                                                                            attention="eager" if framework == "deepspeed" else "flash"))
         steps.append(time_estimate(job).step_s)
     assert steps[1] < steps[0] < steps[1] * 1.10
+
+
+SINKS = LLAMA_TINY.model_copy(update={"name": "sinks-tiny", "attention_sinks": True})
+
+
+def _attention(spec, framework, attention, **layout):
+    job = make_job(spec, gpus=1, mbs=2, **layout,
+                   training=dict(seq_len=1024, global_batch_size=2, framework=framework, attention=attention))
+    return job, mixer_kernels(job, LayerKind(), CAL)
+
+
+def test_eager_sinks_move_the_scores_five_more_times():
+    """Eager attention with sinks (transformers' GptOss eager_attention_forward): the cat with the
+    sink column (read + write) and the row-max subtraction (max read, subtract read + write) are 5
+    more passes over the 16-bit scores, forward and backward. LLAMA_TINY: 2 sequences x 8 heads x
+    1024² = 16,777,216 scores, x 2 bytes x 5 = 167,772,160 bytes at the stream fraction."""
+    job, sinks = _attention(SINKS, "deepspeed", "eager")
+    _, plain = _attention(LLAMA_TINY, "deepspeed", "eager")
+    gpu = job.cluster.gpu
+    expected = 167_772_160 / (gpu.hbm_bandwidth_bytes_per_s * K.table_for(gpu).stream_fraction)
+    assert sinks.forward_s - plain.forward_s == pytest.approx(expected, rel=1e-9)
+    assert sinks.backward_s - plain.backward_s == pytest.approx(expected, rel=1e-9)
+
+
+def test_fused_sinks_add_their_gradient_reduction_to_the_backward():
+    """cuDNN takes the sink logits in its kernels (Megatron, Transformer Engine FusedAttention): the
+    forward is unchanged; the backward reads the fp32 log-sum-exp and rowsum(dO·O) once more per row
+    for d sink: 2 x 8 heads x 1024 rows x 8 bytes = 131,072 bytes."""
+    job, sinks = _attention(SINKS, "megatron", "flash")
+    _, plain = _attention(LLAMA_TINY, "megatron", "flash")
+    assert attention_backend(job) is AttentionBackend.CUDNN
+    gpu = job.cluster.gpu
+    assert sinks.forward_s == plain.forward_s
+    expected = 131_072 / (gpu.hbm_bandwidth_bytes_per_s * K.table_for(gpu).stream_fraction)
+    assert sinks.backward_s - plain.backward_s == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("framework, per_row", [("deepspeed", 2 + 8), ("megatron", 2)])
+def test_eager_sinks_keep_their_column(framework, per_row):
+    """Eager softmax over s + 1 columns keeps one 16-bit column more per row; transformers' row-max
+    subtraction keeps an int64 index per row: 2 x 8 heads x 1024 rows x per_row bytes."""
+    def saved(spec):
+        job = make_job(spec, gpus=1, mbs=2, training=dict(seq_len=1024, global_batch_size=2, framework=framework, attention="eager"))
+        return layer_activations(job, 0, Recompute.NONE).total
+    assert saved(SINKS) - saved(LLAMA_TINY) == 2 * 8 * 1024 * per_row
+
+
+@pytest.mark.parametrize("layout, training, message", [
+    (dict(), dict(attention_backend="fa3"), "Transformer Engine disables FlashAttention for softmax_type learnable"),
+    (dict(cp=2), dict(), "FusedAttention takes them only with cp_comm_type a2a"),
+])
+def test_megatron_sinks_refuse_flash_attention_and_the_p2p_ring(layout, training, message):
+    with pytest.raises(SpecError, match=message):
+        make_job(SINKS, gpus=2, mbs=1, **layout, training=dict(seq_len=1024, global_batch_size=4, framework="megatron", **training))
