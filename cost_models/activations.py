@@ -168,7 +168,9 @@ def _mla_projection_items(job: Job, d: Dims) -> dict[str, int | Breakdown]:
     return items
 
 
-def attention_items(job: Job, d: Dims) -> Breakdown:
+def attention_items(job: Job, d: Dims, *, rope: bool = True) -> Breakdown:
+    """What an attention block keeps; `rope`: the layer applies the rotary embedding (Llama 4's
+    L2 norm of q and k runs on those layers only)."""
     m, tr = job.model, job.training
     t = d.t
     kv_saved = d.q if d.conv.gqa_expands_kv else d.kv
@@ -184,6 +186,11 @@ def attention_items(job: Job, d: Dims) -> Breakdown:
     if m.qk_norm:  # per-head norms over head_dim of q and k
         kv_heads = d.kv // m.head_size
         items["qk_norm"] = _norm(job, d, t * (d.heads + kv_heads), m.head_size)
+    if m.qk_l2_norm and rope:
+        # Llama 4's weightless L2 norm of q and k on rotary layers (transformers v5.23.0
+        # Llama4TextL2Norm; Megatron-LM@d98e8a64 torch_norm.py L76-106 L2Norm): saved as a norm
+        kv_heads = d.kv // m.head_size
+        items["qk_l2_norm"] = _norm(job, d, t * (d.heads + kv_heads), m.head_size)
     items["query"] = t * d.q * ACT_BYTES
     items["key"] = t * k_width * ACT_BYTES
     items["value"] = t * v_width * ACT_BYTES
@@ -291,7 +298,7 @@ def layer_items(job: Job, layer_id: int, conv: Convention | None = None) -> Brea
     kind = job.model.layer_kind(layer_id)
     parts: dict[str, Breakdown] = {}
     if kind.mixer is MixerKind.ATTENTION:
-        parts["attention"] = attention_items(job, d)
+        parts["attention"] = attention_items(job, d, rope=kind.rope)
     elif kind.mixer is MixerKind.MAMBA:
         parts["mamba"] = mamba_items(job, d)
     if kind.mlp:

@@ -376,13 +376,21 @@ class EagerChain:
     kernels: int
 
 
-EAGER = {"norm": EagerChain(36, 6), "rope": EagerChain(20, 3), "swiglu": EagerChain(10, 2), "gelu": EagerChain(4, 1)}
+# Llama 4's ops (transformers v5.23.0 modeling_llama4.py): Llama4TextL2Norm is RMSNorm's chain without
+# the weight multiply, x.float() (r2 w4), pow (r4 w4), mean (r4), x·rsqrt (r4 w4), .type_as (r4 w2):
+# 32 bytes in 5 kernels; the NoPE layers' temperature scaling multiplies the 16-bit queries by fp32
+# per-token scales (r2 w4) and casts back (r4 w2): 12 bytes in 2 kernels (Llama4TextAttention.forward).
+EAGER = {"norm": EagerChain(36, 6), "rope": EagerChain(20, 3), "swiglu": EagerChain(10, 2), "gelu": EagerChain(4, 1),
+         "l2norm": EagerChain(32, 5), "qscale": EagerChain(12, 2)}
 # Compulsory bytes per element, (forward, backward): a norm reads x and writes y (bwd: reads x and
 # dy, writes dx); SwiGLU reads gate and up and writes the product per ffn element (bwd: reads gate,
 # up and dy, writes both gradients); GELU and rope read one and write one (bwd the same plus the
 # saved input for GELU); a residual add reads two and writes one (its backward passes the gradient
 # on, reading one and writing two); dropout reads, writes and writes a 1-byte mask.
-COMPULSORY = {"norm": (4, 6), "swiglu": (6, 10), "gelu": (4, 6), "rope": (4, 4), "add": (6, 6), "dropout": (5, 5)}
+# The L2 norm moves a norm's bytes; the query scaling reads and writes each query element (bwd: the
+# gradient, the per-token scales being a few bytes a row).
+COMPULSORY = {"norm": (4, 6), "swiglu": (6, 10), "gelu": (4, 6), "rope": (4, 4), "add": (6, 6), "dropout": (5, 5),
+              "l2norm": (4, 6), "qscale": (4, 4)}
 
 
 # GPT-OSS's clamped SwiGLU (ModelSpec.swiglu_limit) beyond SwiGLU's own kernel, per ffn element,
@@ -429,8 +437,10 @@ def op_seconds(gpu: GPUSpec, op: str, impl: Impl, elements: float, *, backward: 
 
 def _op_seconds(job: Job, op: str, elements: float, backward: bool, cal: Calibration) -> float:
     """op_seconds in the job's framework's implementation, under the calibration's memory_scale."""
-    key = "act" if op in ("swiglu", "gelu") else op
+    key = {"swiglu": "act", "gelu": "act", "l2norm": "norm", "qscale": "rope"}.get(op, op)
     impl = _impl(job, key) if key in ("norm", "act", "rope") else Impl.FUSED
+    if op == "l2norm" and impl is Impl.TORCH:
+        impl = Impl.EAGER  # torch has no native L2 norm: the eager chain (Megatron's L2Norm is jit-fused)
     gpu = job.cluster.gpu
     return op_seconds(gpu, op, impl, elements, backward=backward) / cal.scale("memory_scale", gpu.architecture)
 
@@ -466,6 +476,13 @@ def elementwise_seconds(job: Job, kind: LayerKind, *, backward: bool, cal: Calib
         total += _op_seconds(job, "rope", rope, backward, cal)
     elif m.position_embedding is PositionKind.ROPE and kind.mixer is MixerKind.ATTENTION and kind.rope:
         total += _op_seconds(job, "rope", (m.q_width + m.kv_width) / lay.tp * t, backward, cal)
+    if kind.mixer is MixerKind.ATTENTION and m.qk_l2_norm and kind.rope:
+        # Llama 4: a weightless L2 norm of each query and key head on the rotary layers
+        # (Llama4TextAttention: use_qk_norm and use_rope)
+        total += _op_seconds(job, "l2norm", (m.q_width + m.kv_width) / lay.tp * t, backward, cal)
+    if kind.mixer is MixerKind.ATTENTION and m.attn_temperature_tuning and not kind.rope:
+        # Llama 4's NoPE layers: queries times log1p(floor((pos + 1) / floor_scale))·attn_scale + 1
+        total += _op_seconds(job, "qscale", m.q_width / lay.tp * t, backward, cal)
     # a gated GELU moves the bytes of SwiGLU; squared ReLU reads one f-wide input and writes one
     # output, as GELU: priced as the GELU op
     act = "swiglu" if m.mlp.gated else "gelu"

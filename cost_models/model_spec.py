@@ -362,6 +362,10 @@ class ModelSpec(Spec):
     scale_embedding: bool = False  # embedding output multiplied by sqrt(hidden_size) (Gemma)
     qk_l2_norm: bool = False  # weightless L2 norm of q and k on rotary layers (Llama 4 use_qk_norm)
     attn_temperature_tuning: bool = False  # Llama 4's position-dependent query scale on NoPE layers
+    # its constants: queries times log1p(floor((position + 1) / floor_scale))·attn_scale + 1
+    # (transformers v5.23.0 Llama4TextAttention; Llama4TextConfig floor_scale 8192, attn_scale 0.1)
+    attn_temperature_floor_scale: Count = 8192
+    attn_temperature_scale: Positive = 0.1
     moe: MoESpec | None = None
     mla: MLASpec | None = None
     # Multi-token prediction modules after the last layer (DeepSeek-V3 Sec. 2.2, depth 1): each an

@@ -609,6 +609,8 @@ def _llama4_text(cfg: dict[str, Any]) -> dict[str, Any]:
         nope_full_layers=every is not None,
         qk_l2_norm=_opt(cfg, "use_qk_norm", True),
         attn_temperature_tuning=bool(cfg.get("attn_temperature_tuning", True)),
+        attn_temperature_floor_scale=_opt(cfg, "floor_scale", 8192),
+        attn_temperature_scale=_opt(cfg, "attn_scale", 0.1),
         moe=moe,
     )
 

@@ -131,3 +131,64 @@ def test_eager_sinks_keep_their_column(framework, per_row):
 def test_megatron_sinks_refuse_flash_attention_and_the_p2p_ring(layout, training, message):
     with pytest.raises(SpecError, match=message):
         make_job(SINKS, gpus=2, mbs=1, **layout, training=dict(seq_len=1024, global_batch_size=4, framework="megatron", **training))
+
+
+def _layer_elementwise(spec, framework, kind, backward=False):
+    job = make_job(spec, gpus=1, mbs=2, training=dict(seq_len=1024, global_batch_size=2, framework=framework))
+    return job, elementwise_seconds(job, kind, backward=backward, cal=CAL)
+
+
+@pytest.mark.parametrize("framework, backward, moved, launches", [
+    # eager Llama4TextL2Norm: 32 bytes in 5 kernels, backward twice that
+    ("deepspeed", False, 32, 5), ("deepspeed", True, 64, 10),
+    # Megatron's jit-fused L2Norm: a norm's compulsory bytes (4 forward, 6 backward) in one kernel
+    ("megatron", False, 4, 1), ("megatron", True, 6, 1),
+])
+def test_llama4_qk_l2_norm_on_rotary_layers(framework, backward, moved, launches):
+    """q and k of a rotary layer: (q 256 + k 2 x 32) x 2048 tokens = 655,360 elements."""
+    l2 = LLAMA_TINY.model_copy(update={"name": "l2-tiny", "qk_l2_norm": True})
+    job, with_norm = _layer_elementwise(l2, framework, LayerKind(), backward)
+    _, plain = _layer_elementwise(LLAMA_TINY, framework, LayerKind(), backward)
+    gpu = job.cluster.gpu
+    expected = 655_360 * moved / (gpu.hbm_bandwidth_bytes_per_s * K.table_for(gpu).stream_fraction) + launches * K.table_for(gpu).launch_s
+    assert with_norm - plain == pytest.approx(expected, rel=1e-9)
+    # a NoPE layer has none
+    assert _layer_elementwise(l2, framework, LayerKind(rope=False), backward)[1] == _layer_elementwise(
+        LLAMA_TINY, framework, LayerKind(rope=False), backward)[1]
+
+
+def test_llama4_temperature_scales_the_nope_layers_queries():
+    """Eager: q·scales in fp32 and the cast back, 12 bytes in 2 kernels per query element, 256 x
+    2048 = 524,288 elements on a NoPE layer; nothing on a rotary layer."""
+    tuned = LLAMA_TINY.model_copy(update={"name": "temp-tiny", "attn_temperature_tuning": True})
+    job, with_scale = _layer_elementwise(tuned, "deepspeed", LayerKind(rope=False))
+    _, plain = _layer_elementwise(LLAMA_TINY, "deepspeed", LayerKind(rope=False))
+    gpu = job.cluster.gpu
+    expected = 524_288 * 12 / (gpu.hbm_bandwidth_bytes_per_s * K.table_for(gpu).stream_fraction) + 2 * K.table_for(gpu).launch_s
+    assert with_scale - plain == pytest.approx(expected, rel=1e-9)
+    assert _layer_elementwise(tuned, "deepspeed", LayerKind())[1] == _layer_elementwise(LLAMA_TINY, "deepspeed", LayerKind())[1]
+
+
+def test_llama4_qk_l2_norm_keeps_a_norms_input():
+    """DeepSpeed (eager, 6 bytes per element kept: the fp32 upcast and the 16-bit output) on rows of
+    q and k heads: 2048 tokens x (8 + 2) heads = 20,480 rows of 32: 20,480 x 32 x 6 + 20,480 x 4
+    (fp32 rstd) = 4,014,080 bytes on a rotary layer."""
+    l2 = LLAMA_TINY.model_copy(update={"name": "l2-tiny", "qk_l2_norm": True})
+
+    def saved(spec):
+        job = make_job(spec, gpus=1, mbs=2, training=dict(seq_len=1024, global_batch_size=2, framework="deepspeed"))
+        return layer_activations(job, 0, Recompute.NONE).total
+    assert saved(l2) - saved(LLAMA_TINY) == 4_014_080
+
+
+def test_llama4_scout_is_slower_with_its_attention_details():
+    """llama-4-scout-17b-16e (DeepSpeed, eager ops): its L2 norms and NoPE query scaling make the
+    step slower than the same model without them."""
+    scout = presets.models()["llama-4-scout-17b-16e"]
+    bare = scout.model_copy(update={"qk_l2_norm": False, "attn_temperature_tuning": False})
+    steps = []
+    for spec in (scout, bare):
+        job = make_job(spec, gpus=16, ep=16, etp=1, mbs=1, zero=3,
+                       training=dict(seq_len=8192, global_batch_size=64, framework="deepspeed"))
+        steps.append(time_estimate(job).step_s)
+    assert steps[0] > steps[1]

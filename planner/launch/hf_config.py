@@ -117,6 +117,8 @@ def _local_family(m: ModelSpec, kind: str) -> dict[str, Any]:
         "no_rope_layers": [int(m.layer_kind(i).rope) for i in range(m.num_layers)],
         "use_qk_norm": m.qk_l2_norm,
         "attn_temperature_tuning": m.attn_temperature_tuning,
+        "floor_scale": m.attn_temperature_floor_scale,
+        "attn_scale": m.attn_temperature_scale,
         "head_dim": m.head_size,
     }
     if moe is not None:
