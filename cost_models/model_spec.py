@@ -349,9 +349,10 @@ class ModelSpec(Spec):
     final_logit_softcap: Positive | None = None
     query_pre_attn_scalar: Count | None = None  # scores scaled by its -1/2 power instead of head_dim's (Gemma)
     attention_sinks: bool = False  # a learned logit per head joins every softmax (GPT-OSS sinks)
-    # GPT-OSS's clamped SwiGLU (transformers v5.23.0 GptOssExperts._apply_gate): gate clamped above at
+    # GPT-OSS's clamped SwiGLU (transformers GptOssExperts._apply_gate): gate clamped above at
     # swiglu_limit, up to ±swiglu_limit, out = gate·sigmoid(swiglu_alpha·gate)·(up + 1) (GptOssConfig
-    # swiglu_limit 7.0, swiglu_alpha 1.702). None: silu(gate)·up. The same matrices as SwiGLU.
+    # swiglu_limit 7.0, swiglu_alpha 1.702: transformers v5.24.0 configuration_gpt_oss.py L68-69,
+    # modeling_gpt_oss.py L79-89). None: silu(gate)·up. The same matrices as SwiGLU.
     swiglu_limit: Positive | None = None
     swiglu_alpha: Positive = 1.702
     sandwich_norms: bool = False  # also a norm on the attention and MLP outputs: four per layer (Gemma 2/3)

@@ -274,7 +274,7 @@ def megatron_config(argv: list[str]):
         return MLATransformerConfig(**kw, **mla), extra
     config = TransformerConfig(**kw)
     if extra.get("--position-embedding-type") == ["yarn"]:
-        # argument_utils.py L380-413 (_apply_yarn_config_from_args): config.yarn_* from the flags,
+        # argument_utils.py L384-413 (_apply_yarn_config_from_args): config.yarn_* from the flags,
         # YarnRotaryEmbedding's defaults otherwise
         for flag, name, default in (
             ("--rotary-scaling-factor", "yarn_rotary_scaling_factor", 1.0),

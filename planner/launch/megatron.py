@@ -173,7 +173,7 @@ def check(target: Target) -> None:
 
 # MLATransformerConfig's YaRN fields that no flag sets (Megatron-LM@d98e8a64 transformer_config.py
 # L3318-3325: original_max_position_embeddings 4096, beta_fast 32, beta_slow 1; the --yarn-* flags
-# of ARG L2400-2410 fill config.yarn_* for non-MLA models only, argument_utils.py L394-397), and
+# of ARG L2400-2410 fill config.yarn_* for non-MLA models only, argument_utils.py L397-400), and
 # MLA's YarnRotaryEmbedding is built without correction_range_round_to_int (multi_latent_attention.py
 # L188-199), so its default, True (yarn_rotary_pos_embedding.py L63), applies.
 MLA_YARN_FIXED = (4096, 32.0, 1.0, True)
@@ -204,7 +204,7 @@ def _yarn(m: ModelSpec) -> list[Flag]:
     fixed, MLA_YARN_FIXED). Otherwise GPTModel's YarnRotaryEmbedding (gpt_model.py L196-212) under
     --position-embedding-type yarn (ARG L2397), its config.yarn_* attributes set from the same three
     flags and --yarn-original-max-position-embeddings, --yarn-beta-fast, --yarn-beta-slow and
-    --no-yarn-correction-range-round-to-int (ARG L2400-2410; argument_utils.py L380-413
+    --no-yarn-correction-range-round-to-int (ARG L2400-2410; argument_utils.py L384-413
     _apply_yarn_config_from_args); transformers' truncate is that rounding (_compute_yarn_parameters
     find_correction_range, v5.23.0)."""
     rs = m.rope_scaling
