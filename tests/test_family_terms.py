@@ -192,3 +192,8 @@ def test_llama4_scout_is_slower_with_its_attention_details():
                        training=dict(seq_len=8192, global_batch_size=64, framework="deepspeed"))
         steps.append(time_estimate(job).step_s)
     assert steps[0] > steps[1]
+
+
+def test_swiglu_limit_needs_a_swiglu_mlp():
+    with pytest.raises(ValueError, match="swiglu_limit clamps a SwiGLU MLP; mlp is gelu"):
+        LLAMA_TINY.model_validate({**LLAMA_TINY.model_dump(), "mlp": "gelu", "swiglu_limit": 7.0})
