@@ -130,9 +130,22 @@ def _mlp_activation(job: Job, d: Dims, tokens: int, width: int) -> Breakdown:
     if not job.model.mlp.gated:
         return Breakdown.of("bytes", gelu_input=tokens * width * ACT_BYTES, fc2_input=tokens * width * d.lin_bytes)
     kept = d.conv.swiglu_widths - 1  # all but fc2's input
-    return Breakdown.of(
-        "bytes", swiglu=tokens * width * kept * ACT_BYTES, fc2_input=tokens * width * d.lin_bytes
-    )
+    items = {"swiglu": tokens * width * kept * ACT_BYTES, "fc2_input": tokens * width * d.lin_bytes}
+    if clamp_widths(job):
+        items["clamp"] = tokens * width * clamp_widths(job) * ACT_BYTES
+    return Breakdown.of("bytes", **items)
+
+
+def clamp_widths(job: Job) -> int:
+    """f-wide tensors GPT-OSS's clamped SwiGLU (ModelSpec.swiglu_limit) keeps beyond SwiGLU's.
+    Eager (transformers GptOssExperts._apply_gate) keeps gate and up (the clamps' inputs), the
+    sigmoid's output, the clamped gate, up + 1 and glu where eager SwiGLU keeps gate, silu(gate) and
+    up: 3 more. Megatron's torch clamps keep their inputs, both halves of fc1's output, beside the
+    clamped [gate|up] its fused kernel keeps (fused_bias_geglu.py L424-431 at d98e8a64): 2 more.
+    torch.compile saves fc1's output for its fused kernel, as for SwiGLU: none."""
+    if job.model.swiglu_limit is None or (job.training.compile and job.training.framework is not Framework.MEGATRON):
+        return 0
+    return 2 if job.training.framework is Framework.MEGATRON else 3
 
 
 def _mla_projection_items(job: Job, d: Dims) -> dict[str, int | Breakdown]:
@@ -156,7 +169,9 @@ def _mla_projection_items(job: Job, d: Dims) -> dict[str, int | Breakdown]:
     return items
 
 
-def attention_items(job: Job, d: Dims) -> Breakdown:
+def attention_items(job: Job, d: Dims, *, rope: bool = True) -> Breakdown:
+    """What an attention block keeps; `rope`: the layer applies the rotary embedding (Llama 4's
+    L2 norm of q and k runs on those layers only)."""
     m, tr = job.model, job.training
     t = d.t
     kv_saved = d.q if d.conv.gqa_expands_kv else d.kv
@@ -172,6 +187,11 @@ def attention_items(job: Job, d: Dims) -> Breakdown:
     if m.qk_norm:  # per-head norms over head_dim of q and k
         kv_heads = d.kv // m.head_size
         items["qk_norm"] = _norm(job, d, t * (d.heads + kv_heads), m.head_size)
+    if m.qk_l2_norm and rope:
+        # Llama 4's weightless L2 norm of q and k on rotary layers (transformers v5.23.0
+        # Llama4TextL2Norm; Megatron-LM@d98e8a64 torch_norm.py L76-106 L2Norm): saved as a norm
+        kv_heads = d.kv // m.head_size
+        items["qk_l2_norm"] = _norm(job, d, t * (d.heads + kv_heads), m.head_size)
     items["query"] = t * d.q * ACT_BYTES
     items["key"] = t * k_width * ACT_BYTES
     items["value"] = t * v_width * ACT_BYTES
@@ -185,6 +205,14 @@ def attention_items(job: Job, d: Dims) -> Breakdown:
     else:
         scores = d.b * d.heads * d.s * d.s
         items["softmax_output"] = scores * ACT_BYTES
+        if m.attention_sinks:
+            # the softmax runs over the scores and one sink column (b, heads, s, s + 1), and keeps its
+            # output (TransformerEngine@d0067d0d backends.py L682-694 UnfusedDotProductAttention;
+            # transformers v5.23.0 modeling_gpt_oss.py eager_attention_forward); transformers also
+            # subtracts the row max first, whose backward keeps its int64 index per row
+            items["softmax_sink_column"] = d.b * d.heads * d.s * ACT_BYTES
+            if job.training.framework is not Framework.MEGATRON:
+                items["softmax_row_max_index"] = d.b * d.heads * d.s * INDEX_BYTES
         if m.attention_dropout > 0:
             items["attention_dropout_mask"] = scores * MASK_BYTES
             items["attention_dropout_output"] = scores * ACT_BYTES
@@ -275,7 +303,7 @@ def layer_items(job: Job, layer_id: int, conv: Convention | None = None) -> Brea
     kind = job.model.layer_kind(layer_id)
     parts: dict[str, Breakdown] = {}
     if kind.mixer is MixerKind.ATTENTION:
-        parts["attention"] = attention_items(job, d)
+        parts["attention"] = attention_items(job, d, rope=kind.rope)
     elif kind.mixer is MixerKind.MAMBA:
         parts["mamba"] = mamba_items(job, d)
     if kind.mlp:
@@ -358,7 +386,8 @@ def layer_activations(job: Job, layer_id: int, recompute: Recompute, conv: Conve
             return _per_op_sac(job, d, layer_id)
         # Megatron core_attn recompute: the attention kernel's internals (scores, softmax,
         # dropout; with flash the log-sum-exp) are recomputed from the saved q, k, v.
-        core = {"softmax_output", "attention_dropout_mask", "attention_dropout_output", "softmax_lse"}
+        core = {"softmax_output", "attention_dropout_mask", "attention_dropout_output", "softmax_lse",
+                "softmax_sink_column", "softmax_row_max_index"}
         return _without(layer_items(job, layer_id, conv), core)
     return layer_items(job, layer_id, conv)
 

@@ -12,6 +12,7 @@ data (FRAMEWORK_IMPLEMENTATIONS), each choice with its source.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -62,11 +63,18 @@ def attention_backend(job: Job) -> AttentionBackend:
     PyTorch SDPA (torchtitan, DeepSpeed with Hugging Face models) prefers cuDNN on sm90/sm100 once
     its bundled cuDNN is newer than 9.15 (torch >= 2.11, sdp_utils.cpp check_prefer_cudnn_attention,
     after pytorch/pytorch#138522 made cuDNN opt-in for 2.5.1-2.10) and runs FlashAttention-2
-    otherwise. A generation without the preferred family's curves takes the first it has."""
+    otherwise. A generation without the preferred family's curves takes the first it has.
+
+    Attention sinks (softmax_type learnable) disable FlashAttention in Transformer Engine, leaving
+    cuDNN's FusedAttention, which takes the sink logits in its kernels
+    (TransformerEngine@d0067d0d .../dot_product_attention/utils.py L1113-1124; the "learnable" row of
+    its support table): a Megatron job with sinks runs cuDNN on every generation."""
     if job.training.attention_backend is not None:
         return job.training.attention_backend
     gpu = job.cluster.gpu
     prefer = AttentionBackend.CUDNN if gpu.architecture in ("hopper", "blackwell") else AttentionBackend.FA2
+    if job.model.attention_sinks and job.training.framework is Framework.MEGATRON:
+        prefer = AttentionBackend.CUDNN
     if K.family_available(gpu, prefer):
         return prefer
     return next(iter(K.table_for(gpu).attention))
@@ -142,9 +150,30 @@ def _eager_attention_seconds(job: Job, backward: bool, cal: Calibration) -> floa
     context = Gemm("context", a.q_len, a.head_dim, a.k_len, a.batch_heads)
     elements = a.batch_heads * a.q_len * a.k_len
     passes = 2 + (2 + 2.5 if job.model.attention_dropout > 0 else 0) + (2 * 3 if job.model.attn_logit_softcap else 0)
+    passes += SINK_EAGER_PASSES if job.model.attention_sinks else 0
     traffic = _memory_seconds(job, elements * ACT_BYTES * passes, cal)
     gemms = [scores, context] if not backward else [x for g in (scores, context) for x in backward_gemms(g)]
     return sum(gemm_seconds(g, gpu, prec, cal) for g in gemms) + traffic
+
+
+# Attention sinks in eager attention (transformers v5.23.0 modeling_gpt_oss.py eager_attention_forward):
+# torch.cat of the scores and the per-head sink column reads the scores and writes a copy (2
+# passes), then the row max is subtracted (the max reads them, the subtraction reads and writes: 3),
+# before the softmax the plain path already prices: 5 passes of the scores more; backward the same.
+SINK_EAGER_PASSES = 5
+
+
+def sink_gradient_bytes(job: Job) -> float:
+    """Bytes of the sink logits' gradient in a fused backward: d sink_h = −Σ_rows p_sink·D, p_sink =
+    exp(sink_h − lse) per row and D = rowsum(dO∘O), which the backward's preprocess computes
+    (ATTENTION_BACKWARD_KERNELS): one more read of the fp32 log-sum-exp and D per (batch·head,
+    query) row, 8 bytes (cuDNN returns it from its backward kernels: TransformerEngine@d0067d0d
+    dot_product_attention/backends.py L1982-1984, d_softmax_offset). The forward's extra work, one
+    exponential and add per row, is not priced (heads·q against the s² scores)."""
+    if not job.model.attention_sinks:
+        return 0.0
+    a = core_attention(job)
+    return a.batch_heads * a.q_len * 2 * FP32
 
 
 @dataclass(frozen=True)
@@ -303,7 +332,11 @@ def mamba_reorder_bytes(job: Job) -> tuple[float, int]:
 def mixer_kernels(job: Job, kind: LayerKind, cal: Calibration) -> AttentionKernels:
     """A layer's token-mixer kernels: attention, the Mamba-2 conv and scan, or none."""
     if kind.mixer is MixerKind.ATTENTION:
-        return attention_kernels(job, cal, kind)
+        att = attention_kernels(job, cal, kind)
+        if job.training.attention is AttentionKernel.FLASH and job.model.attention_sinks:
+            sink = _memory_seconds(job, sink_gradient_bytes(job), cal)
+            att = dataclasses.replace(att, first_bwd=att.first_bwd + sink)
+        return att
     if kind.mixer is MixerKind.MAMBA:
         return mamba_kernels(job, cal)
     return AttentionKernels(0.0, 0.0)
@@ -372,13 +405,51 @@ class EagerChain:
     kernels: int
 
 
-EAGER = {"norm": EagerChain(36, 6), "rope": EagerChain(20, 3), "swiglu": EagerChain(10, 2), "gelu": EagerChain(4, 1)}
+# Llama 4's ops (transformers v5.23.0 modeling_llama4.py): Llama4TextL2Norm is RMSNorm's chain without
+# the weight multiply, x.float() (r2 w4), pow (r4 w4), mean (r4), x·rsqrt (r4 w4), .type_as (r4 w2):
+# 32 bytes in 5 kernels; the NoPE layers' temperature scaling multiplies the 16-bit queries by fp32
+# per-token scales (r2 w4) and casts back (r4 w2): 12 bytes in 2 kernels (Llama4TextAttention.forward).
+EAGER = {"norm": EagerChain(36, 6), "rope": EagerChain(20, 3), "swiglu": EagerChain(10, 2), "gelu": EagerChain(4, 1),
+         "l2norm": EagerChain(32, 5), "qscale": EagerChain(12, 2)}
 # Compulsory bytes per element, (forward, backward): a norm reads x and writes y (bwd: reads x and
 # dy, writes dx); SwiGLU reads gate and up and writes the product per ffn element (bwd: reads gate,
 # up and dy, writes both gradients); GELU and rope read one and write one (bwd the same plus the
 # saved input for GELU); a residual add reads two and writes one (its backward passes the gradient
 # on, reading one and writing two); dropout reads, writes and writes a 1-byte mask.
-COMPULSORY = {"norm": (4, 6), "swiglu": (6, 10), "gelu": (4, 6), "rope": (4, 4), "add": (6, 6), "dropout": (5, 5)}
+# The L2 norm moves a norm's bytes; the query scaling reads and writes each query element (bwd: the
+# gradient, the per-token scales being a few bytes a row).
+COMPULSORY = {"norm": (4, 6), "swiglu": (6, 10), "gelu": (4, 6), "rope": (4, 4), "add": (6, 6), "dropout": (5, 5),
+              "l2norm": (4, 6), "qscale": (4, 4)}
+
+
+# GPT-OSS's clamped SwiGLU (ModelSpec.swiglu_limit) beyond SwiGLU's own kernel, per ffn element,
+# (bytes, kernels) of the forward and of the backward.
+# Eager (transformers v5.23.0 GptOssExperts._apply_gate): gate.clamp (r2 w2), up.clamp (r2 w2),
+# gate·alpha (r2 w2), sigmoid (r2 w2), gate·sigmoid (r4 w2), up + 1 (r2 w2), (up + 1)·glu (r4 w2):
+# 32 bytes in 7 kernels where eager SwiGLU moves 10 in 2 (EAGER), 22 bytes and 5 kernels more;
+# backward twice that (EagerChain's rule).
+# Megatron (Megatron-LM@d98e8a64 megatron/core/fusions/fused_bias_geglu.py L424-431,
+# weighted_bias_quick_geglu_impl): torch clamps of the two halves of fc1's output (r2 w2 each) and
+# their torch.cat (r4 w4) ahead of the fused quick-GEGLU kernel, whose bytes are SwiGLU's: 16 bytes
+# in 3 kernels; backward, each clamp's gradient reads its saved input and the incoming gradient and
+# writes one (r4 w2, twice), the cat's being views: 12 bytes in 2 kernels. (Transformer Engine's
+# op fuser, ScaledClampedQGeGLU, clamps inside its kernel where experts.py L385-455 selects it.)
+# torch.compile fuses the clamps into the activation's kernel: nothing beyond SwiGLU's bytes.
+CLAMP_EAGER = (22, 5), (44, 10)
+CLAMP_MEGATRON = (16, 3), (12, 2)
+
+
+def clamp_seconds(job: Job, elements: float, *, backward: bool, cal: Calibration) -> float:
+    """The clamped SwiGLU's memory-bound work beyond plain SwiGLU's, over `elements` ffn elements
+    (0 for an unclamped MLP and where the clamps fuse into the activation's kernel)."""
+    if job.model.swiglu_limit is None:
+        return 0.0
+    impl = _impl(job, "act")
+    table = {Impl.EAGER: CLAMP_EAGER, Impl.MEGATRON: CLAMP_MEGATRON}.get(impl)
+    if table is None:
+        return 0.0
+    moved, launches = table[1 if backward else 0]
+    return _memory_seconds(job, elements * moved, cal, launches=launches)
 
 
 def op_seconds(gpu: GPUSpec, op: str, impl: Impl, elements: float, *, backward: bool) -> float:
@@ -395,8 +466,10 @@ def op_seconds(gpu: GPUSpec, op: str, impl: Impl, elements: float, *, backward: 
 
 def _op_seconds(job: Job, op: str, elements: float, backward: bool, cal: Calibration) -> float:
     """op_seconds in the job's framework's implementation, under the calibration's memory_scale."""
-    key = "act" if op in ("swiglu", "gelu") else op
+    key = {"swiglu": "act", "gelu": "act", "l2norm": "norm", "qscale": "rope"}.get(op, op)
     impl = _impl(job, key) if key in ("norm", "act", "rope") else Impl.FUSED
+    if op == "l2norm" and impl is Impl.TORCH:
+        impl = Impl.EAGER  # torch has no native L2 norm: the eager chain (Megatron's L2Norm is jit-fused)
     gpu = job.cluster.gpu
     return op_seconds(gpu, op, impl, elements, backward=backward) / cal.scale("memory_scale", gpu.architecture)
 
@@ -432,20 +505,30 @@ def elementwise_seconds(job: Job, kind: LayerKind, *, backward: bool, cal: Calib
         total += _op_seconds(job, "rope", rope, backward, cal)
     elif m.position_embedding is PositionKind.ROPE and kind.mixer is MixerKind.ATTENTION and kind.rope:
         total += _op_seconds(job, "rope", (m.q_width + m.kv_width) / lay.tp * t, backward, cal)
+    if kind.mixer is MixerKind.ATTENTION and m.qk_l2_norm and kind.rope:
+        # Llama 4: a weightless L2 norm of each query and key head on the rotary layers
+        # (Llama4TextAttention: use_qk_norm and use_rope)
+        total += _op_seconds(job, "l2norm", (m.q_width + m.kv_width) / lay.tp * t, backward, cal)
+    if kind.mixer is MixerKind.ATTENTION and m.attn_temperature_tuning and not kind.rope:
+        # Llama 4's NoPE layers: queries times log1p(floor((pos + 1) / floor_scale))·attn_scale + 1
+        total += _op_seconds(job, "qscale", m.q_width / lay.tp * t, backward, cal)
     # a gated GELU moves the bytes of SwiGLU; squared ReLU reads one f-wide input and writes one
     # output, as GELU: priced as the GELU op
     act = "swiglu" if m.mlp.gated else "gelu"
     if not kind.mlp:
         return total
+    def activation(elements: float) -> float:
+        return _op_seconds(job, act, elements, backward, cal) + clamp_seconds(job, elements, backward=backward, cal=cal)
+
     if kind.moe:
         assert m.moe is not None
         routed = expert_tokens_per_gpu(job)
-        total += _op_seconds(job, act, m.moe.expert_ffn_hidden_size / job.etp * routed, backward, cal)
+        total += activation(m.moe.expert_ffn_hidden_size / job.etp * routed)
         if m.moe.num_shared_experts:
-            total += _op_seconds(job, act, m.moe.num_shared_experts * m.moe.shared_width / lay.tp * t, backward, cal)
+            total += activation(m.moe.num_shared_experts * m.moe.shared_width / lay.tp * t)
         total += permutation_seconds(job, routed, cal)
     else:
-        total += _op_seconds(job, act, m.ffn_hidden_size / lay.tp * t, backward, cal)
+        total += activation(m.ffn_hidden_size / lay.tp * t)
     return total
 
 

@@ -6,6 +6,7 @@ Counts only (no units); parameter counts are derived in `cost_models.params`.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from functools import cache, cached_property
 from typing import Annotated, Literal, NamedTuple
@@ -201,10 +202,19 @@ class MambaSpec(Spec):
 
 
 
+def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
+    """YaRN's magnitude correction 0.1·mscale·ln(factor) + 1 (1 for factor <= 1): transformers
+    v5.23.0 modeling_rope_utils.py _compute_yarn_parameters get_mscale, and Megatron-LM@d98e8a64
+    megatron/core/models/common/embeddings/yarn_rotary_pos_embedding.py _yarn_get_mscale."""
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
+
+
 class YarnScaling(Spec):
     """YaRN rotary scaling (transformers modeling_rope_utils.py _compute_yarn_parameters, rope_type
-    "yarn"; GPT-OSS): frequencies interpolated by factor between the beta_fast and beta_slow
-    rotations, attention scaled by 0.1·ln(factor) + 1. No parameters; a launch carries it."""
+    "yarn"; GPT-OSS, DeepSeek-V2/V3): frequencies interpolated by factor between the beta_fast and
+    beta_slow rotations, cos and sin multiplied by `concentration`; DeepSeek's attention also
+    multiplies its softmax scale by `softmax_factor` (mscale_all_dim). Scalars folded into the rotary
+    table and the softmax scale: no parameters and no kernel time; a launch carries it."""
 
     kind: Literal["yarn"] = "yarn"
     factor: Positive
@@ -212,6 +222,25 @@ class YarnScaling(Spec):
     beta_fast: Positive = 32.0  # _compute_yarn_parameters defaults
     beta_slow: Positive = 1.0
     truncate: bool = True
+    # DeepSeek's keys (config.json rope_scaling mscale, mscale_all_dim); None: absent
+    mscale: Annotated[float, Field(ge=0.0)] | None = None
+    mscale_all_dim: Annotated[float, Field(ge=0.0)] | None = None
+
+    @property
+    def concentration(self) -> float:
+        """The factor on cos and sin (transformers' attention_factor): get_mscale(factor, mscale) /
+        get_mscale(factor, mscale_all_dim) when both are given and non-zero, else get_mscale(factor)
+        (_compute_yarn_parameters, v5.23.0)."""
+        if self.mscale and self.mscale_all_dim:
+            return yarn_mscale(self.factor, self.mscale) / yarn_mscale(self.factor, self.mscale_all_dim)
+        return yarn_mscale(self.factor)
+
+    @property
+    def softmax_factor(self) -> float:
+        """What DeepSeek's attention multiplies its softmax scale by: get_mscale(factor,
+        mscale_all_dim)² when mscale_all_dim is non-zero, else 1 (transformers v5.23.0
+        DeepseekV3Attention.__init__; Megatron-LM@d98e8a64 multi_latent_attention.py L177-178)."""
+        return yarn_mscale(self.factor, self.mscale_all_dim) ** 2 if self.mscale_all_dim else 1.0
 
 
 class LinearScaling(Spec):
@@ -320,6 +349,12 @@ class ModelSpec(Spec):
     final_logit_softcap: Positive | None = None
     query_pre_attn_scalar: Count | None = None  # scores scaled by its -1/2 power instead of head_dim's (Gemma)
     attention_sinks: bool = False  # a learned logit per head joins every softmax (GPT-OSS sinks)
+    # GPT-OSS's clamped SwiGLU (transformers GptOssExperts._apply_gate): gate clamped above at
+    # swiglu_limit, up to ±swiglu_limit, out = gate·sigmoid(swiglu_alpha·gate)·(up + 1) (GptOssConfig
+    # swiglu_limit 7.0, swiglu_alpha 1.702: transformers v5.24.0 configuration_gpt_oss.py L68-69,
+    # modeling_gpt_oss.py L79-89). None: silu(gate)·up. The same matrices as SwiGLU.
+    swiglu_limit: Positive | None = None
+    swiglu_alpha: Positive = 1.702
     sandwich_norms: bool = False  # also a norm on the attention and MLP outputs: four per layer (Gemma 2/3)
     # The norm's weight is stored as an offset from 1, scaling by (1 + weight): Gemma's RMSNorm,
     # Nemotron's LayerNorm1P (transformers NemotronLayerNorm1P; Megatron --apply-layernorm-1p,
@@ -328,6 +363,10 @@ class ModelSpec(Spec):
     scale_embedding: bool = False  # embedding output multiplied by sqrt(hidden_size) (Gemma)
     qk_l2_norm: bool = False  # weightless L2 norm of q and k on rotary layers (Llama 4 use_qk_norm)
     attn_temperature_tuning: bool = False  # Llama 4's position-dependent query scale on NoPE layers
+    # its constants: queries times log1p(floor((position + 1) / floor_scale))·attn_scale + 1
+    # (transformers v5.23.0 Llama4TextAttention; Llama4TextConfig floor_scale 8192, attn_scale 0.1)
+    attn_temperature_floor_scale: Count = 8192
+    attn_temperature_scale: Positive = 0.1
     moe: MoESpec | None = None
     mla: MLASpec | None = None
     # Multi-token prediction modules after the last layer (DeepSeek-V3 Sec. 2.2, depth 1): each an
@@ -368,6 +407,8 @@ class ModelSpec(Spec):
             raise ValueError("full_attention_every / nope_full_layers need local layers: give sliding_window or attention_chunk_size")
         if self.nope_full_layers and self.position_embedding is not PositionKind.ROPE:
             raise ValueError("nope_full_layers needs rotary positions (position_embedding = rope)")
+        if self.swiglu_limit is not None and self.mlp is not MLPKind.SWIGLU:
+            raise ValueError(f"swiglu_limit clamps a SwiGLU MLP; mlp is {self.mlp.value} (give mlp = swiglu or drop swiglu_limit)")
         if self.num_layers > MAX_LAYERS:
             raise ValueError(f"num_layers({self.num_layers}) exceeds {MAX_LAYERS}, far above any real model (~100-200)")
         if self.hybrid_pattern is not None:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cost_models import mamba_shard
-from cost_models.enums import AttentionKernel, Fp8Recipe, Framework, MoEDispatch, PositionKind, Precision, Recompute, Schedule, Zero
+from cost_models.enums import AttentionBackend, AttentionKernel, Fp8Recipe, Framework, MoEDispatch, PositionKind, Precision, Recompute, Schedule, Zero
 from cost_models.errors import SpecError
 from cost_models.hardware import Cluster
 from cost_models.job import Job
@@ -400,6 +400,21 @@ def _hf_attention(job: Job) -> str | None:
     return None
 
 
+def _sinks_backend(job: Job) -> str | None:
+    chosen = job.training.attention_backend
+    if job.model.attention_sinks and job.training.attention is AttentionKernel.FLASH and chosen not in (None, AttentionBackend.CUDNN):
+        return (
+            f"attention sinks with --attention-backend {chosen.value}: Transformer Engine disables FlashAttention for "
+            "softmax_type learnable and runs cuDNN's FusedAttention; use --attention-backend cudnn"
+        )
+    if job.model.attention_sinks and job.layout.cp > 1:
+        return (
+            f"attention sinks with context parallel (cp={job.layout.cp}): Transformer Engine's FusedAttention takes them "
+            "only with cp_comm_type a2a, and the planner prices the p2p ring (Megatron's default); use cp 1"
+        )
+    return None
+
+
 def _compile(job: Job) -> str | None:
     if job.training.compile:
         return f"compile is modelled for torchtitan jobs only, not {job.training.framework}"
@@ -521,6 +536,8 @@ RULES: tuple[Rule, ...] = (
     Rule("hf_attention", frozenset({DEEPSPEED}), _hf_attention,
          "transformers v5.23.0 modeling_gemma2.py L352, modeling_gpt_oss.py L379 (_supports_sdpa = False); "
          "planner/launch/ds_script.py builds from_config without attn_implementation"),
+    Rule("sinks_backend", frozenset({MEGATRON}), _sinks_backend,
+         "TransformerEngine@d0067d0d transformer_engine/pytorch/attention/dot_product_attention/utils.py L1113-1124"),
     Rule("cp_flash", ALL, _cp_flash, "ring attention (Megatron/TE, torch context_parallel) uses fused attention"),
     Rule("grad_reduce_in_bf16", ALL, _grad_reduce_in_bf16, "Megatron-LM@d98e8a64 arguments.py:1204-1217, 3053"),
     Rule("fp8_param_gather", ALL, _fp8_param_gather, "Megatron-LM@d98e8a64 arguments.py:1095-1098, 2016-2018"),

@@ -82,6 +82,9 @@ def _rope(cfg: dict[str, Any], *, theta: float) -> dict[str, Any]:
             beta_fast=_opt(scaling, "beta_fast", 32.0),
             beta_slow=_opt(scaling, "beta_slow", 1.0),
             truncate=_opt(scaling, "truncate", True),
+            # DeepSeek's magnitude corrections (DeepseekV3Attention, _compute_yarn_parameters)
+            mscale=_opt(scaling, "mscale", 0.0) if scaling.get("mscale") is not None else None,
+            mscale_all_dim=_opt(scaling, "mscale_all_dim", 0.0) if scaling.get("mscale_all_dim") is not None else None,
         )
     elif kind == "linear":
         out["rope_scaling"] = dict(kind="linear", factor=_opt(scaling, "factor", 0.0) or _get(scaling, "factor"))
@@ -260,9 +263,9 @@ def _deepseek(cfg: dict[str, Any], *, v3: bool) -> dict[str, Any]:
     n_routed_experts 64, n_shared_experts 2, moe_intermediate_size 1407, first_k_dense_replace 0,
     routed_scaling_factor 1.0, norm_topk_prob false, topk_method "greedy", max_position_embeddings
     2048; both rms_norm_eps 1e-6, rope_theta 10000. DeepSeek's aux_loss_alpha and seq_aux (not
-    transformers keys) are read as the balancing loss's weight and its per-sequence form. YaRN rope scaling (rope_scaling type "yarn") extends
-    the context after pre-training (DeepSeek-V3 report Sec. 4.3) and changes no size or cost here:
-    it is not kept."""
+    transformers keys) are read as the balancing loss's weight and its per-sequence form. YaRN rope
+    scaling (rope_scaling type "yarn", with DeepSeek's mscale and mscale_all_dim) is kept: it
+    changes the rotary frequencies and the softmax scale of the model a launch builds."""
 
     def opt_size(key: str, default: int | None) -> int | None:
         return _opt(cfg, key, 0) or None if key in cfg else default
@@ -296,14 +299,10 @@ def _deepseek(cfg: dict[str, Any], *, v3: bool) -> dict[str, Any]:
         # config.json has no key and its report, Sec. 2.1.2, balances per sequence)
         sequence_aux_loss=_opt(cfg, "seq_aux", True),
     )
-    # the config _llama_like reads: intermediate_size defaulted (the class default, above), YaRN dropped
+    # the config _llama_like reads: intermediate_size defaulted (the class default, above)
     base = dict(cfg)
     if base.get("intermediate_size") is None:
         base["intermediate_size"] = 18432 if v3 else 11008
-    scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
-    if isinstance(scaling, dict) and scaling.get("rope_type", scaling.get("type")) == "yarn":
-        base.pop("rope_scaling", None)
-        base["rope_parameters"] = {"rope_theta": scaling.get("rope_theta", cfg.get("rope_theta", 10000.0))}
     return _llama_like(
         base,
         num_kv_heads=None,
@@ -596,8 +595,8 @@ def _gpt_oss(cfg: dict[str, Any]) -> dict[str, Any]:
     # GptOssAttention q/k/v/o with bias and `sinks` (one logit per head); GptOssTopKRouter weight
     # (E, h) and bias (E), softmax over the top-k logits (= renormalised top-k); GptOssExperts
     # gate_up_proj (E, h, 2f) + bias (E, 2f), down_proj (E, f, h) + bias (E, h). Its gate is
-    # clamp(max=7)·sigmoid(1.702·gate) and up is clamped to ±7 (swiglu_limit, swiglu_alpha): the
-    # matrices and bytes of SwiGLU.
+    # clamp(max=7)·sigmoid(1.702·gate) and up is clamped to ±7, out = glu·(up + 1) (swiglu_limit,
+    # swiglu_alpha; GptOssExperts._apply_gate): the matrices of SwiGLU.
     cfg = {"rope_parameters": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
                                "original_max_position_embeddings": 4096}} | cfg
     layers, bias = _get(cfg, "num_hidden_layers"), _opt(cfg, "attention_bias", True)
@@ -618,6 +617,8 @@ def _gpt_oss(cfg: dict[str, Any]) -> dict[str, Any]:
         sliding_window=_opt(cfg, "sliding_window", 128),
         full_attention_every=_layer_types(cfg, layers, "sliding_attention", 2),
         attention_sinks=True,
+        swiglu_limit=_opt(cfg, "swiglu_limit", 7.0),
+        swiglu_alpha=_opt(cfg, "swiglu_alpha", 1.702),
         moe=moe,
     )
 
@@ -673,6 +674,8 @@ def _llama4_text(cfg: dict[str, Any]) -> dict[str, Any]:
         nope_full_layers=every is not None,
         qk_l2_norm=_opt(cfg, "use_qk_norm", True),
         attn_temperature_tuning=bool(cfg.get("attn_temperature_tuning", True)),
+        attn_temperature_floor_scale=_opt(cfg, "floor_scale", 8192),
+        attn_temperature_scale=_opt(cfg, "attn_scale", 0.1),
         moe=moe,
     )
 

@@ -141,3 +141,22 @@ def test_squared_relu_mlp_has_two_matrices():
     h, f = 18432, 73728
     assert sum(g.flop for g in mlp) == 2 * 4096 * 2 * h * f // 8
     assert model_params(m).value("dense_layers/mlp") == 96 * 2 * h * f
+
+
+def test_deepseek_yarn_is_read_with_its_magnitude_corrections():
+    """DeepSeek-V3's config.json rope_scaling (type yarn, factor 40, mscale = mscale_all_dim = 1) is
+    kept. Hand-worked: get_mscale(40, 1) = 0.1·ln 40 + 1 = 1.368888; cos/sin factor 1.368888 /
+    1.368888 = 1; softmax scale x 1.368888² = 1.873854. GPT-OSS gives neither key: cos/sin factor
+    get_mscale(32) = 0.1·ln 32 + 1 = 1.346574, softmax unscaled. Tolerance: the six digits written."""
+    import json
+    from pathlib import Path
+
+    from planner.hf import model_from_hf
+
+    path = Path(__file__).parent / "data" / "hf" / "DeepSeek-V3" / "config.json"
+    rs = model_from_hf(json.loads(path.read_text()), name="ds", source="fixture").rope_scaling
+    assert (rs.kind, rs.factor, rs.original_max_position_embeddings, rs.mscale, rs.mscale_all_dim) == ("yarn", 40.0, 4096, 1.0, 1.0)
+    assert rs == presets.models()["deepseek-v3"].rope_scaling
+    assert rs.concentration == 1.0 and rs.softmax_factor == pytest.approx(1.873854, abs=1e-6)
+    oss = presets.models()["gpt-oss-20b"].rope_scaling
+    assert oss.concentration == pytest.approx(1.346574, abs=1e-6) and oss.softmax_factor == 1.0

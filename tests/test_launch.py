@@ -25,6 +25,7 @@ from typer.testing import CliRunner
 
 from cost_models.errors import SpecError
 from launch_cases import BY_NAME, CASES, GOLDEN, after, run_train_sh, write
+from planner import presets
 from planner.cli import app
 from planner.launch.build import LaunchOptions, run_launch, write_launch
 from planner.launch.megatron import padded_vocab, vocab_divisor
@@ -301,7 +302,6 @@ def test_slug():
     # what no Megatron-LM@d98e8a64 flag says: each names the framework that runs the model
     (["gemma-2-9b", "-g", "8"], "tanh soft-capping of attention scores or logits has no Megatron flag"),
     (["gemma-3-1b", "-g", "8"], "four norms per layer) has no Megatron flag (Megatron-LM@d98e8a64); use --framework deepspeed"),
-    (["gpt-oss-20b", "-g", "8", "--ep", "8"], "yarn rope scaling has no Megatron flag"),
     (["llama-4-scout-17b-16e", "-g", "16", "--ep", "16", "--etp", "1"], "chunked attention has no Megatron flag"),
     (["gemma-2-9b", "-g", "8", "--framework", "torchtitan"], "no model config can be generated (geglu MLP)"),
     (["llama-4-scout-17b-16e", "-g", "16", "--ep", "16", "--framework", "torchtitan"], "no registry entry"),
@@ -522,3 +522,22 @@ def test_mistral_window_reaches_megatron_and_deepspeed(tmp_path):
     assert ds.exit_code == 0, ds.output
     cfg = json.loads((tmp_path / "d" / "config.json").read_text())
     assert (cfg["model_type"], cfg["sliding_window"]) == ("mistral", 4096)
+
+
+def test_megatron_yarn_outside_mla_fixed_fields_is_refused(tmp_path):
+    """MLATransformerConfig's original length and betas have no flag (megatron.MLA_YARN_FIXED): a
+    DeepSeek-V2-Lite with beta_fast 16 is refused with the rule, a 40x YaRN at the fixed values is
+    carried by --rope-type yarn and the factor."""
+    spec = presets.models()["deepseek-v2-lite"]
+    for beta, expected in ((16.0, 2), (32.0, 0)):
+        rs = spec.rope_scaling.model_copy(update={"beta_fast": beta})
+        path = tmp_path / f"ds-{int(beta)}.json"
+        path.write_text(json.dumps(spec.model_copy(update={"rope_scaling": rs}).model_dump(mode="json")))
+        out = tmp_path / f"out-{int(beta)}"
+        result = runner.invoke(app, ["launch", str(path), "-g", "8", "--ep", "8", "--cluster", "dgx-h100", "--out", str(out)])
+        assert result.exit_code == expected, result.output
+        if expected:
+            assert "(original length, beta_fast, beta_slow, truncate) = (4096, 16.0, 1.0, True)" in result.output
+        else:
+            text = (out / "train.sh").read_text()
+            assert "--rope-type yarn" in text and "--rotary-scaling-factor 40.0" in text and "--mscale-all-dim 0.707" in text

@@ -93,6 +93,15 @@ def _build(argv: list[str]):
         expert_tensor_parallel_size=1, use_cpu_initialization=True, perform_initialization=False,
         layernorm_zero_centered_gamma=False,
     )
+    if config.num_moe_experts and config.add_bias_linear:
+        # the local GroupedMLP refuses biases (experts.py L82-84 in 0.16.1: "bias not supported in
+        # Grouped GEMM yet"); Transformer Engine's TEGroupedMLP, which the run uses, holds them.
+        # SequentialMLP holds the same weights and biases, expert by expert.
+        config = dataclasses.replace(config, moe_grouped_gemm=False)
+    # the dynamic config.yarn_* attributes (argument_utils.py _apply_yarn_config_from_args) are not fields
+    for name, value in vars(parsed).items():
+        if name.startswith("yarn_"):
+            setattr(config, name, value)
     normalization = config.normalization
     if config.num_moe_experts:
         spec = get_gpt_decoder_block_spec(config, use_transformer_engine=False, normalization=normalization)
@@ -168,6 +177,37 @@ def _hf_inv_freq(spec):
     return rotary(config=cfg).inv_freq
 
 
+def _megatron_inv_freq(rotary):
+    """The inverse frequencies a Megatron rotary module applies: RotaryEmbedding's inv_freq, or
+    YarnRotaryEmbedding's blend of the interpolated and extrapolated ones over its correction ramp
+    (get_emb in yarn_rotary_pos_embedding.py, 0.16.1), whose inv_freq is the unscaled table."""
+    if not hasattr(rotary, "inv_freq_extra"):
+        return rotary.inv_freq.cpu()
+    from megatron.core.models.common.embeddings import yarn_rotary_pos_embedding as yarn
+
+    low, high = yarn._yarn_find_correction_range(rotary.beta_fast, rotary.beta_slow, rotary.dim, rotary.rotary_base,
+                                                 rotary.original_max_position_embeddings, rotary.correction_range_round_to_int)
+    mask = 1.0 - yarn._yarn_linear_ramp_mask(low, high, rotary.dim // 2, device="cpu").to(torch.float32)
+    return rotary.inv_freq_inter.cpu() * (1 - mask) + rotary.inv_freq_extra.cpu() * mask
+
+
+def _check_yarn(spec, rotary, attention) -> None:
+    """YaRN's two scalars as Megatron builds them equal transformers': the cos/sin factor (the
+    rotary module's attention_scaling) and, under MLA, the softmax scale (DeepseekV3Attention.scaling)."""
+    from megatron.core.models.common.embeddings import yarn_rotary_pos_embedding as yarn
+
+    rs = spec.rope_scaling
+    cfg = transformers.AutoConfig.for_model(**hf_config(spec.model_copy(update={"mtp_layers": 0})))
+    module = sys.modules[transformers.AutoModelForCausalLM._model_mapping[type(cfg)].__module__]
+    hf_rotary = next(getattr(module, n) for n in dir(module) if n.endswith("RotaryEmbedding"))(config=cfg)
+    factor = yarn._yarn_get_concentration_factor(rotary.scaling_factor, rotary.mscale, rotary.mscale_all_dim)
+    assert factor == pytest.approx(hf_rotary.attention_scaling, rel=1e-12) == pytest.approx(rs.concentration, rel=1e-12)
+    if spec.mla is not None:
+        hf_attention = module.DeepseekV3Attention(cfg, 0) if hasattr(module, "DeepseekV3Attention") else module.DeepseekV2Attention(cfg, 0)
+        assert attention.softmax_scale == pytest.approx(hf_attention.scaling, rel=1e-12)
+        assert attention.softmax_scale == pytest.approx(rs.softmax_factor / spec.head_size**0.5, rel=1e-12)
+
+
 def _check(spec, model, config) -> None:
     from cost_models.params import mtp_params
 
@@ -177,11 +217,15 @@ def _check(spec, model, config) -> None:
     if spec.mla is not None:
         # GPTModel builds no rotary table for MLA; the attention's own covers the rope dims only
         assert not hasattr(model, "rotary_pos_emb")
-        torch.testing.assert_close(attention.rotary_pos_emb.inv_freq.cpu(), _hf_inv_freq(spec), rtol=1e-6, atol=0)
+        rotary = attention.rotary_pos_emb
     elif spec.position_embedding == "rope":
-        # float32 in both; the Llama-3.1 scaling is written differently in the two (smoothing order),
-        # so equal to float32 rounding.
-        torch.testing.assert_close(model.rotary_pos_emb.inv_freq.cpu(), _hf_inv_freq(spec), rtol=1e-6, atol=0)
+        rotary = model.rotary_pos_emb
+    if spec.position_embedding == "rope":
+        # float32 in both; the Llama-3.1 and YaRN scalings are written differently in the two
+        # (smoothing order, the ramp's arithmetic), so equal to float32 rounding.
+        torch.testing.assert_close(_megatron_inv_freq(rotary), _hf_inv_freq(spec), rtol=1e-6, atol=0)
+        if spec.rope_scaling is not None and spec.rope_scaling.kind == "yarn":
+            _check_yarn(spec, rotary, attention)
     else:
         assert not hasattr(model, "rotary_pos_emb")
     kind = {"rmsnorm": torch.nn.RMSNorm, "layernorm": torch.nn.LayerNorm}[spec.norm]
@@ -201,7 +245,9 @@ def _check(spec, model, config) -> None:
         assert isinstance(attention.q_layernorm, kind) is spec.qk_norm and isinstance(attention.k_layernorm, kind) is spec.qk_norm
     if spec.qk_norm:
         assert attention.q_layernorm.normalized_shape == (spec.head_size,)
-    assert config.activation_func.__name__ == {"swiglu": "silu", "gelu": "gelu", "squared_relu": "squared_relu"}[spec.mlp]
+    act = "quick_gelu" if spec.swiglu_limit else {"swiglu": "silu", "gelu": "gelu", "squared_relu": "squared_relu"}[spec.mlp]
+    assert config.activation_func.__name__ == act
+    assert (config.activation_func_clamp_value, config.glu_linear_offset) == ((spec.swiglu_limit, 1.0) if spec.swiglu_limit else (None, 0.0))
     moe_layers = [layer.mlp for layer in model.decoder.layers if hasattr(layer.mlp, "router")]
     assert len(moe_layers) == (0 if spec.moe is None else sum(spec.is_moe_layer(i) for i in range(spec.num_layers)))
     for mlp in moe_layers:

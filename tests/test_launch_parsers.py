@@ -57,6 +57,14 @@ NOT_CONFIG: dict[str, tuple[str, set[str] | None]] = {
     "--max-position-embeddings": ("ARG L2394", None),
     "--position-embedding-type": ("ARG L2397", {"learned_absolute", "rope", "yarn", "mrope", "relative", "none"}),
     "--swiglu": ("ARG L2450", None),
+    "--quick-geglu": ("ARG L2452", None),
+    "--yarn-original-max-position-embeddings": ("ARG L2400", None),
+    "--yarn-beta-fast": ("ARG L2402", None),
+    "--yarn-beta-slow": ("ARG L2404", None),
+    "--no-yarn-correction-range-round-to-int": ("ARG L2408", None),
+    "--rotary-scaling-factor": ("ARG L3558", None),
+    "--mscale": ("ARG L3560", None),
+    "--mscale-all-dim": ("ARG L3562", None),
     "--squared-relu": ("ARG L2448", None),
     "--q-lora-rank": ("ARG L3548", None),
     "--kv-lora-rank": ("ARG L3550", None),
@@ -205,6 +213,10 @@ def megatron_config(argv: list[str]):
     kw["num_query_groups"] = kw.get("num_query_groups", 1) if "--group-query-attention" in extra else None
     if "--swiglu" in extra:
         kw |= {"gated_linear_unit": True, "activation_func": F.silu}
+    if "--quick-geglu" in extra:  # argument_utils.py L323-325
+        from megatron.core.fusions.fused_bias_geglu import quick_gelu
+
+        kw |= {"gated_linear_unit": True, "activation_func": quick_gelu}
     if "--squared-relu" in extra:
         from megatron.core.activations import squared_relu
 
@@ -256,8 +268,25 @@ def megatron_config(argv: list[str]):
         mla["apply_rope_fusion"] = "--no-rope-fusion" not in extra
         if "--rotary-base" in extra:
             mla["rotary_base"] = int(extra["--rotary-base"][0])
+        for flag, name in (("--rotary-scaling-factor", "rotary_scaling_factor"), ("--mscale", "mscale"), ("--mscale-all-dim", "mscale_all_dim")):
+            if flag in extra:
+                mla[name] = float(extra[flag][0])
         return MLATransformerConfig(**kw, **mla), extra
-    return TransformerConfig(**kw), extra
+    config = TransformerConfig(**kw)
+    if extra.get("--position-embedding-type") == ["yarn"]:
+        # argument_utils.py L384-413 (_apply_yarn_config_from_args): config.yarn_* from the flags,
+        # YarnRotaryEmbedding's defaults otherwise
+        for flag, name, default in (
+            ("--rotary-scaling-factor", "yarn_rotary_scaling_factor", 1.0),
+            ("--yarn-original-max-position-embeddings", "yarn_original_max_position_embeddings", 4096),
+            ("--yarn-beta-fast", "yarn_beta_fast", 32.0),
+            ("--yarn-beta-slow", "yarn_beta_slow", 1.0),
+            ("--mscale", "yarn_mscale", 1.0),
+            ("--mscale-all-dim", "yarn_mscale_all_dim", 0.0),
+        ):
+            setattr(config, name, type(default)(float(extra[flag][0])) if flag in extra else default)
+        config.yarn_correction_range_round_to_int = "--no-yarn-correction-range-round-to-int" not in extra
+    return config, extra
 
 
 def _megatron_argv(case, tmp_path: Path) -> list[str]:
@@ -290,8 +319,20 @@ def test_megatron_flags_build_transformer_config(case, tmp_path):
         # GPTModel's own arguments, not TransformerConfig fields (pretrain_gpt.py model_provider)
         assert int(extra["--rotary-base"][0]) == m.rope_theta
         assert float(extra.get("--rotary-percent", ["1.0"])[0]) == m.rotary_fraction
-        assert ("--use-rope-scaling" in extra) is (m.rope_scaling is not None)
-        if m.rope_scaling:
+        llama3 = m.rope_scaling is not None and m.rope_scaling.kind == "llama3"
+        assert ("--use-rope-scaling" in extra) is llama3
+        if m.rope_scaling is not None and m.rope_scaling.kind == "yarn":
+            rs = m.rope_scaling
+            if m.mla is not None:
+                assert (config.rope_type, config.rotary_scaling_factor) == ("yarn", rs.factor)
+                assert (config.mscale, config.mscale_all_dim) == (rs.mscale or 1.0, rs.mscale_all_dim or 0.0)
+            else:
+                assert extra["--position-embedding-type"] == ["yarn"]
+                assert (config.yarn_rotary_scaling_factor, config.yarn_original_max_position_embeddings) == (
+                    rs.factor, rs.original_max_position_embeddings)
+                assert (config.yarn_beta_fast, config.yarn_beta_slow) == (rs.beta_fast, rs.beta_slow)
+                assert config.yarn_correction_range_round_to_int is rs.truncate
+        if llama3:
             assert float(extra["--rope-scaling-factor"][0]) == m.rope_scaling.factor
     if m.moe:
         assert config.num_moe_experts == m.moe.num_experts and config.moe_router_topk == m.moe.top_k

@@ -88,7 +88,7 @@ def _rope(m: ModelSpec) -> dict[str, Any]:
     rs = m.rope_scaling
     if rs is not None:
         # the scaling's own fields under transformers' key names (rope_type for kind)
-        out["rope_scaling"] = {"rope_type": rs.kind, **rs.model_dump(exclude={"kind"})}
+        out["rope_scaling"] = {"rope_type": rs.kind, **rs.model_dump(exclude={"kind"}, exclude_none=True)}
     return out
 
 
@@ -122,6 +122,8 @@ def _local_family(m: ModelSpec, kind: str) -> dict[str, Any]:
             "router_aux_loss_coef": moe.aux_loss_coef,
             "output_router_logits": True,
             "head_dim": m.head_size,
+            "swiglu_limit": m.swiglu_limit,
+            "swiglu_alpha": m.swiglu_alpha,
         }
     moe = m.moe
     out = {
@@ -130,6 +132,8 @@ def _local_family(m: ModelSpec, kind: str) -> dict[str, Any]:
         "no_rope_layers": [int(m.layer_kind(i).rope) for i in range(m.num_layers)],
         "use_qk_norm": m.qk_l2_norm,
         "attn_temperature_tuning": m.attn_temperature_tuning,
+        "floor_scale": m.attn_temperature_floor_scale,
+        "attn_scale": m.attn_temperature_scale,
         "head_dim": m.head_size,
     }
     if moe is not None:

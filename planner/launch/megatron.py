@@ -39,6 +39,9 @@ MAX_VOCAB_DIVISOR = 128
 LLAMA3_ROPE_FIXED = (1.0, 4.0, 8192)
 MEGATRON_ROPE_FACTOR = 8.0
 
+# quick_gelu(y) = y·sigmoid(1.702·y) (Megatron-LM@d98e8a64 megatron/core/fusions/fused_bias_geglu.py L185-187)
+QUICK_GELU_ALPHA = 1.702
+
 # torch.distributed's timeout, minutes: Megatron's default (DistributedInitConfig.distributed_timeout_minutes,
 # CC L77), written out so train.sh says what runs.
 DISTRIBUTED_TIMEOUT_MINUTES = 10
@@ -124,13 +127,17 @@ def check(target: Target) -> None:
         if not float(m.rope_theta).is_integer():
             raise SpecError(f"model {m.name!r}: rope_theta {m.rope_theta} is not a whole number; Megatron's --rotary-base is an int (ARG L2418)")
         rs = m.rope_scaling
-        if rs is not None and (rs.low_freq_factor, rs.high_freq_factor, rs.original_max_position_embeddings) != LLAMA3_ROPE_FIXED:
+        if rs is not None and rs.kind == "yarn":
+            why = yarn_blocker(m)
+            if why:
+                raise SpecError(f"model {m.name!r}: yarn rope scaling {why}; use --framework deepspeed, whose config.json carries it")
+        elif rs is not None and (rs.low_freq_factor, rs.high_freq_factor, rs.original_max_position_embeddings) != LLAMA3_ROPE_FIXED:
             raise SpecError(
                 f"model {m.name!r}: rope scaling low/high frequency factors and original length "
                 f"({rs.low_freq_factor}, {rs.high_freq_factor}, {rs.original_max_position_embeddings}) have no Megatron flag; "
                 f"--use-rope-scaling fixes them at {LLAMA3_ROPE_FIXED} (rotary_pos_embedding.py _apply_scaling)"
             )
-        if rs is not None and rs.factor != MEGATRON_ROPE_FACTOR:
+        if rs is not None and rs.kind == "llama3" and rs.factor != MEGATRON_ROPE_FACTOR:
             raise SpecError(
                 f"model {m.name!r}: rope scaling factor {rs.factor} cannot reach Megatron's model: pretrain_gpt.py builds "
                 f"GPTModel without --rope-scaling-factor (gpt_builders.py L86-104), so the factor is {MEGATRON_ROPE_FACTOR}; "
@@ -164,6 +171,61 @@ def check(target: Target) -> None:
             raise LayoutError(f"layout: Megatron's --use-torch-fsdp2 does not run with {why} (ARG L1031-1049); use --megatron-fsdp megatron")
 
 
+# MLATransformerConfig's YaRN fields that no flag sets (Megatron-LM@d98e8a64 transformer_config.py
+# L3318-3325: original_max_position_embeddings 4096, beta_fast 32, beta_slow 1; the --yarn-* flags
+# of ARG L2400-2410 fill config.yarn_* for non-MLA models only, argument_utils.py L397-400), and
+# MLA's YarnRotaryEmbedding is built without correction_range_round_to_int (multi_latent_attention.py
+# L188-199), so its default, True (yarn_rotary_pos_embedding.py L63), applies.
+MLA_YARN_FIXED = (4096, 32.0, 1.0, True)
+
+
+def yarn_blocker(m: ModelSpec) -> str | None:
+    """What of the model's YaRN scaling Megatron's flags cannot say, or None. Megatron's cos/sin
+    factor is get_mscale(factor, --mscale) / get_mscale(factor, --mscale-all-dim) (defaults 1 and 0;
+    yarn_rotary_pos_embedding.py _yarn_get_concentration_factor, L282-296); transformers' is that
+    ratio only when both keys are non-zero, else get_mscale(factor) (YarnScaling.concentration):
+    the two agree unless mscale is set to other than 1 without mscale_all_dim."""
+    rs = m.rope_scaling
+    assert rs is not None and rs.kind == "yarn"
+    if m.mla is not None:
+        have = (rs.original_max_position_embeddings, rs.beta_fast, rs.beta_slow, rs.truncate)
+        if have != MLA_YARN_FIXED:
+            return (f"(original length, beta_fast, beta_slow, truncate) = {have} under multi-latent attention has no "
+                    f"Megatron flag; MLATransformerConfig fixes them at {MLA_YARN_FIXED} (transformer_config.py L3318-3325)")
+    if rs.mscale not in (None, 1.0) and not rs.mscale_all_dim:
+        return (f"mscale {rs.mscale} without mscale_all_dim: transformers ignores it (cos/sin x {rs.concentration:.4f}), "
+                "Megatron's --mscale would not")
+    return None
+
+
+def _yarn(m: ModelSpec) -> list[Flag]:
+    """YaRN's flags. Under MLA, MLATransformerConfig's own fields: --rope-type yarn (ARG L2906),
+    --rotary-scaling-factor, --mscale, --mscale-all-dim (ARG L3558-3563, the MLA group; the rest
+    fixed, MLA_YARN_FIXED). Otherwise GPTModel's YarnRotaryEmbedding (gpt_model.py L196-212) under
+    --position-embedding-type yarn (ARG L2397), its config.yarn_* attributes set from the same three
+    flags and --yarn-original-max-position-embeddings, --yarn-beta-fast, --yarn-beta-slow and
+    --no-yarn-correction-range-round-to-int (ARG L2400-2410; argument_utils.py L384-413
+    _apply_yarn_config_from_args); transformers' truncate is that rounding (_compute_yarn_parameters
+    find_correction_range, v5.23.0)."""
+    rs = m.rope_scaling
+    assert rs is not None and rs.kind == "yarn"
+    out: list[Flag] = [("--rotary-scaling-factor", rs.factor)]
+    if rs.mscale is not None:
+        out.append(("--mscale", rs.mscale))
+    if rs.mscale_all_dim is not None:
+        out.append(("--mscale-all-dim", rs.mscale_all_dim))
+    if m.mla is not None:
+        return [("--rope-type", "yarn"), *out]
+    out += [
+        ("--yarn-original-max-position-embeddings", rs.original_max_position_embeddings),
+        ("--yarn-beta-fast", rs.beta_fast),
+        ("--yarn-beta-slow", rs.beta_slow),
+    ]
+    if not rs.truncate:
+        out.append(("--no-yarn-correction-range-round-to-int",))
+    return out
+
+
 def megatron_blocker(m: ModelSpec) -> str | None:
     """What of the model pretrain_gpt.py's flags cannot say, or None. At Megatron-LM@d98e8a64 the
     transformer flags are TransformerConfig's fields (arguments.py:2373, ArgumentGroupFactory) less
@@ -171,7 +233,7 @@ def megatron_blocker(m: ModelSpec) -> str | None:
     the hand-written ones; none of them soft-caps scores or logits, adds norms after the attention
     and MLP outputs, scales the embedding, gates a GELU (--swiglu is SiLU only; ARG L2450), masks
     attention in chunks, gives local layers their own rotary base, scales the queries by position,
-    scales scores by other than head_dim^-1/2 or reaches GPTModel's yarn settings; and the router
+    or scales scores by other than head_dim^-1/2; and the router
     has a bias exactly when all linear layers have one."""
     all_biases = m.qkv_bias and m.out_bias and m.mlp_bias
     checks = [
@@ -179,14 +241,13 @@ def megatron_blocker(m: ModelSpec) -> str | None:
         (m.sandwich_norms, "a norm on the attention and MLP outputs (four norms per layer)"),
         (m.scale_embedding, "the embedding scaled by sqrt(hidden_size)"),
         (m.mlp is MLPKind.GEGLU, "a gated GELU MLP"),
+        # quick_gelu's slope is fixed (fused_bias_geglu.py L185-187)
+        (m.swiglu_limit is not None and m.swiglu_alpha != QUICK_GELU_ALPHA, f"a clamped SwiGLU with sigmoid slope {m.swiglu_alpha} (quick_gelu's is {QUICK_GELU_ALPHA})"),
+        (m.swiglu_limit is not None and m.moe is None, "a clamped SwiGLU in a dense MLP (Megatron clamps in its MoE experts)"),
         (m.attention_chunk_size is not None, "chunked attention"),
         (m.rope_local_theta is not None, "a separate rotary base for local layers"),
         (m.attn_temperature_tuning, "attention temperature tuning"),
         (m.query_pre_attn_scalar is not None and m.query_pre_attn_scalar != m.head_size, "query_pre_attn_scalar"),
-        # GPTModel reads yarn settings from config.yarn_* (gpt_model.py L196-212), which no
-        # pretrain_gpt.py flag sets: Megatron's GPT-OSS path sets them in the post-training model
-        # builder (post_training/model_builder.py L298-310)
-        (m.rope_scaling is not None and m.rope_scaling.kind == "yarn", "yarn rope scaling"),
         (m.rope_scaling is not None and m.rope_scaling.kind == "linear", "linear rope scaling"),
         # the router has a bias exactly when every linear layer has one (router.py L67, add_bias_linear)
         (m.moe is not None and m.moe.router_bias != all_biases,
@@ -260,16 +321,27 @@ def _model(job: Job) -> list[Flag]:
     # max positions >= seq length (ARG L1354); a rotary model's table size is only that limit.
     positions = m.max_position_embeddings if m.position_embedding is PositionKind.LEARNED else max(m.max_position_embeddings, s)
     out += [("--seq-length", s), ("--max-position-embeddings", positions)]  # ARG L3305, L2394
-    kind = {PositionKind.ROPE: "rope", PositionKind.LEARNED: "learned_absolute", PositionKind.NONE: "none"}
-    out.append(("--position-embedding-type", kind[m.position_embedding]))  # ARG L2397
+    kind = {PositionKind.ROPE: "rope", PositionKind.LEARNED: "learned_absolute", PositionKind.NONE: "none"}[m.position_embedding]
+    yarn = m.rope_scaling is not None and m.rope_scaling.kind == "yarn"
+    if yarn and m.mla is None:
+        kind = "yarn"  # GPTModel's YarnRotaryEmbedding (MLA builds its own, from --rope-type)
+    out.append(("--position-embedding-type", kind))  # ARG L2397
     if m.position_embedding is PositionKind.ROPE:
         out.append(("--rotary-base", int(m.rope_theta)))  # ARG L2418 (int, default 10000)
         if m.rotary_fraction != 1.0:
             out.append(("--rotary-percent", m.rotary_fraction))  # ARG L2420 (fraction of head_dim, default 1.0)
-        if m.rope_scaling is not None:
+        if yarn:
+            out += _yarn(m)
+        elif m.rope_scaling is not None:
             # ARG L2424-2427: Llama 3.x scaling, factor default 8.0 (the rest fixed; LLAMA3_ROPE_FIXED)
             out += [("--use-rope-scaling",), ("--rope-scaling-factor", m.rope_scaling.factor)]
-    if m.mlp is MLPKind.SWIGLU:
+    if m.swiglu_limit is not None:
+        # GPT-OSS's clamped SwiGLU as Megatron runs it: quick_gelu(x) = x·sigmoid(1.702·x), gated
+        # (ARG L2452; argument_utils.py L323-326), times (up + --glu-linear-offset) (TC L231), both
+        # halves of fc1's output clamped at --activation-func-clamp-value (TC L235;
+        # fused_bias_geglu.py L424-431 weighted_bias_quick_geglu_impl)
+        out += [("--quick-geglu",), ("--glu-linear-offset", 1.0), ("--activation-func-clamp-value", m.swiglu_limit)]
+    elif m.mlp is MLPKind.SWIGLU:
         out.append(("--swiglu",))  # ARG L2450 (gelu is the default activation)
     elif m.mlp is MLPKind.SQUARED_RELU:
         out.append(("--squared-relu",))  # ARG L2448 (activation_func squared_relu, argument_utils.py L320-322)
@@ -305,12 +377,15 @@ def _model(job: Job) -> list[Flag]:
             ("--qk-head-dim", a.qk_nope_head_dim),  # ARG L3552 (the part without rope)
             ("--qk-pos-emb-head-dim", a.qk_rope_head_dim),  # ARG L3554
             ("--v-head-dim", a.v_head_dim),  # ARG L3556
-            # MLATransformerConfig.rope_type defaults to yarn (TC L3306); plain rotary as in pre-training
-            ("--rope-type", "rope"),  # ARG L2906
-            # rope fusion is on by default (ARG L2902-2905, store_false) and MLATransformerConfig
-            # refuses it with any rope type but yarn (TC L3345-3346)
-            ("--no-rope-fusion",),
         ]
+        if not yarn:
+            out += [
+                # MLATransformerConfig.rope_type defaults to yarn (TC L3306); plain rotary without scaling
+                ("--rope-type", "rope"),  # ARG L2906
+                # rope fusion is on by default (ARG L2902-2905, store_false) and MLATransformerConfig
+                # refuses it with any rope type but yarn (TC L3345-3346)
+                ("--no-rope-fusion",),
+            ]
         if not m.qk_norm:
             # the latent norms: gpt_layer_specs.py L106-115 builds the up projections with their norm
             # (column_parallel_layer_norm_linear) only under qk_layernorm, else the norms are IdentityOp
