@@ -25,7 +25,7 @@ from cost_models.calibration import DEFAULT, MECHANISMS  # noqa: E402
 
 
 def test_published_torchtitan_memory():
-    rows = memory_accuracy.rows()
+    rows = memory_accuracy.rows("torchtitan")
     assert len(rows) == 20
     errors = [abs(r.error) for r in rows]
     assert statistics.median(errors) <= 0.10
