@@ -48,6 +48,10 @@ class Measure:
     source: str  # where the source's code takes the number
 
 
+KEMPNERFORGE = ("the step log's peak_gb = torch.cuda.max_memory_allocated / 1024^3 "
+                "(KempnerInstitute/KempnerForge@5666d0d kempnerforge/metrics/memory.py:31-33, tracker.py:128-140), "
+                "logged by rank 0 only (metrics/logger.py:66-97, rank_zero_only)")
+
 SOURCES = {
     "torchtitan": Measure(Metric.RESERVED, Ranks.MAX, (
         "torchtitan's logged max_reserved_gib (torch.cuda.max_memory_reserved), the docs' peak the maximum "
@@ -65,12 +69,10 @@ SOURCES = {
         "parse report_memory's 'max reserved' of every pipeline stage; Table 5 takes the maximum")),
     "nanotron_ultrascale": Measure(Metric.RESERVED, Ranks.FIRST, (
         "nanotron's bench CSV, written by world rank 0 only (huggingface/nanotron@c2528430 "
-        "src/nanotron/helpers.py:609-610 'Mem Alloc'/'Mem Res', :660-661); the figure does not say which "
+        "src/nanotron/helpers.py:609-610 'Mem Alloc'/'Mem Res', :674-675); the figure does not say which "
         "column, the reserved one compared")),
-    "kempnerforge_mfu_scaling": Measure(Metric.ALLOCATED, Ranks.MAX, (
-        "KempnerForge's peak_gb = torch.cuda.max_memory_allocated / 1024^3 (the rows' memory_metric)")),
-    "kempnerforge_config_validation": Measure(Metric.ALLOCATED, Ranks.MAX, (
-        "KempnerForge's peak_gb = torch.cuda.max_memory_allocated / 1024^3 (the rows' memory_metric)")),
+    "kempnerforge_mfu_scaling": Measure(Metric.ALLOCATED, Ranks.FIRST, KEMPNERFORGE),
+    "kempnerforge_config_validation": Measure(Metric.ALLOCATED, Ranks.FIRST, KEMPNERFORGE),
 }
 
 
