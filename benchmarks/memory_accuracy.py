@@ -1,11 +1,12 @@
-"""Predicted peak memory vs the published torchtitan measurements (benchmarks/data/published_runs.yaml),
-and whether the model calls any published layout that ran out of memory.
+"""Predicted peak memory vs every published run that measured it (benchmarks/data/published_runs.yaml),
+source by source, and whether the model calls any published layout that ran out of memory.
 
-torchtitan logs `max_reserved_gib`: the caching allocator's reserved peak, max over ranks and steps.
-That excludes the CUDA context and NCCL's buffers, so the prediction compared is the model's peak
-minus those two lines. The model's compile term is the fused loss of
-torchtitan's --compile (2025 on); rows compiled at the Dec 2024 commit (blocks only) are predicted
-as eager jobs. The table names every row's techniques.
+Each source measured a different number, read from its code (`SOURCES`): the caching allocator's
+reserved peak (torch.cuda.max_memory_reserved) or its allocated peak (max_memory_allocated), the
+maximum over ranks or one rank's. Neither sees the CUDA context or NCCL's buffers, so the prediction
+compared is the model's stage peak minus those two lines, and for an allocated peak also minus the
+allocator's fragmentation line. A row is predicted from the same job benchmarks/published.py builds
+for the step-time comparison; rows it cannot build are listed with the reason.
 
 Every published run of benchmarks/published.py ran on its GPUs, so the model must not call its
 layout out of memory: `fit_rows` lists each one's predicted peak against the GPU's capacity and
@@ -20,68 +21,152 @@ import argparse
 import statistics
 import sys
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
-import yaml
-
-from cost_models.memory import DEFAULT_HEADROOM, memory_estimate
-from cost_models.rules import resolve
+from cost_models.memory import DEFAULT_HEADROOM, MemoryEstimate, memory_estimate
 from cost_models.units import GiB
-from planner import presets
 
 sys.path.insert(0, str(Path(__file__).parent))
-from published import (  # the torchtitan row -> job mapping, shared with the time benchmark
-    DATA,
-    load,
-    TORCHTITAN_MODELS,
-    torchtitan_cluster,
-    torchtitan_layout,
-    torchtitan_training,
-)
+from published import entries, load  # the row -> job mapping, shared with the time benchmark
+
+
+class Metric(StrEnum):
+    RESERVED = "max reserved"  # torch.cuda.max_memory_reserved: blocks the caching allocator holds
+    ALLOCATED = "max allocated"  # torch.cuda.max_memory_allocated: live tensors only
+
+
+class Ranks(StrEnum):
+    MAX = "max over ranks"
+    FIRST = "global rank 0"  # pipeline rank 0
+
+
+@dataclass(frozen=True)
+class Measure:
+    metric: Metric
+    ranks: Ranks
+    source: str  # where the source's code takes the number
+
+
+KEMPNERFORGE = ("the step log's peak_gb = torch.cuda.max_memory_allocated / 1024^3 "
+                "(KempnerInstitute/KempnerForge@5666d0d kempnerforge/metrics/memory.py:31-33, tracker.py:128-140), "
+                "logged by rank 0 only (metrics/logger.py:66-97, rank_zero_only)")
+
+SOURCES = {
+    "torchtitan": Measure(Metric.RESERVED, Ranks.MAX, (
+        "torchtitan's logged max_reserved_gib (torch.cuda.max_memory_reserved), the docs' peak the maximum "
+        "over ranks (benchmarks/data/published_runs.md)")),
+    "torchao_torchtitan_bench": Measure(Metric.RESERVED, Ranks.MAX, "torchtitan's logged max_reserved_gib, max over steps"),
+    "fp8lm": Measure(Metric.RESERVED, Ranks.MAX, (
+        "FP8-LM Table 5 'GPU Mem. (GB)': the paper does not say which counter; Megatron's report_memory "
+        "prints both, the reserved one compared")),
+    "zerobubble": Measure(Metric.RESERVED, Ranks.MAX, (
+        "'Memory (GB)': sail-sg/zero-bubble-pipeline-parallelism@ed85b11c prints only Megatron's "
+        "report_memory (megatron/utils.py:109-122: max allocated and max reserved, MiB, data-parallel rank "
+        "0 of every stage); which the table took is not stated, the reserved one compared")),
+    "vocabpar": Measure(Metric.RESERVED, Ranks.MAX, (
+        "sail-sg/VocabularyParallelism@6191c3bf artifact/quick_exp.sh:61 and show_result_full_exp.py:60 "
+        "parse report_memory's 'max reserved' of every pipeline stage; Table 5 takes the maximum")),
+    "nanotron_ultrascale": Measure(Metric.RESERVED, Ranks.FIRST, (
+        "nanotron's bench CSV, written by world rank 0 only (huggingface/nanotron@c2528430 "
+        "src/nanotron/helpers.py:609-610 'Mem Alloc'/'Mem Res', :674-675); the figure does not say which "
+        "column, the reserved one compared")),
+    "kempnerforge_mfu_scaling": Measure(Metric.ALLOCATED, Ranks.FIRST, KEMPNERFORGE),
+    "kempnerforge_config_validation": Measure(Metric.ALLOCATED, Ranks.FIRST, KEMPNERFORGE),
+}
 
 
 @dataclass(frozen=True)
 class Row:
     id: str
-    techniques: str
+    group: str
     measured_gib: float
     predicted_gib: float
-    peak_rank: int
+    peak_rank: int  # the pipeline rank compared
 
     @property
     def error(self) -> float:
         return (self.predicted_gib - self.measured_gib) / self.measured_gib
 
 
-def predict(row: dict) -> Row:
-    model = presets.models()[TORCHTITAN_MODELS[row["model"]["name"]]]
-    # The compile rule (the Dec 2024 commit compiled the blocks only) lives in published.torchtitan_training.
-    job = resolve(model, torchtitan_cluster(row), torchtitan_training(row), torchtitan_layout(row, model.num_layers))
-    est = memory_estimate(job)
-    allocator = [s.peak_bytes - s.breakdown.value("overhead/cuda_context") - s.breakdown.value("overhead/nccl") for s in est.stages]
-    peak = max(range(len(allocator)), key=allocator.__getitem__)
-    return Row(row["id"], row["layout"].get("techniques") or "", row["measured"]["memory_gib"], allocator[peak] / GiB, peak)
+def allocator_bytes(est: MemoryEstimate, metric: Metric) -> list[int]:
+    """What the caching allocator counts on each stage: the peak less the CUDA context and NCCL's
+    buffers, and for the allocated peak less the fragmentation line as well."""
+    out = []
+    for s in est.stages:
+        b = s.breakdown
+        outside = b.value("overhead/cuda_context") + b.value("overhead/nccl")
+        if metric is Metric.ALLOCATED:
+            outside += b.value("overhead/fragmentation")
+        out.append(int(s.peak_bytes - outside))
+    return out
 
 
-def rows() -> list[Row]:
-    data = yaml.safe_load(DATA.read_text())
-    wanted = [e for e in data if e.get("group") == "torchtitan" and (e.get("measured") or {}).get("memory_gib")]
-    return [predict(e) for e in wanted]
+def predict(run, measured_gib: float) -> Row:  # type: ignore[no-untyped-def]
+    how = SOURCES[run.group]
+    per_stage = allocator_bytes(memory_estimate(run.job()), how.metric)
+    rank = 0 if how.ranks is Ranks.FIRST else max(range(len(per_stage)), key=per_stage.__getitem__)
+    return Row(run.id, run.group, measured_gib, per_stage[rank] / GiB, rank)
+
+
+def measured_gib(entry: dict) -> float | None:
+    return (entry.get("measured") or {}).get("memory_gib")
+
+
+def rows(group: str | None = None) -> list[Row]:
+    """Every published run with a measured memory (of one group, if given), predicted."""
+    runs, _ = load()
+    memory = {e["id"]: measured_gib(e) for e in entries()}
+    return [predict(r, memory[r.id]) for r in runs if memory.get(r.id) and (group is None or r.group == group)]
+
+
+def unpredicted() -> list[tuple[str, str, str]]:
+    """(group, id, reason) of every row that measured memory but benchmarks/published.py cannot build."""
+    _, skipped = load()
+    why = dict(skipped)
+    return [(e["group"], e["id"], why[e["id"]]) for e in entries() if measured_gib(e) and e["id"] in why]
+
+
+@dataclass(frozen=True)
+class SourceSummary:
+    group: str
+    rows: int
+    median: float
+    p90: float
+    within_10: int
+    over: int
+
+    @classmethod
+    def of(cls, group: str, results: list[Row]) -> SourceSummary:
+        errs = sorted(abs(r.error) for r in results)
+        p90 = errs[min(len(errs) - 1, int(0.9 * len(errs)))]  # nearest rank at or above the 90th percentile
+        return cls(group, len(results), statistics.median(errs), p90, sum(e <= 0.10 for e in errs), sum(r.error > 0 for r in results))
+
+
+def summaries(results: list[Row]) -> list[SourceSummary]:
+    groups = sorted({r.group for r in results}, key=lambda g: list(SOURCES).index(g))
+    return [SourceSummary.of(g, [r for r in results if r.group == g]) for g in groups]
 
 
 def table(results: list[Row]) -> str:
-    lines = [
-        "| run | techniques | measured GiB | predicted GiB | error |",
-        "|---|---|---:|---:|---:|",
-    ]
-    for r in results:
-        lines.append(f"| {r.id} | {r.techniques} | {r.measured_gib:.1f} | {r.predicted_gib:.1f} | {r.error:+.1%} |")
+    lines = ["| source | rows | compared | median |error| | p90 | within 10% | over / under |",
+             "|---|---:|---|---:|---:|---:|---|"]
+    for s in summaries(results):
+        how = SOURCES[s.group]
+        lines.append(f"| {s.group} | {s.rows} | {how.metric}, {how.ranks} | {s.median:.1%} | {s.p90:.1%} | "
+                     f"{s.within_10}/{s.rows} | {s.over} / {s.rows - s.over} |")
     errs = [abs(r.error) for r in results]
-    lines.append("")
-    lines.append(
-        f"{len(results)} runs; median |error| {statistics.median(errs):.1%}, max {max(errs):.1%}, "
-        f"within 10%: {sum(e <= 0.10 for e in errs)}/{len(errs)}."
-    )
+    lines += ["", f"{len(results)} rows; median |error| {statistics.median(errs):.1%}, max {max(errs):.1%}, "
+              f"within 10%: {sum(e <= 0.10 for e in errs)}/{len(errs)}.", ""]
+    lines += ["What each source measured:", ""]
+    lines += [f"- {g}: {SOURCES[g].source}." for g in dict.fromkeys(r.group for r in results)]
+    lines += ["", "| source | run | measured GiB | predicted GiB | error |", "|---|---|---:|---:|---:|"]
+    for r in sorted(results, key=lambda r: list(SOURCES).index(r.group)):
+        lines.append(f"| {r.group} | {r.id} | {r.measured_gib:.1f} | {r.predicted_gib:.1f} | {r.error:+.1%} |")
+    missing = unpredicted()
+    if missing:
+        lines += ["", f"{len(missing)} rows measured memory but are not predicted (no job is built for them):", ""]
+        lines += [f"- {g} {i}: {reason}" for g, i, reason in missing]
     return "\n".join(lines)
 
 
@@ -129,11 +214,10 @@ def main() -> int:
     print(text + "\n\n" + fits)
     if args.write:
         intro = (
-            "Produced by `python benchmarks/memory_accuracy.py --write docs/accuracy.md`. Measured = torchtitan's\n"
-            "logged `max_reserved_gib` (max over ranks); predicted = the model's peak stage minus the CUDA-context\n"
-            "and NCCL lines, which the caching allocator does not see. The compile term is torchtitan's compiled\n"
-            "loss (2025 on); rows compiled at the Dec 2024 commit, which compiled the blocks only, are predicted\n"
-            "as eager jobs.\n\n"
+            "Produced by `python benchmarks/memory_accuracy.py --write docs/accuracy.md`. Measured = what each\n"
+            "source's code logs (below); predicted = the model's stage peak minus the CUDA-context and NCCL lines,\n"
+            "which the caching allocator does not see, and minus the fragmentation line where the source logs\n"
+            "the allocated peak; the stage is the largest one, or pipeline rank 0 where only global rank 0 logs.\n\n"
         )
         write_section(args.write, text, SECTION, intro)
         write_section(args.write, fits, FIT_SECTION, (
@@ -142,7 +226,7 @@ def main() -> int:
     return 0
 
 
-SECTION = "## Peak memory vs published torchtitan runs"
+SECTION = "## Peak memory vs published runs"
 FIT_SECTION = "## Published layouts that ran, against the memory model"
 
 

@@ -513,6 +513,31 @@ def _torch_native_cluster(entry: dict) -> Cluster:
     return _cluster(entry)
 
 
+def nanotron_pp_layout(*, num_layers: int, hidden: int, ffn_hidden: int, vocab: int, pp: int) -> str:
+    """The stages nanotron builds, as a pipeline layout string (E embedding, t decoder layer, L loss).
+
+    nanotron places its pipeline blocks (embedding, decoder layers, final norm, lm_head, fp32 cast,
+    loss) in order, costing each decoder layer 4·h² + 3·f·h and the lm_head V·h, the others 0; a
+    block goes to the current rank, which is left once the cumulative cost exceeds (rank+1)/pp of
+    the total (huggingface/nanotron@c2528430 src/nanotron/models/base.py:216-235, the costs in
+    models/llama.py:913-925). The large vocabulary's lm_head therefore pulls layers off the last stage."""
+    costs = [0] + [4 * hidden * hidden + 3 * ffn_hidden * hidden] * num_layers + [0, vocab * hidden, 0, 0]
+    total = sum(costs)
+    thresholds = [total * ((r + 1) / pp) for r in range(pp)]
+    rank, cumulative, ranks = 0, 0, []
+    for cost in costs:
+        cumulative += cost
+        ranks.append(rank)
+        if cumulative > thresholds[rank]:
+            rank += 1
+    layers = [ranks[1:1 + num_layers].count(r) for r in range(pp)]
+    if ranks[-1] != pp - 1 or 0 in layers:
+        raise Skip(f"nanotron's cost split leaves a pipeline rank without layers: {layers}")
+    stages = ["t" * n for n in layers]
+    stages[0], stages[-1] = "E" + stages[0], stages[-1] + "L"
+    return "|".join(stages)
+
+
 def _nanotron(entry: dict) -> Mapped:
     """nanotron's Ultra-Scale Playbook sweep: its own TP/PP/ZeRO-1 with fused kernels (flash-attn 2,
     fused norms, async TP linear communication), priced as Megatron's kernels."""
@@ -523,6 +548,12 @@ def _nanotron(entry: dict) -> Mapped:
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.BF16,
                             framework=Framework.MEGATRON, attention=AttentionKernel.FLASH, attention_backend=AttentionBackend.FA2)
     layout = _layout(entry, zero=zero, recompute=Recompute.NONE, schedule=Schedule.ONE_F_ONE_B if lay["pp"] > 1 else None)
+    if lay["pp"] > 1:
+        split = nanotron_pp_layout(num_layers=m["layers"], hidden=m["hidden"], ffn_hidden=m["ffn_hidden"],
+                                   vocab=m["vocab"], pp=lay["pp"])
+        layout = layout.model_copy(update=dict(pp_layout=split))
+        notes.append(f"layers per stage {[st.count('t') for st in split.split('|')]}: nanotron's compute-cost split "
+                     "(the lm_head costs V·h)")
     return _llama_model(entry, tied=m["ffn_hidden"] < 10000), _cluster(entry), training, layout, notes
 
 

@@ -3,7 +3,10 @@ transient + buffers + runtime overhead, each a named line whose parts sum to the
 
 The peak of a stage is taken at the first backward after its warm-up: every micro-batch the
 schedule keeps in flight holds its activations, and one backward's working set (the loss on the
-last stage, or one layer's recomputation and gradients) comes on top.
+last stage, or one layer's recomputation and gradients) comes on top. The optimizer's fp32 copy of
+16-bit gradients (the `fp32_gradients` state) lives only from the optimizer step to the next step's
+zero_grad, when no activation is held; the stage's peak is the larger of the two moments, and its
+breakdown is the one of that moment (`step_peak`).
 """
 
 from __future__ import annotations
@@ -254,6 +257,21 @@ def process_groups(tp, pp, cp, dp, ep, etp):  # type: ignore[no-untyped-def]
     return (tp > 1) * 1 + (pp > 1) + (cp > 1) + (dp > 1) + (ep > 1) + ((etp != tp) & (etp > 1))
 
 
+def step_peak(backward_bytes: int | float, step_grads_bytes: int | float) -> bool:
+    """Whether a stage's peak is at the optimizer step rather than at its first backward.
+
+    Megatron's mixed-precision optimizers give each fp32 main parameter the fp32 copy of its 16-bit
+    gradient in the step (`main_param.grad = model_param.main_grad.float()`, a new tensor when the
+    gradient buffer is fp16 or bf16; Megatron-LM@d98e8a64 megatron/core/optimizer/optimizer.py:1092-1100,
+    distrib_optimizer.py:2756-2792) and free it with set_to_none in `optimizer.zero_grad()` at the
+    start of the next train_step (optimizer.py:1048-1061, distrib_optimizer.py:2568-2590;
+    megatron/training/training.py:3039-3044), before any forward. The same code in the late-2023
+    Megatron forks of Zero Bubble (sail-sg/zero-bubble-pipeline-parallelism@ed85b11c
+    megatron/optimizer/optimizer.py:825-836, 869-875; megatron/training.py:421-428). So the copy
+    and the activations (with the backward's working set) are never alive together."""
+    return step_grads_bytes > backward_bytes
+
+
 def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], LayerCost] | None = None) -> StageMemory:
     costs = costs or layer_costs(job)
     inflight = inflight_microbatches(job, rank)
@@ -269,7 +287,14 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
     if key not in job.memo:
         job.memo[key] = (_transient(job, rank, costs), stage_buffers(job, rank), rank_state_bytes(job, rank))
     transient, buffers, states = job.memo[key]
-    dynamic = activations.total + transient.total + buffers.value("unsharded_params") + buffers.value("unsharded_grads")
+    step_grads = states.value("fp32_gradients")
+    if step_peak(activations.total + transient.total, step_grads):
+        activations, transient = activations.scaled(0), transient.scaled(0)
+    else:
+        states = Breakdown.of("bytes", **{name: 0 if name == "fp32_gradients" else v for name, v in states})
+        step_grads = 0
+    dynamic = (activations.total + transient.total + step_grads
+               + buffers.value("unsharded_params") + buffers.value("unsharded_grads"))
     overhead = Breakdown.of(
         "bytes",
         cuda_context=CUDA_CONTEXT_BYTES,

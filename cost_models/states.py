@@ -152,7 +152,7 @@ class StateConvention:
     weight_sharded_from: Zero
     grad_bytes: int
     grad_sharded_from: Zero
-    optimizer_grad_bytes: int  # fp32 gradient copy owned by the optimizer (Megatron fp16)
+    optimizer_grad_bytes: int  # fp32 copy of 16-bit gradients the optimizer takes in its step (Megatron)
     master_bytes: int  # fp32 master weights (0 when the working weights are fp32 already)
 
 
@@ -165,8 +165,11 @@ def convention(framework: Framework, precision: Precision, fp8_params: bool = Fa
         # (Megatron-LM@d98e8a64 megatron/core/distributed/param_and_grad_buffer.py:919-924).
         if precision is Precision.FP16:
             return StateConvention(2, Zero.PARAMETERS, 2, Zero.GRADIENTS, 4, 4)
-        # --grad-reduce-in-bf16 keeps the grad buffer in bf16 (param_and_grad_buffer.py:923).
-        return StateConvention(1 if fp8_params else 2, Zero.PARAMETERS, 2 if bf16_grads else 4, Zero.GRADIENTS, 0, 4)
+        # --grad-reduce-in-bf16 keeps the grad buffer in bf16 (param_and_grad_buffer.py:923-924); the
+        # optimizer step then takes an fp32 copy of it, as for fp16 (distrib_optimizer.py:2792,
+        # optimizer.py:1097; alive in the step only: cost_models.memory.step_peak).
+        return StateConvention(1 if fp8_params else 2, Zero.PARAMETERS, 2 if bf16_grads else 4, Zero.GRADIENTS,
+                               4 if bf16_grads else 0, 4)
     if framework is Framework.TORCHTITAN:
         # FSDP2 keeps sharded fp32 parameters and fp32 gradients (MixedPrecisionPolicy param_dtype=bf16,
         # reduce_dtype=fp32, torchtitan config mixed_precision_param/reduce); the optimizer updates

@@ -1,7 +1,8 @@
 """Regression guards for the accuracy benchmarks.
 
-Memory (benchmarks/memory_accuracy.py): median |error| within the 10% the memory model aims at for
-every row; no row beyond 20% (the two rows outside 10% are explained in docs/accuracy.md).
+Memory (benchmarks/memory_accuracy.py): torchtitan's median |error| within the 10% the memory model aims at for
+every row and no row beyond 20% (the two rows outside 10% are explained in docs/accuracy.md); Zero Bubble's
+and Vocabulary Parallelism's rows all within 10%.
 
 Step time (benchmarks/time_accuracy.py), out of sample: each source predicted with the mechanism
 constants fitted on the other sources. The bounds are today's figures (docs/accuracy.md) plus one
@@ -22,38 +23,69 @@ import pytest  # noqa: E402
 import time_accuracy  # noqa: E402
 
 from cost_models.calibration import DEFAULT, MECHANISMS  # noqa: E402
+from cost_models.units import GiB  # noqa: E402
 
 
 def test_published_torchtitan_memory():
-    rows = memory_accuracy.rows()
+    rows = memory_accuracy.rows("torchtitan")
     assert len(rows) == 20
     errors = [abs(r.error) for r in rows]
     assert statistics.median(errors) <= 0.10
     assert max(errors) <= 0.20, [(r.id, round(r.error, 3)) for r in rows]
 
 
+@pytest.mark.parametrize(("group", "count", "median"), [("zerobubble", 31, 0.01), ("vocabpar", 24, 0.025)])
+def test_published_megatron_fp16_memory(group, count, median):
+    # Zero Bubble and Vocabulary Parallelism (Megatron forks, fp16): every row within 10%, today's
+    # median (0.5% and 1.8%, docs/accuracy.md) plus half a point
+    rows = memory_accuracy.rows(group)
+    assert len(rows) == count
+    errors = [abs(r.error) for r in rows]
+    assert statistics.median(errors) <= median
+    assert max(errors) <= 0.10, [(r.id, round(r.error, 3)) for r in rows]
+
+
+def test_an_allocated_peak_leaves_out_the_fragmentation_and_rank_0_is_the_first_stage():
+    runs = {r.id: r for r in memory_accuracy.load()[0]}
+    run = runs["vocabpar-4b-pp8-s2k-v32k-baseline"]
+    est = memory_accuracy.memory_estimate(run.job())
+    reserved = memory_accuracy.allocator_bytes(est, memory_accuracy.Metric.RESERVED)
+    allocated = memory_accuracy.allocator_bytes(est, memory_accuracy.Metric.ALLOCATED)
+    for stage, r, a in zip(est.stages, reserved, allocated):
+        b = stage.breakdown
+        assert r == stage.peak_bytes - b.value("overhead/cuda_context") - b.value("overhead/nccl")
+        assert a == r - b.value("overhead/fragmentation")
+    # KempnerForge logs rank 0's peak: for the 13B at tp 4, pp 2 the last stage (output layer and
+    # loss) is the larger one, and the first is compared
+    kempner = runs["kempnerforge-cfgval-13b-32gpu-tp4-pp2"]
+    per_stage = memory_accuracy.allocator_bytes(memory_accuracy.memory_estimate(kempner.job()), memory_accuracy.Metric.ALLOCATED)
+    assert per_stage[1] > per_stage[0]
+    row = memory_accuracy.predict(kempner, 1.0)
+    assert row.peak_rank == 0 and row.predicted_gib * GiB == pytest.approx(per_stage[0])
+
+
 def test_published_layouts_that_ran_are_not_called_out_of_memory_more_than_today():
-    # every layout of the step-time table ran as published; today 2 are predicted above their GPU's
-    # capacity and 5 above the default usable memory (docs/accuracy.md names them and why), none of
+    # every layout of the step-time table ran as published; today 1 is predicted above its GPU's
+    # capacity and 2 above the default usable memory (docs/accuracy.md names them and why), none of
     # them a vendor's tuned recipe
     fits = memory_accuracy.fit_rows()
-    assert len(fits) == 254
-    assert sum(f.over_capacity for f in fits) <= 2
-    assert sum(f.over_usable for f in fits) <= 5
+    assert len(fits) == 255
+    assert sum(f.over_capacity for f in fits) <= 1
+    assert sum(f.over_usable for f in fits) <= 2
     assert not [f for f in fits if (f.over_capacity or f.over_usable) and f.id.startswith("mlperf")]
 
 
 def test_step_time_out_of_sample():
     runs, _ = time_accuracy.load()
     cases = [(r, r.job()) for r in runs]
-    assert len(cases) == 254
+    assert len(cases) == 255
     grid = time_accuracy.Grid.build(cases)
     fitted = grid.fit(grid.every)
     for name in MECHANISMS:
         assert getattr(DEFAULT, name) == pytest.approx(getattr(fitted, name), rel=1e-3), name
     rows, _ = time_accuracy.leave_one_source_out(grid)
     errors = [abs(r.error) for r in rows]
-    assert statistics.median(errors) <= 0.076  # 6.6% today
+    assert statistics.median(errors) <= 0.076  # 6.8% today
     by_source: dict[str, list[float]] = defaultdict(list)
     for r in rows:
         by_source[r.family].append(abs(r.error))

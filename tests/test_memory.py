@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from cost_models.memory import inflight_microbatches, memory_estimate
+from cost_models.states import rank_params
 from cost_models.units import GiB
-from helpers import make_job
+from helpers import LLAMA_TINY, make_job
 
 L70 = "llama-3.1-70b"
 
@@ -146,3 +147,33 @@ def test_deepspeed_zero3_gathers_module_by_module_and_prefetches_until_the_live_
     # a whole 70B layer (856M) would have been far smaller than what the module limit allows
     head = 128256 * 8192 + 8192
     assert buffers("llama-3.1-70b") == (2 * head, 2 * head)
+
+
+def test_megatron_fp16_gradient_copy_lives_in_the_step_only():
+    # Megatron fp16, dp = 1, no ZeRO: the states of n parameters are fp16 weights 2n, an fp16
+    # gradient buffer 2n, fp32 master weights 4n and Adam's moments 8n, alive all step (16n); the
+    # optimizer's fp32 gradient copy (4n) exists only between its step and the next zero_grad, when
+    # no activation is held. llama-tiny on one GPU: vocabulary padded to 1024 (embedding and output
+    # 1024·256 each), 4 layers of 2 norms 2·256 + qkv 256·(256 + 2·64) + out 256·256 + SwiGLU
+    # 3·256·688 = 692,736, final norm 256: n = 3,295,488.
+    long = make_job(LLAMA_TINY, gpus=1, training=dict(precision="fp16", seq_len=256, global_batch_size=8), mbs=8)
+    n = int(rank_params(long, 0).total)
+    assert n == 3_295_488
+    stage = memory_estimate(long).stages[0].breakdown
+    # 8 sequences of 256 tokens hold more activation bytes than 4n: the peak is the backward's
+    assert stage.value("activations") > 4 * n
+    assert stage.value("model_states") == 16 * n
+    assert stage.value("model_states/fp32_gradients") == 0
+    # one 16-token sequence holds far less than 4n: the peak is the step's, with the copy and
+    # without activations
+    short = make_job(LLAMA_TINY, gpus=1, training=dict(precision="fp16", seq_len=16, global_batch_size=1), mbs=1)
+    stage = memory_estimate(short).stages[0].breakdown
+    assert stage.value("model_states") == 20 * n
+    assert stage.value("activations") == 0 and stage.value("transient") == 0
+    assert stage.value("overhead/fragmentation") == int(0.10 * 4 * n)
+
+
+def test_bf16_trained_megatron_has_no_step_copy():
+    # with fp32 gradient buffers (Megatron's bf16 default) the step's .float() is the buffer itself
+    job = make_job(LLAMA_TINY, gpus=1, training=dict(seq_len=16, global_batch_size=1), mbs=1)
+    assert memory_estimate(job).stages[0].breakdown.value("model_states/fp32_gradients") == 0

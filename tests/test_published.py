@@ -41,7 +41,7 @@ def test_runs_per_group():
     # a mapping change that drops (or newly admits) a run shows up here, not as a silent skip
     assert Counter(r.group for r in RUNS) == {
         "narayanan2021": 22, "korthikanti2022": 10, "torchtitan": 32, "mpt": 27, "fp8lm": 6, "zerobubble": 31,
-        "vocabpar": 24, "megatron_readme_gpt3ex": 1, "torchtitan_docs_2024": 11, "nanotron_ultrascale": 25,
+        "vocabpar": 24, "megatron_readme_gpt3ex": 1, "torchtitan_docs_2024": 11, "nanotron_ultrascale": 26,
         "kempnerforge_mfu_scaling": 14, "kempnerforge_config_validation": 7, "mlperf": 24, "mlperf_coreweave": 3,
         "mlperf_azure": 1, "mlperf_smc": 1, "mlperf_oracle": 3, "mlperf_cisco": 2, "mlperf_uf": 3,
         "mlperf_ibm_coreweave": 5, "mlperf_nebius": 2,  # the Llama-3.1-405B rows: embedding and loss as pipeline layers
@@ -134,3 +134,13 @@ def test_palm_formula_reproduces_llama3_derived_tokens(entry_id):
     per_token = palm_flop_per_token(n_params=405 * 10**9, num_layers=m["layers"], q_width=m["hidden"], seq_len=m["seq_len"])
     tokens = entry["measured"]["tflops_per_gpu"] * 10**12 / per_token
     assert tokens == pytest.approx(entry["derived"]["tokens_per_s_per_gpu_approx"], abs=0.05)
+
+
+def test_nanotron_places_layers_by_compute_cost():
+    # 1.34B (h 2048, f 8192, V 131072) at pp 2: a layer costs 4·2048² + 3·8192·2048 = 67,108,864 = c,
+    # the lm_head 131072·2048 = 4c, the total 20c; rank 0 is left once the cumulative cost exceeds 10c,
+    # after the 11th layer (10c is not above 10c): 11 layers, then 5 with the lm_head and the loss
+    assert published.nanotron_pp_layout(num_layers=16, hidden=2048, ffn_hidden=8192, vocab=131072, pp=2) == "E" + "t" * 11 + "|" + "t" * 5 + "L"
+    assert BY_ID["nanotron-usp-1p34b-2nodes-dp8-tp1-pp2-mbs1"].job().stage_layer_ids(0) == tuple(range(11))
+    # the 80B at pp 32 (80 layers do not divide evenly) is a run only through this split
+    assert "nanotron-usp-80p0b-16nodes-dp1-tp4-pp32-mbs1" in BY_ID

@@ -137,3 +137,14 @@ def test_experts_shard_over_ep_and_their_own_dp():
     dense, expert = p.total - p.value("experts"), p.value("experts")
     assert states.value("master_weights") == -(-dense * 4 // 32) + -(-expert * 4 // 8)
     assert job.zero is Zero.OPTIMIZER
+
+
+def test_bf16_gradient_buffer_gets_an_fp32_copy_in_the_step():
+    # --grad-reduce-in-bf16: a 2-byte gradient buffer, and the distributed optimizer's step takes an
+    # fp32 copy of its shard (4 bytes over dp = 8); the rest as Megatron bf16 with ZeRO-1:
+    # weights 2 + gradients 2 + (master 4 + Adam 8 + copy 4) / 8 = 6 bytes per parameter
+    job = make_job(LLAMA_TINY, gpus=8, zero=1, training=dict(grad_reduce_in_bf16=True, seq_len=256, global_batch_size=8))
+    n = 8_000_000
+    states = state_bytes(job, params=n, shard=8)
+    assert states.value("fp32_gradients") == 4 * n // 8
+    assert states.total == 6 * n
