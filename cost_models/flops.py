@@ -323,7 +323,8 @@ def model_flops_per_token(spec: ModelSpec, seq_len: int) -> float:
     MoE: every parameter except the input embedding table, which is a lookup; a tied table counts
     once, as the output layer), L attention layers (a hybrid model's Mamba scan is not counted), H·Q
     the attention width (under MLA heads x the mean of the query/key and value head widths, as
-    core_attention counts), T the sequence length. Causal masking is not discounted. torchtitan's MFU
+    core_attention counts), T the sequence length, or a sliding-window or chunked layer's window or
+    chunk where shorter. Causal masking is not discounted. torchtitan's MFU
     uses the same N (parameters minus the embedding). Multi-token prediction modules train with the
     model: their active parameters and one more pass through the output layer per module join N,
     their decoder layers join L."""
@@ -334,6 +335,10 @@ def model_flops_per_token(spec: ModelSpec, seq_len: int) -> float:
     n = spec.params_active - lookup
     if spec.mtp_layers:
         n += mtp_params(spec, active=True).total + spec.mtp_layers * spec.vocab_size * spec.hidden_size
-    attention_layers = sum(c for k, c in spec.layer_kind_counts.items() if k.mixer is MixerKind.ATTENTION)
-    layers = attention_layers + spec.mtp_layers
-    return 6 * n + 12 * layers * spec.num_attention_heads * spec.attention_head_size * seq_len
+    # keys each query is counted against: T, or a local layer's window or chunk when shorter (a
+    # sliding-window query attends at most w tokens: Jiang et al. 2023, Mistral 7B, Sec. 2; a chunked
+    # one those of its chunk), so that MFU counts the attention the model computes
+    keys = sum(c * min(seq_len, k.window or seq_len, k.chunk or seq_len)
+               for k, c in spec.layer_kind_counts.items() if k.mixer is MixerKind.ATTENTION)
+    keys += spec.mtp_layers * seq_len
+    return 6 * n + 12 * keys * spec.num_attention_heads * spec.attention_head_size

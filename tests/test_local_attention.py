@@ -227,3 +227,21 @@ def test_mistral_7b_window_reaches_the_cost_and_the_hugging_face_config():
     qwen = ModelSpec.model_validate({**presets.models()["qwen2.5-7b"].model_dump(), "sliding_window": 1024, "full_attention_every": 4})
     cfg = hf_config(qwen)
     assert cfg["model_type"] == "qwen2" and _hf_windows(cfg) == [None if (i + 1) % 4 == 0 else 1024 for i in range(28)]
+
+
+def test_model_flops_count_a_local_layers_window_not_the_sequence():
+    """MFU's model FLOPs (PaLM's 6·N + 12·H·Q·T per attention layer) take min(T, window) for a
+    sliding-window layer and min(T, chunk) for a chunked one: Mistral-7B at 32k tokens is counted
+    against its 4096-token window on all 32 layers, Gemma-2-2B against 4096 on its 13 local layers
+    and the full 32768 on the other 13."""
+    from cost_models.flops import model_flops_per_token
+
+    mistral = presets.models()["mistral-7b"]
+    n = mistral.params_active - mistral.vocab_size * mistral.hidden_size  # the input table is a lookup
+    hq = mistral.num_attention_heads * mistral.attention_head_size
+    assert model_flops_per_token(mistral, 32768) == 6 * n + 12 * 32 * hq * 4096
+    assert model_flops_per_token(mistral, 2048) == 6 * n + 12 * 32 * hq * 2048  # shorter than the window
+    gemma = presets.models()["gemma-2-2b"]
+    gn = gemma.params_active - gemma.vocab_size * gemma.hidden_size * (0 if gemma.tie_embeddings else 1)
+    ghq = gemma.num_attention_heads * gemma.attention_head_size
+    assert model_flops_per_token(gemma, 32768) == 6 * gn + 12 * ghq * (13 * 4096 + 13 * 32768)
