@@ -197,3 +197,38 @@ def test_llama4_scout_is_slower_with_its_attention_details():
 def test_swiglu_limit_needs_a_swiglu_mlp():
     with pytest.raises(ValueError, match="swiglu_limit clamps a SwiGLU MLP; mlp is gelu"):
         LLAMA_TINY.model_validate({**LLAMA_TINY.model_dump(), "mlp": "gelu", "swiglu_limit": 7.0})
+
+
+def test_validate_worker_runs_gpt_oss_clamped_experts_as_transformers():
+    """validate's worker trains GPT-OSS's clamped SwiGLU: its Experts (gate in w1, up in w3) give
+    transformers' GptOssExperts output (interleaved gate/up columns) with the same weights, inputs
+    large enough that the clamps at ±7 bite. fp32; 1e-5 for sums in another order."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from planner.validate import worker
+    from planner.validate.slices import model_doc
+
+    spec = presets.models()["gpt-oss-20b"]
+    m = model_doc(spec)
+    assert (m["swiglu_limit"], m["swiglu_alpha"]) == (7.0, 1.702)
+    cfg = transformers.GptOssConfig(hidden_size=16, intermediate_size=8, num_local_experts=2, num_experts_per_tok=1,
+                                    swiglu_limit=m["swiglu_limit"], swiglu_alpha=m["swiglu_alpha"])
+    hf = transformers.models.gpt_oss.modeling_gpt_oss.GptOssExperts(cfg)
+    ours = worker.Experts(2, 16, 8, "swiglu", True, worker._clamp(m))
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen))
+        ours.w1.copy_(hf.gate_up_proj[..., ::2])
+        ours.w3.copy_(hf.gate_up_proj[..., 1::2])
+        ours.b1.copy_(hf.gate_up_proj_bias[..., ::2])
+        ours.b3.copy_(hf.gate_up_proj_bias[..., 1::2])
+        ours.w2.copy_(hf.down_proj)
+        ours.b2.copy_(hf.down_proj_bias)
+    x = 3 * torch.randn(6, 16, generator=gen)
+    route = torch.tensor([0, 0, 0, 1, 1, 1])[:, None]
+    want = hf(x, route, torch.ones(6, 1))
+    got = ours(x, [3, 3])
+    pre = x @ hf.gate_up_proj[0]
+    assert (pre.abs() > 7).any()  # the clamps act
+    assert torch.allclose(got, want, atol=1e-5, rtol=1e-5)

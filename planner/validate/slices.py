@@ -391,6 +391,7 @@ def model_doc(m: ModelSpec) -> dict[str, Any]:
         "attn_softcap": m.attn_logit_softcap, "final_softcap": m.final_logit_softcap, "sinks": m.attention_sinks,
         "sandwich_norms": m.sandwich_norms, "zero_centered_norm": m.zero_centered_norm, "scale_embedding": m.scale_embedding,
         "query_pre_attn_scalar": m.query_pre_attn_scalar,
+        "swiglu_limit": m.swiglu_limit, "swiglu_alpha": m.swiglu_alpha,
         "hybrid": m.hybrid_pattern,
         "mamba": None if m.mamba is None else mamba_doc(m.mamba),
     }

@@ -376,29 +376,44 @@ def activation(x, kind: str):
     return F.gelu(x)
 
 
+def glu(gate, up, kind: str, clamp: tuple[float, float] | None):
+    """A gated MLP's hidden activation from its gate and up projections: activation(gate)·up, or
+    GPT-OSS's clamped SwiGLU for clamp = (limit, alpha): gate clamped above at limit, up to ±limit,
+    gate·sigmoid(alpha·gate)·(up + 1) (transformers v5.24.0 modeling_gpt_oss.py GptOssExperts)."""
+    if clamp is None:
+        return activation(gate, kind) * up
+    limit, alpha = clamp
+    gate, up = gate.clamp(max=limit), up.clamp(-limit, limit)
+    return gate * torch.sigmoid(alpha * gate) * (up + 1)
+
+
+def _clamp(m: dict) -> tuple[float, float] | None:
+    return (m["swiglu_limit"], m["swiglu_alpha"]) if m.get("swiglu_limit") else None
+
+
 class MLP(nn.Module):
     """SwiGLU and GeGLU as gate (w1), up (w3) and down (w2) matrices, torchtitan's names; GELU or
     squared ReLU as w1, w2. `act` is the spec's mlp kind (activation)."""
 
-    def __init__(self, h: int, ffn: int, act: str, bias: bool):
+    def __init__(self, h: int, ffn: int, act: str, bias: bool, clamp: tuple[float, float] | None = None):
         super().__init__()
         self.w1 = nn.Linear(h, ffn, bias=bias)
         self.w2 = nn.Linear(ffn, h, bias=bias)
         self.w3 = nn.Linear(h, ffn, bias=bias) if act in GATED else None
-        self.act = act
+        self.act, self.clamp = act, clamp
 
     def forward(self, x):
         if self.w3 is not None:
-            return self.w2(activation(self.w1(x), self.act) * self.w3(x))
+            return self.w2(glu(self.w1(x), self.w3(x), self.act, self.clamp))
         return self.w2(activation(self.w1(x), self.act))
 
 
 class Experts(nn.Module):
     """The routed experts held by one ep rank, stacked: w1/w3 (E_local, h, ffn), w2 (E_local, ffn, h)."""
 
-    def __init__(self, n: int, h: int, ffn: int, act: str, bias: bool):
+    def __init__(self, n: int, h: int, ffn: int, act: str, bias: bool, clamp: tuple[float, float] | None = None):
         super().__init__()
-        self.act = act
+        self.act, self.clamp = act, clamp
         gated = act in GATED
         self.w1 = nn.Parameter(torch.empty(n, h, ffn))
         self.w2 = nn.Parameter(torch.empty(n, ffn, h))
@@ -414,7 +429,7 @@ class Experts(nn.Module):
         for e, xe in enumerate(x.split(splits)):
             a = xe @ self.w1[e] + (self.b1[e] if self.b1 is not None else 0)
             if self.w3 is not None:
-                a = activation(a, self.act) * (xe @ self.w3[e] + (self.b3[e] if self.b3 is not None else 0))
+                a = glu(a, xe @ self.w3[e] + (self.b3[e] if self.b3 is not None else 0), self.act, self.clamp)
             else:
                 a = activation(a, self.act)
             outs.append(a @ self.w2[e] + (self.b2[e] if self.b2 is not None else 0))
@@ -433,8 +448,8 @@ class MoE(nn.Module):
         self.num_experts, self.top_k, self.ep = moe["experts"], moe["top_k"], ep
         self.local = moe["experts"] // ep
         self.router = nn.Linear(h, moe["experts"], bias=moe.get("router_bias", False))
-        self.experts = Experts(self.local, h, moe["ffn"], m["mlp"], m["mlp_bias"])
-        self.shared = nn.ModuleList(MLP(h, moe["shared_ffn"], m["mlp"], m["mlp_bias"]) for _ in range(moe["shared"]))
+        self.experts = Experts(self.local, h, moe["ffn"], m["mlp"], m["mlp_bias"], _clamp(m))
+        self.shared = nn.ModuleList(MLP(h, moe["shared_ffn"], m["mlp"], m["mlp_bias"], _clamp(m)) for _ in range(moe["shared"]))
         # sigmoid scores, renormalised over the chosen experts and scaled (DeepSeek-V3's router; its
         # group limit and balancing bias change which experts a token visits, not the work)
         self.sigmoid = moe.get("score") == "sigmoid"
@@ -590,7 +605,7 @@ class HybridBlock(nn.Module):
         elif kind == "*":
             self.mixer = Attention(m, run.get("attention", "flash"), run["recompute"]["selective"], layer_id)
         else:
-            self.mixer = MLP(m["hidden"], m["ffn"], m["mlp"], m["mlp_bias"])
+            self.mixer = MLP(m["hidden"], m["ffn"], m["mlp"], m["mlp_bias"], _clamp(m))
         # the attribute apply_tp and the cp set-up reach for
         self.attn = self.mixer if kind == "*" else None
 
@@ -611,7 +626,7 @@ class Block(nn.Module):
         if layer_id in m["moe_layers"]:
             self.mlp = MoE(m, run["mesh"]["ep"])
         else:
-            self.mlp = MLP(m["hidden"], m["ffn"], m["mlp"], m["mlp_bias"])
+            self.mlp = MLP(m["hidden"], m["ffn"], m["mlp"], m["mlp_bias"], _clamp(m))
         # Gemma's sandwich norms: the attention and MLP outputs are normed before the residual add
         sandwich = m.get("sandwich_norms", False)
         self.post_attn_norm = _norm(m["hidden"], m) if sandwich else None
