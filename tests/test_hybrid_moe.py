@@ -138,3 +138,66 @@ def test_megatron_launch_carries_the_moe_flags_beside_the_pattern():
         assert flag in text, flag
     # the pattern says which layers are MoE: no per-layer list beside it
     assert "--moe-layer-freq" not in text
+
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+
+def _hf_moe():
+    """transformers' NemotronHMoE for TINY_E (via the config.json the planner writes for it), its
+    weights drawn at random and its correction bias non-zero, so the bias decides some choices."""
+    from planner.launch.hf_config import hf_config
+
+    cfg = transformers.AutoConfig.for_model(**hf_config(TINY_E))
+    torch.manual_seed(0)
+    model = transformers.NemotronHForCausalLM(cfg).float()
+    moe = model.model.layers[1].mixer
+    with torch.no_grad():
+        for p in moe.parameters():
+            p.normal_(0.0, 0.3)
+        moe.gate.e_score_correction_bias.copy_(torch.tensor([0.3, -0.2, 0.0, 0.1]))
+    return model, moe
+
+
+def test_reference_model_counts_transformers_parameters():
+    from planner.torch_model import Transformer
+
+    model, _ = _hf_moe()
+    assert sum(p.numel() for p in model.parameters()) == TINY_E.params_total
+    assert sum(p.numel() for p in Transformer(TINY_E, max_seq=16).parameters()) == TINY_E.params_total
+
+
+def test_moe_layers_match_transformers():
+    """The reference model's MoE (torch_model) and validate's (worker) against NemotronHMoE with the
+    same weights: sigmoid scores, top-2 chosen with the correction bias added (the worker has no bias
+    buffer: checked with the bias zeroed), renormalised, times 2.5, plus the shared expert. fp32 sums
+    in another order: 1e-5."""
+    from planner.torch_model import MoE as RefMoE
+    from planner.torch_model import Kernels
+    from planner.validate.slices import model_doc
+    from planner.validate.worker import MoE as WorkerMoE
+
+    _, hf = _hf_moe()
+    hf.eval()
+    ours = RefMoE(TINY_E, Kernels()).float()
+    with torch.no_grad():
+        ours.router.weight.copy_(hf.gate.weight)
+        ours.expert_bias.copy_(hf.gate.e_score_correction_bias)
+        for e, expert in enumerate(ours.experts):
+            expert.fc1.weight.copy_(hf.experts.up_proj[e])
+            expert.fc2.weight.copy_(hf.experts.down_proj[e])
+        ours.shared[0].fc1.weight.copy_(hf.shared_experts.up_proj.weight)
+        ours.shared[0].fc2.weight.copy_(hf.shared_experts.down_proj.weight)
+    x = torch.randn(2, 8, 32)
+    assert torch.allclose(ours(x), hf(x), atol=1e-5, rtol=1e-5)
+
+    worker = WorkerMoE(model_doc(TINY_E), ep=1).float()
+    with torch.no_grad():
+        hf.gate.e_score_correction_bias.zero_()
+        worker.router.weight.copy_(hf.gate.weight)
+        worker.experts.w1.copy_(hf.experts.up_proj.transpose(1, 2))
+        worker.experts.w2.copy_(hf.experts.down_proj.transpose(1, 2))
+        worker.shared[0].w1.weight.copy_(hf.shared_experts.up_proj.weight)
+        worker.shared[0].w2.weight.copy_(hf.shared_experts.down_proj.weight)
+    assert torch.allclose(worker(x), hf(x), atol=1e-5, rtol=1e-5)
