@@ -201,3 +201,14 @@ def test_moe_layers_match_transformers():
         worker.shared[0].w1.weight.copy_(hf.shared_experts.up_proj.weight)
         worker.shared[0].w2.weight.copy_(hf.shared_experts.down_proj.weight)
     assert torch.allclose(worker(x), hf(x), atol=1e-5, rtol=1e-5)
+
+
+def test_a_stage_without_e_layers_has_no_moe_section():
+    # validate runs one stage's layers as a model of their own: "*-" of "ME*-E" has neither Mamba nor
+    # MoE layers, "-E" keeps the moe section unchanged (the pattern says which layer is MoE)
+    from planner.validate.slices import _stage_model
+
+    job = _job()
+    plain, moe = _stage_model(job, (2, 3)), _stage_model(job, (3, 4))
+    assert (plain.hybrid_pattern, plain.mamba, plain.moe) == ("*-", None, None)
+    assert (moe.hybrid_pattern, moe.moe, moe.moe_layer_ids) == ("-E", TINY_E.moe, (1,))
