@@ -285,7 +285,7 @@ def hf_config(m: ModelSpec) -> dict[str, Any]:
         body = {k: v for k, v in body.items() if k != "hidden_act"} | _local_family(m, kind)
     elif kind.startswith("deepseek"):
         body |= _deepseek(m, kind)
-    elif m.moe is not None:
+    elif m.moe is not None and kind != "nemotron_h":  # NemotronHConfig's MoE keys are _nemotron_h's
         body |= _moe(m, kind)
     config = {"architectures": [ARCHITECTURES[kind]], "model_type": kind, **body}
     try:
