@@ -108,6 +108,18 @@ def test_e_layer_flops_are_the_routed_and_shared_experts():
     assert f.forward_gemm == 16 * (2 * 32 * 4 + 2 * 2 * 2 * 32 * 16 + 2 * 2 * 32 * 32)
 
 
+def test_e_layer_activations_are_the_moe_blocks():
+    # Megatron, bf16, one sequence of 16 tokens, ep 2: the pre-norm's input 16·32·2 and rstd 16·4,
+    # the router's input 16·32·2 and fp32 scores 16·4·4, 32 routed copies (top-2) in 32·32·2, the
+    # experts' relu² input and fc2 input 32·16·2 each, the weighted outputs 16·2·32·2, the shared
+    # expert's 16·32·2 twice; nothing of a mixer (E has none)
+    from cost_models import activations as act
+
+    items = dict(act.layer_items(_job(gpus=2, ep=2), 1))
+    assert set(items) == {"mlp"}
+    assert items["mlp"].total == 1024 + 64 + 1024 + 256 + 2048 + 2 * 1024 + 2048 + 2 * 1024 == 10_560
+
+
 def test_ep_rules_and_the_ep_exchange_reach_e_layers():
     from cost_models.step_time import time_estimate
 
