@@ -247,7 +247,7 @@ class LayerKind(NamedTuple):
     @property
     def label(self) -> str:
         """A name for the kind in breakdowns, one per kind: `dense_layers`, `moe_layers`,
-        `moe_swa_layers`; a hybrid model's `mamba_layers`, `attention_layers`, `mlp_layers`."""
+        `moe_swa_layers`; a hybrid model's `mamba_layers`, `attention_layers`, `mlp_layers`, `moe_layers`."""
         if self.mixer is MixerKind.ATTENTION and self.mlp:
             parts = ["moe" if self.moe else "dense"]
         else:
