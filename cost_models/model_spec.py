@@ -1,5 +1,5 @@
 """ModelSpec: the shape of a decoder-only transformer, dense or mixture-of-experts, or a hybrid of
-Mamba-2, attention and MLP layers (Nemotron-H).
+Mamba-2, attention, MLP and MoE layers (Nemotron-H, Nemotron 3).
 
 Counts only (no units); parameter counts are derived in `cost_models.params`.
 """
@@ -276,7 +276,7 @@ class LayerKind(NamedTuple):
     @property
     def label(self) -> str:
         """A name for the kind in breakdowns, one per kind: `dense_layers`, `moe_layers`,
-        `moe_swa_layers`; a hybrid model's `mamba_layers`, `attention_layers`, `mlp_layers`."""
+        `moe_swa_layers`; a hybrid model's `mamba_layers`, `attention_layers`, `mlp_layers`, `moe_layers`."""
         if self.mixer is MixerKind.ATTENTION and self.mlp:
             parts = ["moe" if self.moe else "dense"]
         else:
@@ -292,14 +292,17 @@ class LayerKind(NamedTuple):
 
 
 # Characters of a hybrid layer pattern (transformers NemotronHConfig._pattern_to_list; Megatron's
-# --hybrid-layer-pattern symbols, megatron/core/models/hybrid/hybrid_layer_allocation.py Symbols):
-# M Mamba-2, * attention, - MLP. E (MoE) layers are refused (HYBRID_CHARS names what is read).
-HYBRID_CHARS = {"M": "Mamba-2", "*": "attention", "-": "MLP"}
+# --hybrid-layer-pattern symbols, Megatron-LM@d98e8a64
+# megatron/core/models/hybrid/hybrid_layer_allocation.py Symbols L14-26): M Mamba-2, * attention,
+# - MLP, E MoE (transformers NemotronHMoE: routed experts, router and a shared expert, one norm
+# before it). Megatron's other symbols (G, D, L) are not read.
+HYBRID_CHARS = {"M": "Mamba-2", "*": "attention", "-": "MLP", "E": "MoE"}
 # and the kind of layer each stands for
 _HYBRID_KINDS = {
     "M": LayerKind(mixer=MixerKind.MAMBA, mlp=False),
     "*": LayerKind(mixer=MixerKind.ATTENTION, mlp=False),
     "-": LayerKind(mixer=MixerKind.NONE, mlp=True),
+    "E": LayerKind(moe=True, mixer=MixerKind.NONE, mlp=True),
 }
 
 
@@ -422,8 +425,13 @@ class ModelSpec(Spec):
                 raise ValueError(f"hybrid_pattern has {len(self.hybrid_pattern)} layers, num_layers is {self.num_layers}; they must be equal")
             if ("M" in self.hybrid_pattern) != (self.mamba is not None):
                 raise ValueError("hybrid_pattern: Mamba layers (M) and a mamba section are given together or not at all")
-            if self.moe is not None:
-                raise ValueError("hybrid_pattern: MoE in a hybrid model (E layers) is not supported; drop the moe section")
+            if ("E" in self.hybrid_pattern) != (self.moe is not None):
+                raise ValueError("hybrid_pattern: MoE layers (E) and a moe section are given together or not at all")
+            if self.moe is not None and (self.moe.first_k_dense or self.moe.layer_freq != 1 or self.moe.dense_layers):
+                raise ValueError(
+                    "moe: in a hybrid model the pattern's E layers are the MoE layers; leave out first_k_dense, "
+                    "layer_freq and dense_layers"
+                )
             if self.sliding_window is not None or self.attention_chunk_size is not None:
                 raise ValueError("hybrid_pattern: local attention (sliding_window, attention_chunk_size) in a hybrid model is not supported")
         elif self.mamba is not None:
@@ -482,6 +490,8 @@ class ModelSpec(Spec):
 
     def is_moe_layer(self, i: int) -> bool:
         m = self.moe
+        if self.hybrid_pattern is not None:
+            return self.hybrid_pattern[i] == "E"
         return m is not None and i >= m.first_k_dense and (i + 1) % m.layer_freq == 0 and i not in m.dense_layers
 
     @cached_property

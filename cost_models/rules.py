@@ -120,7 +120,7 @@ def _kv_heads_titan(job: Job) -> str | None:
 
 def _ffn(job: Job) -> str | None:
     m, lay = job.model, job.layout
-    if m.num_dense_layers and m.ffn_hidden_size % lay.tp:
+    if any(k.mlp and not k.moe for k in m.layer_kinds) and m.ffn_hidden_size % lay.tp:
         return f"ffn_hidden_size({m.ffn_hidden_size}) is not divisible by tp({lay.tp})"
     if m.moe and m.moe.expert_ffn_hidden_size % job.etp:
         return f"expert_ffn_hidden_size({m.moe.expert_ffn_hidden_size}) is not divisible by etp({job.etp})"

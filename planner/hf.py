@@ -432,7 +432,20 @@ def _nemotron_h(cfg: dict[str, Any]) -> dict[str, Any]:
     (or mamba_n_groups), conv_kernel 4 (or mamba_d_conv), chunk_size 128 (or mamba_chunk_size),
     use_conv_bias true (or mamba_conv_bias), use_bias false (in_proj/out_proj), layer_norm_epsilon
     1e-5, tie_word_embeddings false, vocab_size 131072. The Mamba inner width is
-    mamba_num_heads·mamba_head_dim (`expand` is not read by the mixer)."""
+    mamba_num_heads·mamba_head_dim (`expand` is not read by the mixer).
+
+    E ("moe") layers are NemotronHMoE (v5.24.0 modeling_nemotron_h.py L653-797): n_routed_experts
+    NemotronHExperts of up_proj and down_proj without bias (relu2, moe_intermediate_size wide), a
+    NemotronHTopkRouter (weight E x h, no bias; sigmoid scores, an e_score_correction_bias buffer
+    added for choosing, group-limited over n_group groups keeping topk_group, renormalised per
+    norm_topk_prob, times routed_scaling_factor) and one shared NemotronHMLP of
+    moe_shared_expert_intermediate_size (n_shared_experts is not read: one is built). Defaults:
+    n_routed_experts 8, num_experts_per_tok 2, moe_intermediate_size 7688,
+    moe_shared_expert_intermediate_size 7688, n_group 1, topk_group 1, norm_topk_prob true,
+    routed_scaling_factor 1.0, moe_latent_size null. The config names no balancing loss; its weight
+    and form are Megatron-Bridge's for nemotron_h (moe_aux_loss_coeff 0.0001, "seq_aux_loss",
+    NVIDIA-NeMo/Megatron-Bridge@067f987df03b8355b03192d88d70f1709fedf51a
+    src/megatron/bridge/models/nemotronh/nemotron_h_bridge.py L310-313)."""
     types = cfg.get("layers_block_type") or cfg.get("layer_types")
     if types is not None:
         if not isinstance(types, list) or any(t not in _NEMOTRON_H_TYPES for t in types):
@@ -442,13 +455,17 @@ def _nemotron_h(cfg: dict[str, Any]) -> dict[str, Any]:
         pattern = cfg.get("hybrid_override_pattern")
         if not isinstance(pattern, str) or not pattern:
             raise SpecError("config.json: nemotron_h needs layers_block_type or hybrid_override_pattern")
-    if "E" in pattern:
-        raise SpecError(
-            "config.json: nemotron_h MoE layers (E / \"moe\" in the layer pattern) are not supported; "
-            "supported layer kinds: M (Mamba-2), * (attention), - (MLP)"
-        )
+    bad = sorted(set(pattern) - set(_NEMOTRON_H_TYPES.values()))
+    if bad:
+        raise SpecError(f"config.json: hybrid_override_pattern characters {bad} are not layer kinds; allowed: M, *, -, E")
     if _opt(cfg, "num_nextn_predict_layers", 0):
-        raise SpecError("config.json: nemotron_h multi-token prediction layers (num_nextn_predict_layers > 0) are not supported")
+        # NemotronHForCausalLM builds no MTP modules: it drops their weights on load
+        # (NemotronHPreTrainedModel._keys_to_ignore_on_load_unexpected = [r"mtp.*"], v5.24.0
+        # modeling_nemotron_h.py L1013), so their parameters cannot be checked against it
+        raise SpecError(
+            "config.json: nemotron_h multi-token prediction layers (num_nextn_predict_layers > 0) are not supported: "
+            "transformers' NemotronHForCausalLM does not build them; set num_nextn_predict_layers to 0"
+        )
     heads = _opt(cfg, "num_attention_heads", 32)
 
     mamba = dict(
@@ -465,6 +482,7 @@ def _nemotron_h(cfg: dict[str, Any]) -> dict[str, Any]:
     act = cfg.get("mlp_hidden_act", "relu2")
     if act != "relu2":
         raise SpecError(f"config.json: nemotron_h mlp_hidden_act {act!r} is not supported (supported: relu2)")
+    moe = _nemotron_h_moe(cfg) if "E" in pattern else None
     return dict(
         num_layers=len(pattern),
         hidden_size=_opt(cfg, "hidden_size", 4096),
@@ -484,6 +502,35 @@ def _nemotron_h(cfg: dict[str, Any]) -> dict[str, Any]:
         norm_eps=_opt(cfg, "layer_norm_epsilon", 1e-5),
         hybrid_pattern=pattern,
         mamba=mamba if "M" in pattern else None,
+        moe=moe,
+    )
+
+
+def _nemotron_h_moe(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The MoE section of a nemotron_h config with E layers (see _nemotron_h)."""
+    if cfg.get("moe_latent_size") is not None:
+        raise SpecError("config.json: nemotron_h moe_latent_size (a latent projection around the experts) is not supported; "
+                        "set it to null")
+    if _opt(cfg, "mlp_bias", False):
+        # NemotronHExperts has no biases while the shared NemotronHMLP takes mlp_bias: one
+        # mlp_bias cannot say both
+        raise SpecError("config.json: nemotron_h mlp_bias true with MoE layers is not supported (the routed experts "
+                        "have no bias, the shared expert would); set mlp_bias to false")
+    groups, group_top_k = _get(cfg, "n_group", default=1), _get(cfg, "topk_group", default=1)
+    return dict(
+        num_experts=_get(cfg, "n_routed_experts", "num_local_experts", default=8),
+        top_k=_get(cfg, "num_experts_per_tok", default=2),
+        expert_ffn_hidden_size=_get(cfg, "moe_intermediate_size", default=7688),
+        num_shared_experts=1,
+        shared_expert_ffn_hidden_size=_get(cfg, "moe_shared_expert_intermediate_size", default=7688),
+        router_score=RouterScore.SIGMOID,
+        renormalize_top_k=_opt(cfg, "norm_topk_prob", True),
+        routed_scaling_factor=_opt(cfg, "routed_scaling_factor", 1.0),
+        expert_bias=True,
+        router_groups=groups if groups > 1 else None,
+        router_group_top_k=group_top_k if groups > 1 else None,
+        aux_loss_coef=0.0001,
+        sequence_aux_loss=True,
     )
 
 

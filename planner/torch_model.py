@@ -317,7 +317,7 @@ class MoE(nn.Module):
 
 
 class HybridBlock(nn.Module):
-    """One layer of a hybrid model: a norm and one block (Mamba-2, attention or MLP), with its residual."""
+    """One layer of a hybrid model: a norm and one block (Mamba-2, attention, MLP or MoE), with its residual."""
 
     def __init__(self, spec: ModelSpec, layer_id: int, kernels: Kernels):
         super().__init__()
@@ -329,6 +329,8 @@ class HybridBlock(nn.Module):
             self.mixer, self.attention = Mamba2(spec), False
         elif kind.mixer is MixerKind.ATTENTION:
             self.mixer, self.attention = Attention(spec, kernels), True
+        elif kind.moe:
+            self.mixer, self.attention = MoE(spec, kernels), False
         else:
             self.mixer, self.attention = MLP(spec, spec.ffn_hidden_size, kernels), False
 

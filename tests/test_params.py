@@ -138,10 +138,11 @@ def test_mtp_module_counted_apart():
     assert spec.params_total // 10**9 == 671 and 11.5e9 < mtp_params(spec).total < 11.7e9
 
 
-@pytest.mark.parametrize("name", ["nemotron-h-8b", "nemotron-h-56b"])
+@pytest.mark.parametrize("name", ["nemotron-h-8b", "nemotron-h-56b", "nemotron-3-nano-30b-a3b"])
 def test_nemotron_h_presets_match_transformers(name):
-    # 8B: 8,100,852,736 and 56B: 56,324,350,464 parameters, each layer kind counted by transformers'
-    # NemotronHForCausalLM (v5.23.0) on the meta device.
+    # 8B: 8,100,852,736, 56B: 56,324,350,464 and Nemotron 3 Nano: 31,577,937,344 parameters, each layer
+    # kind counted by transformers' NemotronHForCausalLM (v5.23.0; v5.24.0 for the MoE layers) on the
+    # meta device.
     from planner.launch.hf_config import hf_config
 
     spec = presets.models()[name]

@@ -36,6 +36,14 @@ HYBRID_TINY = ModelSpec(
     vocab_size=1000, max_position_embeddings=4096, hybrid_pattern="M*-M-M",
     mamba=dict(num_heads=16, head_dim=32, state_size=16, num_groups=8),
 )
+# A hybrid with MoE (E) layers among Mamba and attention ones (Nemotron 3's kinds): ep applies to the
+# E layers only, the bound sums their costs apart from the others'.
+HYBRID_MOE_TINY = ModelSpec(
+    name="hybrid-moe-tiny", num_layers=6, hidden_size=256, ffn_hidden_size=688, num_attention_heads=8, num_kv_heads=4,
+    vocab_size=1000, max_position_embeddings=4096, hybrid_pattern="ME*EME",
+    mamba=dict(num_heads=16, head_dim=32, state_size=16, num_groups=8),
+    moe=dict(num_experts=4, top_k=2, expert_ffn_hidden_size=256, num_shared_experts=1, router_score="sigmoid", expert_bias=True),
+)
 
 
 def problem(model: ModelSpec, gpus: int, *, seq: int = 2048, gbs: int = 16, framework: str = "megatron",
@@ -55,6 +63,7 @@ CASES = [
     (MOE_TINY, 4, 8, "megatron", 2048),
     (MOE_MIXED_TINY, 2, 8, "megatron", 2048),
     (HYBRID_TINY, 4, 8, "megatron", 2048),
+    (HYBRID_MOE_TINY, 2, 4, "megatron", 1024),
 ]
 
 
@@ -83,7 +92,7 @@ def test_the_bounds_never_exceed_the_exact_model(solved):
     space = Space(p, cal=DEFAULT)
     space.refine(*np.nonzero(space.legal))  # with every pair's dp tail term
     checked = rejected = 0
-    cps = set()
+    cps, eps = set(), set()
     for cell in range(len(space)):
         for zi in range(len(space.shardings)):
             if not space.legal[cell, zi]:
@@ -99,9 +108,12 @@ def test_the_bounds_never_exceed_the_exact_model(solved):
             assert space.mem[cell, zi] <= out.memory.peak_bytes, (out.job.layout, space.mem[cell, zi])
             checked += 1
             cps.add(out.job.layout.cp)
+            eps.add(out.job.layout.ep)
     assert checked + rejected == brute.candidates and checked > 0
     if p.model is HYBRID_TINY:  # Mamba layers under cp: their all-to-alls are in the bound and the exact step alike
         assert cps == {1, 2}
+    if p.model is HYBRID_MOE_TINY:  # expert-parallel layouts of the E layers are among those checked
+        assert eps == {1, 2}
 
 
 def test_the_memory_bound_holds_where_the_peak_is_the_optimizer_step():

@@ -52,6 +52,12 @@ TINY_NEMOTRON = ModelSpec(name="tiny-nemotron", num_layers=2, hidden_size=64, ff
                           zero_centered_norm=True)
 # Nemotron-H's family: Mamba-2, attention and MLP layers (M*-M-*), chunked SSD scan over 4 chunks
 TINY_HYBRID = load_model("tests/data/validate/tiny-nemotron-h.toml")
+# Nemotron 3's kinds: E (MoE) layers among Mamba, attention and MLP ones, 4 sigmoid-routed experts
+# (renormalised, scaled 2.5, with a correction bias) and a shared expert
+TINY_HYBRID_MOE = ModelSpec.model_validate({
+    **TINY_HYBRID.model_dump(), "name": "tiny-nemotron-h-moe", "hybrid_pattern": "M*EM-E",
+    "moe": {"num_experts": 4, "top_k": 2, "expert_ffn_hidden_size": 32, "num_shared_experts": 1,
+            "shared_expert_ffn_hidden_size": 64, "router_score": "sigmoid", "routed_scaling_factor": 2.5, "expert_bias": True}})
 TRAINING = {"framework": "torchtitan", "seq_len": 32, "global_batch_size": 8}
 STEPS, WARMUP, LR = 1, 1, 1e-3  # two optimizer steps; the profiler is on for PROFILED runs only (tests/test_validate.py runs it)
 
@@ -97,6 +103,7 @@ RUNS_2 = {
     "nemotron_fsdp": _job(TINY_NEMOTRON, zero=3),
     "hybrid_fsdp": _native(TINY_HYBRID, zero=3, recompute="full", recompute_layers=3),  # Mamba-2 under FSDP2, 3 of 6 layers checkpointed
     "hybrid_pp": _native(TINY_HYBRID, pp=2, mbs=2),  # a Mamba layer on each side of the pipeline cut
+    "hybrid_ep": _native(TINY_HYBRID_MOE, ep=2),  # E layers' experts over 2 ranks, FSDP over the same 2
 }
 # bf16 as asked (not --fp32): a pipeline without FSDP, and DDP, both cast by autocast in the stage
 RUNS_2_BF16 = {

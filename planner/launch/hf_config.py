@@ -260,6 +260,15 @@ def _nemotron_h(m: ModelSpec) -> dict[str, Any]:
             "n_groups": mb.num_groups, "conv_kernel": mb.conv_kernel, "chunk_size": mb.chunk_size,
             "use_conv_bias": mb.conv_bias, "use_bias": mb.proj_bias,
         }
+    moe = m.moe
+    if moe is not None:
+        out |= {
+            "n_routed_experts": moe.num_experts, "num_experts_per_tok": moe.top_k,
+            "moe_intermediate_size": moe.expert_ffn_hidden_size,
+            "moe_shared_expert_intermediate_size": moe.shared_width, "n_shared_experts": moe.num_shared_experts,
+            "n_group": moe.router_groups or 1, "topk_group": moe.router_group_top_k or 1,
+            "norm_topk_prob": moe.renormalize_top_k, "routed_scaling_factor": moe.routed_scaling_factor,
+        }
     return out
 
 
@@ -297,7 +306,7 @@ def hf_config(m: ModelSpec) -> dict[str, Any]:
         body = {k: v for k, v in body.items() if k != "hidden_act"} | _local_family(m, kind)
     elif kind.startswith("deepseek"):
         body |= _deepseek(m, kind)
-    elif m.moe is not None:
+    elif m.moe is not None and kind != "nemotron_h":  # NemotronHConfig's MoE keys are _nemotron_h's
         body |= _moe(m, kind)
     config = {"architectures": [ARCHITECTURES[kind]], "model_type": kind, **body}
     try:

@@ -443,7 +443,10 @@ def _model(job: Job) -> list[Flag]:
             out.append(("--moe-shared-expert-intermediate-size", moe.num_shared_experts * moe.shared_width))  # TC L701
             if moe.shared_expert_gate:
                 out.append(("--moe-shared-expert-gate",))  # TC moe_shared_expert_gate
-        if m.num_dense_layers:
+        # A hybrid's MoE layers are its pattern's E layers (HybridBlock builds submodules.moe_layer
+        # for each, Megatron-LM@d98e8a64 megatron/core/models/hybrid/hybrid_block.py L184-192;
+        # hybrid_layer_specs.py L63-67, L226-229); moe_layer_freq is read by the GPT layer specs only.
+        if m.num_dense_layers and not hybrid:
             # A Python list, one entry per layer, 1 = MoE (ARG L327 moe_freq_type; TC moe_layer_freq).
             pattern = ",".join("1" if m.is_moe_layer(i) else "0" for i in range(m.num_layers))
             out.append(("--moe-layer-freq", f"[{pattern}]"))  # ARG L3520

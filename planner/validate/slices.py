@@ -200,8 +200,8 @@ REFUSALS = (
             lambda j: j.layout.tp > 1 and j.model.attention_sinks),
     Refusal("tied_split", "tied embeddings run with pp 1 and tp 1 (no shared-embedding group)",
             lambda j: j.model.tie_embeddings and (j.layout.pp > 1 or j.layout.tp > 1)),
-    Refusal("mamba_tp", "Mamba-2 layers run with tp 1 in the worker (in_proj's [z, x, B, C, dt] output is not split by part); use dp and pp",
-            lambda j: j.model.mamba is not None and j.layout.tp > 1),
+    Refusal("mamba_tp", "hybrid (Mamba-2) models run with tp 1 in the worker (in_proj's [z, x, B, C, dt] output is not split by part); use dp and pp",
+            lambda j: j.model.hybrid_pattern is not None and j.layout.tp > 1),
     Refusal("mamba_cp", "Mamba-2 layers run with cp 1 in the worker (no all-to-all of heads); use dp and pp",
             lambda j: j.model.mamba is not None and j.layout.cp > 1),
     Refusal("hybrid_selective", "hybrid (Mamba-2) models run with recompute none or full in the worker; use --recompute full",
@@ -260,7 +260,9 @@ def _stage_model(job: Job, layer_ids: tuple[int, ...]) -> ModelSpec:
         upd["hybrid_pattern"] = "".join(m.hybrid_pattern[lid] for lid in layer_ids)
         if "M" not in upd["hybrid_pattern"]:
             upd["mamba"] = None
-    if m.moe is not None:
+        if "E" not in upd["hybrid_pattern"]:
+            upd["moe"] = None
+    elif m.moe is not None:
         dense = tuple(i for i, lid in enumerate(layer_ids) if not m.is_moe_layer(lid))
         upd["moe"] = m.moe.model_copy(update={"first_k_dense": 0, "layer_freq": 1, "dense_layers": dense})
     return m.model_copy(update=upd)
@@ -324,7 +326,8 @@ def _one_rank(plan: Job) -> Slice:
     lay, m = plan.layout, plan.model
     ids = plan.stage_layer_ids(max(range(lay.pp), key=lambda r: (len(plan.stage_layer_ids(r)), -r)))
     tp = lay.tp
-    moe = m.moe
+    stage = _stage_model(plan, ids) if lay.pp > 1 else m
+    moe = stage.moe
     upd: dict[str, Any] = {
         "num_attention_heads": m.num_attention_heads // tp,
         "num_kv_heads": max(1, m.kv_heads // tp),
@@ -339,7 +342,7 @@ def _one_rank(plan: Job) -> Slice:
             **moe.model_dump(), "num_experts": local, "top_k": min(moe.top_k, local),
             "shared_expert_ffn_hidden_size": max(1, moe.shared_width // tp) if moe.num_shared_experts else None,
         })
-    model = _stage_model(plan, ids).model_copy(update=upd) if lay.pp > 1 else m.model_copy(update=upd)
+    model = stage.model_copy(update=upd)
     model = ModelSpec.model_validate(model.model_dump())
     seq = plan.training.seq_len // lay.cp
     training = _local_batch_training(plan, 1, seq_len=seq)

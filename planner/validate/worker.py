@@ -593,7 +593,7 @@ class Mamba2(nn.Module):
 
 class HybridBlock(nn.Module):
     """One layer of a hybrid model (Nemotron-H): a norm, then one block by the pattern's character
-    (M Mamba-2, * attention, - MLP), with its residual."""
+    (M Mamba-2, * attention, - MLP, E MoE), with its residual."""
 
     def __init__(self, m: dict, layer_id: int, run: dict):
         super().__init__()
@@ -604,10 +604,13 @@ class HybridBlock(nn.Module):
             self.mixer = Mamba2(m["hidden"], m["mamba"], m.get("norm_eps", 1e-5))
         elif kind == "*":
             self.mixer = Attention(m, run.get("attention", "flash"), run["recompute"]["selective"], layer_id)
+        elif kind == "E":
+            self.mixer = MoE(m, run["mesh"]["ep"])
         else:
             self.mixer = MLP(m["hidden"], m["ffn"], m["mlp"], m["mlp_bias"], _clamp(m))
-        # the attribute apply_tp and the cp set-up reach for
+        # the attributes apply_tp, the cp set-up and the ep set-up and apply_fsdp reach for
         self.attn = self.mixer if kind == "*" else None
+        self.mlp = self.mixer if kind == "E" else None
 
     def forward(self, x):
         return x + F.dropout(self.mixer(self.norm(x)), self.dropout, self.training)
@@ -1136,7 +1139,8 @@ def run_one(job: dict, run: dict, out: str, progress: Progress, device) -> dict:
         for st in stages:
             st.cp_positions = positions
             for block in st.layers.values():
-                block.attn.cp = (cp_group, positions)
+                if block.attn is not None:  # a hybrid's Mamba, MLP and MoE layers have none
+                    block.attn.cp = (cp_group, positions)
     if ms["tp"] > 1:
         for st in stages:
             apply_tp(st, mesh["tp"], run["sp"])
