@@ -13,18 +13,27 @@ the same memory headroom.
   rejected layout keeps its gain.
 - outside the space: which bound of planner.space keeps the published layout out of the search.
 
+Judged count: benchmarks/data/software_options.yaml says, per source, which rows are the layout the
+source chose (the others are ablation arms or sweep points) and which layout options its software
+had at the version it ran. Each chosen row is searched again with only those options
+(planner.space.Problem.allowed) and counted as above.
+
 Run: python benchmarks/plan_quality.py [--write docs/accuracy.md] [--only SUBSTRING] [--time-limit S]
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -40,7 +49,7 @@ from planner.render import split_tag  # noqa: E402
 from planner.search import TIE_RESOLUTION, Plan, Rejected, SearchResult, evaluate, search  # noqa: E402
 from planner.space import (  # noqa: E402
     HSDP_GROUPS, MAX_MBS, MAX_VPP, MIN_CP_TOKENS, Problem, Sharding, cp_values, ep_values, etp_values,
-    mbs_values, sharding_ok, shardings, sp_values, stages, tp_values,
+    mbs_values, parse_allowed, sharding_ok, shardings, sp_values, stages, tp_values,
 )
 
 TOP = 5
@@ -48,7 +57,76 @@ CLOSE = 0.03  # "within 3% of our #1"
 SAME = 1e-9  # relative step-time difference below which two scores are the same number
 TIME_LIMIT_S = 30.0
 SECTION = "## Plan quality vs published layouts"
+OPTIONS = Path(__file__).resolve().parent / "data" / "software_options.yaml"
+ROLES = ("chosen", "ablation", "sweep", "best_of")
 BEFORE = "## Notes on the throughput comparison"
+
+
+# --- what each source chose, and what its software offered (data/software_options.yaml) ---------
+
+
+@dataclass(frozen=True)
+class Judging:
+    role: str  # chosen, ablation or sweep
+    why: str
+    source: str
+    software: str | None  # the framework version whose options narrow the search; None: all open
+    allowed: dict[str, frozenset]  # planner.space.Problem.allowed
+
+
+def load_options(path: Path = OPTIONS) -> dict[str, dict[str, Any]]:
+    """The options file, checked: every group says why its rows are chosen and where from; every row
+    rule and options entry has a source; every narrowed axis names its evidence and parses."""
+    data = yaml.safe_load(path.read_text())
+    if not isinstance(data, dict):
+        raise SpecError(f"{path.name}: expected a mapping of group -> entry")
+    for group, entry in data.items():
+        where = f"{path.name} {group}"
+        if set(entry) - {"chosen", "rows", "options", "options_open"}:
+            raise SpecError(f"{where}: unknown keys {sorted(set(entry) - {'chosen', 'rows', 'options', 'options_open'})}")
+        if not (entry.get("chosen") or {}).get("why") or not entry["chosen"].get("source"):
+            raise SpecError(f"{where}: chosen needs why and source")
+        for rule in entry.get("rows") or []:
+            if rule.get("role") not in ROLES or not rule.get("match") or not rule.get("why") or not rule.get("source"):
+                raise SpecError(f"{where} rows: each rule needs match, why, source and a role of {', '.join(ROLES)}")
+            if rule["role"] == "best_of" and re.compile(rule.get("key", "")).groups < 1:
+                raise SpecError(f"{where} rows: a best_of rule needs a key with one group (the sweep's name)")
+        if not entry.get("options") and not entry.get("options_open"):
+            raise SpecError(f"{where}: no options and no options_open saying why every axis is open")
+        for opt in entry.get("options") or []:
+            if not opt.get("match") or not opt.get("software") or not opt.get("source"):
+                raise SpecError(f"{where} options: each entry needs match, software and source")
+            allowed = opt.get("allowed") or {}
+            missing = sorted(set(allowed) - set(opt.get("why") or {}))
+            if missing:
+                raise SpecError(f"{where} options: no evidence (why) for {', '.join(missing)}")
+            parse_allowed(allowed)
+    return data
+
+
+def judge(runs: list[PublishedRun], options: dict[str, dict[str, Any]]) -> dict[str, Judging]:
+    """Each run's role (the first row rule whose match is found in its id; chosen if none) and the
+    options of its software (the first options entry that matches). In a best_of sweep the run with
+    the highest measured tokens/s/GPU is chosen, the rest are sweep points."""
+    out: dict[str, Judging] = {}
+    for run in runs:
+        if run.group not in options:
+            raise SpecError(f"{OPTIONS.name}: group {run.group!r} (run {run.id}) has no entry; add one saying which rows it chose")
+        entry = options[run.group]
+        rule = next((r for r in entry.get("rows") or [] if re.search(r["match"], run.id)), None)
+        role, why, source = ("chosen", entry["chosen"]["why"], entry["chosen"]["source"]) if rule is None else (
+            rule["role"], rule["why"], rule["source"])
+        if role == "best_of":
+            key = re.search(rule["key"], run.id)
+            assert key, f"{run.id}: best_of key {rule['key']} does not match"
+            sweep = [r for r in runs if r.group == run.group and (k := re.search(rule["key"], r.id)) and k.group(1) == key.group(1)]
+            best = max(sweep, key=lambda r: r.measured_tokens_per_s_per_gpu)
+            role = "chosen" if best is run else "sweep"
+            why = f"{why} (best of {len(sweep)}: {best.id})" if len(sweep) > 1 else f"{why} (the only split measured)"
+        opt = next((o for o in entry.get("options") or [] if re.search(o["match"], run.id)), None)
+        allowed = parse_allowed(opt.get("allowed") or {}) if opt else {}
+        out[run.id] = Judging(role, why, source, opt["software"] if opt else None, allowed)
+    return out
 
 
 def rank_of(step_s: float, ranked_s: list[float], top: int = TOP) -> int | None:
@@ -149,8 +227,8 @@ class Row:
         return isinstance(self.published, Plan) and (self.rank is not None or (self.gain is not None and self.gain <= CLOSE))
 
 
-def run_row(run: PublishedRun, time_limit_s: float) -> Row:
-    problem = Problem(run.model, run.cluster, run.training)
+def run_row(run: PublishedRun, time_limit_s: float, allowed: dict[str, frozenset] | None = None) -> Row:
+    problem = Problem(run.model, run.cluster, run.training, allowed=allowed or {})
     published = evaluate(problem, run.layout, headroom=DEFAULT_HEADROOM)
     try:
         job = resolve(run.model, run.cluster, run.training, run.layout)
