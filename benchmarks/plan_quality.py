@@ -310,7 +310,9 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def summary(rows: list[Row], wall_s: float, limit_s: float) -> str:
+def summary(rows: list[Row], wall_s: float, limit_s: float, searched: int | None = None) -> str:
+    """The counts under a table; `searched`: how many of the rows were searched anew in wall_s (the
+    others reuse the unconstrained search), when not all of them."""
     n = len(rows)
     ranked = [r for r in rows if r.rank is not None]
     close = [r for r in rows if isinstance(r.published, Plan) and r.rank is None and r.gain is not None and r.gain <= CLOSE]
@@ -339,7 +341,9 @@ def summary(rows: list[Row], wall_s: float, limit_s: float) -> str:
         f"({TIE_RESOLUTION:.1%}; a search miss): {len(misses)}"
         + (" (" + ", ".join(misses) + ")." if misses else "."),
         f"- Time: {wall_s:.0f} s for {n} rows (search {sum(r.result.seconds for r in rows):.0f} s, "
-        f"slowest {max(r.result.seconds for r in rows):.1f} s).",
+        f"slowest {max(r.result.seconds for r in rows):.1f} s)." if searched is None else
+        f"- Time: {wall_s:.0f} s for the {searched} rows whose options narrow the search; the other {n - searched} "
+        "are the unconstrained rows below.",
     ]
     return "\n".join(lines)
 
@@ -446,10 +450,12 @@ def options_table(options: dict[str, dict[str, Any]], runs: list[PublishedRun], 
     for group in dict.fromkeys(r.group for r in runs):
         entry = options[group]
         for opt in entry.get("options") or []:
+            ids = [r.id for r in runs if r.group == group and judging[r.id].role == "chosen"]
+            n = sum(1 for i in ids if next(o for o in entry["options"] if re.search(o["match"], i)) is opt)
             allowed = opt.get("allowed") or {}
             evidence = "; ".join(f"{axis}: {why}" for axis, why in (opt.get("why") or {}).items()) or "—"
             rows_of = "" if opt["match"] == "." else f" (ids matching `{opt['match']}`)"
-            lines.append(f"| {group}{rows_of} | {chosen[group]} | {opt['software']} | "
+            lines.append(f"| {group}{rows_of} | {n} | {opt['software']} | "
                          f"{short_allowed(parse_allowed(allowed))} | {evidence} ({opt['source']}) |")
         if not entry.get("options"):
             lines.append(f"| {group} | {chosen[group]} | — | all open | {entry['options_open']} |")
@@ -519,7 +525,7 @@ def main() -> int:
         "### Rows left out of the judged count\n\n" + excluded(runs, judging),
         "### Options each source's software had\n\n" + options_table(options, runs, judging),
         "### Judged: chosen rows, searched with their software's options\n\n" + judged_table(judged, judging),
-        summary(judged, judged_wall, args.time_limit),
+        summary(judged, judged_wall, args.time_limit, searched=sum(1 for r in judged if judging[r.run.id].allowed)),
         grouped + causes(judged),
         "### Unconstrained: every row, nothing fixed\n\n" + table(rows),
         summary(rows, wall, args.time_limit),
