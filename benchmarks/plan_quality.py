@@ -30,6 +30,7 @@ import sys
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,16 @@ SAME = 1e-9  # relative step-time difference below which two scores are the same
 TIME_LIMIT_S = 30.0
 SECTION = "## Plan quality vs published layouts"
 OPTIONS = Path(__file__).resolve().parent / "data" / "software_options.yaml"
-ROLES = ("chosen", "ablation", "sweep", "best_of")
+
+
+class Role(StrEnum):
+    CHOSEN = "chosen"  # the layout the source chose: recommended, best found, production or submission
+    ABLATION = "ablation"  # the baseline or "without" arm of a comparison the source makes
+    SWEEP = "sweep"  # a point of a sweep of one layout knob
+    BEST_OF = "best_of"  # (options file only) a sweep whose best measured point is chosen
+
+
+ROLES = tuple(r.value for r in Role)
 BEFORE = "## Notes on the throughput comparison"
 
 
@@ -67,7 +77,7 @@ BEFORE = "## Notes on the throughput comparison"
 
 @dataclass(frozen=True)
 class Judging:
-    role: str  # chosen, ablation or sweep
+    role: Role  # CHOSEN, ABLATION or SWEEP
     why: str
     source: str
     software: str | None  # the framework version whose options narrow the search; None: all open
@@ -89,7 +99,7 @@ def load_options(path: Path = OPTIONS) -> dict[str, dict[str, Any]]:
         for rule in entry.get("rows") or []:
             if rule.get("role") not in ROLES or not rule.get("match") or not rule.get("why") or not rule.get("source"):
                 raise SpecError(f"{where} rows: each rule needs match, why, source and a role of {', '.join(ROLES)}")
-            if rule["role"] == "best_of" and re.compile(rule.get("key", "")).groups < 1:
+            if rule["role"] == Role.BEST_OF and re.compile(rule.get("key", "")).groups < 1:
                 raise SpecError(f"{where} rows: a best_of rule needs a key with one group (the sweep's name)")
         if not entry.get("options") and not entry.get("options_open"):
             raise SpecError(f"{where}: no options and no options_open saying why every axis is open")
@@ -114,14 +124,14 @@ def judge(runs: list[PublishedRun], options: dict[str, dict[str, Any]]) -> dict[
             raise SpecError(f"{OPTIONS.name}: group {run.group!r} (run {run.id}) has no entry; add one saying which rows it chose")
         entry = options[run.group]
         rule = next((r for r in entry.get("rows") or [] if re.search(r["match"], run.id)), None)
-        role, why, source = ("chosen", entry["chosen"]["why"], entry["chosen"]["source"]) if rule is None else (
-            rule["role"], rule["why"], rule["source"])
-        if role == "best_of":
+        role, why, source = (Role.CHOSEN, entry["chosen"]["why"], entry["chosen"]["source"]) if rule is None else (
+            Role(rule["role"]), rule["why"], rule["source"])
+        if role is Role.BEST_OF:
             key = re.search(rule["key"], run.id)
             assert key, f"{run.id}: best_of key {rule['key']} does not match"
             sweep = [r for r in runs if r.group == run.group and (k := re.search(rule["key"], r.id)) and k.group(1) == key.group(1)]
             best = max(sweep, key=lambda r: r.measured_tokens_per_s_per_gpu)
-            role = "chosen" if best is run else "sweep"
+            role = Role.CHOSEN if best is run else Role.SWEEP
             why = f"{why} (best of {len(sweep)}: {best.id})" if len(sweep) > 1 else f"{why} (the only split measured)"
         opt = next((o for o in entry.get("options") or [] if re.search(o["match"], run.id)), None)
         allowed = parse_allowed(opt.get("allowed") or {}) if opt else {}
@@ -434,7 +444,7 @@ def excluded(runs: list[PublishedRun], judging: dict[str, Judging]) -> str:
     by: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)
     for run in runs:
         j = judging[run.id]
-        if j.role != "chosen":
+        if j.role is not Role.CHOSEN:
             by[(run.group, j.role, re.sub(r" \(best of .*\)$", "", j.why), j.source)].append(run.id)
     total = Counter(r.group for r in runs)
     lines = []
@@ -445,12 +455,12 @@ def excluded(runs: list[PublishedRun], judging: dict[str, Judging]) -> str:
 
 def options_table(options: dict[str, dict[str, Any]], runs: list[PublishedRun], judging: dict[str, Judging]) -> str:
     """Per group, the software version and the axes its options narrow, each with its evidence."""
-    chosen = Counter(r.group for r in runs if judging[r.id].role == "chosen")
+    chosen = Counter(r.group for r in runs if judging[r.id].role is Role.CHOSEN)
     lines = ["| group | chosen rows | software | search narrowed to | evidence |", "|---|---:|---|---|---|"]
     for group in dict.fromkeys(r.group for r in runs):
         entry = options[group]
         for opt in entry.get("options") or []:
-            ids = [r.id for r in runs if r.group == group and judging[r.id].role == "chosen"]
+            ids = [r.id for r in runs if r.group == group and judging[r.id].role is Role.CHOSEN]
             n = sum(1 for i in ids if next(o for o in entry["options"] if re.search(o["match"], i)) is opt)
             allowed = opt.get("allowed") or {}
             evidence = "; ".join(f"{axis}: {why}" for axis, why in (opt.get("why") or {}).items()) or "—"
@@ -497,7 +507,7 @@ def main() -> int:
     judged = []
     for row in rows:
         j = judging[row.run.id]
-        if j.role != "chosen":
+        if j.role is not Role.CHOSEN:
             continue
         if j.allowed:
             row = run_row(row.run, args.time_limit, j.allowed)
