@@ -530,8 +530,13 @@ def main() -> int:
         "otherwise the axis stays open). Rows that differ only in something that is not a layout axis "
         "(torch.compile, Float8, async TP, precision) keep their source's chosen layout and count.\n\n"
     )
+    by_group = "| group | judged | unconstrained |\n|---|---:|---:|\n" + "\n".join(
+        f"| {g} | {sum(r.good for r in judged if r.run.group == g)}/{sum(1 for r in judged if r.run.group == g)} | "
+        f"{sum(r.good for r in rows if r.run.group == g)}/{sum(1 for r in rows if r.run.group == g)} |"
+        for g in dict.fromkeys(r.run.group for r in rows))
     text = "\n\n".join([
         lead.rstrip(),
+        "In our top 5 or within 3% of our #1, per source group:\n\n" + by_group,
         "### Rows left out of the judged count\n\n" + excluded(runs, judging),
         "### Options each source's software had\n\n" + options_table(options, runs, judging),
         "### Judged: chosen rows, searched with their software's options\n\n" + judged_table(judged, judging),
