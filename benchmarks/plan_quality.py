@@ -13,18 +13,28 @@ the same memory headroom.
   rejected layout keeps its gain.
 - outside the space: which bound of planner.space keeps the published layout out of the search.
 
+Judged count: benchmarks/data/software_options.yaml says, per source, which rows are the layout the
+source chose (the others are ablation arms or sweep points) and which layout options its software
+had at the version it ran. Each chosen row is searched again with only those options
+(planner.space.Problem.allowed) and counted as above.
+
 Run: python benchmarks/plan_quality.py [--write docs/accuracy.md] [--only SUBSTRING] [--time-limit S]
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -40,7 +50,7 @@ from planner.render import split_tag  # noqa: E402
 from planner.search import TIE_RESOLUTION, Plan, Rejected, SearchResult, evaluate, search  # noqa: E402
 from planner.space import (  # noqa: E402
     HSDP_GROUPS, MAX_MBS, MAX_VPP, MIN_CP_TOKENS, Problem, Sharding, cp_values, ep_values, etp_values,
-    mbs_values, sharding_ok, shardings, sp_values, stages, tp_values,
+    mbs_values, parse_allowed, sharding_ok, shardings, sp_values, stages, tp_values,
 )
 
 TOP = 5
@@ -48,7 +58,85 @@ CLOSE = 0.03  # "within 3% of our #1"
 SAME = 1e-9  # relative step-time difference below which two scores are the same number
 TIME_LIMIT_S = 30.0
 SECTION = "## Plan quality vs published layouts"
+OPTIONS = Path(__file__).resolve().parent / "data" / "software_options.yaml"
+
+
+class Role(StrEnum):
+    CHOSEN = "chosen"  # the layout the source chose: recommended, best found, production or submission
+    ABLATION = "ablation"  # the baseline or "without" arm of a comparison the source makes
+    SWEEP = "sweep"  # a point of a sweep of one layout knob
+    BEST_OF = "best_of"  # (options file only) a sweep whose best measured point is chosen
+
+
+ROLES = tuple(r.value for r in Role)
 BEFORE = "## Notes on the throughput comparison"
+
+
+# --- what each source chose, and what its software offered (data/software_options.yaml) ---------
+
+
+@dataclass(frozen=True)
+class Judging:
+    role: Role  # CHOSEN, ABLATION or SWEEP
+    why: str
+    source: str
+    software: str | None  # the framework version whose options narrow the search; None: all open
+    allowed: dict[str, frozenset]  # planner.space.Problem.allowed
+
+
+def load_options(path: Path = OPTIONS) -> dict[str, dict[str, Any]]:
+    """The options file, checked: every group says why its rows are chosen and where from; every row
+    rule and options entry has a source; every narrowed axis names its evidence and parses."""
+    data = yaml.safe_load(path.read_text())
+    if not isinstance(data, dict):
+        raise SpecError(f"{path.name}: expected a mapping of group -> entry")
+    for group, entry in data.items():
+        where = f"{path.name} {group}"
+        if set(entry) - {"chosen", "rows", "options", "options_open"}:
+            raise SpecError(f"{where}: unknown keys {sorted(set(entry) - {'chosen', 'rows', 'options', 'options_open'})}")
+        if not (entry.get("chosen") or {}).get("why") or not entry["chosen"].get("source"):
+            raise SpecError(f"{where}: chosen needs why and source")
+        for rule in entry.get("rows") or []:
+            if rule.get("role") not in ROLES or not rule.get("match") or not rule.get("why") or not rule.get("source"):
+                raise SpecError(f"{where} rows: each rule needs match, why, source and a role of {', '.join(ROLES)}")
+            if rule["role"] == Role.BEST_OF and re.compile(rule.get("key", "")).groups < 1:
+                raise SpecError(f"{where} rows: a best_of rule needs a key with one group (the sweep's name)")
+        if not entry.get("options") and not entry.get("options_open"):
+            raise SpecError(f"{where}: no options and no options_open saying why every axis is open")
+        for opt in entry.get("options") or []:
+            if not opt.get("match") or not opt.get("software") or not opt.get("source"):
+                raise SpecError(f"{where} options: each entry needs match, software and source")
+            allowed = opt.get("allowed") or {}
+            missing = sorted(set(allowed) - set(opt.get("why") or {}))
+            if missing:
+                raise SpecError(f"{where} options: no evidence (why) for {', '.join(missing)}")
+            parse_allowed(allowed)
+    return data
+
+
+def judge(runs: list[PublishedRun], options: dict[str, dict[str, Any]]) -> dict[str, Judging]:
+    """Each run's role (the first row rule whose match is found in its id; chosen if none) and the
+    options of its software (the first options entry that matches). In a best_of sweep the run with
+    the highest measured tokens/s/GPU is chosen, the rest are sweep points."""
+    out: dict[str, Judging] = {}
+    for run in runs:
+        if run.group not in options:
+            raise SpecError(f"{OPTIONS.name}: group {run.group!r} (run {run.id}) has no entry; add one saying which rows it chose")
+        entry = options[run.group]
+        rule = next((r for r in entry.get("rows") or [] if re.search(r["match"], run.id)), None)
+        role, why, source = (Role.CHOSEN, entry["chosen"]["why"], entry["chosen"]["source"]) if rule is None else (
+            Role(rule["role"]), rule["why"], rule["source"])
+        if role is Role.BEST_OF:
+            key = re.search(rule["key"], run.id)
+            assert key, f"{run.id}: best_of key {rule['key']} does not match"
+            sweep = [r for r in runs if r.group == run.group and (k := re.search(rule["key"], r.id)) and k.group(1) == key.group(1)]
+            best = max(sweep, key=lambda r: r.measured_tokens_per_s_per_gpu)
+            role = Role.CHOSEN if best is run else Role.SWEEP
+            why = f"{why} (best of {len(sweep)}: {best.id})" if len(sweep) > 1 else f"{why} (the only split measured)"
+        opt = next((o for o in entry.get("options") or [] if re.search(o["match"], run.id)), None)
+        allowed = parse_allowed(opt.get("allowed") or {}) if opt else {}
+        out[run.id] = Judging(role, why, source, opt["software"] if opt else None, allowed)
+    return out
 
 
 def rank_of(step_s: float, ranked_s: list[float], top: int = TOP) -> int | None:
@@ -149,8 +237,8 @@ class Row:
         return isinstance(self.published, Plan) and (self.rank is not None or (self.gain is not None and self.gain <= CLOSE))
 
 
-def run_row(run: PublishedRun, time_limit_s: float) -> Row:
-    problem = Problem(run.model, run.cluster, run.training)
+def run_row(run: PublishedRun, time_limit_s: float, allowed: dict[str, frozenset] | None = None) -> Row:
+    problem = Problem(run.model, run.cluster, run.training, allowed=allowed or {})
     published = evaluate(problem, run.layout, headroom=DEFAULT_HEADROOM)
     try:
         job = resolve(run.model, run.cluster, run.training, run.layout)
@@ -232,7 +320,9 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def summary(rows: list[Row], wall_s: float, limit_s: float) -> str:
+def summary(rows: list[Row], wall_s: float, limit_s: float, searched: int | None = None) -> str:
+    """The counts under a table; `searched`: how many of the rows were searched anew in wall_s (the
+    others reuse the unconstrained search), when not all of them."""
     n = len(rows)
     ranked = [r for r in rows if r.rank is not None]
     close = [r for r in rows if isinstance(r.published, Plan) and r.rank is None and r.gain is not None and r.gain <= CLOSE]
@@ -261,7 +351,9 @@ def summary(rows: list[Row], wall_s: float, limit_s: float) -> str:
         f"({TIE_RESOLUTION:.1%}; a search miss): {len(misses)}"
         + (" (" + ", ".join(misses) + ")." if misses else "."),
         f"- Time: {wall_s:.0f} s for {n} rows (search {sum(r.result.seconds for r in rows):.0f} s, "
-        f"slowest {max(r.result.seconds for r in rows):.1f} s).",
+        f"slowest {max(r.result.seconds for r in rows):.1f} s)." if searched is None else
+        f"- Time: {wall_s:.0f} s for the {searched} rows whose options narrow the search; the other {n - searched} "
+        "are the unconstrained rows below.",
     ]
     return "\n".join(lines)
 
@@ -335,6 +427,62 @@ def causes(rows: list[Row]) -> str:
     return "\n".join(out) if out else f"Every row is in our top {TOP} or within {CLOSE:.0%} of our #1."
 
 
+def short_allowed(allowed: dict[str, frozenset]) -> str:
+    """sp off · recompute none/full · zero 0 · cp 1: the narrowed axes of a Judging."""
+    def show(v: object) -> str:
+        if v is None:
+            return "all"
+        if isinstance(v, bool):
+            return "on" if v else "off"
+        return str(getattr(v, "value", v))
+
+    return " · ".join(f"{axis} {'/'.join(sorted(map(show, vs)))}" for axis, vs in allowed.items()) or "all open"
+
+
+def excluded(runs: list[PublishedRun], judging: dict[str, Judging]) -> str:
+    """The rows left out of the judged count, by group and reason."""
+    by: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)
+    for run in runs:
+        j = judging[run.id]
+        if j.role is not Role.CHOSEN:
+            by[(run.group, j.role, re.sub(r" \(best of .*\)$", "", j.why), j.source)].append(run.id)
+    total = Counter(r.group for r in runs)
+    lines = []
+    for (group, role, why, source), ids in by.items():
+        lines.append(f"- **{group}**, {len(ids)} of {total[group]} rows, {role}: {why} ({source}). Rows: {', '.join(ids)}.")
+    return "\n".join(lines) if lines else "None."
+
+
+def options_table(options: dict[str, dict[str, Any]], runs: list[PublishedRun], judging: dict[str, Judging]) -> str:
+    """Per group, the software version and the axes its options narrow, each with its evidence."""
+    chosen = Counter(r.group for r in runs if judging[r.id].role is Role.CHOSEN)
+    lines = ["| group | chosen rows | software | search narrowed to | evidence |", "|---|---:|---|---|---|"]
+    for group in dict.fromkeys(r.group for r in runs):
+        entry = options[group]
+        for opt in entry.get("options") or []:
+            ids = [r.id for r in runs if r.group == group and judging[r.id].role is Role.CHOSEN]
+            n = sum(1 for i in ids if next(o for o in entry["options"] if re.search(o["match"], i)) is opt)
+            allowed = opt.get("allowed") or {}
+            evidence = "; ".join(f"{axis}: {why}" for axis, why in (opt.get("why") or {}).items()) or "—"
+            rows_of = "" if opt["match"] == "." else f" (ids matching `{opt['match']}`)"
+            lines.append(f"| {group}{rows_of} | {n} | {opt['software']} | "
+                         f"{short_allowed(parse_allowed(allowed))} | {evidence} ({opt['source']}) |")
+        if not entry.get("options"):
+            lines.append(f"| {group} | {chosen[group]} | — | all open | {entry['options_open']} |")
+    return "\n".join(lines)
+
+
+def judged_table(rows: list[Row], judging: dict[str, Judging]) -> str:
+    lines = table(rows).splitlines()
+    lines[0] = lines[0].replace("| framework |", "| framework | options |")
+    lines[1] = "|---|---:|---|---|---|---|---:|---:|---|"
+    for i, r in enumerate(rows, 2):
+        cells = lines[i].split(" | ")
+        cells.insert(3, short_allowed(judging[r.run.id].allowed))
+        lines[i] = " | ".join(cells)
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", type=Path, help="also write the section into this markdown file")
@@ -345,24 +493,65 @@ def main() -> int:
         parser.error("--write needs every run; drop --only")
     started = time.perf_counter()
     runs, _ = load()
+    options = load_options()
+    judging = judge(runs, options)
+    runs = [r for r in runs if args.only in r.id]
+    if not runs:
+        parser.error(f"no run id contains {args.only!r}")
     rows = []
-    for i, run in enumerate(r for r in runs if args.only in r.id):
+    for i, run in enumerate(runs):
         row = run_row(run, args.time_limit)
         rows.append(row)
-        rank = "rejected" if isinstance(row.published, Rejected) else row.rank or f"> {TOP}"
-        gain = f"{row.gain:+.1%}" if row.gain is not None else "—"
-        print(f"[{i + 1}] {run.id}: rank {rank}, gain {gain}, search {row.result.seconds:.1f} s", file=sys.stderr)
-    if not rows:
-        parser.error(f"no run id contains {args.only!r}")
+        print(f"[{i + 1}] {run.id}: {progress(row)}", file=sys.stderr)
     wall = time.perf_counter() - started
-    text = "\n\n".join([table(rows), summary(rows, wall, args.time_limit), "Rows outside the top 5 and more than 3% behind our #1, "
-                        "grouped by the term of the step breakdown our #1 saves most on:\n\n" + causes(rows)])
+    judged = []
+    for row in rows:
+        j = judging[row.run.id]
+        if j.role is not Role.CHOSEN:
+            continue
+        if j.allowed:
+            row = run_row(row.run, args.time_limit, j.allowed)
+            print(f"[judged] {row.run.id} ({short_allowed(j.allowed)}): {progress(row)}", file=sys.stderr)
+        judged.append(row)
+    judged_wall = time.perf_counter() - started - wall
+    grouped = "Rows outside the top 5 and more than 3% behind our #1, grouped by the term of the step breakdown our #1 saves most on:\n\n"
+    n_good, n_judged_good = sum(r.good for r in rows), sum(r.good for r in judged)
+    lead = (
+        f"**Judged: {n_judged_good}/{len(judged)}** of the layouts the sources chose are in our top {TOP} or within "
+        f"{CLOSE:.0%} of our #1 when the search has only the options the source's software had. "
+        f"**Unconstrained: {n_good}/{len(rows)}** of all published rows, the search free on every axis.\n\n"
+        "Method. Two questions are asked of each published run. (1) Unconstrained: `planner plan` on the same problem "
+        "(model, GPUs, sequence length, global batch, framework, precision) with nothing fixed; every row counts. "
+        "(2) Judged: only rows whose layout the source chose (its recommended, best or production run, per "
+        "benchmarks/data/software_options.yaml, which quotes the source) count; ablation arms (a comparison's "
+        "baseline) and sweep points (one knob varied at a fixed setting) are left out, and each chosen row is "
+        "searched with the layout options its software had at the version the source ran (Problem.allowed; an "
+        "option counts as absent only where the framework's source at a commit of that date shows it missing, "
+        "otherwise the axis stays open). Rows that differ only in something that is not a layout axis "
+        "(torch.compile, Float8, async TP, precision) keep their source's chosen layout and count.\n\n"
+    )
+    by_group = "| group | judged | unconstrained |\n|---|---:|---:|\n" + "\n".join(
+        f"| {g} | {sum(r.good for r in judged if r.run.group == g)}/{sum(1 for r in judged if r.run.group == g)} | "
+        f"{sum(r.good for r in rows if r.run.group == g)}/{sum(1 for r in rows if r.run.group == g)} |"
+        for g in dict.fromkeys(r.run.group for r in rows))
+    text = "\n\n".join([
+        lead.rstrip(),
+        "In our top 5 or within 3% of our #1, per source group:\n\n" + by_group,
+        "### Rows left out of the judged count\n\n" + excluded(runs, judging),
+        "### Options each source's software had\n\n" + options_table(options, runs, judging),
+        "### Judged: chosen rows, searched with their software's options\n\n" + judged_table(judged, judging),
+        summary(judged, judged_wall, args.time_limit, searched=sum(1 for r in judged if judging[r.run.id].allowed)),
+        grouped + causes(judged),
+        "### Unconstrained: every row, nothing fixed\n\n" + table(rows),
+        summary(rows, wall, args.time_limit),
+        grouped + causes(rows),
+    ])
     print(text)
     if args.write:
         intro = (
             "Produced by `python benchmarks/plan_quality.py --write docs/accuracy.md`. For each published run\n"
-            "above, `planner plan` is run on the same problem (model, GPUs, sequence length, global batch,\n"
-            f"framework, precision; nothing fixed; headroom {DEFAULT_HEADROOM:.0%}; search limit {args.time_limit:.0f} s per run), and the\n"
+            "above, `planner plan` is run on the same problem (headroom "
+            f"{DEFAULT_HEADROOM:.0%}; search limit {args.time_limit:.0f} s per run), and the\n"
             "published layout is scored exactly as `planner estimate` scores it. Rank = 1 + our listed layouts\n"
             f"with a strictly smaller predicted step (\"> {TOP}\": slower than our #{TOP}); gain of #1 = published step /\n"
             "our #1 step − 1. Where the published layout is neither in the top 5 nor within 3%, the note names the\n"
@@ -370,6 +559,12 @@ def main() -> int:
         )
         write(args.write, text, intro)
     return 0
+
+
+def progress(row: Row) -> str:
+    rank = "rejected" if isinstance(row.published, Rejected) else row.rank or f"> {TOP}"
+    gain = f"{row.gain:+.1%}" if row.gain is not None else "—"
+    return f"rank {rank}, gain {gain}, search {row.result.seconds:.1f} s"
 
 
 def write(path: Path, text: str, intro: str) -> None:

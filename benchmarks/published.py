@@ -195,12 +195,12 @@ def _recompute(text: str) -> Recompute:
 
 def _megatron_zero(text: str) -> Zero:
     t = text.lower()
+    if t.startswith("none"):  # before the phrases below: "none (... has no distributed optimizer)"
+        return Zero.NONE
     if "fsdp (size" in t:  # Megatron FSDP shards parameters, gradients and optimizer states
         return Zero.PARAMETERS
     if "distributed optimizer" in t:
         return Zero.OPTIMIZER
-    if t.startswith("none"):
-        return Zero.NONE
     raise Skip(f"data-parallel sharding {text!r} not understood")
 
 

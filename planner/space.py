@@ -18,6 +18,9 @@ Bounds of the search, beyond the frameworks' rules:
   --decoder-first/last-pipeline-num-layers are used for);
 - vpp is at most MAX_VPP;
 - HSDP shard groups are powers of two from 8 to 256 data-parallel ranks.
+
+A Problem may pin an axis (`fixed`, what `plan --fix` sets) or narrow it to a set of values
+(`allowed`: e.g. sp off and recompute none or full, the options an older framework version had).
 """
 
 from __future__ import annotations
@@ -88,6 +91,7 @@ class Problem:
     training: TrainingSpec  # global_batch_size set
     fixed: dict[str, object] = field(default_factory=dict)
     allow_cross_node_tp: bool = False
+    allowed: dict[str, frozenset] = field(default_factory=dict)  # axis -> the values the search may use (parse_allowed)
 
     @property
     def gpus(self) -> int:
@@ -136,11 +140,38 @@ def parse_fixes(items: list[str]) -> dict[str, object]:
     return out
 
 
+ALLOWABLE = tuple(a for a in FIXABLE if a != "dp")  # dp follows from the others
+
+
+def parse_allowed(axes: dict[str, list]) -> dict[str, frozenset]:
+    """{"sp": [False], "recompute": ["none", "full"], "recompute_layers": [None]} -> the typed value
+    sets of Problem.allowed. None (only for recompute_layers and dp_shard) means "every layer" and
+    "shard over all of dp"; every other value is read as `--fix AXIS=VALUE` reads it."""
+    out: dict[str, frozenset] = {}
+    for axis, values in axes.items():
+        if axis not in ALLOWABLE:
+            raise SpecError(f"allowed axis {axis!r}: expected one of {', '.join(ALLOWABLE)}")
+        if not values:
+            raise SpecError(f"allowed {axis}: give at least one value")
+        parsed = set()
+        for v in values:
+            if v is None:
+                if axis not in ("recompute_layers", "dp_shard"):
+                    raise SpecError(f"allowed {axis}: null is only meaningful for recompute_layers and dp_shard")
+                parsed.add(None)
+            else:
+                parsed.add(parse_fixes([f"{axis}={str(v).lower() if isinstance(v, bool) else v}"])[axis])
+        out[axis] = frozenset(parsed)
+    return out
+
+
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def _fixed(problem: Problem, axis: str, values: list) -> list:
+    if axis in problem.allowed:
+        values = [v for v in values if v in problem.allowed[axis]]
     if axis in problem.fixed:
         return [v for v in values if v == problem.fixed[axis]]
     return values
@@ -306,8 +337,7 @@ def stages(problem: Problem) -> Iterator[Stages]:
                 ks: list[int | None] = [None]
                 if mode is Recompute.FULL and fw is Framework.MEGATRON:
                     ks += list(range(1, min(counts) // vpp))
-                if "recompute_layers" in problem.fixed:
-                    ks = [k for k in ks if k == problem.fixed["recompute_layers"]]
+                ks = _fixed(problem, "recompute_layers", ks)
                 for k in ks:
                     yield Stages(pp=pp, vpp=vpp, first=first, last=last, recompute=mode, recompute_layers=k)
 
@@ -324,6 +354,8 @@ def shardings(problem: Problem) -> list[Sharding]:
     out = [Sharding(z, None) for z in zeros]
     if fw is Framework.TORCHTITAN:
         out += [Sharding(z, g) for z in zeros if z >= Zero.GRADIENTS for g in HSDP_GROUPS]
+    if "dp_shard" in problem.allowed:  # None: full sharding; a number: that HSDP group
+        out = [s for s in out if s.dp_shard in problem.allowed["dp_shard"]]
     if "dp_shard" in problem.fixed:
         out = [Sharding(s.zero, problem.fixed["dp_shard"]) for s in out if s.dp_shard is None]  # type: ignore[arg-type]
     return out

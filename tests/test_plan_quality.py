@@ -64,3 +64,101 @@ def test_outside_space_names_the_bound(row) -> None:  # type: ignore[no-untyped-
     job = resolve(run.model, run.cluster, run.training.model_copy(update=dict(global_batch_size=24)),
                   run.layout.model_copy(update=dict(mbs=3, cp=8, dp=None)))
     assert [axis for axis, _ in outside_space(problem, job)] == ["mbs"]
+
+
+# --- the judged count: benchmarks/data/software_options.yaml ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def judged():  # type: ignore[no-untyped-def]
+    from benchmarks.plan_quality import judge, load_options
+
+    runs = load()[0]
+    return runs, load_options(), judge(runs, load_options())
+
+
+def test_options_file_names_only_groups_of_the_published_runs_each_with_sources(judged) -> None:  # type: ignore[no-untyped-def]
+    import yaml
+
+    from benchmarks.published import DATA
+
+    runs, options, _ = judged
+    groups = {e["group"] for e in yaml.safe_load(DATA.read_text()) if "group" in e}
+    assert set(options) <= groups
+    assert {r.group for r in runs} <= set(options)  # no run is judged without its source's word
+    for entry in options.values():
+        assert entry["chosen"]["source"]
+        assert all(rule["source"] for rule in entry["rows"])
+        for opt in entry["options"]:
+            assert opt["source"] and set(opt["allowed"]) == set(opt["why"])
+
+
+def test_ablation_arms_and_sweep_points_are_not_judged(judged) -> None:  # type: ignore[no-untyped-def]
+    _, _, judging = judged
+    assert judging["korthikanti2022-t5-175b-full_recompute"].role == "ablation"
+    assert judging["korthikanti2022-t5-175b-seqpar_selective"].role == "chosen"
+    assert judging["torchtitan-2412-405b-512gpu-1f1b"].role == "ablation"
+    assert judging["torchtitan-2412-405b-512gpu-interleaved1f1b"].role == "chosen"
+    # KempnerForge measured 9,746 (tp1 fsdp4), 6,284 (tp4 fsdp1) and 6,495 (tp2 fsdp2) tokens/s/GPU for 7B on 4 GPUs
+    assert judging["kempnerforge-mfu-04-7b-4xh200-tp1-fsdp4"].role == "chosen"
+    assert judging["kempnerforge-mfu-05-7b-4xh200-tp4-fsdp1"].role == "sweep"
+    assert judging["kempnerforge-mfu-06-7b-4xh200-tp2-fsdp2"].role == "sweep"
+
+
+def test_narayanan2021_problem_has_no_sp_no_selective_recompute_and_no_zero(judged) -> None:  # type: ignore[no-untyped-def]
+    from cost_models.enums import Recompute, Zero
+    from planner.space import Problem, cp_values, shardings, shards, stages
+
+    runs, _, judging = judged
+    run = next(r for r in runs if r.id == "narayanan2021-t1-39.1b")
+    free = Problem(run.model, run.cluster, run.training)
+    narrowed = Problem(run.model, run.cluster, run.training, allowed=judging[run.id].allowed)
+    # the unconstrained space has what Megatron-LM of April 2021 lacked, so the narrowing bites
+    assert any(s.sp for s in shards(free)) and any(st.recompute is Recompute.SELECTIVE for st in stages(free))
+    assert not any(s.sp for s in shards(narrowed))
+    assert {(st.recompute, st.recompute_layers) for st in stages(narrowed)} == {(Recompute.NONE, None), (Recompute.FULL, None)}
+    assert {sh.zero for sh in shardings(narrowed)} == {Zero.NONE}
+    assert cp_values(narrowed) == [1]
+    assert any(st.vpp > 1 for st in stages(narrowed))  # interleaving came with the paper: left open
+
+
+def test_every_chosen_published_layout_is_inside_its_software_options(judged) -> None:  # type: ignore[no-untyped-def]
+    runs, _, judging = judged
+    for run in runs:
+        j = judging[run.id]
+        if j.role != "chosen" or not j.allowed:
+            continue
+        job, lay = run.job(), run.layout
+        dp_shard = lay.dp_shard if lay.dp_shard and lay.dp_shard != job.dp else None
+        have = dict(tp=lay.tp, pp=lay.pp, vpp=lay.vpp, cp=lay.cp, sp=job.sp, zero=job.zero, recompute=lay.recompute,
+                    recompute_layers=lay.recompute_layers, dp_shard=dp_shard)
+        for axis, values in j.allowed.items():
+            assert have[axis] in values, f"{run.id}: published {axis} {have[axis]} not in {values}"
+
+
+def test_a_search_with_allowed_values_uses_only_those(row, judged) -> None:  # type: ignore[no-untyped-def]
+    from cost_models.enums import Zero
+    from planner.search import search
+    from planner.space import Problem
+
+    _, _, judging = judged
+    allowed = judging[RUN].allowed  # torchtitan of Dec 2024: FSDP resharding after forward, or DDP
+    assert allowed == {"zero": frozenset({Zero.NONE, Zero.PARAMETERS})}
+    assert row.best.job.zero is Zero.GRADIENTS  # free, our #1 keeps parameters gathered (zero 2)
+    run = row.run
+    result = search(Problem(run.model, run.cluster, run.training, allowed=allowed), top=5, time_limit_s=30.0)
+    assert result.plans and all(p.job.zero in allowed["zero"] for p in result.plans)
+
+
+@pytest.mark.parametrize(("axes", "message"), [
+    ({"dp": [4]}, "allowed axis 'dp'"),
+    ({"sp": [None]}, "null is only meaningful"),
+    ({"recompute": ["some"]}, "must be none, selective or full"),
+    ({"cp": []}, "at least one value"),
+])
+def test_parse_allowed_rejects_bad_values_in_one_line(axes, message) -> None:  # type: ignore[no-untyped-def]
+    from cost_models.errors import SpecError
+    from planner.space import parse_allowed
+
+    with pytest.raises(SpecError, match=message):
+        parse_allowed(axes)
