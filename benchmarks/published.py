@@ -475,7 +475,7 @@ def _torch_native(entry: dict) -> Mapped:
         raise Skip("the H100 variant is not stated: a 700 W SXM part and Meta's 500 W part differ by ~30% in measured matmul rate")
     tech = (lay.get("techniques") or "") + " " + (hw.get("precision") or "")
     notes = []
-    compiled = "compile" in tech and "no torch.compile" not in tech and "compile=false" not in tech and "compile off" not in tech
+    compiled = "compile" in tech and "no torch.compile" not in tech and "compile=false" not in tech and "compile off" not in tech and "compile=off" not in tech
     fp8 = "float8" in tech.lower() and "none (bfloat16)" not in tech.lower() and "no float8" not in tech.lower()
     rc, rc_layers, note = _torch_recompute(lay.get("recompute") or "", m["layers"])
     if note:
@@ -486,10 +486,15 @@ def _torch_native(entry: dict) -> Mapped:
         notes.append("SDPA on cuDNN: torch 2.11 (uv.lock) bundles a cuDNN newer than 9.15, where SDPA prefers it on sm90")
     else:
         notes.append("SDPA on FlashAttention-2 kernels (torch before 2.11 on H100/A100; cuDNN attention was opt-in)")
+    # KempnerForge keeps fully_shard's reshard_after_forward=True under its pipeline (apply_fsdp2's
+    # default, KempnerInstitute/KempnerForge@601aba9 kempnerforge/distributed/parallel.py:110-153,
+    # called without it at scripts/train.py:111,120); torchtitan's own default otherwise
+    reshard = True if g.startswith("kempnerforge") else None
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"],
                             precision=Precision.FP8 if fp8 else Precision.BF16, framework=Framework.TORCHTITAN,
                             attention=AttentionKernel.FLASH, attention_backend=backend, compile=compiled,
-                            tp_comm_overlap="asynctp" in tech.lower().replace(" ", "").replace("-", ""))
+                            tp_comm_overlap="asynctp" in tech.lower().replace(" ", "").replace("-", ""),
+                            fsdp_reshard_after_forward=reshard)
     # FSDP2 wraps every model of these stacks (a one-rank shard group moves nothing)
     zero = Zero.PARAMETERS
     schedule = Schedule.ONE_F_ONE_B if lay["pp"] > 1 else None

@@ -60,7 +60,7 @@ from cost_models.compute import (
     optimizer_time,
     tp_blocks,
 )
-from cost_models.enums import Framework, MixerKind, MoEDispatch, Precision, Recompute, Zero
+from cost_models.enums import Framework, MixerKind, MoEDispatch, Precision, Recompute, Schedule, Zero
 from cost_models.flops import (
     GEMM_BACKWARD_FACTOR,
     expert_tokens_per_gpu,
@@ -395,10 +395,45 @@ def layer_pass(job: Job, kind: LayerKind, *, mode: Recompute, cal: Calibration) 
 # --- data parallelism ------------------------------------------------------------------------------
 
 
+def _reshards_after_forward(job: Job) -> bool:
+    """FSDP2's reshard_after_forward (TrainingSpec.fsdp_reshard_after_forward, by default the
+    framework's: torchtitan only without a pipeline; DeepSpeed ZeRO-3 always)."""
+    tr = job.training
+    if tr.fsdp_reshard_after_forward is not None:
+        return tr.fsdp_reshard_after_forward
+    return job.layout.pp == 1 or tr.framework is Framework.DEEPSPEED
+
+
 def _fsdp_per_microbatch(job: Job) -> bool:
-    """Parameters gathered and gradients reduce-scattered around every micro-batch: ZeRO-3 and
-    FSDP2 without a pipeline (torchtitan reshards after forward only when pp = 1)."""
-    return job.zero is Zero.PARAMETERS and (job.layout.pp == 1 or job.training.framework is Framework.DEEPSPEED)
+    """Parameters gathered around every micro-batch: ZeRO-3, and FSDP2 where it reshards after
+    forward (torchtitan without a pipeline, KempnerForge with one too). Gradients are then
+    reduce-scattered around every micro-batch as well, except under torch's pipelining
+    (_pipelined_fsdp)."""
+    return job.zero is Zero.PARAMETERS and _reshards_after_forward(job)
+
+
+def _pipelined_fsdp(job: Job) -> bool:
+    """FSDP2 under torch.distributed.pipelining: the stage turns gradient sync and resharding after
+    backward off for every micro-batch's backward and reduce-scatters all its layers at once after
+    the last one (torch 2.13.0, git cf30153c: torch/distributed/pipelining/stage.py:843-847
+    backward_maybe_with_nosync, 1164-1191 perform_reduce_grad; schedules.py:1177, Schedule1F1B calls
+    it after its cool-down, 960 likewise for GPipe). Nothing of that stage computes beside it."""
+    return job.zero is Zero.PARAMETERS and job.layout.pp > 1 and job.training.framework is Framework.TORCHTITAN
+
+
+def pipelined_gathers(job: Job, rank: int) -> tuple[float, float]:
+    """(forward, backward) parameter gathers per micro-batch on pipeline rank `rank` when FSDP2
+    reshards after forward under torch's pipelining (resharding after backward is off there,
+    _pipelined_fsdp): a forward finds the parameters gathered if a backward ran just before it, and
+    a backward finds them freed if a forward did. 1F1B runs w = min(m, pp − r) forwards before rank
+    r's first backward, then alternates, and ends with pp − r − 1 backwards in a row: w forward and
+    m + 1 − w backward gathers per step. GPipe runs every forward, then every backward: m and 1.
+    Either way m + 1 gathers per step instead of 2m."""
+    m = job.num_microbatches
+    if job.schedule is Schedule.GPIPE:
+        return 1.0, 1 / m
+    warm = min(m, job.layout.pp - rank)
+    return warm / m, (m + 1 - warm) / m
 
 
 def _dense_group(job: Job):
@@ -470,7 +505,14 @@ def dp_tail(job: Job, rank: int) -> tuple[float, float]:
             t = collective_time(Collective.ALL_REDUCE, params * gb, where, cl)
             tail = collective_time(Collective.ALL_REDUCE, one_bucket * gb, where, cl)
         elif z is Zero.PARAMETERS:
-            if _fsdp_per_microbatch(job):
+            if _pipelined_fsdp(job):
+                # torch's pipelining: every layer's reduce-scatter after the last backward, exposed
+                # (_pipelined_fsdp); the gather once before the first forward, all but the first
+                # layer's behind the forward, unless every micro-batch gathers (stage time)
+                rs = collective_time(Collective.REDUCE_SCATTER, params * gb, where, cl)
+                ag = 0.0 if _fsdp_per_microbatch(job) else collective_time(Collective.ALL_GATHER, params * ACT_BYTES, where, cl)
+                t, tail = ag + rs, ag / max(1, len(job.stage_layer_ids(rank))) + rs
+            elif _fsdp_per_microbatch(job):
                 t = tail = 0.0  # per micro-batch, in the stage time
             else:
                 # FSDP2 under a pipeline: gather once before the first forward, reduce-scatter
@@ -540,10 +582,12 @@ def dense_share(job: Job, cal: Calibration) -> float:
 
 
 def _fsdp_exposure(job: Job, gathers: list[float], reduces: list[float], fwd: list[float], bwd: list[float], params: list[int],
-                   cal: Calibration) -> Exposure:
+                   cal: Calibration, counts: tuple[float, float] = (1.0, 1.0)) -> Exposure:
     """FSDP / ZeRO-3 per micro-batch: layer i's gather hides behind layer i−1's forward; backward
     gathers again (reshard after forward) and reduce-scatters layer i behind layer i−1's backward.
-    DeepSpeed can hide at most DEEPSPEED_PREFETCH_PARAMS of a layer's gather; the rest waits."""
+    DeepSpeed can hide at most DEEPSPEED_PREFETCH_PARAMS of a layer's gather; the rest waits.
+    `counts`: the (forward, backward) gathers per micro-batch (pipelined_gathers; 1 and 1 otherwise)."""
+    fg, bg = counts
     share = dense_share(job, cal)
     if job.training.framework is Framework.DEEPSPEED:
         cover = [min(1.0, DEEPSPEED_PREFETCH_PARAMS / max(1, p)) for p in params]
@@ -553,11 +597,11 @@ def _fsdp_exposure(job: Job, gathers: list[float], reduces: list[float], fwd: li
         for g, r, c, b in zip(gathers[:-1], reduces[1:], cover[:-1], bwd[1:]):
             out += Exposure(g * (1 - c)) + _hidden(g * c + r, b, share)
         return out
-    out = Exposure(gathers[0] + gathers[-1] + reduces[0])
+    out = Exposure(fg * gathers[0] + bg * gathers[-1] + reduces[0])
     for g, f in zip(gathers[1:], fwd[:-1]):
-        out += _hidden(g, f, share)
+        out += _hidden(fg * g, f, share)
     for g, r, b in zip(gathers[:-1], reduces[1:], bwd[1:]):
-        out += _hidden(g + r, b, share)
+        out += _hidden(bg * g + r, b, share)
     return out
 
 
@@ -623,12 +667,13 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[LayerKi
         if fsdp:
             g, r = fsdp_layer_comm(job, layer_id)
             gathers.append(g)
-            reduces.append(r)
+            reduces.append(0.0 if _pipelined_fsdp(job) else r)  # after the last backward (dp_tail)
             p = local_layer_params(job, layer_id)
             layer_params.append(p.dense + p.expert)
             parts["sharding"] += fsdp_copy_seconds(job, layer_id)
     if fsdp and gathers:
-        exposure = _fsdp_exposure(job, gathers, reduces, fwd_compute, bwd_compute, layer_params, cal)
+        counts = pipelined_gathers(job, rank) if _pipelined_fsdp(job) else (1.0, 1.0)
+        exposure = _fsdp_exposure(job, gathers, reduces, fwd_compute, bwd_compute, layer_params, cal, counts)
         comm["dp"] += exposure.exposed
         parts["contention"] += exposure.contention
     if last:

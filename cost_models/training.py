@@ -51,6 +51,14 @@ class TrainingSpec(Spec):
     # 3053; param_and_grad_buffer.py:923). NVIDIA's and Cisco's MLPerf Llama-3.1 NeMo code sets it
     # (mlcommons/training_results_v5.0@0fdc28f0 NVIDIA/benchmarks/llama31_405b/.../pretrain.py:252,355).
     grad_reduce_in_bf16: bool = False
+    # FSDP2 fully_shard(reshard_after_forward=...): whether each layer's gathered parameters are freed
+    # after its forward, so that every micro-batch gathers them again. None = the framework's default:
+    # torchtitan reshards only without a pipeline (torchtitan 0.3.0 distributed/fsdp.py:71-74, "to
+    # avoid per-microbatch all-gathers, which can be expensive and non-overlapped"); DeepSpeed ZeRO-3
+    # always re-gathers. KempnerForge keeps fully_shard's True under its pipeline too
+    # (KempnerInstitute/KempnerForge@601aba9 kempnerforge/distributed/parallel.py:110-153 apply_fsdp2,
+    # called without the argument at scripts/train.py:111,120).
+    fsdp_reshard_after_forward: bool | None = None
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:

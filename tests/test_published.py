@@ -134,3 +134,16 @@ def test_palm_formula_reproduces_llama3_derived_tokens(entry_id):
     per_token = palm_flop_per_token(n_params=405 * 10**9, num_layers=m["layers"], q_width=m["hidden"], seq_len=m["seq_len"])
     tokens = entry["measured"]["tflops_per_gpu"] * 10**12 / per_token
     assert tokens == pytest.approx(entry["derived"]["tokens_per_s_per_gpu_approx"], abs=0.05)
+
+
+@pytest.mark.parametrize("run_id, compiled", [
+    ("kempnerforge-cfgval-13b-32gpu-tp4-pp2", False),  # configs/train/13b_32gpu_tp4_pp2.toml: compile_model = false
+    ("kempnerforge-cfgval-70b-32gpu-tp4-pp4", False),
+    ("kempnerforge-mfu-08-13b-8xh200-tp1-fsdp8", False),  # the report's row: 'torch.compile=off'
+    ("kempnerforge-mfu-09-13b-8xh200-tp4-fsdp2", True),
+])
+def test_kempnerforge_compile_and_resharding_as_configured(run_id, compiled):
+    training = BY_ID[run_id].job().training
+    assert training.compile is compiled
+    # apply_fsdp2 keeps fully_shard's reshard_after_forward=True, pipeline or not (KempnerForge@601aba9)
+    assert training.fsdp_reshard_after_forward is True

@@ -215,3 +215,46 @@ def test_hfu_is_mfu_plus_the_recomputed_work_and_never_below_it(recompute, preci
         assert t.mfu_fp8 == pytest.approx(t.mfu / 2, rel=1e-3)
     else:
         assert t.mfu_fp8 is None
+
+
+# --- FSDP2 under torch's pipelining ------------------------------------------------------------
+
+
+def test_fsdp_under_torch_pipelining_gathers_once_per_microbatch_plus_one():
+    # pp 4, 8 micro-batches (gbs 16, mbs 1, dp 2 on 8 GPUs). 1F1B rank 0 runs F0..F3 before B0:
+    # those 4 forwards gather, F4..F7 follow a backward and find the parameters gathered; B0..B4
+    # follow a forward and gather, B5..B7 follow a backward and do not: 4 + 5 = m + 1 = 9 per step.
+    # Rank 3 (last) alternates from the start: F0 gathers, all 8 backwards gather.
+    from cost_models.step_time import pipelined_gathers
+
+    job = make_job(LLAMA_TINY, gpus=8, pp=4, training=dict(framework="torchtitan", global_batch_size=16))
+    assert job.num_microbatches == 8
+    assert pipelined_gathers(job, 0) == (4 / 8, 5 / 8)
+    assert pipelined_gathers(job, 3) == (1 / 8, 8 / 8)
+    # GPipe: every forward gathers (each reshards after), then the first backward only
+    gpipe = make_job(LLAMA_TINY, gpus=8, pp=4, schedule="gpipe", training=dict(framework="torchtitan", global_batch_size=16))
+    assert pipelined_gathers(gpipe, 2) == (1.0, 1 / 8)
+
+
+def test_fsdp_reduce_scatter_under_torch_pipelining_waits_for_the_last_backward():
+    # torch's pipelining turns gradient sync off for every micro-batch and reduce-scatters all the
+    # stage's layers after the last backward: that reduce-scatter is exposed whole. torchtitan's
+    # default under pp gathers once (all but one layer's gather hides); reshard_after_forward=True
+    # (KempnerForge) gathers per micro-batch instead, so none of the end-of-step traffic is a gather.
+    from cost_models.comm import Collective, collective_time
+    from cost_models.step_time import _dense_group, dp_tail
+
+    tt = dict(framework="torchtitan", global_batch_size=32)
+    once = make_job("llama-3.1-8b", gpus=16, pp=2, training=tt)
+    every = make_job("llama-3.1-8b", gpus=16, pp=2, training={**tt, "fsdp_reshard_after_forward": True})
+    assert once.zero.name == "PARAMETERS" and once.dp == 8
+    params = rank_params(once, 0)
+    dense = float(params.total)
+    rs = collective_time(Collective.REDUCE_SCATTER, dense * 4, _dense_group(once), once.cluster.spec)  # fp32 grads
+    ag = collective_time(Collective.ALL_GATHER, dense * 2, _dense_group(once), once.cluster.spec)
+    layers = len(once.stage_layer_ids(0))
+    assert dp_tail(once, 0) == pytest.approx((ag + rs, ag / layers + rs))
+    assert dp_tail(every, 0) == pytest.approx((rs, rs))
+    # per micro-batch gathers add to the stage time, the end-of-step reduce-scatter does not repeat
+    t_once, t_every = time_estimate(once), time_estimate(every)
+    assert t_every.critical.microbatch.value("dp") > t_once.critical.microbatch.value("dp") == 0
