@@ -407,12 +407,18 @@ def _fp8lm(entry: dict) -> Mapped:
              "vocabulary (50257) are not stated in the paper (MS-AMP-Examples' GPT scripts use them)",
              "attention FlashAttention-2 (paper: 'FlashAttention'; the Oct 2023 Megatron-LM flash path is flash-attn 2.x)",
              "recompute none (the paper names none)",
-             "network: the dgx-h100 preset stands in for Azure NDv5 (8x400G InfiniBand per VM)"]
+             "network: the dgx-h100 preset stands in for Azure NDv5 (8x400G InfiniBand per VM)",
+             "no gradient accumulation fusion: the authors' released Megatron scripts pass "
+             "--no-gradient-accumulation-fusion to the bf16, te and msamp runs alike (Azure/MS-AMP-Examples@b646e282 "
+             "gpt3/pretrain_6b7_megatron.sh, @18bedc0e gpt3/pretrain_13b_megatron.sh)",
+             "no --overlap-grad-reduce or --overlap-param-gather (the same scripts pass neither; Megatron's "
+             "default is off): the distributed optimizer's reduce-scatter and gather are exposed"]
     prec = entry["hardware"]["precision"].upper()
     fp8 = "FP8" in prec or "TE" in entry["id"].upper()
     training = TrainingSpec(seq_len=entry["model"]["seq_len"], global_batch_size=entry["layout"]["global_batch"],
                             precision=Precision.FP8 if fp8 else Precision.BF16, framework=Framework.MEGATRON,
-                            attention=AttentionKernel.FLASH, attention_backend=AttentionBackend.FA2)
+                            attention=AttentionKernel.FLASH, attention_backend=AttentionBackend.FA2,
+                            grad_accumulation_fusion=False, overlap_grad_reduce=False)
     layout = _layout(entry, zero=Zero.OPTIMIZER, recompute=Recompute.NONE)
     return _gpt_model(entry, vocab=50257, tied=False, rope=True), _cluster(entry), training, layout, notes
 

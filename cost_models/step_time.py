@@ -117,6 +117,19 @@ def _grad_bytes(job: Job) -> int:
     return 4
 
 
+def unfused_grad_accumulation_seconds(job: Job, rank: int) -> float:
+    """Per micro-batch, Megatron without gradient accumulation fusion (TrainingSpec
+    .grad_accumulation_fusion): main_grad.add_(param.grad) for every parameter of the rank, a
+    memory-bound kernel reading the 16-bit gradient and the main grad and writing the main grad
+    (Megatron-LM@d98e8a64 megatron/core/distributed/distributed_data_parallel.py:575-578). The
+    fused path's read and write of the main grad happen in the wgrad GEMM's epilogue and cost
+    nothing beside it."""
+    if job.training.framework is not Framework.MEGATRON or job.training.grad_accumulation_fusion:
+        return 0.0
+    params = float(rank_params(job, rank).total)
+    return K.memory_seconds(params * (ACT_BYTES + 2 * _grad_bytes(job)), job.cluster.gpu)
+
+
 def _sms(job: Job) -> int:
     return K.sm_count(job.cluster.gpu)
 
@@ -533,6 +546,8 @@ def dp_tail(job: Job, rank: int) -> tuple[float, float]:
         # HSDP: the shard group's result is all-reduced across the dp/dp_shard replicas
         replicas = placement(cl, job.dp // lay.dp_shard, lay.tp * lay.cp * lay.dp_shard)
         total += collective_time(Collective.ALL_REDUCE, dense * gb / job.dense_shard_group, replicas, cl)
+    if fw is Framework.MEGATRON and not job.training.overlap_grad_reduce:
+        first = total  # nothing of it overlaps (TrainingSpec.overlap_grad_reduce)
     return total, first
 
 
@@ -671,6 +686,7 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[LayerKi
             p = local_layer_params(job, layer_id)
             layer_params.append(p.dense + p.expert)
             parts["sharding"] += fsdp_copy_seconds(job, layer_id)
+    parts["elementwise"] += unfused_grad_accumulation_seconds(job, rank)
     if fsdp and gathers:
         counts = pipelined_gathers(job, rank) if _pipelined_fsdp(job) else (1.0, 1.0)
         exposure = _fsdp_exposure(job, gathers, reduces, fwd_compute, bwd_compute, layer_params, cal, counts)

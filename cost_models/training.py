@@ -59,6 +59,18 @@ class TrainingSpec(Spec):
     # (KempnerInstitute/KempnerForge@601aba9 kempnerforge/distributed/parallel.py:110-153 apply_fsdp2,
     # called without the argument at scripts/train.py:111,120).
     fsdp_reshard_after_forward: bool | None = None
+    # Megatron's wgrad GEMMs accumulate straight into the fp32 main grad (gradient_accumulation_fusion,
+    # the default). --no-gradient-accumulation-fusion (False here) makes them write a 16-bit
+    # param.grad that the DDP backward hook then adds into main_grad, once per micro-batch
+    # (Megatron-LM@d98e8a64 megatron/training/arguments.py:2944-2948;
+    # megatron/core/distributed/distributed_data_parallel.py:575-578). Megatron only.
+    grad_accumulation_fusion: bool = True
+    # Megatron --overlap-grad-reduce and --overlap-param-gather (what the Megatron launch files pass):
+    # the gradient reduction bucket by bucket during the last backward, the distributed optimizer's
+    # parameter gather behind the next forward. Megatron's defaults are off (Megatron-LM@d98e8a64
+    # megatron/training/arguments.py:3121-3122, 3148-3149): False here runs both after the backward
+    # and the optimizer step, exposed. Megatron only.
+    overlap_grad_reduce: bool = True
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:

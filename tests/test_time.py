@@ -258,3 +258,44 @@ def test_fsdp_reduce_scatter_under_torch_pipelining_waits_for_the_last_backward(
     # per micro-batch gathers add to the stage time, the end-of-step reduce-scatter does not repeat
     t_once, t_every = time_estimate(once), time_estimate(every)
     assert t_every.critical.microbatch.value("dp") > t_once.critical.microbatch.value("dp") == 0
+
+
+# --- Megatron's gradient path without fusion or overlap -------------------------------------------
+
+
+def test_unfused_gradient_accumulation_adds_a_ten_byte_pass_per_parameter_and_microbatch():
+    # --no-gradient-accumulation-fusion: main_grad.add_(param.grad) per parameter per micro-batch,
+    # bf16 grad read (2) + fp32 main grad read and write (4 + 4) = 10 bytes. LLAMA_TINY at tp 1 on
+    # one GPU: 4 layers x (qkv 256x384 98,304 + out 256x256 65,536 + fc1 256x1376 352,256 + fc2
+    # 688x256 176,128 + 2 norms 512) = 4 x 692,736 = 2,770,944; embedding and head over the vocabulary
+    # padded to 1024 (Megatron: a multiple of 128) 262,144 each; final norm 256: 3,295,488 parameters
+    # -> 32,954,880 bytes per micro-batch.
+    from cost_models import kernels as K
+    from cost_models.step_time import unfused_grad_accumulation_seconds
+
+    fused = make_job(LLAMA_TINY, gpus=1, training=dict(seq_len=128))
+    unfused = make_job(LLAMA_TINY, gpus=1, training=dict(seq_len=128, grad_accumulation_fusion=False))
+    assert int(rank_params(unfused, 0).total) == 3_295_488
+    expected = K.memory_seconds(32_954_880, unfused.cluster.gpu)
+    assert unfused_grad_accumulation_seconds(unfused, 0) == pytest.approx(expected)
+    assert unfused_grad_accumulation_seconds(fused, 0) == 0
+    gap = time_estimate(unfused).breakdown.value("compute/elementwise") - time_estimate(fused).breakdown.value("compute/elementwise")
+    assert gap == pytest.approx(expected * unfused.num_microbatches)
+    # torchtitan has no such flag: nothing changes
+    tt = make_job(LLAMA_TINY, gpus=1, training=dict(seq_len=128, framework="torchtitan", grad_accumulation_fusion=False))
+    assert unfused_grad_accumulation_seconds(tt, 0) == 0
+
+
+def test_megatron_without_overlap_grad_reduce_exposes_the_whole_reduction():
+    # Megatron's --overlap-grad-reduce and --overlap-param-gather default off: the distributed
+    # optimizer's reduce-scatter and gather run after the backward and the optimizer step
+    from cost_models.step_time import dp_tail
+
+    base = dict(global_batch_size=64)
+    on = make_job("llama-3.1-8b", gpus=16, zero=1, training=base)
+    off = make_job("llama-3.1-8b", gpus=16, zero=1, training={**base, "overlap_grad_reduce": False})
+    total_on, first_on = dp_tail(on, 0)
+    total_off, first_off = dp_tail(off, 0)
+    assert total_off == pytest.approx(total_on) and first_on < total_on
+    assert first_off == pytest.approx(total_off)
+    assert time_estimate(off).breakdown.value("dp") == pytest.approx(total_off)
