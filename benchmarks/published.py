@@ -529,12 +529,44 @@ def _nanotron(entry: dict) -> Mapped:
     fused norms, async TP linear communication), priced as Megatron's kernels."""
     lay, m = entry["layout"], entry["model"]
     notes = ["nanotron priced with Megatron's kernels (fused norms, flash-attn 2, async tensor-parallel linears)",
-             "throughput from the figure's MFU with an assumed 989 TFLOP/s peak (yaml derived)"]
+             "throughput from the figure's MFU with an assumed 989 TFLOP/s peak (yaml derived)",
+             "gradients accumulated in fp32 outside the GEMMs (accumulate_grad_in_fp32): the 16-bit gradient "
+             "added into the fp32 buffer per parameter and micro-batch (huggingface/nanotron@c2528430 "
+             "src/nanotron/optim/gradient_accumulator.py:212-219, 333-341)"]
     zero = Zero.OPTIMIZER if "ZeRO-1" in (lay.get("zero") or "") else Zero.NONE
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.BF16,
-                            framework=Framework.MEGATRON, attention=AttentionKernel.FLASH, attention_backend=AttentionBackend.FA2)
+                            framework=Framework.MEGATRON, attention=AttentionKernel.FLASH, attention_backend=AttentionBackend.FA2,
+                            grad_accumulation_fusion=False)
     layout = _layout(entry, zero=zero, recompute=Recompute.NONE, schedule=Schedule.ONE_F_ONE_B if lay["pp"] > 1 else None)
-    return _llama_model(entry, tied=m["ffn_hidden"] < 10000), _cluster(entry), training, layout, notes
+    model = _llama_model(entry, tied=m["ffn_hidden"] < 10000)
+    if lay["pp"] > 1:
+        counts = nanotron_pp_layers(model, lay["pp"])
+        stages = ["t" * n for n in counts]
+        layout = layout.model_copy(update={"pp_layout": "|".join(["E" + stages[0], *stages[1:-1], stages[-1] + "L"])})
+        notes.append(f"pipeline split by nanotron's compute costs (build_model): {counts} decoder layers per stage")
+    return model, _cluster(entry), training, layout, notes
+
+
+def nanotron_pp_layers(model: ModelSpec, pp: int) -> list[int]:
+    """Decoder layers per pipeline rank as nanotron places them: every block costs 4·heads·d_head·h
+    + 3·ffn·h (a decoder layer) or vocab·h (the output layer), 0 otherwise; blocks go in order to the
+    current rank, which moves on after the block whose running cost first exceeds (r + 1)/pp of the
+    total (huggingface/nanotron@c2528430 src/nanotron/models/base.py:216-231 build_model,
+    models/llama.py:913-925 get_block_compute_costs). The output layer lands on the last rank."""
+    h, heads = model.hidden_size, model.num_attention_heads
+    layer = 4 * heads * (h // heads) * h + 3 * model.ffn_hidden_size * h
+    costs = [layer] * model.num_layers + [model.vocab_size * h]
+    total = sum(costs)
+    counts, rank, running = [0] * pp, 0, 0
+    for i, cost in enumerate(costs):
+        running += cost
+        if i < model.num_layers:
+            counts[rank] += 1
+        else:
+            assert rank == pp - 1, f"nanotron would place the output layer on rank {rank} of {pp}"
+        if running > total * (rank + 1) / pp:
+            rank += 1
+    return counts
 
 
 def _mlperf(entry: dict) -> Mapped:

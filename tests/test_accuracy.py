@@ -37,7 +37,7 @@ def test_published_layouts_that_ran_are_not_called_out_of_memory_more_than_today
     # capacity and 5 above the default usable memory (docs/accuracy.md names them and why), none of
     # them a vendor's tuned recipe
     fits = memory_accuracy.fit_rows()
-    assert len(fits) == 254
+    assert len(fits) == 255
     assert sum(f.over_capacity for f in fits) <= 2
     assert sum(f.over_usable for f in fits) <= 5
     assert not [f for f in fits if (f.over_capacity or f.over_usable) and f.id.startswith("mlperf")]
@@ -46,19 +46,19 @@ def test_published_layouts_that_ran_are_not_called_out_of_memory_more_than_today
 def test_step_time_out_of_sample():
     runs, _ = time_accuracy.load()
     cases = [(r, r.job()) for r in runs]
-    assert len(cases) == 254
+    assert len(cases) == 255
     grid = time_accuracy.Grid.build(cases)
     fitted = grid.fit(grid.every)
     for name in MECHANISMS:
         assert getattr(DEFAULT, name) == pytest.approx(getattr(fitted, name), rel=1e-3), name
     rows, _ = time_accuracy.leave_one_source_out(grid)
     errors = [abs(r.error) for r in rows]
-    assert statistics.median(errors) <= 0.076  # 6.6% today
+    assert statistics.median(errors) <= 0.074  # 6.4% today
     by_source: dict[str, list[float]] = defaultdict(list)
     for r in rows:
         by_source[r.family].append(abs(r.error))
-    today = {"fp8lm": 0.256, "kempnerforge": 0.139, "korthikanti2022": 0.060, "mlperf": 0.073, "mpt": 0.049,
-             "nanotron_ultrascale": 0.132, "narayanan2021": 0.022, "sail_pipeline": 0.074, "torchtitan": 0.068,
+    today = {"fp8lm": 0.135, "kempnerforge": 0.100, "korthikanti2022": 0.060, "mlperf": 0.073, "mpt": 0.049,
+             "nanotron_ultrascale": 0.095, "narayanan2021": 0.022, "sail_pipeline": 0.074, "torchtitan": 0.068,
              "torchtitan_docs_2024": 0.014}
     for source, errs in by_source.items():
         if len(errs) >= 5:

@@ -41,7 +41,7 @@ def test_runs_per_group():
     # a mapping change that drops (or newly admits) a run shows up here, not as a silent skip
     assert Counter(r.group for r in RUNS) == {
         "narayanan2021": 22, "korthikanti2022": 10, "torchtitan": 32, "mpt": 27, "fp8lm": 6, "zerobubble": 31,
-        "vocabpar": 24, "megatron_readme_gpt3ex": 1, "torchtitan_docs_2024": 11, "nanotron_ultrascale": 25,
+        "vocabpar": 24, "megatron_readme_gpt3ex": 1, "torchtitan_docs_2024": 11, "nanotron_ultrascale": 26,
         "kempnerforge_mfu_scaling": 14, "kempnerforge_config_validation": 7, "mlperf": 24, "mlperf_coreweave": 3,
         "mlperf_azure": 1, "mlperf_smc": 1, "mlperf_oracle": 3, "mlperf_cisco": 2, "mlperf_uf": 3,
         "mlperf_ibm_coreweave": 5, "mlperf_nebius": 2,  # the Llama-3.1-405B rows: embedding and loss as pipeline layers
@@ -147,3 +147,17 @@ def test_kempnerforge_compile_and_resharding_as_configured(run_id, compiled):
     assert training.compile is compiled
     # apply_fsdp2 keeps fully_shard's reshard_after_forward=True, pipeline or not (KempnerForge@601aba9)
     assert training.fsdp_reshard_after_forward is True
+
+
+def test_nanotron_splits_the_pipeline_by_its_block_costs():
+    # 1.34B: a decoder layer costs 4·2048² + 3·8192·2048 = 67,108,864, the output layer
+    # 131072·2048 = 268,435,456 (4 layers); total 1,342,177,280, half 671,088,640. After layer 10 the
+    # running cost equals half (not above it), after layer 11 it is above: rank 0 takes 11 layers,
+    # rank 1 the other 5 and the output layer.
+    run = BY_ID["nanotron-usp-1p34b-1nodes-dp4-tp1-pp2-mbs4"]
+    assert published.nanotron_pp_layers(run.model, 2) == [11, 5]
+    assert run.layout.pp_layout == "E" + "t" * 11 + "|" + "t" * 5 + "L"
+    # 80 layers over pp 32, which no even split allows, runs as nanotron places them
+    deep = BY_ID["nanotron-usp-80p0b-16nodes-dp1-tp4-pp32-mbs1"]
+    counts = published.nanotron_pp_layers(deep.model, 32)
+    assert sum(counts) == 80 and len(counts) == 32
