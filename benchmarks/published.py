@@ -496,15 +496,22 @@ def _torch_native(entry: dict) -> Mapped:
     # default, KempnerInstitute/KempnerForge@601aba9 kempnerforge/distributed/parallel.py:110-153,
     # called without it at scripts/train.py:111,120); torchtitan's own default otherwise
     reshard = True if g.startswith("kempnerforge") else None
+    # KempnerForge's TP plan: q, k, v, gate and up each a ColwiseParallel of their own, and no
+    # sequence parallelism on pipeline stages (@601aba9 kempnerforge/distributed/tensor_parallel.py:
+    # 62-78 _build_block_tp_plan, 117-120 seq_parallel = not is_pp_stage and not tie)
+    per_projection = g.startswith("kempnerforge")
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"],
                             precision=Precision.FP8 if fp8 else Precision.BF16, framework=Framework.TORCHTITAN,
                             attention=AttentionKernel.FLASH, attention_backend=backend, compile=compiled,
                             tp_comm_overlap="asynctp" in tech.lower().replace(" ", "").replace("-", ""),
-                            fsdp_reshard_after_forward=reshard)
+                            fsdp_reshard_after_forward=reshard, tp_gather_per_projection=per_projection)
     # FSDP2 wraps every model of these stacks (a one-rank shard group moves nothing)
     zero = Zero.PARAMETERS
     schedule = Schedule.ONE_F_ONE_B if lay["pp"] > 1 else None
     layout = _layout(entry, zero=zero, recompute=rc, recompute_layers=rc_layers, schedule=schedule)
+    if per_projection and lay["pp"] > 1 and lay["tp"] > 1:
+        layout = layout.model_copy(update={"sp": False})
+        notes.append("no sequence parallelism: KempnerForge's pipeline stages run basic TP")
     model = _llama_model(entry)
     if g == "torchtitan_docs_2024" and "Llama 2" in m["name"]:
         notes.append("Llama 2 13B/70B: torchtitan's llama2 flavours (vocab 32000 as in the yaml)")

@@ -194,6 +194,19 @@ def _pipelined_rs(job: Job, gemm, rows_total: int, full_s: float, rs_s: float, c
     return Exposure(max(0.0, total - full_s), 0.0)
 
 
+def column_inputs(job: Job, b: Block) -> int:
+    """How many times a block's column input is gathered (and its gradient reduced) per pass: once,
+    or once per projection under TrainingSpec.tp_gather_per_projection: q, k and v; a gated MLP's
+    gate and up; one for anything else (a plain MLP's fc1, Mamba's in_proj, MLA's latents)."""
+    if not (job.training.tp_gather_per_projection and job.training.framework is Framework.TORCHTITAN):
+        return 1
+    if b.col.name == "qkv" and job.model.mla is None:
+        return 3
+    if b.col.name in ("mlp_fc1", "shared_fc1") and job.model.mlp.gated:
+        return 2
+    return 1
+
+
 def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Calibration) -> Exposure:
     """Exposed tensor-parallel communication of one pass of a layer's blocks (Megatron's f/g
     operators, Shoeybi et al. 2019; with sequence parallel an all-gather before the column GEMM and
@@ -233,6 +246,8 @@ def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Cal
         if width not in by_width:
             by_width[width] = collectives(width)
         (ag_h, rs_h, ar_h, chunk_h), (ag_c, rs_c, ar_c, chunk_c) = by_width[h], by_width[width]
+        n = column_inputs(job, b)
+        ag_c, rs_c, ar_c = n * ag_c, n * rs_c, n * ar_c
         if not backward:
             if overlap:
                 out += _ring_exchange(job, b.col, t, b.col_fwd, chunk_c, cal)

@@ -71,6 +71,12 @@ class TrainingSpec(Spec):
     # megatron/training/arguments.py:3121-3122, 3148-3149): False here runs both after the backward
     # and the optimizer step, exposed. Megatron only.
     overlap_grad_reduce: bool = True
+    # A DTensor plan (torchtitan framework) that shards q, k, v (and a gated MLP's gate and up) as
+    # separate ColwiseParallel modules, each taking the sequence-sharded input itself: one all-gather
+    # of the input per projection in forward and one reduce-scatter (all-reduce without sequence
+    # parallel) of its gradient in backward, where torchtitan's PrepareModuleInput gathers once per
+    # block (KempnerInstitute/KempnerForge@601aba9 kempnerforge/distributed/tensor_parallel.py:62-78).
+    tp_gather_per_projection: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:

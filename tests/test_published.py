@@ -143,10 +143,14 @@ def test_palm_formula_reproduces_llama3_derived_tokens(entry_id):
     ("kempnerforge-mfu-09-13b-8xh200-tp4-fsdp2", True),
 ])
 def test_kempnerforge_compile_and_resharding_as_configured(run_id, compiled):
-    training = BY_ID[run_id].job().training
-    assert training.compile is compiled
+    job = BY_ID[run_id].job()
+    assert job.training.compile is compiled
     # apply_fsdp2 keeps fully_shard's reshard_after_forward=True, pipeline or not (KempnerForge@601aba9)
-    assert training.fsdp_reshard_after_forward is True
+    assert job.training.fsdp_reshard_after_forward is True
+    # q, k, v, gate, up each gather their input; pipeline stages run tp without sequence parallelism
+    assert job.training.tp_gather_per_projection is True
+    if job.layout.tp > 1:
+        assert job.sp is (job.layout.pp == 1)
 
 
 def test_nanotron_splits_the_pipeline_by_its_block_costs():

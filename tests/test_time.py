@@ -299,3 +299,33 @@ def test_megatron_without_overlap_grad_reduce_exposes_the_whole_reduction():
     assert total_off == pytest.approx(total_on) and first_on < total_on
     assert first_off == pytest.approx(total_off)
     assert time_estimate(off).breakdown.value("dp") == pytest.approx(total_off)
+
+
+def test_a_dtensor_plan_with_one_colwise_module_per_projection_gathers_per_projection():
+    # KempnerForge shards q, k, v, gate and up as separate ColwiseParallel modules: in forward the
+    # sequence-sharded input is gathered 3 times before attention and 2 times before the SwiGLU MLP
+    # (torchtitan: once each), so 3 more all-gathers of the t x h input per layer; in backward 3 more
+    # reduce-scatters of its gradient. Without sequence parallelism the backward all-reduces the
+    # column input's gradient per projection instead, and the forward is unchanged.
+    from cost_models.comm import Collective
+    from cost_models.compute import tp_blocks, tokens
+    from cost_models.step_time import _tp_coll, tp_exposure
+
+    tt = dict(seq_len=512, framework="torchtitan")
+    once = make_job(LLAMA_TINY, gpus=2, tp=2, training=tt)
+    each = make_job(LLAMA_TINY, gpus=2, tp=2, training={**tt, "tp_gather_per_projection": True})
+    assert once.sp and each.sp
+    size = tokens(once) * LLAMA_TINY.hidden_size * 2
+    ag, rs = _tp_coll(once, Collective.ALL_GATHER, size), _tp_coll(once, Collective.REDUCE_SCATTER, size)
+    blocks = tp_blocks(once, LayerKind(), cal=DEFAULT)
+
+    def exposed(job, backward):
+        return tp_exposure(job, blocks, backward=backward, cal=DEFAULT).exposed
+
+    assert exposed(each, False) - exposed(once, False) == pytest.approx(3 * ag)
+    assert exposed(each, True) - exposed(once, True) == pytest.approx(3 * rs)
+    # no sequence parallelism: forward all-reduces after the row GEMMs only, backward per projection
+    no_sp = make_job(LLAMA_TINY, gpus=2, tp=2, sp=False, training={**tt, "tp_gather_per_projection": True})
+    ar = _tp_coll(no_sp, Collective.ALL_REDUCE, size)
+    assert exposed(no_sp, False) == pytest.approx(2 * ar)
+    assert exposed(no_sp, True) == pytest.approx((3 + 2) * ar)
