@@ -281,9 +281,6 @@ def test_unfused_gradient_accumulation_adds_a_ten_byte_pass_per_parameter_and_mi
     assert unfused_grad_accumulation_seconds(fused, 0) == 0
     gap = time_estimate(unfused).breakdown.value("compute/elementwise") - time_estimate(fused).breakdown.value("compute/elementwise")
     assert gap == pytest.approx(expected * unfused.num_microbatches)
-    # torchtitan has no such flag: nothing changes
-    tt = make_job(LLAMA_TINY, gpus=1, training=dict(seq_len=128, framework="torchtitan", grad_accumulation_fusion=False))
-    assert unfused_grad_accumulation_seconds(tt, 0) == 0
 
 
 def test_megatron_without_overlap_grad_reduce_exposes_the_whole_reduction():
