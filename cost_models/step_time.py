@@ -888,7 +888,7 @@ def compute_by_kernel(est: TimeEstimate) -> Breakdown:
     """The step's compute on the critical stage by the kernel classes a profiler sees: GEMMs
     (forward, dgrad, wgrad, recomputed, the output layer), fused attention (forward, backward,
     recomputed, cp merges), memory-bound kernels (elementwise ops, their recomputation, fp8 casts,
-    the loss, FSDP2's copies), and the SM contention of overlapped communication, which slows those
+    the loss, FSDP2's copies, Megatron's unfused gradient accumulation), and the SM contention of overlapped communication, which slows those
     kernels but is no kernel of its own. Accounted layer by layer apart from stage_time, so its total
     equals the breakdown's compute only when both count the same kernels."""
     job, cal, crit = est.job, est.calibration, est.critical
@@ -903,6 +903,7 @@ def compute_by_kernel(est: TimeEstimate) -> Breakdown:
         memory += lt.elementwise + lt.elementwise_backward + lt.fp8_cast + lt.fp8_cast_backward + rm
         if fsdp:
             memory += fsdp_copy_seconds(job, layer_id)
+    memory += unfused_grad_accumulation_seconds(job, crit.rank)
     if crit.rank == job.layout.pp - 1:
         heads = 1 + job.model.mtp_layers  # the output layer and loss again per MTP module (stage_time)
         gemm += heads * (head_time(job, cal) + head_backward_time(job, cal)) + sum(mtp_merge_seconds(job, cal))

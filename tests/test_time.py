@@ -326,3 +326,13 @@ def test_a_dtensor_plan_with_one_colwise_module_per_projection_gathers_per_proje
     ar = _tp_coll(no_sp, Collective.ALL_REDUCE, size)
     assert exposed(no_sp, False) == pytest.approx(2 * ar)
     assert exposed(no_sp, True) == pytest.approx((3 + 2) * ar)
+
+
+def test_validates_kernel_split_counts_the_unfused_gradient_accumulation():
+    # compute_by_kernel recounts the critical stage apart from stage_time: the main_grad add pass is
+    # a memory-bound kernel, so both totals still agree without gradient accumulation fusion
+    from cost_models.step_time import compute_by_kernel
+
+    job = make_job(LLAMA_TINY, gpus=1, training=dict(seq_len=128, grad_accumulation_fusion=False))
+    est = time_estimate(job)
+    assert float(compute_by_kernel(est).total) == pytest.approx(float(est.breakdown.value("compute")))
