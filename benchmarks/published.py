@@ -407,12 +407,18 @@ def _fp8lm(entry: dict) -> Mapped:
              "vocabulary (50257) are not stated in the paper (MS-AMP-Examples' GPT scripts use them)",
              "attention FlashAttention-2 (paper: 'FlashAttention'; the Oct 2023 Megatron-LM flash path is flash-attn 2.x)",
              "recompute none (the paper names none)",
-             "network: the dgx-h100 preset stands in for Azure NDv5 (8x400G InfiniBand per VM)"]
+             "network: the dgx-h100 preset stands in for Azure NDv5 (8x400G InfiniBand per VM)",
+             "no gradient accumulation fusion: the authors' released Megatron scripts pass "
+             "--no-gradient-accumulation-fusion to the bf16, te and msamp runs alike (Azure/MS-AMP-Examples@b646e282 "
+             "gpt3/pretrain_6b7_megatron.sh, @18bedc0e gpt3/pretrain_13b_megatron.sh)",
+             "no --overlap-grad-reduce or --overlap-param-gather (the same scripts pass neither; Megatron's "
+             "default is off): the distributed optimizer's reduce-scatter and gather are exposed"]
     prec = entry["hardware"]["precision"].upper()
     fp8 = "FP8" in prec or "TE" in entry["id"].upper()
     training = TrainingSpec(seq_len=entry["model"]["seq_len"], global_batch_size=entry["layout"]["global_batch"],
                             precision=Precision.FP8 if fp8 else Precision.BF16, framework=Framework.MEGATRON,
-                            attention=AttentionKernel.FLASH, attention_backend=AttentionBackend.FA2)
+                            attention=AttentionKernel.FLASH, attention_backend=AttentionBackend.FA2,
+                            grad_accumulation_fusion=False, overlap_grad_reduce=False)
     layout = _layout(entry, zero=Zero.OPTIMIZER, recompute=Recompute.NONE)
     return _gpt_model(entry, vocab=50257, tied=False, rope=True), _cluster(entry), training, layout, notes
 
@@ -475,7 +481,7 @@ def _torch_native(entry: dict) -> Mapped:
         raise Skip("the H100 variant is not stated: a 700 W SXM part and Meta's 500 W part differ by ~30% in measured matmul rate")
     tech = (lay.get("techniques") or "") + " " + (hw.get("precision") or "")
     notes = []
-    compiled = "compile" in tech and "no torch.compile" not in tech and "compile=false" not in tech and "compile off" not in tech
+    compiled = "compile" in tech and "no torch.compile" not in tech and "compile=false" not in tech and "compile off" not in tech and "compile=off" not in tech
     fp8 = "float8" in tech.lower() and "none (bfloat16)" not in tech.lower() and "no float8" not in tech.lower()
     rc, rc_layers, note = _torch_recompute(lay.get("recompute") or "", m["layers"])
     if note:
@@ -486,14 +492,26 @@ def _torch_native(entry: dict) -> Mapped:
         notes.append("SDPA on cuDNN: torch 2.11 (uv.lock) bundles a cuDNN newer than 9.15, where SDPA prefers it on sm90")
     else:
         notes.append("SDPA on FlashAttention-2 kernels (torch before 2.11 on H100/A100; cuDNN attention was opt-in)")
+    # KempnerForge keeps fully_shard's reshard_after_forward=True under its pipeline (apply_fsdp2's
+    # default, KempnerInstitute/KempnerForge@601aba9 kempnerforge/distributed/parallel.py:110-153,
+    # called without it at scripts/train.py:111,120); torchtitan's own default otherwise
+    reshard = True if g.startswith("kempnerforge") else None
+    # KempnerForge's TP plan: q, k, v, gate and up each a ColwiseParallel of their own, and no
+    # sequence parallelism on pipeline stages (@601aba9 kempnerforge/distributed/tensor_parallel.py:
+    # 62-78 _build_block_tp_plan, 117-120 seq_parallel = not is_pp_stage and not tie)
+    per_projection = g.startswith("kempnerforge")
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"],
                             precision=Precision.FP8 if fp8 else Precision.BF16, framework=Framework.TORCHTITAN,
                             attention=AttentionKernel.FLASH, attention_backend=backend, compile=compiled,
-                            tp_comm_overlap="asynctp" in tech.lower().replace(" ", "").replace("-", ""))
+                            tp_comm_overlap="asynctp" in tech.lower().replace(" ", "").replace("-", ""),
+                            fsdp_reshard_after_forward=reshard, tp_gather_per_projection=per_projection)
     # FSDP2 wraps every model of these stacks (a one-rank shard group moves nothing)
     zero = Zero.PARAMETERS
     schedule = Schedule.ONE_F_ONE_B if lay["pp"] > 1 else None
     layout = _layout(entry, zero=zero, recompute=rc, recompute_layers=rc_layers, schedule=schedule)
+    if per_projection and lay["pp"] > 1 and lay["tp"] > 1:
+        layout = layout.model_copy(update={"sp": False})
+        notes.append("no sequence parallelism: KempnerForge's pipeline stages run basic TP")
     model = _llama_model(entry)
     if g == "torchtitan_docs_2024" and "Llama 2" in m["name"]:
         notes.append("Llama 2 13B/70B: torchtitan's llama2 flavours (vocab 32000 as in the yaml)")
@@ -513,48 +531,49 @@ def _torch_native_cluster(entry: dict) -> Cluster:
     return _cluster(entry)
 
 
-def nanotron_pp_layout(*, num_layers: int, hidden: int, ffn_hidden: int, vocab: int, pp: int) -> str:
-    """The stages nanotron builds, as a pipeline layout string (E embedding, t decoder layer, L loss).
-
-    nanotron places its pipeline blocks (embedding, decoder layers, final norm, lm_head, fp32 cast,
-    loss) in order, costing each decoder layer 4·h² + 3·f·h and the lm_head V·h, the others 0; a
-    block goes to the current rank, which is left once the cumulative cost exceeds (rank+1)/pp of
-    the total (huggingface/nanotron@c2528430 src/nanotron/models/base.py:216-235, the costs in
-    models/llama.py:913-925). The large vocabulary's lm_head therefore pulls layers off the last stage."""
-    costs = [0] + [4 * hidden * hidden + 3 * ffn_hidden * hidden] * num_layers + [0, vocab * hidden, 0, 0]
-    total = sum(costs)
-    thresholds = [total * ((r + 1) / pp) for r in range(pp)]
-    rank, cumulative, ranks = 0, 0, []
-    for cost in costs:
-        cumulative += cost
-        ranks.append(rank)
-        if cumulative > thresholds[rank]:
-            rank += 1
-    layers = [ranks[1:1 + num_layers].count(r) for r in range(pp)]
-    if ranks[-1] != pp - 1 or 0 in layers:
-        raise Skip(f"nanotron's cost split leaves a pipeline rank without layers: {layers}")
-    stages = ["t" * n for n in layers]
-    stages[0], stages[-1] = "E" + stages[0], stages[-1] + "L"
-    return "|".join(stages)
-
-
 def _nanotron(entry: dict) -> Mapped:
     """nanotron's Ultra-Scale Playbook sweep: its own TP/PP/ZeRO-1 with fused kernels (flash-attn 2,
     fused norms, async TP linear communication), priced as Megatron's kernels."""
     lay, m = entry["layout"], entry["model"]
     notes = ["nanotron priced with Megatron's kernels (fused norms, flash-attn 2, async tensor-parallel linears)",
-             "throughput from the figure's MFU with an assumed 989 TFLOP/s peak (yaml derived)"]
+             "throughput from the figure's MFU with an assumed 989 TFLOP/s peak (yaml derived)",
+             "gradients accumulated in fp32 outside the GEMMs (accumulate_grad_in_fp32): the 16-bit gradient "
+             "added into the fp32 buffer per parameter and micro-batch (huggingface/nanotron@c2528430 "
+             "src/nanotron/optim/gradient_accumulator.py:212-219, 333-341)"]
     zero = Zero.OPTIMIZER if "ZeRO-1" in (lay.get("zero") or "") else Zero.NONE
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.BF16,
-                            framework=Framework.MEGATRON, attention=AttentionKernel.FLASH, attention_backend=AttentionBackend.FA2)
+                            framework=Framework.MEGATRON, attention=AttentionKernel.FLASH, attention_backend=AttentionBackend.FA2,
+                            grad_accumulation_fusion=False)
     layout = _layout(entry, zero=zero, recompute=Recompute.NONE, schedule=Schedule.ONE_F_ONE_B if lay["pp"] > 1 else None)
+    model = _llama_model(entry, tied=m["ffn_hidden"] < 10000)
     if lay["pp"] > 1:
-        split = nanotron_pp_layout(num_layers=m["layers"], hidden=m["hidden"], ffn_hidden=m["ffn_hidden"],
-                                   vocab=m["vocab"], pp=lay["pp"])
-        layout = layout.model_copy(update=dict(pp_layout=split))
-        notes.append(f"layers per stage {[st.count('t') for st in split.split('|')]}: nanotron's compute-cost split "
-                     "(the lm_head costs V·h)")
-    return _llama_model(entry, tied=m["ffn_hidden"] < 10000), _cluster(entry), training, layout, notes
+        counts = nanotron_pp_layers(model, lay["pp"])
+        stages = ["t" * n for n in counts]
+        layout = layout.model_copy(update={"pp_layout": "|".join(["E" + stages[0], *stages[1:-1], stages[-1] + "L"])})
+        notes.append(f"pipeline split by nanotron's compute costs (build_model): {counts} decoder layers per stage")
+    return model, _cluster(entry), training, layout, notes
+
+
+def nanotron_pp_layers(model: ModelSpec, pp: int) -> list[int]:
+    """Decoder layers per pipeline rank as nanotron places them: every block costs 4·heads·d_head·h
+    + 3·ffn·h (a decoder layer) or vocab·h (the output layer), 0 otherwise; blocks go in order to the
+    current rank, which moves on after the block whose running cost first exceeds (r + 1)/pp of the
+    total (huggingface/nanotron@c2528430 src/nanotron/models/base.py:216-231 build_model,
+    models/llama.py:913-925 get_block_compute_costs). The output layer lands on the last rank."""
+    h, heads = model.hidden_size, model.num_attention_heads
+    layer = 4 * heads * (h // heads) * h + 3 * model.ffn_hidden_size * h
+    costs = [layer] * model.num_layers + [model.vocab_size * h]
+    total = sum(costs)
+    counts, rank, running = [0] * pp, 0, 0
+    for i, cost in enumerate(costs):
+        running += cost
+        if i < model.num_layers:
+            counts[rank] += 1
+        else:
+            assert rank == pp - 1, f"nanotron would place the output layer on rank {rank} of {pp}"
+        if running > total * (rank + 1) / pp:
+            rank += 1
+    return counts
 
 
 def _mlperf(entry: dict) -> Mapped:

@@ -441,6 +441,22 @@ def _grad_reduce_in_bf16(job: Job) -> str | None:
     return None
 
 
+def _gradient_path(job: Job) -> str | None:
+    """The TrainingSpec switches that name one framework's behaviour, set for another framework."""
+    tr = job.training
+    megatron = [f for f, v in (("grad_accumulation_fusion", tr.grad_accumulation_fusion),
+                               ("overlap_grad_reduce", tr.overlap_grad_reduce)) if not v]
+    if megatron and tr.framework is not MEGATRON:
+        return (f"{' and '.join(megatron)}=False is Megatron's --no-gradient-accumulation-fusion / default of no "
+                f"--overlap-grad-reduce (framework={tr.framework}); drop it")
+    titan = [f for f, v in (("fsdp_reshard_after_forward", tr.fsdp_reshard_after_forward is not None),
+                            ("tp_gather_per_projection", tr.tp_gather_per_projection)) if v]
+    if titan and tr.framework is not TITAN:
+        return (f"{' and '.join(titan)} describe an FSDP2/DTensor plan (framework torchtitan), not "
+                f"framework={tr.framework}; drop it")
+    return None
+
+
 def _fp8_recipe(job: Job) -> str | None:
     recipe, tr = job.training.fp8_recipe, job.training
     if recipe is Fp8Recipe.TENSORWISE:
@@ -540,6 +556,8 @@ RULES: tuple[Rule, ...] = (
          "TransformerEngine@d0067d0d transformer_engine/pytorch/attention/dot_product_attention/utils.py L1113-1124"),
     Rule("cp_flash", ALL, _cp_flash, "ring attention (Megatron/TE, torch context_parallel) uses fused attention"),
     Rule("grad_reduce_in_bf16", ALL, _grad_reduce_in_bf16, "Megatron-LM@d98e8a64 arguments.py:1204-1217, 3053"),
+    Rule("gradient_path", ALL, _gradient_path,
+         "Megatron-LM@d98e8a64 arguments.py:2944-2948, 3121-3122; torch fully_shard reshard_after_forward, DTensor ColwiseParallel"),
     Rule("fp8_param_gather", ALL, _fp8_param_gather, "Megatron-LM@d98e8a64 arguments.py:1095-1098, 2016-2018"),
     Rule("moe_dispatch", ALL, _moe_dispatch, "Megatron-LM@23e00ed0 arguments.py:2889 (--overlap-moe-expert-parallel-comm)"),
 )
@@ -579,7 +597,8 @@ def violations(job: Job, waive: frozenset[str] = frozenset()) -> list[tuple[str,
 
 
 # Rules that read only the model, the cluster and the training spec: when one breaks, no layout can help.
-PROBLEM_RULES = frozenset({"positions", "compile", "fp8_hardware", "fp8_recipe", "hybrid_framework", "hf_attention"})
+PROBLEM_RULES = frozenset({"positions", "compile", "fp8_hardware", "fp8_recipe", "hybrid_framework", "hf_attention",
+                           "gradient_path"})
 
 
 def problem_violations(model: ModelSpec, cluster: Cluster, training: TrainingSpec) -> list[tuple[str, str]]:

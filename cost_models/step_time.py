@@ -60,7 +60,7 @@ from cost_models.compute import (
     optimizer_time,
     tp_blocks,
 )
-from cost_models.enums import Framework, MixerKind, MoEDispatch, Precision, Recompute, Zero
+from cost_models.enums import Framework, MixerKind, MoEDispatch, Precision, Recompute, Schedule, Zero
 from cost_models.flops import (
     GEMM_BACKWARD_FACTOR,
     expert_tokens_per_gpu,
@@ -115,6 +115,19 @@ def _grad_bytes(job: Job) -> int:
                                                                   or job.training.grad_reduce_in_bf16)):
         return 2
     return 4
+
+
+def unfused_grad_accumulation_seconds(job: Job, rank: int) -> float:
+    """Per micro-batch, Megatron without gradient accumulation fusion (TrainingSpec
+    .grad_accumulation_fusion): main_grad.add_(param.grad) for every parameter of the rank, a
+    memory-bound kernel reading the 16-bit gradient and the main grad and writing the main grad
+    (Megatron-LM@d98e8a64 megatron/core/distributed/distributed_data_parallel.py:575-578). The
+    fused path's read and write of the main grad happen in the wgrad GEMM's epilogue and cost
+    nothing beside it."""
+    if job.training.framework is not Framework.MEGATRON or job.training.grad_accumulation_fusion:
+        return 0.0
+    params = float(rank_params(job, rank).total)
+    return K.memory_seconds(params * (ACT_BYTES + 2 * _grad_bytes(job)), job.cluster.gpu)
 
 
 def _sms(job: Job) -> int:
@@ -181,6 +194,19 @@ def _pipelined_rs(job: Job, gemm, rows_total: int, full_s: float, rs_s: float, c
     return Exposure(max(0.0, total - full_s), 0.0)
 
 
+def column_inputs(job: Job, b: Block) -> int:
+    """How many times a block's column input is gathered (and its gradient reduced) per pass: once,
+    or once per projection under TrainingSpec.tp_gather_per_projection: q, k and v; a gated MLP's
+    gate and up; one for anything else (a plain MLP's fc1, Mamba's in_proj, MLA's latents)."""
+    if not (job.training.tp_gather_per_projection and job.training.framework is Framework.TORCHTITAN):
+        return 1
+    if b.col.name == "qkv" and job.model.mla is None:
+        return 3
+    if b.col.name in ("mlp_fc1", "shared_fc1") and job.model.mlp.gated:
+        return 2
+    return 1
+
+
 def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Calibration) -> Exposure:
     """Exposed tensor-parallel communication of one pass of a layer's blocks (Megatron's f/g
     operators, Shoeybi et al. 2019; with sequence parallel an all-gather before the column GEMM and
@@ -220,6 +246,8 @@ def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Cal
         if width not in by_width:
             by_width[width] = collectives(width)
         (ag_h, rs_h, ar_h, chunk_h), (ag_c, rs_c, ar_c, chunk_c) = by_width[h], by_width[width]
+        n = column_inputs(job, b)
+        ag_c, rs_c, ar_c = n * ag_c, n * rs_c, n * ar_c
         if not backward:
             if overlap:
                 out += _ring_exchange(job, b.col, t, b.col_fwd, chunk_c, cal)
@@ -395,10 +423,45 @@ def layer_pass(job: Job, kind: LayerKind, *, mode: Recompute, cal: Calibration) 
 # --- data parallelism ------------------------------------------------------------------------------
 
 
+def _reshards_after_forward(job: Job) -> bool:
+    """FSDP2's reshard_after_forward (TrainingSpec.fsdp_reshard_after_forward, by default the
+    framework's: torchtitan only without a pipeline; DeepSpeed ZeRO-3 always)."""
+    tr = job.training
+    if tr.fsdp_reshard_after_forward is not None:
+        return tr.fsdp_reshard_after_forward
+    return job.layout.pp == 1 or tr.framework is Framework.DEEPSPEED
+
+
 def _fsdp_per_microbatch(job: Job) -> bool:
-    """Parameters gathered and gradients reduce-scattered around every micro-batch: ZeRO-3 and
-    FSDP2 without a pipeline (torchtitan reshards after forward only when pp = 1)."""
-    return job.zero is Zero.PARAMETERS and (job.layout.pp == 1 or job.training.framework is Framework.DEEPSPEED)
+    """Parameters gathered around every micro-batch: ZeRO-3, and FSDP2 where it reshards after
+    forward (torchtitan without a pipeline, KempnerForge with one too). Gradients are then
+    reduce-scattered around every micro-batch as well, except under torch's pipelining
+    (_pipelined_fsdp)."""
+    return job.zero is Zero.PARAMETERS and _reshards_after_forward(job)
+
+
+def _pipelined_fsdp(job: Job) -> bool:
+    """FSDP2 under torch.distributed.pipelining: the stage turns gradient sync and resharding after
+    backward off for every micro-batch's backward and reduce-scatters all its layers at once after
+    the last one (torch 2.13.0, git cf30153c: torch/distributed/pipelining/stage.py:843-847
+    backward_maybe_with_nosync, 1164-1191 perform_reduce_grad; schedules.py:1177, Schedule1F1B calls
+    it after its cool-down, 960 likewise for GPipe). Nothing of that stage computes beside it."""
+    return job.zero is Zero.PARAMETERS and job.layout.pp > 1 and job.training.framework is Framework.TORCHTITAN
+
+
+def pipelined_gathers(job: Job, rank: int) -> tuple[float, float]:
+    """(forward, backward) parameter gathers per micro-batch on pipeline rank `rank` when FSDP2
+    reshards after forward under torch's pipelining (resharding after backward is off there,
+    _pipelined_fsdp): a forward finds the parameters gathered if a backward ran just before it, and
+    a backward finds them freed if a forward did. 1F1B runs w = min(m, pp − r) forwards before rank
+    r's first backward, then alternates, and ends with pp − r − 1 backwards in a row: w forward and
+    m + 1 − w backward gathers per step. GPipe runs every forward, then every backward: m and 1.
+    Either way m + 1 gathers per step instead of 2m."""
+    m = job.num_microbatches
+    if job.schedule is Schedule.GPIPE:
+        return 1.0, 1 / m
+    warm = min(m, job.layout.pp - rank)
+    return warm / m, (m + 1 - warm) / m
 
 
 def _dense_group(job: Job):
@@ -470,7 +533,14 @@ def dp_tail(job: Job, rank: int) -> tuple[float, float]:
             t = collective_time(Collective.ALL_REDUCE, params * gb, where, cl)
             tail = collective_time(Collective.ALL_REDUCE, one_bucket * gb, where, cl)
         elif z is Zero.PARAMETERS:
-            if _fsdp_per_microbatch(job):
+            if _pipelined_fsdp(job):
+                # torch's pipelining: every layer's reduce-scatter after the last backward, exposed
+                # (_pipelined_fsdp); the gather once before the first forward, all but the first
+                # layer's behind the forward, unless every micro-batch gathers (stage time)
+                rs = collective_time(Collective.REDUCE_SCATTER, params * gb, where, cl)
+                ag = 0.0 if _fsdp_per_microbatch(job) else collective_time(Collective.ALL_GATHER, params * ACT_BYTES, where, cl)
+                t, tail = ag + rs, ag / max(1, len(job.stage_layer_ids(rank))) + rs
+            elif _fsdp_per_microbatch(job):
                 t = tail = 0.0  # per micro-batch, in the stage time
             else:
                 # FSDP2 under a pipeline: gather once before the first forward, reduce-scatter
@@ -491,6 +561,8 @@ def dp_tail(job: Job, rank: int) -> tuple[float, float]:
         # HSDP: the shard group's result is all-reduced across the dp/dp_shard replicas
         replicas = placement(cl, job.dp // lay.dp_shard, lay.tp * lay.cp * lay.dp_shard)
         total += collective_time(Collective.ALL_REDUCE, dense * gb / job.dense_shard_group, replicas, cl)
+    if fw is Framework.MEGATRON and not job.training.overlap_grad_reduce:
+        first = total  # nothing of it overlaps (TrainingSpec.overlap_grad_reduce)
     return total, first
 
 
@@ -540,10 +612,12 @@ def dense_share(job: Job, cal: Calibration) -> float:
 
 
 def _fsdp_exposure(job: Job, gathers: list[float], reduces: list[float], fwd: list[float], bwd: list[float], params: list[int],
-                   cal: Calibration) -> Exposure:
+                   cal: Calibration, counts: tuple[float, float] = (1.0, 1.0)) -> Exposure:
     """FSDP / ZeRO-3 per micro-batch: layer i's gather hides behind layer i−1's forward; backward
     gathers again (reshard after forward) and reduce-scatters layer i behind layer i−1's backward.
-    DeepSpeed can hide at most DEEPSPEED_PREFETCH_PARAMS of a layer's gather; the rest waits."""
+    DeepSpeed can hide at most DEEPSPEED_PREFETCH_PARAMS of a layer's gather; the rest waits.
+    `counts`: the (forward, backward) gathers per micro-batch (pipelined_gathers; 1 and 1 otherwise)."""
+    fg, bg = counts
     share = dense_share(job, cal)
     if job.training.framework is Framework.DEEPSPEED:
         cover = [min(1.0, DEEPSPEED_PREFETCH_PARAMS / max(1, p)) for p in params]
@@ -553,11 +627,11 @@ def _fsdp_exposure(job: Job, gathers: list[float], reduces: list[float], fwd: li
         for g, r, c, b in zip(gathers[:-1], reduces[1:], cover[:-1], bwd[1:]):
             out += Exposure(g * (1 - c)) + _hidden(g * c + r, b, share)
         return out
-    out = Exposure(gathers[0] + gathers[-1] + reduces[0])
+    out = Exposure(fg * gathers[0] + bg * gathers[-1] + reduces[0])
     for g, f in zip(gathers[1:], fwd[:-1]):
-        out += _hidden(g, f, share)
+        out += _hidden(fg * g, f, share)
     for g, r, b in zip(gathers[:-1], reduces[1:], bwd[1:]):
-        out += _hidden(g + r, b, share)
+        out += _hidden(bg * g + r, b, share)
     return out
 
 
@@ -623,12 +697,14 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[LayerKi
         if fsdp:
             g, r = fsdp_layer_comm(job, layer_id)
             gathers.append(g)
-            reduces.append(r)
+            reduces.append(0.0 if _pipelined_fsdp(job) else r)  # after the last backward (dp_tail)
             p = local_layer_params(job, layer_id)
             layer_params.append(p.dense + p.expert)
             parts["sharding"] += fsdp_copy_seconds(job, layer_id)
+    parts["elementwise"] += unfused_grad_accumulation_seconds(job, rank)
     if fsdp and gathers:
-        exposure = _fsdp_exposure(job, gathers, reduces, fwd_compute, bwd_compute, layer_params, cal)
+        counts = pipelined_gathers(job, rank) if _pipelined_fsdp(job) else (1.0, 1.0)
+        exposure = _fsdp_exposure(job, gathers, reduces, fwd_compute, bwd_compute, layer_params, cal, counts)
         comm["dp"] += exposure.exposed
         parts["contention"] += exposure.contention
     if last:
@@ -812,7 +888,7 @@ def compute_by_kernel(est: TimeEstimate) -> Breakdown:
     """The step's compute on the critical stage by the kernel classes a profiler sees: GEMMs
     (forward, dgrad, wgrad, recomputed, the output layer), fused attention (forward, backward,
     recomputed, cp merges), memory-bound kernels (elementwise ops, their recomputation, fp8 casts,
-    the loss, FSDP2's copies), and the SM contention of overlapped communication, which slows those
+    the loss, FSDP2's copies, Megatron's unfused gradient accumulation), and the SM contention of overlapped communication, which slows those
     kernels but is no kernel of its own. Accounted layer by layer apart from stage_time, so its total
     equals the breakdown's compute only when both count the same kernels."""
     job, cal, crit = est.job, est.calibration, est.critical
@@ -827,6 +903,7 @@ def compute_by_kernel(est: TimeEstimate) -> Breakdown:
         memory += lt.elementwise + lt.elementwise_backward + lt.fp8_cast + lt.fp8_cast_backward + rm
         if fsdp:
             memory += fsdp_copy_seconds(job, layer_id)
+    memory += unfused_grad_accumulation_seconds(job, crit.rank)
     if crit.rank == job.layout.pp - 1:
         heads = 1 + job.model.mtp_layers  # the output layer and loss again per MTP module (stage_time)
         gemm += heads * (head_time(job, cal) + head_backward_time(job, cal)) + sum(mtp_merge_seconds(job, cal))

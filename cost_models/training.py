@@ -51,6 +51,32 @@ class TrainingSpec(Spec):
     # 3053; param_and_grad_buffer.py:923). NVIDIA's and Cisco's MLPerf Llama-3.1 NeMo code sets it
     # (mlcommons/training_results_v5.0@0fdc28f0 NVIDIA/benchmarks/llama31_405b/.../pretrain.py:252,355).
     grad_reduce_in_bf16: bool = False
+    # FSDP2 fully_shard(reshard_after_forward=...): whether each layer's gathered parameters are freed
+    # after its forward, so that every micro-batch gathers them again. None = the framework's default:
+    # torchtitan reshards only without a pipeline (torchtitan 0.3.0 distributed/fsdp.py:71-74, "to
+    # avoid per-microbatch all-gathers, which can be expensive and non-overlapped"); DeepSpeed ZeRO-3
+    # always re-gathers. KempnerForge keeps fully_shard's True under its pipeline too
+    # (KempnerInstitute/KempnerForge@601aba9 kempnerforge/distributed/parallel.py:110-153 apply_fsdp2,
+    # called without the argument at scripts/train.py:111,120).
+    fsdp_reshard_after_forward: bool | None = None
+    # Megatron's wgrad GEMMs accumulate straight into the fp32 main grad (gradient_accumulation_fusion,
+    # the default). --no-gradient-accumulation-fusion (False here) makes them write a 16-bit
+    # param.grad that the DDP backward hook then adds into main_grad, once per micro-batch
+    # (Megatron-LM@d98e8a64 megatron/training/arguments.py:2944-2948;
+    # megatron/core/distributed/distributed_data_parallel.py:575-578). Megatron only.
+    grad_accumulation_fusion: bool = True
+    # Megatron --overlap-grad-reduce and --overlap-param-gather (what the Megatron launch files pass):
+    # the gradient reduction bucket by bucket during the last backward, the distributed optimizer's
+    # parameter gather behind the next forward. Megatron's defaults are off (Megatron-LM@d98e8a64
+    # megatron/training/arguments.py:3121-3122, 3148-3149): False here runs both after the backward
+    # and the optimizer step, exposed. Megatron only.
+    overlap_grad_reduce: bool = True
+    # A DTensor plan (torchtitan framework) that shards q, k, v (and a gated MLP's gate and up) as
+    # separate ColwiseParallel modules, each taking the sequence-sharded input itself: one all-gather
+    # of the input per projection in forward and one reduce-scatter (all-reduce without sequence
+    # parallel) of its gradient in backward, where torchtitan's PrepareModuleInput gathers once per
+    # block (KempnerInstitute/KempnerForge@601aba9 kempnerforge/distributed/tensor_parallel.py:62-78).
+    tp_gather_per_projection: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:

@@ -136,11 +136,32 @@ def test_palm_formula_reproduces_llama3_derived_tokens(entry_id):
     assert tokens == pytest.approx(entry["derived"]["tokens_per_s_per_gpu_approx"], abs=0.05)
 
 
-def test_nanotron_places_layers_by_compute_cost():
-    # 1.34B (h 2048, f 8192, V 131072) at pp 2: a layer costs 4·2048² + 3·8192·2048 = 67,108,864 = c,
-    # the lm_head 131072·2048 = 4c, the total 20c; rank 0 is left once the cumulative cost exceeds 10c,
-    # after the 11th layer (10c is not above 10c): 11 layers, then 5 with the lm_head and the loss
-    assert published.nanotron_pp_layout(num_layers=16, hidden=2048, ffn_hidden=8192, vocab=131072, pp=2) == "E" + "t" * 11 + "|" + "t" * 5 + "L"
-    assert BY_ID["nanotron-usp-1p34b-2nodes-dp8-tp1-pp2-mbs1"].job().stage_layer_ids(0) == tuple(range(11))
-    # the 80B at pp 32 (80 layers do not divide evenly) is a run only through this split
-    assert "nanotron-usp-80p0b-16nodes-dp1-tp4-pp32-mbs1" in BY_ID
+@pytest.mark.parametrize("run_id, compiled", [
+    ("kempnerforge-cfgval-13b-32gpu-tp4-pp2", False),  # configs/train/13b_32gpu_tp4_pp2.toml: compile_model = false
+    ("kempnerforge-cfgval-70b-32gpu-tp4-pp4", False),
+    ("kempnerforge-mfu-08-13b-8xh200-tp1-fsdp8", False),  # the report's row: 'torch.compile=off'
+    ("kempnerforge-mfu-09-13b-8xh200-tp4-fsdp2", True),
+])
+def test_kempnerforge_compile_and_resharding_as_configured(run_id, compiled):
+    job = BY_ID[run_id].job()
+    assert job.training.compile is compiled
+    # apply_fsdp2 keeps fully_shard's reshard_after_forward=True, pipeline or not (KempnerForge@601aba9)
+    assert job.training.fsdp_reshard_after_forward is True
+    # q, k, v, gate, up each gather their input; pipeline stages run tp without sequence parallelism
+    assert job.training.tp_gather_per_projection is True
+    if job.layout.tp > 1:
+        assert job.sp is (job.layout.pp == 1)
+
+
+def test_nanotron_splits_the_pipeline_by_its_block_costs():
+    # 1.34B: a decoder layer costs 4·2048² + 3·8192·2048 = 67,108,864, the output layer
+    # 131072·2048 = 268,435,456 (4 layers); total 1,342,177,280, half 671,088,640. After layer 10 the
+    # running cost equals half (not above it), after layer 11 it is above: rank 0 takes 11 layers,
+    # rank 1 the other 5 and the output layer.
+    run = BY_ID["nanotron-usp-1p34b-1nodes-dp4-tp1-pp2-mbs4"]
+    assert published.nanotron_pp_layers(run.model, 2) == [11, 5]
+    assert run.layout.pp_layout == "E" + "t" * 11 + "|" + "t" * 5 + "L"
+    # 80 layers over pp 32, which no even split allows, runs as nanotron places them
+    deep = BY_ID["nanotron-usp-80p0b-16nodes-dp1-tp4-pp32-mbs1"]
+    counts = published.nanotron_pp_layers(deep.model, 32)
+    assert sum(counts) == 80 and len(counts) == 32

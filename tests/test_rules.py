@@ -95,3 +95,14 @@ def test_global_batch_defaults_to_legal_microbatches():
     assert make_job(L70, gpus=16, tp=8, mbs=2).training.global_batch_size == 2 * 2 * 1
     job = make_job(L70, gpus=64, tp=8, pp=4, vpp=2)
     assert job.training.global_batch_size == 1 * 2 * 16 and job.num_microbatches == 16
+
+
+@pytest.mark.parametrize("training, needle", [
+    (dict(framework="torchtitan", grad_accumulation_fusion=False), "grad_accumulation_fusion=False is Megatron's"),
+    (dict(framework="deepspeed", overlap_grad_reduce=False), "overlap_grad_reduce=False is Megatron's"),
+    (dict(framework="megatron", fsdp_reshard_after_forward=True), "fsdp_reshard_after_forward describe an FSDP2/DTensor plan"),
+    (dict(framework="megatron", tp_gather_per_projection=True), "tp_gather_per_projection describe an FSDP2/DTensor plan"),
+])
+def test_one_frameworks_switches_are_refused_for_another(training, needle):
+    with pytest.raises(SpecError, match=needle):
+        make_job("llama-3.1-8b", gpus=8, training=training)

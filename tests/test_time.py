@@ -215,3 +215,124 @@ def test_hfu_is_mfu_plus_the_recomputed_work_and_never_below_it(recompute, preci
         assert t.mfu_fp8 == pytest.approx(t.mfu / 2, rel=1e-3)
     else:
         assert t.mfu_fp8 is None
+
+
+# --- FSDP2 under torch's pipelining ------------------------------------------------------------
+
+
+def test_fsdp_under_torch_pipelining_gathers_once_per_microbatch_plus_one():
+    # pp 4, 8 micro-batches (gbs 16, mbs 1, dp 2 on 8 GPUs). 1F1B rank 0 runs F0..F3 before B0:
+    # those 4 forwards gather, F4..F7 follow a backward and find the parameters gathered; B0..B4
+    # follow a forward and gather, B5..B7 follow a backward and do not: 4 + 5 = m + 1 = 9 per step.
+    # Rank 3 (last) alternates from the start: F0 gathers, all 8 backwards gather.
+    from cost_models.step_time import pipelined_gathers
+
+    job = make_job(LLAMA_TINY, gpus=8, pp=4, training=dict(framework="torchtitan", global_batch_size=16))
+    assert job.num_microbatches == 8
+    assert pipelined_gathers(job, 0) == (4 / 8, 5 / 8)
+    assert pipelined_gathers(job, 3) == (1 / 8, 8 / 8)
+    # GPipe: every forward gathers (each reshards after), then the first backward only
+    gpipe = make_job(LLAMA_TINY, gpus=8, pp=4, schedule="gpipe", training=dict(framework="torchtitan", global_batch_size=16))
+    assert pipelined_gathers(gpipe, 2) == (1.0, 1 / 8)
+
+
+def test_fsdp_reduce_scatter_under_torch_pipelining_waits_for_the_last_backward():
+    # torch's pipelining turns gradient sync off for every micro-batch and reduce-scatters all the
+    # stage's layers after the last backward: that reduce-scatter is exposed whole. torchtitan's
+    # default under pp gathers once (all but one layer's gather hides); reshard_after_forward=True
+    # (KempnerForge) gathers per micro-batch instead, so none of the end-of-step traffic is a gather.
+    from cost_models.comm import Collective, collective_time
+    from cost_models.step_time import _dense_group, dp_tail
+
+    tt = dict(framework="torchtitan", global_batch_size=32)
+    once = make_job("llama-3.1-8b", gpus=16, pp=2, training=tt)
+    every = make_job("llama-3.1-8b", gpus=16, pp=2, training={**tt, "fsdp_reshard_after_forward": True})
+    assert once.zero.name == "PARAMETERS" and once.dp == 8
+    params = rank_params(once, 0)
+    dense = float(params.total)
+    rs = collective_time(Collective.REDUCE_SCATTER, dense * 4, _dense_group(once), once.cluster.spec)  # fp32 grads
+    ag = collective_time(Collective.ALL_GATHER, dense * 2, _dense_group(once), once.cluster.spec)
+    layers = len(once.stage_layer_ids(0))
+    assert dp_tail(once, 0) == pytest.approx((ag + rs, ag / layers + rs))
+    assert dp_tail(every, 0) == pytest.approx((rs, rs))
+    # per micro-batch gathers add to the stage time, the end-of-step reduce-scatter does not repeat
+    t_once, t_every = time_estimate(once), time_estimate(every)
+    assert t_every.critical.microbatch.value("dp") > t_once.critical.microbatch.value("dp") == 0
+
+
+# --- Megatron's gradient path without fusion or overlap -------------------------------------------
+
+
+def test_unfused_gradient_accumulation_adds_a_ten_byte_pass_per_parameter_and_microbatch():
+    # --no-gradient-accumulation-fusion: main_grad.add_(param.grad) per parameter per micro-batch,
+    # bf16 grad read (2) + fp32 main grad read and write (4 + 4) = 10 bytes. LLAMA_TINY at tp 1 on
+    # one GPU: 4 layers x (qkv 256x384 98,304 + out 256x256 65,536 + fc1 256x1376 352,256 + fc2
+    # 688x256 176,128 + 2 norms 512) = 4 x 692,736 = 2,770,944; embedding and head over the vocabulary
+    # padded to 1024 (Megatron: a multiple of 128) 262,144 each; final norm 256: 3,295,488 parameters
+    # -> 32,954,880 bytes per micro-batch.
+    from cost_models import kernels as K
+    from cost_models.step_time import unfused_grad_accumulation_seconds
+
+    fused = make_job(LLAMA_TINY, gpus=1, training=dict(seq_len=128))
+    unfused = make_job(LLAMA_TINY, gpus=1, training=dict(seq_len=128, grad_accumulation_fusion=False))
+    assert int(rank_params(unfused, 0).total) == 3_295_488
+    expected = K.memory_seconds(32_954_880, unfused.cluster.gpu)
+    assert unfused_grad_accumulation_seconds(unfused, 0) == pytest.approx(expected)
+    assert unfused_grad_accumulation_seconds(fused, 0) == 0
+    gap = time_estimate(unfused).breakdown.value("compute/elementwise") - time_estimate(fused).breakdown.value("compute/elementwise")
+    assert gap == pytest.approx(expected * unfused.num_microbatches)
+
+
+def test_megatron_without_overlap_grad_reduce_exposes_the_whole_reduction():
+    # Megatron's --overlap-grad-reduce and --overlap-param-gather default off: the distributed
+    # optimizer's reduce-scatter and gather run after the backward and the optimizer step
+    from cost_models.step_time import dp_tail
+
+    base = dict(global_batch_size=64)
+    on = make_job("llama-3.1-8b", gpus=16, zero=1, training=base)
+    off = make_job("llama-3.1-8b", gpus=16, zero=1, training={**base, "overlap_grad_reduce": False})
+    total_on, first_on = dp_tail(on, 0)
+    total_off, first_off = dp_tail(off, 0)
+    assert total_off == pytest.approx(total_on) and first_on < total_on
+    assert first_off == pytest.approx(total_off)
+    assert time_estimate(off).breakdown.value("dp") == pytest.approx(total_off)
+
+
+def test_a_dtensor_plan_with_one_colwise_module_per_projection_gathers_per_projection():
+    # KempnerForge shards q, k, v, gate and up as separate ColwiseParallel modules: in forward the
+    # sequence-sharded input is gathered 3 times before attention and 2 times before the SwiGLU MLP
+    # (torchtitan: once each), so 3 more all-gathers of the t x h input per layer; in backward 3 more
+    # reduce-scatters of its gradient. Without sequence parallelism the backward all-reduces the
+    # column input's gradient per projection instead, and the forward is unchanged.
+    from cost_models.comm import Collective
+    from cost_models.compute import tp_blocks, tokens
+    from cost_models.step_time import _tp_coll, tp_exposure
+
+    tt = dict(seq_len=512, framework="torchtitan")
+    once = make_job(LLAMA_TINY, gpus=2, tp=2, training=tt)
+    each = make_job(LLAMA_TINY, gpus=2, tp=2, training={**tt, "tp_gather_per_projection": True})
+    assert once.sp and each.sp
+    size = tokens(once) * LLAMA_TINY.hidden_size * 2
+    ag, rs = _tp_coll(once, Collective.ALL_GATHER, size), _tp_coll(once, Collective.REDUCE_SCATTER, size)
+    blocks = tp_blocks(once, LayerKind(), cal=DEFAULT)
+
+    def exposed(job, backward):
+        return tp_exposure(job, blocks, backward=backward, cal=DEFAULT).exposed
+
+    assert exposed(each, False) - exposed(once, False) == pytest.approx(3 * ag)
+    assert exposed(each, True) - exposed(once, True) == pytest.approx(3 * rs)
+    # no sequence parallelism: forward all-reduces after the row GEMMs only, backward per projection
+    no_sp = make_job(LLAMA_TINY, gpus=2, tp=2, sp=False, training={**tt, "tp_gather_per_projection": True})
+    ar = _tp_coll(no_sp, Collective.ALL_REDUCE, size)
+    assert exposed(no_sp, False) == pytest.approx(2 * ar)
+    assert exposed(no_sp, True) == pytest.approx((3 + 2) * ar)
+
+
+def test_validates_kernel_split_counts_the_unfused_gradient_accumulation():
+    # compute_by_kernel recounts the critical stage apart from stage_time: the main_grad add pass is
+    # a memory-bound kernel, so both totals still agree without gradient accumulation fusion
+    from cost_models.step_time import compute_by_kernel
+
+    job = make_job(LLAMA_TINY, gpus=1, training=dict(seq_len=128, grad_accumulation_fusion=False))
+    est = time_estimate(job)
+    assert float(compute_by_kernel(est).total) == pytest.approx(float(est.breakdown.value("compute")))
