@@ -384,7 +384,8 @@ def _validator():
     return jsonschema.Draft7Validator(schema)
 
 
-@pytest.mark.parametrize("name", ["megatron-cp", "titan-interleaved", "megatron-torch-fsdp2-zero2"])
+@pytest.mark.parametrize("name", ["megatron-cp", "titan-interleaved", "megatron-torch-fsdp2-zero2", "titan02-fsdp-tp-compile",
+                                  "deepspeed-autotp-fp16"])
 def test_job_yaml_validates_against_the_pytorchjob_crd(name):
     jsonschema = pytest.importorskip("jsonschema")
     import yaml
