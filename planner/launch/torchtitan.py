@@ -52,8 +52,9 @@ class TitanModel:
 
 # torchtitan/models/llama3/config_registry.py L184-295 and qwen3/config_registry.py L295 (0.3.0);
 # flavors in torchtitan/models/{llama3,qwen3}/__init__.py (v0.2.2 and 0.3.0). Each flavour's
-# dimensions, rope (theta, Llama-3.1 scaling) and norm epsilon equal the preset's
-# (tests/test_launch_titan_model.py builds them). Not listed: qwen3 `235B-A22B`, whose rope theta is
+# dimensions, rope (theta, Llama-3.1 scaling) and norm epsilon equal the preset's in both releases
+# (tests/test_launch_titan_model.py builds the 0.3.0 ones; tests/test_launch_titan_02_flavours.py
+# applies v0.2.2's rules to its TransformerModelArgs, tests/data/torchtitan_022_flavours.toml). Not listed: qwen3 `235B-A22B`, whose rope theta is
 # 5,000,000 (0.3.0 qwen3/__init__.py _235b_a22b; v0.2.2 the same) where Qwen3-235B-A22B's
 # config.json has 1,000,000: that flavour trains another model.
 TITAN_MODELS = (
