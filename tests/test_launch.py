@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import stat
 import subprocess
 import uuid
@@ -383,7 +384,8 @@ def _validator():
     return jsonschema.Draft7Validator(schema)
 
 
-@pytest.mark.parametrize("name", ["megatron-cp", "titan-interleaved", "megatron-torch-fsdp2-zero2"])
+@pytest.mark.parametrize("name", ["megatron-cp", "titan-interleaved", "megatron-torch-fsdp2-zero2", "titan02-fsdp-tp-compile",
+                                  "deepspeed-autotp-fp16"])
 def test_job_yaml_validates_against_the_pytorchjob_crd(name):
     jsonschema = pytest.importorskip("jsonschema")
     import yaml
@@ -541,3 +543,73 @@ def test_megatron_yarn_outside_mla_fixed_fields_is_refused(tmp_path):
         else:
             text = (out / "train.sh").read_text()
             assert "--rope-type yarn" in text and "--rotary-scaling-factor 40.0" in text and "--mscale-all-dim 0.707" in text
+
+
+DOC_MODELS = {"llama-3.1-70b": "Llama-3.1-70B", "mixtral-8x7b": "Mixtral-8x7B-v0.1", "qwen3-30b-a3b": "Qwen3-30B-A3B"}
+
+
+def _doc_tables() -> list[dict[str, list[list[str]]]]:
+    """docs/launch.md "The model's settings, three examples": each table as model -> cells of each column."""
+    text = (Path(__file__).parents[1] / "docs" / "launch.md").read_text()
+    section = text.split("## The model's settings, three examples", 1)[1].split("\n## ", 1)[0]
+    tables, current = [], None
+    for line in section.splitlines():
+        if not line.startswith("| `"):
+            current = None
+            continue
+        if current is None:
+            current = {}
+            tables.append(current)
+        model, *columns = [c.strip() for c in line.strip("|").split(" | ")]
+        current[model.strip("`")] = [re.findall(r"`([^`]+)`", c) if "`" in c else [c] for c in columns]
+    return tables
+
+
+def test_docs_show_the_model_settings_the_launch_writes():
+    """Every cell of docs/launch.md's three-example tables is in the files launch writes, for the
+    preset and for its Hugging Face fixture alike; "refused" cells are refused."""
+    import tomllib
+
+    megatron, deepspeed, titan = _doc_tables()
+    assert set(megatron) == set(deepspeed) == set(titan) == set(DOC_MODELS)
+    hf = Path(__file__).parent / "data" / "hf"
+
+    def words(text: str) -> str:  # the script's words, continuation lines joined
+        return " " + " ".join(text.replace("\\\n", " ").split()) + " "
+
+    for preset, fixture in DOC_MODELS.items():
+        for model in (preset, str(hf / fixture)):
+            moe = {"ep": 8} if presets.models()[preset].moe else {}
+            run = functools.partial(run_launch, model, "dgx-h100", 16)
+            sh = words(run(training={"framework": "megatron"}, layout={"tp": 2, "zero": 1, **moe}).files["train.sh"].text)
+            for cell in megatron[preset][0]:
+                assert f" {cell} " in sh, (model, cell)
+            config = json.loads(run(training={"framework": "deepspeed"}, layout={"tp": 1, "zero": 3}).files["config.json"].text)
+            for cell in deepspeed[preset][0]:
+                [(key, value)] = json.loads("{" + cell + "}").items()
+                assert config.get(key) == value, (model, key, config.get(key), value)
+            for version, cells in zip(("0.3", "0.2"), titan[preset]):
+                def launch():
+                    return run(training={"framework": "torchtitan"}, layout={"tp": 1, "zero": 3, **moe},
+                               options=LaunchOptions(torchtitan_version=version))
+                if cells[0].startswith("refused"):
+                    with pytest.raises(SpecError, match="no registry entry of its shape"):
+                        launch()
+                elif version == "0.3":
+                    sh = words(launch().files["train.sh"].text)
+                    assert all(f" {cell} " in sh for cell in cells), (model, cells)
+                else:
+                    doc = tomllib.loads(launch().files["torchtitan.toml"].text)
+                    assert {k: doc["model"].get(k) for k in tomllib.loads("\n".join(cells))} == tomllib.loads("\n".join(cells)), model
+
+
+def test_launch_options_take_the_version_as_a_string():
+    """A library caller's "0.3" is torchtitan 0.3 (the emitters compare with the enum), "0.2" is 0.2."""
+    from planner.launch.options import TitanVersion
+
+    assert LaunchOptions(torchtitan_version="0.3").torchtitan_version is TitanVersion.V03
+    v02 = run_launch("llama-3.1-8b", "dgx-h100", 8, training={"framework": "torchtitan"}, layout={"tp": 1},
+                     options=LaunchOptions(torchtitan_version="0.2"))
+    v03 = run_launch("llama-3.1-8b", "dgx-h100", 8, training={"framework": "torchtitan"}, layout={"tp": 1},
+                     options=LaunchOptions(torchtitan_version="0.3"))
+    assert "torchtitan.toml" in v02.files and "torchtitan.toml" not in v03.files

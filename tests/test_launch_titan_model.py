@@ -9,7 +9,8 @@ top-k renormalisation) is the spec's; its load balancing is torchtitan's auxilia
 which launch's README says.
 
 Models no flavour equals get a model config generated with torchtitan's llama3 builders when its
-modules can hold them (tests: llama-2-7b, mistral-7b), and are refused otherwise.
+modules can hold them (Llama 2 7B/13B/70B, Mistral 7B), and are refused otherwise. Every HF fixture
+of tests/data/hf is launched too: those torchtitan can hold build their model, the others are refused.
 
 The flavour table itself: every llama3 / qwen3 flavour of torchtitan 0.3.0 with a planner preset of
 the same name is built, and is in planner/launch/torchtitan.py's TITAN_MODELS exactly when it
@@ -29,7 +30,8 @@ import pytest
 
 from launch_cases import Case, after, run_train_sh, write
 from planner import presets
-from planner.launch.torchtitan import TITAN_MODELS
+from planner.launch.torchtitan import TITAN_MODELS, _shape, generation_blocker, without_idle_window
+from planner.loaders import load_model
 
 HERE = Path(__file__).parent
 # torchtitan 0.3.0 flavours and the planner presets of the same models (torchtitan/models/llama3/
@@ -40,8 +42,24 @@ FLAVOURS = {
 }
 
 
-# Models no flavour equals whose llama3 model config torchtitan_plan.py generates (0.3).
-GENERATED = ["llama-2-7b", "mistral-7b"]
+HF = HERE / "data" / "hf"
+SEQ_LEN = 4096  # Case's default, the launch's
+
+
+def _titan_kind(spec) -> str | None:
+    """How a 0.3 launch trains the model: a TITAN_MODELS preset of its shape, "generated" (llama3
+    builders), or None (refused)."""
+    known = presets.models()
+    same = [e.preset for e in TITAN_MODELS if _shape(known[e.preset]) == _shape(spec)]
+    if same:
+        return same[0]
+    return "generated" if generation_blocker(without_idle_window(spec, SEQ_LEN)) is None else None
+
+
+# Presets no flavour equals whose llama3 model config torchtitan_plan.py generates (0.3): Llama 2, Mistral 7B.
+GENERATED = sorted(n for n, m in presets.models().items() if _titan_kind(m) == "generated")
+# Every HF fixture torchtitan trains; the others are refused (test_fixtures_torchtitan_cannot_hold_are_refused).
+FIXTURES = {p.name: _titan_kind(load_model(str(p))) for p in sorted(HF.iterdir()) if p.is_dir()}
 
 
 def _run(jobs: list[dict]) -> list[dict]:
@@ -95,12 +113,16 @@ def built(tmp_path_factory):
             continue
         jobs.append({"dir": str(directory), "args": argv, "layers": launch.report.job.model.num_layers, "build": True})
         launches.append((entry, argv, launch))
-    for preset in GENERATED:
-        launch = Case(f"rt-{preset}", preset, 8, "torchtitan", {"tp": 1, "zero": 3}).build()
-        directory = write(launch, tmp / preset)
+    # the generated presets, then every fixture torchtitan trains but Llama-3.1-405B (llama3_405b()'s
+    # float8 import, as above; test_fixtures_launch_as_their_preset checks its plan function)
+    fixtures = [f for f, kind in FIXTURES.items() if kind is not None and kind != "llama-3.1-405b"]
+    for model in GENERATED + [str(HF / f) for f in fixtures]:
+        name = Path(model).name
+        launch = Case(f"rt-{name}", model, 8, "torchtitan", {"tp": 1, "zero": 3}).build()
+        directory = write(launch, tmp / name)
         argv = after(run_train_sh(directory, tmp), "torchtitan.train")
         jobs.append({"dir": str(directory), "args": argv, "layers": launch.report.job.model.num_layers, "build": True})
-        generated.append((preset, argv, launch))
+        generated.append((model, argv, launch))
     out = _run(jobs + [{"flavour": list(f)} for f in FLAVOURS.values()])
     n = len(launches)
     return (list(zip(launches, out[:n])), dict(zip(FLAVOURS, out[len(jobs):])), extras,
@@ -142,13 +164,40 @@ def test_titan_models_lists_exactly_the_flavours_that_equal_their_preset(built):
 
 
 def test_generated_model_config_builds_the_planned_model(built):
-    """llama-2-7b (rope theta 10000, no scaling, 32000 tokens) and mistral-7b (GQA, 32768 tokens):
+    """Llama 2 7B/13B/70B (rope theta 10000, no scaling, 32000 tokens) and mistral-7b (GQA, 32768 tokens):
     torchtitan_plan.py's generated config, parsed and built by torchtitan, is the planned model."""
     *_, generated = built
-    for (preset, argv, launch), model in generated:
+    assert GENERATED == ["llama-2-13b", "llama-2-70b", "llama-2-7b", "mistral-7b"]
+    for (preset, argv, launch), model in generated[:len(GENERATED)]:
         assert (argv[argv.index("--module") + 1], argv[argv.index("--config") + 1]) == ("torchtitan_plan", "plan_config")
         assert "generates its model config" in launch.files["README.md"].text
         assert _equal(presets.models()[preset], model) == [], preset
+
+
+def test_fixtures_launch_as_their_preset(built):
+    """Each HF fixture torchtitan trains: its emitted command names the flavour of its preset (or a
+    generated config) and torchtitan builds the fixture's model from it."""
+    *_, generated = built
+    assert {f: k for f, k in FIXTURES.items() if k} == {
+        "Llama-3.1-405B": "llama-3.1-405b", "Llama-3.1-70B": "llama-3.1-70b", "Llama-3.1-8B": "llama-3.1-8b",
+        "Mistral-7B-v0.1": "generated", "Qwen3-30B-A3B": "qwen3-30b-a3b"}
+    entries = {e.preset: e for e in TITAN_MODELS}
+    for (path, argv, launch), model in generated[len(GENERATED):]:
+        kind = FIXTURES[Path(path).name]
+        selected = (argv[argv.index("--module") + 1], argv[argv.index("--config") + 1])
+        plain = (entries[kind].module, entries[kind].config) if kind in entries else None
+        assert selected == (plain or ("torchtitan_plan", "plan_config")), path
+        assert _equal(launch.report.job.model, model) == [], path
+    big = Case("rt-405", str(HF / "Llama-3.1-405B"), 64, "torchtitan", {"tp": 8, "zero": 3}).build()
+    assert "config = llama3_405b()" in big.files["torchtitan_plan.py"].text
+
+
+def test_fixtures_torchtitan_cannot_hold_are_refused():
+    from cost_models.errors import SpecError
+
+    for fixture in (f for f, kind in FIXTURES.items() if kind is None):
+        with pytest.raises(SpecError, match="torchtitan"):
+            Case("x", str(HF / fixture), 8, "torchtitan", {"tp": 1, "zero": 3}).build()
 
 
 def test_models_the_llama3_builders_cannot_hold_are_refused():

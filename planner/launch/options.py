@@ -35,6 +35,11 @@ class LaunchOptions:
     job_name: str | None = None
     port: int = DEFAULT_PORT
 
+    def __post_init__(self) -> None:
+        # The emitters compare with `is`: a plain "0.3" from a library caller would read as 0.2.
+        object.__setattr__(self, "torchtitan_version", TitanVersion(self.torchtitan_version))
+        object.__setattr__(self, "megatron_fsdp", MegatronFsdp(self.megatron_fsdp))
+
     @property
     def slurm(self) -> bool:
         """Whether any Slurm option was given (job.sbatch is then written even for one node)."""

@@ -52,8 +52,9 @@ class TitanModel:
 
 # torchtitan/models/llama3/config_registry.py L184-295 and qwen3/config_registry.py L295 (0.3.0);
 # flavors in torchtitan/models/{llama3,qwen3}/__init__.py (v0.2.2 and 0.3.0). Each flavour's
-# dimensions, rope (theta, Llama-3.1 scaling) and norm epsilon equal the preset's
-# (tests/test_launch_titan_model.py builds them). Not listed: qwen3 `235B-A22B`, whose rope theta is
+# dimensions, rope (theta, Llama-3.1 scaling) and norm epsilon equal the preset's in both releases
+# (tests/test_launch_titan_model.py builds the 0.3.0 ones; tests/test_launch_titan_02_flavours.py
+# applies v0.2.2's rules to its TransformerModelArgs, tests/data/torchtitan_022_flavours.toml). Not listed: qwen3 `235B-A22B`, whose rope theta is
 # 5,000,000 (0.3.0 qwen3/__init__.py _235b_a22b; v0.2.2 the same) where Qwen3-235B-A22B's
 # config.json has 1,000,000: that flavour trains another model.
 TITAN_MODELS = (
@@ -62,6 +63,10 @@ TITAN_MODELS = (
     TitanModel("llama-3.1-405b", "llama3", "llama3_405b", "405B", config_extras=True),
     TitanModel("qwen3-30b-a3b", "qwen3", "qwen3_30b_a3b", "30B-A3B"),
 )
+
+# torchtitan 0.2.2 models whose TrainSpec has pipelining_fn=None (qwen3/__init__.py L199 at v0.2.2): the
+# trainer raises "Pipeline Parallel is enabled but qwen3 does not support pipelining" (train.py L218-223).
+NO_PIPELINING_02 = frozenset({"qwen3"})
 
 # torchtitan's MoE balances experts without an auxiliary loss: a per-expert routing bias updated
 # before each optimizer step at rate load_balance_coeff (default 1e-3; torchtitan 0.3.0
@@ -204,6 +209,11 @@ def check(target: Target) -> None:
                 f"layout: torchtitan 0.3 has no expert tensor parallel (ParallelismConfig lost "
                 f"expert_tensor_parallel_degree); etp({job.etp}) must be 1, or use --torchtitan-version 0.2"
             )
+    if v is TitanVersion.V02 and lay.pp > 1 and titan_model(target).module in NO_PIPELINING_02:
+        raise LayoutError(
+            f"layout: torchtitan 0.2's {titan_model(target).module} model has no pipelining (pipelining_fn None), "
+            f"so pp({lay.pp}) > 1 fails at start; use --pp 1, or --torchtitan-version 0.3"
+        )
     if v is TitanVersion.V02 and lay.tp > 1 and not job.sp:
         raise LayoutError("layout: torchtitan 0.2 always runs sequence parallel with tp > 1; use --sp or --torchtitan-version 0.3")
     if tr.precision is Precision.FP8 and v is TitanVersion.V03 and titan_model(target).generated:
