@@ -437,7 +437,12 @@ def _sail_pipeline(entry: dict) -> Mapped:
                   "authors' released script at the time (sail-sg/zero-bubble-pipeline-parallelism@ed85b11c "
                   "examples/pretrain_llama_7b.sh sets none of them; megatron/arguments.py there: "
                   "--attention-dropout and --hidden-dropout default 0.1)", "vocabulary 32000 (a SentencePiece "
-                  "tokenizer of unstated size; 32000 is LLaMA's)"]
+                  "tokenizer of unstated size; 32000 is LLaMA's)",
+                  ("no distributed optimizer, no --overlap-grad-reduce, gradient accumulation fusion at Megatron's "
+                   "default (on): the run script of the paper's time, sail-sg/zero-bubble-pipeline-parallelism@77b9eed9 "
+                   "examples/pretrain_zero_bubble.sh:64-100, passes none of --use-distributed-optimizer, "
+                   "--overlap-grad-reduce, --no-gradient-accumulation-fusion (megatron/arguments.py:949-953, 1175, "
+                   "1212 there)")]
         vocab, attention, backend, dropout = 32000, AttentionKernel.EAGER, None, 0.1
         per_middle = -(-m["layers"] // lay["pp"])
         end = per_middle - 1  # Sec. 5.1: the first and last stages hold one layer fewer
@@ -446,12 +451,19 @@ def _sail_pipeline(entry: dict) -> Mapped:
             raise Skip(f"{m['layers']} layers do not split as the paper says (ends one layer fewer) over pp {lay['pp']}")
     else:
         notes += ["fp16, flash-attn 2, no dropout (the authors' pretrain_gpt.sh: --fp16 --use-flash-attn "
-                  "--attention-dropout 0 --hidden-dropout 0)", "untied embeddings, the nominal vocabulary (authors' artifact)"]
+                  "--attention-dropout 0 --hidden-dropout 0)", "untied embeddings, the nominal vocabulary (authors' artifact)",
+                  ("distributed optimizer, no --overlap-grad-reduce, gradient accumulation fusion at Megatron's default "
+                   "(on): sail-sg/VocabularyParallelism@4dca7d20 pretrain_gpt.sh:78-120 passes --use-distributed-optimizer "
+                   "and neither --overlap-grad-reduce nor --no-gradient-accumulation-fusion (megatron/training/"
+                   "arguments.py:1198-1202, 1451-1452, 1491-1492 there); its --sequence-parallel is dropped at tp 1 "
+                   "(arguments.py:500-504)")]
         vocab, attention, backend, dropout = m["vocab"], AttentionKernel.FLASH, AttentionBackend.FA2, 0.0
         first = last = None
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.FP16,
-                            framework=Framework.MEGATRON, attention=attention, attention_backend=backend)
-    layout = _layout(entry, zero=Zero.NONE, recompute=Recompute.NONE, schedule=Schedule.ONE_F_ONE_B, first=first, last=last)
+                            framework=Framework.MEGATRON, attention=attention, attention_backend=backend,
+                            overlap_grad_reduce=False)
+    layout = _layout(entry, zero=Zero.NONE if zb else Zero.OPTIMIZER, recompute=Recompute.NONE,
+                     schedule=Schedule.ONE_F_ONE_B, first=first, last=last)
     model = _gpt_model(entry, vocab=vocab, tied=False).model_copy(update=dict(attention_dropout=dropout, hidden_dropout=dropout))
     return model, _cluster(entry), training, layout, notes
 
