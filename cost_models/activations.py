@@ -13,7 +13,7 @@ tp when sequence parallel shards the residual stream.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cost_models.breakdown import Breakdown
 from cost_models.enums import AttentionKernel, Framework, MixerKind, NormKind, Precision, Recompute
@@ -98,6 +98,8 @@ class Dims:
 def dims(job: Job, conv: Convention | None = None) -> Dims:
     m, lay, tr = job.model, job.layout, job.training
     conv = conv or CONVENTIONS[tr.framework]
+    if tr.eager_swiglu:
+        conv = replace(conv, swiglu_widths=4)
     tp = lay.tp
     return Dims(
         b=lay.mbs,

@@ -96,6 +96,13 @@ class TrainingSpec(Spec):
     # place (Megatron-LM@d98e8a64 megatron/core/tensor_parallel/cross_entropy.py:25, 42). Megatron
     # framework only.
     loss_shift_out_of_place: bool = False
+    # SwiGLU as eager silu(gate) * up on views of the fused [gate|up] output, as nanotron runs it
+    # (huggingface/nanotron@c2528430 src/nanotron/models/llama.py:194-201 GLUActivation, 241-245;
+    # nn/activations.py:139-149 F.silu): autograd keeps [gate|up], silu(gate) and the product, 4
+    # f-wide tensors where Megatron's fused kernel keeps 3 (cost_models.activations.Convention).
+    # Read by the memory model only; step time still prices the framework's kernels. Megatron
+    # framework only (the others' convention is eager already).
+    eager_swiglu: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:

@@ -222,3 +222,13 @@ def test_ddp_buckets_and_out_of_place_loss_shift_by_hand():
     megatron = make_job(LLAMA_TINY, gpus=2, training=training)
     assert memory_estimate(megatron).stages[0].breakdown.value("buffers/zero_buckets") == 0
     assert loss_workspace(megatron) == 262_144
+
+
+def test_eager_swiglu_keeps_one_more_ffn_wide_tensor_by_hand():
+    # nanotron's silu(gate) * up on views of [gate|up] keeps [gate|up], silu(gate) and the product,
+    # Megatron's fused kernel [gate|up] and the product: one more 16-bit f-wide tensor per layer,
+    # 4 layers · 16 tokens · 688 · 2 bytes = 88,064 bytes on the one stage
+    training = dict(seq_len=16, global_batch_size=1)
+    fused = memory_estimate(make_job(LLAMA_TINY, gpus=1, training=training)).stages[0].breakdown
+    eager = memory_estimate(make_job(LLAMA_TINY, gpus=1, training={**training, "eager_swiglu": True})).stages[0].breakdown
+    assert eager.value("activations/layers") - fused.value("activations/layers") == 88_064

@@ -178,3 +178,4 @@ def test_nanotron_memory_switches_as_its_trainer_sets_them(run_id, ddp):
     tr = BY_ID[run_id].job().training
     assert tr.ddp_buckets is ddp
     assert tr.grads_kept_through_backward and tr.loss_shift_out_of_place and not tr.grad_accumulation_fusion
+    assert tr.eager_swiglu  # models/llama.py:194-201 GLUActivation
