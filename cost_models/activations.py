@@ -13,7 +13,7 @@ tp when sequence parallel shards the residual stream.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cost_models.breakdown import Breakdown
 from cost_models.enums import AttentionKernel, Framework, MixerKind, NormKind, Precision, Recompute
@@ -98,6 +98,8 @@ class Dims:
 def dims(job: Job, conv: Convention | None = None) -> Dims:
     m, lay, tr = job.model, job.layout, job.training
     conv = conv or CONVENTIONS[tr.framework]
+    if tr.eager_swiglu:
+        conv = replace(conv, swiglu_widths=4)
     tp = lay.tp
     return Dims(
         b=lay.mbs,
@@ -466,9 +468,17 @@ def loss_workspace(job: Job) -> int:
       in fp32: 12 bytes (the forward `_log_softmax` holds the fp32 input, shifted and exp(shifted)
       with the 16-bit logits: 10).
     - A compiled loss (torchtitan --compile.enable) fuses all of it: 2 bytes for the 16-bit gradient.
+    - nanotron's sharded cross entropy (TrainingSpec.loss_shift_out_of_place) subtracts the row
+      maximum from its fp32 copy out of place: in the forward the 16-bit logits, the fp32 copy and
+      the shifted fp32 tensor (the one kept, exponentiated and normalised in place) are alive
+      together, 6 bytes beside the saved 4 (huggingface/nanotron@c2528430
+      src/nanotron/parallel/tensor_parallel/functional.py:40-43, 73-85, 110-115); its backward turns
+      the saved softmax into the gradient in place and casts it to 16 bits, 2.
     """
     d = dims(job)
-    if d.conv.loss_in_place or job.training.compiles_loss:  # compiled: only the 16-bit gradient is new
+    if job.training.loss_shift_out_of_place:
+        per_logit = 6
+    elif d.conv.loss_in_place or job.training.compiles_loss:  # compiled: only the 16-bit gradient is new
         per_logit = 2
     elif job.training.framework is Framework.TORCHTITAN and d.tp > 1:
         per_logit = 12

@@ -231,6 +231,14 @@ def stage_buffers(job: Job, rank: int) -> Breakdown:
         buckets = 2 * 2 * min(DEEPSPEED_BUCKET_ELEMENTS, stage_params)  # reduce + all-gather bucket, 16-bit
     if fw is Framework.TORCHTITAN and z is Zero.NONE:
         buckets = 4 * stage_params  # DDP gradient buckets (fp32 copies, gradient_as_bucket_view=False)
+    if job.training.ddp_buckets:
+        # torch DDP beside the framework's own gradient buffer: its reducer allocates one flat buffer
+        # per bucket in the parameters' (16-bit) dtype at construction and keeps it; with
+        # gradient_as_bucket_view=False, DDP's default and nanotron's, the gradients are copied into
+        # it rather than viewed (pytorch/pytorch@00413201 torch/csrc/distributed/c10d/reducer.cpp,
+        # Reducer::initialize_buckets `replica.contents = at::empty(...)` and
+        # mark_variable_ready_dense `bucket_view.copy_(grad)`).
+        buckets += 2 * stage_params
     if fw is Framework.MEGATRON and job.training.precision is Precision.FP8:
         # Transformer Engine caches each weight's fp8 copy and its transpose across micro-batches;
         # with fp8 parameters (--fp8-param-gather) the weight is its own fp8 copy and only the
@@ -287,6 +295,8 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
     if key not in job.memo:
         job.memo[key] = (_transient(job, rank, costs), stage_buffers(job, rank), rank_state_bytes(job, rank))
     transient, buffers, states = job.memo[key]
+    if job.training.grads_kept_through_backward:
+        activations, transient = _backward_end(job, rank, chunks, inflight, activations, transient)
     step_grads = states.value("fp32_gradients")
     if step_peak(activations.total + transient.total, step_grads):
         activations, transient = activations.scaled(0), transient.scaled(0)
@@ -310,6 +320,27 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
         overhead=overhead,
     )
     return StageMemory(rank=rank, layers=job.stage_layer_ids(rank), inflight=inflight, breakdown=breakdown)
+
+
+def _backward_end(job: Job, rank: int, chunks: list[Breakdown], inflight: tuple[int, ...],
+                  activations: Breakdown, transient: Breakdown) -> tuple[Breakdown, Breakdown]:
+    """The larger of the first backward's start (`activations`, `transient`) and its end under
+    TrainingSpec.grads_kept_through_backward: the backward has freed its micro-batch's activations
+    (all of them without a pipeline, one micro-batch of the last chunk with one) and left a 16-bit
+    gradient on every parameter of the stage, freed only after it ends (huggingface/nanotron@c2528430
+    src/nanotron/optim/gradient_accumulator.py:204-223). The working set of the stage's first
+    layer's backward, which runs when nearly all of them exist, is not added."""
+    lay = job.layout
+    left = [0] * lay.vpp if lay.pp == 1 else [n - (c == lay.vpp - 1) for c, n in enumerate(inflight)]
+    after = Breakdown.of(
+        "bytes",
+        **{name: sum(chunk.value(name) * count for chunk, count in zip(chunks, left))
+           for name in ("embedding", "layers", "head")},
+    )
+    grads = Breakdown.of("bytes", stage_gradients=2 * int(rank_params(job, rank).total))
+    if after.total + grads.total > activations.total + transient.total:
+        return after, grads
+    return activations, transient
 
 
 def check_headroom(headroom: float) -> float:

@@ -449,6 +449,16 @@ def _gradient_path(job: Job) -> str | None:
     if megatron and tr.framework is not MEGATRON:
         return (f"{' and '.join(megatron)}=False is Megatron's --no-gradient-accumulation-fusion / default of no "
                 f"--overlap-grad-reduce (framework={tr.framework}); drop it")
+    nanotron = [f for f, v in (("grads_kept_through_backward", tr.grads_kept_through_backward),
+                               ("ddp_buckets", tr.ddp_buckets),
+                               ("loss_shift_out_of_place", tr.loss_shift_out_of_place),
+                               ("eager_swiglu", tr.eager_swiglu)) if v]
+    if nanotron and tr.framework is not MEGATRON:
+        return (f"{' and '.join(nanotron)} describe nanotron's code, priced as a Megatron job "
+                f"(framework={tr.framework}); drop it")
+    if tr.grads_kept_through_backward and tr.grad_accumulation_fusion:
+        return ("grads_kept_through_backward describes 16-bit gradients written outside the GEMMs; "
+                "it needs grad_accumulation_fusion=False")
     titan = [f for f, v in (("fsdp_reshard_after_forward", tr.fsdp_reshard_after_forward is not None),
                             ("tp_gather_per_projection", tr.tp_gather_per_projection)) if v]
     if titan and tr.framework is not TITAN:

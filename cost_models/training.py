@@ -77,6 +77,32 @@ class TrainingSpec(Spec):
     # parallel) of its gradient in backward, where torchtitan's PrepareModuleInput gathers once per
     # block (KempnerInstitute/KempnerForge@601aba9 kempnerforge/distributed/tensor_parallel.py:62-78).
     tp_gather_per_projection: bool = False
+    # nanotron's fp32 gradient accumulation (accumulate_grad_in_fp32, huggingface/nanotron@c2528430
+    # src/nanotron/optim/gradient_accumulator.py:204-223, called for every micro-batch from
+    # parallel/pipeline_parallel/engine.py:82-86): the whole backward runs first, leaving a 16-bit
+    # .grad on every parameter of the stage, and only then is each added into the fp32 buffer and
+    # freed. The stage's 16-bit gradients are all alive when a backward ends. Megatron framework with
+    # grad_accumulation_fusion=False only (the gradients are written outside the GEMMs).
+    grads_kept_through_backward: bool = False
+    # The model wrapped in torch DistributedDataParallel besides the framework's own gradient buffer:
+    # nanotron wraps it when dp > 1 unless it accumulates in fp32 under ZeRO-1 (huggingface/nanotron
+    # @c2528430 src/nanotron/trainer.py:786-788, 843-852). DDP's reducer allocates a flat gradient
+    # buffer per bucket in the parameters' dtype at construction and keeps it (cost_models.memory).
+    # Megatron framework only.
+    ddp_buckets: bool = False
+    # nanotron's sharded cross entropy casts the 16-bit logits to fp32 (a copy) and then subtracts
+    # the row maximum out of place (huggingface/nanotron@c2528430 src/nanotron/models/llama.py:
+    # 971-973; parallel/tensor_parallel/functional.py:40-43, 110-115), where Megatron subtracts in
+    # place (Megatron-LM@d98e8a64 megatron/core/tensor_parallel/cross_entropy.py:25, 42). Megatron
+    # framework only.
+    loss_shift_out_of_place: bool = False
+    # SwiGLU as eager silu(gate) * up on views of the fused [gate|up] output, as nanotron runs it
+    # (huggingface/nanotron@c2528430 src/nanotron/models/llama.py:194-201 GLUActivation, 241-245;
+    # nn/activations.py:139-149 F.silu): autograd keeps [gate|up], silu(gate) and the product, 4
+    # f-wide tensors where Megatron's fused kernel keeps 3 (cost_models.activations.Convention).
+    # Read by the memory model only; step time still prices the framework's kernels. Megatron
+    # framework only (the others' convention is eager already).
+    eager_swiglu: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:

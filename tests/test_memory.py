@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from cost_models.activations import loss_workspace
 from cost_models.memory import inflight_microbatches, memory_estimate
 from cost_models.states import rank_params
 from cost_models.units import GiB
@@ -177,3 +178,57 @@ def test_bf16_trained_megatron_has_no_step_copy():
     # with fp32 gradient buffers (Megatron's bf16 default) the step's .float() is the buffer itself
     job = make_job(LLAMA_TINY, gpus=1, training=dict(seq_len=16, global_batch_size=1), mbs=1)
     assert memory_estimate(job).stages[0].breakdown.value("model_states/fp32_gradients") == 0
+
+
+# nanotron's switches (TrainingSpec.grads_kept_through_backward, ddp_buckets, loss_shift_out_of_place).
+# LLAMA_TINY by hand: a layer is q, o 256·256 + k, v 256·64 + w1, w2, w3 3·256·688 + 2 norms of 256
+# = 692,736 parameters; the vocabulary pads to 1024 (tp 1): embedding and output layer 262,144 each,
+# final norm 256; 4 layers: 3,295,488 in all.
+NANOTRON = dict(grad_accumulation_fusion=False)
+
+
+def test_gradients_kept_through_backward_end_the_first_backward_by_hand():
+    # pp 2, 4 micro-batches of 16 tokens: rank 0 (embedding, layers 0-1) holds 2 micro-batches when
+    # its first backward starts. At its end one is left and every parameter of the stage has its
+    # bf16 .grad: 2·(262,144 + 2·692,736) = 3,295,232 bytes, far above the tiny activations.
+    training = dict(seq_len=16, global_batch_size=4, **NANOTRON)
+    plain = memory_estimate(make_job(LLAMA_TINY, gpus=2, pp=2, training=training)).stages[0].breakdown
+    kept = memory_estimate(make_job(LLAMA_TINY, gpus=2, pp=2, training={**training, "grads_kept_through_backward": True}))
+    b = kept.stages[0].breakdown
+    assert b.value("transient/stage_gradients") == 3_295_232
+    assert b.value("activations/layers") * 2 == plain.value("activations/layers")
+    assert b.value("transient") == 3_295_232  # no layer working set on top
+
+
+def test_gradients_kept_through_backward_leave_an_activation_bound_peak_alone():
+    # 8B, pp 1, 8k tokens: the micro-batch's activations (GiBs) dwarf 2 bytes per parameter of a
+    # tp 8 shard (~2 GB), so the peak stays at the backward's start
+    job = dict(gpus=8, tp=8, training=dict(seq_len=8192, global_batch_size=1, **NANOTRON))
+    plain = memory_estimate(make_job("llama-3.1-8b", **job))
+    job["training"] = {**job["training"], "grads_kept_through_backward": True}
+    kept = memory_estimate(make_job("llama-3.1-8b", **job))
+    assert kept.peak_bytes == plain.peak_bytes
+
+
+def test_ddp_buckets_and_out_of_place_loss_shift_by_hand():
+    # dp 2, ZeRO 0: DDP's bf16 buckets hold every parameter, 2·3,295,488 = 6,590,976 bytes; the loss
+    # of 128 tokens over 1024 logits adds 6 bytes per logit (16-bit logits and the fp32 copy beside
+    # the shifted fp32 tensor it keeps): 786,432, where Megatron's in-place loss adds 2
+    training = dict(seq_len=128, global_batch_size=2)
+    b = memory_estimate(make_job(LLAMA_TINY, gpus=2, training={**training, "ddp_buckets": True,
+                                                               "loss_shift_out_of_place": True})).stages[0].breakdown
+    assert b.value("buffers/zero_buckets") == 6_590_976
+    assert b.value("transient/loss_backward") == 786_432
+    megatron = make_job(LLAMA_TINY, gpus=2, training=training)
+    assert memory_estimate(megatron).stages[0].breakdown.value("buffers/zero_buckets") == 0
+    assert loss_workspace(megatron) == 262_144
+
+
+def test_eager_swiglu_keeps_one_more_ffn_wide_tensor_by_hand():
+    # nanotron's silu(gate) * up on views of [gate|up] keeps [gate|up], silu(gate) and the product,
+    # Megatron's fused kernel [gate|up] and the product: one more 16-bit f-wide tensor per layer,
+    # 4 layers · 16 tokens · 688 · 2 bytes = 88,064 bytes on the one stage
+    training = dict(seq_len=16, global_batch_size=1)
+    fused = memory_estimate(make_job(LLAMA_TINY, gpus=1, training=training)).stages[0].breakdown
+    eager = memory_estimate(make_job(LLAMA_TINY, gpus=1, training={**training, "eager_swiglu": True})).stages[0].breakdown
+    assert eager.value("activations/layers") - fused.value("activations/layers") == 88_064

@@ -102,6 +102,9 @@ def test_global_batch_defaults_to_legal_microbatches():
     (dict(framework="deepspeed", overlap_grad_reduce=False), "overlap_grad_reduce=False is Megatron's"),
     (dict(framework="megatron", fsdp_reshard_after_forward=True), "fsdp_reshard_after_forward describe an FSDP2/DTensor plan"),
     (dict(framework="megatron", tp_gather_per_projection=True), "tp_gather_per_projection describe an FSDP2/DTensor plan"),
+    (dict(framework="torchtitan", ddp_buckets=True), "ddp_buckets describe nanotron's code"),
+    (dict(framework="deepspeed", eager_swiglu=True), "eager_swiglu describe nanotron's code"),
+    (dict(framework="megatron", grads_kept_through_backward=True), "needs grad_accumulation_fusion=False"),
 ])
 def test_one_frameworks_switches_are_refused_for_another(training, needle):
     with pytest.raises(SpecError, match=needle):
