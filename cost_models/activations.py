@@ -133,8 +133,9 @@ def _mlp_activation(job: Job, d: Dims, tokens: int, width: int) -> Breakdown:
         return Breakdown.of("bytes", gelu_input=tokens * width * ACT_BYTES, fc2_input=tokens * width * d.lin_bytes)
     kept = d.conv.swiglu_widths - 1  # all but fc2's input
     items = {"swiglu": tokens * width * kept * ACT_BYTES, "fc2_input": tokens * width * d.lin_bytes}
-    if clamp_widths(job):
-        items["clamp"] = tokens * width * clamp_widths(job) * ACT_BYTES
+    clamp = clamp_widths(job)
+    if clamp:
+        items["clamp"] = tokens * width * clamp * ACT_BYTES
     return Breakdown.of("bytes", **items)
 
 

@@ -222,10 +222,19 @@ def attention_kernels(job: Job, cal: Calibration, kind: LayerKind = LayerKind())
     A local layer's kernel (`kind.window` or `kind.chunk`) computes only the blocks its mask keeps
     (local_attention_seconds), except where the framework passes the mask as a tensor
     (flops.mask_tensor_attention: one unmasked kernel over all s x s blocks); context parallelism with
-    local layers is refused (rules.cp_local_attention)."""
-    gpu = job.cluster.gpu
+    local layers is refused (rules.cp_local_attention). With attention sinks the first backward
+    kernel also reduces the sinks' gradient (sink_gradient_bytes); eager attention prices its sink
+    passes itself (_eager_attention_seconds)."""
     if job.training.attention is AttentionKernel.EAGER:
         return AttentionKernels(_eager_attention_seconds(job, False, cal), _eager_attention_seconds(job, True, cal))
+    kernels = _fused_attention_kernels(job, cal, kind)
+    sink = sink_gradient_bytes(job)  # the sink logits' gradient, in the first backward kernel's preprocess
+    return dataclasses.replace(kernels, first_bwd=kernels.first_bwd + _memory_seconds(job, sink, cal)) if sink else kernels
+
+
+def _fused_attention_kernels(job: Job, cal: Calibration, kind: LayerKind) -> AttentionKernels:
+    """attention_kernels of the fused (flash / cuDNN) kernels, without the sinks' gradient."""
+    gpu = job.cluster.gpu
     a = core_attention(job)
     family = attention_backend(job)
     scale = cal.scale("attention_scale", gpu.architecture)
@@ -332,11 +341,7 @@ def mamba_reorder_bytes(job: Job) -> tuple[float, int]:
 def mixer_kernels(job: Job, kind: LayerKind, cal: Calibration) -> AttentionKernels:
     """A layer's token-mixer kernels: attention, the Mamba-2 conv and scan, or none."""
     if kind.mixer is MixerKind.ATTENTION:
-        att = attention_kernels(job, cal, kind)
-        if job.training.attention is AttentionKernel.FLASH and job.model.attention_sinks:
-            sink = _memory_seconds(job, sink_gradient_bytes(job), cal)
-            att = dataclasses.replace(att, first_bwd=att.first_bwd + sink)
-        return att
+        return attention_kernels(job, cal, kind)
     if kind.mixer is MixerKind.MAMBA:
         return mamba_kernels(job, cal)
     return AttentionKernels(0.0, 0.0)
