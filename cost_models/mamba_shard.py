@@ -44,29 +44,35 @@ def cp_values(mb: MambaSpec, tp: int) -> list[int]:
 
 @dataclass(frozen=True)
 class MambaShard:
-    """What one GPU's conv and scan run over: `seq` positions of each sequence, `heads` heads and
-    `groups` B/C groups (nheads_local_tpcp, ngroups_local_tpcp)."""
+    """What one GPU's conv and scan run over: `seq` positions of each sequence, and `local`, the
+    mixer the rank holds as a MambaSpec of its nheads_local_tpcp heads and ngroups_local_tpcp B/C
+    groups, whose widths (inner, conv_dim, in_proj_width) are the rank's."""
 
     seq: int
-    heads: int
-    groups: int
     repeat: int  # group_repeat_count: copies of each group's B and C sent over the cp group
-    head_dim: int
-    state: int
+    local: MambaSpec
+
+    @property
+    def heads(self) -> int:
+        return self.local.num_heads
+
+    @property
+    def groups(self) -> int:
+        return self.local.num_groups
 
     @property
     def inner(self) -> int:
-        return self.heads * self.head_dim
+        return self.local.inner
 
     @property
     def conv_channels(self) -> int:
         """conv1d_channels(): x, B and C on the rank (mamba_context_parallel.py L227-231)."""
-        return self.inner + 2 * self.groups * self.state
+        return self.local.conv_dim
 
     @property
     def scan_width(self) -> int:
         """Per position, the zxBCdt the fused conv + scan kernel reads: z, x, B, C and dt."""
-        return self.inner + self.conv_channels + self.heads
+        return self.local.in_proj_width
 
 
 def _repeat(groups: int, cp: int) -> int:
@@ -77,8 +83,8 @@ def _repeat(groups: int, cp: int) -> int:
 def mamba_shard(mb: MambaSpec, *, tp: int, cp: int, seq_len: int) -> MambaShard:
     assert cp_error(mb, tp, cp) is None, "rules.mamba_cp refuses this split"
     heads, groups = mb.num_heads // tp, mb.num_groups // tp
-    return MambaShard(seq=seq_len, heads=heads // cp, groups=max(1, groups // cp), repeat=_repeat(groups, cp),
-                      head_dim=mb.head_dim, state=mb.state_size)
+    local = mb.model_copy(update={"num_heads": heads // cp, "num_groups": max(1, groups // cp)})
+    return MambaShard(seq=seq_len, repeat=_repeat(groups, cp), local=local)
 
 
 def all_to_all_widths(mb: MambaSpec, *, tp: int, cp: int) -> dict[str, int]:
