@@ -290,7 +290,7 @@ def mamba_items(job: Job, d: Dims) -> Breakdown:
     items: dict[str, int | Breakdown] = {
         "norm": _norm(job, d, t // d.sp_div, d.h),
         "in_proj_input": t * d.h // d.gemm_input_div * d.lin_bytes,
-        "zxbcdt": d.b * sh.seq * sh.scan_width * ACT_BYTES,
+        "zxbcdt": d.b * sh.seq * sh.local.in_proj_width * ACT_BYTES,
         "gated_norm": Breakdown.of("bytes", input=t * mb.inner // d.tp * ACT_BYTES, stats=t * mb.num_groups // d.tp * FP32),
         "out_proj_input": t * mb.inner // d.tp * d.lin_bytes,
     }
@@ -413,7 +413,7 @@ def layer_backward_workspace(job: Job, layer_id: int) -> int:
             assert m.mamba is not None
             sh = mamba_local(job)
             exchanged = d.t * m.mamba.in_proj_width // d.tp if job.layout.cp > 1 else 0
-            grads = d.b * sh.seq * sh.scan_width + d.t * m.mamba.inner // d.tp + exchanged
+            grads = d.b * sh.seq * sh.local.in_proj_width + d.t * m.mamba.inner // d.tp + exchanged
             return (2 * d.residual + gathered + grads) * ACT_BYTES
         width = 2 * d.q + 2 * d.kv
         return (2 * d.residual + gathered + d.t * width) * ACT_BYTES

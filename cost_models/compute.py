@@ -290,10 +290,10 @@ def mamba_kernels(job: Job, cal: Calibration) -> AttentionKernels:
     assert mb is not None
     gpu, prec = job.cluster.gpu, _gemm_precision(job)
     positions = lay.mbs * sh.seq
-    conv = positions * sh.conv_channels
-    inner = positions * sh.inner
+    conv = positions * sh.local.conv_dim
+    inner = positions * sh.local.inner
     chunks = lay.mbs * -(-sh.seq // mb.chunk_size)
-    states = chunks * sh.heads * mb.head_dim * mb.state_size
+    states = chunks * sh.local.num_heads * mb.head_dim * mb.state_size
     gemms = ssd_gemms(job)
     bf16 = Precision.BF16 if prec is Precision.FP8 else prec  # the scan runs in 16-bit, not fp8
     scan_f = sum(gemm_seconds(g, gpu, bf16, cal) for g in gemms)

@@ -211,7 +211,7 @@ def ssd_gemms(job: Job) -> tuple[Gemm, ...]:
     assert mb is not None
     q, n, p = mb.chunk_size, mb.state_size, mb.head_dim
     chunks = job.layout.mbs * -(-sh.seq // q)
-    heads, groups = chunks * sh.heads, chunks * sh.groups
+    heads, groups = chunks * sh.local.num_heads, chunks * sh.local.num_groups
     return (
         Gemm("ssd_cb", q, q, n, groups),  # C·Bᵀ within a chunk, per group
         Gemm("ssd_diag", q, p, q, heads),  # (L ∘ C·Bᵀ)·X, per head

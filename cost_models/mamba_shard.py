@@ -46,33 +46,13 @@ def cp_values(mb: MambaSpec, tp: int) -> list[int]:
 class MambaShard:
     """What one GPU's conv and scan run over: `seq` positions of each sequence, and `local`, the
     mixer the rank holds as a MambaSpec of its nheads_local_tpcp heads and ngroups_local_tpcp B/C
-    groups, whose widths (inner, conv_dim, in_proj_width) are the rank's."""
+    groups, whose widths are the rank's: inner, conv_dim (x, B and C: conv1d_channels(),
+    mamba_context_parallel.py L227-231) and in_proj_width (the zxBCdt the fused conv + scan kernel
+    reads)."""
 
     seq: int
     repeat: int  # group_repeat_count: copies of each group's B and C sent over the cp group
     local: MambaSpec
-
-    @property
-    def heads(self) -> int:
-        return self.local.num_heads
-
-    @property
-    def groups(self) -> int:
-        return self.local.num_groups
-
-    @property
-    def inner(self) -> int:
-        return self.local.inner
-
-    @property
-    def conv_channels(self) -> int:
-        """conv1d_channels(): x, B and C on the rank (mamba_context_parallel.py L227-231)."""
-        return self.local.conv_dim
-
-    @property
-    def scan_width(self) -> int:
-        """Per position, the zxBCdt the fused conv + scan kernel reads: z, x, B, C and dt."""
-        return self.local.in_proj_width
 
 
 def _repeat(groups: int, cp: int) -> int:

@@ -55,7 +55,7 @@ def test_the_scan_runs_the_whole_sequence_on_a_share_of_the_heads():
     # tp 2, cp 2: 8/(2·2) = 2 heads, 1 group (2/2 = 1 < cp: repeated), all 16 positions
     job = _tiny(gpus=4, tp=2, cp=2)
     sh = mamba_local(job)
-    assert (sh.seq, sh.heads, sh.groups, sh.repeat) == (16, 2, 1, 2)
+    assert (sh.seq, sh.local.num_heads, sh.local.num_groups, sh.repeat) == (16, 2, 1, 2)
     # SSD per chunk (Q 8, N 16, P 8): per head 2QP + 4NP, per group 2QN, for T/Q = 2 chunks:
     # 16·(2·(2·8·8 + 4·16·8) + 1·2·8·16) = 16·1,536 = 24,576 (cp 1 at tp 2: 4 heads, 1 group, 40,960)
     f = layer_flops(job, TINY.layer_kind(0), mode=Recompute.NONE)
