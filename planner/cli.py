@@ -102,6 +102,9 @@ MoeDispatchOpt = Annotated[Optional[MoEDispatch], typer.Option("--moe-dispatch",
 MoeLoadOpt = Annotated[Optional[float], typer.Option("--moe-load-factor", help="Tokens the busiest expert-parallel rank receives over the mean (default 1: balanced).")]
 Fp8ParamsOpt = Annotated[Optional[bool], typer.Option("--fp8-param-gather/--no-fp8-param-gather", help="Keep weights in fp8 and gather them in fp8 (Megatron --fp8-param-gather; --dtype fp8).")]
 Headroom = Annotated[Optional[float], typer.Option("--headroom", help="Fraction of HBM kept free when judging fit (default 5%).")]
+TitanVersionOpt = Annotated[TitanVersion, typer.Option("--torchtitan-version", help="torchtitan 0.3.x (flags and --module/--config) or 0.2.x (TOML).")]
+TitanModelOpt = Annotated[Optional[str], typer.Option("--torchtitan-model", help="torchtitan registry entry, MODULE:CONFIG (0.3) or NAME:FLAVOR (0.2); default: the one of the model's shape.")]
+MegatronFsdpOpt = Annotated[MegatronFsdp, typer.Option("--megatron-fsdp", help="Megatron's sharding for zero 2/3: Megatron-FSDP or torch FSDP2.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 FloatOpt = Optional[float]
 Tokens = Annotated[FloatOpt, typer.Option("--tokens", help="Tokens to train: days, GPU-hours (and cost) to train them.")]
@@ -262,11 +265,14 @@ def plan(
     timings: Annotated[bool, typer.Option(
         "--timings", help="Add the search's wall time (search.seconds) to --json; without it the document depends only on the input.",
     )] = False,
+    torchtitan_version: TitanVersionOpt = TitanVersion.V03, torchtitan_model: TitanModelOpt = None,
+    megatron_fsdp: MegatronFsdpOpt = MegatronFsdp.MEGATRON,
 ) -> None:
     """Search every layout (tp/sp, pp/vpp, dp and sharding, cp, ep/etp, mbs, recompute) and rank the fastest that fit."""
     with _user_errors():
         from cost_models.calibration import DEFAULT
         from planner.files import load_calibration
+        from planner.launch.options import LaunchOptions
         from planner.runners import run_plan
 
         training = _training(
@@ -288,6 +294,8 @@ def plan(
                 allow_cross_node_tp=allow_cross_node_tp, calibration=cal,
                 progress=None if status is None else lambda line: status.update(f"searching {model} on {gpus} GPUs: {line}"),
                 outlook=_outlook(tokens, gpu_hour_cost, ckpt_write_gbps, gpu_mtbf_hours),
+                launch=LaunchOptions(torchtitan_version=torchtitan_version, torchtitan_model=torchtitan_model,
+                                     megatron_fsdp=megatron_fsdp),
             )
         finally:
             if status is not None:
@@ -311,9 +319,8 @@ def launch(
     out: Annotated[Path, typer.Option("--out", "-o", help="Directory to write (must be empty unless --force).")],
     rank: Annotated[IntOpt, typer.Option("--rank", help="Without layout flags: launch plan #K of the search (default 1).")] = None,
     fix: Annotated[Optional[list[str]], typer.Option("--fix", help="Without layout flags: pin an axis of the search, e.g. --fix pp=1.")] = None,
-    torchtitan_version: Annotated[TitanVersion, typer.Option("--torchtitan-version", help="torchtitan 0.3.x (flags and --module/--config) or 0.2.x (TOML).")] = TitanVersion.V03,
-    torchtitan_model: Annotated[Optional[str], typer.Option("--torchtitan-model", help="torchtitan registry entry, MODULE:CONFIG (0.3) or NAME:FLAVOR (0.2); default: the one of the model's shape.")] = None,
-    megatron_fsdp: Annotated[MegatronFsdp, typer.Option("--megatron-fsdp", help="Megatron's sharding for zero 2/3: Megatron-FSDP or torch FSDP2.")] = MegatronFsdp.MEGATRON,
+    torchtitan_version: TitanVersionOpt = TitanVersion.V03, torchtitan_model: TitanModelOpt = None,
+    megatron_fsdp: MegatronFsdpOpt = MegatronFsdp.MEGATRON,
     nodes_file: Annotated[Optional[Path], typer.Option("--nodes-file", help="Host names, one a line; the first hosts the rendezvous.")] = None,
     partition: Annotated[Optional[str], typer.Option("--partition", help="Slurm partition (writes job.sbatch even for one node).")] = None,
     account: Annotated[Optional[str], typer.Option("--account", help="Slurm account.")] = None,

@@ -20,6 +20,7 @@ from cost_models.step_time import TimeEstimate, time_estimate
 from cost_models.training import TrainingSpec
 from cost_models.units import TFLOP
 from planner.errors import spec_error
+from planner.launch.options import LaunchOptions
 from planner.loaders import load_cluster, load_model
 
 
@@ -299,7 +300,10 @@ def run_plan(
     progress: Any = None,
     hints: bool = True,
     outlook: Outlook = Outlook(),
+    launch: LaunchOptions = LaunchOptions(),
 ) -> PlanReport:
+    """The search's report. `launch`: the options `planner launch` will run with, so that no ranked
+    layout is one that launch refuses with them (a torchtitan 0.2 model without pipelining, say)."""
     from planner.search import search
     from planner.space import Problem, default_global_batch, parse_fixes
 
@@ -311,7 +315,10 @@ def run_plan(
         spec = spec.model_copy(update=dict(global_batch_size=default_global_batch(spec.seq_len)))
     fixed = parse_fixes(fixes)
     expert_axes_given(model_spec, fixed, "--fix ")
-    problem = Problem(model_spec, cluster_obj, spec, fixed=fixed, allow_cross_node_tp=allow_cross_node_tp)
+    problem = Problem(model_spec, cluster_obj, spec, fixed=fixed, allow_cross_node_tp=allow_cross_node_tp, launch=launch)
+    for axis, why in problem.single_axes.items():
+        if fixed.get(axis, 1) != 1:
+            raise SpecError(f"--fix {axis}={fixed[axis]}: launch refuses it: {why.format(fixed[axis])}")
     broken = problem_violations(model_spec, cluster_obj, spec)
     if broken:
         raise SpecError(f"no layout of {model_spec.name} can run: {broken[0][1]} [{spec.framework}]")
@@ -348,7 +355,7 @@ def _what_fits(problem: Any, headroom: float, calibration: Calibration, *, batch
         if (gpus % node and node % gpus) or gpus > MAX_COUNT:  # whole nodes, or a part of one; within --gpus' bound
             continue
         if fits(Problem(problem.model, Cluster(spec=problem.cluster.spec, num_gpus=gpus), problem.training,
-                        fixed=problem.fixed, allow_cross_node_tp=problem.allow_cross_node_tp)):
+                        fixed=problem.fixed, allow_cross_node_tp=problem.allow_cross_node_tp, launch=problem.launch)):
             out.append(f"it fits on {gpus} GPUs")
             break
     seq = problem.training.seq_len // 2
@@ -357,7 +364,7 @@ def _what_fits(problem: Any, headroom: float, calibration: Calibration, *, batch
         if not batch_given:
             update["global_batch_size"] = default_global_batch(seq)
         if fits(Problem(problem.model, problem.cluster, problem.training.model_copy(update=update),
-                        fixed=problem.fixed, allow_cross_node_tp=problem.allow_cross_node_tp)):
+                        fixed=problem.fixed, allow_cross_node_tp=problem.allow_cross_node_tp, launch=problem.launch)):
             out.append(f"on {problem.gpus} GPUs with --seq-len {seq}")
             break
         seq //= 2

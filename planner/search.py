@@ -154,7 +154,7 @@ def evaluate(problem: Problem, layout: Layout, *, headroom: float = DEFAULT_HEAD
 
     # Only refusals of the layout: what the launch refuses of the model or the training settings
     # (a precision, a torchtitan version's recipe) holds for every layout and is said by launch.
-    refused = launch_refusal(job)
+    refused = launch_refusal(job, problem.launch)
     if isinstance(refused, LayoutError):
         return Rejected(layout, f"launch refuses it: {str(refused).removeprefix('layout: ')}")
     mem = memory_estimate(job, headroom=headroom)

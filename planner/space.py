@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from cost_models.enums import Framework, Recompute, Schedule, Zero
 from cost_models.errors import SpecError
@@ -36,6 +37,7 @@ from cost_models.layout import Layout
 from cost_models.mamba_shard import cp_error as mamba_cp_error
 from cost_models.model_spec import ModelSpec
 from cost_models.training import TrainingSpec
+from planner.launch.options import LaunchOptions
 
 MIN_CP_TOKENS = 1024
 MAX_MBS = 16
@@ -92,10 +94,22 @@ class Problem:
     fixed: dict[str, object] = field(default_factory=dict)
     allow_cross_node_tp: bool = False
     allowed: dict[str, frozenset] = field(default_factory=dict)  # axis -> the values the search may use (parse_allowed)
+    # the launch's options (torchtitan version and model entry, Megatron's FSDP): the search ranks only
+    # layouts `planner launch` with these options writes
+    launch: LaunchOptions = LaunchOptions()
 
     @property
     def gpus(self) -> int:
         return self.cluster.num_gpus
+
+    @cached_property
+    def single_axes(self) -> dict[str, str]:
+        """Axes the launch with these options runs only at 1 (planner.launch.build.single_axes), with
+        the refusal: the space holds them at 1 instead of scoring layouts the launch would refuse."""
+        from cost_models.rules import fill_defaults
+        from planner.launch.build import single_axes
+
+        return single_axes(fill_defaults(self.model, self.cluster, self.training, Layout()), self.launch)
 
     @property
     def framework(self) -> Framework:
@@ -170,6 +184,8 @@ def _divisors(n: int) -> list[int]:
 
 
 def _fixed(problem: Problem, axis: str, values: list) -> list:
+    if axis in problem.single_axes:
+        values = [v for v in values if v == 1]
     if axis in problem.allowed:
         values = [v for v in values if v in problem.allowed[axis]]
     if axis in problem.fixed:

@@ -613,3 +613,26 @@ def test_launch_options_take_the_version_as_a_string():
     v03 = run_launch("llama-3.1-8b", "dgx-h100", 8, training={"framework": "torchtitan"}, layout={"tp": 1},
                      options=LaunchOptions(torchtitan_version="0.3"))
     assert "torchtitan.toml" in v02.files and "torchtitan.toml" not in v03.files
+
+
+def _plan_pps(version: str) -> list[int]:
+    result = runner.invoke(app, ["plan", "qwen3-30b-a3b", "-c", "dgx-h100", "-g", "16", "--framework", "torchtitan",
+                                 "--torchtitan-version", version, "--top", "3", "--json"])
+    assert result.exit_code == 0, result.output
+    return [p["layout"]["pp"] for p in json.loads(result.output)["plans"]]
+
+
+def test_plan_ranks_only_what_the_chosen_torchtitan_version_launches(tmp_path):
+    # torchtitan 0.2's qwen3 has no pipelining_fn (NO_PIPELINING_02); 0.3 pipelines it. On 16 GPUs the
+    # 0.3 search ranks a pp 4 layout second, so the 0.2 search must differ there, not merely agree.
+    assert any(pp > 1 for pp in _plan_pps("0.3"))
+    assert _plan_pps("0.2") == [1, 1, 1]
+    result = runner.invoke(app, ["plan", "qwen3-30b-a3b", "-c", "dgx-h100", "-g", "16", "--framework", "torchtitan",
+                                 "--torchtitan-version", "0.2", "--fix", "pp=2"])
+    assert result.exit_code == 2
+    assert result.output.strip().startswith("error: --fix pp=2: launch refuses it: torchtitan 0.2's qwen3 model has no pipelining")
+    # launch without layout flags searches with its own options: plan #2 of the 0.2 search launches
+    result = runner.invoke(app, ["launch", "qwen3-30b-a3b", "-c", "dgx-h100", "-g", "16", "--framework", "torchtitan",
+                                 "--torchtitan-version", "0.2", "--rank", "2", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "o" / "plan.json").read_text())["layout"]["pp"] == 1

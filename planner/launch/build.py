@@ -82,12 +82,12 @@ def check_hf_source(job: Job) -> None:
         )
 
 
-def launch_refusal(job: Job) -> SpecError | None:
-    """Why `planner launch` would refuse this job with its default options, or None: the framework
+def launch_refusal(job: Job, options: LaunchOptions = LaunchOptions()) -> SpecError | None:
+    """Why `planner launch` would refuse this job with these options, or None: the framework
     emitter's own check, so that `plan` never ranks a layout its launch then refuses. A LayoutError
     refuses the layout; any other SpecError refuses the model or the training settings, whatever
     the layout."""
-    target = Target(job)
+    target = Target(job, options)
     check = {Framework.MEGATRON: megatron.check, Framework.TORCHTITAN: torchtitan.check,
              Framework.DEEPSPEED: deepspeed.check}[job.training.framework]
     try:
@@ -95,6 +95,14 @@ def launch_refusal(job: Job) -> SpecError | None:
     except SpecError as e:
         return e
     return None
+
+
+def single_axes(job: Job, options: LaunchOptions = LaunchOptions()) -> dict[str, str]:
+    """The layout axes `planner launch` with these options runs only at 1 for this model and training,
+    each with its refusal ({} the degree): the search keeps them at 1 (planner.space.Problem)."""
+    target = Target(job, options)
+    emitter = {Framework.MEGATRON: None, Framework.TORCHTITAN: torchtitan, Framework.DEEPSPEED: deepspeed}[job.training.framework]
+    return {} if emitter is None else emitter.single_axes(target)
 
 
 def build_launch(report: EstimateReport, options: LaunchOptions = LaunchOptions(), *, rank: int | None = None) -> LaunchFiles:
@@ -348,7 +356,8 @@ def run_launch(
     k = 1 if rank is None else rank
     if k < 1:
         raise SpecError(f"--rank({k}) must be at least 1")
-    found = run_plan(model, cluster, gpus, training=training, fixes=fixes or [], top=k, headroom=headroom, calibration=cal)
+    found = run_plan(model, cluster, gpus, training=training, fixes=fixes or [], top=k, headroom=headroom, calibration=cal,
+                     launch=options)
     plans = found.plans
     if len(plans) < k:
         raise SpecError(f"--rank({k}): the search found only {len(plans)} layout(s) that fit; use --rank 1 to {len(plans)}")

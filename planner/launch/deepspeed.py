@@ -33,19 +33,26 @@ STAGE3 = {
 }
 
 
+# Axes ds_config.json cannot carry above 1, with why ({} is the degree asked for).
+SINGLE_AXES = {
+    "pp": ("DeepSpeed's pipeline (pp={}) is built in the training script "
+           "(deepspeed.pipe.PipelineModule(num_stages=…)), which ds_config.json cannot carry; use pp 1 or megatron"),
+    "ep": ("DeepSpeed's expert parallel (ep={}) is set in the model code "
+           "(deepspeed.moe.layer.MoE(ep_size=…)), which ds_config.json cannot carry; use ep 1 or megatron"),
+}
+
+
+def single_axes(target: Target) -> dict[str, str]:
+    """The layout axes this launch runs only at 1, each with its refusal ({} the degree)."""
+    return SINGLE_AXES
+
+
 def check(target: Target) -> None:
     job = target.job
     lay = job.layout
-    if lay.pp > 1:
-        raise LayoutError(
-            f"layout: DeepSpeed's pipeline (pp={lay.pp}) is built in the training script "
-            "(deepspeed.pipe.PipelineModule(num_stages=…)), which ds_config.json cannot carry; use pp 1 or megatron"
-        )
-    if lay.ep > 1:
-        raise LayoutError(
-            f"layout: DeepSpeed's expert parallel (ep={lay.ep}) is set in the model code "
-            "(deepspeed.moe.layer.MoE(ep_size=…)), which ds_config.json cannot carry; use ep 1 or megatron"
-        )
+    for axis, why in single_axes(target).items():
+        if getattr(lay, axis) > 1:
+            raise LayoutError("layout: " + why.format(getattr(lay, axis)))
     if lay.tp > 1 and job.zero is Zero.PARAMETERS:
         raise LayoutError(f"layout: DeepSpeed AutoTP training (tp={lay.tp}) runs with ZeRO 0, 1 or 2, not 3")
     if lay.dp_shard != job.dp:

@@ -91,6 +91,22 @@ def without_idle_window(model: ModelSpec, seq_len: int) -> ModelSpec:
     return ModelSpec.model_validate(model.model_dump() | {"sliding_window": None, "full_attention_every": None})
 
 
+def single_axes(target: Target) -> dict[str, str]:
+    """The layout axes this launch runs only at 1, each with its refusal ({} the degree): pp for a
+    torchtitan 0.2 model without pipelining. A model with no registry entry is refused whole
+    (titan_model), whatever the layout."""
+    if target.options.torchtitan_version is not TitanVersion.V02:
+        return {}
+    try:
+        module = titan_model(target).module
+    except SpecError:
+        return {}
+    if module not in NO_PIPELINING_02:
+        return {}
+    return {"pp": (f"torchtitan 0.2's {module} model has no pipelining (pipelining_fn None), "
+                   "so pp({}) > 1 fails at start; use --pp 1, or --torchtitan-version 0.3")}
+
+
 def titan_model(target: Target) -> TitanModel:
     """The registry entry for the plan's model: --torchtitan-model, else the preset of the same shape."""
     opts = target.options
@@ -209,11 +225,9 @@ def check(target: Target) -> None:
                 f"layout: torchtitan 0.3 has no expert tensor parallel (ParallelismConfig lost "
                 f"expert_tensor_parallel_degree); etp({job.etp}) must be 1, or use --torchtitan-version 0.2"
             )
-    if v is TitanVersion.V02 and lay.pp > 1 and titan_model(target).module in NO_PIPELINING_02:
-        raise LayoutError(
-            f"layout: torchtitan 0.2's {titan_model(target).module} model has no pipelining (pipelining_fn None), "
-            f"so pp({lay.pp}) > 1 fails at start; use --pp 1, or --torchtitan-version 0.3"
-        )
+    for axis, why in single_axes(target).items():
+        if getattr(lay, axis) > 1:
+            raise LayoutError("layout: " + why.format(getattr(lay, axis)))
     if v is TitanVersion.V02 and lay.tp > 1 and not job.sp:
         raise LayoutError("layout: torchtitan 0.2 always runs sequence parallel with tp > 1; use --sp or --torchtitan-version 0.3")
     if tr.precision is Precision.FP8 and v is TitanVersion.V03 and titan_model(target).generated:
