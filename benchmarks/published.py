@@ -417,8 +417,9 @@ def _fp8lm(entry: dict) -> Mapped:
              "no gradient accumulation fusion: the authors' released Megatron scripts pass "
              "--no-gradient-accumulation-fusion to the bf16, te and msamp runs alike (Azure/MS-AMP-Examples@b646e282 "
              "gpt3/pretrain_6b7_megatron.sh, @18bedc0e gpt3/pretrain_13b_megatron.sh)",
-             "no --overlap-grad-reduce or --overlap-param-gather (the same scripts pass neither; Megatron's "
-             "default is off): the distributed optimizer's reduce-scatter and gather are exposed"]
+             "no --overlap-grad-reduce or --overlap-param-gather (the same scripts pass neither, and Megatron at "
+             "their submodule commit 0609f27f has neither flag): the distributed optimizer's reduce-scatter and "
+             "its gather of every parameter are exposed (megatron/optimizer/distrib_optimizer.py:810-899 there)"]
     prec = entry["hardware"]["precision"].upper()
     fp8 = "FP8" in prec or "TE" in entry["id"].upper()
     training = TrainingSpec(seq_len=entry["model"]["seq_len"], global_batch_size=entry["layout"]["global_batch"],
