@@ -405,19 +405,26 @@ def _fp8lm(entry: dict) -> Mapped:
         raise Skip("MS-AMP's FP8 optimizer and FP8 collectives are not a framework the model prices")
     notes = ["GPT with rotary embeddings (paper Sec. 3.1.2), otherwise Megatron GPT defaults; FFN 4h and the GPT-2 BPE "
              "vocabulary (50257) are not stated in the paper (MS-AMP-Examples' GPT scripts use them)",
-             "attention FlashAttention-2 (paper: 'FlashAttention'; the Oct 2023 Megatron-LM flash path is flash-attn 2.x)",
+             "attention FlashAttention-1 (flash-attn 1.0.9) in the bf16 and te runs alike: the authors' MS-AMP image of "
+             "the paper's month installs flash-attn==1.0.9 with Transformer Engine v0.11 on nvcr.io/nvidia/pytorch:23.04 "
+             "(Azure/MS-AMP@b0ab69cf dockerfile/torch2.1-cuda12.1.dockerfile:1,53, 2023-10-18; the same at v0.3.0, "
+             "@4e2de182); Megatron's --use-flash-attn path calls flash-attn's 1.x flash_attn_unpadded_func "
+             "(NVIDIA/Megatron-LM@0609f27f, the MS-AMP-Examples submodule, megatron/model/transformer.py:27-33, 386-390) "
+             "and TE v0.11's DotProductAttention runs flash-attn before its cuDNN FusedAttention "
+             "(NVIDIA/TransformerEngine@v0.11 transformer_engine/pytorch/attention.py:955-975)",
              "recompute none (the paper names none)",
              "network: the dgx-h100 preset stands in for Azure NDv5 (8x400G InfiniBand per VM)",
              "no gradient accumulation fusion: the authors' released Megatron scripts pass "
              "--no-gradient-accumulation-fusion to the bf16, te and msamp runs alike (Azure/MS-AMP-Examples@b646e282 "
              "gpt3/pretrain_6b7_megatron.sh, @18bedc0e gpt3/pretrain_13b_megatron.sh)",
-             "no --overlap-grad-reduce or --overlap-param-gather (the same scripts pass neither; Megatron's "
-             "default is off): the distributed optimizer's reduce-scatter and gather are exposed"]
+             "no --overlap-grad-reduce or --overlap-param-gather (the same scripts pass neither, and Megatron at "
+             "their submodule commit 0609f27f has neither flag): the distributed optimizer's reduce-scatter and "
+             "its gather of every parameter are exposed (megatron/optimizer/distrib_optimizer.py:810-899 there)"]
     prec = entry["hardware"]["precision"].upper()
     fp8 = "FP8" in prec or "TE" in entry["id"].upper()
     training = TrainingSpec(seq_len=entry["model"]["seq_len"], global_batch_size=entry["layout"]["global_batch"],
                             precision=Precision.FP8 if fp8 else Precision.BF16, framework=Framework.MEGATRON,
-                            attention=AttentionKernel.FLASH, attention_backend=AttentionBackend.FA2,
+                            attention=AttentionKernel.FLASH, attention_backend=AttentionBackend.FA1,
                             grad_accumulation_fusion=False, overlap_grad_reduce=False)
     layout = _layout(entry, zero=Zero.OPTIMIZER, recompute=Recompute.NONE)
     return _gpt_model(entry, vocab=50257, tied=False, rope=True), _cluster(entry), training, layout, notes

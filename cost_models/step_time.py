@@ -552,7 +552,13 @@ def dp_tail(job: Job, rank: int) -> tuple[float, float]:
                 tail = t / layers
         else:
             rs = collective_time(Collective.REDUCE_SCATTER, params * gb, where, cl)
-            ag = collective_time(Collective.ALL_GATHER, one_bucket * ACT_BYTES, where, cl)
+            # the parameter gather hides behind the next forward but for its first bucket; without
+            # --overlap-param-gather (overlap_grad_reduce=False) the optimizer step gathers every
+            # bucket synchronously (Megatron-LM@d98e8a64 megatron/core/optimizer/distrib_optimizer.py:
+            # 3175-3195 step_with_ready_grads; @0609f27f megatron/optimizer/distrib_optimizer.py:861-895
+            # gather_model_params, one all-gather of the whole buffer)
+            synchronous = fw is Framework.MEGATRON and not job.training.overlap_grad_reduce
+            ag = collective_time(Collective.ALL_GATHER, (params if synchronous else one_bucket) * ACT_BYTES, where, cl)
             t = rs + ag
             tail = collective_time(Collective.REDUCE_SCATTER, one_bucket * gb, where, cl) + ag
         total += t

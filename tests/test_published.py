@@ -179,3 +179,22 @@ def test_nanotron_memory_switches_as_its_trainer_sets_them(run_id, ddp):
     assert tr.ddp_buckets is ddp
     assert tr.grads_kept_through_backward and tr.loss_shift_out_of_place and not tr.grad_accumulation_fusion
     assert tr.eager_swiglu  # models/llama.py:194-201 GLUActivation
+
+
+def test_fp8lm_runs_flash_attention_1():
+    # the authors' MS-AMP image pins flash-attn 1.0.9 (Azure/MS-AMP@b0ab69cf dockerfile): one 7B layer
+    # of a micro-batch, b2 x 32 heads, 2048 tokens, head dim 128, causal, runs 4·64·2048²·128/2 =
+    # 68.72 GFLOP forward and 3.5x that forward + backward at FA1's H100 causal hdim-128 2k rate, 108
+    # TFLOP/s (presets/kernels/hopper.toml [attention.fa1]), times the cluster GPU's compute scale; its
+    # 64·16 = 1024 thread blocks fill 132 SMs as the benchmark's 8·16·16 = 2048 do (8 and 16 waves, both
+    # 0.970 full); one forward and 3 backward launches of 2.4 us. 32 layers x 32 micro-batches.
+    from cost_models.enums import AttentionBackend
+    from cost_models.kernels import compute_scale
+    from cost_models.step_time import time_estimate
+
+    job = BY_ID["fp8lm-gpt7b-bf16-mbs2"].job()
+    assert job.training.attention_backend is AttentionBackend.FA1
+    one = 3.5 * 4 * 64 * 2048**2 * 128 / 2 / (108e12 * compute_scale(job.cluster.gpu)) + 4 * 2.4e-6
+    assert 2.3e-3 < one < 2.4e-3  # FA2's 265 TFLOP/s would give 0.96 ms
+    # rel 1e-6: the same arithmetic in another order
+    assert time_estimate(job).breakdown.value("compute/attention") == pytest.approx(32 * 32 * one, rel=1e-6)

@@ -285,16 +285,27 @@ def test_unfused_gradient_accumulation_adds_a_ten_byte_pass_per_parameter_and_mi
 
 def test_megatron_without_overlap_grad_reduce_exposes_the_whole_reduction():
     # Megatron's --overlap-grad-reduce and --overlap-param-gather default off: the distributed
-    # optimizer's reduce-scatter and gather run after the backward and the optimizer step
-    from cost_models.step_time import dp_tail
+    # optimizer's reduce-scatter and gather run after the backward and the optimizer step, and the
+    # step gathers every bucket (distrib_optimizer.py step_with_ready_grads), where the overlapped
+    # gather leaves only its first bucket, max(40M, 1M x dp 16) = 40M parameters, in front of the forward
+    from cost_models.comm import Collective, collective_time
+    from cost_models.states import dense_params
+    from cost_models.step_time import _dense_group, dp_tail
 
     base = dict(global_batch_size=64)
     on = make_job("llama-3.1-8b", gpus=16, zero=1, training=base)
     off = make_job("llama-3.1-8b", gpus=16, zero=1, training={**base, "overlap_grad_reduce": False})
     total_on, first_on = dp_tail(on, 0)
     total_off, first_off = dp_tail(off, 0)
-    assert total_off == pytest.approx(total_on) and first_on < total_on
+    assert first_on < total_on
     assert first_off == pytest.approx(total_off)
+    params = dense_params(rank_params(off, 0))
+    assert params == 8_030_261_248  # Llama 3.1 8B, untied 128256 x 4096 embedding and output layer
+    where, cl = _dense_group(off), off.cluster.spec
+    gather = collective_time(Collective.ALL_GATHER, params * 2, where, cl)
+    bucket = collective_time(Collective.ALL_GATHER, 40_000_000 * 2, where, cl)
+    assert total_off - total_on == pytest.approx(gather - bucket)
+    assert gather > 100 * bucket  # 16 GB against 80 MB
     assert time_estimate(off).breakdown.value("dp") == pytest.approx(total_off)
 
 
