@@ -30,7 +30,8 @@ code it follows; the framework notes of docs/performance-model.md list the commi
 - dp (DDP / distributed optimizer): gradients are reduced bucket by bucket during the last
   micro-batch's backward; what does not fit in that window, and at least the last bucket, is
   exposed. The distributed optimizer's parameter all-gather hides behind the next forward except
-  the first bucket.
+  the first bucket. nanotron's ZeRO-1 all-reduces the fp32 gradients after the backward and
+  gathers the parameters after the optimizer step, both blocking (zero1_blocking_sync_seconds).
 Communication that hides behind compute still costs the compute the SMs its NCCL kernels hold
 (comm.nccl_sm_share): the compute term `contention` charges that share of every overlapped
 collective, and TE's userbuffer kernels the 16 SMs they reserve.
@@ -45,7 +46,7 @@ from statistics import NormalDist
 from cost_models import kernels as K
 from cost_models.breakdown import Breakdown
 from cost_models.calibration import DEFAULT, Calibration
-from cost_models.comm import MAX_SM_SHARE, Collective, collective_time, nccl_sm_share, placement, send_recv_time
+from cost_models.comm import MAX_SM_SHARE, Collective, Placement, collective_time, nccl_sm_share, placement, send_recv_time
 from cost_models.compute import (
     ACT_BYTES,
     Block,
@@ -71,6 +72,7 @@ from cost_models.flops import (
     recomputed_share,
     tokens,
 )
+from cost_models.hardware import ClusterSpec
 from cost_models.job import Job
 from cost_models.mamba_shard import all_to_all_widths
 from cost_models.model_spec import LayerKind
@@ -87,6 +89,7 @@ DEEPSPEED_PREFETCH_PARAMS = DEEPSPEED_PREFETCH_ELEMENTS
 # runs each chunk's reduce-scatter on 16 SMs beside the next chunk; bulk overlaps reserve 16 SMs too
 # (TransformerEngine@40c69e75 transformer_engine/pytorch/module/base.py initialize_ub defaults;
 # common/comm_gemm_overlap/comm_gemm_overlap.cpp split_overlap_rs, bulk_overlap).
+FP32_BYTES = 4  # nanotron's gradient buffer (torch.float, TrainingSpec.zero1_blocking_sync)
 UB_RS_SPLITS = 4
 UB_SMS = 16
 
@@ -550,6 +553,8 @@ def dp_tail(job: Job, rank: int) -> tuple[float, float]:
                 )
                 layers = max(1, len(job.stage_layer_ids(rank)))
                 tail = t / layers
+        elif job.training.zero1_blocking_sync:
+            t = tail = zero1_blocking_sync_seconds(params, where, cl)
         else:
             rs = collective_time(Collective.REDUCE_SCATTER, params * gb, where, cl)
             ag = collective_time(Collective.ALL_GATHER, one_bucket * ACT_BYTES, where, cl)
@@ -564,6 +569,14 @@ def dp_tail(job: Job, rank: int) -> tuple[float, float]:
     if fw is Framework.MEGATRON and not job.training.overlap_grad_reduce:
         first = total  # nothing of it overlaps (TrainingSpec.overlap_grad_reduce)
     return total, first
+
+
+def zero1_blocking_sync_seconds(params: float, where: Placement, cluster: ClusterSpec) -> float:
+    """nanotron's ZeRO-1 step end (TrainingSpec.zero1_blocking_sync): an all-reduce of the rank's
+    whole fp32 gradient buffer (4 bytes per parameter, not a reduce-scatter of it), then an
+    all-gather of every parameter's updated 16-bit shard, each blocking, neither beside compute."""
+    return (collective_time(Collective.ALL_REDUCE, params * FP32_BYTES, where, cluster)
+            + collective_time(Collective.ALL_GATHER, params * ACT_BYTES, where, cluster))
 
 
 def _optimizer_params(job: Job, rank: int) -> float:

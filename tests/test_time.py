@@ -298,6 +298,29 @@ def test_megatron_without_overlap_grad_reduce_exposes_the_whole_reduction():
     assert time_estimate(off).breakdown.value("dp") == pytest.approx(total_off)
 
 
+def test_nanotron_zero1_all_reduces_fp32_gradients_and_gathers_parameters_exposed():
+    # nanotron's ZeRO-1 (zero1_blocking_sync): the whole fp32 gradient buffer all-reduced after the
+    # backward, then the bf16 parameters all-gathered after the optimizer, nothing overlapped.
+    # llama-3.1-8b, tp8 x dp2 on 2 DGX H100 nodes: P = 1,004,802,048 parameters per rank; the dp pair
+    # sits in different nodes (stride 8), one 400 Gb/s NIC each at 0.94 -> 47 GB/s bus bandwidth.
+    # All-reduce: 2(n-1)/n · 4P = 4.02 GB moved -> 85.5 ms; all-gather: (n-1)/n · 2P = 1.00 GB -> 21.4 ms;
+    # 106.9 ms at the plateau. Messages of 2-4 GB reach 0.93-1.0 of it (comm.size_share), hence the range.
+    from cost_models.step_time import dp_tail
+
+    base = dict(global_batch_size=2)
+    nanotron = make_job("llama-3.1-8b", gpus=16, tp=8, zero=1, training={**base, "zero1_blocking_sync": True})
+    megatron = make_job("llama-3.1-8b", gpus=16, tp=8, zero=1, training=base)
+    p = 1_004_802_048
+    assert rank_params(nanotron, 0).total == p
+    plateau = (2 * 1 / 2 * 4 * p + 1 / 2 * 2 * p) / (400e9 / 8 * 0.94)
+    total, exposed = dp_tail(nanotron, 0)
+    assert total == exposed
+    assert plateau <= total <= plateau / 0.93
+    assert time_estimate(nanotron).breakdown.value("dp") == pytest.approx(total)
+    # Megatron's distributed optimizer reduce-scatters (half the all-reduce's bytes) behind the backward
+    assert dp_tail(megatron, 0)[0] < total / 2 and time_estimate(megatron).breakdown.value("dp") < total / 10
+
+
 def test_a_dtensor_plan_with_one_colwise_module_per_projection_gathers_per_projection():
     # KempnerForge shards q, k, v, gate and up as separate ColwiseParallel modules: in forward the
     # sequence-sharded input is gathered 3 times before attention and 2 times before the SwiGLU MLP
