@@ -77,6 +77,7 @@ from cost_models.job import Job
 from cost_models.mamba_shard import all_to_all_widths
 from cost_models.model_spec import LayerKind
 from cost_models.memory import DEEPSPEED_BUCKET_ELEMENTS, DEEPSPEED_PREFETCH_ELEMENTS
+from cost_models.units import MiB
 from cost_models.states import dense_params, local_kv_heads, local_layer_params, rank_params
 
 MIN_DDP_BUCKET_PARAMS = 40_000_000  # Megatron DDP bucket: max(40M, 1M x dp) params
@@ -89,6 +90,7 @@ DEEPSPEED_PREFETCH_PARAMS = DEEPSPEED_PREFETCH_ELEMENTS
 # runs each chunk's reduce-scatter on 16 SMs beside the next chunk; bulk overlaps reserve 16 SMs too
 # (TransformerEngine@40c69e75 transformer_engine/pytorch/module/base.py initialize_ub defaults;
 # common/comm_gemm_overlap/comm_gemm_overlap.cpp split_overlap_rs, bulk_overlap).
+TORCH_DDP_BUCKET_BYTES = 25 * MiB  # torch DDP bucket_cap_mb (torch_ddp_all_reduce_seconds)
 FP32_BYTES = 4  # nanotron's gradient buffer (torch.float, TrainingSpec.zero1_blocking_sync)
 UB_RS_SPLITS = 4
 UB_SMS = 16
@@ -528,11 +530,14 @@ def dp_tail(job: Job, rank: int) -> tuple[float, float]:
     total = first = 0.0
     fw = job.training.framework
     bucket = DEEPSPEED_BUCKET_PARAMS if fw is Framework.DEEPSPEED else max(MIN_DDP_BUCKET_PARAMS, BUCKET_PARAMS_PER_DP_RANK * job.dp)
-    for params, where in groups:
+    for kind, (params, where) in zip(("dense", "experts"), groups):
         if params == 0 or where.n == 1:
             continue
         one_bucket = min(params, bucket)
-        if z is Zero.NONE:
+        if z is Zero.NONE and job.training.ddp_buckets and kind == "dense":
+            embedding, head = p.value("embedding"), p.value("head")
+            t, tail = torch_ddp_all_reduce_seconds(dense - embedding - head, embedding, head, where, cl)
+        elif z is Zero.NONE:
             t = collective_time(Collective.ALL_REDUCE, params * gb, where, cl)
             tail = collective_time(Collective.ALL_REDUCE, one_bucket * gb, where, cl)
         elif z is Zero.PARAMETERS:
@@ -569,6 +574,27 @@ def dp_tail(job: Job, rank: int) -> tuple[float, float]:
     if fw is Framework.MEGATRON and not job.training.overlap_grad_reduce:
         first = total  # nothing of it overlaps (TrainingSpec.overlap_grad_reduce)
     return total, first
+
+
+def torch_ddp_all_reduce_seconds(layers: float, embedding: float, head: float, where: Placement,
+                                 cluster: ClusterSpec) -> tuple[float, float]:
+    """(seconds, seconds that cannot hide) of nanotron's gradient all-reduce under torch DDP
+    (TrainingSpec.ddp_buckets): DDP groups the 16-bit gradients into buckets of bucket_cap_mb, 25 MiB
+    (nanotron's default ddp_bucket_cap_mb, huggingface/nanotron@c2528430 src/nanotron/config/config.py:222,
+    passed at trainer.py:847-852; torch DistributedDataParallel's bucket_bytes_cap = bucket_cap_mb·2^20,
+    pytorch/pytorch@0028a164 torch/nn/parallel/distributed.py), and nanotron's communication hook
+    all-reduces each bucket's fp32 accumulation buffers when the bucket is ready
+    (optim/gradient_accumulator.py:328-386): one all-reduce of 4 bytes per parameter per bucket, each
+    priced at its own message size. A tensor larger than the cap is a bucket of its own: the output
+    layer's, ready first, and the embedding's, ready last, which is what is left after the backward."""
+    bucket = TORCH_DDP_BUCKET_BYTES // ACT_BYTES
+    full, rest = divmod(layers, bucket)
+
+    def ar(n: float) -> float:
+        return collective_time(Collective.ALL_REDUCE, n * FP32_BYTES, where, cluster)
+
+    total = full * ar(bucket) + ar(rest) + ar(head) + ar(embedding)
+    return total, ar(embedding) if embedding else ar(min(bucket, layers))
 
 
 def zero1_blocking_sync_seconds(params: float, where: Placement, cluster: ClusterSpec) -> float:

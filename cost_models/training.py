@@ -87,8 +87,9 @@ class TrainingSpec(Spec):
     # The model wrapped in torch DistributedDataParallel besides the framework's own gradient buffer:
     # nanotron wraps it when dp > 1 unless it accumulates in fp32 under ZeRO-1 (huggingface/nanotron
     # @c2528430 src/nanotron/trainer.py:786-788, 843-852). DDP's reducer allocates a flat gradient
-    # buffer per bucket in the parameters' dtype at construction and keeps it (cost_models.memory).
-    # Megatron framework only.
+    # buffer per bucket in the parameters' dtype at construction and keeps it (cost_models.memory), and
+    # reduces the gradients bucket by bucket, each bucket its own all-reduce of nanotron's fp32 buffers
+    # (cost_models.step_time.torch_ddp_all_reduce_seconds). Megatron framework only.
     ddp_buckets: bool = False
     # nanotron's ZeRO-1 with fp32 gradient accumulation (no DDP): once the pipeline's last backward
     # ends, the stage's whole fp32 gradient buffer is all-reduced across dp in one blocking call

@@ -321,6 +321,32 @@ def test_nanotron_zero1_all_reduces_fp32_gradients_and_gathers_parameters_expose
     assert dp_tail(megatron, 0)[0] < total / 2 and time_estimate(megatron).breakdown.value("dp") < total / 10
 
 
+def test_nanotron_ddp_all_reduces_fp32_buckets_of_25_mib_of_bf16_gradients():
+    # nanotron at ZeRO-0 under torch DDP (ddp_buckets): a bucket holds 25 MiB of bf16 gradients,
+    # 13,107,200 parameters, and its fp32 accumulation buffer (4 bytes each) is all-reduced on its own.
+    # llama-3.1-8b tp8 x dp2 on 2 nodes, rank 0: decoder layers 872,677,376 = 66 full buckets + 7,602,176;
+    # the output layer (66,064,384) and the embedding (66,060,288) are buckets of their own, the
+    # embedding's last. One 400 Gb/s NIC per rank at 0.94 = 47 GB/s; an all-reduce over 2 ranks moves
+    # its buffer once, each message at the share of the plateau its size reaches (comm.size_share).
+    from cost_models.comm import size_share
+    from cost_models.step_time import dp_tail
+
+    nanotron = make_job("llama-3.1-8b", gpus=16, tp=8, training=dict(global_batch_size=2, ddp_buckets=True,
+                                                                      grad_accumulation_fusion=False))
+    p = rank_params(nanotron, 0)
+    assert (p.value("layers"), p.value("head"), p.value("embedding")) == (872_677_376, 66_064_384, 66_060_288)
+
+    def ar(params):
+        return 4 * params / 47e9 / size_share(4 * params, 2)
+
+    total, tail = dp_tail(nanotron, 0)
+    assert tail == pytest.approx(ar(66_060_288))  # 6.5 ms
+    assert total == pytest.approx(66 * ar(13_107_200) + ar(7_602_176) + ar(66_064_384) + ar(66_060_288))  # 130 ms
+    # one all-reduce of the whole 4 GB buffer would reach 0.98 of the plateau: 87 ms
+    megatron = make_job("llama-3.1-8b", gpus=16, tp=8, training=dict(global_batch_size=2))
+    assert dp_tail(megatron, 0)[0] == pytest.approx(ar(p.total))
+
+
 def test_a_dtensor_plan_with_one_colwise_module_per_projection_gathers_per_projection():
     # KempnerForge shards q, k, v, gate and up as separate ColwiseParallel modules: in forward the
     # sequence-sharded input is gathered 3 times before attention and 2 times before the SwiGLU MLP
