@@ -91,6 +91,7 @@ DEEPSPEED_PREFETCH_PARAMS = DEEPSPEED_PREFETCH_ELEMENTS
 # (TransformerEngine@40c69e75 transformer_engine/pytorch/module/base.py initialize_ub defaults;
 # common/comm_gemm_overlap/comm_gemm_overlap.cpp split_overlap_rs, bulk_overlap).
 TORCH_DDP_BUCKET_BYTES = 25 * MiB  # torch DDP bucket_cap_mb (torch_ddp_all_reduce_seconds)
+NANOTRON_TENSORS_PER_LAYER = 6  # nanotron_param_tensors
 FP32_BYTES = 4  # nanotron's gradient buffer (torch.float, TrainingSpec.zero1_blocking_sync)
 UB_RS_SPLITS = 4
 UB_SMS = 16
@@ -559,7 +560,7 @@ def dp_tail(job: Job, rank: int) -> tuple[float, float]:
                 layers = max(1, len(job.stage_layer_ids(rank)))
                 tail = t / layers
         elif job.training.zero1_blocking_sync:
-            t = tail = zero1_blocking_sync_seconds(params, where, cl)
+            t = tail = zero1_blocking_sync_seconds(params, where, cl) + zero1_gather_copy_seconds(job, rank, params)
         else:
             rs = collective_time(Collective.REDUCE_SCATTER, params * gb, where, cl)
             ag = collective_time(Collective.ALL_GATHER, one_bucket * ACT_BYTES, where, cl)
@@ -603,6 +604,27 @@ def zero1_blocking_sync_seconds(params: float, where: Placement, cluster: Cluste
     all-gather of every parameter's updated 16-bit shard, each blocking, neither beside compute."""
     return (collective_time(Collective.ALL_REDUCE, params * FP32_BYTES, where, cluster)
             + collective_time(Collective.ALL_GATHER, params * ACT_BYTES, where, cluster))
+
+
+def nanotron_param_tensors(job: Job, rank: int) -> int:
+    """Parameter tensors of a pipeline rank of nanotron's Llama: six per decoder layer (the fused
+    qkv_proj and gate_up_proj, o_proj, down_proj and the two RMSNorm weights, bias-free), the token
+    embedding on the first rank, the final norm and the output layer on the last, the output layer
+    being the embedding's tensor when both are tied on one rank (huggingface/nanotron@c2528430
+    src/nanotron/models/llama.py:223-238, 384-419, 704-712, 763-770, 848-872)."""
+    first, last = rank == 0, rank == job.layout.pp - 1
+    shared = job.model.tie_embeddings and first and last
+    return NANOTRON_TENSORS_PER_LAYER * len(job.stage_layer_ids(rank)) + first + 2 * last - shared
+
+
+def zero1_gather_copy_seconds(job: Job, rank: int, params: float) -> float:
+    """The copies around nanotron's ZeRO-1 parameter all-gather (optim/zero.py:217-241,
+    distributed.py:195-220): the dp ranks' slices of every parameter flattened into one buffer per
+    rank, torch's copy of the gathered buffer into them, then one copy_ per parameter per dp rank back
+    into the parameter, each a device operation of its own (launch_s). Bytes: each of the three passes
+    reads and writes the rank's 16-bit parameters once."""
+    launches = nanotron_param_tensors(job, rank) * job.dp + 2 * job.dp
+    return K.memory_seconds(3 * 2 * ACT_BYTES * params, job.cluster.gpu, launches=launches)
 
 
 def _optimizer_params(job: Job, rank: int) -> float:

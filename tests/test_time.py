@@ -321,6 +321,28 @@ def test_nanotron_zero1_all_reduces_fp32_gradients_and_gathers_parameters_expose
     assert dp_tail(megatron, 0)[0] < total / 2 and time_estimate(megatron).breakdown.value("dp") < total / 10
 
 
+def test_nanotron_zero1_gather_copies_one_slice_per_parameter_tensor_and_dp_rank():
+    # nanotron's Llama keeps a decoder layer in 6 tensors; LLAMA_TINY's 4 layers over pp 2: rank 0 has
+    # 2 layers and the embedding (13 tensors), rank 1 2 layers, the final norm and the output layer (14).
+    # Tied on one rank, the output layer is the embedding's tensor: 6·4 + 1 + 2 − 1 = 26.
+    from cost_models.step_time import nanotron_param_tensors, zero1_blocking_sync_seconds, zero1_gather_copy_seconds
+
+    job = make_job(LLAMA_TINY, gpus=4, pp=2, zero=1, training=dict(global_batch_size=16, zero1_blocking_sync=True))
+    assert job.dp == 2 and [nanotron_param_tensors(job, r) for r in range(2)] == [13, 14]
+    tied = make_job(LLAMA_TINY.model_copy(update=dict(tie_embeddings=True)), gpus=2, zero=1,
+                    training=dict(global_batch_size=2, zero1_blocking_sync=True))
+    assert nanotron_param_tensors(tied, 0) == 26
+    # rank 0: 1,647,616 parameters; 13 copies per dp rank plus a flatten and torch's copy-out per dp
+    # rank = 30 device operations at H100's 2.4 us launch cost (presets/kernels/hopper.toml) = 72 us,
+    # and three passes reading and writing the bf16 parameters, 12 bytes each, at 0.90 of 3.35 TB/s = 6.6 us
+    p = rank_params(job, 0).total
+    assert p == 1_647_616
+    copies = zero1_gather_copy_seconds(job, 0, p)
+    assert copies == pytest.approx(30 * 2.4e-6 + 12 * p / (0.90 * 3.35e12))
+    from cost_models.step_time import _dense_group, dp_tail
+    assert dp_tail(job, 0)[0] == pytest.approx(zero1_blocking_sync_seconds(p, _dense_group(job), job.cluster.spec) + copies)
+
+
 def test_nanotron_ddp_all_reduces_fp32_buckets_of_25_mib_of_bf16_gradients():
     # nanotron at ZeRO-0 under torch DDP (ddp_buckets): a bucket holds 25 MiB of bf16 gradients,
     # 13,107,200 parameters, and its fp32 accumulation buffer (4 bytes each) is all-reduced on its own.
