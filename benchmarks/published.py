@@ -569,7 +569,11 @@ def _nanotron(entry: dict) -> Mapped:
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.BF16,
                             framework=Framework.MEGATRON, attention=AttentionKernel.FLASH, attention_backend=AttentionBackend.FA2,
                             grad_accumulation_fusion=False, grads_kept_through_backward=True, ddp_buckets=ddp,
-                            loss_shift_out_of_place=True, eager_swiglu=True)
+                            loss_shift_out_of_place=True, eager_swiglu=True, zero1_blocking_sync=zero is Zero.OPTIMIZER)
+    if zero is Zero.OPTIMIZER:
+        notes.append("ZeRO-1: the fp32 gradients all-reduced after the backward and the bf16 parameters all-gathered "
+                     "after the optimizer step, both blocking (huggingface/nanotron@c2528430 src/nanotron/trainer.py:509-518, "
+                     "optim/gradient_accumulator.py:128-155, optim/zero.py:95-120, 217-241)")
     layout = _layout(entry, zero=zero, recompute=Recompute.NONE, schedule=Schedule.ONE_F_ONE_B if lay["pp"] > 1 else None)
     model = _llama_model(entry, tied=m["ffn_hidden"] < 10000)
     if lay["pp"] > 1:

@@ -452,10 +452,14 @@ def _gradient_path(job: Job) -> str | None:
     nanotron = [f for f, v in (("grads_kept_through_backward", tr.grads_kept_through_backward),
                                ("ddp_buckets", tr.ddp_buckets),
                                ("loss_shift_out_of_place", tr.loss_shift_out_of_place),
-                               ("eager_swiglu", tr.eager_swiglu)) if v]
+                               ("eager_swiglu", tr.eager_swiglu),
+                               ("zero1_blocking_sync", tr.zero1_blocking_sync)) if v]
     if nanotron and tr.framework is not MEGATRON:
         return (f"{' and '.join(nanotron)} describe nanotron's code, priced as a Megatron job "
                 f"(framework={tr.framework}); drop it")
+    if tr.zero1_blocking_sync and job.zero is not Zero.OPTIMIZER:
+        return (f"zero1_blocking_sync describes nanotron's ZeRO-1 gradient and parameter sync; it needs zero 1, "
+                f"not zero {int(job.zero)}")
     if tr.grads_kept_through_backward and tr.grad_accumulation_fusion:
         return ("grads_kept_through_backward describes 16-bit gradients written outside the GEMMs; "
                 "it needs grad_accumulation_fusion=False")

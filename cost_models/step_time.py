@@ -30,7 +30,8 @@ code it follows; the framework notes of docs/performance-model.md list the commi
 - dp (DDP / distributed optimizer): gradients are reduced bucket by bucket during the last
   micro-batch's backward; what does not fit in that window, and at least the last bucket, is
   exposed. The distributed optimizer's parameter all-gather hides behind the next forward except
-  the first bucket.
+  the first bucket. nanotron's ZeRO-1 all-reduces the fp32 gradients after the backward and
+  gathers the parameters after the optimizer step, both blocking (zero1_blocking_sync_seconds).
 Communication that hides behind compute still costs the compute the SMs its NCCL kernels hold
 (comm.nccl_sm_share): the compute term `contention` charges that share of every overlapped
 collective, and TE's userbuffer kernels the 16 SMs they reserve.
@@ -45,7 +46,7 @@ from statistics import NormalDist
 from cost_models import kernels as K
 from cost_models.breakdown import Breakdown
 from cost_models.calibration import DEFAULT, Calibration
-from cost_models.comm import MAX_SM_SHARE, Collective, collective_time, nccl_sm_share, placement, send_recv_time
+from cost_models.comm import MAX_SM_SHARE, Collective, Placement, collective_time, nccl_sm_share, placement, send_recv_time
 from cost_models.compute import (
     ACT_BYTES,
     Block,
@@ -71,10 +72,12 @@ from cost_models.flops import (
     recomputed_share,
     tokens,
 )
+from cost_models.hardware import ClusterSpec
 from cost_models.job import Job
 from cost_models.mamba_shard import all_to_all_widths
 from cost_models.model_spec import LayerKind
 from cost_models.memory import DEEPSPEED_BUCKET_ELEMENTS, DEEPSPEED_PREFETCH_ELEMENTS
+from cost_models.units import MiB
 from cost_models.states import dense_params, local_kv_heads, local_layer_params, rank_params
 
 MIN_DDP_BUCKET_PARAMS = 40_000_000  # Megatron DDP bucket: max(40M, 1M x dp) params
@@ -87,6 +90,9 @@ DEEPSPEED_PREFETCH_PARAMS = DEEPSPEED_PREFETCH_ELEMENTS
 # runs each chunk's reduce-scatter on 16 SMs beside the next chunk; bulk overlaps reserve 16 SMs too
 # (TransformerEngine@40c69e75 transformer_engine/pytorch/module/base.py initialize_ub defaults;
 # common/comm_gemm_overlap/comm_gemm_overlap.cpp split_overlap_rs, bulk_overlap).
+TORCH_DDP_BUCKET_BYTES = 25 * MiB  # torch DDP bucket_cap_mb (torch_ddp_all_reduce_seconds)
+NANOTRON_TENSORS_PER_LAYER = 6  # nanotron_param_tensors
+FP32_BYTES = 4  # nanotron's gradient buffer (torch.float, TrainingSpec.zero1_blocking_sync)
 UB_RS_SPLITS = 4
 UB_SMS = 16
 
@@ -525,11 +531,14 @@ def dp_tail(job: Job, rank: int) -> tuple[float, float]:
     total = first = 0.0
     fw = job.training.framework
     bucket = DEEPSPEED_BUCKET_PARAMS if fw is Framework.DEEPSPEED else max(MIN_DDP_BUCKET_PARAMS, BUCKET_PARAMS_PER_DP_RANK * job.dp)
-    for params, where in groups:
+    for kind, (params, where) in zip(("dense", "experts"), groups):
         if params == 0 or where.n == 1:
             continue
         one_bucket = min(params, bucket)
-        if z is Zero.NONE:
+        if z is Zero.NONE and job.training.ddp_buckets and kind == "dense":
+            embedding, head = p.value("embedding"), p.value("head")
+            t, tail = torch_ddp_all_reduce_seconds(dense - embedding - head, embedding, head, where, cl)
+        elif z is Zero.NONE:
             t = collective_time(Collective.ALL_REDUCE, params * gb, where, cl)
             tail = collective_time(Collective.ALL_REDUCE, one_bucket * gb, where, cl)
         elif z is Zero.PARAMETERS:
@@ -550,6 +559,8 @@ def dp_tail(job: Job, rank: int) -> tuple[float, float]:
                 )
                 layers = max(1, len(job.stage_layer_ids(rank)))
                 tail = t / layers
+        elif job.training.zero1_blocking_sync:
+            t = tail = zero1_blocking_sync_seconds(params, where, cl) + zero1_gather_copy_seconds(job, rank, params)
         else:
             rs = collective_time(Collective.REDUCE_SCATTER, params * gb, where, cl)
             # the parameter gather hides behind the next forward but for its first bucket; without
@@ -570,6 +581,56 @@ def dp_tail(job: Job, rank: int) -> tuple[float, float]:
     if fw is Framework.MEGATRON and not job.training.overlap_grad_reduce:
         first = total  # nothing of it overlaps (TrainingSpec.overlap_grad_reduce)
     return total, first
+
+
+def torch_ddp_all_reduce_seconds(layers: float, embedding: float, head: float, where: Placement,
+                                 cluster: ClusterSpec) -> tuple[float, float]:
+    """(seconds, seconds that cannot hide) of nanotron's gradient all-reduce under torch DDP
+    (TrainingSpec.ddp_buckets): DDP groups the 16-bit gradients into buckets of bucket_cap_mb, 25 MiB
+    (nanotron's default ddp_bucket_cap_mb, huggingface/nanotron@c2528430 src/nanotron/config/config.py:222,
+    passed at trainer.py:847-852; torch DistributedDataParallel's bucket_bytes_cap = bucket_cap_mb·2^20,
+    pytorch/pytorch@0028a164 torch/nn/parallel/distributed.py), and nanotron's communication hook
+    all-reduces each bucket's fp32 accumulation buffers when the bucket is ready
+    (optim/gradient_accumulator.py:328-386): one all-reduce of 4 bytes per parameter per bucket, each
+    priced at its own message size. A tensor larger than the cap is a bucket of its own: the output
+    layer's, ready first, and the embedding's, ready last, which is what is left after the backward."""
+    bucket = TORCH_DDP_BUCKET_BYTES // ACT_BYTES
+    full, rest = divmod(layers, bucket)
+
+    def ar(n: float) -> float:
+        return collective_time(Collective.ALL_REDUCE, n * FP32_BYTES, where, cluster)
+
+    total = full * ar(bucket) + ar(rest) + ar(head) + ar(embedding)
+    return total, ar(embedding) if embedding else ar(min(bucket, layers))
+
+
+def zero1_blocking_sync_seconds(params: float, where: Placement, cluster: ClusterSpec) -> float:
+    """nanotron's ZeRO-1 step end (TrainingSpec.zero1_blocking_sync): an all-reduce of the rank's
+    whole fp32 gradient buffer (4 bytes per parameter, not a reduce-scatter of it), then an
+    all-gather of every parameter's updated 16-bit shard, each blocking, neither beside compute."""
+    return (collective_time(Collective.ALL_REDUCE, params * FP32_BYTES, where, cluster)
+            + collective_time(Collective.ALL_GATHER, params * ACT_BYTES, where, cluster))
+
+
+def nanotron_param_tensors(job: Job, rank: int) -> int:
+    """Parameter tensors of a pipeline rank of nanotron's Llama: six per decoder layer (the fused
+    qkv_proj and gate_up_proj, o_proj, down_proj and the two RMSNorm weights, bias-free), the token
+    embedding on the first rank, the final norm and the output layer on the last, the output layer
+    being the embedding's tensor when both are tied on one rank (huggingface/nanotron@c2528430
+    src/nanotron/models/llama.py:223-238, 384-419, 704-712, 763-770, 848-872)."""
+    first, last = rank == 0, rank == job.layout.pp - 1
+    shared = job.model.tie_embeddings and first and last
+    return NANOTRON_TENSORS_PER_LAYER * len(job.stage_layer_ids(rank)) + first + 2 * last - shared
+
+
+def zero1_gather_copy_seconds(job: Job, rank: int, params: float) -> float:
+    """The copies around nanotron's ZeRO-1 parameter all-gather (optim/zero.py:217-241,
+    distributed.py:195-220): the dp ranks' slices of every parameter flattened into one buffer per
+    rank, torch's copy of the gathered buffer into them, then one copy_ per parameter per dp rank back
+    into the parameter, each a device operation of its own (launch_s). Bytes: each of the three passes
+    reads and writes the rank's 16-bit parameters once."""
+    launches = nanotron_param_tensors(job, rank) * job.dp + 2 * job.dp
+    return K.memory_seconds(3 * 2 * ACT_BYTES * params, job.cluster.gpu, launches=launches)
 
 
 def _optimizer_params(job: Job, rank: int) -> float:

@@ -87,9 +87,18 @@ class TrainingSpec(Spec):
     # The model wrapped in torch DistributedDataParallel besides the framework's own gradient buffer:
     # nanotron wraps it when dp > 1 unless it accumulates in fp32 under ZeRO-1 (huggingface/nanotron
     # @c2528430 src/nanotron/trainer.py:786-788, 843-852). DDP's reducer allocates a flat gradient
-    # buffer per bucket in the parameters' dtype at construction and keeps it (cost_models.memory).
-    # Megatron framework only.
+    # buffer per bucket in the parameters' dtype at construction and keeps it (cost_models.memory), and
+    # reduces the gradients bucket by bucket, each bucket its own all-reduce of nanotron's fp32 buffers
+    # (cost_models.step_time.torch_ddp_all_reduce_seconds). Megatron framework only.
     ddp_buckets: bool = False
+    # nanotron's ZeRO-1 with fp32 gradient accumulation (no DDP): once the pipeline's last backward
+    # ends, the stage's whole fp32 gradient buffer is all-reduced across dp in one blocking call
+    # (huggingface/nanotron@c2528430 src/nanotron/trainer.py:509-518 passes reduce_scatter=False;
+    # optim/gradient_accumulator.py:128-155 all_reduce of _contiguous_fp32_grad_buffer, allocated
+    # float at :173), and after the optimizer step every parameter's updated 16-bit shard is
+    # all-gathered in one blocking call (optim/zero.py:95-120, 217-241; distributed.py:153-220). Neither
+    # overlaps compute (cost_models.step_time.dp_tail). Megatron framework with zero=1 only.
+    zero1_blocking_sync: bool = False
     # nanotron's sharded cross entropy casts the 16-bit logits to fp32 (a copy) and then subtracts
     # the row maximum out of place (huggingface/nanotron@c2528430 src/nanotron/models/llama.py:
     # 971-973; parallel/tensor_parallel/functional.py:40-43, 110-115), where Megatron subtracts in

@@ -167,16 +167,18 @@ def test_nanotron_splits_the_pipeline_by_its_block_costs():
     assert sum(counts) == 80 and len(counts) == 32
 
 
-@pytest.mark.parametrize("run_id, ddp", [
-    ("nanotron-usp-1p34b-16nodes-dp64-tp2-pp1-mbs4", True),  # ZeRO-0, dp 64: wrapped in torch DDP
-    ("nanotron-usp-80p0b-4nodes-dp1-tp8-pp4-mbs1", False),  # ZeRO-0 but dp 1
-    ("nanotron-usp-1p34b-2nodes-dp8-tp1-pp2-mbs1", False),  # ZeRO-1 with fp32 accumulation
+@pytest.mark.parametrize("run_id, ddp, blocking", [
+    ("nanotron-usp-1p34b-16nodes-dp64-tp2-pp1-mbs4", True, False),  # ZeRO-0, dp 64: wrapped in torch DDP
+    ("nanotron-usp-80p0b-4nodes-dp1-tp8-pp4-mbs1", False, False),  # ZeRO-0 but dp 1
+    ("nanotron-usp-1p34b-2nodes-dp8-tp1-pp2-mbs1", False, True),  # ZeRO-1 with fp32 accumulation
 ])
-def test_nanotron_memory_switches_as_its_trainer_sets_them(run_id, ddp):
+def test_nanotron_memory_switches_as_its_trainer_sets_them(run_id, ddp, blocking):
     # trainer.py:786-788 at huggingface/nanotron@c2528430: DDP when dp > 1 and not (fp32 accumulation
-    # and ZeRO > 0); the fp32 accumulator and the sharded cross entropy in every run
+    # and ZeRO > 0); the fp32 accumulator and the sharded cross entropy in every run. Without DDP,
+    # ZeRO-1's gradients are all-reduced and its parameters gathered after the step (trainer.py:509-518)
     tr = BY_ID[run_id].job().training
     assert tr.ddp_buckets is ddp
+    assert tr.zero1_blocking_sync is blocking
     assert tr.grads_kept_through_backward and tr.loss_shift_out_of_place and not tr.grad_accumulation_fusion
     assert tr.eager_swiglu  # models/llama.py:194-201 GLUActivation
 

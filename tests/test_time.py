@@ -309,6 +309,77 @@ def test_megatron_without_overlap_grad_reduce_exposes_the_whole_reduction():
     assert time_estimate(off).breakdown.value("dp") == pytest.approx(total_off)
 
 
+def test_nanotron_zero1_all_reduces_fp32_gradients_and_gathers_parameters_exposed():
+    # nanotron's ZeRO-1 (zero1_blocking_sync): the whole fp32 gradient buffer all-reduced after the
+    # backward, then the bf16 parameters all-gathered after the optimizer, nothing overlapped.
+    # llama-3.1-8b, tp8 x dp2 on 2 DGX H100 nodes: P = 1,004,802,048 parameters per rank; the dp pair
+    # sits in different nodes (stride 8), one 400 Gb/s NIC each at 0.94 -> 47 GB/s bus bandwidth.
+    # All-reduce: 2(n-1)/n · 4P = 4.02 GB moved -> 85.5 ms; all-gather: (n-1)/n · 2P = 1.00 GB -> 21.4 ms;
+    # 106.9 ms at the plateau. Messages of 2-4 GB reach 0.93-1.0 of it (comm.size_share), hence the range.
+    from cost_models.step_time import dp_tail
+
+    base = dict(global_batch_size=2)
+    nanotron = make_job("llama-3.1-8b", gpus=16, tp=8, zero=1, training={**base, "zero1_blocking_sync": True})
+    megatron = make_job("llama-3.1-8b", gpus=16, tp=8, zero=1, training=base)
+    p = 1_004_802_048
+    assert rank_params(nanotron, 0).total == p
+    plateau = (2 * 1 / 2 * 4 * p + 1 / 2 * 2 * p) / (400e9 / 8 * 0.94)
+    total, exposed = dp_tail(nanotron, 0)
+    assert total == exposed
+    assert plateau <= total <= plateau / 0.93
+    assert time_estimate(nanotron).breakdown.value("dp") == pytest.approx(total)
+    # Megatron's distributed optimizer reduce-scatters (half the all-reduce's bytes) behind the backward
+    assert dp_tail(megatron, 0)[0] < total / 2 and time_estimate(megatron).breakdown.value("dp") < total / 10
+
+
+def test_nanotron_zero1_gather_copies_one_slice_per_parameter_tensor_and_dp_rank():
+    # nanotron's Llama keeps a decoder layer in 6 tensors; LLAMA_TINY's 4 layers over pp 2: rank 0 has
+    # 2 layers and the embedding (13 tensors), rank 1 2 layers, the final norm and the output layer (14).
+    # Tied on one rank, the output layer is the embedding's tensor: 6·4 + 1 + 2 − 1 = 26.
+    from cost_models.step_time import nanotron_param_tensors, zero1_blocking_sync_seconds, zero1_gather_copy_seconds
+
+    job = make_job(LLAMA_TINY, gpus=4, pp=2, zero=1, training=dict(global_batch_size=16, zero1_blocking_sync=True))
+    assert job.dp == 2 and [nanotron_param_tensors(job, r) for r in range(2)] == [13, 14]
+    tied = make_job(LLAMA_TINY.model_copy(update=dict(tie_embeddings=True)), gpus=2, zero=1,
+                    training=dict(global_batch_size=2, zero1_blocking_sync=True))
+    assert nanotron_param_tensors(tied, 0) == 26
+    # rank 0: 1,647,616 parameters; 13 copies per dp rank plus a flatten and torch's copy-out per dp
+    # rank = 30 device operations at H100's 2.4 us launch cost (presets/kernels/hopper.toml) = 72 us,
+    # and three passes reading and writing the bf16 parameters, 12 bytes each, at 0.90 of 3.35 TB/s = 6.6 us
+    p = rank_params(job, 0).total
+    assert p == 1_647_616
+    copies = zero1_gather_copy_seconds(job, 0, p)
+    assert copies == pytest.approx(30 * 2.4e-6 + 12 * p / (0.90 * 3.35e12))
+    from cost_models.step_time import _dense_group, dp_tail
+    assert dp_tail(job, 0)[0] == pytest.approx(zero1_blocking_sync_seconds(p, _dense_group(job), job.cluster.spec) + copies)
+
+
+def test_nanotron_ddp_all_reduces_fp32_buckets_of_25_mib_of_bf16_gradients():
+    # nanotron at ZeRO-0 under torch DDP (ddp_buckets): a bucket holds 25 MiB of bf16 gradients,
+    # 13,107,200 parameters, and its fp32 accumulation buffer (4 bytes each) is all-reduced on its own.
+    # llama-3.1-8b tp8 x dp2 on 2 nodes, rank 0: decoder layers 872,677,376 = 66 full buckets + 7,602,176;
+    # the output layer (66,064,384) and the embedding (66,060,288) are buckets of their own, the
+    # embedding's last. One 400 Gb/s NIC per rank at 0.94 = 47 GB/s; an all-reduce over 2 ranks moves
+    # its buffer once, each message at the share of the plateau its size reaches (comm.size_share).
+    from cost_models.comm import size_share
+    from cost_models.step_time import dp_tail
+
+    nanotron = make_job("llama-3.1-8b", gpus=16, tp=8, training=dict(global_batch_size=2, ddp_buckets=True,
+                                                                      grad_accumulation_fusion=False))
+    p = rank_params(nanotron, 0)
+    assert (p.value("layers"), p.value("head"), p.value("embedding")) == (872_677_376, 66_064_384, 66_060_288)
+
+    def ar(params):
+        return 4 * params / 47e9 / size_share(4 * params, 2)
+
+    total, tail = dp_tail(nanotron, 0)
+    assert tail == pytest.approx(ar(66_060_288))  # 6.5 ms
+    assert total == pytest.approx(66 * ar(13_107_200) + ar(7_602_176) + ar(66_064_384) + ar(66_060_288))  # 130 ms
+    # one all-reduce of the whole 4 GB buffer would reach 0.98 of the plateau: 87 ms
+    megatron = make_job("llama-3.1-8b", gpus=16, tp=8, training=dict(global_batch_size=2))
+    assert dp_tail(megatron, 0)[0] == pytest.approx(ar(p.total))
+
+
 def test_a_dtensor_plan_with_one_colwise_module_per_projection_gathers_per_projection():
     # KempnerForge shards q, k, v, gate and up as separate ColwiseParallel modules: in forward the
     # sequence-sharded input is gathered 3 times before attention and 2 times before the SwiGLU MLP
