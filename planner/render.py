@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from rich import box
@@ -367,9 +368,27 @@ FORCED_RESETS = (
 )
 
 
-def _forced_changes(problem: Any, before: dict[str, Any], base: dict[str, Any]) -> tuple[dict[str, Any], str]:
+SPLIT_FIELDS = ("vpp", "pp_first_stage_layers", "pp_last_stage_layers", "account_for_embedding", "account_for_loss", "pp_layout")
+
+
+def _search_splits(report: Any, pp: int) -> list[dict[str, Any]]:
+    """The pipeline splits the search uses at depth pp: those of the ranked plans at that depth first,
+    then each vpp's split of planner.space.splits, as Layout fields."""
+    from planner.space import head_in_layers, splits
+
+    out = [{k: getattr(p.job.layout, k) for k in SPLIT_FIELDS} for p in report.plans if p.job.layout.pp == pp]
+    if pp > 1 and pp <= report.problem.model.num_layers:
+        head = head_in_layers(report.problem)
+        out += [dict(vpp=vpp, pp_first_stage_layers=first, pp_last_stage_layers=last, account_for_embedding=False,
+                     account_for_loss=False, pp_layout=None) for vpp, first, last in splits(report.problem, pp, head)]
+    return out
+
+
+def _forced_changes(problem: Any, before: dict[str, Any], base: dict[str, Any],
+                    splits: Sequence[dict[str, Any]] = ()) -> tuple[dict[str, Any], str]:
     """Keep every other field of #1; where the changed axis makes its pipeline split or recompute
-    depth illegal, reset the fields that must go, fewest first, and say which and why."""
+    depth illegal, take the split the search uses at the new depth (`splits`, the one keeping #1's
+    vpp first), else reset the fields that must go, fewest first; say which and why."""
     from cost_models.errors import SpecError
     from cost_models.layout import Layout
     from cost_models.rules import fill_defaults, violations
@@ -384,12 +403,19 @@ def _forced_changes(problem: Any, before: dict[str, Any], base: dict[str, Any]) 
     why = broken(base)
     if why is None:
         return base, ""
+
+    def said(fields: dict[str, Any]) -> list[str]:
+        return [f"{k} {_fold_value(before.get(k))}→{_fold_value(v)}" for k, v in fields.items() if before.get(k) != v]
+
+    for split in sorted(splits, key=lambda f: f["vpp"] != base.get("vpp")):  # stable: #1's vpp first
+        if broken({**base, **split}) is None:
+            return {**base, **split}, f"also {', '.join(said(split))}, the search's split at this depth: {why.split('; ')[0]}"
     changed: list[str] = []
     for reset in FORCED_RESETS:
         if all(base.get(k) == v for k, v in reset.items()):
             continue
         base = {**base, **reset}
-        changed += [f"{k} {_fold_value(before.get(k))}→{_fold_value(v)}" for k, v in reset.items() if before.get(k) != v]
+        changed += said(reset)
         if broken(base) is None:
             break
     return base, f"also {', '.join(changed)}: {why.split('; ')[0]}" if changed else ""
@@ -412,7 +438,8 @@ def suspect_lines(report: Any) -> list[str]:
         base.update(dp=None, dp_shard=None, schedule=None, **change)
         if "tp" in change:
             base.update(etp=None, sp=None)
-        base, forced = _forced_changes(problem, lay.model_dump(), base)
+        splits = _search_splits(report, change["pp"]) if "pp" in change else []
+        base, forced = _forced_changes(problem, lay.model_dump(), base, splits)
         if forced:
             name += f" ({forced})"
         if change.get("tp", 0) > domain and not problem.allow_cross_node_tp:

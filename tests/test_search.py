@@ -243,6 +243,26 @@ def test_explain_names_why_the_usual_alternatives_lost():
         assert lines["tp=4"].startswith(f"{out.time.step_s / best.time.step_s - 1:+.1%} step time")
 
 
+def test_explain_takes_the_searchs_split_at_a_new_pipeline_depth():
+    # Llama-3.1-405B's 126 layers: #1 runs pp 32 with 3-layer ends; pp 64 and pp 16 need other ends
+    # (the even split is illegal at both), which the search has. Varying pp must try those splits, not
+    # drop the ends and report the divisibility rule the search never hit.
+    import re
+
+    from planner.render import suspect_lines
+    from planner.runners import run_plan
+
+    report = run_plan("llama-3.1-405b", "dgx-h100", 1024, training=dict(seq_len=4096, global_batch_size=1024),
+                      fixes=["pp=32"], top=3)
+    assert report.plans[0].job.layout.pp_first_stage_layers is not None
+    lines = {line.split(" ", 1)[0]: line for line in suspect_lines(report)}
+    for name in ("pp=64", "pp=16"):
+        line = lines[name]
+        assert "the search's split at this depth" in line, line
+        outcome = line.rsplit("): ", 1)[1]
+        assert not re.search(r"not divisible|does not split", outcome), line
+
+
 def test_no_layout_says_the_fewest_gpus_that_fit():
     import re
 
