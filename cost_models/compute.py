@@ -161,18 +161,35 @@ def _converted(g: Gemm) -> bool:
     return g.n % 16 == 0 and g.k % 16 == 0 and not g.name.startswith("experts")
 
 
-def linear_factor(job: Job, g: Gemm, cal: Calibration) -> float:
-    """What every GEMM of the linear(s) with forward GEMM `g` costs over its price at
-    _linear_precision: Transformer Engine's quantisation (1 + _te_fp8), or for rowwise torchao
-    linears the measured time ratio over bf16 (kernels.rowwise_linear_ratio), averaged over the
-    torchtitan modules `g` stands for by their bf16 time; an unconverted module counts 1."""
+def linear_modules(job: Job, g: Gemm) -> tuple[Gemm, ...]:
+    """The GEMMs a forward GEMM of flops.layer_gemms runs as (TrainingSpec.fused_projections):
+    separate q, k, v and gate, up modules (titan_linears), each its own kernel reading the shared
+    input again, or one fused GEMM."""
+    tr = job.training
+    fused = tr.fused_projections if tr.fused_projections is not None else tr.framework is not Framework.TORCHTITAN
+    return (g,) if fused else titan_linears(job, g)
+
+
+def module_factor(job: Job, g: Gemm) -> float:
+    """What every GEMM of one linear module (forward GEMM `g`) costs over its price at
+    _linear_precision: Transformer Engine's quantisation (1 + _te_fp8), or for a rowwise torchao
+    module its measured time ratio over bf16 (kernels.rowwise_linear_ratio; 1 if not converted)."""
     if not rowwise_linears(job):
         return 1 + _te_fp8(job)
-    gpu = job.cluster.gpu
-    parts = titan_linears(job, g)
-    times = [gemm_seconds(x, gpu, Precision.BF16, cal) for x in parts]
-    ratios = [K.rowwise_linear_ratio(gpu, x.m, x.k, x.n) if _converted(x) else 1.0 for x in parts]
-    return sum(t * r for t, r in zip(times, ratios)) / sum(times)
+    return K.rowwise_linear_ratio(job.cluster.gpu, g.m, g.k, g.n) if _converted(g) else 1.0
+
+
+def linear_pass_seconds(job: Job, g: Gemm, cal: Calibration) -> tuple[float, float, float]:
+    """(forward, dgrad, wgrad) seconds of the linear(s) with forward GEMM `g`, module by module."""
+    gpu, prec = job.cluster.gpu, _linear_precision(job)
+    fwd = dgrad = wgrad = 0.0
+    for x in linear_modules(job, g):
+        f = module_factor(job, x)
+        d, w = backward_gemms(x)
+        fwd += gemm_seconds(x, gpu, prec, cal) * f
+        dgrad += gemm_seconds(d, gpu, prec, cal) * f
+        wgrad += gemm_seconds(w, gpu, prec, cal) * f
+    return fwd, dgrad, wgrad
 
 
 def _linear_precision(job: Job) -> Precision:
@@ -670,33 +687,28 @@ def tp_blocks(job: Job, kind: LayerKind, *, cal: Calibration) -> tuple[Block, ..
             pairs.append(("shared_fc1", "shared_fc2"))
     elif kind.mlp:
         pairs.append(("mlp_fc1", "mlp_fc2"))
-    gpu, prec = job.cluster.gpu, _linear_precision(job)
-
-    def t(g: Gemm, linear: Gemm) -> float:
-        return gemm_seconds(g, gpu, prec, cal) * linear_factor(job, linear, cal)
-
     out = []
     m = job.model
     for c, r in pairs:
         col, row = by_name[c], by_name[r]
-        (cd, cw), (rd, _) = backward_gemms(col), backward_gemms(row)
-        fwd, dgrad, wgrad = t(col, col), t(cd, col), t(cw, col)
+        fwd, dgrad, wgrad = linear_pass_seconds(job, col, cal)
         width = m.hidden_size
         if c == "qkv" and m.mla is not None:
             # the key/value up projection runs beside the query one on the gathered latents
-            kv_up = by_name["kv_up"]
-            (kd, kw) = backward_gemms(kv_up)
-            fwd, dgrad, wgrad = fwd + t(kv_up, kv_up), dgrad + t(kd, kv_up), wgrad + t(kw, kv_up)
+            kf, kd, kw = linear_pass_seconds(job, by_name["kv_up"], cal)
+            fwd, dgrad, wgrad = fwd + kf, dgrad + kd, wgrad + kw
             width = (m.mla.q_lora_rank or m.hidden_size) + m.mla.kv_lora_rank + m.mla.qk_rope_head_dim
-        out.append(Block(col, row, fwd, dgrad, wgrad, t(row, row), t(rd, row), width))
+        row_fwd, row_dgrad, _ = linear_pass_seconds(job, row, cal)
+        out.append(Block(col, row, fwd, dgrad, wgrad, row_fwd, row_dgrad, width))
     return tuple(out)
 
 
 def chunk_seconds(g: Gemm, rows: int, job: Job, cal: Calibration, *, sm_share: float = 0.0) -> float:
     """A GEMM computed on `rows` of its m rows (a TP overlap step), on the SMs left after
     `sm_share` of them run communication kernels."""
-    part = Gemm(g.name, max(1, rows), g.n, g.k, g.count)
-    return gemm_seconds(part, job.cluster.gpu, _linear_precision(job), cal) * linear_factor(job, g, cal) / (1 - sm_share)
+    gpu, prec = job.cluster.gpu, _linear_precision(job)
+    return sum(gemm_seconds(Gemm(x.name, max(1, rows), x.n, x.k, x.count), gpu, prec, cal) * module_factor(job, x)
+               for x in linear_modules(job, g)) / (1 - sm_share)
 
 
 # --- one layer -----------------------------------------------------------------------------------
@@ -725,10 +737,8 @@ def linear_seconds(job: Job, gemms: list[Gemm], cal: Calibration) -> tuple[float
     """(forward, backward) seconds of a block's linear layers at the run's GEMM precision, with
     Transformer Engine's fp8 quantisation where it applies (torchao rowwise linears: bf16 times
     their measured ratio, linear_factor)."""
-    gpu, prec = job.cluster.gpu, _linear_precision(job)
-    factors = [linear_factor(job, g, cal) for g in gemms]
-    return (sum(gemm_seconds(g, gpu, prec, cal) * f for g, f in zip(gemms, factors)),
-            sum(gemm_seconds(x, gpu, prec, cal) * f for g, f in zip(gemms, factors) for x in backward_gemms(g)))
+    passes = [linear_pass_seconds(job, g, cal) for g in gemms]
+    return sum(f for f, _, _ in passes), sum(d + w for _, d, w in passes)
 
 
 def layer_time(job: Job, kind: LayerKind, *, cal: Calibration) -> LayerTime:
