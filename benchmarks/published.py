@@ -346,10 +346,12 @@ def _mpt(entry: dict) -> Mapped:
              "optimizer AdamW (TrainingSpec default; the benchmark table does not state it)",
              ("loss as a fused one (compile_loss): MPT's default loss_fn at llm-foundry@b2a43a147 is 'fused_crossentropy', "
               "flash_attn's CrossEntropyLoss, which keeps the 16-bit logits and a per-row log-sum-exp (modeling_mpt.py:724-730)"),
-             f"network: the {cluster.spec.name} preset stands in for the MosaicML cluster (README: 1600 Gbps RoCE per node on A100)"]
+             f"network: the {cluster.spec.name} preset stands in for the MosaicML cluster (README: 1600 Gbps RoCE per node on A100)",
+             "q, k, v as one fused GEMM (fused_projections): MPT's attention has one Wqkv linear "
+             "(llm-foundry@b2a43a14 llmfoundry/models/layers/attention.py L518)"]
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.BF16,
                             framework=Framework.TORCHTITAN, attention=AttentionKernel.FLASH, attention_backend=AttentionBackend.FA1,
-                            compile_loss=True)
+                            compile_loss=True, fused_projections=True)
     layout = Layout(tp=1, pp=1, mbs=lay["micro_batch"], zero=Zero.PARAMETERS, recompute=_recompute(lay["recompute"]))
     return mpt_model(entry), cluster, training, layout, notes
 

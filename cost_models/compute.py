@@ -21,6 +21,7 @@ from cost_models.calibration import Calibration
 from cost_models.enums import (
     AttentionBackend,
     AttentionKernel,
+    Fp8Recipe,
     Framework,
     MixerKind,
     NormKind,
@@ -124,6 +125,77 @@ def gemm_seconds(g: Gemm, gpu: GPUSpec, precision: Precision, cal: Calibration) 
 def backward_gemms(g: Gemm) -> tuple[Gemm, Gemm]:
     """dX = dY·Wᵀ, an (m x n)·(n x k); dW = Xᵀ·dY, a (k x m)·(m x n)."""
     return Gemm(g.name + ".dgrad", g.m, g.k, g.n, g.count), Gemm(g.name + ".wgrad", g.k, g.n, g.m, g.count)
+
+
+# --- torchao rowwise float8 linears ---------------------------------------------------------------
+
+
+def rowwise_linears(job: Job) -> bool:
+    """Whether the layer linears are torchao rowwise Float8Linears (torchtitan's float8 converter
+    with recipe "rowwise"): priced as their bf16 GEMMs times the measured rowwise ratio
+    (linear_factor), casts included, instead of fp8 GEMMs plus separate casts."""
+    tr = job.training
+    return (tr.precision is Precision.FP8 and tr.framework is Framework.TORCHTITAN and tr.fp8_recipe is Fp8Recipe.ROWWISE
+            and _gemm_precision(job) is Precision.FP8)
+
+
+def titan_linears(job: Job, g: Gemm) -> tuple[Gemm, ...]:
+    """The nn.Linear modules one forward GEMM of flops.layer_gemms stands for in torchtitan's Llama:
+    wq, wk and wv for "qkv", w1 and w3 for a gated MLP's fc1 (pytorch/torchtitan@820504e2
+    torchtitan/models/llama3/model.py L205-210, L297-299); torchao converts and times each alone."""
+    m = job.model
+    if g.name == "qkv" and m.mla is None:
+        q = m.q_width // job.layout.tp
+        kv = (g.n - q) // 2
+        return (Gemm("wq", g.m, q, g.k, g.count), Gemm("wk", g.m, kv, g.k, g.count), Gemm("wv", g.m, kv, g.k, g.count))
+    if g.name.endswith("_fc1") and m.mlp.gated:
+        half = g.n // 2
+        return (Gemm("w1", g.m, half, g.k, g.count), Gemm("w3", g.m, half, g.k, g.count))
+    return (g,)
+
+
+def _converted(g: Gemm) -> bool:
+    """torchtitan's float8 filter: only nn.Linear modules whose weight dims are multiples of 16
+    (torchtitan@820504e2 components/quantization/utils.py L16-25); MoE experts are grouped
+    parameters, not nn.Linear, and stay in bf16."""
+    return g.n % 16 == 0 and g.k % 16 == 0 and not g.name.startswith("experts")
+
+
+def linear_modules(job: Job, g: Gemm) -> tuple[Gemm, ...]:
+    """The GEMMs a forward GEMM of flops.layer_gemms runs as (TrainingSpec.fused_projections):
+    separate q, k, v and gate, up modules (titan_linears), each its own kernel reading the shared
+    input again, or one fused GEMM."""
+    tr = job.training
+    fused = tr.fused_projections if tr.fused_projections is not None else tr.framework is not Framework.TORCHTITAN
+    return (g,) if fused else titan_linears(job, g)
+
+
+def module_factor(job: Job, g: Gemm) -> float:
+    """What every GEMM of one linear module (forward GEMM `g`) costs over its price at
+    _linear_precision: Transformer Engine's quantisation (1 + _te_fp8), or for a rowwise torchao
+    module its measured time ratio over bf16 (kernels.rowwise_linear_ratio; 1 if not converted)."""
+    if not rowwise_linears(job):
+        return 1 + _te_fp8(job)
+    return K.rowwise_linear_ratio(job.cluster.gpu, g.m, g.k, g.n) if _converted(g) else 1.0
+
+
+def linear_pass_seconds(job: Job, g: Gemm, cal: Calibration) -> tuple[float, float, float]:
+    """(forward, dgrad, wgrad) seconds of the linear(s) with forward GEMM `g`, module by module."""
+    gpu, prec = job.cluster.gpu, _linear_precision(job)
+    fwd = dgrad = wgrad = 0.0
+    for x in linear_modules(job, g):
+        f = module_factor(job, x)
+        d, w = backward_gemms(x)
+        fwd += gemm_seconds(x, gpu, prec, cal) * f
+        dgrad += gemm_seconds(d, gpu, prec, cal) * f
+        wgrad += gemm_seconds(w, gpu, prec, cal) * f
+    return fwd, dgrad, wgrad
+
+
+def _linear_precision(job: Job) -> Precision:
+    """The precision layer linears are priced at before linear_factor: bf16 for rowwise torchao
+    linears (their ratio is over bf16), else the run's GEMM precision."""
+    return Precision.BF16 if rowwise_linears(job) else _gemm_precision(job)
 
 
 def _te_fp8(job: Job) -> float:
@@ -570,7 +642,7 @@ def fp8_cast_bytes(job: Job, kind: LayerKind) -> tuple[float, float]:
     """Bytes the fp8 casts of one layer move for one micro-batch, (forward, backward). A GEMM
     (m x k)·(k x n) casts input and weight forward (mk + kn), and grad_output twice, weight and
     input backward (2mn + kn + mk)."""
-    if not fp8_casts_separate(job):
+    if not fp8_casts_separate(job) or rowwise_linears(job):  # rowwise casts are in linear_factor
         return 0.0, 0.0
     gemms = layer_gemms(job, kind)
     fwd = sum(g.count * (g.m * g.k + g.k * g.n) for g in gemms)
@@ -615,34 +687,28 @@ def tp_blocks(job: Job, kind: LayerKind, *, cal: Calibration) -> tuple[Block, ..
             pairs.append(("shared_fc1", "shared_fc2"))
     elif kind.mlp:
         pairs.append(("mlp_fc1", "mlp_fc2"))
-    gpu, prec = job.cluster.gpu, _gemm_precision(job)
-    over = 1 + _te_fp8(job)
-
-    def t(g: Gemm) -> float:
-        return gemm_seconds(g, gpu, prec, cal) * over
-
     out = []
     m = job.model
     for c, r in pairs:
         col, row = by_name[c], by_name[r]
-        (cd, cw), (rd, _) = backward_gemms(col), backward_gemms(row)
-        fwd, dgrad, wgrad = t(col), t(cd), t(cw)
+        fwd, dgrad, wgrad = linear_pass_seconds(job, col, cal)
         width = m.hidden_size
         if c == "qkv" and m.mla is not None:
             # the key/value up projection runs beside the query one on the gathered latents
-            kv_up = by_name["kv_up"]
-            (kd, kw) = backward_gemms(kv_up)
-            fwd, dgrad, wgrad = fwd + t(kv_up), dgrad + t(kd), wgrad + t(kw)
+            kf, kd, kw = linear_pass_seconds(job, by_name["kv_up"], cal)
+            fwd, dgrad, wgrad = fwd + kf, dgrad + kd, wgrad + kw
             width = (m.mla.q_lora_rank or m.hidden_size) + m.mla.kv_lora_rank + m.mla.qk_rope_head_dim
-        out.append(Block(col, row, fwd, dgrad, wgrad, t(row), t(rd), width))
+        row_fwd, row_dgrad, _ = linear_pass_seconds(job, row, cal)
+        out.append(Block(col, row, fwd, dgrad, wgrad, row_fwd, row_dgrad, width))
     return tuple(out)
 
 
 def chunk_seconds(g: Gemm, rows: int, job: Job, cal: Calibration, *, sm_share: float = 0.0) -> float:
     """A GEMM computed on `rows` of its m rows (a TP overlap step), on the SMs left after
     `sm_share` of them run communication kernels."""
-    part = Gemm(g.name, max(1, rows), g.n, g.k, g.count)
-    return gemm_seconds(part, job.cluster.gpu, _gemm_precision(job), cal) * (1 + _te_fp8(job)) / (1 - sm_share)
+    gpu, prec = job.cluster.gpu, _linear_precision(job)
+    return sum(gemm_seconds(Gemm(x.name, max(1, rows), x.n, x.k, x.count), gpu, prec, cal) * module_factor(job, x)
+               for x in linear_modules(job, g)) / (1 - sm_share)
 
 
 # --- one layer -----------------------------------------------------------------------------------
@@ -669,10 +735,10 @@ class LayerTime:
 
 def linear_seconds(job: Job, gemms: list[Gemm], cal: Calibration) -> tuple[float, float]:
     """(forward, backward) seconds of a block's linear layers at the run's GEMM precision, with
-    Transformer Engine's fp8 quantisation where it applies."""
-    gpu, prec, over = job.cluster.gpu, _gemm_precision(job), 1 + _te_fp8(job)
-    return (sum(gemm_seconds(g, gpu, prec, cal) for g in gemms) * over,
-            sum(gemm_seconds(x, gpu, prec, cal) for g in gemms for x in backward_gemms(g)) * over)
+    Transformer Engine's fp8 quantisation where it applies (torchao rowwise linears: bf16 times
+    their measured ratio, linear_factor)."""
+    passes = [linear_pass_seconds(job, g, cal) for g in gemms]
+    return sum(f for f, _, _ in passes), sum(d + w for _, d, w in passes)
 
 
 def layer_time(job: Job, kind: LayerKind, *, cal: Calibration) -> LayerTime:

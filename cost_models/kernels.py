@@ -82,6 +82,27 @@ class Curves:
 
 
 @dataclass(frozen=True)
+class RowwiseGrid:
+    """Measured speedup of a compiled torchao rowwise Float8Linear block over bf16, by the linear's
+    forward (M, K, N): speedup[i][j][l] at ms[i], ks[j], ns[l]."""
+
+    ms: tuple[int, ...]
+    ks: tuple[int, ...]
+    ns: tuple[int, ...]
+    speedup: tuple[tuple[tuple[float, ...], ...], ...]
+    source: str
+
+
+def _rowwise_grid(raw: dict | None) -> RowwiseGrid | None:
+    if raw is None:
+        return None
+    by_m = sorted((int(key.removeprefix("m")), rows) for key, rows in raw["speedup"].items())
+    ks, ns = tuple(raw["k"]), tuple(raw["n"])
+    assert all(len(rows) == len(ks) and all(len(r) == len(ns) for r in rows) for _, rows in by_m)
+    return RowwiseGrid(tuple(m for m, _ in by_m), ks, ns, tuple(tuple(tuple(r) for r in rows) for _, rows in by_m), raw["source"])
+
+
+@dataclass(frozen=True)
 class KernelTable:
     architecture: str
     reference_gpu: str
@@ -94,6 +115,7 @@ class KernelTable:
     op_fractions: dict[str, float]  # "norm.fused.fwd" -> fraction of HBM peak on compulsory bytes
     launch_s: float
     te_fp8_overhead: dict[str, float]  # Transformer Engine autocast time over pure fp8 GEMM time − 1, by recipe
+    rowwise: RowwiseGrid | None = None  # torchao rowwise Float8Linear speedups, where measured
 
 
 def _read(architecture: str) -> dict | None:
@@ -177,6 +199,7 @@ def kernel_table(architecture: str) -> KernelTable | None:
         op_fractions=dict(mb.get("ops", {})),
         launch_s=mb["launch_s"],
         te_fp8_overhead={k: v for k, v in data.get("fp8", {}).items() if k != "source"},
+        rowwise=_rowwise_grid(data.get("torchao_rowwise")),
     )
 
 
@@ -409,3 +432,66 @@ def memory_seconds(moved_bytes: float, gpu: GPUSpec, *, op: str | None = None, l
 def te_fp8_overhead(gpu: GPUSpec, recipe: str) -> float:
     """Transformer Engine's quantisation time on top of its fp8 GEMMs (autocast / pre-quantized − 1)."""
     return table_for(gpu).te_fp8_overhead.get(recipe, 0.0)
+
+
+# --- torchao rowwise float8 linears ---------------------------------------------------------------
+
+# Compulsory bytes per element of the benchmark block's memory-bound ops, forward + backward, 16-bit:
+# LayerNorm (no affine) reads x and writes y (4), its backward reads x and dy and writes dx (6), over
+# M·K; the sigmoid the same over M·N (forward 4, backward reads y and dy, writes dx: 6).
+ROWWISE_BLOCK_BYTES = 4 + 6
+# Kernels of those ops: LayerNorm and sigmoid, forward and backward.
+ROWWISE_BLOCK_KERNELS = 4
+
+
+def _clamped(xs: tuple[int, ...], x: float) -> float:
+    """x inside the measured range: no extrapolation beyond a table's edge in either direction."""
+    return min(max(x, xs[0]), xs[-1])
+
+
+def _grid_speedup(grid: RowwiseGrid, m: float, k: float, n: float) -> float:
+    """The block speedup at (m, k, n) inside the grid: linear in log2 along n, then k, then m."""
+    def along_k(rows: tuple[tuple[float, ...], ...]) -> float:
+        return log2_interp(grid.ks, [log2_interp(grid.ns, r, n) for r in rows], k)
+
+    return log2_interp(grid.ms, [along_k(rows) for rows in grid.speedup], m)
+
+
+def _rowwise_table(gpu: GPUSpec) -> KernelTable:
+    """The table whose rowwise grid prices this GPU: its own generation's, else the fallback
+    generation's (Hopper, where torchao measured it)."""
+    own = table_for(gpu)
+    if own.rowwise is not None:
+        return own
+    fallback = kernel_table(FALLBACK_ARCHITECTURE)
+    assert fallback is not None and fallback.rowwise is not None, "no torchao rowwise grid"
+    return fallback
+
+
+@cache
+def _rowwise_ratio_at(architecture: str, m: int, k: int, n: int) -> float:
+    table = kernel_table(architecture)
+    assert table is not None and table.rowwise is not None
+    ref = _reference(architecture)
+    assert ref is not None
+    s = _grid_speedup(table.rowwise, m, k, n)
+    gemms = ((m, n, k), (m, k, n), (k, n, m))  # forward, dgrad, wgrad
+    bf16 = sum(gemm_seconds(a, b, c, 1, ref, Precision.BF16, operand_bytes=2) for a, b, c in gemms)
+    other = memory_seconds(ROWWISE_BLOCK_BYTES * m * (k + n), ref, launches=ROWWISE_BLOCK_KERNELS)
+    o = other / bf16
+    return (1 + o) / s - o
+
+
+def rowwise_linear_ratio(gpu: GPUSpec, m: int, k: int, n: int) -> float:
+    """Time of a torchao rowwise Float8Linear (its three fp8 GEMMs and every cast, forward +
+    backward, compiled) over the same linear's three bf16 GEMMs, for forward shape (m x k)·(k x n).
+
+    From the measured block speedup s (presets `torchao_rowwise`): s = (o + 1)/(o + r), with o the
+    block's LayerNorm and sigmoid time over its bf16 GEMM time, both priced here on the grid's
+    reference GPU, so r = (1 + o)/s − o. A shape outside the grid is read at its nearest edge: the
+    grid's largest M already shows the speedup flat in M, and no value is extrapolated below
+    its smallest K or N (those linears only get slower)."""
+    table = _rowwise_table(gpu)
+    grid = table.rowwise
+    assert grid is not None
+    return _rowwise_ratio_at(table.architecture, round(_clamped(grid.ms, m)), round(_clamped(grid.ks, k)), round(_clamped(grid.ns, n)))

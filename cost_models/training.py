@@ -77,6 +77,12 @@ class TrainingSpec(Spec):
     # parallel) of its gradient in backward, where torchtitan's PrepareModuleInput gathers once per
     # block (KempnerInstitute/KempnerForge@601aba9 kempnerforge/distributed/tensor_parallel.py:62-78).
     tp_gather_per_projection: bool = False
+    # Whether a layer's q, k, v projections (and a gated MLP's gate and up) run as one fused GEMM.
+    # None: the framework's own model code decides. Megatron (linear_qkv, linear_fc1) and nanotron
+    # fuse them; torchtitan's Llama keeps separate wq, wk, wv, w1, w3 nn.Linear modules
+    # (pytorch/torchtitan@820504e2 torchtitan/models/llama3/model.py L205-210, L297-299), each a GEMM
+    # of its own that reads the shared input again (compute.linear_modules).
+    fused_projections: bool | None = None
     # nanotron's fp32 gradient accumulation (accumulate_grad_in_fp32, huggingface/nanotron@c2528430
     # src/nanotron/optim/gradient_accumulator.py:204-223, called for every micro-batch from
     # parallel/pipeline_parallel/engine.py:82-86): the whole backward runs first, leaving a 16-bit

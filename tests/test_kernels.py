@@ -130,3 +130,33 @@ def test_a_fused_norm_runs_at_the_measured_fraction_of_hbm():
     fused = [c for c in _of("memory-bound") if " fused " in c.what]
     assert len(fused) == 3
     assert all(abs(c.error) <= 0.15 for c in fused), [(c.what, round(c.error, 3)) for c in fused]
+
+
+# --- torchao rowwise float8 linears ----------------------------------------------------------------
+
+
+def test_a_rowwise_linear_costs_what_the_block_speedup_leaves_after_the_norm_and_sigmoid():
+    # torchao's H100 grid, M 16384, K 8192, N 8192: the LN -> Linear -> Sigmoid block runs 1.33x
+    # faster in fp8 rowwise. Its bf16 GEMMs on H100 SXM (sustained ceiling 755 TFLOP/s, epilogue
+    # k0 = 2·755/(2·3.35) = 225.4 steps): forward and dgrad 128x128 tiles, 8192 on 132 SMs in 63
+    # waves (0.9851) x 8192/8417.4 = 0.9587, 2.199e12 FLOP each in 3.038 ms; wgrad (M = K 8192,
+    # k = 16384) 0.9697 x 16384/16609.4 = 0.9565, 3.045 ms; 9.128 ms with three 2.4 µs starts.
+    # LN and sigmoid move 10 B x 16384 x (8192 + 8192) = 2.684 GB at 0.90 x 3.35 TB/s = 0.890 ms,
+    # plus four starts: 0.900 ms, so o = 0.0986 and r = (1 + o)/1.33 - o = 0.7274 (0.2%: the
+    # rounding of the hand arithmetic)
+    h100 = GPUS["H100-SXM"]
+    assert K.rowwise_linear_ratio(h100, 16384, 8192, 8192) == pytest.approx(0.7274, rel=2e-3)
+    # the linear alone gains more than the block shows where fp8 wins, and loses more where it
+    # loses (block 0.52 at M 8192, K 4096, N 1024: the linear takes more than 1/0.52 of bf16)
+    assert K.rowwise_linear_ratio(h100, 16384, 8192, 8192) < 1 / 1.33
+    assert K.rowwise_linear_ratio(h100, 8192, 4096, 1024) > 1 / 0.52
+
+
+def test_a_rowwise_linear_outside_the_grid_is_read_at_its_edge():
+    # Llama 3 8B at tp 8 with 12 x 8192 tokens: wk and wv are (98304 x 4096)·(4096 x 128), past the
+    # grid's largest M (32768) and below its smallest N (1024); no extrapolation either way
+    h100 = GPUS["H100-SXM"]
+    assert K.rowwise_linear_ratio(h100, 98304, 4096, 128) == K.rowwise_linear_ratio(h100, 32768, 4096, 1024)
+    # a GPU of a generation without its own grid reads Hopper's
+    assert K.table_for(GPUS["B200"]).rowwise is None
+    assert K.rowwise_linear_ratio(GPUS["B200"], 8192, 8192, 8192) == K.rowwise_linear_ratio(h100, 8192, 8192, 8192)

@@ -199,6 +199,61 @@ def test_torchao_fp8_casts_move_five_bytes_per_operand_element():
     assert fp8_cast_bytes(bf16, LayerKind()) == (0, 0)
 
 
+def test_rowwise_float8_at_tp8_prices_each_torchtitan_linear_from_the_measured_grid():
+    # Llama 3.1 8B, tp 8, 8192 tokens: torchtitan's wq (N 512), wk and wv (N 128) all read the
+    # grid's edge N = 1024 at M 8192, K 4096; w1 and w3 (N 14336/8 = 1792 each) the grid at their
+    # own shape. The casts are inside the ratio.
+    from cost_models import kernels as K
+    from cost_models.compute import fp8_cast_bytes, layer_time, linear_modules, module_factor
+    from cost_models.flops import layer_gemms
+
+    tt = dict(seq_len=8192, precision="fp8", framework="torchtitan")
+    rowwise = make_job("llama-3.1-8b", gpus=8, tp=8, training={**tt, "fp8_recipe": "rowwise"})
+    gpu = rowwise.cluster.gpu
+    g = {x.name: x for x in layer_gemms(rowwise, LayerKind())}
+    qkv = linear_modules(rowwise, g["qkv"])
+    assert [(x.name, x.n) for x in qkv] == [("wq", 512), ("wk", 128), ("wv", 128)]
+    edge = K.rowwise_linear_ratio(gpu, 8192, 4096, 1024)
+    assert [module_factor(rowwise, x) for x in qkv] == [edge] * 3
+    w1, w3 = linear_modules(rowwise, g["mlp_fc1"])
+    assert module_factor(rowwise, w1) == module_factor(rowwise, w3) == K.rowwise_linear_ratio(gpu, 8192, 4096, 1792)
+    assert fp8_cast_bytes(rowwise, LayerKind()) == (0, 0)
+    # at these shapes rowwise linears are slower than bf16 and tensorwise ones faster, the order
+    # torchtitan measured at tp 8 (asyncTP_llama3_h100_2025-06: 3,708 / 4,378 / 5,078 tokens/s)
+    def linears(job):
+        lt = layer_time(job, LayerKind(), cal=DEFAULT)
+        return lt.gemm + lt.gemm_backward + lt.fp8_cast + lt.fp8_cast_backward
+
+    bf16 = make_job("llama-3.1-8b", gpus=8, tp=8, training={**tt, "precision": "bf16"})
+    tensorwise = make_job("llama-3.1-8b", gpus=8, tp=8, training=tt)
+    assert linears(tensorwise) < linears(bf16) < linears(rowwise)
+
+
+def test_torchtitan_runs_q_k_v_as_three_gemms_and_the_narrow_ones_are_memory_bound():
+    # torchtitan's Llama: wq, wk, wv and w1, w3 are modules of their own; Megatron fuses them, and
+    # so does MPT's Wqkv (fused_projections). At tp 8 with 12 x 8192 tokens, wk is
+    # (98304 x 4096)·(4096 x 128) on H100 SXM: it moves 2·(98304·4096 + 4096·128) + 2·98304·128 =
+    # 831,520,768 B, at 0.90 x 3.35 TB/s 0.2758 ms, plus a 2.4 µs start: 0.2782 ms; its 1.031e11
+    # FLOP would take 0.149 ms at 755 TFLOP/s x 0.919 (6 waves of 128x128 tiles 0.9697, K
+    # 4096/(4096 + 225.4)). Reading the input again for k and v makes the three cost more than one.
+    from cost_models.compute import gemm_seconds, linear_modules
+    from cost_models.enums import Precision
+    from cost_models.flops import layer_gemms
+
+    tt = dict(seq_len=8192, framework="torchtitan")
+    job = make_job("llama-3.1-8b", gpus=8, tp=8, mbs=12, training=tt)
+    gpu = job.cluster.gpu
+    qkv = next(x for x in layer_gemms(job, LayerKind()) if x.name == "qkv")
+    wq, wk, wv = linear_modules(job, qkv)
+    assert (wk.m, wk.n, wk.k) == (98304, 128, 4096)
+    assert gemm_seconds(wk, gpu, Precision.BF16, DEFAULT) == pytest.approx(0.2782e-3, rel=2e-3)
+    separate = sum(gemm_seconds(x, gpu, Precision.BF16, DEFAULT) for x in (wq, wk, wv))
+    assert separate > 1.2 * gemm_seconds(qkv, gpu, Precision.BF16, DEFAULT)
+    fused = make_job("llama-3.1-8b", gpus=8, tp=8, mbs=12, training={**tt, "fused_projections": True})
+    assert linear_modules(fused, qkv) == (qkv,)
+    assert linear_modules(make_job("llama-3.1-8b", gpus=8, tp=8, mbs=12), qkv) == (qkv,)  # Megatron
+
+
 @pytest.mark.parametrize("recompute, precision", [("none", "bf16"), ("selective", "bf16"), ("full", "fp8")])
 def test_hfu_is_mfu_plus_the_recomputed_work_and_never_below_it(recompute, precision):
     # HFU in MFU's convention: MFU x executed / (executed - recomputed). Full recompute repeats the
