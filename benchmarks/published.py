@@ -511,14 +511,22 @@ def _torch_native(entry: dict) -> Mapped:
     # KempnerForge's TP plan: q, k, v, gate and up each a ColwiseParallel of their own, and no
     # sequence parallelism on pipeline stages (@601aba9 kempnerforge/distributed/tensor_parallel.py:
     # 62-78 _build_block_tp_plan, 117-120 seq_parallel = not is_pp_stage and not tie)
-    per_projection = g.startswith("kempnerforge")
+    per_projection = kf = g.startswith("kempnerforge")
+    if kf:
+        notes.append("KempnerForge memory: bf16 parameters, gradients and AdamW states; FSDP2 gradient sync on the "
+                     "last micro-batch only (fp32 unsharded gradients in between); the vocabulary unsplit over tp; "
+                     "eager cross entropy on the bf16 logits outside the compiled model (TrainingSpec fields)")
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"],
                             precision=Precision.FP8 if fp8 else Precision.BF16, framework=Framework.TORCHTITAN,
                             attention=AttentionKernel.FLASH, attention_backend=backend, compile=compiled,
                             tp_comm_overlap="asynctp" in tech.lower().replace(" ", "").replace("-", ""),
-                            fsdp_reshard_after_forward=reshard, tp_gather_per_projection=per_projection)
-    # FSDP2 wraps every model of these stacks (a one-rank shard group moves nothing)
-    zero = Zero.PARAMETERS
+                            fsdp_reshard_after_forward=reshard, tp_gather_per_projection=per_projection,
+                            bf16_params=kf, fsdp_sync_last_microbatch=kf, tp_replicated_vocab=kf,
+                            loss_on_16bit_logits=kf, compile_loss=False if kf else None)
+    # FSDP2 wraps every model of these stacks (a one-rank shard group moves nothing), except
+    # KempnerForge on one GPU: no device mesh, no FSDP (KempnerInstitute/KempnerForge@01b461a
+    # kempnerforge/distributed/setup.py:81-85, parallel.py:208-212)
+    zero = Zero.NONE if kf and hw["gpu_count"] == 1 else Zero.PARAMETERS
     schedule = Schedule.ONE_F_ONE_B if lay["pp"] > 1 else None
     layout = _layout(entry, zero=zero, recompute=rc, recompute_layers=rc_layers, schedule=schedule)
     if per_projection and lay["pp"] > 1 and lay["tp"] > 1:

@@ -227,10 +227,24 @@ def stage_buffers(job: Job, rank: int) -> Breakdown:
         # reduce-scatter, and one layer's bf16 gradient with its fp32 reduce-scatter copy.
         unsharded_params = 2 * (root + biggest + second)
         unsharded_grads = 2 * int(params.value("head")) + 6 * biggest
+        if job.training.fsdp_sync_last_microbatch and job.num_microbatches > 1:
+            # TrainingSpec.fsdp_sync_last_microbatch: every parameter's unsharded gradient, in the
+            # fp32 reduce dtype, from the first micro-batch's backward on. The sharded 16-bit
+            # gradients it replaces do not exist at the peak (the last micro-batch's loss, at the
+            # start of its backward): optimizer.zero_grad() sets them to None after each step
+            # (KempnerForge scripts/train.py:316-318 at 01b461a; set_to_none=True is torch's
+            # default) and the last micro-batch's reduce-scatters make them layer by layer, as the
+            # fp32 ones are freed. So the line is the fp32 gradients less the states' gradients.
+            grads = rank_state_bytes(job, rank).value("gradients")
+            unsharded_grads += 4 * stage_params - int(grads)
     if fw is Framework.DEEPSPEED and z >= Zero.OPTIMIZER:
         buckets = 2 * 2 * min(DEEPSPEED_BUCKET_ELEMENTS, stage_params)  # reduce + all-gather bucket, 16-bit
-    if fw is Framework.TORCHTITAN and z is Zero.NONE:
-        buckets = 4 * stage_params  # DDP gradient buckets (fp32 copies, gradient_as_bucket_view=False)
+    if fw is Framework.TORCHTITAN and z is Zero.NONE and job.dp > 1:
+        # DDP gradient buckets (fp32 copies, gradient_as_bucket_view=False); one data-parallel rank
+        # runs no DDP (torchtitan applies it for dp_replicate > 1; KempnerForge builds no device
+        # mesh at world size 1, KempnerInstitute/KempnerForge@01b461a kempnerforge/distributed/
+        # setup.py:81-85, and wraps nothing, parallel.py:208-212)
+        buckets = 4 * stage_params
     if job.training.ddp_buckets:
         # torch DDP beside the framework's own gradient buffer: its reducer allocates one flat buffer
         # per bucket in the parameters' (16-bit) dtype at construction and keeps it; with

@@ -104,6 +104,42 @@ class TrainingSpec(Spec):
     # framework only (the others' convention is eager already).
     eager_swiglu: bool = False
 
+    # KempnerForge's FSDP2 stack (framework torchtitan), read at KempnerInstitute/KempnerForge@01b461a
+    # (its config-validation report ran @601aba9, the same code in these places):
+    # The parameters themselves in bf16: the model is cast to train.param_dtype (bf16 by default)
+    # before or right after fully_shard (kempnerforge/distributed/parallel.py:205-212;
+    # config/schema.py:148,164-170), so the sharded parameters are bf16; FSDP2 casts each
+    # reduce-scattered gradient back to the sharded parameter's dtype (pytorch/pytorch@17a7e1e0
+    # torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_reduce,
+    # `_to_dtype_if_needed(reduce_output, orig_dtype)`), and AdamW creates exp_avg and exp_avg_sq
+    # with zeros_like(param) (training/optimizer.py:66-73; pytorch/pytorch@005941eb
+    # torch/optim/adam.py, Adam.step's lazy state initialisation): 2 + 2 + 2·2 bytes per parameter
+    # and no fp32 copy anywhere. Framework torchtitan only.
+    bf16_params: bool = False
+    # FSDP2's gradient reduction turned off on every micro-batch but the last
+    # (set_requires_gradient_sync(False), training/grad.py:16-40, around each micro-batch at
+    # scripts/train.py:293-297): each parameter's unsharded gradient is then kept from the first
+    # micro-batch's backward to the last one's reduce-scatter, upcast to the fp32 reduce dtype
+    # (pytorch/pytorch@17a7e1e0 torch/distributed/fsdp/_fully_shard/_fsdp_param.py
+    # FSDPParam.to_accumulated_grad_if_needed / accumulate_unsharded_grad_if_needed;
+    # parallel.py:67-72 reduce_dtype=torch.float32). Under a pipeline torch's schedule does the same
+    # for every FSDP2 job (cost_models.memory.stage_buffers). Framework torchtitan only.
+    fsdp_sync_last_microbatch: bool = False
+    # A tensor-parallel plan that leaves the vocabulary unsplit: the token embedding replicated over
+    # tp (tensor_parallel.py:122-132 wraps its output, no plan entry), the output layer column-
+    # parallel with its logits gathered whole onto every rank (output_layouts=Replicate(),
+    # tensor_parallel.py:157-164), and on pipeline stages, where that plan is not applied, the
+    # output layer replicated as well (tensor_parallel.py:116-120, 159). Every tp rank then holds
+    # the full embedding and runs the loss over the whole vocabulary. Framework torchtitan only.
+    tp_replicated_vocab: bool = False
+    # The loss taken eagerly on the model's 16-bit logits, outside the compiled model:
+    # F.cross_entropy(logits.view(-1, V), ...) with the logits still referenced by the training
+    # loop (scripts/train.py:294-297, 137-138; parallel.py:214-216 compiles the model only).
+    # cross_entropy's log_softmax keeps a 16-bit output, and its backward makes two 16-bit
+    # gradients, nll_loss's and log_softmax's (cost_models.activations.loss_workspace). Needs the
+    # loss uncompiled (compile_loss False). Framework torchtitan only.
+    loss_on_16bit_logits: bool = False
+
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:
         tokens = (self.global_batch_size or 1) * self.seq_len
