@@ -160,17 +160,34 @@ def _chunk_activations(job: Job, rank: int, chunk: int, costs: dict[tuple[LayerK
     )
 
 
-def _transient(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], LayerCost]) -> Breakdown:
-    """The largest backward working set: the loss on the last stage, or one layer's recomputed
-    activations plus its gradient tensors."""
+def _transient(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], LayerCost],
+               buffers: Breakdown) -> tuple[Breakdown, Breakdown, int]:
+    """The backward moment with the most bytes allocated, the buffers alive then, and the bytes the
+    caching allocator keeps reserved beside them for the stage's other moment.
+
+    The loss on the last stage runs before any decoder layer's backward, so without the buffers
+    only that backward holds (`loss_absent_buffers`); one layer's backward has its recomputed
+    activations and gradient tensors with every buffer. The allocated peak is the larger moment.
+    The reserved one keeps both: the loss's blocks, freed, stay cached while the layers run, and
+    the layers' buffers cannot be carved from them where FSDP2 allocates them on its own streams
+    (the flat all-gather output on its all-gather copy-in stream, pytorch/pytorch@010ae4a8
+    torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_all_gather), since a freed
+    block is reallocated only on the stream that allocated it (pytorch/pytorch@eb42ad6e
+    c10/cuda/CUDACachingAllocator.cpp, the allocator's header comment). Those kept bytes (all the
+    absent buffers, the default-stream gradients among them) are the third value, reserved but not
+    allocated: the stage's peak stays the loss with every buffer, as the 20 torchtitan rows of
+    docs/accuracy.md (reserved peaks) bear out."""
     best = max(
         (c.backward_bytes for chunk in range(job.layout.vpp) for c in _chunk_layer_costs(job, rank, chunk, costs)),
         default=0,
     )
     loss = act.loss_workspace(job) if rank == job.layout.pp - 1 else 0
-    if loss > best:
-        return Breakdown.of("bytes", loss_backward=loss)
-    return Breakdown.of("bytes", layer_backward=best)
+    absent = loss_absent_buffers(job, rank)
+    if loss > best + absent.total:
+        without = Breakdown.of("bytes", **{name: v - (absent.value(name) if name in dict(absent.parts) else 0)
+                                           for name, v in buffers})
+        return Breakdown.of("bytes", loss_backward=loss), without, int(absent.total)
+    return Breakdown.of("bytes", layer_backward=best), buffers, max(0, loss - best)
 
 
 def _largest_modules(job: Job, rank: int) -> tuple[int, int]:
@@ -182,6 +199,47 @@ def _largest_modules(job: Job, rank: int) -> tuple[int, int]:
         sizes += [g.n * g.k for g in layer_gemms(job, kind)]
     first, after = sorted(sizes + [0, 0], reverse=True)[:2]
     return first, after
+
+
+def _fully_sharded(job: Job) -> bool:
+    """FSDP (zero 3) that reshards every decoder layer after its forward and its backward: not
+    DeepSpeed's module-wise ZeRO-3, not torchtitan's gathered stages (stage_buffers)."""
+    fw, z, lay = job.training.framework, job.zero, job.layout
+    keeps_all_unsharded = fw is Framework.TORCHTITAN and (z is Zero.GRADIENTS or (z is Zero.PARAMETERS and lay.pp > 1))
+    return z is Zero.PARAMETERS and fw is not Framework.DEEPSPEED and not keeps_all_unsharded
+
+
+def _root_reshards(job: Job) -> bool:
+    """Whether FSDP2 reshards the root unit (embedding, final norm, output layer) after its forward:
+    only when fully_shard is given reshard_after_forward=True explicitly, which torch honours on the
+    root since 2.8 (pytorch/pytorch#154704, #155319: left unset, the root stays gathered, its
+    post_forward_mesh_info cleared in FSDPState._lazy_init). KempnerForge passes True to the root
+    (KempnerInstitute/KempnerForge@01b461a kempnerforge/distributed/parallel.py:110-115, 148-154)
+    and runs torch 2.11 (uv.lock)."""
+    return job.training.fsdp_reshard_after_forward is True
+
+
+def loss_absent_buffers(job: Job, rank: int) -> Breakdown:
+    """The part of stage_buffers not alive while the loss runs on the last stage, under fully
+    sharded FSDP: the gathered current and prefetched layer, one layer's 16-bit gradient with its
+    fp32 reduce-scatter copy and the output layer's 16-bit gradient exist only in the backward
+    through the layers and the output layer, which starts after the loss: the layers were
+    resharded after their forward, and the backward's first gathers are issued by the pre-backward
+    hooks of the root (on the logits' gradient) and of the last layer. torchtitan's own plan keeps
+    its last layer gathered after the forward ("FSDP would prefetch it immediately",
+    pytorch/torchtitan@e846b694 torchtitan/parallelisms/parallelize_llama.py:333-343; the same in
+    torchtitan/distributed/fsdp.py at b5bcd76c): that layer is alive at the loss. The root unit's
+    gathered parameters are absent as well where it reshards after its forward (_root_reshards)."""
+    if not _fully_sharded(job):
+        return Breakdown.of("bytes", unsharded_params=0, unsharded_grads=0)
+    params = rank_params(job, rank)
+    layer_sizes = sorted((local_layer_params(job, i).total for i in job.stage_layer_ids(rank)), reverse=True) + [0, 0]
+    biggest, second = layer_sizes[0], layer_sizes[1]
+    titan_plan = job.training.framework is Framework.TORCHTITAN and job.training.fsdp_reshard_after_forward is None
+    gathered = second if titan_plan else biggest + second
+    root = int(params.value("embedding") + params.value("head")) if _root_reshards(job) else 0
+    return Breakdown.of("bytes", unsharded_params=2 * (root + gathered),
+                        unsharded_grads=2 * int(params.value("head")) + 6 * biggest)
 
 
 def stage_buffers(job: Job, rank: int) -> Breakdown:
@@ -307,8 +365,8 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
     )
     key = ("stage_fixed", job.rank_signature(rank))  # what does not depend on the in-flight count
     if key not in job.memo:
-        job.memo[key] = (_transient(job, rank, costs), stage_buffers(job, rank), rank_state_bytes(job, rank))
-    transient, buffers, states = job.memo[key]
+        job.memo[key] = (*_transient(job, rank, costs, stage_buffers(job, rank)), rank_state_bytes(job, rank))
+    transient, buffers, cached, states = job.memo[key]
     if job.training.grads_kept_through_backward:
         activations, transient = _backward_end(job, rank, chunks, inflight, activations, transient)
     step_grads = states.value("fp32_gradients")
@@ -317,13 +375,15 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
     else:
         states = Breakdown.of("bytes", **{name: 0 if name == "fp32_gradients" else v for name, v in states})
         step_grads = 0
-    dynamic = (activations.total + transient.total + step_grads
+    dynamic = (activations.total + transient.total + step_grads + cached
                + buffers.value("unsharded_params") + buffers.value("unsharded_grads"))
     overhead = Breakdown.of(
         "bytes",
         cuda_context=CUDA_CONTEXT_BYTES,
         nccl=NCCL_BYTES_PER_GROUP * _process_groups(job),
         fragmentation=int(FRAGMENTATION * dynamic),
+        # reserved, not allocated: the other backward moment's blocks (_transient)
+        cached_blocks=cached,
     )
     breakdown = Breakdown.of(
         "bytes",

@@ -54,6 +54,18 @@ def test_published_nanotron_memory():
     assert statistics.median(abs(r.error) for r in rows) <= 0.108
 
 
+def test_published_kempnerforge_memory():
+    # KempnerForge's two reports (max allocated, rank 0) with its bf16 states, fp32 gradients kept
+    # unsharded between gradient syncs, unsplit vocabulary and eager loss on bf16 logits: today's
+    # median |error| (1.0%, docs/accuracy.md) plus half a point, and every row within 10% but the
+    # one-GPU run (-13.5%, without FSDP)
+    rows = memory_accuracy.rows("kempnerforge_mfu_scaling") + memory_accuracy.rows("kempnerforge_config_validation")
+    assert len(rows) == 21
+    assert statistics.median(abs(r.error) for r in rows) <= 0.015
+    outside = [r.id for r in rows if abs(r.error) > 0.10]
+    assert outside == ["kempnerforge-mfu-01-7b-1xh200-tp1-fsdp1"], outside
+
+
 def test_an_allocated_peak_leaves_out_the_fragmentation_and_rank_0_is_the_first_stage():
     runs = {r.id: r for r in memory_accuracy.load()[0]}
     run = runs["vocabpar-4b-pp8-s2k-v32k-baseline"]
@@ -63,7 +75,7 @@ def test_an_allocated_peak_leaves_out_the_fragmentation_and_rank_0_is_the_first_
     for stage, r, a in zip(est.stages, reserved, allocated):
         b = stage.breakdown
         assert r == stage.peak_bytes - b.value("overhead/cuda_context") - b.value("overhead/nccl")
-        assert a == r - b.value("overhead/fragmentation")
+        assert a == r - b.value("overhead/fragmentation") - b.value("overhead/cached_blocks")
     # KempnerForge logs rank 0's peak: for the 13B at tp 4, pp 2 the last stage (output layer and
     # loss) is the larger one, and the first is compared
     kempner = runs["kempnerforge-cfgval-13b-32gpu-tp4-pp2"]

@@ -232,3 +232,83 @@ def test_eager_swiglu_keeps_one_more_ffn_wide_tensor_by_hand():
     fused = memory_estimate(make_job(LLAMA_TINY, gpus=1, training=training)).stages[0].breakdown
     eager = memory_estimate(make_job(LLAMA_TINY, gpus=1, training={**training, "eager_swiglu": True})).stages[0].breakdown
     assert eager.value("activations/layers") - fused.value("activations/layers") == 88_064
+
+
+# KempnerForge's FSDP2 stack (TrainingSpec.bf16_params, fsdp_sync_last_microbatch, tp_replicated_vocab,
+# loss_on_16bit_logits), framework torchtitan. LLAMA_TINY unpadded (torchtitan): embedding and output
+# layer 1000·256 = 256,000 each, final norm 256, 4 layers of 692,736: n = 3,283,200 parameters.
+TITAN = dict(framework="torchtitan")
+
+
+def test_bf16_params_halve_weights_gradients_and_adam_states_by_hand():
+    # dp 2, fully sharded: bf16 weights and gradients 2·n/2 = 3,283,200 bytes each and AdamW's two
+    # bf16 states 2·2·n/2 = 6,566,400, where FSDP2's fp32 parameters take twice as much
+    def states(bf16):
+        job = make_job(LLAMA_TINY, gpus=2, zero=3, training=dict(TITAN, seq_len=16, global_batch_size=2, bf16_params=bf16))
+        return memory_estimate(job).stages[0].breakdown["model_states"]
+
+    bf16, fp32 = states(True), states(False)
+    assert (bf16.value("weights"), bf16.value("gradients"), bf16.value("optimizer_states")) == (3_283_200, 3_283_200, 6_566_400)
+    assert bf16.value("master_weights") == 0
+    assert fp32.value("weights") == 2 * bf16.value("weights")
+
+
+def test_gradient_sync_on_the_last_micro_batch_keeps_fp32_unsharded_gradients_by_hand():
+    # dp 2, 16-token micro-batches. Without accumulation FSDP2 holds the output layer's bf16 gradient
+    # and one layer's with its fp32 copy: 2·256,256 + 6·692,736 = 4,668,928 bytes. With 4 micro-
+    # batches synced on the last only, every parameter's fp32 unsharded gradient (4n = 13,132,800)
+    # replaces the sharded fp32 gradients (4n/2 = 6,566,400, absent until the last reduce-scatter)
+    def grads(batch, sync):
+        job = make_job(LLAMA_TINY, gpus=2, zero=3, training=dict(TITAN, seq_len=16, global_batch_size=batch,
+                                                                  fsdp_sync_last_microbatch=sync))
+        return memory_estimate(job).stages[0].breakdown.value("buffers/unsharded_grads")
+
+    assert grads(8, False) == grads(2, True) == 4_668_928  # one micro-batch: nothing accumulates
+    assert grads(8, True) == 4_668_928 + 13_132_800 - 6_566_400
+
+
+def test_replicated_vocabulary_keeps_the_whole_embedding_on_every_tp_rank_by_hand():
+    # tp 2: the embedding unsplit (256,000), the output layer column-parallel (128,000 + the norm's
+    # 256) without a pipeline and whole (256,256) on the last pipeline stage
+    job = make_job(LLAMA_TINY, gpus=2, tp=2, training=dict(TITAN, seq_len=16, global_batch_size=1, tp_replicated_vocab=True))
+    assert (rank_params(job, 0).value("embedding"), rank_params(job, 0).value("head")) == (256_000, 128_256)
+    job = make_job(LLAMA_TINY, gpus=4, tp=2, pp=2, training=dict(TITAN, seq_len=16, global_batch_size=8, tp_replicated_vocab=True))
+    assert (rank_params(job, 0).value("embedding"), rank_params(job, 1).value("head")) == (256_000, 256_256)
+
+
+def test_loss_on_16bit_logits_by_hand_and_refused_when_compiled():
+    from cost_models.activations import head_activations
+    from cost_models.errors import SpecError
+
+    # 128 tokens x 1000 logits: the caller's 16-bit logits and log_softmax's 16-bit output kept
+    # (4 bytes each), nll_loss's and log_softmax's 16-bit gradients on top (4 more)
+    job = make_job(LLAMA_TINY, gpus=1, training=dict(TITAN, seq_len=128, global_batch_size=1, loss_on_16bit_logits=True))
+    assert head_activations(job).value("logits") == loss_workspace(job) == 512_000
+    with pytest.raises(SpecError, match="needs compile_loss=False"):
+        make_job(LLAMA_TINY, gpus=1, training=dict(TITAN, compile=True, loss_on_16bit_logits=True))
+    with pytest.raises(SpecError, match="describe an FSDP2/DTensor plan"):
+        make_job(LLAMA_TINY, gpus=1, training=dict(bf16_params=True))
+
+
+def test_fsdp_loss_runs_without_the_layer_buffers_which_stay_reserved_by_hand():
+    # dp 2, one 4096-token sequence, eager fp32 loss: 8 bytes per logit, 32,768,000, above one
+    # layer's backward ((2·4096·256 + 3·4096·688)·2 = 21,102,592: two residual gradients and SwiGLU's
+    # three f-wide ones, activations.layer_backward_workspace) plus the buffers only
+    # that backward holds: the prefetched layer (torchtitan keeps its last one gathered) 2·692,736,
+    # the output layer's bf16 gradient 2·256,256 and a layer's with its fp32 copy 6·692,736:
+    # 6,054,400. At the loss the root (embedding, norm, output layer) and the last layer are the
+    # gathered ones, 2·(512,256 + 692,736); the rest is reserved, not allocated, so the peak is
+    # unchanged.
+    job = make_job(LLAMA_TINY, gpus=2, zero=3, training=dict(TITAN, seq_len=4096, global_batch_size=2))
+    b = memory_estimate(job).stages[0].breakdown
+    assert b.value("transient/loss_backward") == 32_768_000
+    assert (b.value("buffers/unsharded_params"), b.value("buffers/unsharded_grads")) == (2_409_984, 0)
+    assert b.value("overhead/cached_blocks") == 6_054_400
+    assert b.value("buffers") + b.value("overhead/cached_blocks") == 2 * (512_256 + 2 * 692_736) + 4_668_928
+    # KempnerForge hands fully_shard reshard_after_forward=True for every unit, the root as well
+    # (torch >= 2.8 honours it on the root): nothing is gathered at the loss
+    job = make_job(LLAMA_TINY, gpus=2, zero=3, training=dict(TITAN, seq_len=4096, global_batch_size=2,
+                                                              fsdp_reshard_after_forward=True))
+    b = memory_estimate(job).stages[0].breakdown
+    assert b.value("buffers/unsharded_params") == 0
+    assert b.value("overhead/cached_blocks") == 2 * (512_256 + 2 * 692_736) + 4_668_928
