@@ -515,14 +515,16 @@ def _torch_native(entry: dict) -> Mapped:
     if kf:
         notes.append("KempnerForge memory: bf16 parameters, gradients and AdamW states; FSDP2 gradient sync on the "
                      "last micro-batch only (fp32 unsharded gradients in between); the vocabulary unsplit over tp; "
-                     "eager cross entropy on the bf16 logits outside the compiled model (TrainingSpec fields)")
+                     "eager cross entropy on the bf16 logits outside the compiled model; torch.compile around the "
+                     "whole model (TrainingSpec fields)")
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"],
                             precision=Precision.FP8 if fp8 else Precision.BF16, framework=Framework.TORCHTITAN,
                             attention=AttentionKernel.FLASH, attention_backend=backend, compile=compiled,
                             tp_comm_overlap="asynctp" in tech.lower().replace(" ", "").replace("-", ""),
                             fsdp_reshard_after_forward=reshard, tp_gather_per_projection=per_projection,
                             bf16_params=kf, fsdp_sync_last_microbatch=kf, tp_replicated_vocab=kf,
-                            loss_on_16bit_logits=kf, compile_loss=False if kf else None)
+                            loss_on_16bit_logits=kf, compile_loss=False if kf else None,
+                            compile_whole_model=kf and compiled)
     # FSDP2 wraps every model of these stacks (a one-rank shard group moves nothing), except
     # KempnerForge on one GPU: no device mesh, no FSDP (KempnerInstitute/KempnerForge@01b461a
     # kempnerforge/distributed/setup.py:81-85, parallel.py:208-212)

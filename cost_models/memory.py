@@ -369,6 +369,8 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
     transient, buffers, cached, states = job.memo[key]
     if job.training.grads_kept_through_backward:
         activations, transient = _backward_end(job, rank, chunks, inflight, activations, transient)
+    if _whole_graph_gradients(job):
+        activations, transient = _compiled_backward_end(job, rank, activations, transient, states)
     step_grads = states.value("fp32_gradients")
     if step_peak(activations.total + transient.total, step_grads):
         activations, transient = activations.scaled(0), transient.scaled(0)
@@ -412,6 +414,30 @@ def _backward_end(job: Job, rank: int, chunks: list[Breakdown], inflight: tuple[
            for name in ("embedding", "layers", "head")},
     )
     grads = Breakdown.of("bytes", stage_gradients=2 * int(rank_params(job, rank).total))
+    if after.total + grads.total > activations.total + transient.total:
+        return after, grads
+    return activations, transient
+
+
+def _whole_graph_gradients(job: Job) -> bool:
+    """TrainingSpec.compile_whole_model where no hook breaks the graph (no FSDP, no DDP, no pipeline)
+    and gradients accumulate over micro-batches."""
+    lay = job.layout
+    return (job.training.compile_whole_model and job.zero is Zero.NONE and job.dp == 1 and lay.pp == 1
+            and job.num_microbatches > 1)
+
+
+def _compiled_backward_end(job: Job, rank: int, activations: Breakdown, transient: Breakdown,
+                           states: Breakdown) -> tuple[Breakdown, Breakdown]:
+    """The larger of the backward's start and the end of the one compiled graph's backward
+    (TrainingSpec.compile_whole_model): every parameter's new gradient, as large as the .grad it is
+    added into, returned together; the saved activations freed by then (AOTAutograd's compiled
+    backward releases each after its last use), bar the 16-bit logits the training loop still
+    references (TrainingSpec.loss_on_16bit_logits)."""
+    d = act.dims(job)
+    kept = d.t * d.vocab * act.ACT_BYTES if job.training.loss_on_16bit_logits else 0
+    after = Breakdown.of("bytes", embedding=0, layers=0, head=kept)
+    grads = Breakdown.of("bytes", compiled_gradients=int(states.value("gradients")))
     if after.total + grads.total > activations.total + transient.total:
         return after, grads
     return activations, transient

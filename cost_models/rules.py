@@ -464,13 +464,16 @@ def _gradient_path(job: Job) -> str | None:
                             ("bf16_params", tr.bf16_params),
                             ("fsdp_sync_last_microbatch", tr.fsdp_sync_last_microbatch),
                             ("tp_replicated_vocab", tr.tp_replicated_vocab),
-                            ("loss_on_16bit_logits", tr.loss_on_16bit_logits)) if v]
+                            ("loss_on_16bit_logits", tr.loss_on_16bit_logits),
+                            ("compile_whole_model", tr.compile_whole_model)) if v]
     if titan and tr.framework is not TITAN:
         return (f"{' and '.join(titan)} describe an FSDP2/DTensor plan (framework torchtitan), not "
                 f"framework={tr.framework}; drop it")
     if tr.loss_on_16bit_logits and tr.compiles_loss:
         return ("loss_on_16bit_logits describes an eager cross entropy outside the compiled model; "
                 "it needs compile_loss=False")
+    if tr.compile_whole_model and not tr.compile:
+        return "compile_whole_model describes how torch.compile wraps the model; it needs compile=True"
     if tr.bf16_params and tr.precision is not Precision.BF16:
         return f"bf16_params keeps the parameters in bf16, the compute dtype of precision bf16 (precision={tr.precision}); drop it"
     return None

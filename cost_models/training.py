@@ -139,6 +139,14 @@ class TrainingSpec(Spec):
     # gradients, nll_loss's and log_softmax's (cost_models.activations.loss_workspace). Needs the
     # loss uncompiled (compile_loss False). Framework torchtitan only.
     loss_on_16bit_logits: bool = False
+    # torch.compile around the whole model (parallel.py:214-216), where torchtitan compiles each block:
+    # with no FSDP or DDP hook to break it (one GPU, no device mesh: setup.py:81-85) the model is one
+    # graph, run as one autograd.Function (AOTAutograd's CompiledFunction, pytorch/pytorch@7aee3376
+    # torch/_functorch/_aot_autograd/runtime_wrappers.py) whose backward returns every parameter's
+    # gradient together at its end. With gradients accumulated over micro-batches, a whole new set
+    # is then alive beside .grad before autograd adds it in (cost_models.memory). Framework
+    # torchtitan with compile only.
+    compile_whole_model: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:

@@ -56,14 +56,12 @@ def test_published_nanotron_memory():
 
 def test_published_kempnerforge_memory():
     # KempnerForge's two reports (max allocated, rank 0) with its bf16 states, fp32 gradients kept
-    # unsharded between gradient syncs, unsplit vocabulary and eager loss on bf16 logits: today's
-    # median |error| (1.0%, docs/accuracy.md) plus half a point, and every row within 10% but the
-    # one-GPU run (-13.5%, without FSDP)
+    # unsharded between gradient syncs, unsplit vocabulary, eager loss on bf16 logits and whole-model
+    # compile: today's median |error| (1.0%, docs/accuracy.md) plus half a point, every row within 10%
     rows = memory_accuracy.rows("kempnerforge_mfu_scaling") + memory_accuracy.rows("kempnerforge_config_validation")
     assert len(rows) == 21
     assert statistics.median(abs(r.error) for r in rows) <= 0.015
-    outside = [r.id for r in rows if abs(r.error) > 0.10]
-    assert outside == ["kempnerforge-mfu-01-7b-1xh200-tp1-fsdp1"], outside
+    assert max(abs(r.error) for r in rows) <= 0.10, [(r.id, round(r.error, 3)) for r in rows]
 
 
 def test_an_allocated_peak_leaves_out_the_fragmentation_and_rank_0_is_the_first_stage():

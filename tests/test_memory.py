@@ -312,3 +312,18 @@ def test_fsdp_loss_runs_without_the_layer_buffers_which_stay_reserved_by_hand():
     b = memory_estimate(job).stages[0].breakdown
     assert b.value("buffers/unsharded_params") == 0
     assert b.value("overhead/cached_blocks") == 2 * (512_256 + 2 * 692_736) + 4_668_928
+
+
+def test_whole_model_compile_returns_every_gradient_at_once_by_hand():
+    # one GPU, no FSDP: the compiled model's backward hands back all n gradients together (bf16:
+    # 2n = 6,566,400 bytes) beside the accumulated .grad, with only the caller's bf16 logits
+    # (16 tokens x 1000 x 2 = 32,000) left of the activations; one micro-batch accumulates nothing
+    def stage(batch):
+        training = dict(TITAN, seq_len=16, global_batch_size=batch, compile=True, compile_loss=False, bf16_params=True,
+                        loss_on_16bit_logits=True, compile_whole_model=True)
+        return memory_estimate(make_job(LLAMA_TINY, gpus=1, zero=0, training=training)).stages[0].breakdown
+
+    end = stage(4)
+    assert end.value("transient/compiled_gradients") == 6_566_400 == end.value("model_states/gradients")
+    assert end.value("activations") == end.value("activations/head") == 32_000
+    assert stage(1).value("transient") < 1_000_000
