@@ -412,13 +412,16 @@ def _fp8lm(entry: dict) -> Mapped:
              "--no-gradient-accumulation-fusion to the bf16, te and msamp runs alike (Azure/MS-AMP-Examples@b646e282 "
              "gpt3/pretrain_6b7_megatron.sh, @18bedc0e gpt3/pretrain_13b_megatron.sh)",
              "no --overlap-grad-reduce or --overlap-param-gather (the same scripts pass neither; Megatron's "
-             "default is off): the distributed optimizer's reduce-scatter and gather are exposed"]
+             "default is off): the distributed optimizer's reduce-scatter and gather are exposed",
+             ("memory: the distributed optimizer's construction, a transient the size of the grad buffer "
+              "(torch.tensor(storage) in the Megatron-LM those scripts pin, Azure/MS-AMP-Examples@b646e282 "
+              "third_party/Megatron-LM = NVIDIA/Megatron-LM@0609f27f), counts in a peak since the process started")]
     prec = entry["hardware"]["precision"].upper()
     fp8 = "FP8" in prec or "TE" in entry["id"].upper()
     training = TrainingSpec(seq_len=entry["model"]["seq_len"], global_batch_size=entry["layout"]["global_batch"],
                             precision=Precision.FP8 if fp8 else Precision.BF16, framework=Framework.MEGATRON,
                             attention=AttentionKernel.FLASH, attention_backend=AttentionBackend.FA2,
-                            grad_accumulation_fusion=False, overlap_grad_reduce=False)
+                            grad_accumulation_fusion=False, overlap_grad_reduce=False, param_buffer_init_copy=True)
     layout = _layout(entry, zero=Zero.OPTIMIZER, recompute=Recompute.NONE)
     return _gpt_model(entry, vocab=50257, tied=False, rope=True), _cluster(entry), training, layout, notes
 

@@ -377,6 +377,9 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
     else:
         states = Breakdown.of("bytes", **{name: 0 if name == "fp32_gradients" else v for name, v in states})
         step_grads = 0
+    if job.training.param_buffer_init_copy:
+        states, activations, transient, buffers, cached = _optimizer_construction(
+            states, activations, transient, buffers, cached)
     dynamic = (activations.total + transient.total + step_grads + cached
                + buffers.value("unsharded_params") + buffers.value("unsharded_grads"))
     overhead = Breakdown.of(
@@ -417,6 +420,21 @@ def _backward_end(job: Job, rank: int, chunks: list[Breakdown], inflight: tuple[
     if after.total + grads.total > activations.total + transient.total:
         return after, grads
     return activations, transient
+
+
+def _optimizer_construction(states: Breakdown, activations: Breakdown, transient: Breakdown, buffers: Breakdown,
+                            cached: int) -> tuple[Breakdown, Breakdown, Breakdown, Breakdown, int]:
+    """The larger of the training peak and the distributed optimizer's construction under
+    TrainingSpec.param_buffer_init_copy: the weights, the grad buffer and the fp32 master shards,
+    with a transient the size of the grad buffer; no optimizer state (Adam's moments come with the
+    first step), no activation, no buffer."""
+    grad_buffer = int(states.value("gradients"))
+    at_init = Breakdown.of("bytes", **{name: v if name in ("weights", "gradients", "master_weights") else 0
+                                       for name, v in states})
+    if at_init.total + grad_buffer <= states.total + activations.total + transient.total + buffers.total + cached:
+        return states, activations, transient, buffers, cached
+    return (at_init, activations.scaled(0), Breakdown.of("bytes", param_buffer_init=grad_buffer),
+            buffers.scaled(0), 0)
 
 
 def _whole_graph_gradients(job: Job) -> bool:

@@ -147,6 +147,15 @@ class TrainingSpec(Spec):
     # is then alive beside .grad before autograd adds it in (cost_models.memory). Framework
     # torchtitan with compile only.
     compile_whole_model: bool = False
+    # Megatron's distributed optimizer before NVIDIA/Megatron-LM@c1d27dfa ("fix param_buffer peak
+    # memory may be OOM", Dec 2023) built its 16-bit parameter buffers with torch.tensor(storage,
+    # ...) on the grad buffer's storage, which first allocates a new tensor of the storage's size and
+    # only then points it at the storage (NVIDIA/Megatron-LM@0609f27f megatron/optimizer/
+    # distrib_optimizer.py:354-423): at optimizer construction a transient as large as the grad
+    # buffer, beside the weights, the grad buffer and the fp32 master shards, before any Adam state
+    # or activation (cost_models.memory). report_memory's peaks count from the process's start.
+    # Megatron with the distributed optimizer (zero >= 1) only.
+    param_buffer_init_copy: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:

@@ -327,3 +327,22 @@ def test_whole_model_compile_returns_every_gradient_at_once_by_hand():
     assert end.value("transient/compiled_gradients") == 6_566_400 == end.value("model_states/gradients")
     assert end.value("activations") == end.value("activations/head") == 32_000
     assert stage(1).value("transient") < 1_000_000
+
+
+def test_distributed_optimizer_construction_transient_by_hand():
+    # Megatron, dp 8, distributed optimizer, n = 3,295,488 (vocabulary padded to 1024): at
+    # construction the bf16 weights 2n, the fp32 grad buffer 4n and the fp32 master shards 4n/8, and
+    # torch.tensor(storage) allocates the grad buffer's 4n again before pointing at it:
+    # 6,590,976 + 2·13,181,952 + 1,647,744 = 34,602,624 bytes, above training's states
+    # (2n + 4n + 12n/8 = 24,716,160) plus 16 tokens' activations
+    training = dict(seq_len=16, global_batch_size=8)
+    plain = memory_estimate(make_job(LLAMA_TINY, gpus=8, zero=1, training=training)).stages[0].breakdown
+    init = memory_estimate(make_job(LLAMA_TINY, gpus=8, zero=1, training={**training, "param_buffer_init_copy": True})).stages[0].breakdown
+    assert plain.value("model_states") == 24_716_160
+    assert init.value("transient/param_buffer_init") == 13_181_952
+    assert init.value("model_states") + init.value("transient") == 34_602_624
+    assert init.value("model_states/optimizer_states") == 0 and init.value("activations") == 0
+    from cost_models.errors import SpecError
+
+    with pytest.raises(SpecError, match="param_buffer_init_copy describes Megatron's distributed optimizer"):
+        make_job(LLAMA_TINY, gpus=8, zero=0, training={**training, "param_buffer_init_copy": True})
