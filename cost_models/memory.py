@@ -377,7 +377,7 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
     else:
         states = Breakdown.of("bytes", **{name: 0 if name == "fp32_gradients" else v for name, v in states})
         step_grads = 0
-    if job.training.param_buffer_init_copy:
+    if job.training.param_buffer_init_copy and job.zero >= Zero.OPTIMIZER:
         states, activations, transient, buffers, cached = _optimizer_construction(
             states, activations, transient, buffers, cached)
     dynamic = (activations.total + transient.total + step_grads + cached

@@ -449,9 +449,9 @@ def _gradient_path(job: Job) -> str | None:
     if megatron and tr.framework is not MEGATRON:
         return (f"{' and '.join(megatron)}=False is Megatron's --no-gradient-accumulation-fusion / default of no "
                 f"--overlap-grad-reduce (framework={tr.framework}); drop it")
-    if tr.param_buffer_init_copy and (tr.framework is not MEGATRON or job.zero < Zero.OPTIMIZER):
-        return (f"param_buffer_init_copy describes Megatron's distributed optimizer (framework={tr.framework}, "
-                f"zero={int(job.zero)}); it needs framework megatron with zero >= 1")
+    if tr.param_buffer_init_copy and tr.framework is not MEGATRON:
+        return (f"param_buffer_init_copy describes Megatron's distributed optimizer (framework={tr.framework}); "
+                "drop it")
     nanotron = [f for f, v in (("grads_kept_through_backward", tr.grads_kept_through_backward),
                                ("ddp_buckets", tr.ddp_buckets),
                                ("loss_shift_out_of_place", tr.loss_shift_out_of_place),

@@ -154,7 +154,7 @@ class TrainingSpec(Spec):
     # distrib_optimizer.py:354-423): at optimizer construction a transient as large as the grad
     # buffer, beside the weights, the grad buffer and the fp32 master shards, before any Adam state
     # or activation (cost_models.memory). report_memory's peaks count from the process's start.
-    # Megatron with the distributed optimizer (zero >= 1) only.
+    # Framework megatron only; without the distributed optimizer (zero 0) there is no such buffer.
     param_buffer_init_copy: bool = False
 
     @model_validator(mode="after")

@@ -342,7 +342,11 @@ def test_distributed_optimizer_construction_transient_by_hand():
     assert init.value("transient/param_buffer_init") == 13_181_952
     assert init.value("model_states") + init.value("transient") == 34_602_624
     assert init.value("model_states/optimizer_states") == 0 and init.value("activations") == 0
+    # without the distributed optimizer there is no parameter buffer: nothing changes
+    zero0 = [memory_estimate(make_job(LLAMA_TINY, gpus=8, zero=0, training={**training, "param_buffer_init_copy": b}))
+             for b in (False, True)]
+    assert zero0[0].peak_bytes == zero0[1].peak_bytes
     from cost_models.errors import SpecError
 
     with pytest.raises(SpecError, match="param_buffer_init_copy describes Megatron's distributed optimizer"):
-        make_job(LLAMA_TINY, gpus=8, zero=0, training={**training, "param_buffer_init_copy": True})
+        make_job(LLAMA_TINY, gpus=8, zero=3, training={**training, "framework": "torchtitan", "param_buffer_init_copy": True})
