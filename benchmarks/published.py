@@ -570,12 +570,13 @@ def _nanotron(entry: dict) -> Mapped:
     # (huggingface/nanotron@c2528430 src/nanotron/trainer.py:786-788)
     ddp = lay["dp"] > 1 and zero is Zero.NONE
     notes.append("memory: every parameter's bf16 .grad held until each backward ends, nanotron's fp32 copy and "
-                 "out-of-place shift in the cross entropy, eager SwiGLU's saved tensors"
+                 "out-of-place shift in the cross entropy, eager SwiGLU's saved tensors, the [q|k|v] copy its "
+                 "multi-head attention keeps whole"
                  + (", torch DDP's bf16 gradient buckets" if ddp else ""))
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.BF16,
                             framework=Framework.MEGATRON, attention=AttentionKernel.FLASH, attention_backend=AttentionBackend.FA2,
                             grad_accumulation_fusion=False, grads_kept_through_backward=True, ddp_buckets=ddp,
-                            loss_shift_out_of_place=True, eager_swiglu=True)
+                            loss_shift_out_of_place=True, eager_swiglu=True, qkv_copy_kept=True)
     layout = _layout(entry, zero=zero, recompute=Recompute.NONE, schedule=Schedule.ONE_F_ONE_B if lay["pp"] > 1 else None)
     model = _llama_model(entry, tied=m["ffn_hidden"] < 10000)
     if lay["pp"] > 1:

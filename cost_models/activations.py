@@ -199,6 +199,9 @@ def attention_items(job: Job, d: Dims, *, rope: bool = True) -> Breakdown:
     items["query"] = t * d.q * ACT_BYTES
     items["key"] = t * k_width * ACT_BYTES
     items["value"] = t * v_width * ACT_BYTES
+    if tr.qkv_copy_kept and m.mla is None and m.kv_heads == m.num_attention_heads:
+        # TrainingSpec.qkv_copy_kept: the k and v parts of the [q|k|v] copy q is a view of
+        items["qkv_copy"] = t * (k_width + v_width) * ACT_BYTES
     if tr.attention is AttentionKernel.FLASH:
         # flash-attn saves its output and the fp32 log-sum-exp per row (Dao 2023, Algorithm 2:
         # FlashAttention-2's forward returns O and L). Kernels write O as (b, s, heads, d), so the

@@ -455,7 +455,8 @@ def _gradient_path(job: Job) -> str | None:
     nanotron = [f for f, v in (("grads_kept_through_backward", tr.grads_kept_through_backward),
                                ("ddp_buckets", tr.ddp_buckets),
                                ("loss_shift_out_of_place", tr.loss_shift_out_of_place),
-                               ("eager_swiglu", tr.eager_swiglu)) if v]
+                               ("eager_swiglu", tr.eager_swiglu),
+                               ("qkv_copy_kept", tr.qkv_copy_kept)) if v]
     if nanotron and tr.framework is not MEGATRON:
         return (f"{' and '.join(nanotron)} describe nanotron's code, priced as a Megatron job "
                 f"(framework={tr.framework}); drop it")

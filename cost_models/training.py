@@ -103,6 +103,15 @@ class TrainingSpec(Spec):
     # Read by the memory model only; step time still prices the framework's kernels. Megatron
     # framework only (the others' convention is eager already).
     eager_swiglu: bool = False
+    # nanotron's multi-head (not grouped-query) attention permutes the fused qkv output into one
+    # contiguous [q|k|v] copy, takes q as a view of it and concatenates k and v into a second
+    # contiguous copy (huggingface/nanotron@c2528430 src/nanotron/models/llama.py:469-474, 655-660);
+    # flash-attn's rotary embedding turns q and kv in place (Dao-AILab/flash-attention@418d6771, v2.6.3,
+    # flash_attn/layers/rotary.py:414-481; nanotron pins flash-attn>=2.5.0,<2.7.0 in pyproject.toml:48)
+    # and flash attention saves q, k and v, so the whole first copy stays alive: its k and v parts are
+    # two kv-wide tensors per layer beyond Megatron's q, k, v (cost_models.activations). Megatron
+    # framework only; no effect with grouped-query attention, where q, k and v are copied apart.
+    qkv_copy_kept: bool = False
 
     # KempnerForge's FSDP2 stack (framework torchtitan), read at KempnerInstitute/KempnerForge@01b461a
     # (its config-validation report ran @601aba9, the same code in these places):

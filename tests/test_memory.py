@@ -350,3 +350,18 @@ def test_distributed_optimizer_construction_transient_by_hand():
 
     with pytest.raises(SpecError, match="param_buffer_init_copy describes Megatron's distributed optimizer"):
         make_job(LLAMA_TINY, gpus=8, zero=3, training={**training, "framework": "torchtitan", "param_buffer_init_copy": True})
+
+
+def test_nanotron_mha_keeps_the_whole_qkv_copy_by_hand():
+    # multi-head attention (8 heads of 32 = 256 wide, k and v as wide as q): q stays a view of the
+    # [q|k|v] copy, so its k and v parts, 16 tokens x 2 x 256 x 2 bytes = 16,384 per layer, are kept
+    # beside Megatron's q, k, v: 65,536 over 4 layers; grouped-query attention copies q apart
+    mha = LLAMA_TINY.model_copy(update={"num_kv_heads": 8})
+    training = dict(seq_len=16, global_batch_size=1)
+
+    def layers(model, kept):
+        job = make_job(model, gpus=1, training={**training, "qkv_copy_kept": kept})
+        return memory_estimate(job).stages[0].breakdown.value("activations/layers")
+
+    assert layers(mha, True) - layers(mha, False) == 65_536
+    assert layers(LLAMA_TINY, True) == layers(LLAMA_TINY, False)
