@@ -5,7 +5,8 @@ Each source measured a different number, read from its code (`SOURCES`): the cac
 reserved peak (torch.cuda.max_memory_reserved) or its allocated peak (max_memory_allocated), the
 maximum over ranks or one rank's. Neither sees the CUDA context or NCCL's buffers, so the prediction
 compared is the model's stage peak minus those two lines, and for an allocated peak also minus the
-allocator's fragmentation line. A row is predicted from the same job benchmarks/published.py builds
+allocator's lines, reserved but not allocated: fragmentation and the other backward moment's cached
+blocks. A row is predicted from the same job benchmarks/published.py builds
 for the step-time comparison; rows it cannot build are listed with the reason.
 
 Every published run of benchmarks/published.py ran on its GPUs, so the model must not call its
@@ -70,7 +71,11 @@ SOURCES = {
     "nanotron_ultrascale": Measure(Metric.RESERVED, Ranks.FIRST, (
         "nanotron's bench CSV, written by world rank 0 only (huggingface/nanotron@c2528430 "
         "src/nanotron/helpers.py:609-610 'Mem Alloc'/'Mem Res', :674-675); the figure does not say which "
-        "column, the reserved one compared")),
+        "column, the reserved one compared: the CSV is written at iteration 3 after the step "
+        "(trainer.py:455-466, 665-666), and log_memory resets the peak counters right after the "
+        "forward-backward (trainer.py:497-498, logging.py:250-259), so 'Mem Alloc' is the peak of the "
+        "gradient sync and optimizer step alone, while the reserved one still counts every block the caching "
+        "allocator holds, the forward-backward's included")),
     "kempnerforge_mfu_scaling": Measure(Metric.ALLOCATED, Ranks.FIRST, KEMPNERFORGE),
     "kempnerforge_config_validation": Measure(Metric.ALLOCATED, Ranks.FIRST, KEMPNERFORGE),
 }
@@ -91,13 +96,13 @@ class Row:
 
 def allocator_bytes(est: MemoryEstimate, metric: Metric) -> list[int]:
     """What the caching allocator counts on each stage: the peak less the CUDA context and NCCL's
-    buffers, and for the allocated peak less the fragmentation line as well."""
+    buffers, and for the allocated peak less the fragmentation and cached-blocks lines as well."""
     out = []
     for s in est.stages:
         b = s.breakdown
         outside = b.value("overhead/cuda_context") + b.value("overhead/nccl")
         if metric is Metric.ALLOCATED:
-            outside += b.value("overhead/fragmentation")
+            outside += b.value("overhead/fragmentation") + b.value("overhead/cached_blocks")
         out.append(int(s.peak_bytes - outside))
     return out
 
@@ -216,8 +221,9 @@ def main() -> int:
         intro = (
             "Produced by `python benchmarks/memory_accuracy.py --write docs/accuracy.md`. Measured = what each\n"
             "source's code logs (below); predicted = the model's stage peak minus the CUDA-context and NCCL lines,\n"
-            "which the caching allocator does not see, and minus the fragmentation line where the source logs\n"
-            "the allocated peak; the stage is the largest one, or pipeline rank 0 where only global rank 0 logs.\n\n"
+            "which the caching allocator does not see, and minus the fragmentation and cached-blocks lines (reserved,\n"
+            "not allocated) where the source logs the allocated peak; the stage is the largest one, or pipeline\n"
+            "rank 0 where only global rank 0 logs.\n\n"
         )
         write_section(args.write, text, SECTION, intro)
         write_section(args.write, fits, FIT_SECTION, (

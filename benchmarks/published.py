@@ -421,13 +421,16 @@ def _fp8lm(entry: dict) -> Mapped:
              "gpt3/pretrain_6b7_megatron.sh, @18bedc0e gpt3/pretrain_13b_megatron.sh)",
              "no --overlap-grad-reduce or --overlap-param-gather (the same scripts pass neither, and Megatron at "
              "their submodule commit 0609f27f has neither flag): the distributed optimizer's reduce-scatter and "
-             "its gather of every parameter are exposed (megatron/optimizer/distrib_optimizer.py:810-899 there)"]
+             "its gather of every parameter are exposed (megatron/optimizer/distrib_optimizer.py:810-899 there)",
+             ("memory: the distributed optimizer's construction, a transient the size of the grad buffer "
+              "(torch.tensor(storage) in the Megatron-LM those scripts pin, Azure/MS-AMP-Examples@b646e282 "
+              "third_party/Megatron-LM = NVIDIA/Megatron-LM@0609f27f), counts in a peak since the process started")]
     prec = entry["hardware"]["precision"].upper()
     fp8 = "FP8" in prec or "TE" in entry["id"].upper()
     training = TrainingSpec(seq_len=entry["model"]["seq_len"], global_batch_size=entry["layout"]["global_batch"],
                             precision=Precision.FP8 if fp8 else Precision.BF16, framework=Framework.MEGATRON,
                             attention=AttentionKernel.FLASH, attention_backend=AttentionBackend.FA1,
-                            grad_accumulation_fusion=False, overlap_grad_reduce=False)
+                            grad_accumulation_fusion=False, overlap_grad_reduce=False, param_buffer_init_copy=True)
     layout = _layout(entry, zero=Zero.OPTIMIZER, recompute=Recompute.NONE)
     return _gpt_model(entry, vocab=50257, tied=False, rope=True), _cluster(entry), training, layout, notes
 
@@ -520,14 +523,24 @@ def _torch_native(entry: dict) -> Mapped:
     # KempnerForge's TP plan: q, k, v, gate and up each a ColwiseParallel of their own, and no
     # sequence parallelism on pipeline stages (@601aba9 kempnerforge/distributed/tensor_parallel.py:
     # 62-78 _build_block_tp_plan, 117-120 seq_parallel = not is_pp_stage and not tie)
-    per_projection = g.startswith("kempnerforge")
+    per_projection = kf = g.startswith("kempnerforge")
+    if kf:
+        notes.append("KempnerForge memory: bf16 parameters, gradients and AdamW states; FSDP2 gradient sync on the "
+                     "last micro-batch only (fp32 unsharded gradients in between); the vocabulary unsplit over tp; "
+                     "eager cross entropy on the bf16 logits outside the compiled model; torch.compile around the "
+                     "whole model (TrainingSpec fields)")
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"],
                             precision=Precision.FP8 if fp8 else Precision.BF16, framework=Framework.TORCHTITAN,
                             attention=AttentionKernel.FLASH, attention_backend=backend, compile=compiled,
                             tp_comm_overlap="asynctp" in tech.lower().replace(" ", "").replace("-", ""),
-                            fsdp_reshard_after_forward=reshard, tp_gather_per_projection=per_projection)
-    # FSDP2 wraps every model of these stacks (a one-rank shard group moves nothing)
-    zero = Zero.PARAMETERS
+                            fsdp_reshard_after_forward=reshard, tp_gather_per_projection=per_projection,
+                            bf16_params=kf, fsdp_sync_last_microbatch=kf, tp_replicated_vocab=kf,
+                            loss_on_16bit_logits=kf, compile_loss=False if kf else None,
+                            compile_whole_model=kf and compiled)
+    # FSDP2 wraps every model of these stacks (a one-rank shard group moves nothing), except
+    # KempnerForge on one GPU: no device mesh, no FSDP (KempnerInstitute/KempnerForge@01b461a
+    # kempnerforge/distributed/setup.py:81-85, parallel.py:208-212)
+    zero = Zero.NONE if kf and hw["gpu_count"] == 1 else Zero.PARAMETERS
     schedule = Schedule.ONE_F_ONE_B if lay["pp"] > 1 else None
     layout = _layout(entry, zero=zero, recompute=rc, recompute_layers=rc_layers, schedule=schedule)
     if per_projection and lay["pp"] > 1 and lay["tp"] > 1:
@@ -566,12 +579,14 @@ def _nanotron(entry: dict) -> Mapped:
     # (huggingface/nanotron@c2528430 src/nanotron/trainer.py:786-788)
     ddp = lay["dp"] > 1 and zero is Zero.NONE
     notes.append("memory: every parameter's bf16 .grad held until each backward ends, nanotron's fp32 copy and "
-                 "out-of-place shift in the cross entropy, eager SwiGLU's saved tensors"
+                 "out-of-place shift in the cross entropy, eager SwiGLU's saved tensors, the [q|k|v] copy its "
+                 "multi-head attention keeps whole"
                  + (", torch DDP's bf16 gradient buckets" if ddp else ""))
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.BF16,
                             framework=Framework.MEGATRON, attention=AttentionKernel.FLASH, attention_backend=AttentionBackend.FA2,
                             grad_accumulation_fusion=False, grads_kept_through_backward=True, ddp_buckets=ddp,
-                            loss_shift_out_of_place=True, eager_swiglu=True, zero1_blocking_sync=zero is Zero.OPTIMIZER)
+                            loss_shift_out_of_place=True, eager_swiglu=True, qkv_copy_kept=True,
+                            zero1_blocking_sync=zero is Zero.OPTIMIZER)
     if zero is Zero.OPTIMIZER:
         notes.append("ZeRO-1: the fp32 gradients all-reduced after the backward and the bf16 parameters all-gathered "
                      "after the optimizer step, both blocking (huggingface/nanotron@c2528430 src/nanotron/trainer.py:509-518, "

@@ -19,7 +19,7 @@ from cost_models.breakdown import Breakdown
 from cost_models.enums import AttentionKernel, Framework, MixerKind, NormKind, Precision, Recompute
 from cost_models.flops import mamba_local
 from cost_models.job import Job
-from cost_models.states import local_kv_heads, padded_vocab
+from cost_models.states import local_kv_heads, padded_vocab, vocab_split
 
 ACT_BYTES = 2  # bf16/fp16 activations
 FP32 = 4
@@ -111,7 +111,8 @@ def dims(job: Job, conv: Convention | None = None) -> Dims:
         q=m.q_width // tp,
         kv=local_kv_heads(job) * m.head_size,
         f=m.ffn_hidden_size // tp,
-        vocab=-(-padded_vocab(job) // tp),
+        # TrainingSpec.tp_replicated_vocab: every rank's logits span the whole vocabulary
+        vocab=-(-padded_vocab(job) // vocab_split(job)),
         lin_bytes=1 if tr.precision is Precision.FP8 and conv.fp8_saves_fp8_inputs else ACT_BYTES,
         conv=conv,
     )
@@ -198,6 +199,9 @@ def attention_items(job: Job, d: Dims, *, rope: bool = True) -> Breakdown:
     items["query"] = t * d.q * ACT_BYTES
     items["key"] = t * k_width * ACT_BYTES
     items["value"] = t * v_width * ACT_BYTES
+    if tr.qkv_copy_kept and m.mla is None and m.kv_heads == m.num_attention_heads:
+        # TrainingSpec.qkv_copy_kept: the k and v parts of the [q|k|v] copy q is a view of
+        items["qkv_copy"] = t * (k_width + v_width) * ACT_BYTES
     if tr.attention is AttentionKernel.FLASH:
         # flash-attn saves its output and the fp32 log-sum-exp per row (Dao 2023, Algorithm 2:
         # FlashAttention-2's forward returns O and L). Kernels write O as (b, s, heads, d), so the
@@ -444,7 +448,14 @@ def head_activations(job: Job) -> Breakdown:
     16-bit logits and a per-row fp32 log-sum-exp from which Inductor's fused cross entropy
     recomputes the softmax in backward."""
     d = dims(job)
-    logits = d.t * (d.vocab * ACT_BYTES + FP32) if job.training.compiles_loss else d.t * d.vocab * FP32
+    if job.training.loss_on_16bit_logits:
+        # the 16-bit logits the training loop still references and log_softmax's 16-bit output,
+        # which nll_loss and log_softmax's backward read (TrainingSpec.loss_on_16bit_logits)
+        logits = d.t * d.vocab * 2 * ACT_BYTES
+    elif job.training.compiles_loss:
+        logits = d.t * (d.vocab * ACT_BYTES + FP32)
+    else:
+        logits = d.t * d.vocab * FP32
     return Breakdown.of(
         "bytes",
         final_norm=_norm(job, d, d.t // d.sp_div, d.h),
@@ -469,6 +480,11 @@ def loss_workspace(job: Job) -> int:
       in fp32: 12 bytes (the forward `_log_softmax` holds the fp32 input, shifted and exp(shifted)
       with the 16-bit logits: 10).
     - A compiled loss (torchtitan --compile.enable) fuses all of it: 2 bytes for the 16-bit gradient.
+    - cross_entropy on the 16-bit logits themselves (TrainingSpec.loss_on_16bit_logits): the forward
+      is log_softmax in the input's dtype, then nll_loss (pytorch/pytorch@87dd4af9
+      aten/src/ATen/native/LossNLL.cpp cross_entropy_loss); the backward makes nll_loss's gradient,
+      zeros_like(log_softmax output), and log_softmax's gradient, both 16-bit and alive together
+      beside the saved 4 bytes: 4.
     - nanotron's sharded cross entropy (TrainingSpec.loss_shift_out_of_place) subtracts the row
       maximum from its fp32 copy out of place: in the forward the 16-bit logits, the fp32 copy and
       the shifted fp32 tensor (the one kept, exponentiated and normalised in place) are alive
@@ -479,6 +495,8 @@ def loss_workspace(job: Job) -> int:
     d = dims(job)
     if job.training.loss_shift_out_of_place:
         per_logit = 6
+    elif job.training.loss_on_16bit_logits:
+        per_logit = 2 * ACT_BYTES
     elif d.conv.loss_in_place or job.training.compiles_loss:  # compiled: only the 16-bit gradient is new
         per_logit = 2
     elif job.training.framework is Framework.TORCHTITAN and d.tp > 1:

@@ -160,17 +160,34 @@ def _chunk_activations(job: Job, rank: int, chunk: int, costs: dict[tuple[LayerK
     )
 
 
-def _transient(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], LayerCost]) -> Breakdown:
-    """The largest backward working set: the loss on the last stage, or one layer's recomputed
-    activations plus its gradient tensors."""
+def _transient(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], LayerCost],
+               buffers: Breakdown) -> tuple[Breakdown, Breakdown, int]:
+    """The backward moment with the most bytes allocated, the buffers alive then, and the bytes the
+    caching allocator keeps reserved beside them for the stage's other moment.
+
+    The loss on the last stage runs before any decoder layer's backward, so without the buffers
+    only that backward holds (`loss_absent_buffers`); one layer's backward has its recomputed
+    activations and gradient tensors with every buffer. The allocated peak is the larger moment.
+    The reserved one keeps both: the loss's blocks, freed, stay cached while the layers run, and
+    the layers' buffers cannot be carved from them where FSDP2 allocates them on its own streams
+    (the flat all-gather output on its all-gather copy-in stream, pytorch/pytorch@010ae4a8
+    torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_all_gather), since a freed
+    block is reallocated only on the stream that allocated it (pytorch/pytorch@eb42ad6e
+    c10/cuda/CUDACachingAllocator.cpp, the allocator's header comment). Those kept bytes (all the
+    absent buffers, the default-stream gradients among them) are the third value, reserved but not
+    allocated: the stage's peak stays the loss with every buffer, as the 20 torchtitan rows of
+    docs/accuracy.md (reserved peaks) bear out."""
     best = max(
         (c.backward_bytes for chunk in range(job.layout.vpp) for c in _chunk_layer_costs(job, rank, chunk, costs)),
         default=0,
     )
     loss = act.loss_workspace(job) if rank == job.layout.pp - 1 else 0
-    if loss > best:
-        return Breakdown.of("bytes", loss_backward=loss)
-    return Breakdown.of("bytes", layer_backward=best)
+    absent = loss_absent_buffers(job, rank)
+    if loss > best + absent.total:
+        without = Breakdown.of("bytes", **{name: v - (absent.value(name) if name in dict(absent.parts) else 0)
+                                           for name, v in buffers})
+        return Breakdown.of("bytes", loss_backward=loss), without, int(absent.total)
+    return Breakdown.of("bytes", layer_backward=best), buffers, max(0, loss - best)
 
 
 def _largest_modules(job: Job, rank: int) -> tuple[int, int]:
@@ -182,6 +199,47 @@ def _largest_modules(job: Job, rank: int) -> tuple[int, int]:
         sizes += [g.n * g.k for g in layer_gemms(job, kind)]
     first, after = sorted(sizes + [0, 0], reverse=True)[:2]
     return first, after
+
+
+def _fully_sharded(job: Job) -> bool:
+    """FSDP (zero 3) that reshards every decoder layer after its forward and its backward: not
+    DeepSpeed's module-wise ZeRO-3, not torchtitan's gathered stages (stage_buffers)."""
+    fw, z, lay = job.training.framework, job.zero, job.layout
+    keeps_all_unsharded = fw is Framework.TORCHTITAN and (z is Zero.GRADIENTS or (z is Zero.PARAMETERS and lay.pp > 1))
+    return z is Zero.PARAMETERS and fw is not Framework.DEEPSPEED and not keeps_all_unsharded
+
+
+def _root_reshards(job: Job) -> bool:
+    """Whether FSDP2 reshards the root unit (embedding, final norm, output layer) after its forward:
+    only when fully_shard is given reshard_after_forward=True explicitly, which torch honours on the
+    root since 2.8 (pytorch/pytorch#154704, #155319: left unset, the root stays gathered, its
+    post_forward_mesh_info cleared in FSDPState._lazy_init). KempnerForge passes True to the root
+    (KempnerInstitute/KempnerForge@01b461a kempnerforge/distributed/parallel.py:110-115, 148-154)
+    and runs torch 2.11 (uv.lock)."""
+    return job.training.fsdp_reshard_after_forward is True
+
+
+def loss_absent_buffers(job: Job, rank: int) -> Breakdown:
+    """The part of stage_buffers not alive while the loss runs on the last stage, under fully
+    sharded FSDP: the gathered current and prefetched layer, one layer's 16-bit gradient with its
+    fp32 reduce-scatter copy and the output layer's 16-bit gradient exist only in the backward
+    through the layers and the output layer, which starts after the loss: the layers were
+    resharded after their forward, and the backward's first gathers are issued by the pre-backward
+    hooks of the root (on the logits' gradient) and of the last layer. torchtitan's own plan keeps
+    its last layer gathered after the forward ("FSDP would prefetch it immediately",
+    pytorch/torchtitan@e846b694 torchtitan/parallelisms/parallelize_llama.py:333-343; the same in
+    torchtitan/distributed/fsdp.py at b5bcd76c): that layer is alive at the loss. The root unit's
+    gathered parameters are absent as well where it reshards after its forward (_root_reshards)."""
+    if not _fully_sharded(job):
+        return Breakdown.of("bytes", unsharded_params=0, unsharded_grads=0)
+    params = rank_params(job, rank)
+    layer_sizes = sorted((local_layer_params(job, i).total for i in job.stage_layer_ids(rank)), reverse=True) + [0, 0]
+    biggest, second = layer_sizes[0], layer_sizes[1]
+    titan_plan = job.training.framework is Framework.TORCHTITAN and job.training.fsdp_reshard_after_forward is None
+    gathered = second if titan_plan else biggest + second
+    root = int(params.value("embedding") + params.value("head")) if _root_reshards(job) else 0
+    return Breakdown.of("bytes", unsharded_params=2 * (root + gathered),
+                        unsharded_grads=2 * int(params.value("head")) + 6 * biggest)
 
 
 def stage_buffers(job: Job, rank: int) -> Breakdown:
@@ -227,10 +285,24 @@ def stage_buffers(job: Job, rank: int) -> Breakdown:
         # reduce-scatter, and one layer's bf16 gradient with its fp32 reduce-scatter copy.
         unsharded_params = 2 * (root + biggest + second)
         unsharded_grads = 2 * int(params.value("head")) + 6 * biggest
+        if job.training.fsdp_sync_last_microbatch and job.num_microbatches > 1:
+            # TrainingSpec.fsdp_sync_last_microbatch: every parameter's unsharded gradient, in the
+            # fp32 reduce dtype, from the first micro-batch's backward on. The sharded 16-bit
+            # gradients it replaces do not exist at the peak (the last micro-batch's loss, at the
+            # start of its backward): optimizer.zero_grad() sets them to None after each step
+            # (KempnerForge scripts/train.py:316-318 at 01b461a; set_to_none=True is torch's
+            # default) and the last micro-batch's reduce-scatters make them layer by layer, as the
+            # fp32 ones are freed. So the line is the fp32 gradients less the states' gradients.
+            grads = rank_state_bytes(job, rank).value("gradients")
+            unsharded_grads += 4 * stage_params - int(grads)
     if fw is Framework.DEEPSPEED and z >= Zero.OPTIMIZER:
         buckets = 2 * 2 * min(DEEPSPEED_BUCKET_ELEMENTS, stage_params)  # reduce + all-gather bucket, 16-bit
-    if fw is Framework.TORCHTITAN and z is Zero.NONE:
-        buckets = 4 * stage_params  # DDP gradient buckets (fp32 copies, gradient_as_bucket_view=False)
+    if fw is Framework.TORCHTITAN and z is Zero.NONE and job.dp > 1:
+        # DDP gradient buckets (fp32 copies, gradient_as_bucket_view=False); one data-parallel rank
+        # runs no DDP (torchtitan applies it for dp_replicate > 1; KempnerForge builds no device
+        # mesh at world size 1, KempnerInstitute/KempnerForge@01b461a kempnerforge/distributed/
+        # setup.py:81-85, and wraps nothing, parallel.py:208-212)
+        buckets = 4 * stage_params
     if job.training.ddp_buckets:
         # torch DDP beside the framework's own gradient buffer: its reducer allocates one flat buffer
         # per bucket in the parameters' (16-bit) dtype at construction and keeps it; with
@@ -293,23 +365,30 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
     )
     key = ("stage_fixed", job.rank_signature(rank))  # what does not depend on the in-flight count
     if key not in job.memo:
-        job.memo[key] = (_transient(job, rank, costs), stage_buffers(job, rank), rank_state_bytes(job, rank))
-    transient, buffers, states = job.memo[key]
+        job.memo[key] = (*_transient(job, rank, costs, stage_buffers(job, rank)), rank_state_bytes(job, rank))
+    transient, buffers, cached, states = job.memo[key]
     if job.training.grads_kept_through_backward:
         activations, transient = _backward_end(job, rank, chunks, inflight, activations, transient)
+    if _whole_graph_gradients(job):
+        activations, transient = _compiled_backward_end(job, rank, activations, transient, states)
     step_grads = states.value("fp32_gradients")
     if step_peak(activations.total + transient.total, step_grads):
         activations, transient = activations.scaled(0), transient.scaled(0)
     else:
         states = Breakdown.of("bytes", **{name: 0 if name == "fp32_gradients" else v for name, v in states})
         step_grads = 0
-    dynamic = (activations.total + transient.total + step_grads
+    if job.training.param_buffer_init_copy and job.zero >= Zero.OPTIMIZER:
+        states, activations, transient, buffers, cached = _optimizer_construction(
+            states, activations, transient, buffers, cached)
+    dynamic = (activations.total + transient.total + step_grads + cached
                + buffers.value("unsharded_params") + buffers.value("unsharded_grads"))
     overhead = Breakdown.of(
         "bytes",
         cuda_context=CUDA_CONTEXT_BYTES,
         nccl=NCCL_BYTES_PER_GROUP * _process_groups(job),
         fragmentation=int(FRAGMENTATION * dynamic),
+        # reserved, not allocated: the other backward moment's blocks (_transient)
+        cached_blocks=cached,
     )
     breakdown = Breakdown.of(
         "bytes",
@@ -338,6 +417,45 @@ def _backward_end(job: Job, rank: int, chunks: list[Breakdown], inflight: tuple[
            for name in ("embedding", "layers", "head")},
     )
     grads = Breakdown.of("bytes", stage_gradients=2 * int(rank_params(job, rank).total))
+    if after.total + grads.total > activations.total + transient.total:
+        return after, grads
+    return activations, transient
+
+
+def _optimizer_construction(states: Breakdown, activations: Breakdown, transient: Breakdown, buffers: Breakdown,
+                            cached: int) -> tuple[Breakdown, Breakdown, Breakdown, Breakdown, int]:
+    """The larger of the training peak and the distributed optimizer's construction under
+    TrainingSpec.param_buffer_init_copy: the weights, the grad buffer and the fp32 master shards,
+    with a transient the size of the grad buffer; no optimizer state (Adam's moments come with the
+    first step), no activation, no buffer."""
+    grad_buffer = int(states.value("gradients"))
+    at_init = Breakdown.of("bytes", **{name: v if name in ("weights", "gradients", "master_weights") else 0
+                                       for name, v in states})
+    if at_init.total + grad_buffer <= states.total + activations.total + transient.total + buffers.total + cached:
+        return states, activations, transient, buffers, cached
+    return (at_init, activations.scaled(0), Breakdown.of("bytes", param_buffer_init=grad_buffer),
+            buffers.scaled(0), 0)
+
+
+def _whole_graph_gradients(job: Job) -> bool:
+    """TrainingSpec.compile_whole_model where no hook breaks the graph (no FSDP, no DDP, no pipeline)
+    and gradients accumulate over micro-batches."""
+    lay = job.layout
+    return (job.training.compile_whole_model and job.zero is Zero.NONE and job.dp == 1 and lay.pp == 1
+            and job.num_microbatches > 1)
+
+
+def _compiled_backward_end(job: Job, rank: int, activations: Breakdown, transient: Breakdown,
+                           states: Breakdown) -> tuple[Breakdown, Breakdown]:
+    """The larger of the backward's start and the end of the one compiled graph's backward
+    (TrainingSpec.compile_whole_model): every parameter's new gradient, as large as the .grad it is
+    added into, returned together; the saved activations freed by then (AOTAutograd's compiled
+    backward releases each after its last use), bar the 16-bit logits the training loop still
+    references (TrainingSpec.loss_on_16bit_logits)."""
+    d = act.dims(job)
+    kept = d.t * d.vocab * act.ACT_BYTES if job.training.loss_on_16bit_logits else 0
+    after = Breakdown.of("bytes", embedding=0, layers=0, head=kept)
+    grads = Breakdown.of("bytes", compiled_gradients=int(states.value("gradients")))
     if after.total + grads.total > activations.total + transient.total:
         return after, grads
     return activations, transient

@@ -449,11 +449,15 @@ def _gradient_path(job: Job) -> str | None:
     if megatron and tr.framework is not MEGATRON:
         return (f"{' and '.join(megatron)}=False is Megatron's --no-gradient-accumulation-fusion / default of no "
                 f"--overlap-grad-reduce (framework={tr.framework}); drop it")
+    if tr.param_buffer_init_copy and tr.framework is not MEGATRON:
+        return (f"param_buffer_init_copy describes Megatron's distributed optimizer (framework={tr.framework}); "
+                "drop it")
     nanotron = [f for f, v in (("grads_kept_through_backward", tr.grads_kept_through_backward),
                                ("ddp_buckets", tr.ddp_buckets),
                                ("loss_shift_out_of_place", tr.loss_shift_out_of_place),
                                ("eager_swiglu", tr.eager_swiglu),
-                               ("zero1_blocking_sync", tr.zero1_blocking_sync)) if v]
+                               ("zero1_blocking_sync", tr.zero1_blocking_sync),
+                               ("qkv_copy_kept", tr.qkv_copy_kept)) if v]
     if nanotron and tr.framework is not MEGATRON:
         return (f"{' and '.join(nanotron)} describe nanotron's code, priced as a Megatron job "
                 f"(framework={tr.framework}); drop it")
@@ -464,10 +468,22 @@ def _gradient_path(job: Job) -> str | None:
         return ("grads_kept_through_backward describes 16-bit gradients written outside the GEMMs; "
                 "it needs grad_accumulation_fusion=False")
     titan = [f for f, v in (("fsdp_reshard_after_forward", tr.fsdp_reshard_after_forward is not None),
-                            ("tp_gather_per_projection", tr.tp_gather_per_projection)) if v]
+                            ("tp_gather_per_projection", tr.tp_gather_per_projection),
+                            ("bf16_params", tr.bf16_params),
+                            ("fsdp_sync_last_microbatch", tr.fsdp_sync_last_microbatch),
+                            ("tp_replicated_vocab", tr.tp_replicated_vocab),
+                            ("loss_on_16bit_logits", tr.loss_on_16bit_logits),
+                            ("compile_whole_model", tr.compile_whole_model)) if v]
     if titan and tr.framework is not TITAN:
         return (f"{' and '.join(titan)} describe an FSDP2/DTensor plan (framework torchtitan), not "
                 f"framework={tr.framework}; drop it")
+    if tr.loss_on_16bit_logits and tr.compiles_loss:
+        return ("loss_on_16bit_logits describes an eager cross entropy outside the compiled model; "
+                "it needs compile_loss=False")
+    if tr.compile_whole_model and not tr.compile:
+        return "compile_whole_model describes how torch.compile wraps the model; it needs compile=True"
+    if tr.bf16_params and tr.precision is not Precision.BF16:
+        return f"bf16_params keeps the parameters in bf16, the compute dtype of precision bf16 (precision={tr.precision}); drop it"
     return None
 
 

@@ -96,10 +96,16 @@ def _local_layer_params(job: Job, layer_id: int) -> LayerParams:
     return LayerParams(dense=dense + router + shared, expert=experts)
 
 
+def vocab_split(job: Job) -> int:
+    """Ranks the word embedding's vocabulary is split over: tp, or 1 under
+    TrainingSpec.tp_replicated_vocab."""
+    return 1 if job.training.tp_replicated_vocab else job.layout.tp
+
+
 def embedding_params_local(job: Job) -> int:
     m = job.model
     h = m.hidden_size
-    word = -(-padded_vocab(job) // job.layout.tp) * h
+    word = -(-padded_vocab(job) // vocab_split(job)) * h
     position = m.max_position_embeddings * h if m.position_embedding is PositionKind.LEARNED else 0
     return word + position + (norm_params(m, h) if m.embedding_norm else 0)
 
@@ -108,7 +114,10 @@ def head_params_local(job: Job) -> int:
     """Final norm and output layer; with tied embeddings and pp > 1 the last rank keeps its own copy
     of the word embedding for the output layer (Megatron's shared embedding group)."""
     m = job.model
-    output = -(-padded_vocab(job) // job.layout.tp) * m.hidden_size
+    # TrainingSpec.tp_replicated_vocab: column-parallel output layer without a pipeline, replicated on
+    # pipeline stages
+    split = job.layout.tp if job.layout.pp == 1 else vocab_split(job)
+    output = -(-padded_vocab(job) // split) * m.hidden_size
     if m.tie_embeddings and job.layout.pp == 1:
         output = 0
     return norm_params(m, m.hidden_size) + output
@@ -154,9 +163,11 @@ class StateConvention:
     grad_sharded_from: Zero
     optimizer_grad_bytes: int  # fp32 copy of 16-bit gradients the optimizer takes in its step (Megatron)
     master_bytes: int  # fp32 master weights (0 when the working weights are fp32 already)
+    optimizer_state_bytes: int = 4  # each optimizer state (exp_avg, exp_avg_sq): fp32 unless noted
 
 
-def convention(framework: Framework, precision: Precision, fp8_params: bool = False, bf16_grads: bool = False) -> StateConvention:
+def convention(framework: Framework, precision: Precision, fp8_params: bool = False, bf16_grads: bool = False,
+               bf16_params: bool = False) -> StateConvention:
     if framework is Framework.MEGATRON:
         # Megatron-LM docs/source/api-guide/dist_optimizer.md, "Data flow" table: bf16 params with
         # fp32 main grads = 18 bytes/param (6 + 12/d distributed); fp16 params and grads = 20 (4 + 16/d).
@@ -170,6 +181,10 @@ def convention(framework: Framework, precision: Precision, fp8_params: bool = Fa
         # optimizer.py:1097; alive in the step only: cost_models.memory.step_peak).
         return StateConvention(1 if fp8_params else 2, Zero.PARAMETERS, 2 if bf16_grads else 4, Zero.GRADIENTS,
                                4 if bf16_grads else 0, 4)
+    if framework is Framework.TORCHTITAN and bf16_params:
+        # TrainingSpec.bf16_params: bf16 sharded parameters, their gradients cast back to bf16 and
+        # AdamW's states zeros_like(param): 2 + 2 + 2 per state, nothing in fp32
+        return StateConvention(2, Zero.GRADIENTS, 2, Zero.GRADIENTS, 0, 0, optimizer_state_bytes=2)
     if framework is Framework.TORCHTITAN:
         # FSDP2 keeps sharded fp32 parameters and fp32 gradients (MixedPrecisionPolicy param_dtype=bf16,
         # reduce_dtype=fp32, torchtitan config mixed_precision_param/reduce); the optimizer updates
@@ -183,28 +198,28 @@ def convention(framework: Framework, precision: Precision, fp8_params: bool = Fa
 
 
 def optimizer_states_per_param(optimizer: OptimizerKind) -> int:
-    """fp32 states: Adam/AdamW exp_avg and exp_avg_sq; SGD a momentum buffer."""
+    """States per parameter: Adam/AdamW exp_avg and exp_avg_sq; SGD a momentum buffer."""
     return 1 if optimizer is OptimizerKind.SGD else 2
 
 
 def state_parts(framework: Framework, precision: Precision, optimizer: OptimizerKind, zero: Zero,
-                fp8_params: bool = False, bf16_grads: bool = False) -> dict[str, tuple[int, bool]]:
+                fp8_params: bool = False, bf16_grads: bool = False, bf16_params: bool = False) -> dict[str, tuple[int, bool]]:
     """Bytes per parameter of each model state, and whether `zero` shards it over the dp group."""
-    c = convention(framework, precision, fp8_params, bf16_grads)
-    fp32 = 4
+    c = convention(framework, precision, fp8_params, bf16_grads, bf16_params)
     return {
         "weights": (c.weight_bytes, zero >= c.weight_sharded_from),
         "gradients": (c.grad_bytes, zero >= c.grad_sharded_from),
         "fp32_gradients": (c.optimizer_grad_bytes, zero >= Zero.OPTIMIZER),
         "master_weights": (c.master_bytes, zero >= Zero.OPTIMIZER),
-        "optimizer_states": (fp32 * optimizer_states_per_param(optimizer), zero >= Zero.OPTIMIZER),
+        "optimizer_states": (c.optimizer_state_bytes * optimizer_states_per_param(optimizer), zero >= Zero.OPTIMIZER),
     }
 
 
 def state_bytes(job: Job, *, params: int, shard: int) -> Breakdown:
     """Weights, gradients and optimizer bytes of `params` parameters sharded over `shard` ranks."""
     tr = job.training
-    parts = state_parts(tr.framework, tr.precision, tr.optimizer, job.zero, tr.fp8_param_gather, tr.grad_reduce_in_bf16)
+    parts = state_parts(tr.framework, tr.precision, tr.optimizer, job.zero, tr.fp8_param_gather, tr.grad_reduce_in_bf16,
+                        tr.bf16_params)
     return Breakdown.of(
         "bytes",
         **{name: -(-params * n // shard) if sharded else params * n for name, (n, sharded) in parts.items()},

@@ -118,6 +118,68 @@ class TrainingSpec(Spec):
     # Read by the memory model only; step time still prices the framework's kernels. Megatron
     # framework only (the others' convention is eager already).
     eager_swiglu: bool = False
+    # nanotron's multi-head (not grouped-query) attention permutes the fused qkv output into one
+    # contiguous [q|k|v] copy, takes q as a view of it and concatenates k and v into a second
+    # contiguous copy (huggingface/nanotron@c2528430 src/nanotron/models/llama.py:469-474, 655-660);
+    # flash-attn's rotary embedding turns q and kv in place (Dao-AILab/flash-attention@418d6771, v2.6.3,
+    # flash_attn/layers/rotary.py:414-481; nanotron pins flash-attn>=2.5.0,<2.7.0 in pyproject.toml:48)
+    # and flash attention saves q, k and v, so the whole first copy stays alive: its k and v parts are
+    # two kv-wide tensors per layer beyond Megatron's q, k, v (cost_models.activations). Megatron
+    # framework only; no effect with grouped-query attention, where q, k and v are copied apart.
+    qkv_copy_kept: bool = False
+
+    # KempnerForge's FSDP2 stack (framework torchtitan), read at KempnerInstitute/KempnerForge@01b461a
+    # (its config-validation report ran @601aba9, the same code in these places):
+    # The parameters themselves in bf16: the model is cast to train.param_dtype (bf16 by default)
+    # before or right after fully_shard (kempnerforge/distributed/parallel.py:205-212;
+    # config/schema.py:148,164-170), so the sharded parameters are bf16; FSDP2 casts each
+    # reduce-scattered gradient back to the sharded parameter's dtype (pytorch/pytorch@17a7e1e0
+    # torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_reduce,
+    # `_to_dtype_if_needed(reduce_output, orig_dtype)`), and AdamW creates exp_avg and exp_avg_sq
+    # with zeros_like(param) (training/optimizer.py:66-73; pytorch/pytorch@005941eb
+    # torch/optim/adam.py, Adam.step's lazy state initialisation): 2 + 2 + 2·2 bytes per parameter
+    # and no fp32 copy anywhere. Framework torchtitan only.
+    bf16_params: bool = False
+    # FSDP2's gradient reduction turned off on every micro-batch but the last
+    # (set_requires_gradient_sync(False), training/grad.py:16-40, around each micro-batch at
+    # scripts/train.py:293-297): each parameter's unsharded gradient is then kept from the first
+    # micro-batch's backward to the last one's reduce-scatter, upcast to the fp32 reduce dtype
+    # (pytorch/pytorch@17a7e1e0 torch/distributed/fsdp/_fully_shard/_fsdp_param.py
+    # FSDPParam.to_accumulated_grad_if_needed / accumulate_unsharded_grad_if_needed;
+    # parallel.py:67-72 reduce_dtype=torch.float32). Under a pipeline torch's schedule does the same
+    # for every FSDP2 job (cost_models.memory.stage_buffers). Framework torchtitan only.
+    fsdp_sync_last_microbatch: bool = False
+    # A tensor-parallel plan that leaves the vocabulary unsplit: the token embedding replicated over
+    # tp (tensor_parallel.py:122-132 wraps its output, no plan entry), the output layer column-
+    # parallel with its logits gathered whole onto every rank (output_layouts=Replicate(),
+    # tensor_parallel.py:157-164), and on pipeline stages, where that plan is not applied, the
+    # output layer replicated as well (tensor_parallel.py:116-120, 159). Every tp rank then holds
+    # the full embedding and runs the loss over the whole vocabulary. Framework torchtitan only.
+    tp_replicated_vocab: bool = False
+    # The loss taken eagerly on the model's 16-bit logits, outside the compiled model:
+    # F.cross_entropy(logits.view(-1, V), ...) with the logits still referenced by the training
+    # loop (scripts/train.py:294-297, 137-138; parallel.py:214-216 compiles the model only).
+    # cross_entropy's log_softmax keeps a 16-bit output, and its backward makes two 16-bit
+    # gradients, nll_loss's and log_softmax's (cost_models.activations.loss_workspace). Needs the
+    # loss uncompiled (compile_loss False). Framework torchtitan only.
+    loss_on_16bit_logits: bool = False
+    # torch.compile around the whole model (parallel.py:214-216), where torchtitan compiles each block:
+    # with no FSDP or DDP hook to break it (one GPU, no device mesh: setup.py:81-85) the model is one
+    # graph, run as one autograd.Function (AOTAutograd's CompiledFunction, pytorch/pytorch@7aee3376
+    # torch/_functorch/_aot_autograd/runtime_wrappers.py) whose backward returns every parameter's
+    # gradient together at its end. With gradients accumulated over micro-batches, a whole new set
+    # is then alive beside .grad before autograd adds it in (cost_models.memory). Framework
+    # torchtitan with compile only.
+    compile_whole_model: bool = False
+    # Megatron's distributed optimizer before NVIDIA/Megatron-LM@c1d27dfa ("fix param_buffer peak
+    # memory may be OOM", Dec 2023) built its 16-bit parameter buffers with torch.tensor(storage,
+    # ...) on the grad buffer's storage, which first allocates a new tensor of the storage's size and
+    # only then points it at the storage (NVIDIA/Megatron-LM@0609f27f megatron/optimizer/
+    # distrib_optimizer.py:354-423): at optimizer construction a transient as large as the grad
+    # buffer, beside the weights, the grad buffer and the fp32 master shards, before any Adam state
+    # or activation (cost_models.memory). report_memory's peaks count from the process's start.
+    # Framework megatron only; without the distributed optimizer (zero 0) there is no such buffer.
+    param_buffer_init_copy: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:

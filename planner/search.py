@@ -398,7 +398,8 @@ def state_coefficients(problem: Problem, sh: Sharding) -> tuple[int, int]:
     copy: it is alive only in the step, when no activation is (cost_models.memory.step_peak), so a
     bound that adds activations leaves it out."""
     tr = problem.training
-    parts = state_parts(tr.framework, tr.precision, tr.optimizer, sh.zero, tr.fp8_param_gather, tr.grad_reduce_in_bf16)
+    parts = state_parts(tr.framework, tr.precision, tr.optimizer, sh.zero, tr.fp8_param_gather, tr.grad_reduce_in_bf16,
+                        tr.bf16_params)
     kept = [v for name, v in parts.items() if name != "fp32_gradients"]
     return sum(n for n, s in kept if not s), sum(n for n, s in kept if s)
 

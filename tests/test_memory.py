@@ -232,3 +232,136 @@ def test_eager_swiglu_keeps_one_more_ffn_wide_tensor_by_hand():
     fused = memory_estimate(make_job(LLAMA_TINY, gpus=1, training=training)).stages[0].breakdown
     eager = memory_estimate(make_job(LLAMA_TINY, gpus=1, training={**training, "eager_swiglu": True})).stages[0].breakdown
     assert eager.value("activations/layers") - fused.value("activations/layers") == 88_064
+
+
+# KempnerForge's FSDP2 stack (TrainingSpec.bf16_params, fsdp_sync_last_microbatch, tp_replicated_vocab,
+# loss_on_16bit_logits), framework torchtitan. LLAMA_TINY unpadded (torchtitan): embedding and output
+# layer 1000·256 = 256,000 each, final norm 256, 4 layers of 692,736: n = 3,283,200 parameters.
+TITAN = dict(framework="torchtitan")
+
+
+def test_bf16_params_halve_weights_gradients_and_adam_states_by_hand():
+    # dp 2, fully sharded: bf16 weights and gradients 2·n/2 = 3,283,200 bytes each and AdamW's two
+    # bf16 states 2·2·n/2 = 6,566,400, where FSDP2's fp32 parameters take twice as much
+    def states(bf16):
+        job = make_job(LLAMA_TINY, gpus=2, zero=3, training=dict(TITAN, seq_len=16, global_batch_size=2, bf16_params=bf16))
+        return memory_estimate(job).stages[0].breakdown["model_states"]
+
+    bf16, fp32 = states(True), states(False)
+    assert (bf16.value("weights"), bf16.value("gradients"), bf16.value("optimizer_states")) == (3_283_200, 3_283_200, 6_566_400)
+    assert bf16.value("master_weights") == 0
+    assert fp32.value("weights") == 2 * bf16.value("weights")
+
+
+def test_gradient_sync_on_the_last_micro_batch_keeps_fp32_unsharded_gradients_by_hand():
+    # dp 2, 16-token micro-batches. Without accumulation FSDP2 holds the output layer's bf16 gradient
+    # and one layer's with its fp32 copy: 2·256,256 + 6·692,736 = 4,668,928 bytes. With 4 micro-
+    # batches synced on the last only, every parameter's fp32 unsharded gradient (4n = 13,132,800)
+    # replaces the sharded fp32 gradients (4n/2 = 6,566,400, absent until the last reduce-scatter)
+    def grads(batch, sync):
+        job = make_job(LLAMA_TINY, gpus=2, zero=3, training=dict(TITAN, seq_len=16, global_batch_size=batch,
+                                                                  fsdp_sync_last_microbatch=sync))
+        return memory_estimate(job).stages[0].breakdown.value("buffers/unsharded_grads")
+
+    assert grads(8, False) == grads(2, True) == 4_668_928  # one micro-batch: nothing accumulates
+    assert grads(8, True) == 4_668_928 + 13_132_800 - 6_566_400
+
+
+def test_replicated_vocabulary_keeps_the_whole_embedding_on_every_tp_rank_by_hand():
+    # tp 2: the embedding unsplit (256,000), the output layer column-parallel (128,000 + the norm's
+    # 256) without a pipeline and whole (256,256) on the last pipeline stage
+    job = make_job(LLAMA_TINY, gpus=2, tp=2, training=dict(TITAN, seq_len=16, global_batch_size=1, tp_replicated_vocab=True))
+    assert (rank_params(job, 0).value("embedding"), rank_params(job, 0).value("head")) == (256_000, 128_256)
+    job = make_job(LLAMA_TINY, gpus=4, tp=2, pp=2, training=dict(TITAN, seq_len=16, global_batch_size=8, tp_replicated_vocab=True))
+    assert (rank_params(job, 0).value("embedding"), rank_params(job, 1).value("head")) == (256_000, 256_256)
+
+
+def test_loss_on_16bit_logits_by_hand_and_refused_when_compiled():
+    from cost_models.activations import head_activations
+    from cost_models.errors import SpecError
+
+    # 128 tokens x 1000 logits: the caller's 16-bit logits and log_softmax's 16-bit output kept
+    # (4 bytes each), nll_loss's and log_softmax's 16-bit gradients on top (4 more)
+    job = make_job(LLAMA_TINY, gpus=1, training=dict(TITAN, seq_len=128, global_batch_size=1, loss_on_16bit_logits=True))
+    assert head_activations(job).value("logits") == loss_workspace(job) == 512_000
+    with pytest.raises(SpecError, match="needs compile_loss=False"):
+        make_job(LLAMA_TINY, gpus=1, training=dict(TITAN, compile=True, loss_on_16bit_logits=True))
+    with pytest.raises(SpecError, match="describe an FSDP2/DTensor plan"):
+        make_job(LLAMA_TINY, gpus=1, training=dict(bf16_params=True))
+
+
+def test_fsdp_loss_runs_without_the_layer_buffers_which_stay_reserved_by_hand():
+    # dp 2, one 4096-token sequence, eager fp32 loss: 8 bytes per logit, 32,768,000, above one
+    # layer's backward ((2·4096·256 + 3·4096·688)·2 = 21,102,592: two residual gradients and SwiGLU's
+    # three f-wide ones, activations.layer_backward_workspace) plus the buffers only
+    # that backward holds: the prefetched layer (torchtitan keeps its last one gathered) 2·692,736,
+    # the output layer's bf16 gradient 2·256,256 and a layer's with its fp32 copy 6·692,736:
+    # 6,054,400. At the loss the root (embedding, norm, output layer) and the last layer are the
+    # gathered ones, 2·(512,256 + 692,736); the rest is reserved, not allocated, so the peak is
+    # unchanged.
+    job = make_job(LLAMA_TINY, gpus=2, zero=3, training=dict(TITAN, seq_len=4096, global_batch_size=2))
+    b = memory_estimate(job).stages[0].breakdown
+    assert b.value("transient/loss_backward") == 32_768_000
+    assert (b.value("buffers/unsharded_params"), b.value("buffers/unsharded_grads")) == (2_409_984, 0)
+    assert b.value("overhead/cached_blocks") == 6_054_400
+    assert b.value("buffers") + b.value("overhead/cached_blocks") == 2 * (512_256 + 2 * 692_736) + 4_668_928
+    # KempnerForge hands fully_shard reshard_after_forward=True for every unit, the root as well
+    # (torch >= 2.8 honours it on the root): nothing is gathered at the loss
+    job = make_job(LLAMA_TINY, gpus=2, zero=3, training=dict(TITAN, seq_len=4096, global_batch_size=2,
+                                                              fsdp_reshard_after_forward=True))
+    b = memory_estimate(job).stages[0].breakdown
+    assert b.value("buffers/unsharded_params") == 0
+    assert b.value("overhead/cached_blocks") == 2 * (512_256 + 2 * 692_736) + 4_668_928
+
+
+def test_whole_model_compile_returns_every_gradient_at_once_by_hand():
+    # one GPU, no FSDP: the compiled model's backward hands back all n gradients together (bf16:
+    # 2n = 6,566,400 bytes) beside the accumulated .grad, with only the caller's bf16 logits
+    # (16 tokens x 1000 x 2 = 32,000) left of the activations; one micro-batch accumulates nothing
+    def stage(batch):
+        training = dict(TITAN, seq_len=16, global_batch_size=batch, compile=True, compile_loss=False, bf16_params=True,
+                        loss_on_16bit_logits=True, compile_whole_model=True)
+        return memory_estimate(make_job(LLAMA_TINY, gpus=1, zero=0, training=training)).stages[0].breakdown
+
+    end = stage(4)
+    assert end.value("transient/compiled_gradients") == 6_566_400 == end.value("model_states/gradients")
+    assert end.value("activations") == end.value("activations/head") == 32_000
+    assert stage(1).value("transient") < 1_000_000
+
+
+def test_distributed_optimizer_construction_transient_by_hand():
+    # Megatron, dp 8, distributed optimizer, n = 3,295,488 (vocabulary padded to 1024): at
+    # construction the bf16 weights 2n, the fp32 grad buffer 4n and the fp32 master shards 4n/8, and
+    # torch.tensor(storage) allocates the grad buffer's 4n again before pointing at it:
+    # 6,590,976 + 2·13,181,952 + 1,647,744 = 34,602,624 bytes, above training's states
+    # (2n + 4n + 12n/8 = 24,716,160) plus 16 tokens' activations
+    training = dict(seq_len=16, global_batch_size=8)
+    plain = memory_estimate(make_job(LLAMA_TINY, gpus=8, zero=1, training=training)).stages[0].breakdown
+    init = memory_estimate(make_job(LLAMA_TINY, gpus=8, zero=1, training={**training, "param_buffer_init_copy": True})).stages[0].breakdown
+    assert plain.value("model_states") == 24_716_160
+    assert init.value("transient/param_buffer_init") == 13_181_952
+    assert init.value("model_states") + init.value("transient") == 34_602_624
+    assert init.value("model_states/optimizer_states") == 0 and init.value("activations") == 0
+    # without the distributed optimizer there is no parameter buffer: nothing changes
+    zero0 = [memory_estimate(make_job(LLAMA_TINY, gpus=8, zero=0, training={**training, "param_buffer_init_copy": b}))
+             for b in (False, True)]
+    assert zero0[0].peak_bytes == zero0[1].peak_bytes
+    from cost_models.errors import SpecError
+
+    with pytest.raises(SpecError, match="param_buffer_init_copy describes Megatron's distributed optimizer"):
+        make_job(LLAMA_TINY, gpus=8, zero=3, training={**training, "framework": "torchtitan", "param_buffer_init_copy": True})
+
+
+def test_nanotron_mha_keeps_the_whole_qkv_copy_by_hand():
+    # multi-head attention (8 heads of 32 = 256 wide, k and v as wide as q): q stays a view of the
+    # [q|k|v] copy, so its k and v parts, 16 tokens x 2 x 256 x 2 bytes = 16,384 per layer, are kept
+    # beside Megatron's q, k, v: 65,536 over 4 layers; grouped-query attention copies q apart
+    mha = LLAMA_TINY.model_copy(update={"num_kv_heads": 8})
+    training = dict(seq_len=16, global_batch_size=1)
+
+    def layers(model, kept):
+        job = make_job(model, gpus=1, training={**training, "qkv_copy_kept": kept})
+        return memory_estimate(job).stages[0].breakdown.value("activations/layers")
+
+    assert layers(mha, True) - layers(mha, False) == 65_536
+    assert layers(LLAMA_TINY, True) == layers(LLAMA_TINY, False)
