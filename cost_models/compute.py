@@ -116,15 +116,51 @@ def _gemm_precision(job: Job) -> Precision:
     return p if (p is not Precision.FP8 or job.cluster.gpu.peak_flop_per_s.fp8) else Precision.BF16
 
 
-def gemm_seconds(g: Gemm, gpu: GPUSpec, precision: Precision, cal: Calibration) -> float:
+def gemm_seconds(g: Gemm, gpu: GPUSpec, precision: Precision, cal: Calibration, *, out_bytes: int = ACT_BYTES) -> float:
     operand = 1 if precision is Precision.FP8 else ACT_BYTES
-    t = K.gemm_seconds(g.m, g.n, g.k, g.count, gpu, precision, operand_bytes=operand)
+    t = K.gemm_seconds(g.m, g.n, g.k, g.count, gpu, precision, operand_bytes=operand, out_bytes=out_bytes)
     return t / cal.scale("gemm_scale", gpu.architecture)
 
 
 def backward_gemms(g: Gemm) -> tuple[Gemm, Gemm]:
     """dX = dY·Wᵀ, an (m x n)·(n x k); dW = Xᵀ·dY, a (k x m)·(m x n)."""
     return Gemm(g.name + ".dgrad", g.m, g.k, g.n, g.count), Gemm(g.name + ".wgrad", g.k, g.n, g.m, g.count)
+
+
+def main_grad_bytes(job: Job) -> int:
+    """Bytes per element of Megatron's main-gradient buffer: the parameters' dtype unless gradients
+    are reduced in fp32 (Megatron-LM@d98e8a64 megatron/core/distributed/param_and_grad_buffer.py:924),
+    which --bf16 turns on unless --grad-reduce-in-bf16 (megatron/training/arguments.py:1213-1217):
+    fp16 for fp16 training, fp32 for bf16 and fp8 (bf16 parameters)."""
+    tr = job.training
+    return ACT_BYTES if (tr.precision is Precision.FP16 or tr.grad_reduce_in_bf16) else FP32
+
+
+def wgrad_out_bytes(job: Job) -> int:
+    """Bytes per weight-gradient element that a wgrad GEMM's epilogue moves.
+
+    Megatron with gradient accumulation fusion (TrainingSpec.grad_accumulation_fusion) runs each
+    wgrad GEMM into the main grad with accumulation, D = Xᵀ·dY + main_grad: the epilogue reads the
+    main grad and writes it back, 2·main_grad_bytes. Transformer Engine's linears: out=main_grad,
+    out_dtype=main_grad.dtype, accumulate (TransformerEngine@d0067d0d transformer_engine/pytorch/
+    module/linear.py:1248-1262), switched on by Megatron-LM@d98e8a64 megatron/core/extensions/
+    transformer_engine.py:1293; Megatron's own linears and output layer: apex's
+    wgrad_gemm_accum_fp32 / _fp16, cublasGemmEx with beta = 1.0 into the main grad
+    (NVIDIA/apex@27017a4a csrc/megatron/fused_weight_gradient_dense_cuda.cu). Transformer Engine
+    overwrites instead on the first micro-batch of a step; that one micro-batch is not told apart.
+    Every other framework, and Megatron without the fusion, writes a fresh 16-bit gradient."""
+    tr = job.training
+    if tr.framework is Framework.MEGATRON and tr.grad_accumulation_fusion:
+        return 2 * main_grad_bytes(job)
+    return ACT_BYTES
+
+
+def weight_backward_seconds(job: Job, g: Gemm, precision: Precision, cal: Calibration) -> tuple[float, float]:
+    """(dgrad, wgrad) seconds of a weight GEMM's backward, the wgrad's epilogue moving
+    wgrad_out_bytes."""
+    dgrad, wgrad = backward_gemms(g)
+    gpu = job.cluster.gpu
+    return gemm_seconds(dgrad, gpu, precision, cal), gemm_seconds(wgrad, gpu, precision, cal, out_bytes=wgrad_out_bytes(job))
 
 
 # --- torchao rowwise float8 linears ---------------------------------------------------------------
@@ -185,10 +221,10 @@ def linear_pass_seconds(job: Job, g: Gemm, cal: Calibration) -> tuple[float, flo
     fwd = dgrad = wgrad = 0.0
     for x in linear_modules(job, g):
         f = module_factor(job, x)
-        d, w = backward_gemms(x)
+        d, w = weight_backward_seconds(job, x, prec, cal)
         fwd += gemm_seconds(x, gpu, prec, cal) * f
-        dgrad += gemm_seconds(d, gpu, prec, cal) * f
-        wgrad += gemm_seconds(w, gpu, prec, cal) * f
+        dgrad += d * f
+        wgrad += w * f
     return fwd, dgrad, wgrad
 
 
@@ -769,7 +805,7 @@ def head_time(job: Job, cal: Calibration) -> float:
 
 
 def head_backward_time(job: Job, cal: Calibration) -> float:
-    return sum(gemm_seconds(x, job.cluster.gpu, Precision.BF16, cal) for x in backward_gemms(head_gemm(job)))
+    return sum(weight_backward_seconds(job, head_gemm(job), Precision.BF16, cal))
 
 
 def head_pass_time(job: Job, cal: Calibration) -> float:

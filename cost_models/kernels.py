@@ -10,7 +10,9 @@ GEMM. A GEMM of (m x k)·(k x n) runs at the GPU's tensor-core ceiling times two
   time of k0 = out_bytes·R/(2·B) extra steps of its k loop (R the SM's share of the matmul rate, B its
   share of HBM bandwidth: a tile of a·b outputs runs 2·a·b FLOPs per step of k and writes
   out_bytes·a·b once), giving k/(k + k0). On H100 this is 237 steps for bf16 and 419 for fp8; the
-  fp8 value reproduces DeepGEMM's measured fall-off with K (tests/test_kernels.py).
+  fp8 value reproduces DeepGEMM's measured fall-off with K (tests/test_kernels.py). A GEMM that
+  accumulates into its output (D = A·B + C, beta = 1) reads each output tile in the same epilogue
+  before it writes it back: out_bytes counts both, twice the output's element size.
 The ceiling is anchored on the GPU's published GEMM timings: each timing divided by these two
 factors at its shape, geometric mean over the timings (presets/gpus.toml `matmul`). The epilogue
 factor at a measured shape uses that measurement's own rate. A GEMM is never faster than moving its
@@ -330,13 +332,15 @@ def _wave_fill(blocks: int, sms: int) -> float:
 
 
 def epilogue_steps(gpu: GPUSpec, key: str, ceiling: float, out_bytes: int = 2) -> float:
-    """k0 of the module docstring: the k-loop steps one output tile's store costs."""
+    """k0 of the module docstring: the k-loop steps one output tile's epilogue costs, for
+    `out_bytes` moved per output element (its store, plus the load of an accumulated output)."""
     return out_bytes * ceiling / (2 * gpu.hbm_bandwidth_bytes_per_s)
 
 
-def _shape_efficiency(m: int, n: int, k: int, count: int, gpu: GPUSpec, key: str, *, ceiling: float) -> float:
+def _shape_efficiency(m: int, n: int, k: int, count: int, gpu: GPUSpec, key: str, *, ceiling: float,
+                      out_bytes: int = 2) -> float:
     """Tile/wave fill times k/(k + k0) for `count` independent (m x k)·(k x n) products run as one
-    batched or grouped kernel (their tiles share the waves)."""
+    batched or grouped kernel (their tiles share the waves); k0 for `out_bytes` per output element."""
     sms = sm_count(gpu)
     tiles = table_for(gpu).tiles if gpu.architecture else DEFAULT_TILES
     best = 0.0
@@ -344,19 +348,22 @@ def _shape_efficiency(m: int, n: int, k: int, count: int, gpu: GPUSpec, key: str
         bm, bn = -(-m // tm), -(-n // tn)
         fill = (m * n) / (bm * tm * bn * tn)
         best = max(best, fill * _wave_fill(count * bm * bn, sms))
-    k0 = epilogue_steps(gpu, key, ceiling)
+    k0 = epilogue_steps(gpu, key, ceiling, out_bytes)
     return best * k / (k + k0)
 
 
-def gemm_efficiency(m: int, n: int, k: int, count: int, gpu: GPUSpec, precision: Precision) -> float:
-    """Fraction of the tensor-core ceiling a GEMM reaches (module docstring)."""
+def gemm_efficiency(m: int, n: int, k: int, count: int, gpu: GPUSpec, precision: Precision, out_bytes: int = 2) -> float:
+    """Fraction of the tensor-core ceiling a GEMM reaches (module docstring), its epilogue moving
+    `out_bytes` per output element."""
     key = _dtype_key(precision)
-    return _shape_efficiency(m, n, k, count, gpu, key, ceiling=tensor_core_ceiling(gpu, precision))
+    return _shape_efficiency(m, n, k, count, gpu, key, ceiling=tensor_core_ceiling(gpu, precision), out_bytes=out_bytes)
 
 
 def gemm_seconds(m: int, n: int, k: int, count: int, gpu: GPUSpec, precision: Precision, *, operand_bytes: int, out_bytes: int = 2) -> float:
+    """Seconds of the GEMM; `out_bytes` per output element moved by its epilogue (the element size,
+    twice it for a GEMM accumulating into its output)."""
     flop = 2 * m * n * k * count
-    rate = tensor_core_ceiling(gpu, precision) * gemm_efficiency(m, n, k, count, gpu, precision)
+    rate = tensor_core_ceiling(gpu, precision) * gemm_efficiency(m, n, k, count, gpu, precision, out_bytes)
     moved = count * (operand_bytes * (m * k + k * n) + out_bytes * m * n)
     table = table_for(gpu)
     stream = gpu.hbm_bandwidth_bytes_per_s * table.stream_fraction

@@ -128,8 +128,8 @@ def unfused_grad_accumulation_seconds(job: Job, rank: int) -> float:
     .grad_accumulation_fusion): main_grad.add_(param.grad) for every parameter of the rank, a
     memory-bound kernel reading the 16-bit gradient and the main grad and writing the main grad
     (Megatron-LM@d98e8a64 megatron/core/distributed/distributed_data_parallel.py:575-578). The
-    fused path's read and write of the main grad happen in the wgrad GEMM's epilogue and cost
-    nothing beside it."""
+    fused path's read and write of the main grad happen in the wgrad GEMM's epilogue
+    (compute.wgrad_out_bytes), not in a kernel of their own."""
     if job.training.framework is not Framework.MEGATRON or job.training.grad_accumulation_fusion:
         return 0.0
     params = float(rank_params(job, rank).total)

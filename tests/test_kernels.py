@@ -73,6 +73,20 @@ def test_short_k_gemms_lose_the_epilogue_that_deepgemm_shows(k, n, measured):
     assert rate(k, n) / rate(7168, 4096) == pytest.approx(measured / 1377, rel=0.12)
 
 
+def test_a_gemm_accumulating_into_its_output_reads_it_in_the_epilogue():
+    # A100 fp16 at its sustained ceiling (257.4 TFLOP/s, gpus.toml's three Azure timings) and
+    # 2.039 TB/s: a 16-bit store costs k0 = 2 x 257.4e12 / (2 x 2.039e12) = 126.3 k-steps; a wgrad
+    # accumulating into fp16 main grads (beta = 1) reads and writes 2 + 2 bytes, k0 = 252.5. At
+    # k = 2048 tokens (3072 x 9216 weight) the rate drops by (2048 + 126.3) / (2048 + 252.5) = 0.9451
+    # and at k = 1024 by 1150.3 / 1276.5 = 0.9011; the ceiling is known to 4 digits, hence rel 1e-3
+    gpu = GPUS["A100-80GB"]
+    assert K.tensor_core_ceiling(gpu, Precision.FP16) == pytest.approx(257.4e12, rel=1e-3)
+    for k, drop in ((2048, 0.9451), (1024, 0.9011)):
+        plain = K.gemm_efficiency(3072, 9216, k, 1, gpu, Precision.FP16)
+        accumulating = K.gemm_efficiency(3072, 9216, k, 1, gpu, Precision.FP16, out_bytes=4)
+        assert accumulating / plain == pytest.approx(drop, rel=1e-3)
+
+
 def test_wave_quantisation_makes_one_extra_tile_cost_a_wave():
     # 132 SMs: 132 tiles of 128x256 fill one wave. One more output row needs 143 such tiles (a
     # second, nearly empty wave); the best the library can do is 286 tiles of 128x128 in three

@@ -338,6 +338,38 @@ def test_unfused_gradient_accumulation_adds_a_ten_byte_pass_per_parameter_and_mi
     assert gap == pytest.approx(expected * unfused.num_microbatches)
 
 
+def test_megatron_wgrad_gemms_accumulate_into_the_main_grad_in_their_epilogue():
+    # gradient accumulation fusion: the wgrad GEMM adds into the main grad (beta = 1), reading and
+    # writing it: fp32 main grads for bf16 (4 + 4 bytes), fp16 ones for fp16 (2 + 2); torchtitan and
+    # --no-gradient-accumulation-fusion write a fresh bf16 gradient (2). Only the wgrad GEMMs change:
+    # LLAMA_TINY's qkv at 128 tokens on one H100, dW = (256 x 128)·(128 x 384)
+    from cost_models import kernels as K
+    from cost_models.compute import head_backward_time, main_grad_bytes, weight_backward_seconds, wgrad_out_bytes
+    from cost_models.enums import Precision
+    from cost_models.flops import Gemm
+
+    cases = {
+        "bf16": (dict(seq_len=128), 8),
+        "fp16": (dict(seq_len=128, precision="fp16"), 4),
+        "unfused": (dict(seq_len=128, grad_accumulation_fusion=False), 2),
+        "torchtitan": (dict(seq_len=128, framework="torchtitan"), 2),
+    }
+    qkv = Gemm("qkv", 128, 384, 256)
+    for name, (training, out_bytes) in cases.items():
+        job = make_job(LLAMA_TINY, gpus=1, training=training)
+        assert wgrad_out_bytes(job) == out_bytes, name
+        prec = Precision.FP16 if name == "fp16" else Precision.BF16
+        dgrad, wgrad = weight_backward_seconds(job, qkv, prec, DEFAULT)
+        assert dgrad == pytest.approx(K.gemm_seconds(128, 256, 384, 1, job.cluster.gpu, prec, operand_bytes=2)), name
+        assert wgrad == pytest.approx(K.gemm_seconds(256, 384, 128, 1, job.cluster.gpu, prec, operand_bytes=2,
+                                                     out_bytes=out_bytes)), name
+    bf16 = make_job(LLAMA_TINY, gpus=1, training=dict(seq_len=128))
+    assert main_grad_bytes(bf16) == 4
+    # the output layer (ColumnParallelLinear) accumulates the same way: its backward is slower fused
+    unfused = make_job(LLAMA_TINY, gpus=1, training=dict(seq_len=128, grad_accumulation_fusion=False))
+    assert head_backward_time(bf16, DEFAULT) > head_backward_time(unfused, DEFAULT)
+
+
 def test_megatron_without_overlap_grad_reduce_exposes_the_whole_reduction():
     # Megatron's --overlap-grad-reduce and --overlap-param-gather default off: the distributed
     # optimizer's reduce-scatter and gather run after the backward and the optimizer step, and the
