@@ -104,7 +104,7 @@ def _impl(job: Job, op: str) -> Impl:
 # --- GEMMs ----------------------------------------------------------------------------------------
 
 
-def _memory_seconds(job: Job, moved_bytes: float, cal: Calibration, *, op: str | None = None, launches: float = 0.0) -> float:
+def memory_seconds(job: Job, moved_bytes: float, cal: Calibration, *, op: str | None = None, launches: float = 0.0) -> float:
     """A memory-bound kernel of the layer passes (kernels.memory_seconds) under the calibration's
     memory_scale for the GPU's architecture."""
     gpu = job.cluster.gpu
@@ -259,7 +259,7 @@ def _eager_attention_seconds(job: Job, backward: bool, cal: Calibration) -> floa
     elements = a.batch_heads * a.q_len * a.k_len
     passes = 2 + (2 + 2.5 if job.model.attention_dropout > 0 else 0) + (2 * 3 if job.model.attn_logit_softcap else 0)
     passes += SINK_EAGER_PASSES if job.model.attention_sinks else 0
-    traffic = _memory_seconds(job, elements * ACT_BYTES * passes, cal)
+    traffic = memory_seconds(job, elements * ACT_BYTES * passes, cal)
     gemms = [scores, context] if not backward else [x for g in (scores, context) for x in backward_gemms(g)]
     return sum(gemm_seconds(g, gpu, prec, cal) for g in gemms) + traffic
 
@@ -337,7 +337,7 @@ def attention_kernels(job: Job, cal: Calibration, kind: LayerKind = LayerKind())
         return AttentionKernels(_eager_attention_seconds(job, False, cal), _eager_attention_seconds(job, True, cal))
     kernels = _fused_attention_kernels(job, cal, kind)
     sink = sink_gradient_bytes(job)  # the sink logits' gradient, in the first backward kernel's preprocess
-    return dataclasses.replace(kernels, first_bwd=kernels.first_bwd + _memory_seconds(job, sink, cal)) if sink else kernels
+    return dataclasses.replace(kernels, first_bwd=kernels.first_bwd + memory_seconds(job, sink, cal)) if sink else kernels
 
 
 def _fused_attention_kernels(job: Job, cal: Calibration, kind: LayerKind) -> AttentionKernels:
@@ -370,8 +370,8 @@ def _fused_attention_kernels(job: Job, cal: Calibration, kind: LayerKind) -> Att
     out = heads * seq * d  # elements of a rank's attention output
     # per step, TE's log-sum-exp correction and the output rescale-and-accumulate: two kernels
     # (TransformerEngine@40c69e75 context_parallel.py:101-145, 1613-1660)
-    merge_f = _memory_seconds(job, out * (ACT_BYTES + 2 * FP32), cal, launches=2)
-    merge_b = _memory_seconds(job, out * 2 * (ACT_BYTES + 2 * FP32), cal, launches=2)
+    merge_f = memory_seconds(job, out * (ACT_BYTES + 2 * FP32), cal, launches=2)
+    merge_b = memory_seconds(job, out * 2 * (ACT_BYTES + 2 * FP32), cal, launches=2)
     return AttentionKernels(first_f, first_b, cp, step_f, step_b, merge_f, merge_b)
 
 
@@ -407,19 +407,19 @@ def mamba_kernels(job: Job, cal: Calibration) -> AttentionKernels:
     scan_f = sum(gemm_seconds(g, gpu, bf16, cal) for g in gemms)
     scan_b = sum(gemm_seconds(x, gpu, bf16, cal) for g in gemms for x in backward_gemms(g))
     reorder, copies = mamba_reorder_bytes(job)
-    reorder_s = _memory_seconds(job, reorder, cal, launches=copies) if copies else 0.0
+    reorder_s = memory_seconds(job, reorder, cal, launches=copies) if copies else 0.0
     fwd = (
         scan_f
-        + _memory_seconds(job, 4 * states * ACT_BYTES, cal, launches=1)
-        + _memory_seconds(job, 2 * conv * ACT_BYTES, cal, launches=1)
-        + _memory_seconds(job, 3 * inner * ACT_BYTES, cal, launches=1)
+        + memory_seconds(job, 4 * states * ACT_BYTES, cal, launches=1)
+        + memory_seconds(job, 2 * conv * ACT_BYTES, cal, launches=1)
+        + memory_seconds(job, 3 * inner * ACT_BYTES, cal, launches=1)
         + reorder_s
     )
     bwd = (
         scan_b
-        + _memory_seconds(job, 8 * states * ACT_BYTES, cal, launches=1)
-        + _memory_seconds(job, 3 * conv * ACT_BYTES, cal, launches=1)
-        + _memory_seconds(job, 5 * inner * ACT_BYTES, cal, launches=1)
+        + memory_seconds(job, 8 * states * ACT_BYTES, cal, launches=1)
+        + memory_seconds(job, 3 * conv * ACT_BYTES, cal, launches=1)
+        + memory_seconds(job, 5 * inner * ACT_BYTES, cal, launches=1)
         + reorder_s
     )
     return AttentionKernels(fwd, bwd)
@@ -562,7 +562,7 @@ def clamp_seconds(job: Job, elements: float, *, backward: bool, cal: Calibration
     if table is None:
         return 0.0
     moved, launches = table[1 if backward else 0]
-    return _memory_seconds(job, elements * moved, cal, launches=launches)
+    return memory_seconds(job, elements * moved, cal, launches=launches)
 
 
 def op_seconds(gpu: GPUSpec, op: str, impl: Impl, elements: float, *, backward: bool) -> float:
@@ -652,7 +652,7 @@ def permutation_seconds(job: Job, routed: int, cal: Calibration) -> float:
     impl = _impl(job, "permute").value
     moved = 2 * ACT_BYTES * routed * job.model.hidden_size
     # two kernels each: the index computation from the routing map and the copy (gather or scatter-add)
-    return _memory_seconds(job, moved, cal, op=f"permute.{impl}", launches=2) + _memory_seconds(
+    return memory_seconds(job, moved, cal, op=f"permute.{impl}", launches=2) + memory_seconds(
         job, moved, cal, op=f"unpermute.{impl}", launches=2)
 
 
@@ -791,8 +791,8 @@ def layer_time(job: Job, kind: LayerKind, *, cal: Calibration) -> LayerTime:
         attention_backward=att.backward_s,
         elementwise=elementwise_seconds(job, kind, backward=False, cal=cal),
         elementwise_backward=elementwise_seconds(job, kind, backward=True, cal=cal),
-        fp8_cast=_memory_seconds(job, cast_fwd, cal),
-        fp8_cast_backward=_memory_seconds(job, cast_bwd, cal),
+        fp8_cast=memory_seconds(job, cast_fwd, cal),
+        fp8_cast_backward=memory_seconds(job, cast_bwd, cal),
     )
     job.memo[key] = out
     return out
@@ -826,11 +826,11 @@ def loss_time(job: Job, cal: Calibration) -> float:
     op = {Impl.MEGATRON: "loss.megatron", Impl.COMPILE: "loss.fused"}.get(_impl(job, "loss"), "loss.eager")
     moved = tokens(job) * vocab * LOSS_BYTES_PER_LOGIT
     # forward log-softmax and nll, their two backward kernels
-    loss = _memory_seconds(job, moved, cal, op=op, launches=4)
+    loss = memory_seconds(job, moved, cal, op=op, launches=4)
     if job.model.final_logit_softcap:
         # Gemma's logits / c, tanh, · c before the loss (Gemma2ForCausalLM.forward): three eager
         # kernels reading and writing 16-bit logits (4 bytes each), twice that in backward
-        loss += _memory_seconds(job, tokens(job) * vocab * LOGIT_SOFTCAP_BYTES, cal, launches=9)
+        loss += memory_seconds(job, tokens(job) * vocab * LOGIT_SOFTCAP_BYTES, cal, launches=9)
     return loss
 
 

@@ -58,6 +58,7 @@ from cost_models.compute import (
     layer_time,
     linear_seconds,
     loss_time,
+    memory_seconds,
     optimizer_time,
     tp_blocks,
 )
@@ -123,7 +124,7 @@ def _grad_bytes(job: Job) -> int:
     return 4
 
 
-def unfused_grad_accumulation_seconds(job: Job, rank: int) -> float:
+def unfused_grad_accumulation_seconds(job: Job, rank: int, cal: Calibration) -> float:
     """Per micro-batch, Megatron without gradient accumulation fusion (TrainingSpec
     .grad_accumulation_fusion): main_grad.add_(param.grad) for every parameter of the rank, a
     memory-bound kernel reading the 16-bit gradient and the main grad and writing the main grad
@@ -133,7 +134,7 @@ def unfused_grad_accumulation_seconds(job: Job, rank: int) -> float:
     if job.training.framework is not Framework.MEGATRON or job.training.grad_accumulation_fusion:
         return 0.0
     params = float(rank_params(job, rank).total)
-    return K.memory_seconds(params * (ACT_BYTES + 2 * _grad_bytes(job)), job.cluster.gpu)
+    return memory_seconds(job, params * (ACT_BYTES + 2 * _grad_bytes(job)), cal)
 
 
 def _sms(job: Job) -> int:
@@ -504,7 +505,7 @@ def _fsdp_layer_comm(job: Job, layer_id: int) -> tuple[float, float]:
     return gather, reduce
 
 
-def fsdp_copy_seconds(job: Job, layer_id: int) -> float:
+def fsdp_copy_seconds(job: Job, layer_id: int, cal: Calibration) -> float:
     """FSDP2's copies around one layer's collectives for one micro-batch (torch
     _fully_shard/_fsdp_collectives.py: foreach_all_gather_copy_out splits the flat all-gather output
     into the unsharded parameters, 2 + 2 bytes per parameter, after the forward and the backward
@@ -515,7 +516,7 @@ def fsdp_copy_seconds(job: Job, layer_id: int) -> float:
         return 0.0
     p = local_layer_params(job, layer_id)
     params = p.dense + p.expert
-    return K.memory_seconds(params * (2 * (2 + 2) + (2 + _grad_bytes(job))), job.cluster.gpu, launches=3)
+    return memory_seconds(job, params * (2 * (2 + 2) + (2 + _grad_bytes(job))), cal, launches=3)
 
 
 def dp_tail(job: Job, rank: int) -> tuple[float, float]:
@@ -767,8 +768,8 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[LayerKi
             reduces.append(0.0 if _pipelined_fsdp(job) else r)  # after the last backward (dp_tail)
             p = local_layer_params(job, layer_id)
             layer_params.append(p.dense + p.expert)
-            parts["sharding"] += fsdp_copy_seconds(job, layer_id)
-    parts["elementwise"] += unfused_grad_accumulation_seconds(job, rank)
+            parts["sharding"] += fsdp_copy_seconds(job, layer_id, cal)
+    parts["elementwise"] += unfused_grad_accumulation_seconds(job, rank, cal)
     if fsdp and gathers:
         counts = pipelined_gathers(job, rank) if _pipelined_fsdp(job) else (1.0, 1.0)
         exposure = _fsdp_exposure(job, gathers, reduces, fwd_compute, bwd_compute, layer_params, cal, counts)
@@ -969,8 +970,8 @@ def compute_by_kernel(est: TimeEstimate) -> Breakdown:
         attention += lt.attention + lt.attention_backward + ra
         memory += lt.elementwise + lt.elementwise_backward + lt.fp8_cast + lt.fp8_cast_backward + rm
         if fsdp:
-            memory += fsdp_copy_seconds(job, layer_id)
-    memory += unfused_grad_accumulation_seconds(job, crit.rank)
+            memory += fsdp_copy_seconds(job, layer_id, cal)
+    memory += unfused_grad_accumulation_seconds(job, crit.rank, cal)
     if crit.rank == job.layout.pp - 1:
         heads = 1 + job.model.mtp_layers  # the output layer and loss again per MTP module (stage_time)
         gemm += heads * (head_time(job, cal) + head_backward_time(job, cal)) + sum(mtp_merge_seconds(job, cal))

@@ -85,7 +85,7 @@ def test_cp_2_costs_the_exposed_all_to_alls_on_a_compute_bound_layer():
     #   = 3 · 0.46603 + 2 · 0.08422 + 0.02276 ms = 1.5893 ms
     # and backward the same again, all exposed (Megatron's all_to_all_single waits on the stream).
     from cost_models.calibration import DEFAULT
-    from cost_models.compute import _memory_seconds, mamba_reorder_bytes
+    from cost_models.compute import memory_seconds, mamba_reorder_bytes
     from cost_models.step_time import layer_pass, mamba_cp_seconds
 
     training = {"seq_len": 32768, "global_batch_size": 8}
@@ -102,7 +102,7 @@ def test_cp_2_costs_the_exposed_all_to_alls_on_a_compute_bound_layer():
     # read and written in bf16, once forward and once backward (memory-bound: 4.7 GB a pass)
     moved, copies = mamba_reorder_bytes(two)
     assert moved == 2 * 2 * 16384 * (3 * (2 * 8192 + 2 * 1024 + 128) + 2 * 8192) and copies == 9
-    reorder = 2 * _memory_seconds(two, moved, DEFAULT, launches=copies)
+    reorder = 2 * memory_seconds(two, moved, DEFAULT, launches=copies)
     # without them, compute per rank halves: the same GEMM shapes at half the rows and the scan at
     # half the heads run within 3% of the same rate (large shapes on the efficiency plateau)
     assert p2.compute.total - reorder == pytest.approx(p1.compute.total / 2, rel=0.03)

@@ -332,8 +332,12 @@ def test_unfused_gradient_accumulation_adds_a_ten_byte_pass_per_parameter_and_mi
     unfused = make_job(LLAMA_TINY, gpus=1, training=dict(seq_len=128, grad_accumulation_fusion=False))
     assert int(rank_params(unfused, 0).total) == 3_295_488
     expected = K.memory_seconds(32_954_880, unfused.cluster.gpu)
-    assert unfused_grad_accumulation_seconds(unfused, 0) == pytest.approx(expected)
-    assert unfused_grad_accumulation_seconds(fused, 0) == 0
+    assert unfused_grad_accumulation_seconds(unfused, 0, DEFAULT) == pytest.approx(expected)
+    assert unfused_grad_accumulation_seconds(fused, 0, DEFAULT) == 0
+    # a memory-bound kernel like the layers' own: validate --calibrate's memory_scale for the GPU's
+    # architecture divides it (a GPU measured at 80% of the tabulated bandwidth takes 1/0.8 as long)
+    slow = DEFAULT.with_values(**{f"memory_scale__{unfused.cluster.gpu.architecture}": 0.8})
+    assert unfused_grad_accumulation_seconds(unfused, 0, slow) == pytest.approx(expected / 0.8)
     gap = time_estimate(unfused).breakdown.value("compute/elementwise") - time_estimate(fused).breakdown.value("compute/elementwise")
     assert gap == pytest.approx(expected * unfused.num_microbatches)
 
@@ -505,3 +509,19 @@ def test_validates_kernel_split_counts_the_unfused_gradient_accumulation():
     job = make_job(LLAMA_TINY, gpus=1, training=dict(seq_len=128, grad_accumulation_fusion=False))
     est = time_estimate(job)
     assert float(compute_by_kernel(est).total) == pytest.approx(float(est.breakdown.value("compute")))
+
+
+def test_fsdp2_copies_are_priced_by_their_bytes_and_follow_memory_scale():
+    # torchtitan FSDP2 around one LLAMA_TINY layer (692,736 parameters, as above, unsharded on the
+    # GPU): two all-gather copy-outs (read 2 + write 2 bytes each) and the gradient copy into the fp32
+    # reduce-scatter input (read 2 + write 4): 14 bytes per parameter, 3 kernels.
+    from cost_models import kernels as K
+    from cost_models.step_time import fsdp_copy_seconds
+
+    job = make_job(LLAMA_TINY, gpus=8, zero=3, training=dict(seq_len=128, framework="torchtitan"))
+    expected = K.memory_seconds(692_736 * 14, job.cluster.gpu, launches=3)
+    assert fsdp_copy_seconds(job, 0, DEFAULT) == pytest.approx(expected)
+    # memory_scale divides the whole kernel time, launches included, as for the layers' (compute.memory_seconds)
+    slow = DEFAULT.with_values(**{f"memory_scale__{job.cluster.gpu.architecture}": 0.5})
+    assert fsdp_copy_seconds(job, 0, slow) == pytest.approx(2 * expected)
+    assert fsdp_copy_seconds(make_job(LLAMA_TINY, gpus=8, zero=1, training=dict(seq_len=128)), 0, DEFAULT) == 0
