@@ -13,7 +13,8 @@ Two kinds:
 
 - gemm_scale: on the tensor-core rate of every GEMM;
 - attention_scale: on the fused attention kernels' rates;
-- memory_scale: on the bandwidth of the memory-bound kernels of a layer (norms, activations, loss);
+- memory_scale: on the bandwidth of the memory-bound kernels of a layer (norms, activations, loss,
+  FSDP2's copies around its collectives, Megatron's unfused gradient accumulation);
 - optimizer_scale: on the bandwidth of the optimizer step.
 
 `--calibration FILE` loads such a file for plan/estimate/sweep: a JSON object with any of these
