@@ -8,7 +8,7 @@ The examples of `planner validate` that run a job show one machine's measurement
 its error examples are.
 
     python tests/docs_examples.py            # list the examples that differ
-    python tests/docs_examples.py --write    # rewrite every full (non-excerpt) output from a fresh run
+    python tests/docs_examples.py --write    # rewrite every full output from a fresh run, and the numbers of excerpts
 """
 
 from __future__ import annotations
@@ -140,12 +140,48 @@ def check_page(page: Path) -> list[tuple[Example, list[str], str | None]]:
     return results
 
 
+# a number as the pages print them (signs, thousands separators, decimals, a percent sign)
+NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?%?")
+
+
+def _shape(line: str) -> str:
+    """A line with its timings masked and every number replaced by '#'."""
+    masked = _mask([line])
+    return NUMBER.sub("#", masked[0]) if masked else ""
+
+
+def refreshed_excerpt(example: Example, actual: list[str]) -> list[str] | None:
+    """The excerpt with each shown line replaced by the output line that reads the same but for its
+    numbers (the next such line, in order), or None where some shown line has no such line."""
+    now = [ln.rstrip() for ln in actual]
+    out, at = [], 0
+    for ln in example.shown:
+        if ln.startswith(ELIDED) or not ln.strip():
+            out.append(ln)
+            continue
+        label = _shape(ln)
+        k = next((k for k in range(at, len(now)) if _shape(now[k]) == label), None)
+        if k is None:
+            return None
+        out.append(now[k])
+        at = k + 1
+    return out
+
+
 def write(page: Path, results: list[tuple[Example, list[str], str | None]]) -> int:
-    """Put each full example's fresh output in the page (bottom up, so earlier indices stay valid)."""
+    """Put each full example's fresh output in the page, and each excerpt's lines with their new numbers
+    where every one of them is still printed (bottom up, so earlier indices stay valid)."""
     lines = page.read_text().split("\n")
     changed = 0
     for ex, actual, diff in sorted(results, key=lambda r: -r[0].start):
-        if diff is None or ex.excerpt:
+        if diff is None:
+            continue
+        if ex.excerpt:
+            fresh_excerpt = refreshed_excerpt(ex, actual)
+            if fresh_excerpt is None:
+                continue
+            lines[ex.start:ex.end] = fresh_excerpt
+            changed += 1
             continue
         fresh = [ln.rstrip() for ln in actual]
         while fresh and not fresh[-1]:

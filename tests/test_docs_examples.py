@@ -31,3 +31,21 @@ def test_the_check_sees_a_changed_number_and_an_excerpt_out_of_order(tmp_path):
         page.write_text("```text\n$ planner presets\n" + "\n".join(shown) + "\n```\n")
         [(ex, _, diff)] = check_page(page)
         assert ex.excerpt and (diff is None) == in_order, diff
+
+
+def test_write_renews_an_excerpts_numbers_and_leaves_one_whose_lines_are_gone(tmp_path):
+    from tests.docs_examples import write
+
+    page = tmp_path / "page.md"
+    page.write_text("```text\n$ planner presets\n```\n")
+    [(_, run_lines, _)] = check_page(page)
+    row = next(ln.rstrip() for ln in run_lines if ln.startswith(" llama-3.1-8b "))
+    stale_row = row.replace("4096", "4097", 1)
+    assert stale_row != row
+    page.write_text("```text\n$ planner presets\n...\n" + stale_row + "\n```\n")
+    assert write(page, check_page(page)) == 1
+    assert page.read_text() == "```text\n$ planner presets\n...\n" + row + "\n```\n"
+    # a shown line that reads differently but for its numbers is not guessed at: the page is left as it is
+    gone = "```text\n$ planner presets\n...\n no-such-model 1 2 3\n```\n"
+    page.write_text(gone)
+    assert write(page, check_page(page)) == 0 and page.read_text() == gone
