@@ -1,7 +1,7 @@
 """Step time of a job: per-stage micro-batch time (compute + exposed tp/cp/ep/pp/FSDP communication),
 the pipeline schedule around it, the data-parallel gradient tail and the optimizer step.
 
-    step = m · T_max  +  bubble  +  dp tail  +  optimizer
+    step = m · T_max  +  bubble  +  dp tail  +  tied embedding  +  optimizer
 
 T_r is one micro-batch's forward and backward through every model chunk of pipeline rank r,
 T_max the slowest rank's. 1F1B and interleaved 1F1B keep every rank busy for m micro-batches
@@ -22,7 +22,9 @@ code it follows; the framework notes of docs/performance-model.md list the commi
   layer's all-to-alls of heads (Megatron) run on the compute stream (exposed);
 - ep: the token all-to-alls run on the compute stream (exposed), unless the dispatcher overlaps
   them with another micro-batch (Megatron's combined 1F1B);
-- pp: each chunk's activation send/recv is on the critical path once per pass;
+- pp: each chunk's activation send/recv is on the critical path once per pass; a tied embedding's
+  gradient all-reduce between the first and last stage follows the dp sync, exposed
+  (tied_embedding_grad_seconds);
 - FSDP / ZeRO-3: each layer's parameter all-gather is prefetched behind the previous layer's
   forward, its gradient reduce-scatter behind the next layer's backward; the first gather and the
   last reduce-scatter of a pass cannot hide; DeepSpeed prefetches only stage3_prefetch_bucket_size
