@@ -1,7 +1,7 @@
 """Step time of a job: per-stage micro-batch time (compute + exposed tp/cp/ep/pp/FSDP communication),
 the pipeline schedule around it, the data-parallel gradient tail and the optimizer step.
 
-    step = m · T_max  +  bubble  +  dp tail  +  optimizer
+    step = m · T_max  +  bubble  +  dp tail  +  tied embedding  +  optimizer
 
 T_r is one micro-batch's forward and backward through every model chunk of pipeline rank r,
 T_max the slowest rank's. 1F1B and interleaved 1F1B keep every rank busy for m micro-batches
@@ -22,7 +22,9 @@ code it follows; the framework notes of docs/performance-model.md list the commi
   layer's all-to-alls of heads (Megatron) run on the compute stream (exposed);
 - ep: the token all-to-alls run on the compute stream (exposed), unless the dispatcher overlaps
   them with another micro-batch (Megatron's combined 1F1B);
-- pp: each chunk's activation send/recv is on the critical path once per pass;
+- pp: each chunk's activation send/recv is on the critical path once per pass; a tied embedding's
+  gradient all-reduce between the first and last stage follows the dp sync, exposed
+  (tied_embedding_grad_seconds);
 - FSDP / ZeRO-3: each layer's parameter all-gather is prefetched behind the previous layer's
   forward, its gradient reduce-scatter behind the next layer's backward; the first gather and the
   last reduce-scatter of a pass cannot hide; DeepSpeed prefetches only stage3_prefetch_bucket_size
@@ -79,7 +81,7 @@ from cost_models.mamba_shard import all_to_all_widths
 from cost_models.model_spec import LayerKind
 from cost_models.memory import DEEPSPEED_BUCKET_ELEMENTS, DEEPSPEED_PREFETCH_ELEMENTS
 from cost_models.units import MiB
-from cost_models.states import dense_params, local_kv_heads, local_layer_params, rank_params
+from cost_models.states import dense_params, local_kv_heads, local_layer_params, padded_vocab, rank_params
 
 MIN_DDP_BUCKET_PARAMS = 40_000_000  # Megatron DDP bucket: max(40M, 1M x dp) params
 BUCKET_PARAMS_PER_DP_RANK = 1_000_000  # (megatron/training/training.py, ddp_config.bucket_size)
@@ -710,6 +712,50 @@ def pp_hop_seconds(job: Job) -> float:
     return send_recv_time(boundary, stride=lay.tp * lay.cp * job.dp, cluster=job.cluster.spec)
 
 
+def tied_embedding_grad_seconds(job: Job) -> float:
+    """The all-reduce of the word embedding's gradient between the first and the last pipeline
+    stage, which each hold a copy of it (exposed: after the data-parallel gradient sync, before the
+    optimizer step, with nothing beside it).
+
+    With tied input and output embeddings and pp > 1, Megatron keeps a second copy of the word
+    embedding on the last stage for the output layer, and also one there for multi-token
+    prediction whether tied or not (Megatron-LM@d98e8a64 megatron/core/models/common/
+    language_module/language_module.py L253-314; gpt_model.py L166-181). Its embedding group is the
+    first and the last rank of each pipeline group, one rank without a pipeline
+    (parallel_state.py L560-566, L1269-1278). finalize_model_grads runs at the end of every schedule
+    (pipeline_parallel/schedules.py L863-871, L2080-2097, L2482-2498), after the last backward:
+    finish_grad_sync of the data-parallel reduction first, then one all_reduce of the whole
+    main_grad of the copy over the embedding group (distributed/finalize_model_grads.py L636-642,
+    L671-677, L164-259), in the gradient buffer's dtype (fp32 unless --grad-reduce-in-bf16:
+    param_and_grad_buffer.py L924), the full vocab/tp x hidden view of the buffer under the
+    distributed optimizer too. With a virtual pipeline the copies are the first chunk of rank 0 and
+    the last chunk of the last rank (L233-241): the same two ranks.
+    nanotron does the same for tied embeddings: sync_tied_weights_gradients, after the
+    data-parallel sync and before clipping, one all_reduce_coalesced of the fp32 accumulation
+    buffer over the ranks holding the two targets (huggingface/nanotron@c2528430
+    src/nanotron/trainer.py L502-526, L949-971; parallel/tied_parameters.py L119-165).
+    DeepSpeed's PipelineModule (TiedLayerSpec) all-reduces each tied weight's gradient over the
+    stages holding it in ReduceTiedGrads, the last step's command before ReduceGrads and the
+    optimizer step (deepspeedai/DeepSpeed@edaa7221 deepspeed/runtime/pipe/schedule.py L237-241;
+    pipe/engine.py L278-294; pipe/module.py L481-523), in the gradient accumulation dtype, bf16 by
+    default (engine.py L1485-1496, L2013-2017; bf16_optimizer.py L176), as _grad_bytes has it.
+    torchtitan refuses weight tying with a pipeline (pytorch/torchtitan@b5bcd76c
+    torchtitan/models/common/decoder.py L168-171; 0.2's qwen3 has no pipelining_fn,
+    models/qwen3/__init__.py L199 at v0.2.0): nothing to price."""
+    lay, fw = job.layout, job.training.framework
+    megatron_mtp = fw is Framework.MEGATRON and job.model.mtp_layers > 0
+    if lay.pp == 1 or fw is Framework.TORCHTITAN or not (job.model.tie_embeddings or megatron_mtp):
+        return 0.0
+    cl = job.cluster.spec
+    word = -(-padded_vocab(job) // lay.tp) * job.model.hidden_size
+    # the two ranks are (pp - 1) pipeline strides apart (the rank order puts pp last): both in one
+    # scale-up domain when the whole pipeline group is, else one per domain, as send_recv_time
+    # places a pipeline hop
+    span = lay.pp * lay.tp * lay.cp * job.dp
+    where = Placement(n=2, per_domain=2 if span <= cl.scaleup_domain_gpus else 1, span_gpus=span)
+    return collective_time(Collective.ALL_REDUCE, word * _grad_bytes(job), where, cl)
+
+
 def _pp_overlapped(job: Job) -> bool:
     """Megatron's interleaved schedule posts each chunk's send/recv and waits for it only before
     the chunk that needs it (--overlap-p2p-communication, on by default and kept only with a
@@ -845,7 +891,7 @@ class TimeEstimate:
         per_mb = self.critical.microbatch.scaled(m)
         comm = {k: per_mb.value(k) for k in COMM_KINDS}
         comm["dp"] += self.dp_tail_s
-        comm["pp"] += self.critical.pp_fill_s
+        comm["pp"] += self.critical.pp_fill_s + tied_embedding_grad_seconds(self.job)
         compute = per_mb["compute"]
         contention = max(s.dp_contention_s for s in self.stages)
         if contention:

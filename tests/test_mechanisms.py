@@ -22,6 +22,7 @@ from cost_models.step_time import (
     ep_exposure,
     expected_max_normal,
     pp_hop_seconds,
+    tied_embedding_grad_seconds,
     time_estimate,
 )
 from planner import presets
@@ -232,6 +233,37 @@ def test_interleaved_megatron_overlaps_pipeline_transfers_and_others_wait_for_th
     # interleaved: transfers run beside the other chunks; only the warm-up and flush block
     assert tp_inter.breakdown.value("pp") < 0.2 * m * 10 * hop
     assert tp_inter.breakdown.value("pp") >= 2 * 3 * hop
+
+
+def test_tied_embeddings_all_reduce_their_gradient_between_the_first_and_last_stage():
+    llama = presets.models()["llama-3.1-8b"]
+    tied = llama.model_copy(update=dict(tie_embeddings=True))
+    # tp 1, pp 4, dp 2 on one DGX H100: the word embedding 128,256 x 4,096 = 525,336,576 params (the
+    # vocabulary already a multiple of 128), fp32 main grads: 2,101,346,304 bytes (2004 MiB). Ranks 0
+    # and 6 share the NVLink domain: bus factor 2(2-1)/2 = 1 at 18 x 20.6 = 370.8 GB/s; size share
+    # between 1 GiB (0.974) and 4 GiB (0.995), log2 weight log2(2004/1024)/2 = 0.4843 -> 0.9842:
+    # 2.1013e9 / (370.8e9 x 0.9842) = 5.758 ms (hand-rounded shares: rel 1e-3)
+    inside = make_job(tied, gpus=8, pp=4)
+    assert tied_embedding_grad_seconds(inside) == pytest.approx(5.758 * MS, rel=1e-3)
+    # tp 2, pp 4, dp 2 on two nodes: 64,128 x 4,096 x 4 = 1,050,673,152 bytes (1002 MiB); ranks 0 and
+    # 12 on different nodes, one NIC each at 400 Gb/s x 0.94 = 47 GB/s; share at 2 nodes, halfway in
+    # log2 between one node (0.900 -> 0.974 from 256 MiB to 1 GiB, weight log2(1002/256)/2 = 0.9845:
+    # 0.9728) and 4 nodes (0.835 -> 0.933: 0.9315) = 0.9522: 1.0507e9 / (47e9 x 0.9522) = 23.48 ms
+    across = make_job(tied, gpus=16, tp=2, pp=4)
+    assert tied_embedding_grad_seconds(across) == pytest.approx(23.48 * MS, rel=1e-3)
+    # exposed in the step's pp part: the untied model differs by exactly this term (both keep two
+    # copies, so compute, memory and the optimizer are the same)
+    with_tie, without = time_estimate(inside), time_estimate(make_job(llama, gpus=8, pp=4))
+    assert with_tie.breakdown.value("pp") - without.breakdown.value("pp") == pytest.approx(5.758 * MS, rel=1e-3)
+    assert with_tie.step_s - without.step_s == pytest.approx(5.758 * MS, rel=1e-3)
+    # the same two ranks with a virtual pipeline; none without a pipeline, without a tie, or under
+    # torchtitan (which refuses a tie with pp); Megatron's MTP keeps a copy on the last stage untied
+    assert tied_embedding_grad_seconds(make_job(tied, gpus=8, pp=4, vpp=2)) == tied_embedding_grad_seconds(inside)
+    assert tied_embedding_grad_seconds(make_job(tied, gpus=8, tp=2)) == 0.0
+    assert tied_embedding_grad_seconds(make_job(llama, gpus=8, pp=4)) == 0.0
+    assert tied_embedding_grad_seconds(make_job(tied, gpus=8, pp=4, training=dict(framework="torchtitan"))) == 0.0
+    mtp = llama.model_copy(update=dict(mtp_layers=1))
+    assert tied_embedding_grad_seconds(make_job(mtp, gpus=8, pp=4)) == tied_embedding_grad_seconds(inside)
 
 
 # --- no ties between layouts that differ in cp or ep ----------------------------------------------
