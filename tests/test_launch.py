@@ -636,3 +636,17 @@ def test_plan_ranks_only_what_the_chosen_torchtitan_version_launches(tmp_path):
                                  "--torchtitan-version", "0.2", "--rank", "2", "--out", str(tmp_path / "o")])
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "o" / "plan.json").read_text())["layout"]["pp"] == 1
+
+
+def test_torchtitan_03_refuses_tied_embeddings_under_a_pipeline(tmp_path):
+    # torchtitan 0.3.0rc1 raises NotImplementedError for enable_weight_tying with pp > 1
+    # (pytorch/torchtitan@1fdf90d3 torchtitan/models/common/decoder.py L139-142): launch refuses it in
+    # one line, and plan holds pp at 1 for a tied model, so it never ranks a pipeline launch refuses
+    result = runner.invoke(app, ["launch", "gpt2-medium", "-c", "dgx-h100", "-g", "8", "--framework", "torchtitan",
+                                 "--pp", "2", "--seq-len", "1024", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and not (tmp_path / "o").exists()
+    assert "torchtitan 0.3 does not run tied embeddings under pipeline parallelism" in result.output
+    result = runner.invoke(app, ["plan", "gpt2-medium", "-c", "dgx-h100", "-g", "64", "--framework", "torchtitan",
+                                 "--global-batch-size", "64", "--seq-len", "1024", "--json"])
+    assert result.exit_code == 0, result.output
+    assert {p["layout"]["pp"] for p in json.loads(result.output)["plans"]} == {1}

@@ -93,10 +93,16 @@ def without_idle_window(model: ModelSpec, seq_len: int) -> ModelSpec:
 
 def single_axes(target: Target) -> dict[str, str]:
     """The layout axes this launch runs only at 1, each with its refusal ({} the degree): pp for a
-    torchtitan 0.2 model without pipelining. A model with no registry entry is refused whole
-    (titan_model), whatever the layout."""
+    model with tied embeddings on 0.3, and for a torchtitan 0.2 model without pipelining. A model
+    with no registry entry is refused whole (titan_model), whatever the layout."""
     if target.options.torchtitan_version is not TitanVersion.V02:
-        return {}
+        if not target.job.model.tie_embeddings:
+            return {}
+        # torchtitan 0.3.0rc1 (pytorch/torchtitan@1fdf90d3) torchtitan/models/common/decoder.py L139-142:
+        # Decoder.update_from_config raises NotImplementedError for enable_weight_tying with pp > 1
+        return {"pp": ("torchtitan 0.3 does not run tied embeddings under pipeline parallelism (\"Weight tying is "
+                       "not supported with Pipeline Parallel\"), so pp({}) > 1 fails at start; use --pp 1, or "
+                       "--framework megatron")}
     try:
         module = titan_model(target).module
     except SpecError:
