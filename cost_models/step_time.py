@@ -46,7 +46,16 @@ from statistics import NormalDist
 from cost_models import kernels as K
 from cost_models.breakdown import Breakdown
 from cost_models.calibration import DEFAULT, Calibration
-from cost_models.comm import MAX_SM_SHARE, Collective, Placement, collective_time, nccl_sm_share, placement, send_recv_time
+from cost_models.comm import (
+    MAX_SM_SHARE,
+    Collective,
+    Placement,
+    collective_time,
+    copy_engine_p2p_time,
+    nccl_sm_share,
+    placement,
+    send_recv_time,
+)
 from cost_models.compute import (
     ACT_BYTES,
     Block,
@@ -95,6 +104,11 @@ NANOTRON_TENSORS_PER_LAYER = 6  # nanotron_param_tensors
 FP32_BYTES = 4  # nanotron's gradient buffer (torch.float, TrainingSpec.zero1_blocking_sync)
 UB_RS_SPLITS = 4
 UB_SMS = 16
+# Transformer Engine userbuffers' ring exchange rotates its chunk GEMMs over _NUM_MAX_UB_STREAMS = 3
+# compute streams, each chunk's GEMM waiting only on the event of its own chunk's receive
+# (TransformerEngine@40c69e75 transformer_engine/pytorch/module/base.py:64;
+# common/comm_gemm_overlap/comm_gemm_overlap.cpp:994-1030 CommOverlapP2PBase::split_overlap_ag).
+UB_STREAMS = 3
 
 COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")
 COMPUTE_PARTS = ("gemm", "attention", "elementwise", "recompute", "contention", "sharding", "loss")
@@ -179,13 +193,21 @@ def _tp_coll(job: Job, op: Collective, size: float) -> float:
     return collective_time(op, size, _tp_group(job), job.cluster.spec)
 
 
-def _ring_exchange(job: Job, gemm, rows_total: int, full_s: float, transfer_s: float, cal: Calibration) -> Exposure:
+def _ring_exchange(job: Job, gemm, rows_total: int, full_s: float, transfer_s: float, cal: Calibration,
+                   *, streams: int = 1) -> Exposure:
     """All-gather + GEMM in tp steps (TE ring exchange, torch async TP): step i multiplies the chunk
     it holds (rows/tp) while the next chunk moves over the copy engine (no SMs); the last GEMM has
-    nothing to hide. Exposed: whatever the chunked schedule adds to the unchunked GEMM."""
+    nothing to hide. Exposed: whatever the chunked schedule adds to the unchunked GEMM.
+
+    `streams`: compute streams the chunk GEMMs rotate over, each chunk waiting only for its own
+    data, so up to that many chunk GEMMs run at once and share the SMs as one GEMM of their rows
+    would (a lone chunk of rows/tp leaves SMs idle); after the first, each step then costs that
+    GEMM's time over the chunks in it."""
     tp = job.layout.tp
     g = chunk_seconds(gemm, rows_total // tp, job, cal)
-    total = g + (tp - 1) * max(g, transfer_s)
+    s = max(1, min(streams, tp - 1))
+    step = chunk_seconds(gemm, s * (rows_total // tp), job, cal) / s if s > 1 else g
+    total = g + (tp - 1) * max(step, transfer_s)
     return Exposure(max(0.0, total - full_s))
 
 
@@ -213,6 +235,33 @@ def column_inputs(job: Job, b: Block) -> int:
     return 1
 
 
+def _userbuffers(job: Job) -> bool:
+    """Megatron --tp-comm-overlap: Transformer Engine's userbuffers run the tp collectives."""
+    return job.training.framework is Framework.MEGATRON and job.training.tp_comm_overlap and job.sp
+
+
+def ub_gather_bytes(job: Job) -> int:
+    """Bytes per element of what TE userbuffers all-gather: under fp8 the all-gather buffers hold
+    the fp8-cast tensors (initialize_ub's layers_all_gather_overlap, qkv/fc1 fprop and dgrad,
+    proj/fc2 dgrad: "AllGather buffers use fp8 when using fp8 recipe", a uint8 userbuffer;
+    TransformerEngine@40c69e75 transformer_engine/pytorch/module/base.py:289-299, 344, 414-417, 476-480,
+    since TransformerEngine@7d8ef9bf). The reduce-scatters stay in the 16-bit output dtype."""
+    fp8 = job.training.precision is Precision.FP8 and job.cluster.gpu.peak_flop_per_s.fp8
+    return 1 if fp8 else ACT_BYTES
+
+
+def ub_ring_chunk_seconds(job: Job, chunk_bytes: float) -> float:
+    """One step of TE's ring exchange: the chunk written to the next tp rank with cudaMemcpyAsync on
+    the copy engine, then a one-thread kernel that raises its flag (use_ce, True by default:
+    TransformerEngine@40c69e75 transformer_engine/common/comm_gemm_overlap/userbuffers/
+    userbuffers.cu:2307-2340 userbuffers_send; pytorch/module/base.py:343). Peers are inside one
+    NVLink domain (the function asserts INTRANODE); a tp group beyond it keeps NCCL's send/recv."""
+    cl = job.cluster.spec
+    if job.layout.tp > cl.scaleup_domain_gpus:
+        return collective_time(Collective.SEND_RECV, chunk_bytes, placement(cl, 2, 1), cl)
+    return copy_engine_p2p_time(chunk_bytes, cl, launch_s=K.table_for(job.cluster.gpu).launch_s)
+
+
 def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Calibration) -> Exposure:
     """Exposed tensor-parallel communication of one pass of a layer's blocks (Megatron's f/g
     operators, Shoeybi et al. 2019; with sequence parallel an all-gather before the column GEMM and
@@ -237,9 +286,16 @@ def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Cal
     out = Exposure()
     h = job.model.hidden_size
 
+    ub = _userbuffers(job)
+
     def collectives(width: int) -> tuple[float, float, float, float]:
-        """(all-gather, reduce-scatter, all-reduce, one ring-exchange chunk) of t x width activations."""
+        """(all-gather, reduce-scatter, all-reduce, one ring-exchange chunk) of t x width activations;
+        under userbuffers the gathers and ring chunks at ub_gather_bytes, the chunks on the copy engine."""
         size = t * width * ACT_BYTES
+        if ub:
+            gathered = t * width * ub_gather_bytes(job)
+            return (_tp_coll(job, Collective.ALL_GATHER, gathered), _tp_coll(job, Collective.REDUCE_SCATTER, size),
+                    _tp_coll(job, Collective.ALL_REDUCE, size), ub_ring_chunk_seconds(job, gathered / tp))
         send = collective_time(Collective.SEND_RECV, size / tp, placement(job.cluster.spec, 2, 1), job.cluster.spec)
         return (_tp_coll(job, Collective.ALL_GATHER, size), _tp_coll(job, Collective.REDUCE_SCATTER, size),
                 _tp_coll(job, Collective.ALL_REDUCE, size), send)
@@ -256,7 +312,7 @@ def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Cal
         ag_c, rs_c, ar_c = n * ag_c, n * rs_c, n * ar_c
         if not backward:
             if overlap:
-                out += _ring_exchange(job, b.col, t, b.col_fwd, chunk_c, cal)
+                out += _ring_exchange(job, b.col, t, b.col_fwd, chunk_c, cal, streams=UB_STREAMS if ub else 1)
                 out += _pipelined_rs(job, b.row, t, b.row_fwd, rs_h, cal)
             else:
                 out += Exposure(ag_c + rs_h) if job.sp else Exposure(ar_h)
@@ -269,9 +325,9 @@ def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Cal
                 out += Exposure(ag_h + rs_c) if job.sp else Exposure(ar_c)
             continue
         if overlap:  # TE userbuffers: ring exchange for the row dgrad, bulk AG / RS beside the column GEMMs
-            ub = UB_SMS / _sms(job)
-            out += _ring_exchange(job, b.row, t, b.row_dgrad, chunk_h, cal)
-            out += _hidden(ag_c, b.col_dgrad, ub) + _hidden(rs_c, b.col_wgrad, ub)
+            ub_sms = UB_SMS / _sms(job)
+            out += _ring_exchange(job, b.row, t, b.row_dgrad, chunk_h, cal, streams=UB_STREAMS)
+            out += _hidden(ag_c, b.col_dgrad, ub_sms) + _hidden(rs_c, b.col_wgrad, ub_sms)
         elif job.unordered_queues:  # no ordering: the collectives are not launched ahead of the GEMMs
             out += Exposure(ag_h + ag_c + rs_c) if job.sp else Exposure(ar_c)
         elif job.sp:

@@ -170,6 +170,58 @@ def test_chunked_all_gather_gemm_hides_each_transfer_behind_the_previous_chunk()
         assert e.exposed == pytest.approx(max(0.0, g + 7 * max(g, transfer) - b.col_fwd))
 
 
+def test_ring_exchange_chunks_on_three_streams_run_as_one_gemm_of_three_chunks():
+    # TE's ring exchange rotates its chunk GEMMs over 3 streams, each waiting only for its own
+    # chunk: after the first chunk, each step costs a third of a GEMM of 3 chunks' rows
+    job = make_job("llama-3.1-70b", gpus=8, tp=8, training=dict(tp_comm_overlap=True))
+    b = tp_blocks(job, LayerKind(), cal=DEFAULT)[0]
+    rows = 8192
+    g = chunk_seconds(b.col, rows // 8, job, DEFAULT)
+    g3 = chunk_seconds(b.col, 3 * (rows // 8), job, DEFAULT)
+    assert g3 < 3 * g  # a lone 1024-row chunk leaves SMs idle
+    e = _ring_exchange(job, b.col, rows, b.col_fwd, 0.0, DEFAULT, streams=3)
+    assert e.exposed == pytest.approx(max(0.0, g + 7 * g3 / 3 - b.col_fwd))
+    # tp 2: one step after the first, nothing to run beside it
+    two = make_job("llama-3.1-70b", gpus=2, tp=2, training=dict(tp_comm_overlap=True))
+    b2 = tp_blocks(two, LayerKind(), cal=DEFAULT)[0]
+    half = chunk_seconds(b2.col, rows // 2, two, DEFAULT)
+    assert _ring_exchange(two, b2.col, rows, b2.col_fwd, 0.0, DEFAULT, streams=3).exposed == pytest.approx(
+        max(0.0, 2 * half - b2.col_fwd))
+
+
+def test_copy_engine_write_runs_at_the_measured_p2p_rate():
+    # H100: 376 of the 450 GB/s per direction (p2pBandwidthLatencyTest); a 16 MiB chunk:
+    # 16,777,216 / 376e9 = 44.62 us, plus the copy's and the flag kernel's start-up, 2 x 2.4 us
+    from cost_models.comm import copy_engine_p2p_time
+
+    assert copy_engine_p2p_time(16 * 2**20, H100, launch_s=2.4e-6) == pytest.approx(44.62e-6 + 4.8e-6, rel=1e-3)
+    b200 = presets.clusters()["dgx-b200"]  # 746 of 900 GB/s: 22.49 us + 4.8
+    assert copy_engine_p2p_time(16 * 2**20, b200, launch_s=2.4e-6) == pytest.approx(22.49e-6 + 4.8e-6, rel=1e-3)
+
+
+def test_userbuffers_gather_fp8_over_the_copy_engine():
+    # Megatron fp8 with --tp-comm-overlap: the ring chunks are the fp8-cast input, 1 byte per
+    # element, t·h/tp bytes each on the copy engine; the bulk all-gather beside the dgrad too.
+    # The forward of a block is then exactly the ring exchange with that transfer (3 streams) plus
+    # the pipelined reduce-scatter of the 16-bit output.
+    from cost_models.comm import copy_engine_p2p_time
+    from cost_models.flops import tokens
+    from cost_models.step_time import UB_STREAMS, _pipelined_rs, _tp_coll, tp_exposure, ub_gather_bytes
+
+    job = make_job("llama-3.1-70b", gpus=8, tp=8, training=dict(tp_comm_overlap=True, precision="fp8"))
+    bf16 = make_job("llama-3.1-70b", gpus=8, tp=8, training=dict(tp_comm_overlap=True))
+    assert (ub_gather_bytes(job), ub_gather_bytes(bf16)) == (1, 2)
+    t, h = tokens(job), job.model.hidden_size
+    assert (t, h) == (4096, 8192)  # 4096 x 8192 fp8 = 32 MiB; a chunk is 4 MiB
+    chunk = copy_engine_p2p_time(t * h / 8, H100, launch_s=2.4e-6)
+    assert chunk == pytest.approx(4 * 2**20 / 376e9 + 4.8e-6)
+    b = tp_blocks(job, LayerKind(), cal=DEFAULT)[0]
+    rs = _tp_coll(job, Collective.REDUCE_SCATTER, t * h * 2)
+    expected = _ring_exchange(job, b.col, t, b.col_fwd, chunk, DEFAULT, streams=UB_STREAMS).exposed + _pipelined_rs(
+        job, b.row, t, b.row_fwd, rs, DEFAULT).exposed
+    assert tp_exposure(job, (b,), backward=False, cal=DEFAULT).exposed == pytest.approx(expected)
+
+
 def test_megatron_fsdp_with_tp_before_blackwell_exposes_the_backward_tp_collectives():
     # Megatron's tp layers hide the backward all-gather / reduce-scatter behind the dgrad / wgrad
     # GEMMs only when CUDA_DEVICE_MAX_CONNECTIONS=1 orders the launches (Megatron-LM@d98e8a64
