@@ -574,6 +574,46 @@ def fsdp_copy_seconds(job: Job, layer_id: int) -> float:
     return K.memory_seconds(params * (2 * (2 + 2) + (2 + _grad_bytes(job))), job.cluster.gpu, launches=3)
 
 
+def _gather_bytes(job: Job) -> int:
+    """Bytes per parameter the distributed optimizer all-gathers: 1 under --fp8-param-gather (the
+    parameter buffer is uint8, Megatron-LM@d98e8a64 megatron/core/distributed/
+    param_and_grad_buffer.py:919-924), else the 16-bit weights."""
+    return 1 if job.training.fp8_param_gather else ACT_BYTES
+
+
+def hidden_param_gather(job: Job, rank: int) -> float:
+    """Seconds of the distributed optimizer's parameter all-gather that run beside the next step's
+    first forward: with --overlap-param-gather each bucket's gather is waited on by a forward
+    pre-hook of the first module using it, which then dispatches the next bucket's
+    (Megatron-LM@d98e8a64 megatron/core/distributed/distributed_data_parallel.py:517-551,
+    param_and_grad_buffer.py:538-573), so every bucket but the first gathers while the layers of
+    the bucket before it compute (the first is in dp_tail). Megatron's distributed optimizer only;
+    0 where its gather is synchronous (dp_tail) or there is none."""
+    tr = job.training
+    if job.zero is not Zero.OPTIMIZER or tr.framework is not Framework.MEGATRON or not tr.overlap_grad_reduce or tr.zero1_blocking_sync:
+        return 0.0
+    p = rank_params(job, rank)
+    cl = job.cluster.spec
+    bucket = max(MIN_DDP_BUCKET_PARAMS, BUCKET_PARAMS_PER_DP_RANK * job.dp)
+    out = 0.0
+    for params, where in ((dense_params(p), _dense_group(job)), (p.value("experts"), _expert_group(job))):
+        if params <= bucket or where.n == 1:
+            continue
+        out += collective_time(Collective.ALL_GATHER, (params - bucket) * _gather_bytes(job), where, cl)
+    return out
+
+
+def gather_window_microbatches(job: Job) -> int:
+    """Micro-batch forwards the parameter gather of a rank can hide behind: the first one's, bucket
+    by bucket; under the interleaved schedule model chunk j first runs after the warm-up has run
+    min(m, pp) micro-batches through each chunk before it (Narayanan et al. 2021, Sec. 2.2.2,
+    Fig. 4: forwards go in groups of pp micro-batches per chunk), so each chunk's gather has
+    min(m, pp) micro-batches of a chunk's forward to hide behind."""
+    if job.layout.pp > 1 and job.layout.vpp > 1:
+        return min(job.num_microbatches, job.layout.pp)
+    return 1
+
+
 def dp_tail(job: Job, rank: int) -> tuple[float, float]:
     """(seconds, seconds that cannot hide) of the end-of-step data-parallel traffic of a rank."""
     lay, cl, z = job.layout, job.cluster.spec, job.zero
@@ -625,7 +665,7 @@ def dp_tail(job: Job, rank: int) -> tuple[float, float]:
             # 3175-3195 step_with_ready_grads; @0609f27f megatron/optimizer/distrib_optimizer.py:861-895
             # gather_model_params, one all-gather of the whole buffer)
             synchronous = fw is Framework.MEGATRON and not job.training.overlap_grad_reduce
-            ag = collective_time(Collective.ALL_GATHER, (params if synchronous else one_bucket) * ACT_BYTES, where, cl)
+            ag = collective_time(Collective.ALL_GATHER, (params if synchronous else one_bucket) * _gather_bytes(job), where, cl)
             t = rs + ag
             tail = collective_time(Collective.REDUCE_SCATTER, one_bucket * gb, where, cl) + ag
         total += t
@@ -712,6 +752,8 @@ class StageTime:
     dp_share: float  # SMs the end-of-step collectives hold while they hide
     optimizer_s: float
     pp_fill_s: float = 0.0  # blocking transfers of the warm-up and flush (overlapped p2p only)
+    gather_s: float = 0.0  # the parameter all-gather beside the first forward (hidden_param_gather)
+    forward_s: float = 0.0  # the forward that gather can hide behind (gather_window_microbatches)
 
     @property
     def microbatch_s(self) -> float:
@@ -722,10 +764,16 @@ class StageTime:
         return max(self.dp_comm_s - self.dp_window_s, self.dp_bucket_s)
 
     @property
+    def gather_exposed_s(self) -> float:
+        """What of the parameter gather outlasts the first micro-batch's forward."""
+        return max(0.0, self.gather_s - self.forward_s)
+
+    @property
     def dp_contention_s(self) -> float:
-        """Compute of the last backward slowed by the gradient reduction running beside it."""
-        hidden = min(self.dp_comm_s - self.dp_bucket_s, self.dp_window_s)
-        return max(0.0, hidden) * self.dp_share / (1 - self.dp_share)
+        """Compute of the last backward slowed by the gradient reduction running beside it, and of
+        the first forward by the parameter gather beside it."""
+        hidden = max(0.0, min(self.dp_comm_s - self.dp_bucket_s, self.dp_window_s)) + min(self.gather_s, self.forward_s)
+        return hidden * self.dp_share / (1 - self.dp_share)
 
 
 def dense_share(job: Job, cal: Calibration) -> float:
@@ -869,6 +917,8 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[LayerKi
         dp_share=dense_share(job, cal),
         optimizer_s=optimizer_time(job, _optimizer_params(job, rank), cal),
         pp_fill_s=pp_fill,
+        gather_s=hidden_param_gather(job, rank),
+        forward_s=sum(fwd_compute) * gather_window_microbatches(job),
     )
 
 
@@ -892,7 +942,7 @@ class TimeEstimate:
     def dp_tail_s(self) -> float:
         """The stage that finishes last sets the tail: stage r's last backward ends about r
         backward passes before stage 0's, which leaves it that much more time."""
-        return max(max(0.0, s.dp_exposed_s - s.rank * s.dp_window_s) for s in self.stages)
+        return max(max(0.0, s.dp_exposed_s - s.rank * s.dp_window_s) + s.gather_exposed_s for s in self.stages)
 
     @cached_property
     def breakdown(self) -> Breakdown:

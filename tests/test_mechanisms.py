@@ -155,6 +155,53 @@ def test_the_slowest_gpu_sets_the_pace():
     assert shares[-1] == pytest.approx(cv * expected_max_normal(8192))
 
 
+def test_parameter_gather_beside_the_forward_contends_and_exposes_what_outlasts_it():
+    # a rank whose gradient reduction (4 s, 1 s of it the last bucket) runs beside a 10 s backward,
+    # and whose parameter gather (3 s) runs beside a 2 s forward, with the collectives holding 20%
+    # of the SMs: 1 s of gather left after the forward; hidden 3 s + 2 s, each costing 0.2/0.8
+    from cost_models.step_time import StageTime
+
+    s = StageTime(rank=0, microbatch=None, flop=0.0, recompute_flop=0.0, dp_comm_s=4.0, dp_window_s=10.0,
+                  dp_bucket_s=1.0, dp_share=0.2, optimizer_s=0.0, gather_s=3.0, forward_s=2.0)
+    assert s.gather_exposed_s == pytest.approx(1.0)
+    assert s.dp_contention_s == pytest.approx((3.0 + 2.0) * 0.25)
+
+
+def test_distributed_optimizer_gathers_all_but_the_first_bucket_beside_the_forward():
+    # Megatron ZeRO-1 with overlapped gathers: every bucket but the first (40M parameters at dp 16)
+    # gathers beside the forward, in fp8 under --fp8-param-gather; nothing for zero 0, for the
+    # synchronous gather (no --overlap-param-gather) or for torchtitan's FSDP
+    from cost_models.states import dense_params, rank_params
+    from cost_models.step_time import _dense_group, hidden_param_gather
+
+    base = dict(precision="fp8")
+    job = make_job("llama-3.1-8b", gpus=16, zero=1, training=base)
+    fp8 = make_job("llama-3.1-8b", gpus=16, zero=1, training={**base, "fp8_param_gather": True})
+    rest = dense_params(rank_params(job, 0)) - 40_000_000
+    ag = collective_time(Collective.ALL_GATHER, rest * 2, _dense_group(job), H100)
+    assert hidden_param_gather(job, 0) == pytest.approx(ag)
+    assert hidden_param_gather(fp8, 0) < 0.6 * hidden_param_gather(job, 0)  # half the bytes
+    assert hidden_param_gather(make_job("llama-3.1-8b", gpus=16, zero=0), 0) == 0.0
+    assert hidden_param_gather(make_job("llama-3.1-8b", gpus=16, zero=1, training=dict(overlap_grad_reduce=False)), 0) == 0.0
+    assert hidden_param_gather(make_job("llama-3.1-8b", gpus=16, zero=3, training=dict(framework="torchtitan")), 0) == 0.0
+
+
+def test_interleaved_ranks_gather_behind_pp_micro_batches_of_forward():
+    # interleaved 1F1B runs pp micro-batches through chunk j before chunk j+1 starts, so each
+    # chunk's gather has min(m, pp) micro-batches of forward before it; plain 1F1B has one
+    from cost_models.step_time import gather_window_microbatches
+
+    inter = make_job("llama-3.1-70b", gpus=64, tp=8, pp=4, vpp=2, zero=1, training=dict(global_batch_size=32))
+    plain = make_job("llama-3.1-70b", gpus=64, tp=8, pp=4, zero=1, training=dict(global_batch_size=32))
+    flat = make_job("llama-3.1-70b", gpus=64, tp=8, zero=1, training=dict(global_batch_size=32))
+    assert inter.num_microbatches == 16
+    assert [gather_window_microbatches(j) for j in (inter, plain, flat)] == [4, 1, 1]
+    # the window is those micro-batches' forward through the rank's 20 layers (both schedules give
+    # each rank 20 identical layers): 4 forwards against 1
+    for a, b in zip(time_estimate(inter).stages, time_estimate(plain).stages):
+        assert a.forward_s == pytest.approx(4 * b.forward_s) and b.forward_s > 0
+
+
 # --- tensor-parallel overlap and pipeline p2p -----------------------------------------------------
 
 
