@@ -30,7 +30,7 @@ code it follows; the framework notes of docs/performance-model.md list the commi
 - dp (DDP / distributed optimizer): gradients are reduced bucket by bucket during the last
   micro-batch's backward; what does not fit in that window, and at least the last bucket, is
   exposed. The distributed optimizer's parameter all-gather hides behind the next forward except
-  the first bucket. nanotron's ZeRO-1 all-reduces the fp32 gradients after the backward and
+  the first bucket, contending there, exposed where it outlasts it (hidden_param_gather). nanotron's ZeRO-1 all-reduces the fp32 gradients after the backward and
   gathers the parameters after the optimizer step, both blocking (zero1_blocking_sync_seconds).
 Communication that hides behind compute still costs the compute the SMs its NCCL kernels hold
 (comm.nccl_sm_share): the compute term `contention` charges that share of every overlapped
@@ -254,7 +254,8 @@ def ub_ring_chunk_seconds(job: Job, chunk_bytes: float) -> float:
     """One step of TE's ring exchange: the chunk written to the next tp rank with cudaMemcpyAsync on
     the copy engine, then a one-thread kernel that raises its flag (use_ce, True by default:
     TransformerEngine@40c69e75 transformer_engine/common/comm_gemm_overlap/userbuffers/
-    userbuffers.cu:2307-2340 userbuffers_send; pytorch/module/base.py:343). Peers are inside one
+    userbuffers.cu:2307-2340 userbuffers_send; pytorch/module/base.py:343; the ring exchange has
+    copied on the copy engine since v0.8, pytorch/csrc/comm_gemm_overlap.h:343). Peers are inside one
     NVLink domain (the function asserts INTRANODE); a tp group beyond it keeps NCCL's send/recv."""
     cl = job.cluster.spec
     if job.layout.tp > cl.scaleup_domain_gpus:
