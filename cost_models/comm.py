@@ -76,6 +76,13 @@ NVLINK_ALL_TO_ALL_FRACTION = {"ampere": 210 / 300, "hopper": 320 / 450, "blackwe
 # A generation without measurements (AMD Infinity Fabric, Ada PCIe, a user's GPU) takes the lowest.
 DEFAULT_NVLINK_FRACTION = min(NVLINK_BUSBW_FRACTION.values())
 DEFAULT_NVLINK_ALL_TO_ALL_FRACTION = min(NVLINK_ALL_TO_ALL_FRACTION.values())
+# A peer-to-peer copy on the copy engine (cudaMemcpyAsync between two GPUs of one NVLink domain,
+# no NCCL protocol and no SMs) over the raw per-direction NVLink rate: p2pBandwidthLatencyTest
+# unidirectional, A100 ~274 of 300, H100 ~376 of 450, GB200 ~746 of 900 GB/s (stas00/ml-engineering
+# @744d01e "Real network throughput"; H100 371-376 also in NVIDIA/nccl issue 1264;
+# shared/reference/collectives.md §4).
+COPY_ENGINE_P2P_FRACTION = {"ampere": 274 / 300, "hopper": 376 / 450, "blackwell": 746 / 900}
+DEFAULT_COPY_ENGINE_P2P_FRACTION = min(COPY_ENGINE_P2P_FRACTION.values())
 # NIC bus bandwidth over line rate: 24 of 25 GB/s (200G), 46-48 of 50 GB/s (400G): 0.94 of both.
 NIC_BUSBW_FRACTION = 0.94
 # Cross-node all-to-all over the per-NIC model: 48/62.7 (DGX H100) and 24/31.3 (DGX A100), GTC25.
@@ -253,3 +260,14 @@ def send_recv_time(size_bytes: float, *, stride: int, cluster: ClusterSpec) -> f
     same_domain = stride < cluster.scaleup_domain_gpus
     where = Placement(n=2, per_domain=2 if same_domain else 1, span_gpus=2 * stride)
     return collective_time(Collective.SEND_RECV, size_bytes, where, cluster)
+
+
+def copy_engine_p2p_time(size_bytes: float, cluster: ClusterSpec, *, launch_s: float) -> float:
+    """One copy-engine write of `size_bytes` to a GPU of the same NVLink domain (Transformer Engine
+    userbuffers' ring exchange): the bytes at the measured P2P copy rate (COPY_ENGINE_P2P_FRACTION of
+    the per-direction NVLink rate), plus the start-up of the copy and of the one-thread kernel that
+    raises the receiver's flag (`launch_s` each)."""
+    if size_bytes <= 0:
+        return 0.0
+    fraction = COPY_ENGINE_P2P_FRACTION.get(_arch(cluster), DEFAULT_COPY_ENGINE_P2P_FRACTION)
+    return size_bytes / (cluster.scaleup_bandwidth_bytes_per_s * fraction) + 2 * launch_s

@@ -32,7 +32,7 @@ code it follows; the framework notes of docs/performance-model.md list the commi
 - dp (DDP / distributed optimizer): gradients are reduced bucket by bucket during the last
   micro-batch's backward; what does not fit in that window, and at least the last bucket, is
   exposed. The distributed optimizer's parameter all-gather hides behind the next forward except
-  the first bucket. nanotron's ZeRO-1 all-reduces the fp32 gradients after the backward and
+  the first bucket, contending there, exposed where it outlasts it (hidden_param_gather). nanotron's ZeRO-1 all-reduces the fp32 gradients after the backward and
   gathers the parameters after the optimizer step, both blocking (zero1_blocking_sync_seconds).
 Communication that hides behind compute still costs the compute the SMs its NCCL kernels hold
 (comm.nccl_sm_share): the compute term `contention` charges that share of every overlapped
@@ -48,7 +48,16 @@ from statistics import NormalDist
 from cost_models import kernels as K
 from cost_models.breakdown import Breakdown
 from cost_models.calibration import DEFAULT, Calibration
-from cost_models.comm import MAX_SM_SHARE, Collective, Placement, collective_time, nccl_sm_share, placement, send_recv_time
+from cost_models.comm import (
+    MAX_SM_SHARE,
+    Collective,
+    Placement,
+    collective_time,
+    copy_engine_p2p_time,
+    nccl_sm_share,
+    placement,
+    send_recv_time,
+)
 from cost_models.compute import (
     ACT_BYTES,
     Block,
@@ -98,6 +107,11 @@ NANOTRON_TENSORS_PER_LAYER = 6  # nanotron_param_tensors
 FP32_BYTES = 4  # nanotron's gradient buffer (torch.float, TrainingSpec.zero1_blocking_sync)
 UB_RS_SPLITS = 4
 UB_SMS = 16
+# Transformer Engine userbuffers' ring exchange rotates its chunk GEMMs over _NUM_MAX_UB_STREAMS = 3
+# compute streams, each chunk's GEMM waiting only on the event of its own chunk's receive
+# (TransformerEngine@40c69e75 transformer_engine/pytorch/module/base.py:64;
+# common/comm_gemm_overlap/comm_gemm_overlap.cpp:994-1030 CommOverlapP2PBase::split_overlap_ag).
+UB_STREAMS = 3
 
 COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")
 COMPUTE_PARTS = ("gemm", "attention", "elementwise", "recompute", "contention", "sharding", "loss")
@@ -182,13 +196,21 @@ def _tp_coll(job: Job, op: Collective, size: float) -> float:
     return collective_time(op, size, _tp_group(job), job.cluster.spec)
 
 
-def _ring_exchange(job: Job, gemm, rows_total: int, full_s: float, transfer_s: float, cal: Calibration) -> Exposure:
+def _ring_exchange(job: Job, gemm, rows_total: int, full_s: float, transfer_s: float, cal: Calibration,
+                   *, streams: int = 1) -> Exposure:
     """All-gather + GEMM in tp steps (TE ring exchange, torch async TP): step i multiplies the chunk
     it holds (rows/tp) while the next chunk moves over the copy engine (no SMs); the last GEMM has
-    nothing to hide. Exposed: whatever the chunked schedule adds to the unchunked GEMM."""
+    nothing to hide. Exposed: whatever the chunked schedule adds to the unchunked GEMM.
+
+    `streams`: compute streams the chunk GEMMs rotate over, each chunk waiting only for its own
+    data, so up to that many chunk GEMMs run at once and share the SMs as one GEMM of their rows
+    would (a lone chunk of rows/tp leaves SMs idle); after the first, each step then costs that
+    GEMM's time over the chunks in it."""
     tp = job.layout.tp
     g = chunk_seconds(gemm, rows_total // tp, job, cal)
-    total = g + (tp - 1) * max(g, transfer_s)
+    s = max(1, min(streams, tp - 1))
+    step = chunk_seconds(gemm, s * (rows_total // tp), job, cal) / s if s > 1 else g
+    total = g + (tp - 1) * max(step, transfer_s)
     return Exposure(max(0.0, total - full_s))
 
 
@@ -216,6 +238,34 @@ def column_inputs(job: Job, b: Block) -> int:
     return 1
 
 
+def _userbuffers(job: Job) -> bool:
+    """Megatron --tp-comm-overlap: Transformer Engine's userbuffers run the tp collectives."""
+    return job.training.framework is Framework.MEGATRON and job.training.tp_comm_overlap and job.sp
+
+
+def ub_gather_bytes(job: Job) -> int:
+    """Bytes per element of what TE userbuffers all-gather: under fp8 the all-gather buffers hold
+    the fp8-cast tensors (initialize_ub's layers_all_gather_overlap, qkv/fc1 fprop and dgrad,
+    proj/fc2 dgrad: "AllGather buffers use fp8 when using fp8 recipe", a uint8 userbuffer;
+    TransformerEngine@40c69e75 transformer_engine/pytorch/module/base.py:289-299, 344, 414-417, 476-480,
+    since TransformerEngine@7d8ef9bf). The reduce-scatters stay in the 16-bit output dtype."""
+    fp8 = job.training.precision is Precision.FP8 and job.cluster.gpu.peak_flop_per_s.fp8
+    return 1 if fp8 else ACT_BYTES
+
+
+def ub_ring_chunk_seconds(job: Job, chunk_bytes: float) -> float:
+    """One step of TE's ring exchange: the chunk written to the next tp rank with cudaMemcpyAsync on
+    the copy engine, then a one-thread kernel that raises its flag (use_ce, True by default:
+    TransformerEngine@40c69e75 transformer_engine/common/comm_gemm_overlap/userbuffers/
+    userbuffers.cu:2307-2340 userbuffers_send; pytorch/module/base.py:343; the ring exchange has
+    copied on the copy engine since v0.8, pytorch/csrc/comm_gemm_overlap.h:343). Peers are inside one
+    NVLink domain (the function asserts INTRANODE); a tp group beyond it keeps NCCL's send/recv."""
+    cl = job.cluster.spec
+    if job.layout.tp > cl.scaleup_domain_gpus:
+        return collective_time(Collective.SEND_RECV, chunk_bytes, placement(cl, 2, 1), cl)
+    return copy_engine_p2p_time(chunk_bytes, cl, launch_s=K.table_for(job.cluster.gpu).launch_s)
+
+
 def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Calibration) -> Exposure:
     """Exposed tensor-parallel communication of one pass of a layer's blocks (Megatron's f/g
     operators, Shoeybi et al. 2019; with sequence parallel an all-gather before the column GEMM and
@@ -240,9 +290,16 @@ def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Cal
     out = Exposure()
     h = job.model.hidden_size
 
+    ub = _userbuffers(job)
+
     def collectives(width: int) -> tuple[float, float, float, float]:
-        """(all-gather, reduce-scatter, all-reduce, one ring-exchange chunk) of t x width activations."""
+        """(all-gather, reduce-scatter, all-reduce, one ring-exchange chunk) of t x width activations;
+        under userbuffers the gathers and ring chunks at ub_gather_bytes, the chunks on the copy engine."""
         size = t * width * ACT_BYTES
+        if ub:
+            gathered = t * width * ub_gather_bytes(job)
+            return (_tp_coll(job, Collective.ALL_GATHER, gathered), _tp_coll(job, Collective.REDUCE_SCATTER, size),
+                    _tp_coll(job, Collective.ALL_REDUCE, size), ub_ring_chunk_seconds(job, gathered / tp))
         send = collective_time(Collective.SEND_RECV, size / tp, placement(job.cluster.spec, 2, 1), job.cluster.spec)
         return (_tp_coll(job, Collective.ALL_GATHER, size), _tp_coll(job, Collective.REDUCE_SCATTER, size),
                 _tp_coll(job, Collective.ALL_REDUCE, size), send)
@@ -259,7 +316,7 @@ def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Cal
         ag_c, rs_c, ar_c = n * ag_c, n * rs_c, n * ar_c
         if not backward:
             if overlap:
-                out += _ring_exchange(job, b.col, t, b.col_fwd, chunk_c, cal)
+                out += _ring_exchange(job, b.col, t, b.col_fwd, chunk_c, cal, streams=UB_STREAMS if ub else 1)
                 out += _pipelined_rs(job, b.row, t, b.row_fwd, rs_h, cal)
             else:
                 out += Exposure(ag_c + rs_h) if job.sp else Exposure(ar_h)
@@ -272,9 +329,9 @@ def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Cal
                 out += Exposure(ag_h + rs_c) if job.sp else Exposure(ar_c)
             continue
         if overlap:  # TE userbuffers: ring exchange for the row dgrad, bulk AG / RS beside the column GEMMs
-            ub = UB_SMS / _sms(job)
-            out += _ring_exchange(job, b.row, t, b.row_dgrad, chunk_h, cal)
-            out += _hidden(ag_c, b.col_dgrad, ub) + _hidden(rs_c, b.col_wgrad, ub)
+            ub_sms = UB_SMS / _sms(job)
+            out += _ring_exchange(job, b.row, t, b.row_dgrad, chunk_h, cal, streams=UB_STREAMS)
+            out += _hidden(ag_c, b.col_dgrad, ub_sms) + _hidden(rs_c, b.col_wgrad, ub_sms)
         elif job.unordered_queues:  # no ordering: the collectives are not launched ahead of the GEMMs
             out += Exposure(ag_h + ag_c + rs_c) if job.sp else Exposure(ar_c)
         elif job.sp:
@@ -521,6 +578,46 @@ def fsdp_copy_seconds(job: Job, layer_id: int, cal: Calibration) -> float:
     return memory_seconds(job, params * (2 * (2 + 2) + (2 + _grad_bytes(job))), cal, launches=3)
 
 
+def _gather_bytes(job: Job) -> int:
+    """Bytes per parameter the distributed optimizer all-gathers: 1 under --fp8-param-gather (the
+    parameter buffer is uint8, Megatron-LM@d98e8a64 megatron/core/distributed/
+    param_and_grad_buffer.py:919-924), else the 16-bit weights."""
+    return 1 if job.training.fp8_param_gather else ACT_BYTES
+
+
+def hidden_param_gather(job: Job, rank: int) -> float:
+    """Seconds of the distributed optimizer's parameter all-gather that run beside the next step's
+    first forward: with --overlap-param-gather each bucket's gather is waited on by a forward
+    pre-hook of the first module using it, which then dispatches the next bucket's
+    (Megatron-LM@d98e8a64 megatron/core/distributed/distributed_data_parallel.py:517-551,
+    param_and_grad_buffer.py:538-573), so every bucket but the first gathers while the layers of
+    the bucket before it compute (the first is in dp_tail). Megatron's distributed optimizer only;
+    0 where its gather is synchronous (dp_tail) or there is none."""
+    tr = job.training
+    if job.zero is not Zero.OPTIMIZER or tr.framework is not Framework.MEGATRON or not tr.overlap_grad_reduce or tr.zero1_blocking_sync:
+        return 0.0
+    p = rank_params(job, rank)
+    cl = job.cluster.spec
+    bucket = max(MIN_DDP_BUCKET_PARAMS, BUCKET_PARAMS_PER_DP_RANK * job.dp)
+    out = 0.0
+    for params, where in ((dense_params(p), _dense_group(job)), (p.value("experts"), _expert_group(job))):
+        if params <= bucket or where.n == 1:
+            continue
+        out += collective_time(Collective.ALL_GATHER, (params - bucket) * _gather_bytes(job), where, cl)
+    return out
+
+
+def gather_window_microbatches(job: Job) -> int:
+    """Micro-batch forwards the parameter gather of a rank can hide behind: the first one's, bucket
+    by bucket; under the interleaved schedule model chunk j first runs after the warm-up has run
+    min(m, pp) micro-batches through each chunk before it (Narayanan et al. 2021, Sec. 2.2.2,
+    Fig. 4: forwards go in groups of pp micro-batches per chunk), so each chunk's gather has
+    min(m, pp) micro-batches of a chunk's forward to hide behind."""
+    if job.layout.pp > 1 and job.layout.vpp > 1:
+        return min(job.num_microbatches, job.layout.pp)
+    return 1
+
+
 def dp_tail(job: Job, rank: int) -> tuple[float, float]:
     """(seconds, seconds that cannot hide) of the end-of-step data-parallel traffic of a rank."""
     lay, cl, z = job.layout, job.cluster.spec, job.zero
@@ -572,7 +669,7 @@ def dp_tail(job: Job, rank: int) -> tuple[float, float]:
             # 3175-3195 step_with_ready_grads; @0609f27f megatron/optimizer/distrib_optimizer.py:861-895
             # gather_model_params, one all-gather of the whole buffer)
             synchronous = fw is Framework.MEGATRON and not job.training.overlap_grad_reduce
-            ag = collective_time(Collective.ALL_GATHER, (params if synchronous else one_bucket) * ACT_BYTES, where, cl)
+            ag = collective_time(Collective.ALL_GATHER, (params if synchronous else one_bucket) * _gather_bytes(job), where, cl)
             t = rs + ag
             tail = collective_time(Collective.REDUCE_SCATTER, one_bucket * gb, where, cl) + ag
         total += t
@@ -659,6 +756,8 @@ class StageTime:
     dp_share: float  # SMs the end-of-step collectives hold while they hide
     optimizer_s: float
     pp_fill_s: float = 0.0  # blocking transfers of the warm-up and flush (overlapped p2p only)
+    gather_s: float = 0.0  # the parameter all-gather beside the first forward (hidden_param_gather)
+    forward_s: float = 0.0  # the forward that gather can hide behind (gather_window_microbatches)
 
     @property
     def microbatch_s(self) -> float:
@@ -669,10 +768,16 @@ class StageTime:
         return max(self.dp_comm_s - self.dp_window_s, self.dp_bucket_s)
 
     @property
+    def gather_exposed_s(self) -> float:
+        """What of the parameter gather outlasts the first micro-batch's forward."""
+        return max(0.0, self.gather_s - self.forward_s)
+
+    @property
     def dp_contention_s(self) -> float:
-        """Compute of the last backward slowed by the gradient reduction running beside it."""
-        hidden = min(self.dp_comm_s - self.dp_bucket_s, self.dp_window_s)
-        return max(0.0, hidden) * self.dp_share / (1 - self.dp_share)
+        """Compute of the last backward slowed by the gradient reduction running beside it, and of
+        the first forward by the parameter gather beside it."""
+        hidden = max(0.0, min(self.dp_comm_s - self.dp_bucket_s, self.dp_window_s)) + min(self.gather_s, self.forward_s)
+        return hidden * self.dp_share / (1 - self.dp_share)
 
 
 def dense_share(job: Job, cal: Calibration) -> float:
@@ -860,6 +965,8 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[LayerKi
         dp_share=dense_share(job, cal),
         optimizer_s=optimizer_time(job, _optimizer_params(job, rank), cal),
         pp_fill_s=pp_fill,
+        gather_s=hidden_param_gather(job, rank),
+        forward_s=sum(fwd_compute) * gather_window_microbatches(job),
     )
 
 
@@ -883,7 +990,7 @@ class TimeEstimate:
     def dp_tail_s(self) -> float:
         """The stage that finishes last sets the tail: stage r's last backward ends about r
         backward passes before stage 0's, which leaves it that much more time."""
-        return max(max(0.0, s.dp_exposed_s - s.rank * s.dp_window_s) for s in self.stages)
+        return max(max(0.0, s.dp_exposed_s - s.rank * s.dp_window_s) + s.gather_exposed_s for s in self.stages)
 
     @cached_property
     def breakdown(self) -> Breakdown:

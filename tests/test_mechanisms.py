@@ -156,6 +156,53 @@ def test_the_slowest_gpu_sets_the_pace():
     assert shares[-1] == pytest.approx(cv * expected_max_normal(8192))
 
 
+def test_parameter_gather_beside_the_forward_contends_and_exposes_what_outlasts_it():
+    # a rank whose gradient reduction (4 s, 1 s of it the last bucket) runs beside a 10 s backward,
+    # and whose parameter gather (3 s) runs beside a 2 s forward, with the collectives holding 20%
+    # of the SMs: 1 s of gather left after the forward; hidden 3 s + 2 s, each costing 0.2/0.8
+    from cost_models.step_time import StageTime
+
+    s = StageTime(rank=0, microbatch=None, flop=0.0, recompute_flop=0.0, dp_comm_s=4.0, dp_window_s=10.0,
+                  dp_bucket_s=1.0, dp_share=0.2, optimizer_s=0.0, gather_s=3.0, forward_s=2.0)
+    assert s.gather_exposed_s == pytest.approx(1.0)
+    assert s.dp_contention_s == pytest.approx((3.0 + 2.0) * 0.25)
+
+
+def test_distributed_optimizer_gathers_all_but_the_first_bucket_beside_the_forward():
+    # Megatron ZeRO-1 with overlapped gathers: every bucket but the first (40M parameters at dp 16)
+    # gathers beside the forward, in fp8 under --fp8-param-gather; nothing for zero 0, for the
+    # synchronous gather (no --overlap-param-gather) or for torchtitan's FSDP
+    from cost_models.states import dense_params, rank_params
+    from cost_models.step_time import _dense_group, hidden_param_gather
+
+    base = dict(precision="fp8")
+    job = make_job("llama-3.1-8b", gpus=16, zero=1, training=base)
+    fp8 = make_job("llama-3.1-8b", gpus=16, zero=1, training={**base, "fp8_param_gather": True})
+    rest = dense_params(rank_params(job, 0)) - 40_000_000
+    ag = collective_time(Collective.ALL_GATHER, rest * 2, _dense_group(job), H100)
+    assert hidden_param_gather(job, 0) == pytest.approx(ag)
+    assert hidden_param_gather(fp8, 0) < 0.6 * hidden_param_gather(job, 0)  # half the bytes
+    assert hidden_param_gather(make_job("llama-3.1-8b", gpus=16, zero=0), 0) == 0.0
+    assert hidden_param_gather(make_job("llama-3.1-8b", gpus=16, zero=1, training=dict(overlap_grad_reduce=False)), 0) == 0.0
+    assert hidden_param_gather(make_job("llama-3.1-8b", gpus=16, zero=3, training=dict(framework="torchtitan")), 0) == 0.0
+
+
+def test_interleaved_ranks_gather_behind_pp_micro_batches_of_forward():
+    # interleaved 1F1B runs pp micro-batches through chunk j before chunk j+1 starts, so each
+    # chunk's gather has min(m, pp) micro-batches of forward before it; plain 1F1B has one
+    from cost_models.step_time import gather_window_microbatches
+
+    inter = make_job("llama-3.1-70b", gpus=64, tp=8, pp=4, vpp=2, zero=1, training=dict(global_batch_size=32))
+    plain = make_job("llama-3.1-70b", gpus=64, tp=8, pp=4, zero=1, training=dict(global_batch_size=32))
+    flat = make_job("llama-3.1-70b", gpus=64, tp=8, zero=1, training=dict(global_batch_size=32))
+    assert inter.num_microbatches == 16
+    assert [gather_window_microbatches(j) for j in (inter, plain, flat)] == [4, 1, 1]
+    # the window is those micro-batches' forward through the rank's 20 layers (both schedules give
+    # each rank 20 identical layers): 4 forwards against 1
+    for a, b in zip(time_estimate(inter).stages, time_estimate(plain).stages):
+        assert a.forward_s == pytest.approx(4 * b.forward_s) and b.forward_s > 0
+
+
 # --- tensor-parallel overlap and pipeline p2p -----------------------------------------------------
 
 
@@ -169,6 +216,58 @@ def test_chunked_all_gather_gemm_hides_each_transfer_behind_the_previous_chunk()
     for transfer in (0.1 * g, 2 * g):
         e = _ring_exchange(job, b.col, rows, b.col_fwd, transfer, DEFAULT)
         assert e.exposed == pytest.approx(max(0.0, g + 7 * max(g, transfer) - b.col_fwd))
+
+
+def test_ring_exchange_chunks_on_three_streams_run_as_one_gemm_of_three_chunks():
+    # TE's ring exchange rotates its chunk GEMMs over 3 streams, each waiting only for its own
+    # chunk: after the first chunk, each step costs a third of a GEMM of 3 chunks' rows
+    job = make_job("llama-3.1-70b", gpus=8, tp=8, training=dict(tp_comm_overlap=True))
+    b = tp_blocks(job, LayerKind(), cal=DEFAULT)[0]
+    rows = 8192
+    g = chunk_seconds(b.col, rows // 8, job, DEFAULT)
+    g3 = chunk_seconds(b.col, 3 * (rows // 8), job, DEFAULT)
+    assert g3 < 3 * g  # a lone 1024-row chunk leaves SMs idle
+    e = _ring_exchange(job, b.col, rows, b.col_fwd, 0.0, DEFAULT, streams=3)
+    assert e.exposed == pytest.approx(max(0.0, g + 7 * g3 / 3 - b.col_fwd))
+    # tp 2: one step after the first, nothing to run beside it
+    two = make_job("llama-3.1-70b", gpus=2, tp=2, training=dict(tp_comm_overlap=True))
+    b2 = tp_blocks(two, LayerKind(), cal=DEFAULT)[0]
+    half = chunk_seconds(b2.col, rows // 2, two, DEFAULT)
+    assert _ring_exchange(two, b2.col, rows, b2.col_fwd, 0.0, DEFAULT, streams=3).exposed == pytest.approx(
+        max(0.0, 2 * half - b2.col_fwd))
+
+
+def test_copy_engine_write_runs_at_the_measured_p2p_rate():
+    # H100: 376 of the 450 GB/s per direction (p2pBandwidthLatencyTest); a 16 MiB chunk:
+    # 16,777,216 / 376e9 = 44.62 us, plus the copy's and the flag kernel's start-up, 2 x 2.4 us
+    from cost_models.comm import copy_engine_p2p_time
+
+    assert copy_engine_p2p_time(16 * 2**20, H100, launch_s=2.4e-6) == pytest.approx(44.62e-6 + 4.8e-6, rel=1e-3)
+    b200 = presets.clusters()["dgx-b200"]  # 746 of 900 GB/s: 22.49 us + 4.8
+    assert copy_engine_p2p_time(16 * 2**20, b200, launch_s=2.4e-6) == pytest.approx(22.49e-6 + 4.8e-6, rel=1e-3)
+
+
+def test_userbuffers_gather_fp8_over_the_copy_engine():
+    # Megatron fp8 with --tp-comm-overlap: the ring chunks are the fp8-cast input, 1 byte per
+    # element, t·h/tp bytes each on the copy engine; the bulk all-gather beside the dgrad too.
+    # The forward of a block is then exactly the ring exchange with that transfer (3 streams) plus
+    # the pipelined reduce-scatter of the 16-bit output.
+    from cost_models.comm import copy_engine_p2p_time
+    from cost_models.flops import tokens
+    from cost_models.step_time import UB_STREAMS, _pipelined_rs, _tp_coll, tp_exposure, ub_gather_bytes
+
+    job = make_job("llama-3.1-70b", gpus=8, tp=8, training=dict(tp_comm_overlap=True, precision="fp8"))
+    bf16 = make_job("llama-3.1-70b", gpus=8, tp=8, training=dict(tp_comm_overlap=True))
+    assert (ub_gather_bytes(job), ub_gather_bytes(bf16)) == (1, 2)
+    t, h = tokens(job), job.model.hidden_size
+    assert (t, h) == (4096, 8192)  # 4096 x 8192 fp8 = 32 MiB; a chunk is 4 MiB
+    chunk = copy_engine_p2p_time(t * h / 8, H100, launch_s=2.4e-6)
+    assert chunk == pytest.approx(4 * 2**20 / 376e9 + 4.8e-6)
+    b = tp_blocks(job, LayerKind(), cal=DEFAULT)[0]
+    rs = _tp_coll(job, Collective.REDUCE_SCATTER, t * h * 2)
+    expected = _ring_exchange(job, b.col, t, b.col_fwd, chunk, DEFAULT, streams=UB_STREAMS).exposed + _pipelined_rs(
+        job, b.row, t, b.row_fwd, rs, DEFAULT).exposed
+    assert tp_exposure(job, (b,), backward=False, cal=DEFAULT).exposed == pytest.approx(expected)
 
 
 def test_megatron_fsdp_with_tp_before_blackwell_exposes_the_backward_tp_collectives():

@@ -420,7 +420,13 @@ def test_nanotron_zero1_all_reduces_fp32_gradients_and_gathers_parameters_expose
     assert plateau <= total <= plateau / 0.93
     assert time_estimate(nanotron).breakdown.value("dp") == pytest.approx(total)
     # Megatron's distributed optimizer reduce-scatters (half the all-reduce's bytes) behind the backward
-    assert dp_tail(megatron, 0)[0] < total / 2 and time_estimate(megatron).breakdown.value("dp") < total / 10
+    # and gathers all but the first bucket beside the next forward; this one micro-batch's forward is
+    # shorter than that gather, so the rest of it is exposed too, still well under nanotron's
+    est = time_estimate(megatron)
+    (stage,) = est.stages
+    assert dp_tail(megatron, 0)[0] < total / 2 and stage.gather_exposed_s > 0
+    assert est.breakdown.value("dp") == pytest.approx(stage.dp_exposed_s + stage.gather_exposed_s)
+    assert est.breakdown.value("dp") < total / 5
 
 
 def test_nanotron_zero1_gather_copies_one_slice_per_parameter_tensor_and_dp_rank():
