@@ -275,9 +275,18 @@ def render_plan(report: Any, console: Console, *, explain: bool = False) -> None
         mem, t = plan.memory.estimate, plan.time
         bar = fill_bar(mem.peak_bytes, mem.capacity_bytes, width=10) + Text(f" {_gib(mem.peak_bytes)} GiB")
         same = "".join(f"\n{k} {'/'.join(_fold_value(v) for v in vs)} equal" for k, vs in folds.items())
-        table.add_row(str(ranks[id(found)]), short_layout(plan.job) + same, bar, f"{t.step_s:,.3f}",
+        table.add_row(str(ranks[id(found)]), Text(short_layout(plan.job) + same), bar, f"{t.step_s:,.3f}",
                       f"{t.tokens_per_s_per_gpu:,.0f}", f"{t.mfu:.1%}", t.bottleneck)
     _print_table(console, table)
+    # a searched per-rank split ([layout]): the flag that gives it to estimate and launch
+    splits: dict[str, list[int]] = {}
+    for found, _ in folded(r.plans):
+        if found.job.layout.pp_layout is not None:
+            splits.setdefault(found.job.layout.pp_layout, []).append(ranks[id(found)])
+    for text, at in splits.items():
+        job = r.plans[at[0] - 1].job
+        counts = "/".join(str(len(job.stage_layer_ids(k))) for k in range(job.layout.pp))
+        console.print(Text(f"{', '.join(f'#{i}' for i in at)}: layers per pipeline rank {counts}: --pp-layout '{text}'"))
     proof = "optimal (top-k proven)" if r.optimal else "best found within the time limit (not proven)"
     console.print(f"search: {r.seconds:.2f} s · {r.candidates} layouts scored exactly · {proof} · {r.solver}")
     from planner.runners import batch_hint_line
@@ -474,7 +483,7 @@ def render_sweep(rows: list[Any], console: Console) -> None:
         if costs:
             c = r.report.cost
             extra = [f"{c.days:,.1f}", f"{c.gpu_hours:,.0f}", "" if c.cost is None else f"{c.cost:,.0f}"]
-        table.add_row(str(r.gpus), short_layout(r.report.job), f"{t.tokens_per_s:,.0f}", f"{t.tokens_per_s_per_gpu:,.0f}",
+        table.add_row(str(r.gpus), Text(short_layout(r.report.job)), f"{t.tokens_per_s:,.0f}", f"{t.tokens_per_s_per_gpu:,.0f}",
                       bar, f"{t.mfu:.1%}", f"{r.efficiency:.0%}", r.grew or "", *extra)
     _print_table(console, table)
     console.print("scaling: tokens/s relative to the smallest count that fits, times the GPU ratio (strong scaling at a "
