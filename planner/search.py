@@ -28,6 +28,8 @@ hence its step, is larger): the top k is proven.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import sys
 import time
 import types
@@ -46,6 +48,7 @@ from cost_models.memory import (
     CUDA_CONTEXT_BYTES, DEFAULT_HEADROOM, FRAGMENTATION, NCCL_BYTES_PER_GROUP, MemoryEstimate, inflight_counts, layer_costs,
     memory_estimate, process_groups, stage_buffers,
 )
+from cost_models.model_spec import ModelSpec
 from cost_models.pipeline_split import virtual_stage_layers
 from cost_models.rules import fill_defaults, resolve
 from cost_models.states import embedding_params_local, local_layer_params, state_parts
@@ -353,29 +356,40 @@ class RankKinds:
     second: int  # which rank that is: 1, or where every rank's layers are given, the one of most activations
 
 
+@functools.lru_cache(maxsize=8)
+def _kinds_before(model: ModelSpec) -> tuple[tuple[int, ...], ...]:
+    """[kind][i]: the model's layers of each kind (ModelSpec.layer_kinds order) among its first i, so
+    that a run of layers counts by kind as the difference of two entries."""
+    index = {kind: k for k, kind in enumerate(model.layer_kinds)}
+    kind_of = [index[kind] for kind in model.kinds_by_layer]
+    return tuple(tuple(itertools.accumulate((kind == k for kind in kind_of), initial=0)) for k in range(len(index)))
+
+
 def rank_kinds(problem: Problem, st: Stages) -> RankKinds:
     """Job.stage_chunks and Job.recompute_mode for a Stages, counted per layer kind."""
     model = problem.model
-    index = {kind: k for k, kind in enumerate(model.layer_kinds)}
-    kind_of = [index[kind] for kind in model.kinds_by_layer]
-    K = len(index)
+    K = len(model.layer_kinds)
     sizes = virtual_stage_layers(model.num_layers, st.pp, st.vpp, first=st.first, last=st.last, layout=st.pp_layout)
     starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    before = _kinds_before(model)
 
-    def recomputed(pos: int) -> bool:
-        if st.recompute is Recompute.NONE:
-            return False
-        return not (st.recompute is Recompute.FULL and st.recompute_layers is not None and pos >= st.recompute_layers)
+    def count(a: int, b: int) -> tuple[int, ...]:
+        return tuple(before[k][b] - before[k][a] for k in range(K))
 
     ranks: list[list[tuple[tuple[int, ...], tuple[int, ...]]]] = []
     for r in range(st.pp):
         chunks = []
         for v in range(st.vpp):
-            rec, plain = [0] * K, [0] * K
             g = v * st.pp + r
-            for pos, layer in enumerate(range(starts[g], starts[g] + sizes[g])):
-                (rec if recomputed(pos) else plain)[kind_of[layer]] += 1
-            chunks.append((tuple(rec), tuple(plain)))
+            # the first `cut` layers of a chunk run under the recompute mode (Job.recompute_mode)
+            if st.recompute is Recompute.NONE:
+                cut = 0
+            elif st.recompute is Recompute.FULL and st.recompute_layers is not None:
+                cut = min(st.recompute_layers, sizes[g])
+            else:
+                cut = sizes[g]
+            a = starts[g]
+            chunks.append((count(a, a + cut), count(a + cut, a + sizes[g])))
         ranks.append(chunks)
     second = 1
     if st.layers is not None:
@@ -505,12 +519,20 @@ class Space:
         # rank 0 (and the second bounded rank) holds in-flight micro-batches of each of its chunks
         second = np.array([r.second for r in rks], dtype=i64)
 
+        code = (st_pp[ti] << 40) + (st_vpp[ti] << 32) + m  # (pp, vpp, m) as one key
+        keys, where = np.unique(code, return_inverse=True)
+        ranks_up = int(st_pp.max()) + 1
+
         def held(rank):  # type: ignore[no-untyped-def]
             """Σ over its chunks of the in-flight micro-batches of each cell's rank `rank` (an array)."""
-            keys, where = np.unique(np.stack([st_pp[ti], st_vpp[ti], m, rank]), axis=1, return_inverse=True)
-            per_key = [sum(inflight_counts(pp, v, mb, r, Schedule.INTERLEAVED if v > 1 else Schedule.ONE_F_ONE_B))
-                       if r < pp else 0 for pp, v, mb, r in keys.T.tolist()]
-            return np.array(per_key, dtype=i64)[where.reshape(-1)]
+            pairs, at = np.unique(where.reshape(-1) * ranks_up + rank, return_inverse=True)  # (pp, vpp, m) and rank
+            per_pair = []
+            for pair in pairs.tolist():
+                k, r = int(keys[pair // ranks_up]), pair % ranks_up
+                pp, v, mb = k >> 40, k >> 32 & 0xFF, k & 0xFFFFFFFF
+                per_pair.append(sum(inflight_counts(pp, v, mb, r, Schedule.INTERLEAVED if v > 1 else Schedule.ONE_F_ONE_B))
+                                if r < pp else 0)
+            return np.array(per_pair, dtype=i64)[at.reshape(-1)]
 
         kept_mode = np.take_along_axis(k_kept[si], mode[ti][:, None, None], axis=2)[:, :, 0]  # (C, K)
 

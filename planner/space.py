@@ -27,6 +27,7 @@ A Problem may pin an axis (`fixed`, what `plan --fix` sets) or narrow it to a se
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -325,7 +326,8 @@ def held_per_chunk(pp: int, vpp: int) -> list[int]:
     return [sum(inflight_counts(pp, vpp, 2 * pp, r, sched)) for r in range(pp)]
 
 
-def _memory_splits(num_layers: int, pp: int, vpp: int, head: float) -> list[tuple[int, ...]]:
+@functools.lru_cache(maxsize=1024)  # plan's searches at other GPU counts and sweeps ask again
+def _memory_splits(num_layers: int, pp: int, vpp: int, head: float) -> tuple[tuple[int, ...], ...]:
     """Every rank's decoder layers, decided under each rank's memory, as a CP-SAT model: x_r model
     chunks of vpp layers on rank r (x_r ≥ 1, Σ x_r = L/vpp), rank r's time vpp·x_r layer passes
     (the last rank's plus `head`), its activations x_r·held_r (held_per_chunk: rank 0 holds the most
@@ -335,7 +337,7 @@ def _memory_splits(num_layers: int, pp: int, vpp: int, head: float) -> list[tupl
     then the sum of the loads. The layers per rank of each, in slack order; none where L/vpp < pp."""
     chunks, rem = divmod(num_layers, vpp)
     if rem or chunks < pp:
-        return []
+        return ()
     from planner.search import cp_model
 
     cp = cp_model()
@@ -364,9 +366,9 @@ def _memory_splits(num_layers: int, pp: int, vpp: int, head: float) -> list[tupl
         m.minimize((load * (top_time + 1) + slowest) * (top_load + 1) + sum(held[r] * x[r] for r in range(pp)))
         solver = cp.CpSolver()
         solver.parameters.num_workers = 1
-        # presolve and the LP relaxation cost more than this small model's search (measured on seven
-        # (L, pp, vpp) of 405B's and 70B's shapes: 41 ms per 8-rank model with presolve, 4 ms
-        # without; the seven 100 ms with the default LP, 50 ms without)
+        # presolve and the LP relaxation cost more than this small model's search (measured, 80
+        # layers over 8 ranks: 41 ms with presolve, 4 ms without; seven shapes of 405B and 70B up
+        # to pp 64: 100 ms with the default LP relaxation, 50 ms without)
         solver.parameters.cp_model_presolve = False
         solver.parameters.linearization_level = 0
         if solver.solve(m) != cp.OPTIMAL:
@@ -374,7 +376,7 @@ def _memory_splits(num_layers: int, pp: int, vpp: int, head: float) -> list[tupl
         counts = tuple(vpp * solver.value(v) for v in x)
         if counts not in out:
             out.append(counts)
-    return out
+    return tuple(out)
 
 
 def explicit_layouts_ok(problem: Problem) -> bool:

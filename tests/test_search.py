@@ -362,10 +362,10 @@ def test_memory_splits_move_layers_to_the_ranks_with_fewer_micro_batches_in_flig
     from planner.space import _memory_splits, held_per_chunk
 
     assert held_per_chunk(4, 1) == [4, 3, 2, 1]
-    assert _memory_splits(8, 4, 1, 0.0) == [(2, 2, 2, 2), (1, 1, 3, 3), (1, 1, 2, 4)]
+    assert _memory_splits(8, 4, 1, 0.0) == ((2, 2, 2, 2), (1, 1, 3, 3), (1, 1, 2, 4))
     # whole chunks with vpp 2 (2 layers each), and no split where the chunks do not cover the ranks
     assert all(n % 2 == 0 and n > 0 for counts in _memory_splits(16, 4, 2, 0.0) for n in counts)
-    assert _memory_splits(6, 4, 2, 0.0) == []
+    assert _memory_splits(6, 4, 2, 0.0) == ()
 
 
 def test_a_memory_split_fits_without_recompute_where_even_and_end_splits_cannot(monkeypatch):
