@@ -421,9 +421,14 @@ def suspect_lines(report: Any) -> list[str]:
         base.update(dp=None, dp_shard=None, schedule=None, **change)
         if "tp" in change:
             base.update(etp=None, sp=None)
+        layout_dropped = "pp" in change and lay.pp_layout is not None
+        if layout_dropped:  # a layout lists the stages of its own pp; at another pp they would be read as chunks
+            base.update(pp_layout=None)
         base, forced = _forced_changes(problem, lay.model_dump(), base)
         if forced:
             name += f" ({forced})"
+        elif layout_dropped:
+            name += " (also pp_layout→-: split evenly)"
         if change.get("tp", 0) > domain and not problem.allow_cross_node_tp:
             out.append(f"{name}: crosses the {domain}-GPU scale-up domain (--allow-cross-node-tp to consider it)")
             continue

@@ -399,6 +399,11 @@ def test_a_memory_split_fits_without_recompute_where_even_and_end_splits_cannot(
     assert est.exit_code == 0, est.output
     e = json.loads(est.output)
     assert e["time"]["step_s"] == best["time"]["step_s"] and e["memory"]["peak_bytes"] == best["memory"]["peak_bytes"]
+    # the table's reader gets the same flag; an alternative pp drops the layout, written for 8 stages
+    text = runner.invoke(app, ["plan", *args, "--top", "1", "--explain", *(f for k, v in fixes.items() for f in ("--fix", f"{k}={v}"))],
+                         env={"COLUMNS": "200"}).output
+    assert f"#1: layers per pipeline rank {'/'.join(map(str, counts))}: --pp-layout '{lay['pp_layout']}'" in text, text
+    assert "pp=4 (also pp_layout→-: split evenly): " in text, text
 
     # without per-rank splits (the even and end splits alone) the same shape fits only with recompute, and slower
     problem = Problem(presets.models()["llama-3.1-70b"], Cluster(spec=presets.clusters()["dgx-h100"], num_gpus=64),
