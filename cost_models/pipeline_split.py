@@ -110,3 +110,30 @@ def stage_layer_counts(num_layers: int, pp: int, first: int | None, last: int | 
     if last is not None:
         counts[-1] = last
     return counts
+
+
+def format_pp_layout(per_rank: list[int] | tuple[int, ...], vpp: int) -> str:
+    """The --pipeline-model-parallel-layout string of a split given as decoder layers per pipeline
+    rank, each rank's layers spread evenly over its vpp chunks (as uneven ends are): stage v·pp + r
+    holds per_rank[r]/vpp layers, E opens the first stage and L closes the last. Compact in
+    Megatron's own grammar (parse_str_to_list): "t*k" for k layers, "(…|)*n" for n equal stages in
+    a row, a cosmetic comma after each such group, e.g. [6, 8, 8, 10] -> "Et*6|(t*8|)*2,t*10L"."""
+    pp = len(per_rank)
+    assert all(n % vpp == 0 and n > 0 for n in per_rank), (per_rank, vpp)
+    stages = []
+    for s in range(pp * vpp):
+        k = per_rank[s % pp] // vpp
+        body = "t" if k == 1 else f"t*{k}"
+        stages.append(("E" if s == 0 else "") + body + ("L" if s == pp * vpp - 1 else ""))
+    out, i = "", 0
+    while i < len(stages):
+        j = i
+        while j < len(stages) and stages[j] == stages[i]:
+            j += 1
+        last = j == len(stages)
+        if j - i > 1:  # never the ends: E and L make the first and the last stage unique
+            out += f"({stages[i]}|)*{j - i},"
+        else:
+            out += stages[i] + ("" if last else "|")
+        i = j
+    return out

@@ -276,9 +276,18 @@ def render_plan(report: Any, console: Console, *, explain: bool = False) -> None
         mem, t = plan.memory.estimate, plan.time
         bar = fill_bar(mem.peak_bytes, mem.capacity_bytes, width=10) + Text(f" {_gib(mem.peak_bytes)} GiB")
         same = "".join(f"\n{k} {'/'.join(_fold_value(v) for v in vs)} equal" for k, vs in folds.items())
-        table.add_row(str(ranks[id(found)]), short_layout(plan.job) + same, bar, f"{t.step_s:,.3f}",
+        table.add_row(str(ranks[id(found)]), Text(short_layout(plan.job) + same), bar, f"{t.step_s:,.3f}",
                       f"{t.tokens_per_s_per_gpu:,.0f}", f"{t.mfu:.1%}", t.bottleneck)
     _print_table(console, table)
+    # a searched per-rank split ([layout]): the flag that gives it to estimate and launch
+    splits: dict[str, list[int]] = {}
+    for found, _ in folded(r.plans):
+        if found.job.layout.pp_layout is not None:
+            splits.setdefault(found.job.layout.pp_layout, []).append(ranks[id(found)])
+    for text, at in splits.items():
+        job = r.plans[at[0] - 1].job
+        counts = "/".join(str(len(job.stage_layer_ids(k))) for k in range(job.layout.pp))
+        console.print(Text(f"{', '.join(f'#{i}' for i in at)}: layers per pipeline rank {counts}: --pp-layout '{text}'"))
     proof = "optimal (top-k proven)" if r.optimal else "best found within the time limit (not proven)"
     console.print(f"search: {r.seconds:.2f} s · {r.candidates} layouts scored exactly · {proof} · {r.solver}")
     from planner.runners import batch_hint_line
@@ -374,13 +383,15 @@ SPLIT_FIELDS = ("vpp", "pp_first_stage_layers", "pp_last_stage_layers", "account
 def _search_splits(report: Any, pp: int) -> list[dict[str, Any]]:
     """The pipeline splits the search uses at depth pp: those of the ranked plans at that depth first,
     then each vpp's split of planner.space.splits, as Layout fields."""
+    from cost_models.pipeline_split import format_pp_layout
     from planner.space import head_in_layers, splits
 
     out = [{k: getattr(p.job.layout, k) for k in SPLIT_FIELDS} for p in report.plans if p.job.layout.pp == pp]
     if pp > 1 and pp <= report.problem.model.num_layers:
         head = head_in_layers(report.problem)
         out += [dict(vpp=vpp, pp_first_stage_layers=first, pp_last_stage_layers=last, account_for_embedding=False,
-                     account_for_loss=False, pp_layout=None) for vpp, first, last in splits(report.problem, pp, head)]
+                     account_for_loss=False, pp_layout=None if layers is None else format_pp_layout(layers, vpp))
+                for vpp, first, last, layers in splits(report.problem, pp, head)]
     return out
 
 
@@ -438,10 +449,15 @@ def suspect_lines(report: Any) -> list[str]:
         base.update(dp=None, dp_shard=None, schedule=None, **change)
         if "tp" in change:
             base.update(etp=None, sp=None)
+        layout_dropped = "pp" in change and lay.pp_layout is not None
+        if layout_dropped:  # a layout lists the stages of its own pp; at another pp they would be read as chunks
+            base.update(pp_layout=None)
         splits = _search_splits(report, change["pp"]) if "pp" in change else []
         base, forced = _forced_changes(problem, lay.model_dump(), base, splits)
         if forced:
             name += f" ({forced})"
+        elif layout_dropped:
+            name += " (also pp_layout→-: split evenly)"
         if change.get("tp", 0) > domain and not problem.allow_cross_node_tp:
             out.append(f"{name}: crosses the {domain}-GPU scale-up domain (--allow-cross-node-tp to consider it)")
             continue
@@ -501,7 +517,7 @@ def render_sweep(rows: list[Any], console: Console) -> None:
         if costs:
             c = r.report.cost
             extra = [f"{c.days:,.1f}", f"{c.gpu_hours:,.0f}", "" if c.cost is None else f"{c.cost:,.0f}"]
-        table.add_row(str(r.gpus), short_layout(r.report.job), f"{t.tokens_per_s:,.0f}", f"{t.tokens_per_s_per_gpu:,.0f}",
+        table.add_row(str(r.gpus), Text(short_layout(r.report.job)), f"{t.tokens_per_s:,.0f}", f"{t.tokens_per_s_per_gpu:,.0f}",
                       bar, f"{t.mfu:.1%}", f"{r.efficiency:.0%}", r.grew or "", *extra)
     _print_table(console, table)
     console.print("scaling: tokens/s relative to the smallest count that fits, times the GPU ratio (strong scaling at a "

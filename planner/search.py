@@ -11,7 +11,8 @@ from the exact model's own per-layer numbers (Space):
     F   = the FSDP gathers and reduce-scatters one micro-batch exposes at pp = 1, at least (fsdp_ns)
     peak ≥ CUDA context + NCCL + states of rank 0's dense and expert parameters under the sharding
            + its in-flight micro-batches' activations, each at its lightest chunk's (+ fragmentation)
-           + at pp = 1 its buffers (and rank 1's likewise)
+           + at pp = 1 its buffers (and likewise a second rank's: rank 1, or in a memory split the
+           rank of most in-flight layers after rank 0; RankKinds.second)
 
 Each S_r drops only non-negative terms of the exact stage time T_r, and the exact step is
 m·T_max + (Σ T_r − T_max)/vpp + dp tail + optimizer + straggler, which is increasing in every T_r
@@ -27,6 +28,8 @@ hence its step, is larger): the top k is proven.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import sys
 import time
 import types
@@ -45,13 +48,14 @@ from cost_models.memory import (
     CUDA_CONTEXT_BYTES, DEFAULT_HEADROOM, FRAGMENTATION, NCCL_BYTES_PER_GROUP, MemoryEstimate, inflight_counts, layer_costs,
     memory_estimate, process_groups, stage_buffers,
 )
+from cost_models.model_spec import ModelSpec
 from cost_models.pipeline_split import virtual_stage_layers
 from cost_models.rules import fill_defaults, resolve
 from cost_models.states import embedding_params_local, local_layer_params, state_parts
 from cost_models.step_time import TimeEstimate, dp_tail, expected_max_normal, fsdp_layer_comm, dense_share, layer_pass, time_estimate
 from planner.space import (
-    Problem, Shard, Sharding, Stages, degrees_ok, expert_grid_ok, layout_key, layout_of, schedule_ok, shardings, shards, sharding_ok,
-    stages,
+    Problem, Shard, Sharding, Stages, degrees_ok, expert_grid_ok, held_per_chunk, layout_key, layout_of, schedule_ok, shardings, shards,
+    sharding_ok, stages,
 )
 
 NS = 1e9  # the integer time unit of the CP-SAT model: nanoseconds
@@ -208,7 +212,8 @@ def shape_job(problem: Problem, shard: Shard, sharding: Sharding | None = None, 
             return None
         extra.update(zero=sharding.zero, dp_shard=sharding.dp_shard)
     if stages is not None:
-        extra.update(pp=stages.pp, pp_first_stage_layers=stages.first, pp_last_stage_layers=stages.last)
+        extra.update(pp=stages.pp, pp_first_stage_layers=stages.first, pp_last_stage_layers=stages.last,
+                     pp_layout=stages.pp_layout)
     lay = Layout(tp=shard.tp, sp=shard.sp, cp=shard.cp, ep=shard.ep, etp=shard.etp, mbs=shard.mbs, **extra)
     return fill_defaults(problem.model, problem.cluster, problem.training, lay)
 
@@ -345,35 +350,54 @@ class RankKinds:
     weights: tuple[int, ...]  # how many ranks each row stands for
     last: tuple[bool, ...]  # whether the row is the last rank's (it adds the output layer and loss)
     layers0: tuple[int, ...]  # rank 0's layers per kind
-    layers1: tuple[int, ...]  # rank 1's (zeros at pp = 1)
+    layers1: tuple[int, ...]  # the second bounded rank's (zeros at pp = 1)
     chunks0: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]  # rank 0's chunks: (recomputed, plain) per kind
-    chunks1: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]  # rank 1's (none at pp = 1)
+    chunks1: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]  # the second bounded rank's (none at pp = 1)
+    second: int  # which rank that is: 1, or where every rank's layers are given, the one of most activations
+
+
+@functools.lru_cache(maxsize=8)
+def _kinds_before(model: ModelSpec) -> tuple[tuple[int, ...], ...]:
+    """[kind][i]: the model's layers of each kind (ModelSpec.layer_kinds order) among its first i, so
+    that a run of layers counts by kind as the difference of two entries."""
+    index = {kind: k for k, kind in enumerate(model.layer_kinds)}
+    kind_of = [index[kind] for kind in model.kinds_by_layer]
+    return tuple(tuple(itertools.accumulate((kind == k for kind in kind_of), initial=0)) for k in range(len(index)))
 
 
 def rank_kinds(problem: Problem, st: Stages) -> RankKinds:
     """Job.stage_chunks and Job.recompute_mode for a Stages, counted per layer kind."""
     model = problem.model
-    index = {kind: k for k, kind in enumerate(model.layer_kinds)}
-    kind_of = [index[kind] for kind in model.kinds_by_layer]
-    K = len(index)
-    sizes = virtual_stage_layers(model.num_layers, st.pp, st.vpp, first=st.first, last=st.last)
+    K = len(model.layer_kinds)
+    sizes = virtual_stage_layers(model.num_layers, st.pp, st.vpp, first=st.first, last=st.last, layout=st.pp_layout)
     starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    before = _kinds_before(model)
 
-    def recomputed(pos: int) -> bool:
-        if st.recompute is Recompute.NONE:
-            return False
-        return not (st.recompute is Recompute.FULL and st.recompute_layers is not None and pos >= st.recompute_layers)
+    def count(a: int, b: int) -> tuple[int, ...]:
+        return tuple(before[k][b] - before[k][a] for k in range(K))
 
     ranks: list[list[tuple[tuple[int, ...], tuple[int, ...]]]] = []
     for r in range(st.pp):
         chunks = []
         for v in range(st.vpp):
-            rec, plain = [0] * K, [0] * K
             g = v * st.pp + r
-            for pos, layer in enumerate(range(starts[g], starts[g] + sizes[g])):
-                (rec if recomputed(pos) else plain)[kind_of[layer]] += 1
-            chunks.append((tuple(rec), tuple(plain)))
+            # the first `cut` layers of a chunk run under the recompute mode (Job.recompute_mode)
+            if st.recompute is Recompute.NONE:
+                cut = 0
+            elif st.recompute is Recompute.FULL and st.recompute_layers is not None:
+                cut = min(st.recompute_layers, sizes[g])
+            else:
+                cut = sizes[g]
+            a = starts[g]
+            chunks.append((count(a, a + cut), count(a + cut, a + sizes[g])))
         ranks.append(chunks)
+    second = 1
+    if st.layers is not None:
+        # a memory split moves layers towards the later ranks, and its peak with them: bound the rank
+        # after rank 0 with the most layers' activations in flight (layers × held_per_chunk), then
+        # the most layers (their states); under full recompute, where little is kept, the most layers
+        held = held_per_chunk(st.pp, st.vpp) if st.recompute is not Recompute.FULL else [1] * st.pp
+        second = max(range(1, st.pp), key=lambda r: (st.layers[r] * held[r], st.layers[r], -r))
     rows: dict[tuple, int] = {}
     for r, chunks in enumerate(ranks):
         rec = tuple(sum(c[0][k] for c in chunks) for k in range(K))
@@ -388,8 +412,8 @@ def rank_kinds(problem: Problem, st: Stages) -> RankKinds:
 
     return RankKinds(
         recomputed=tuple(k[0] for k in rows), plain=tuple(k[1] for k in rows), weights=tuple(rows.values()),
-        last=tuple(k[2] for k in rows), layers0=layers(0), layers1=layers(1),
-        chunks0=tuple(ranks[0]), chunks1=tuple(ranks[1]) if st.pp > 1 else (),
+        last=tuple(k[2] for k in rows), layers0=layers(0), layers1=layers(second),
+        chunks0=tuple(ranks[0]), chunks1=tuple(ranks[second]) if st.pp > 1 else (), second=second,
     )
 
 
@@ -409,7 +433,7 @@ class Space:
     whose degrees divide the GPUs and the batch; each cell takes each legal Sharding.
 
         step ≥ lb[cell, sharding] = m·M + (Σ_r S_r − M)/vpp + m·F,   M = max_r S_r
-        peak ≥ mem[cell, sharding] = the larger of rank 0's and rank 1's memory bounds
+        peak ≥ mem[cell, sharding] = the larger of rank 0's and the second rank's (RankKinds.second) memory bounds
 
     (S_r and the memory bound: see the module docstring; F, the FSDP exposure at pp = 1: fsdp_ns.)
     The degrees here are planner.space.degrees_ok and sharding_ok over whole arrays."""
@@ -493,14 +517,23 @@ class Space:
         self.params0 = eparams[si] + (layers0[ti] * k_dense[si]).sum(axis=1)
         self.experts0 = (layers0[ti] * k_expert[si]).sum(axis=1)
         edp = n // (col(self.shards, "etp")[si] * col(self.shards, "ep")[si] * st_pp[ti])
-        # rank 0 holds in-flight micro-batches of each of its chunks
+        # rank 0 (and the second bounded rank) holds in-flight micro-batches of each of its chunks
+        second = np.array([r.second for r in rks], dtype=i64)
+
         code = (st_pp[ti] << 40) + (st_vpp[ti] << 32) + m  # (pp, vpp, m) as one key
         keys, where = np.unique(code, return_inverse=True)
-        def held(rank: int):  # type: ignore[no-untyped-def]
-            per_key = [sum(inflight_counts(int(k >> 40), int(k >> 32 & 0xFF), int(k & 0xFFFFFFFF), rank,
-                                           Schedule.INTERLEAVED if k >> 32 & 0xFF > 1 else Schedule.ONE_F_ONE_B))
-                       if rank < k >> 40 else 0 for k in keys.tolist()]
-            return np.array(per_key, dtype=i64)[where.reshape(-1)]
+        ranks_up = int(st_pp.max()) + 1
+
+        def held(rank):  # type: ignore[no-untyped-def]
+            """Σ over its chunks of the in-flight micro-batches of each cell's rank `rank` (an array)."""
+            pairs, at = np.unique(where.reshape(-1) * ranks_up + rank, return_inverse=True)  # (pp, vpp, m) and rank
+            per_pair = []
+            for pair in pairs.tolist():
+                k, r = int(keys[pair // ranks_up]), pair % ranks_up
+                pp, v, mb = k >> 40, k >> 32 & 0xFF, k & 0xFFFFFFFF
+                per_pair.append(sum(inflight_counts(pp, v, mb, r, Schedule.INTERLEAVED if v > 1 else Schedule.ONE_F_ONE_B))
+                                if r < pp else 0)
+            return np.array(per_pair, dtype=i64)[at.reshape(-1)]
 
         kept_mode = np.take_along_axis(k_kept[si], mode[ti][:, None, None], axis=2)[:, :, 0]  # (C, K)
 
@@ -511,12 +544,13 @@ class Space:
                          + np.einsum("cvk,ck->cv", ch_plain[rank][ti], k_kept[si, :, 0]))
             return np.where(ch_used[rank][ti], per_chunk, np.iinfo(i64).max).min(axis=1, initial=np.iinfo(i64).max)
 
-        self.acts0 = held(0) * least_chunk(0)
+        self.acts0 = held(np.zeros(C, dtype=i64)) * least_chunk(0)
         shard_col = {name: col(self.shards, name)[si] for name in ("ep", "etp")}
         groups = NCCL_BYTES_PER_GROUP * process_groups(sh_tp[si], st_pp[ti], sh_cp[si], self.dp, shard_col["ep"], shard_col["etp"])
         self.overhead = overhead = CUDA_CONTEXT_BYTES + groups + np.maximum(0, (self.acts0 * FRAGMENTATION).astype(i64) - 1)
-        # rank 1 (pp > 1): no embedding, a middle stage's layers, one in-flight micro-batch fewer
-        acts1 = np.where(st_pp[ti] > 1, held(1) * np.where(st_pp[ti] > 1, least_chunk(1), 0), 0)
+        # the second rank (pp > 1; rank 1 but in memory splits): no embedding (nor, if it is the last, the
+        # output layer and loss counted), its own layers and in-flight micro-batches
+        acts1 = np.where(st_pp[ti] > 1, held(second[ti]) * np.where(st_pp[ti] > 1, least_chunk(1), 0), 0)
         params1 = (layers1[ti] * k_dense[si]).sum(axis=1)
         experts1 = (layers1[ti] * k_expert[si]).sum(axis=1)
         fixed1 = CUDA_CONTEXT_BYTES + groups + np.maximum(0, (acts1 * FRAGMENTATION).astype(i64) - 1) + acts1
@@ -526,7 +560,7 @@ class Space:
         self.legal = np.zeros((C, Z), dtype=bool)
         self.mem = np.zeros((C, Z), dtype=i64)
         self.pair_bytes = np.zeros((C, Z), dtype=i64)  # the part of rank 0's memory bound that depends on both
-        self.mem1 = np.zeros((C, Z), dtype=i64)  # rank 1's memory bound
+        self.mem1 = np.zeros((C, Z), dtype=i64)  # the second rank's memory bound
         pp_c = st_pp[ti]
         cp_c = sh_cp[si]
         one_stage = pp_c == 1
@@ -611,7 +645,7 @@ class Space:
                 continue
             shard, st = self.shards[self.cell_shard[c]], self.stages[self.cell_stages[c]]
             dp = int(self.dp[c])
-            key = (shard.tp, shard.cp, shard.ep, shard.etp, st.pp, st.first, st.last, zi, dp)
+            key = (shard.tp, shard.cp, shard.ep, shard.etp, st.pp, st.first, st.last, st.layers, zi, dp)
             if key not in self._tails:
                 job = shape_job(p, shard, self.shardings[zi], st)
                 assert job is not None  # the pair is legal
@@ -681,7 +715,7 @@ class BandModel:
         states_shd = m.new_int_var(0, 32 * max(params), "states_sharded")
         m.add_division_equality(states_shd, sharded_total, shard_ranks)
         m.add(states_rep + states_shd + experts + acts0 <= usable)
-        # and rank 1's, tabulated per (cell, sharding)
+        # and the second rank's, tabulated per (cell, sharding)
         m.add(element(pair, [int(s.mem1[c, zi]) for c in cells for zi in range(Z)], "memory1") <= usable)
 
     def enumerate(self, seconds: float) -> tuple[list[tuple[int, int, int]], bool]:

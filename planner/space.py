@@ -4,7 +4,7 @@ same space from these generators.
 
 A layout is four choices and one derived degree:
 - a Shard: what one layer's work per GPU depends on (tp, sp, cp, ep, etp, mbs);
-- a Stages: the pipeline (pp, vpp, the first/last stage sizes) with a recompute plan (Recompute);
+- a Stages: the pipeline (pp, vpp, the first/last stage sizes or every rank's) with a recompute plan (Recompute);
 - a Sharding: how data-parallel ranks split model states (zero, dp_shard);
 - dp = gpus / (tp·cp·pp), and m = global batch / (mbs·dp) micro-batches.
 Every candidate is finally checked by cost_models.rules (the frameworks' own rules), so a
@@ -13,9 +13,11 @@ generator may be looser than the rules but never stricter than what the search p
 Bounds of the search, beyond the frameworks' rules:
 - cp keeps at least MIN_CP_TOKENS tokens per rank (ring attention below that is all latency);
 - mbs divides the global batch and is at most MAX_MBS;
-- a pipeline depth takes, per vpp, the even split where the layers divide and the uneven split of
+- a pipeline depth takes, per vpp, the even split where the layers divide, the uneven split of
   the CP-SAT model in `_split` (ends no heavier than the middle; what
-  --decoder-first/last-pipeline-num-layers are used for);
+  --decoder-first/last-pipeline-num-layers are used for), and up to three memory splits of the
+  CP-SAT model in `_memory_splits` (every rank's layers, fewer where more micro-batches are in
+  flight; --pipeline-model-parallel-layout, where the framework can launch it);
 - vpp is at most MAX_VPP;
 - HSDP shard groups are powers of two from 8 to 256 data-parallel ranks.
 
@@ -25,6 +27,7 @@ A Problem may pin an axis (`fixed`, what `plan --fix` sets) or narrow it to a se
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -32,8 +35,9 @@ from functools import cached_property
 from cost_models.enums import Framework, Recompute, Schedule, Zero
 from cost_models.errors import SpecError
 from cost_models.hardware import Cluster
-from cost_models.pipeline_split import stage_layer_counts
+from cost_models.pipeline_split import format_pp_layout, stage_layer_counts
 from cost_models.layout import Layout
+from cost_models.memory import inflight_counts
 from cost_models.mamba_shard import cp_error as mamba_cp_error
 from cost_models.model_spec import ModelSpec
 from cost_models.training import TrainingSpec
@@ -67,9 +71,18 @@ class Stages:
     last: int | None
     recompute: Recompute
     recompute_layers: int | None  # full recompute of the first k layers of each model chunk
+    # every rank's decoder layers, where neither the even split nor uneven ends say them (first and
+    # last None): Megatron's --pipeline-model-parallel-layout, written by pp_layout
+    layers: tuple[int, ...] | None = None
 
     def counts(self, num_layers: int) -> list[int]:
+        if self.layers is not None:
+            return list(self.layers)
         return stage_layer_counts(num_layers, self.pp, self.first, self.last)
+
+    @property
+    def pp_layout(self) -> str | None:
+        return None if self.layers is None else format_pp_layout(self.layers, self.vpp)
 
     def recomputed(self, count: int) -> int:
         """Layers of a rank holding `count` decoder layers that run under the recompute mode."""
@@ -314,27 +327,130 @@ def _split(num_layers: int, pp: int, vpp: int, head: float) -> tuple[int, int, i
     return vpp * solver.value(f), vpp * solver.value(l), vpp * solver.value(c)
 
 
-def splits(problem: Problem, pp: int, head: float) -> list[tuple[int, int | None, int | None]]:
-    """(vpp, first, last) of a pipeline depth: per vpp, the even split where the layers divide,
-    and the CP-SAT split (_split) as Megatron's --decoder-first/last-pipeline-num-layers, None where
-    an end holds as many layers as a middle stage."""
+# How much slower than the time-balanced optimum the slowest stage of a memory split may be, in
+# model chunks (vpp layer passes each): each step of slack lets the split move a chunk more off the
+# ranks that hold the most micro-batches in flight.
+MEMORY_SPLIT_SLACK = (0, 1, 2)
+
+
+def held_per_chunk(pp: int, vpp: int) -> list[int]:
+    """Each pipeline rank's in-flight micro-batches summed over its model chunks
+    (cost_models.memory.inflight_counts), at m = 2·pp micro-batches, which caps neither schedule's
+    warm-up (1F1B: pp − r ≤ 2·pp; interleaved: 2(pp − r − 1) + (vpp − 1)·pp + 1 < 2·pp·vpp). A rank of
+    x layers per chunk keeps x times this many layers' activations, so it weighs the split's memory."""
+    sched = Schedule.INTERLEAVED if vpp > 1 else Schedule.ONE_F_ONE_B
+    return [sum(inflight_counts(pp, vpp, 2 * pp, r, sched)) for r in range(pp)]
+
+
+@functools.lru_cache(maxsize=1024)  # plan's searches at other GPU counts and sweeps ask again
+def _memory_splits(num_layers: int, pp: int, vpp: int, head: float) -> tuple[tuple[int, ...], ...]:
+    """Every rank's decoder layers, decided under each rank's memory, as a CP-SAT model: x_r model
+    chunks of vpp layers on rank r (x_r ≥ 1, Σ x_r = L/vpp), rank r's time vpp·x_r layer passes
+    (the last rank's plus `head`), its activations x_r·held_r (held_per_chunk: rank 0 holds the most
+    micro-batches in flight, so the time-balanced split peaks there). For each slack δ of
+    MEMORY_SPLIT_SLACK: the split whose slowest stage is at most T0 + δ chunks (T0 the smallest
+    slowest stage of any split) that minimises the largest activation load, then the slowest stage,
+    then the sum of the loads. The layers per rank of each, in slack order; none where L/vpp < pp."""
+    chunks, rem = divmod(num_layers, vpp)
+    if rem or chunks < pp:
+        return ()
+    from planner.search import cp_model
+
+    cp = cp_model()
+    unit = 1000
+    h = round(head * unit)
+    held = held_per_chunk(pp, vpp)
+    top_time = unit * vpp * chunks + h
+    top_load = max(held) * chunks  # also bounds Σ_r held_r·x_r, as Σ x_r = chunks
+    # T0: with c chunks on the last rank the others' slowest holds at least ceil((chunks − c)/(pp − 1))
+    # chunks, and an even share of them reaches it
+    t0 = min(max(unit * vpp * -(-(chunks - c) // (pp - 1)), unit * vpp * c + h) for c in range(1, chunks - pp + 2))
+    out: list[tuple[int, ...]] = []
+    if chunks == pp:
+        return ((vpp,) * pp,)  # one chunk per rank: the even split, the only one
+    for slack in MEMORY_SPLIT_SLACK:
+        m = cp.CpModel()
+        cap = t0 + slack * unit * vpp
+        # each rank's chunks within the cap on its time (a domain, which CP-SAT searches faster than a
+        # constraint: 64 ranks 10 ms a model against 16 ms), and leaving the others one each
+        x = [m.new_int_var(1, min(chunks - pp + 1, (cap - (h if r == pp - 1 else 0)) // (unit * vpp)), f"chunks_{r}")
+             for r in range(pp)]
+        m.add(sum(x) == chunks)
+        # ranks before the last in non-decreasing order: swapping two of them into it keeps every
+        # time and lowers the loads (held falls with the rank), so an optimum in this order exists
+        for r in range(pp - 2):
+            m.add(x[r] <= x[r + 1])
+        slowest = m.new_int_var(0, top_time, "slowest")
+        m.add_max_equality(slowest, [unit * vpp * x[r] + (h if r == pp - 1 else 0) for r in range(pp)])
+        m.add(slowest <= cap)
+        load = m.new_int_var(0, top_load, "load")
+        m.add_max_equality(load, [held[r] * x[r] for r in range(pp)])
+        m.minimize((load * (top_time + 1) + slowest) * (top_load + 1) + sum(held[r] * x[r] for r in range(pp)))
+        solver = cp.CpSolver()
+        solver.parameters.num_workers = 1
+        # presolve and the LP relaxation cost more than this small model's search (measured, 80
+        # layers over 8 ranks: 41 ms with presolve, 4 ms without; seven shapes of 405B and 70B up
+        # to pp 64: 100 ms with the default LP relaxation, 50 ms without)
+        solver.parameters.cp_model_presolve = False
+        solver.parameters.linearization_level = 0
+        if solver.solve(m) != cp.OPTIMAL:
+            continue
+        counts = tuple(vpp * solver.value(v) for v in x)
+        if counts not in out:
+            out.append(counts)
+    return tuple(out)
+
+
+def explicit_layouts_ok(problem: Problem) -> bool:
+    """Whether every rank's layers may be given (--pp-layout): Megatron's layout flag and torchtitan's
+    module_fqns_per_model_part say any split (planner.launch.torchtitan.split), DeepSpeed's
+    PipelineModule does not (cost_models.rules, deepspeed_axes), and with MTP layers Megatron's
+    layout must place them, which the planner's launch refuses (planner.launch.megatron.check).
+    The search scores every layout through that launch check as well (search.evaluate)."""
+    return problem.framework is not Framework.DEEPSPEED and not problem.model.mtp_layers
+
+
+Split = tuple[int, int | None, int | None, tuple[int, ...] | None]  # (vpp, first, last, every rank's layers)
+
+
+def splits(problem: Problem, pp: int, head: float) -> list[Split]:
+    """(vpp, first, last, layers) of a pipeline depth: per vpp, the even split where the layers
+    divide; the CP-SAT split (_split) as Megatron's --decoder-first/last-pipeline-num-layers, None
+    where an end holds as many layers as a middle stage; and the memory splits (_memory_splits)
+    whose per-rank counts neither of those has, as first/last where the middle ranks are equal,
+    else as every rank's layers (layers; first and last None)."""
     n, fw = problem.model.num_layers, problem.framework
     if pp == 1:
-        return [(1, None, None)]
+        return [(1, None, None, None)]
     vpps = [1] if fw is Framework.DEEPSPEED else list(range(1, MAX_VPP + 1))
-    out: set[tuple[int, int | None, int | None]] = set()
+    out: dict[tuple[int, tuple[int, ...]], Split] = {}  # (vpp, per-rank counts) -> the split
+
+    def add(vpp: int, first: int | None, last: int | None, layers: tuple[int, ...] | None = None) -> None:
+        counts = layers if layers is not None else tuple(stage_layer_counts(n, pp, first, last))
+        out.setdefault((vpp, counts), (vpp, first, last, layers))
+
     for vpp in _fixed(problem, "vpp", vpps):
         if n % pp == 0 and (n // pp) % vpp == 0:
-            out.add((vpp, None, None))
+            add(vpp, None, None)
         best = _split(n, pp, vpp, head)
         if best is None:
             continue
         first, last, middle = best
         if pp == 2:
-            out.add((vpp, None, None) if first == last else (vpp, first, None))
+            add(vpp, None if first == last else first, None)
         else:
-            out.add((vpp, None if first == middle else first, None if last == middle else last))
-    return sorted(out, key=lambda s: (s[0], s[1] or 0, s[2] or 0))
+            add(vpp, None if first == middle else first, None if last == middle else last)
+        if not explicit_layouts_ok(problem):
+            continue
+        for counts in _memory_splits(n, pp, vpp, head):
+            if pp == 2:
+                add(vpp, counts[0], None)
+            elif len(set(counts[1:-1])) == 1:
+                mid = counts[1]
+                add(vpp, None if counts[0] == mid else counts[0], None if counts[-1] == mid else counts[-1])
+            else:
+                add(vpp, None, None, counts)
+    return sorted(out.values(), key=lambda s: (s[0], s[1] or 0, s[2] or 0, s[3] or ()))
 
 
 def stages(problem: Problem) -> Iterator[Stages]:
@@ -345,17 +461,17 @@ def stages(problem: Problem) -> Iterator[Stages]:
     modes = _fixed(problem, "recompute", modes)
     head = head_in_layers(problem) if any(p > 1 for p in pps) else 0.0
     for pp in pps:
-        for vpp, first, last in splits(problem, pp, head):
+        for vpp, first, last, layers in splits(problem, pp, head):
             if vpp not in _fixed(problem, "vpp", [vpp]):
                 continue
-            counts = stage_layer_counts(n, pp, first, last)
+            counts = list(layers) if layers is not None else stage_layer_counts(n, pp, first, last)
             for mode in modes:
                 ks: list[int | None] = [None]
                 if mode is Recompute.FULL and fw is Framework.MEGATRON:
                     ks += list(range(1, min(counts) // vpp))
                 ks = _fixed(problem, "recompute_layers", ks)
                 for k in ks:
-                    yield Stages(pp=pp, vpp=vpp, first=first, last=last, recompute=mode, recompute_layers=k)
+                    yield Stages(pp=pp, vpp=vpp, first=first, last=last, recompute=mode, recompute_layers=k, layers=layers)
 
 
 def shardings(problem: Problem) -> list[Sharding]:
@@ -432,7 +548,7 @@ def sharding_ok(problem: Problem, pp, sh: Sharding, dp):  # type: ignore[no-unty
 def layout_of(shard: Shard, st: Stages, sh: Sharding, dp: int) -> Layout:
     return Layout(
         tp=shard.tp, sp=shard.sp, cp=shard.cp, ep=shard.ep, etp=shard.etp, mbs=shard.mbs, dp=dp,
-        pp=st.pp, vpp=st.vpp, pp_first_stage_layers=st.first, pp_last_stage_layers=st.last,
+        pp=st.pp, vpp=st.vpp, pp_first_stage_layers=st.first, pp_last_stage_layers=st.last, pp_layout=st.pp_layout,
         recompute=st.recompute, recompute_layers=st.recompute_layers,
         schedule=Schedule.INTERLEAVED if st.vpp > 1 else Schedule.ONE_F_ONE_B,
         zero=sh.zero, dp_shard=sh.dp_shard or dp,
@@ -448,5 +564,5 @@ def layout_key(lay: Layout) -> tuple:
     return (
         lay.tp, lay.pp, lay.vpp, lay.cp, lay.ep, lay.etp or 0, -lay.mbs, order[lay.recompute],
         -(lay.recompute_layers or 10**6), int(lay.zero or 0), -(lay.dp_shard or 0), not lay.sp,
-        lay.pp_first_stage_layers or 0, lay.pp_last_stage_layers or 0,
+        lay.pp_first_stage_layers or 0, lay.pp_last_stage_layers or 0, lay.pp_layout or "",
     )

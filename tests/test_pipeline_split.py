@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cost_models.errors import SpecError
-from cost_models.pipeline_split import parse_pp_layout, virtual_stage_layers
+from cost_models.pipeline_split import format_pp_layout, layout_errors, parse_pp_layout, virtual_stage_layers
 from helpers import make_job
 from planner.cli import app
 
@@ -24,6 +24,19 @@ def test_layout_grammar_unrolls_groups_then_characters():
     # 60,000 stages of 60,000 layers would unroll to 3.6e9 characters: refused before it is built
     with pytest.raises(ValueError, match="unrolls to more than"):
         parse_pp_layout("(t*60000|)*60000")
+
+
+def test_a_split_per_rank_writes_as_a_compact_layout_megatron_reads_back():
+    # 6/8/8/10 layers over pp 4: E on the first stage, L after the last, the two 8-layer ranks as a group
+    assert format_pp_layout([6, 8, 8, 10], 1) == "Et*6|(t*8|)*2,t*10L"
+    # vpp 2: each rank's layers halved over its two chunks, stage v·pp + r; single layers as "t"
+    assert format_pp_layout([2, 4, 4, 6], 2) == "Et|(t*2|)*2,t*3|t|(t*2|)*2,t*3L"
+    for counts, vpp in (([6, 8, 8, 10], 1), ([2, 4, 4, 6], 2), ([1, 1, 1, 1], 1), ([3, 9, 9, 9, 12], 3)):
+        text = format_pp_layout(counts, vpp)
+        pp = len(counts)
+        assert layout_errors(parse_pp_layout(text), sum(counts), pp) is None
+        stages = virtual_stage_layers(sum(counts), pp, vpp, layout=text)
+        assert stages == [counts[s % pp] // vpp for s in range(pp * vpp)], (text, stages)
 
 
 def test_embedding_and_loss_counted_as_layers():

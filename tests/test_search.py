@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from cost_models.hardware import Cluster
+from cost_models.layout import Layout
 from cost_models.model_spec import ModelSpec
 from cost_models.training import TrainingSpec
 from planner import presets
@@ -35,6 +36,12 @@ HYBRID_TINY = ModelSpec(
     name="hybrid-tiny", num_layers=6, hidden_size=256, ffn_hidden_size=688, num_attention_heads=8, num_kv_heads=4,
     vocab_size=1000, max_position_embeddings=4096, hybrid_pattern="M*-M-M",
     mamba=dict(num_heads=16, head_dim=32, state_size=16, num_groups=8),
+)
+# Eight layers over up to four ranks: the memory splits (planner.space._memory_splits) give every
+# rank's layers, e.g. 1/1/3/3 and 1/1/2/4 at pp 4, so the bound and brute force see explicit layouts.
+LLAMA_TINY_8 = ModelSpec(
+    name="llama-tiny-8", num_layers=8, hidden_size=256, ffn_hidden_size=688, num_attention_heads=8, num_kv_heads=2,
+    vocab_size=1000, max_position_embeddings=4096,
 )
 # A hybrid with MoE (E) layers among Mamba and attention ones (Nemotron 3's kinds): ep applies to the
 # E layers only, the bound sums their costs apart from the others'.
@@ -64,13 +71,14 @@ CASES = [
     (MOE_MIXED_TINY, 2, 8, "megatron", 2048),
     (HYBRID_TINY, 4, 8, "megatron", 2048),
     (HYBRID_MOE_TINY, 2, 4, "megatron", 1024),
+    (LLAMA_TINY_8, 4, 8, "megatron", 2048, dict(tp=1, cp=1, mbs=1)),  # fixed: brute force stays about a second
 ]
 
 
 @pytest.fixture(scope="module", params=CASES, ids=lambda c: f"{c[0].name}-{c[1]}gpu-gbs{c[2]}-{c[3]}-seq{c[4]}")
 def solved(request):
-    model, gpus, gbs, fw, seq = request.param
-    p = problem(model, gpus, gbs=gbs, framework=fw, seq=seq)
+    model, gpus, gbs, fw, seq, *fixed = request.param
+    p = problem(model, gpus, gbs=gbs, framework=fw, seq=seq, **(fixed[0] if fixed else {}))
     return p, search(p, top=5), brute_force(p, top=5)
 
 
@@ -92,7 +100,7 @@ def test_the_bounds_never_exceed_the_exact_model(solved):
     space = Space(p, cal=DEFAULT)
     space.refine(*np.nonzero(space.legal))  # with every pair's dp tail term
     checked = rejected = 0
-    cps, eps = set(), set()
+    cps, eps, layouts = set(), set(), set()
     for cell in range(len(space)):
         for zi in range(len(space.shardings)):
             if not space.legal[cell, zi]:
@@ -109,11 +117,14 @@ def test_the_bounds_never_exceed_the_exact_model(solved):
             checked += 1
             cps.add(out.job.layout.cp)
             eps.add(out.job.layout.ep)
+            layouts.add(out.job.layout.pp_layout)
     assert checked + rejected == brute.candidates and checked > 0
     if p.model is HYBRID_TINY:  # Mamba layers under cp: their all-to-alls are in the bound and the exact step alike
         assert cps == {1, 2}
     if p.model is HYBRID_MOE_TINY:  # expert-parallel layouts of the E layers are among those checked
         assert eps == {1, 2}
+    if p.model is LLAMA_TINY_8:  # every rank's layers given (the memory splits) among those checked
+        assert layouts >= {"Et|t*2|t*3|t*2L", "Et|t|t*2|t*4L"}, layouts
 
 
 def test_the_memory_bound_holds_where_the_peak_is_the_optimizer_step():
@@ -362,6 +373,69 @@ def test_a_large_vocabulary_moves_layers_off_the_last_stage():
     assert counts[-1] < counts[1], counts
     even = evaluate(problem, lay.model_copy(update=dict(pp_first_stage_layers=None, pp_last_stage_layers=None)))
     assert even.time.step_s > best.time.step_s * (1 + TIE_RESOLUTION)
+
+
+def test_memory_splits_move_layers_to_the_ranks_with_fewer_micro_batches_in_flight():
+    # 8 layers, pp 4, vpp 1, no head: 1F1B ranks hold 4/3/2/1 micro-batches (held_per_chunk), the
+    # time-balanced optimum is 2 layers per rank (T0 = 2). Slack 0: only 2/2/2/2 (loads 8/6/4/2).
+    # Slack 1 (≤ 3 layers): a largest load of 5 would need x0, x1 ≤ 1, x2 ≤ 2, x3 ≤ 3, 7 < 8 layers,
+    # so 6; of 1/1/3/3 (loads 4/3/6/3, sum 16), 1/2/2/3 (17) and 1/2/3/2 (18) the least sum wins.
+    # Slack 2 (≤ 4): 1/1/2/4 has loads 4/3/4/4, and 3 would leave rank 0 no layer.
+    from planner.space import _memory_splits, held_per_chunk
+
+    assert held_per_chunk(4, 1) == [4, 3, 2, 1]
+    assert _memory_splits(8, 4, 1, 0.0) == ((2, 2, 2, 2), (1, 1, 3, 3), (1, 1, 2, 4))
+    # whole chunks with vpp 2 (2 layers each), and no split where the chunks do not cover the ranks
+    assert all(n % 2 == 0 and n > 0 for counts in _memory_splits(16, 4, 2, 0.0) for n in counts)
+    assert _memory_splits(6, 4, 2, 0.0) == ()
+
+
+def test_a_memory_split_fits_without_recompute_where_even_and_end_splits_cannot(monkeypatch):
+    # Llama-3.1-70B in torchtitan on 64 H100s at tp 2 · cp 4 · pp 8 · mbs 1 (dp 1, 128 micro-batches).
+    # Under 1F1B rank r holds 8 − r micro-batches in flight, so the even split's rank 0 keeps 8 × 10
+    # layers' activations (30 GiB; its peak 82.9 GiB > 75.7 usable) and the even and end splits fit
+    # only with recompute. Fewer layers on the first ranks and more on the later ones fit without:
+    # the slowest stage grows from 10 to 11 layers (+10%), less than recompute costs.
+    import planner.space as space
+    from cost_models.enums import Recompute
+    from planner.search import TIE_RESOLUTION
+
+    args = ["llama-3.1-70b", "--cluster", "dgx-h100", "--gpus", "64", "--seq-len", "8192", "--global-batch-size", "128",
+            "--framework", "torchtitan"]
+    fixes = dict(tp=2, cp=4, pp=8, mbs=1)
+    res = runner.invoke(app, ["plan", *args, "--top", "1", "--json", *(f for k, v in fixes.items() for f in ("--fix", f"{k}={v}"))])
+    assert res.exit_code == 0, res.output
+    best = json.loads(res.output)["plans"][0]
+    lay = best["layout"]
+    assert lay["pp_layout"] is not None and lay["recompute"] == "none" and lay["vpp"] == 1, lay
+    from cost_models.pipeline_split import virtual_stage_layers
+
+    counts = virtual_stage_layers(80, 8, 1, layout=lay["pp_layout"])
+    # non-decreasing towards the last ranks; the last rank, which also runs the output layer and loss, lighter
+    assert counts[:-1] == sorted(counts[:-1]) and counts[0] < counts[-2] and counts[-1] < counts[-2], counts
+
+    # estimate with the printed layout gives the same step and peak
+    flags = ["--tp", lay["tp"], "--pp", lay["pp"], "--cp", lay["cp"], "--mbs", lay["mbs"], "--zero", lay["zero"],
+             "--dp-shard", lay["dp_shard"], "--recompute", lay["recompute"], "--pp-layout", lay["pp_layout"]]
+    est = runner.invoke(app, ["estimate", *args, *map(str, flags), "--json"])
+    assert est.exit_code == 0, est.output
+    e = json.loads(est.output)
+    assert e["time"]["step_s"] == best["time"]["step_s"] and e["memory"]["peak_bytes"] == best["memory"]["peak_bytes"]
+    # the table's reader gets the same flag; an alternative pp drops the layout, written for 8 stages
+    text = runner.invoke(app, ["plan", *args, "--top", "1", "--explain", *(f for k, v in fixes.items() for f in ("--fix", f"{k}={v}"))],
+                         env={"COLUMNS": "200"}).output
+    assert f"#1: layers per pipeline rank {'/'.join(map(str, counts))}: --pp-layout '{lay['pp_layout']}'" in text, text
+    assert "pp=4 (also pp_layout→-: split evenly): " in text, text
+
+    # without per-rank splits (the even and end splits alone) the same shape fits only with recompute, and slower
+    problem = Problem(presets.models()["llama-3.1-70b"], Cluster(spec=presets.clusters()["dgx-h100"], num_gpus=64),
+                      TrainingSpec(seq_len=8192, global_batch_size=128, framework="torchtitan"), fixed=fixes)
+    even = evaluate(problem, Layout(**{k: v for k, v in lay.items() if k in Layout.model_fields and k != "pp_layout"}))
+    assert isinstance(even, Rejected) and "needs" in even.reason, even
+    monkeypatch.setattr(space, "explicit_layouts_ok", lambda problem: False)
+    old = search(problem, top=1).plans[0]
+    assert old.job.layout.recompute is not Recompute.NONE and old.job.layout.pp_layout is None
+    assert old.time.step_s > best["time"]["step_s"] * (1 + TIE_RESOLUTION), (old.time.step_s, best["time"]["step_s"])
 
 
 def test_ties_go_to_memory_slack_then_fewer_axes_and_equivalents_fold():

@@ -258,7 +258,7 @@ def check(target: Target) -> None:
 class Split:
     """How torchtitan is told the planner's stage split: layers per virtual stage and the
     first/last "less layers" weights (pipeline_parallel.py 0.3.0 L194-265, L366-476), or an
-    explicit module list when no weights give it (uneven ends with vpp > 1)."""
+    explicit module list when no weights give it (uneven ends with vpp > 1, middle ranks of different sizes)."""
 
     layers_per_stage: int | None
     first_less: int
@@ -415,7 +415,7 @@ def plan_function(target: Target, fqns: list[list[str]] | None) -> str:
         body.append(f"    config.compile.enable = {tr.compile}")
         body.append(f"    config.compile.enable_async_tensor_parallel = {tr.tp_comm_overlap}")
     if fqns is not None:
-        body.append("    # Uneven first/last stages with interleaving: stage s = chunk v of pipeline rank r, s = v*pp + r.")
+        body.append("    # A split no layers-per-stage weights give (uneven ranks): stage s = chunk v of pipeline rank r, s = v*pp + r.")
         body.append("    config.parallelism.module_fqns_per_model_part = [")
         body += [f"        {json.dumps(stage)}," for stage in fqns]
         body.append("    ]")

@@ -6,7 +6,7 @@ from torchtitan.models.llama3.config_registry import llama3_8b
 
 def plan_config():
     config = llama3_8b()
-    # Uneven first/last stages with interleaving: stage s = chunk v of pipeline rank r, s = v*pp + r.
+    # A split no layers-per-stage weights give (uneven ranks): stage s = chunk v of pipeline rank r, s = v*pp + r.
     config.parallelism.module_fqns_per_model_part = [
         ["tok_embeddings", "layers.0", "layers.1", "layers.2"],
         ["layers.3", "layers.4", "layers.5", "layers.6", "layers.7"],
