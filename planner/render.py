@@ -380,26 +380,29 @@ FORCED_RESETS = (
 SPLIT_FIELDS = ("vpp", "pp_first_stage_layers", "pp_last_stage_layers", "account_for_embedding", "account_for_loss", "pp_layout")
 
 
-def _search_splits(report: Any, pp: int) -> list[dict[str, Any]]:
-    """The pipeline splits the search uses at depth pp: those of the ranked plans at that depth first,
-    then each vpp's split of planner.space.splits, as Layout fields."""
+def _search_splits(report: Any, pp: int, vpp: int) -> list[dict[str, Any]]:
+    """The pipeline splits the search uses at depth pp, as Layout fields, in the order a change of pp
+    tries them: those of the ranked plans at that depth; then planner.space.splits' time-balanced
+    ones (even or uneven ends), #1's vpp first; then its memory splits (every rank's layers), which
+    trade the slowest stage for memory and are the search's choice only where memory binds."""
     from cost_models.pipeline_split import format_pp_layout
     from planner.space import head_in_layers, splits
 
     out = [{k: getattr(p.job.layout, k) for k in SPLIT_FIELDS} for p in report.plans if p.job.layout.pp == pp]
     if pp > 1 and pp <= report.problem.model.num_layers:
         head = head_in_layers(report.problem)
-        out += [dict(vpp=vpp, pp_first_stage_layers=first, pp_last_stage_layers=last, account_for_embedding=False,
-                     account_for_loss=False, pp_layout=None if layers is None else format_pp_layout(layers, vpp))
-                for vpp, first, last, layers in splits(report.problem, pp, head)]
+        found = sorted(splits(report.problem, pp, head), key=lambda s: (s[3] is not None, s[0] != vpp))
+        out += [dict(vpp=v, pp_first_stage_layers=first, pp_last_stage_layers=last, account_for_embedding=False,
+                     account_for_loss=False, pp_layout=None if layers is None else format_pp_layout(layers, v))
+                for v, first, last, layers in found]
     return out
 
 
 def _forced_changes(problem: Any, before: dict[str, Any], base: dict[str, Any],
                     splits: Sequence[dict[str, Any]] = ()) -> tuple[dict[str, Any], str]:
     """Keep every other field of #1; where the changed axis makes its pipeline split or recompute
-    depth illegal, take the split the search uses at the new depth (`splits`, the one keeping #1's
-    vpp first), else reset the fields that must go, fewest first; say which and why."""
+    depth illegal, take the first legal split of `splits` (_search_splits: what the search uses at
+    the new depth), else reset the fields that must go, fewest first; say which and why."""
     from cost_models.errors import SpecError
     from cost_models.layout import Layout
     from cost_models.rules import fill_defaults, violations
@@ -418,7 +421,7 @@ def _forced_changes(problem: Any, before: dict[str, Any], base: dict[str, Any],
     def said(fields: dict[str, Any]) -> list[str]:
         return [f"{k} {_fold_value(before.get(k))}→{_fold_value(v)}" for k, v in fields.items() if before.get(k) != v]
 
-    for split in sorted(splits, key=lambda f: f["vpp"] != base.get("vpp")):  # stable: #1's vpp first
+    for split in splits:
         if broken({**base, **split}) is None:
             return {**base, **split}, f"also {', '.join(said(split))}, the search's split at this depth: {why.split('; ')[0]}"
     changed: list[str] = []
@@ -452,7 +455,7 @@ def suspect_lines(report: Any) -> list[str]:
         layout_dropped = "pp" in change and lay.pp_layout is not None
         if layout_dropped:  # a layout lists the stages of its own pp; at another pp they would be read as chunks
             base.update(pp_layout=None)
-        splits = _search_splits(report, change["pp"]) if "pp" in change else []
+        splits = _search_splits(report, change["pp"], lay.vpp) if "pp" in change else []
         base, forced = _forced_changes(problem, lay.model_dump(), base, splits)
         if forced:
             name += f" ({forced})"
