@@ -145,9 +145,10 @@ NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?%?")
 
 
 def _shape(line: str) -> str:
-    """A line with its timings masked and every number replaced by '#'."""
+    """A line with its timings masked, every number replaced by '#' and its runs of spaces by one
+    (right-aligned columns move with a number's width)."""
     masked = _mask([line])
-    return NUMBER.sub("#", masked[0]) if masked else ""
+    return " ".join(NUMBER.sub("#", masked[0]).split()) if masked else ""
 
 
 def refreshed_excerpt(example: Example, actual: list[str]) -> list[str] | None:
