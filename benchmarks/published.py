@@ -585,7 +585,7 @@ def _nanotron(entry: dict) -> Mapped:
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.BF16,
                             framework=Framework.MEGATRON, attention=AttentionKernel.FLASH, attention_backend=AttentionBackend.FA2,
                             grad_accumulation_fusion=False, grads_kept_through_backward=True, ddp_buckets=ddp,
-                            loss_shift_out_of_place=True, eager_swiglu=True, qkv_copy_kept=True,
+                            loss_shift_out_of_place=True, eager_swiglu=True, qkv_copy_kept=True, tp_gather_buffers=True,
                             zero1_blocking_sync=zero is Zero.OPTIMIZER)
     if zero is Zero.OPTIMIZER:
         notes.append("ZeRO-1: the fp32 gradients all-reduced after the backward and the bf16 parameters all-gathered "

@@ -411,7 +411,8 @@ def layer_backward_workspace(job: Job, layer_id: int) -> int:
     d = dims(job)
     m = job.model
     kind = m.layer_kind(layer_id)
-    gathered = d.t * d.h if d.sp_div > 1 else 0
+    # TrainingSpec.tp_gather_buffers: the gathered input lives in a persistent buffer (memory.stage_buffers)
+    gathered = d.t * d.h if d.sp_div > 1 and not job.training.tp_gather_buffers else 0
     if not kind.mlp:
         if kind.mixer is MixerKind.MAMBA:
             assert m.mamba is not None
@@ -486,15 +487,17 @@ def loss_workspace(job: Job) -> int:
       zeros_like(log_softmax output), and log_softmax's gradient, both 16-bit and alive together
       beside the saved 4 bytes: 4.
     - nanotron's sharded cross entropy (TrainingSpec.loss_shift_out_of_place) subtracts the row
-      maximum from its fp32 copy out of place: in the forward the 16-bit logits, the fp32 copy and
-      the shifted fp32 tensor (the one kept, exponentiated and normalised in place) are alive
-      together, 6 bytes beside the saved 4 (huggingface/nanotron@c2528430
-      src/nanotron/parallel/tensor_parallel/functional.py:40-43, 73-85, 110-115); its backward turns
-      the saved softmax into the gradient in place and casts it to 16 bits, 2.
+      maximum from the fp32 logits out of place: the fp32 logits and the shifted fp32 tensor (the
+      one kept, exponentiated and normalised in place) are alive together, 4 bytes beside the saved
+      4 (huggingface/nanotron@c2528430 src/nanotron/parallel/tensor_parallel/functional.py:40-43,
+      73-85). The 16-bit logits are gone by then: the model casts them in a block of its own and
+      returns only the fp32 copy (models/llama.py:874-880, 905-911), which the loss holds while it
+      runs (llama.py:1013-1021; functional.py:110-115 casts nothing more). Its backward turns the
+      saved softmax into the gradient in place and casts it to 16 bits, 2.
     """
     d = dims(job)
     if job.training.loss_shift_out_of_place:
-        per_logit = 6
+        per_logit = FP32
     elif job.training.loss_on_16bit_logits:
         per_logit = 2 * ACT_BYTES
     elif d.conv.loss_in_place or job.training.compiles_loss:  # compiled: only the 16-bit gradient is new
@@ -504,3 +507,17 @@ def loss_workspace(job: Job) -> int:
     else:
         per_logit = 8
     return d.t * d.vocab * per_logit
+
+
+def loss_cached_bytes(job: Job) -> int:
+    """Bytes the caching allocator holds reserved, not allocated, while the loss runs: under
+    TrainingSpec.loss_shift_out_of_place, the freed 16-bit logits' block. nanotron's cast allocates
+    the fp32 logits while the 16-bit ones are alive, then the loss the shifted fp32 tensor
+    (loss_workspace): both twice the freed block's size, neither can be carved from it (the allocator
+    serves a request from the smallest cached block that fits, else cudaMalloc; pytorch/pytorch@eb42ad6e
+    c10/cuda/CUDACachingAllocator.cpp, the allocator's header comment), so it stays reserved beside
+    them: 2 bytes per logit."""
+    if not job.training.loss_shift_out_of_place:
+        return 0
+    d = dims(job)
+    return d.t * d.vocab * ACT_BYTES

@@ -181,13 +181,15 @@ def _transient(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], Lay
         (c.backward_bytes for chunk in range(job.layout.vpp) for c in _chunk_layer_costs(job, rank, chunk, costs)),
         default=0,
     )
-    loss = act.loss_workspace(job) if rank == job.layout.pp - 1 else 0
+    last = rank == job.layout.pp - 1
+    loss = act.loss_workspace(job) if last else 0
+    freed = act.loss_cached_bytes(job) if last else 0  # reserved beside the loss, not allocated
     absent = loss_absent_buffers(job, rank)
     if loss > best + absent.total:
         without = Breakdown.of("bytes", **{name: v - (absent.value(name) if name in dict(absent.parts) else 0)
                                            for name, v in buffers})
-        return Breakdown.of("bytes", loss_backward=loss), without, int(absent.total)
-    return Breakdown.of("bytes", layer_backward=best), buffers, max(0, loss - best)
+        return Breakdown.of("bytes", loss_backward=loss), without, int(absent.total) + freed
+    return Breakdown.of("bytes", layer_backward=best), buffers, max(0, loss + freed - best)
 
 
 def _largest_modules(job: Job, rank: int) -> tuple[int, int]:
@@ -323,7 +325,18 @@ def stage_buffers(job: Job, rank: int) -> Breakdown:
         unsharded_grads=unsharded_grads,
         zero_buckets=buckets,
         fp8_weight_cache=fp8_cache,
+        tp_gather=tp_gather_buffer_bytes(job),
     )
+
+
+def tp_gather_buffer_bytes(job: Job) -> int:
+    """TrainingSpec.tp_gather_buffers: nanotron's two persistent 16-bit gather buffers, each the
+    whole micro-batch sequence by the hidden size ("allgather" for the column-parallel inputs,
+    "allgather2" for the row-parallel output gradients)."""
+    if not (job.training.tp_gather_buffers and job.layout.tp > 1 and job.sp):
+        return 0
+    d = act.dims(job)
+    return 2 * d.t * d.h * act.ACT_BYTES
 
 
 def _process_groups(job: Job) -> int:

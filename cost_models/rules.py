@@ -457,7 +457,8 @@ def _gradient_path(job: Job) -> str | None:
                                ("loss_shift_out_of_place", tr.loss_shift_out_of_place),
                                ("eager_swiglu", tr.eager_swiglu),
                                ("zero1_blocking_sync", tr.zero1_blocking_sync),
-                               ("qkv_copy_kept", tr.qkv_copy_kept)) if v]
+                               ("qkv_copy_kept", tr.qkv_copy_kept),
+                               ("tp_gather_buffers", tr.tp_gather_buffers)) if v]
     if nanotron and tr.framework is not MEGATRON:
         return (f"{' and '.join(nanotron)} describe nanotron's code, priced as a Megatron job "
                 f"(framework={tr.framework}); drop it")

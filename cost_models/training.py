@@ -127,6 +127,17 @@ class TrainingSpec(Spec):
     # two kv-wide tensors per layer beyond Megatron's q, k, v (cost_models.activations). Megatron
     # framework only; no effect with grouped-query attention, where q, k and v are copied apart.
     qkv_copy_kept: bool = False
+    # nanotron's sequence-parallel linears (tp_mode REDUCE_SCATTER with tp_linear_async_communication,
+    # which its benchmark script sets, scripts/scaling_benchmarks.py:87-88) gather the sequence into a
+    # process-wide MemoryBuffer rather than a tensor of their own: a column-parallel linear's input
+    # into buffer "allgather" in forward and again in backward (tp_recompute_allgather defaults to
+    # True, config/parallelism_config.py:37), a row-parallel linear's output gradient into
+    # "allgather2" in backward (huggingface/nanotron@c2528430 src/nanotron/parallel/tensor_parallel/
+    # functional.py:153-156, 286-288, 491-493). The buffers are made on first use and never freed
+    # (parallel/utils.py:14-28): two 16-bit [seq, mbs, hidden] tensors alive for the whole run
+    # (cost_models.memory.stage_buffers), where Megatron's gathered input lives only in the
+    # layer's backward. Megatron framework only; nothing with tp 1 or without sequence parallel.
+    tp_gather_buffers: bool = False
 
     # KempnerForge's FSDP2 stack (framework torchtitan), read at KempnerInstitute/KempnerForge@01b461a
     # (its config-validation report ran @601aba9, the same code in these places):

@@ -47,11 +47,11 @@ def test_published_megatron_fp16_memory(group, count, median):
 
 def test_published_nanotron_memory():
     # nanotron's sweep, rank 0 with its bf16 gradients kept through each backward, DDP's buckets at
-    # ZeRO-0, its loss's fp32 copy, eager SwiGLU and the [q|k|v] copy its attention keeps: today's
-    # median |error| (6.6%, docs/accuracy.md) plus half a point
+    # ZeRO-0, its loss's fp32 copy, eager SwiGLU, the [q|k|v] copy its attention keeps and its TP
+    # gather buffers: today's median |error| (6.4%, docs/accuracy.md) plus half a point
     rows = memory_accuracy.rows("nanotron_ultrascale")
     assert len(rows) == 26
-    assert statistics.median(abs(r.error) for r in rows) <= 0.071
+    assert statistics.median(abs(r.error) for r in rows) <= 0.069
 
 
 def test_published_kempnerforge_memory():

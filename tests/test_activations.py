@@ -147,3 +147,26 @@ def test_items_are_what_recompute_drops():
     assert none == layer_items(job, 0).total
     # full recompute keeps only the layer input: t·h·2 bytes
     assert full == 8192 * 4096 * 2
+
+
+def test_a_cast_keeps_nothing_of_its_16bit_input():
+    # TrainingSpec.loss_shift_out_of_place: nanotron's output layer and its fp32 cast run in blocks of
+    # their own, the forward returning only the fp32 logits (huggingface/nanotron@c2528430
+    # models/llama.py:874-880, 905-911). The cast's backward needs no saved tensor and the matmul saves
+    # its inputs, not its output, so once the block returns nothing holds the 16-bit logits: the loss
+    # then runs beside the fp32 logits (4 bytes per logit) and not the 16-bit ones as well.
+    import weakref
+
+    hidden = torch.randn(16, 32, dtype=torch.bfloat16, requires_grad=True)
+    weight = torch.randn(64, 32, dtype=torch.bfloat16, requires_grad=True)
+    seen = []
+
+    def head():
+        logits = hidden @ weight.t()
+        seen.append(weakref.ref(logits))
+        return logits.float()
+
+    fp32 = head()
+    assert fp32.dtype == torch.float32 and seen[0]() is None
+    fp32.sum().backward()  # the graph is intact without them
+    assert weight.grad is not None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cost_models.activations import loss_workspace
+from cost_models.activations import layer_backward_workspace, loss_workspace
 from cost_models.memory import inflight_microbatches, memory_estimate
 from cost_models.states import rank_params
 from cost_models.units import GiB
@@ -212,16 +212,37 @@ def test_gradients_kept_through_backward_leave_an_activation_bound_peak_alone():
 
 def test_ddp_buckets_and_out_of_place_loss_shift_by_hand():
     # dp 2, ZeRO 0: DDP's bf16 buckets hold every parameter, 2·3,295,488 = 6,590,976 bytes; the loss
-    # of 128 tokens over 1024 logits adds 6 bytes per logit (16-bit logits and the fp32 copy beside
-    # the shifted fp32 tensor it keeps): 786,432, where Megatron's in-place loss adds 2
+    # of 128 tokens over 1024 logits allocates 4 bytes per logit beside the shifted fp32 tensor it
+    # keeps (the fp32 logits): 524,288, where Megatron's in-place loss adds 2; the freed 16-bit
+    # logits' block, too small for either fp32 tensor, stays reserved: 2 bytes per logit, 262,144.
+    # A layer's backward, (2·128·256 + 3·128·688)·2 = 659,456 bytes, is the larger moment; the
+    # loss's blocks beyond it stay cached: 524,288 + 262,144 - 659,456 = 126,976
     training = dict(seq_len=128, global_batch_size=2)
-    b = memory_estimate(make_job(LLAMA_TINY, gpus=2, training={**training, "ddp_buckets": True,
-                                                               "loss_shift_out_of_place": True})).stages[0].breakdown
+    job = make_job(LLAMA_TINY, gpus=2, training={**training, "ddp_buckets": True, "loss_shift_out_of_place": True})
+    b = memory_estimate(job).stages[0].breakdown
     assert b.value("buffers/zero_buckets") == 6_590_976
-    assert b.value("transient/loss_backward") == 786_432
+    assert loss_workspace(job) == 524_288
+    assert b.value("transient/layer_backward") == 659_456
+    assert b.value("overhead/cached_blocks") == 126_976
     megatron = make_job(LLAMA_TINY, gpus=2, training=training)
     assert memory_estimate(megatron).stages[0].breakdown.value("buffers/zero_buckets") == 0
     assert loss_workspace(megatron) == 262_144
+
+
+def test_tp_gather_buffers_by_hand():
+    # tp 2 with sequence parallel, 128 tokens: nanotron's "allgather" and "allgather2" buffers, each
+    # 128 tokens · 256 hidden · 2 bytes = 65,536, kept for the run: 131,072 bytes of buffers. The
+    # layer backward's gathered input is the buffer itself, so its working set drops by one
+    # 65,536-byte gather; without sequence parallel there is no buffer.
+    training = dict(seq_len=128, global_batch_size=1, **NANOTRON)
+    plain = make_job(LLAMA_TINY, gpus=2, tp=2, sp=True, training=training)
+    kept = make_job(LLAMA_TINY, gpus=2, tp=2, sp=True, training={**training, "tp_gather_buffers": True})
+    b = memory_estimate(kept).stages[0].breakdown
+    assert b.value("buffers/tp_gather") == 131_072
+    assert memory_estimate(plain).stages[0].breakdown.value("buffers/tp_gather") == 0
+    assert layer_backward_workspace(plain, 0) - layer_backward_workspace(kept, 0) == 65_536
+    no_sp = make_job(LLAMA_TINY, gpus=2, tp=2, sp=False, training={**training, "tp_gather_buffers": True})
+    assert memory_estimate(no_sp).stages[0].breakdown.value("buffers/tp_gather") == 0
 
 
 def test_eager_swiglu_keeps_one_more_ffn_wide_tensor_by_hand():

@@ -181,6 +181,9 @@ def test_nanotron_memory_switches_as_its_trainer_sets_them(run_id, ddp, blocking
     assert tr.zero1_blocking_sync is blocking
     assert tr.grads_kept_through_backward and tr.loss_shift_out_of_place and not tr.grad_accumulation_fusion
     assert tr.eager_swiglu  # models/llama.py:194-201 GLUActivation
+    # scripts/scaling_benchmarks.py:87-88: REDUCE_SCATTER with async linears, whose gathers go to the
+    # persistent MemoryBuffers (parallel/tensor_parallel/functional.py:153-156, 491-493)
+    assert tr.tp_gather_buffers
 
 
 def test_fp8lm_runs_flash_attention_1():
