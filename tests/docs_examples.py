@@ -140,8 +140,9 @@ def check_page(page: Path) -> list[tuple[Example, list[str], str | None]]:
     return results
 
 
-# a number as the pages print them (signs, thousands separators, decimals, a percent sign)
-NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?%?")
+# a number as the pages print them (signs, thousands separators, decimals, a percent sign), standing on
+# its own: the digits inside a name (llama-3.1-8b, pp4v5) are part of the name
+NUMBER = re.compile(r"(?<![\w.-])[-+]?\d[\d,]*(?:\.\d+)?%?(?!\w)")
 
 
 def _shape(line: str) -> str:
