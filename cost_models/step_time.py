@@ -22,7 +22,9 @@ code it follows; the framework notes of docs/performance-model.md list the commi
   layer's all-to-alls of heads (Megatron) run on the compute stream (exposed);
 - ep: the token all-to-alls run on the compute stream (exposed), unless the dispatcher overlaps
   them with another micro-batch (Megatron's combined 1F1B);
-- pp: each chunk's activation send/recv is on the critical path once per pass; a tied embedding's
+- pp: each chunk's activation send/recv is on the critical path once per pass, over the network
+  where the pipeline crosses from one scale-up domain into the next (pp_boundary_seconds), each
+  followed by a re-launch after Megatron's synchronize (pp_sync_relaunch_seconds); a tied embedding's
   gradient all-reduce between the first and last stage follows the dp sync, exposed
   (tied_embedding_grad_seconds);
 - FSDP / ZeRO-3: each layer's parameter all-gather is prefetched behind the previous layer's
