@@ -863,13 +863,14 @@ def pp_sync_relaunch_seconds(job: Job) -> float:
     Without --overlap-p2p-comm (forced off without a virtual pipeline: Megatron-LM@d98e8a64
     megatron/training/arguments.py:1010-1012) Megatron batches each exchange into one
     batch_isend_irecv (batch_p2p_comm = not overlap_p2p_comm, megatron/training/argument_utils.py:307)
-    and, with batch_p2p_sync at its default True (model_parallel_config.py:390-398; arguments.py
-    2307-2318 lists both among the fields with no command-line flag), calls torch.cuda.synchronize()
-    after it (p2p_communication.py:421-424, "to protect against race condition when using
+    and, with batch_p2p_sync at its default True (megatron/core/model_parallel_config.py:390-398;
+    arguments.py:2307-2318 lists both among the fields with no command-line flag), calls torch.cuda.synchronize()
+    after it (megatron/core/pipeline_parallel/p2p_communication.py:421-424, "to protect against race condition when using
     batch_isend_irecv()"). The forks behind the sail_pipeline rows do the same in their 1F1B
     baselines: sail-sg/zero-bubble-pipeline-parallelism@77b9eed9 megatron/core/pipeline_parallel/
-    p2p_communication.py:342-345, model_parallel_config.py:186-187, megatron/arguments.py:183-189,
-    483; sail-sg/VocabularyParallelism@4dca7d20 p2p_communication.py:370-374, which skips the
+    p2p_communication.py:342-345, megatron/core/model_parallel_config.py:186-187, megatron/arguments.py:183-189,
+    483; sail-sg/VocabularyParallelism@4dca7d20 megatron/training/arguments.py:276-278, 656 and
+    megatron/core/pipeline_parallel/p2p_communication.py:370-374, which skips the
     synchronize only for its own vocabulary-parallel schedule. nanotron, run here as Megatron,
     syncs too: each receive sizes its buffer from metadata received into a GPU tensor
     (huggingface/nanotron@c2528430 src/nanotron/parallel/pipeline_parallel/state.py:31, 50 call
