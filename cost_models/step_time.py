@@ -22,7 +22,9 @@ code it follows; the framework notes of docs/performance-model.md list the commi
   layer's all-to-alls of heads (Megatron) run on the compute stream (exposed);
 - ep: the token all-to-alls run on the compute stream (exposed), unless the dispatcher overlaps
   them with another micro-batch (Megatron's combined 1F1B);
-- pp: each chunk's activation send/recv is on the critical path once per pass; a tied embedding's
+- pp: each chunk's activation send/recv is on the critical path once per pass, over the network
+  where the pipeline crosses from one scale-up domain into the next (pp_boundary_seconds), each
+  followed by a re-launch after Megatron's synchronize (pp_sync_relaunch_seconds); a tied embedding's
   gradient all-reduce between the first and last stage follows the dp sync, exposed
   (tied_embedding_grad_seconds);
 - FSDP / ZeRO-3: each layer's parameter all-gather is prefetched behind the previous layer's
@@ -810,11 +812,79 @@ def _fsdp_exposure(job: Job, gathers: list[float], reduces: list[float], fwd: li
     return out
 
 
-def pp_hop_seconds(job: Job) -> float:
-    """One pipeline send/recv of a micro-batch's activations (or their gradient) between stages."""
+def _pp_boundary_bytes(job: Job) -> float:
     lay = job.layout
-    boundary = tokens(job) // (lay.tp if job.sp else 1) * job.model.hidden_size * ACT_BYTES
-    return send_recv_time(boundary, stride=lay.tp * lay.cp * job.dp, cluster=job.cluster.spec)
+    return tokens(job) // (lay.tp if job.sp else 1) * job.model.hidden_size * ACT_BYTES
+
+
+def pp_hop_seconds(job: Job) -> float:
+    """One pipeline send/recv of a micro-batch's activations (or their gradient) between stages
+    whose neighbours are a stride apart (in one scale-up domain when the stride is smaller)."""
+    lay = job.layout
+    return send_recv_time(_pp_boundary_bytes(job), stride=lay.tp * lay.cp * job.dp, cluster=job.cluster.spec)
+
+
+def _crosses_domain(job: Job, rank: int, neighbour: int) -> bool:
+    """Whether two pipeline ranks sit in different scale-up domains. The rank order puts pp last,
+    so a pipeline rank is a block of tp·cp·dp consecutive GPUs and a domain holds
+    scaleup_domain_gpus // (tp·cp·dp) whole blocks (comm.placement's rule): none when a block
+    fills a domain or more, and then every neighbour is a domain away."""
+    stride, domain = job.layout.tp * job.layout.cp * job.dp, job.cluster.spec.scaleup_domain_gpus
+    per_domain = domain // stride if stride < domain else 0
+    return per_domain == 0 or rank // per_domain != neighbour // per_domain
+
+
+def _boundary_crossings(job: Job, rank: int) -> tuple[bool, bool]:
+    """Whether the rank's previous and next pipeline neighbours (around the ring) are a domain away."""
+    pp = job.layout.pp
+    return _crosses_domain(job, rank, (rank - 1) % pp), _crosses_domain(job, rank, (rank + 1) % pp)
+
+
+def pp_boundary_seconds(job: Job, rank: int) -> tuple[float, float]:
+    """(previous, next) seconds of one send/recv across each of a pipeline rank's two boundaries,
+    the neighbours taken around the ring (an interleaved schedule's chunks pass from the last rank
+    back to the first). A pipeline whose ranks are smaller than a scale-up domain (tp·cp·dp below
+    its size) keeps most neighbours on NVLink (pp_hop_seconds), but where it crosses from one
+    domain into the next the two ranks on either side exchange over the network, at one NIC's
+    rate; a rank that waits on every exchange then runs slower than its equals inside a domain."""
+    key = ("pp_link_seconds",)
+    if key not in job.memo:
+        cl, stride = job.cluster.spec, job.layout.tp * job.layout.cp * job.dp
+        network = send_recv_time(_pp_boundary_bytes(job), stride=max(stride, cl.scaleup_domain_gpus), cluster=cl)
+        job.memo[key] = (pp_hop_seconds(job), network)
+    nvlink, network = job.memo[key]
+    prev, nxt = _boundary_crossings(job, rank)
+    return (network if prev else nvlink), (network if nxt else nvlink)
+
+
+def pp_sync_relaunch_seconds(job: Job) -> float:
+    """GPU idle time per pipeline exchange that Megatron follows with torch.cuda.synchronize().
+
+    Without --overlap-p2p-comm (forced off without a virtual pipeline: Megatron-LM@d98e8a64
+    megatron/training/arguments.py:1010-1012) Megatron batches each exchange into one
+    batch_isend_irecv (batch_p2p_comm = not overlap_p2p_comm, megatron/training/argument_utils.py:307)
+    and, with batch_p2p_sync at its default True (megatron/core/model_parallel_config.py:390-398;
+    arguments.py:2307-2318 lists both among the fields with no command-line flag), calls torch.cuda.synchronize()
+    after it (megatron/core/pipeline_parallel/p2p_communication.py:421-424, "to protect against race condition when using
+    batch_isend_irecv()"). The forks behind the sail_pipeline rows do the same in their 1F1B
+    baselines: sail-sg/zero-bubble-pipeline-parallelism@77b9eed9 megatron/core/pipeline_parallel/
+    p2p_communication.py:342-345, megatron/core/model_parallel_config.py:186-187, megatron/arguments.py:183-189,
+    483; sail-sg/VocabularyParallelism@4dca7d20 megatron/training/arguments.py:276-278, 656 and
+    megatron/core/pipeline_parallel/p2p_communication.py:370-374, which skips the
+    synchronize only for its own vocabulary-parallel schedule. nanotron, run here as Megatron,
+    syncs too: each receive sizes its buffer from metadata received into a GPU tensor
+    (huggingface/nanotron@c2528430 src/nanotron/parallel/pipeline_parallel/state.py:31, 50 call
+    p2p.py:352-356, 317-345, 245-288; the batched form reads it with .tolist(), p2p.py:411-441).
+    The host thus waits for the GPU at every exchange and the launch queue is empty when the next
+    pass starts: that pass's first kernel begins one kernel start-up (the GPU's launch_s,
+    gpu-small-kernels) after the host launches it, instead of queued behind the previous kernel.
+    The host's own time up to that launch (Python, forward_step) is not counted: no measurement
+    of it is at hand. Zero where the exchanges are not synchronised (the interleaved schedule's
+    overlapped p2p, other frameworks)."""
+    tr = job.training
+    if job.layout.pp == 1 or tr.framework is not Framework.MEGATRON or _pp_overlapped(job):
+        return 0.0
+    return K.table_for(job.cluster.gpu).launch_s
 
 
 def tied_embedding_grad_seconds(job: Job) -> float:
@@ -951,7 +1021,11 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[LayerKi
             parts["contention"] += e.contention
             pp_fill = 2 * (lay.pp - 1) * hop
         else:
-            comm["pp"] = hops * hop
+            # every exchange waited on, each priced across the boundary it crosses, and each
+            # followed by the host's re-launch after Megatron's synchronize
+            prev_hop, next_hop = pp_boundary_seconds(job, rank)
+            comm["pp"] = ((lay.vpp - first) * prev_hop + (lay.vpp - last) * next_hop
+                          + hops * pp_sync_relaunch_seconds(job))
     dp_comm, dp_bucket = dp_tail(job, rank)
     microbatch = Breakdown.of("s", compute=Breakdown.of("s", **parts), **comm)
     return StageTime(
@@ -1098,7 +1172,8 @@ def time_estimate(job: Job, *, calibration: Calibration = DEFAULT) -> TimeEstima
     alike: dict[tuple, StageTime] = {}  # ranks with equal signatures cost the same
     stages = []
     for r in range(job.layout.pp):
-        sig = job.rank_signature(r)
+        # ranks of equal layers whose pipeline neighbours sit on other links cost differently
+        sig = (job.rank_signature(r), _boundary_crossings(job, r) if job.layout.pp > 1 else None)
         if sig not in alike:
             alike[sig] = stage_time(job, r, calibration, passes)
         stages.append(replace(alike[sig], rank=r))

@@ -21,7 +21,9 @@ from cost_models.step_time import (
     cp_exposure,
     ep_exposure,
     expected_max_normal,
+    pp_boundary_seconds,
     pp_hop_seconds,
+    pp_sync_relaunch_seconds,
     tied_embedding_grad_seconds,
     time_estimate,
 )
@@ -327,11 +329,60 @@ def test_interleaved_megatron_overlaps_pipeline_transfers_and_others_wait_for_th
     tp_plain, tp_inter = time_estimate(plain), time_estimate(inter)
     hop = pp_hop_seconds(plain)
     m = plain.num_microbatches
-    # 1F1B without vpp: every transfer waited on, two per micro-batch on a middle stage
-    assert tp_plain.stages[1].microbatch.value("pp") == pytest.approx(2 * hop)
+    # 1F1B without vpp: every transfer waited on, two per micro-batch on a middle stage, each
+    # followed by the host's re-launch after torch.cuda.synchronize() (H100: 2.4 us)
+    assert tp_plain.stages[1].microbatch.value("pp") == pytest.approx(2 * hop + 2 * 2.4e-6)
     # interleaved: transfers run beside the other chunks; only the warm-up and flush block
     assert tp_inter.breakdown.value("pp") < 0.2 * m * 10 * hop
     assert tp_inter.breakdown.value("pp") >= 2 * 3 * hop
+
+
+def test_a_pipeline_inside_one_node_leaves_it_over_the_network_where_it_crosses_into_the_next():
+    # Llama-3.1-8B, tp 1, pp 16, dp 1 on two DGX H100s: pipeline rank r is GPU r, so ranks 7 and 8
+    # sit on different nodes and every other pair shares an NVLink domain. One boundary carries
+    # 4096 tokens x 4096 x 2 bytes = 32 MiB.
+    job = make_job("llama-3.1-8b", gpus=16, pp=16, training=dict(global_batch_size=32))
+    size = 4096 * 4096 * 2
+    nvlink = send_recv_time(size, stride=1, cluster=H100)
+    network = send_recv_time(size, stride=8, cluster=H100)
+    assert network > 5 * nvlink  # one 400 Gb/s NIC against NVLink
+    assert pp_boundary_seconds(job, 3) == (nvlink, nvlink)
+    assert pp_boundary_seconds(job, 7) == (nvlink, network)
+    assert pp_boundary_seconds(job, 8) == (network, nvlink)
+    # every exchange waited on (1F1B): rank 7's two transfers per micro-batch are one of each, the
+    # first and last rank have one neighbour; each exchange adds one re-launch (H100: 2.4 us)
+    est = time_estimate(job)
+    launch = 2.4e-6
+    assert est.stages[7].microbatch.value("pp") == pytest.approx(nvlink + network + 2 * launch)
+    assert est.stages[3].microbatch.value("pp") == pytest.approx(2 * nvlink + 2 * launch)
+    assert est.stages[0].microbatch.value("pp") == pytest.approx(nvlink + launch)
+    assert est.stages[15].microbatch.value("pp") == pytest.approx(nvlink + launch)
+    # ranks of equal layers but different neighbours do not share a cached stage
+    assert est.stages[7].microbatch_s - est.stages[6].microbatch_s == pytest.approx(network - nvlink)
+    # tp 2: rank r holds GPUs 2r and 2r+1, so ranks 3 (GPUs 6, 7) and 4 (GPUs 8, 9) cross
+    tp2 = make_job("llama-3.1-8b", gpus=16, tp=2, pp=8, training=dict(global_batch_size=32))
+    assert [pp_boundary_seconds(tp2, r)[1] > pp_boundary_seconds(tp2, 2)[1] for r in range(7)] == [
+        False, False, False, True, False, False, False]
+    # tp 8: every neighbour is a node away, as pp_hop_seconds has it (sequence parallel sends 1/8)
+    tp8 = make_job("llama-3.1-8b", gpus=16, tp=8, pp=2, training=dict(global_batch_size=32))
+    across = send_recv_time(size / 8, stride=8, cluster=H100)
+    assert pp_boundary_seconds(tp8, 0) == pp_boundary_seconds(tp8, 1) == (across, across) == (pp_hop_seconds(tp8),) * 2
+
+
+def test_megatron_1f1b_waits_for_the_gpu_after_every_exchange():
+    # Megatron without --overlap-p2p-comm (no vpp) synchronises after each batched exchange: the
+    # next pass's first kernel starts one kernel start-up after the host launches it, 2.6 us on an
+    # A100 and 2.4 us on an H100 (gpu-small-kernels fits, presets/kernels/*.toml launch_s)
+    a100 = make_job("llama-3.1-8b", gpus=8, pp=4, cluster="dgx-a100-80gb", training=dict(global_batch_size=16))
+    h100 = make_job("llama-3.1-8b", gpus=8, pp=4, training=dict(global_batch_size=16))
+    assert pp_sync_relaunch_seconds(a100) == 2.6e-6
+    assert pp_sync_relaunch_seconds(h100) == 2.4e-6
+    # none with the interleaved schedule's overlapped p2p, under torch's pipelining, or without a pipeline
+    assert pp_sync_relaunch_seconds(make_job("llama-3.1-8b", gpus=8, pp=4, vpp=2, training=dict(global_batch_size=16))) == 0.0
+    titan = make_job("llama-3.1-8b", gpus=8, pp=4, training=dict(global_batch_size=16, framework="torchtitan"))
+    assert pp_sync_relaunch_seconds(titan) == 0.0
+    assert time_estimate(titan).stages[1].microbatch.value("pp") == pytest.approx(2 * pp_hop_seconds(titan))
+    assert pp_sync_relaunch_seconds(make_job("llama-3.1-8b", gpus=8, training=dict(global_batch_size=16))) == 0.0
 
 
 def test_tied_embeddings_all_reduce_their_gradient_between_the_first_and_last_stage():
