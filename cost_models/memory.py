@@ -200,20 +200,6 @@ def pipeline_recv_bytes(job: Job, rank: int, inflight: tuple[int, ...]) -> int:
     return total
 
 
-def held_outputs_bytes(job: Job, rank: int) -> int:
-    """The last stage's outputs torch.distributed.pipelining keeps for the whole step: forward_one_chunk
-    appends every micro-batch's output to output_chunks (`if self.is_last:
-    self.output_chunks.append(output)` at pytorch/pytorch@01386103 stage.py; every stage's in the torch
-    2.5-era stage.py), which only the next step's clear_runtime_states empties, for step() to merge
-    them into the returned output. The model's output is the 16-bit logits (the rank's vocabulary
-    columns), so at the last micro-batch's loss the m - 1 earlier ones are alive beside it."""
-    lay = job.layout
-    if not _torch_pipelining(job) or rank != lay.pp - 1:
-        return 0
-    d = act.dims(job)
-    return (job.num_microbatches - 1) * d.t * d.vocab * act.ACT_BYTES
-
-
 def _transient(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], LayerCost],
                buffers: Breakdown) -> tuple[Breakdown, Breakdown, int]:
     """The backward moment with the most bytes allocated, the buffers alive then, and the bytes the
@@ -429,8 +415,7 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
     if key not in job.memo:
         job.memo[key] = (*_transient(job, rank, costs, stage_buffers(job, rank)), rank_state_bytes(job, rank))
     transient, buffers, cached, states = job.memo[key]
-    buffers = Breakdown.of("bytes", **dict(buffers), pipeline_recv=pipeline_recv_bytes(job, rank, inflight),
-                           pipeline_outputs=held_outputs_bytes(job, rank))
+    buffers = Breakdown.of("bytes", **dict(buffers), pipeline_recv=pipeline_recv_bytes(job, rank, inflight))
     if job.training.grads_kept_through_backward:
         activations, transient = _backward_end(job, rank, chunks, inflight, activations, transient)
     if _whole_graph_gradients(job):
