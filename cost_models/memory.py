@@ -183,9 +183,10 @@ def pipeline_recv_bytes(job: Job, rank: int, inflight: tuple[int, ...]) -> int:
     per micro-batch (_PipelineStageBase._prepare_backward_infra: `for mb_index in
     range(num_microbatches): self.grad_recv_info[mb_index] = self._create_grad_recv_info(...)`), each
     of the boundary tensor's size and kept from the first step on (pytorch/pytorch@01386103
-    torch/distributed/pipelining/stage.py; the same per-micro-batch buffers in the torch 2.5-era
-    stage.py, which torchtitan 9dec370's PipelineStage(model, stage_idx, num_stages, device, group)
-    runs with runtime shape inference). A received activation is the chunk's first layer's input
+    torch/distributed/pipelining/stage.py; the same loops over range(num_microbatches) in the earlier
+    stage.py whose PipelineStage still required input_args, so also in the Dec 2024 torch between the
+    two, which torchtitan 9dec370's PipelineStage(model, stage_idx, num_stages, device, group) runs
+    with runtime shape inference). A received activation is the chunk's first layer's input
     (_retrieve_recv_activations hands the buffer itself to the forward), so the buffers of the
     micro-batches in flight are already counted with the layers: only the others are added."""
     if not _torch_pipelining(job):
