@@ -157,7 +157,48 @@ def _chunk_activations(job: Job, rank: int, chunk: int, costs: dict[tuple[LayerK
         layers=sum(c.kept_bytes for c in _chunk_layer_costs(job, rank, chunk, costs)),
         head=act.head_activations(job).total if last else 0,
         mtp=mtp,
+        # torch.distributed.pipelining keeps each micro-batch's stage output in fwd_cache until that
+        # micro-batch's backward (pipeline_recv_bytes): the last layer's output, which no layer of
+        # this chunk saves
+        stage_output=_boundary_bytes(job) if _torch_pipelining(job) and not last else 0,
     )
+
+
+def _torch_pipelining(job: Job) -> bool:
+    """torchtitan's pipeline runs on torch.distributed.pipelining (PipelineStage and its schedules)."""
+    return job.training.framework is Framework.TORCHTITAN and job.layout.pp > 1
+
+
+def _boundary_bytes(job: Job) -> int:
+    """One micro-batch's 16-bit hidden states between two pipeline stages: the residual stream,
+    sequence-sharded over tp (torchtitan's block outputs are local Shard(1) tensors,
+    RowwiseParallel(output_layouts=Shard(1)) on wo and w2)."""
+    return act.dims(job).residual * act.ACT_BYTES
+
+
+def pipeline_recv_bytes(job: Job, rank: int, inflight: tuple[int, ...]) -> int:
+    """torch.distributed.pipelining's receive buffers on one rank: every model chunk but the first
+    allocates one activation buffer per micro-batch (PipelineStage._prepare_forward_infra ->
+    _create_act_recv_info -> _make_tensor_from_meta), and every chunk but the last one gradient buffer
+    per micro-batch (_PipelineStageBase._prepare_backward_infra: `for mb_index in
+    range(num_microbatches): self.grad_recv_info[mb_index] = self._create_grad_recv_info(...)`), each
+    of the boundary tensor's size and kept from the first step on (pytorch/pytorch@01386103
+    torch/distributed/pipelining/stage.py; the same loops over range(num_microbatches) in the earlier
+    stage.py whose PipelineStage still required input_args, so also in the Dec 2024 torch between the
+    two, which torchtitan 9dec370's PipelineStage(model, stage_idx, num_stages, device, group) runs
+    with runtime shape inference). A received activation is the chunk's first layer's input
+    (_retrieve_recv_activations hands the buffer itself to the forward), so the buffers of the
+    micro-batches in flight are already counted with the layers: only the others are added."""
+    if not _torch_pipelining(job):
+        return 0
+    lay, m, a = job.layout, job.num_microbatches, _boundary_bytes(job)
+    total = 0
+    for chunk, n in enumerate(inflight):
+        first = rank == 0 and chunk == 0
+        last = rank == lay.pp - 1 and chunk == lay.vpp - 1
+        total += 0 if last else m * a  # gradient receive buffers
+        total += 0 if first else (m - n) * a  # activation receive buffers beyond those in flight
+    return total
 
 
 def _transient(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], LayerCost],
@@ -262,6 +303,14 @@ def stage_buffers(job: Job, rank: int) -> Breakdown:
         # until the last micro-batch, FSDPParam.unsharded_accumulated_grad).
         unsharded_params = 2 * stage_params
         unsharded_grads = 4 * stage_params if lay.pp > 1 else 6 * biggest
+        if lay.pp > 1:
+            # The sharded gradients do not exist at the peak (the first backward of a step): the
+            # optimizer's zero_grad sets them to None before the step's forwards (torchtitan@9dec370
+            # train.py:266 `optimizers.zero_grad()`; KempnerForge scripts/train.py:316-318 at
+            # 01b461a; set_to_none=True is torch's default), and the reduce-scatter after the last
+            # micro-batch's backward makes them layer by layer as the fp32 unsharded ones are freed
+            # (as under TrainingSpec.fsdp_sync_last_microbatch below).
+            unsharded_grads -= int(rank_state_bytes(job, rank).value("gradients"))
     elif z is Zero.PARAMETERS and fw is Framework.DEEPSPEED:
         # DeepSpeed ZeRO-3 gathers the parameters of the module it runs, not of the whole layer:
         # fetch and release go module by module over each module's own parameters (recurse=False),
@@ -373,13 +422,14 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
         "bytes",
         **{
             name: sum(chunk.value(name) * count for chunk, count in zip(chunks, inflight))
-            for name in ("embedding", "layers", "head")
+            for name in ("embedding", "layers", "head", "stage_output")
         },
     )
     key = ("stage_fixed", job.rank_signature(rank))  # what does not depend on the in-flight count
     if key not in job.memo:
         job.memo[key] = (*_transient(job, rank, costs, stage_buffers(job, rank)), rank_state_bytes(job, rank))
     transient, buffers, cached, states = job.memo[key]
+    buffers = Breakdown.of("bytes", **dict(buffers), pipeline_recv=pipeline_recv_bytes(job, rank, inflight))
     if job.training.grads_kept_through_backward:
         activations, transient = _backward_end(job, rank, chunks, inflight, activations, transient)
     if _whole_graph_gradients(job):
@@ -427,7 +477,7 @@ def _backward_end(job: Job, rank: int, chunks: list[Breakdown], inflight: tuple[
     after = Breakdown.of(
         "bytes",
         **{name: sum(chunk.value(name) * count for chunk, count in zip(chunks, left))
-           for name in ("embedding", "layers", "head")},
+           for name in ("embedding", "layers", "head", "stage_output")},
     )
     grads = Breakdown.of("bytes", stage_gradients=2 * int(rank_params(job, rank).total))
     if after.total + grads.total > activations.total + transient.total:

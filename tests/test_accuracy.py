@@ -57,10 +57,11 @@ def test_published_nanotron_memory():
 def test_published_kempnerforge_memory():
     # KempnerForge's two reports (max allocated, rank 0) with its bf16 states, fp32 gradients kept
     # unsharded between gradient syncs, unsplit vocabulary, eager loss on bf16 logits and whole-model
-    # compile: today's median |error| (1.0%, docs/accuracy.md) plus half a point, every row within 10%
+    # compile, torch pipelining's receive buffers: today's median |error| (0.7%, docs/accuracy.md) plus
+    # half a point, every row within 10%
     rows = memory_accuracy.rows("kempnerforge_mfu_scaling") + memory_accuracy.rows("kempnerforge_config_validation")
     assert len(rows) == 21
-    assert statistics.median(abs(r.error) for r in rows) <= 0.015
+    assert statistics.median(abs(r.error) for r in rows) <= 0.012
     assert max(abs(r.error) for r in rows) <= 0.10, [(r.id, round(r.error, 3)) for r in rows]
 
 

@@ -386,3 +386,32 @@ def test_nanotron_mha_keeps_the_whole_qkv_copy_by_hand():
 
     assert layers(mha, True) - layers(mha, False) == 65_536
     assert layers(LLAMA_TINY, True) == layers(LLAMA_TINY, False)
+
+
+def test_torch_pipelining_receive_buffers_and_stage_outputs_by_hand():
+    # torchtitan, pp 2, dp 2, full recompute, 1024-token micro-batches, 4 of them (global batch 8 over
+    # dp 2): one boundary tensor is 1024·256·2 = 524,288 bytes. Rank 0 (1F1B, 2 in flight) keeps its 2
+    # stage outputs until their backward and 4 gradient receive buffers; rank 1 (the last, 1 in flight)
+    # 4 activation receive buffers, one of which is its first layer's input, counted with the layers.
+    a = 1024 * 256 * 2
+    job = make_job(LLAMA_TINY, gpus=4, pp=2, zero=3, recompute="full",
+                   training=dict(TITAN, seq_len=1024, global_batch_size=8))
+    first, last = (s.breakdown for s in memory_estimate(job).stages)
+    assert first.value("activations/stage_output") == 2 * a and first.value("buffers/pipeline_recv") == 4 * a
+    assert last.value("activations/stage_output") == 0 and last.value("buffers/pipeline_recv") == 3 * a
+    # Megatron's pipeline sends and frees per micro-batch: neither line
+    meg = memory_estimate(make_job(LLAMA_TINY, gpus=4, pp=2, recompute="full",
+                                   training=dict(seq_len=1024, global_batch_size=8))).stages[0].breakdown
+    assert meg.value("activations/stage_output") == meg.value("buffers/pipeline_recv") == 0
+
+
+def test_fsdp_under_torch_pipelining_has_no_sharded_gradients_at_the_peak_by_hand():
+    # torchtitan's FSDP2 under PP keeps every gradient unsharded in fp32 (4 bytes a parameter) from
+    # the first micro-batch's backward on; the sharded fp32 gradients (4n/dp) were set to None by
+    # zero_grad and come only with the last reduce-scatter, so the line is 4n - 4n/2 with dp 2.
+    job = make_job(LLAMA_TINY, gpus=4, pp=2, zero=3, recompute="full",
+                   training=dict(TITAN, seq_len=1024, global_batch_size=8))
+    for rank, stage in enumerate(memory_estimate(job).stages):
+        n = rank_params(job, rank).total
+        assert stage.breakdown.value("model_states/gradients") == 4 * n / 2
+        assert stage.breakdown.value("buffers/unsharded_grads") == 4 * n - 4 * n / 2

@@ -197,7 +197,7 @@ def rows(slice_: Slice, time: TimeEstimate, measured: Measured, *, device: str, 
     peak = measured.peak.get(rank, {})
     if device == "cuda" and peak.get("max_allocated_bytes") is not None:
         states = float(stage.value("model_states"))
-        alloc = states + dynamic + float(stage.value("buffers/zero_buckets"))
+        alloc = states + dynamic + float(stage.value("buffers/zero_buckets") + stage.value("buffers/pipeline_recv"))
         out.append(Row("memory peak allocated", "bytes", alloc, float(peak["max_allocated_bytes"]), "torch.cuda.max_memory_allocated"))
         reserved = alloc + float(stage.value("overhead/fragmentation") + stage.value("overhead/cached_blocks"))
         out.append(Row("memory peak reserved", "bytes", reserved, float(peak["max_reserved_bytes"]), "torch.cuda.max_memory_reserved"))
