@@ -139,6 +139,10 @@ def _chunk_layer_costs(job: Job, rank: int, chunk: int, costs: dict[tuple[LayerK
     return [costs[job.model.layer_kind(i), job.recompute_mode(n)] for n, i in enumerate(job.stage_chunks[rank][chunk])]
 
 
+# the parts of _chunk_activations, each kept per micro-batch in flight
+CHUNK_PARTS = ("embedding", "layers", "head", "mtp", "stage_output")
+
+
 def _chunk_activations(job: Job, rank: int, chunk: int, costs: dict[tuple[LayerKind, Recompute], LayerCost]) -> Breakdown:
     """Activations of one micro-batch through one model chunk of a rank."""
     first = rank == 0 and chunk == 0
@@ -422,7 +426,7 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
         "bytes",
         **{
             name: sum(chunk.value(name) * count for chunk, count in zip(chunks, inflight))
-            for name in ("embedding", "layers", "head", "stage_output")
+            for name in CHUNK_PARTS
         },
     )
     key = ("stage_fixed", job.rank_signature(rank))  # what does not depend on the in-flight count
@@ -477,7 +481,7 @@ def _backward_end(job: Job, rank: int, chunks: list[Breakdown], inflight: tuple[
     after = Breakdown.of(
         "bytes",
         **{name: sum(chunk.value(name) * count for chunk, count in zip(chunks, left))
-           for name in ("embedding", "layers", "head", "stage_output")},
+           for name in CHUNK_PARTS},
     )
     grads = Breakdown.of("bytes", stage_gradients=2 * int(rank_params(job, rank).total))
     if after.total + grads.total > activations.total + transient.total:

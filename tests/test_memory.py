@@ -415,3 +415,23 @@ def test_fsdp_under_torch_pipelining_has_no_sharded_gradients_at_the_peak_by_han
         n = rank_params(job, rank).total
         assert stage.breakdown.value("model_states/gradients") == 4 * n / 2
         assert stage.breakdown.value("buffers/unsharded_grads") == 4 * n - 4 * n / 2
+
+
+def test_the_last_stage_keeps_each_in_flight_micro_batchs_mtp_activations():
+    # An MTP module on the last pipeline stage runs, per micro-batch, one more decoder layer, the 2h-wide
+    # eh_proj input and one more output layer and loss; their activations stay alive until that
+    # micro-batch's backward, like the layers'. LLAMA_TINY (4 layers, h 256, vocab 1000) at pp 2, tp 1,
+    # mbs 1, seq 128, no recompute, with and without one MTP module: the last stage's kept activations
+    # differ by its in-flight count (1 under 1F1B) times one layer's kept bytes + 2·128·256·2 + the
+    # output layer's activations.
+    from cost_models import activations as act
+    from cost_models.memory import inflight_microbatches, layer_costs, stage_memory
+
+    plain = make_job(LLAMA_TINY, gpus=2, pp=2, training=dict(seq_len=128, global_batch_size=8))
+    mtp = make_job(LLAMA_TINY.model_copy(update=dict(mtp_layers=1)), gpus=2, pp=2, training=dict(seq_len=128, global_batch_size=8))
+    assert inflight_microbatches(mtp, 1) == (1,)
+    layer = layer_costs(mtp)[mtp.model.layer_kind(3), mtp.recompute_mode(0)].kept_bytes
+    expected = layer + 2 * 128 * 256 * 2 + int(act.head_activations(mtp).total)
+    gap = stage_memory(mtp, 1).breakdown.value("activations") - stage_memory(plain, 1).breakdown.value("activations")
+    assert gap == expected
+    assert stage_memory(mtp, 0).breakdown.value("activations") == stage_memory(plain, 0).breakdown.value("activations")
