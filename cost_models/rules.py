@@ -449,6 +449,9 @@ def _gradient_path(job: Job) -> str | None:
     if megatron and tr.framework is not MEGATRON:
         return (f"{' and '.join(megatron)}=False is Megatron's --no-gradient-accumulation-fusion / default of no "
                 f"--overlap-grad-reduce (framework={tr.framework}); drop it")
+    if tr.ddp_bucket_size is not None and tr.framework is not MEGATRON:
+        return (f"ddp_bucket_size is Megatron's --ddp-bucket-size (framework={tr.framework}); drop it, "
+                "or use framework megatron")
     if tr.param_buffer_init_copy and tr.framework is not MEGATRON:
         return (f"param_buffer_init_copy describes Megatron's distributed optimizer (framework={tr.framework}); "
                 "drop it")

@@ -71,6 +71,13 @@ class TrainingSpec(Spec):
     # megatron/training/arguments.py:3121-3122, 3148-3149): False here runs both after the backward
     # and the optimizer step, exposed. Megatron only.
     overlap_grad_reduce: bool = True
+    # Megatron --ddp-bucket-size: parameters per gradient bucket of the DDP buffer, each bucket one
+    # reduce-scatter (all-reduce without the distributed optimizer) and one parameter all-gather of its
+    # own (cost_models.step_time.megatron_buckets). None = Megatron's default, max(40M, 1M x dp·cp)
+    # (Megatron-LM@d98e8a64 megatron/training/training.py:2179-2194 resolve_ddp_bucket_size). A bucket
+    # closes at the first parameter that brings it to this size, so a size below every parameter's
+    # makes each parameter tensor a bucket. Megatron only.
+    ddp_bucket_size: Annotated[int, Field(ge=1)] | None = None
     # A DTensor plan (torchtitan framework) that shards q, k, v (and a gated MLP's gate and up) as
     # separate ColwiseParallel modules, each taking the sequence-sharded input itself: one all-gather
     # of the input per projection in forward and one reduce-scatter (all-reduce without sequence

@@ -376,12 +376,15 @@ def test_megatron_wgrad_gemms_accumulate_into_the_main_grad_in_their_epilogue():
 
 def test_megatron_without_overlap_grad_reduce_exposes_the_whole_reduction():
     # Megatron's --overlap-grad-reduce and --overlap-param-gather default off: the distributed
-    # optimizer's reduce-scatter and gather run after the backward and the optimizer step, and the
-    # step gathers every bucket (distrib_optimizer.py step_with_ready_grads), where the overlapped
-    # gather leaves only its first bucket, max(40M, 1M x dp 16) = 40M parameters, in front of the forward
+    # optimizer's reduce-scatter and gather run after the backward and the optimizer step, one bucket
+    # (training.py resolve_ddp_bucket_size: None without overlap), and the step gathers it
+    # (distrib_optimizer.py step_with_ready_grads); overlapped, the buckets of max(40M, 1M x dp 16) =
+    # 40M parameters each reduce on their own and only the first forward bucket, the 128256 x 4096
+    # embedding's (a bucket by itself: the layer-0 tensors before it already filled one), gathers in
+    # front of the forward
     from cost_models.comm import Collective, collective_time
     from cost_models.states import dense_params
-    from cost_models.step_time import _dense_group, dp_tail
+    from cost_models.step_time import _dense_group, dp_tail, megatron_buckets
 
     base = dict(global_batch_size=64)
     on = make_job("llama-3.1-8b", gpus=16, zero=1, training=base)
@@ -392,11 +395,22 @@ def test_megatron_without_overlap_grad_reduce_exposes_the_whole_reduction():
     assert first_off == pytest.approx(total_off)
     params = dense_params(rank_params(off, 0))
     assert params == 8_030_261_248  # Llama 3.1 8B, untied 128256 x 4096 embedding and output layer
+    assert megatron_buckets(off, 0) == ((params,),)
+    buckets = megatron_buckets(on, 0)[0]
+    embedding = 128256 * 4096
+    assert buckets[-1] == embedding and len(buckets) == 98  # output layer, last norm + fc2, 3 per layer, embedding
     where, cl = _dense_group(off), off.cluster.spec
-    gather = collective_time(Collective.ALL_GATHER, params * 2, where, cl)
-    bucket = collective_time(Collective.ALL_GATHER, 40_000_000 * 2, where, cl)
-    assert total_off - total_on == pytest.approx(gather - bucket)
-    assert gather > 100 * bucket  # 16 GB against 80 MB
+
+    def rs(n):
+        return collective_time(Collective.REDUCE_SCATTER, n * 4, where, cl)  # fp32 main grads (--bf16)
+
+    def ag(n):
+        return collective_time(Collective.ALL_GATHER, n * 2, where, cl)  # bf16 weights
+
+    assert total_on == pytest.approx(sum(rs(b) for b in buckets) + ag(embedding))
+    assert first_on == pytest.approx(rs(embedding) + ag(embedding))
+    assert total_off == pytest.approx(rs(params) + ag(params))
+    assert ag(params) > 10 * ag(embedding)  # 16 GB against 1.05 GB
     assert time_estimate(off).breakdown.value("dp") == pytest.approx(total_off)
 
 
@@ -426,7 +440,7 @@ def test_nanotron_zero1_all_reduces_fp32_gradients_and_gathers_parameters_expose
     (stage,) = est.stages
     assert dp_tail(megatron, 0)[0] < total / 2 and stage.gather_exposed_s > 0
     assert est.breakdown.value("dp") == pytest.approx(stage.dp_exposed_s + stage.gather_exposed_s)
-    assert est.breakdown.value("dp") < total / 5
+    assert est.breakdown.value("dp") < total / 4  # the embedding's 71M-parameter bucket in front of the forward
 
 
 def test_nanotron_zero1_gather_copies_one_slice_per_parameter_tensor_and_dp_rank():
@@ -472,9 +486,19 @@ def test_nanotron_ddp_all_reduces_fp32_buckets_of_25_mib_of_bf16_gradients():
     total, tail = dp_tail(nanotron, 0)
     assert tail == pytest.approx(ar(66_060_288))  # 6.5 ms
     assert total == pytest.approx(66 * ar(13_107_200) + ar(7_602_176) + ar(66_064_384) + ar(66_060_288))  # 130 ms
-    # one all-reduce of the whole 4 GB buffer would reach 0.98 of the plateau: 87 ms
+    # Megatron's DDP all-reduces its own buckets of max(40M, 1M x dp) parameters, walking the tensors
+    # backwards (a layer: fc2 7,340,032, fc1 14,680,064, its norm 4,096, qkv 3,145,728, its norm 4,096,
+    # proj 2,097,152 = 27,271,168): the output layer's 66,060,288 alone, the final norm + layer 31 +
+    # layer 30's fc2 and fc1 (49,295,360), then two layers' worth (54,542,336) 15 times, then layer 0's
+    # attention tensors with the embedding (5,251,072 + 66,060,288); one all-reduce of the whole 4 GB
+    # buffer would reach 0.98 of the plateau (87 ms), these smaller messages less of it
+    from cost_models.step_time import megatron_buckets
+
     megatron = make_job("llama-3.1-8b", gpus=16, tp=8, training=dict(global_batch_size=2))
-    assert dp_tail(megatron, 0)[0] == pytest.approx(ar(p.total))
+    buckets = (66_060_288, 49_295_360, *[54_542_336] * 15, 71_311_360)
+    assert megatron_buckets(megatron, 0) == (buckets,) and sum(buckets) == p.total
+    assert dp_tail(megatron, 0) == pytest.approx((sum(ar(b) for b in buckets), ar(71_311_360)))
+    assert dp_tail(megatron, 0)[0] > ar(p.total)
 
 
 def test_a_dtensor_plan_with_one_colwise_module_per_projection_gathers_per_projection():
