@@ -644,8 +644,9 @@ def _chunk_tensors(job: Job, rank: int, chunk: int, kind: str) -> list[int]:
         rest = dense_params(p) - int(p.value("embedding")) - int(p.value("head")) - sum(
             t for v in range(job.layout.vpp) for i in job.stage_chunks[rank][v] for t in megatron_layer_tensors(job, i))
         head = int(p.value("head"))
-        norm = norm_params(job.model, job.model.hidden_size)
-        out += [t for t in (rest, norm, head - norm) if t > 0]
+        h = job.model.hidden_size
+        norm = (h, h) if norm_params(job.model, h) == 2 * h else (h,)  # LayerNorm: weight and bias
+        out += [t for t in (rest, *norm, head - sum(norm)) if t > 0]
     return out
 
 

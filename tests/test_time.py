@@ -555,3 +555,69 @@ def test_fsdp2_copies_are_priced_by_their_bytes_and_follow_memory_scale():
     slow = DEFAULT.with_values(**{f"memory_scale__{job.cluster.gpu.architecture}": 0.5})
     assert fsdp_copy_seconds(job, 0, slow) == pytest.approx(2 * expected)
     assert fsdp_copy_seconds(make_job(LLAMA_TINY, gpus=8, zero=1, training=dict(seq_len=128)), 0, DEFAULT) == 0
+
+
+def test_megatron_buckets_follow_ddp_bucket_size_tensor_by_tensor():
+    # GPT_TINY (LayerNorm, biases everywhere, tied embedding, h 256, ffn 1024, vocab 1000 -> 1024),
+    # tp1: a Transformer Engine layer registers linear_proj (65,536 + bias 256), linear_qkv's norm
+    # (256 + 256) and weight (768 x 256 = 196,608 + bias 768), linear_fc1's norm (256 + 256) and weight
+    # (1024 x 256 = 262,144 + bias 1,024), linear_fc2 (262,144 + bias 256): 12 tensors, 789,760
+    # parameters. --ddp-bucket-size 1 closes a bucket at every tensor: 2 (final norm) + 4 x 12 + 2
+    # (position and word embeddings, 1024 x 256 each) = 52 buckets, the backward's first the final
+    # norm's bias, its last the word embedding.
+    from cost_models.step_time import megatron_buckets, megatron_layer_tensors
+    from tests.helpers import GPT_TINY
+
+    job = make_job(GPT_TINY, gpus=2, zero=1, training=dict(seq_len=512, global_batch_size=8, ddp_bucket_size=1))
+    layer = (65_536, 256, 256, 256, 196_608, 768, 256, 256, 262_144, 1_024, 262_144, 256)
+    assert megatron_layer_tensors(job, 0) == layer and sum(layer) == 789_760
+    (buckets,) = megatron_buckets(job, 0)
+    assert buckets == (256, 256, *tuple(reversed(layer)) * 4, 262_144, 262_144)
+    # buckets of 800,000: the final norm (512) and layer 3 (789,760) stay under it until layer 2's
+    # fc2 weight closes the first (512 + 789,760 + 256 + 262,144 = 1,052,672); layer 2's rest
+    # (527,360) with layer 1's fc2 and fc1 closes the second at 1,052,928; layer 1's rest (264,192)
+    # with layer 0 up to its qkv weight the third at 987,648; layer 0's qkv norm and linear_proj
+    # (66,304) and both embeddings (524,288) are the last, 590,592
+    big = make_job(GPT_TINY, gpus=2, zero=1, training=dict(seq_len=512, global_batch_size=8, ddp_bucket_size=800_000))
+    assert megatron_buckets(big, 0) == ((1_052_672, 1_052_928, 987_648, 590_592),)
+
+
+def test_per_parameter_buckets_pay_nccl_latency_per_tensor():
+    # Cisco's MLPerf llama31_8b leaves NeMo's bucket_size at 64 elements (custom.yaml:157): every
+    # parameter tensor is its own bucket, 32 x 6 + 3 = 195 reduce-scatters and gathers per step on
+    # Llama 3.1 8B tp1, 65 of them RMSNorm weights of 4,096 elements, each costing NCCL's latency
+    # floor as a 1-element collective would
+    from cost_models.comm import Collective, collective_time
+    from cost_models.step_time import _dense_group, dp_tail, megatron_buckets
+
+    base = dict(global_batch_size=64, grad_reduce_in_bf16=True)
+    per_tensor = make_job("llama-3.1-8b", gpus=16, zero=1, training={**base, "ddp_bucket_size": 64})
+    default = make_job("llama-3.1-8b", gpus=16, zero=1, training=base)
+    (buckets,) = megatron_buckets(per_tensor, 0)
+    assert len(buckets) == 195 and buckets.count(4096) == 65
+    where, cl = _dense_group(per_tensor), per_tensor.cluster.spec
+    norm = collective_time(Collective.REDUCE_SCATTER, 4096 * 2, where, cl)
+    # latency, not bytes: a 256 times larger message (1M elements) costs not even three times as much
+    assert collective_time(Collective.REDUCE_SCATTER, 2**20 * 2, where, cl) < 3 * norm
+    # the 65 norms alone add 65 such collectives to the reduce-scatters the default's 98 buckets pay
+    total, tail = dp_tail(per_tensor, 0)
+    assert total - dp_tail(default, 0)[0] > 65 * norm
+    assert tail == dp_tail(default, 0)[1]  # the embedding's bucket is the last either way
+
+
+def test_megatron_buckets_off_past_the_first_pipeline_rank_and_chunk():
+    # Megatron turns bucketing off on pipeline ranks above 0 and on model chunks after the first
+    # (distributed_data_parallel.py:160-171, training.py:2505-2514): one bucket per chunk, whose
+    # reduction starts only when the chunk's backward has ended
+    from cost_models.states import dense_params
+    from cost_models.step_time import megatron_bucket_size, megatron_buckets
+
+    job = make_job("llama-3.1-8b", gpus=16, pp=2, vpp=2, zero=1, training=dict(global_batch_size=64))
+    assert megatron_bucket_size(job) == 40_000_000  # max(40M, 1M x dp 8)
+    first, later = megatron_buckets(job, 0)
+    assert len(first) > 1 and len(later) == 1
+    assert [len(c) for c in megatron_buckets(job, 1)] == [1, 1]
+    assert sum(sum(c) for c in megatron_buckets(job, 1)) == dense_params(rank_params(job, 1))
+    # the default bucket counts the context-parallel ranks: dp 128 x cp 2 -> 256M
+    cp = make_job("llama-3.1-8b", gpus=256, cp=2, zero=1, training=dict(global_batch_size=128))
+    assert megatron_bucket_size(cp) == 256_000_000
