@@ -169,17 +169,18 @@ def test_parameter_gather_beside_the_forward_contends_and_exposes_what_outlasts_
 
 
 def test_distributed_optimizer_gathers_all_but_the_first_bucket_beside_the_forward():
-    # Megatron ZeRO-1 with overlapped gathers: every bucket but the first (40M parameters at dp 16)
-    # gathers beside the forward, in fp8 under --fp8-param-gather; nothing for zero 0, for the
-    # synchronous gather (no --overlap-param-gather) or for torchtitan's FSDP
-    from cost_models.states import dense_params, rank_params
-    from cost_models.step_time import _dense_group, hidden_param_gather
+    # Megatron ZeRO-1 with overlapped gathers: every bucket (of 40M parameters or more at dp 16) but
+    # the first the forward needs, the 128256 x 4096 embedding's, gathers beside the forward, each its
+    # own all-gather, in fp8 under --fp8-param-gather; nothing for zero 0, for the synchronous gather
+    # (no --overlap-param-gather) or for torchtitan's FSDP
+    from cost_models.step_time import _dense_group, hidden_param_gather, megatron_buckets
 
     base = dict(precision="fp8")
     job = make_job("llama-3.1-8b", gpus=16, zero=1, training=base)
     fp8 = make_job("llama-3.1-8b", gpus=16, zero=1, training={**base, "fp8_param_gather": True})
-    rest = dense_params(rank_params(job, 0)) - 40_000_000
-    ag = collective_time(Collective.ALL_GATHER, rest * 2, _dense_group(job), H100)
+    (buckets,) = megatron_buckets(job, 0)
+    assert buckets[-1] == 128256 * 4096
+    ag = sum(collective_time(Collective.ALL_GATHER, b * 2, _dense_group(job), H100) for b in buckets[:-1])
     assert hidden_param_gather(job, 0) == pytest.approx(ag)
     assert hidden_param_gather(fp8, 0) < 0.6 * hidden_param_gather(job, 0)  # half the bytes
     assert hidden_param_gather(make_job("llama-3.1-8b", gpus=16, zero=0), 0) == 0.0
