@@ -653,6 +653,38 @@ MLPERF_BUCKET_SIZES = (
 )
 
 
+# The row-parallel GEMMs whose forward reduce-scatter each submission's tp_overlap yaml runs as
+# Transformer Engine's ring exchange (TrainingSpec.ub_ring_exchange_rs; the rest "pipeline"). NeMo
+# picks the yaml ${GPU_ARCH}tp${TP}mbs${MBS} (custom.yaml:3), GPU_ARCH defaulting to h100; no config sets
+# FC2_FPROP_METHOD, so fc2_fprop keeps the yaml's default. (id prefix, GEMMs, where.)
+MLPERF_UB_RING_EXCHANGE_RS = (
+    # GPT-3 v4.1, NVIDIA (H100 and the B200 preview, GPU_ARCH unset): h100tp4mbs2.yaml proj_fprop
+    # pipeline (L51-52), fc2_fprop ring_exchange (L60-61) (training_results_v4.1@b87b9e39
+    # NVIDIA/benchmarks/gpt3/implementations/{eos_n32,eos_n64,b200_n8_preview}_*/conf/tp_overlap/)
+    ("mlperf-v4.1-nvidia-gpt3", frozenset({"fc2"}), "v4.1 gpt3 tp_overlap/h100tp4mbs2.yaml:51-61"),
+    # Llama 3.1 405B v5.0 on H100 at tp 8: h100tp8mbs1.yaml ring_exchange for both (L42-47)
+    # (training_results_v5.0@0fdc28f0 NVIDIA/benchmarks/llama31_405b/implementations/eos-dfw_*/conf/tp_overlap/)
+    ("mlperf-v5.0-nvidia-llama405b-hgxh100", frozenset({"proj", "fc2"}), "v5.0 405b tp_overlap/h100tp8mbs1.yaml:42-47"),
+    # v5.0 at tp 4 (NVIDIA's and IBM+CoreWeave's GB200, Nebius's H200; GPU_ARCH unset): h100tp4mbs1.yaml
+    # proj_fprop pipeline (L51-52), fc2_fprop ring_exchange (L60-61)
+    ("mlperf-v5.0-", frozenset({"fc2"}), "v5.0 405b tp_overlap/h100tp4mbs1.yaml:51-61"),
+    # v5.1 NVIDIA (config_common.sh:99 GPU_ARCH=gb200): gb200tp4mbs1.yaml and, for the 8B, gb200tp2mbs1.yaml
+    # ring_exchange for both (L49-57) (training_results_v5.1@441d65f4 NVIDIA/benchmarks/llama31_405b/
+    # implementations/*/conf/tp_overlap/gb200tp4mbs1.yaml, llama31_8b/implementations/nemo/conf/tp_overlap/gb200tp2mbs1.yaml)
+    ("mlperf-v5.1-nvidia-", frozenset({"proj", "fc2"}), "v5.1 tp_overlap/gb200tp{2,4}mbs1.yaml:49-57"),
+    # University of Florida's 405B (GPU_ARCH unset): b200_nemo/conf/tp_overlap/h100tp4mbs1.yaml L51-61
+    ("mlperf-v5.1-uf-llama405b", frozenset({"fc2"}), "v5.1 UF 405b tp_overlap/h100tp4mbs1.yaml:51-61"),
+    # Cisco's tp-2 8B: Cisco/benchmarks/llama31_8b/implementations/nemo/conf/tp_overlap/h100tp2mbs1.yaml L51-61
+    ("mlperf-v5.1-cisco-llama8b", frozenset({"fc2"}), "Cisco 8b tp_overlap/h100tp2mbs1.yaml:51-61"),
+)
+
+
+def mlperf_ring_exchange_rs(run_id: str) -> tuple[frozenset, str] | None:
+    """The row GEMMs a submission reduce-scatters by ring exchange (MLPERF_UB_RING_EXCHANGE_RS), or
+    None where no tp_overlap yaml was read (GPT-3 before v4.1, Oracle's): TE's default, pipeline."""
+    return next(((g, where) for prefix, g, where in MLPERF_UB_RING_EXCHANGE_RS if run_id.startswith(prefix)), None)
+
+
 def mlperf_bucket_size(run_id: str) -> tuple[int, str] | None:
     """The submission's --ddp-bucket-size (MLPERF_BUCKET_SIZES), or None: GPT-3's NeMo 1 code runs
     Apex's DistributedFusedAdam, not Megatron's DDP, and keeps Megatron's default here."""
@@ -699,11 +731,15 @@ def _mlperf(entry: dict) -> Mapped:
     bucket = mlperf_bucket_size(entry["id"])
     if bucket:
         notes.append(f"DDP gradient buckets of {bucket[0]:,} parameters ({bucket[1]})")
+    ring = mlperf_ring_exchange_rs(entry["id"]) if overlap and lay["tp"] > 1 else None
+    if ring:
+        notes.append(f"forward reduce-scatter of {' and '.join(sorted(ring[0]))} by TE ring exchange ({ring[1]})")
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.FP8,
                             framework=Framework.MEGATRON, attention=AttentionKernel.FLASH,
                             attention_backend=AttentionBackend.CUDNN, tp_comm_overlap=overlap and lay["tp"] > 1,
                             fp8_param_gather=fp8_params, grad_reduce_in_bf16=bf16_grads,
-                            ddp_bucket_size=bucket[0] if bucket else None)
+                            ddp_bucket_size=bucket[0] if bucket else None,
+                            ub_ring_exchange_rs=ring[0] if ring else frozenset())
     first = last = None
     accounted = m["layers"] == 126 and lay["pp"] > 1 and ("account_for_embedding" in tech or "ASYM_PP_EMBED" in tech)
     if accounted:

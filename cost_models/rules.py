@@ -422,6 +422,10 @@ def _compile(job: Job) -> str | None:
 
 
 def _tp_comm_overlap(job: Job) -> str | None:
+    tr = job.training
+    if tr.ub_ring_exchange_rs and not (tr.tp_comm_overlap and tr.framework is MEGATRON):
+        return (f"ub_ring_exchange_rs picks Transformer Engine userbuffers' method under Megatron --tp-comm-overlap "
+                f"(framework={tr.framework}, tp_comm_overlap={tr.tp_comm_overlap}); set both or drop it")
     if not job.training.tp_comm_overlap:
         return None
     if job.layout.tp == 1 or not job.sp:

@@ -229,6 +229,31 @@ def _pipelined_rs(job: Job, gemm, rows_total: int, full_s: float, rs_s: float, c
     return Exposure(max(0.0, total - full_s), 0.0)
 
 
+def _ring_exchange_rs(job: Job, gemm, rows_total: int, full_s: float, transfer_s: float, cal: Calibration) -> Exposure:
+    """GEMM + reduce-scatter as Transformer Engine's ring exchange (TrainingSpec.ub_ring_exchange_rs;
+    TransformerEngine@40c69e75 common/comm_gemm_overlap/comm_gemm_overlap.cpp:1118-1205
+    CommOverlapP2PBase::split_overlap_rs): tp chunk GEMMs of rows/tp, rotating over UB_STREAMS
+    compute streams on all the SMs, each chunk's partial output sent to the rank that owns it on the
+    copy engine beside the next chunk's GEMM (the ring-exchange step of _ring_exchange, the last
+    partial's transfer after the last GEMM but one), then reduce_bf16 sums the tp partials on the
+    main stream: it reads tp chunks of the 16-bit output and writes one."""
+    tp = job.layout.tp
+    out = _ring_exchange(job, gemm, rows_total, full_s, transfer_s, cal, streams=UB_STREAMS)
+    chunk_bytes = rows_total // tp * gemm.n * ACT_BYTES
+    return out + Exposure(memory_seconds(job, (tp + 1) * chunk_bytes, cal, launches=1))
+
+
+def _row_forward(job: Job, b: Block, rows_total: int, rs_s: float, cal: Calibration) -> Exposure:
+    """The forward row GEMM and its reduce-scatter under tp_comm_overlap: TE userbuffers' ring
+    exchange where the job names the GEMM (TrainingSpec.ub_ring_exchange_rs), its partials in the
+    16-bit output dtype, else the pipelined split."""
+    name = {"out_proj": "proj", "mlp_fc2": "fc2"}.get(b.row.name)
+    if _userbuffers(job) and name in job.training.ub_ring_exchange_rs:
+        partial = ub_ring_chunk_seconds(job, rows_total // job.layout.tp * b.row.n * ACT_BYTES)
+        return _ring_exchange_rs(job, b.row, rows_total, b.row_fwd, partial, cal)
+    return _pipelined_rs(job, b.row, rows_total, b.row_fwd, rs_s, cal)
+
+
 def column_inputs(job: Job, b: Block) -> int:
     """How many times a block's column input is gathered (and its gradient reduced) per pass: once,
     or once per projection under TrainingSpec.tp_gather_per_projection: q, k and v; a gated MLP's
@@ -321,7 +346,7 @@ def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Cal
         if not backward:
             if overlap:
                 out += _ring_exchange(job, b.col, t, b.col_fwd, chunk_c, cal, streams=UB_STREAMS if ub else 1)
-                out += _pipelined_rs(job, b.row, t, b.row_fwd, rs_h, cal)
+                out += _row_forward(job, b, t, rs_h, cal)
             else:
                 out += Exposure(ag_c + rs_h) if job.sp else Exposure(ar_h)
             continue

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -37,6 +37,14 @@ class TrainingSpec(Spec):
     # (Transformer Engine userbuffers, needs sequence parallel), torchtitan async TP
     # (--parallelism.enable_async_tensor_parallel, needs compile).
     tp_comm_overlap: bool = False
+    # Under Megatron --tp-comm-overlap, the row-parallel GEMMs whose forward reduce-scatter runs
+    # Transformer Engine's ring exchange (userbuffers method "ring_exchange" for proj_fprop / fc2_fprop:
+    # tp chunk GEMMs whose partial outputs move to their rank on the copy engine, then one reduction
+    # kernel; CommOverlapP2PBase::split_overlap_rs) rather than TE's default "pipeline" (4 chunks, the
+    # reduce-scatter on 16 SMs) (TransformerEngine@40c69e75 transformer_engine/pytorch/module/base.py:
+    # 303-311 initialize_ub methods, 337-340; common/comm_gemm_overlap/comm_gemm_overlap.cpp:1118-1205).
+    # "proj" is the attention output projection, "fc2" the MLP's down projection.
+    ub_ring_exchange_rs: frozenset[Literal["proj", "fc2"]] = frozenset()
     # How MoE token all-to-alls run (cost_models.step_time.ep_exposure).
     moe_dispatch: MoEDispatch = MoEDispatch.ALLTOALL
     # Tokens the busiest expert-parallel rank receives over the mean: 1 when routing is balanced
