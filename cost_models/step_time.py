@@ -823,8 +823,8 @@ def megatron_bucket_seconds(job: Job, rank: int, kind: str, where: Placement) ->
     first forward bucket's gather in front of the next forward and the rest behind it
     (hidden_param_gather); without --overlap-param-gather (overlap_grad_reduce=False) the optimizer
     step gathers every bucket synchronously (Megatron-LM@d98e8a64 megatron/core/optimizer/
-    distrib_optimizer.py:3175-3195 step_with_ready_grads). Without it, one all-reduce per bucket.
-    What cannot hide: the last bucket's reduction, the first chunk's last, which the backward fills
+    distrib_optimizer.py:3175-3195 step_with_ready_grads). Without the distributed optimizer (zero 0),
+    one all-reduce per bucket. What cannot hide: the last bucket's reduction, the first chunk's last, which the backward fills
     last, and that bucket's gather."""
     cl = job.cluster.spec
     chunks = megatron_buckets(job, rank, kind)
