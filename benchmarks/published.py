@@ -623,6 +623,74 @@ def nanotron_pp_layers(model: ModelSpec, pp: int) -> list[int]:
     return counts
 
 
+# Megatron --ddp-bucket-size of each MLPerf Llama-3.1 submission: the NeMo code passes its
+# model.optim.bucket_size to DistributedDataParallelConfig(bucket_size=...) (mlcommons/
+# training_results_v5.0@0fdc28f0 NVIDIA/benchmarks/llama31_405b/implementations/eos-dfw_n256_ngc25.01_nemo/
+# pretrain.py:333,360; training_results_v5.1@441d65f4 NVIDIA/benchmarks/llama31_8b/implementations/nemo/
+# pretrain.py:358,395 and Cisco/benchmarks/llama31_8b/implementations/nemo/pretrain.py:335,361), whose
+# value is the BUCKET_SIZE of the run's config or custom.yaml's default. (id prefix, elements, where.)
+MLPERF_BUCKET_SIZES = (
+    # v5.0 405B: no config sets BUCKET_SIZE; custom.yaml:149 defaults it to 200 (every implementation
+    # directory of NVIDIA, IBM+CoreWeave+NVIDIA and Nebius, training_results_v5.0@0fdc28f0)
+    ("mlperf-v5.0-", 200, "v5.0 llama31_405b conf/custom.yaml:149"),
+    # v5.1 405B (NVIDIA, University of Florida): custom.yaml:165 defaults it to 134217728 and the 405B
+    # configs leave it (training_results_v5.1@441d65f4 NVIDIA/benchmarks/llama31_405b/implementations/
+    # */conf/custom.yaml:165, University-of-Florida/benchmarks/llama31_405b/implementations/b200_nemo/conf/custom.yaml:165)
+    ("mlperf-v5.1-nvidia-llama405b", 134_217_728, "v5.1 llama31_405b conf/custom.yaml:165"),
+    ("mlperf-v5.1-uf-llama405b", 134_217_728, "v5.1 llama31_405b conf/custom.yaml:165"),
+    # v5.1 8B: NVIDIA's and Oracle's config_common_8b.sh:19 export BUCKET_SIZE=768000000 (training_results_v5.1
+    # @441d65f4 NVIDIA/benchmarks/llama31_8b/implementations/nemo/config_common_8b.sh:19, also
+    # config_GB200_128x4x1xtp2pp1cp4_8b.sh:15; Oracle/benchmarks/llama31_8b/config_common_8b.sh:19)
+    ("mlperf-v5.1-nvidia-llama8b", 768_000_000, "v5.1 llama31_8b config_common_8b.sh:19"),
+    ("mlperf-v5.1-oracle-llama8b", 768_000_000, "v5.1 llama31_8b config_common_8b.sh:19"),
+    # University of Florida's b200_nemo/config_common_8b.sh sets none: custom.yaml:165's 134217728
+    ("mlperf-v5.1-uf-llama8b", 134_217_728, "v5.1 llama31_8b b200_nemo/conf/custom.yaml:165"),
+    # Cisco's configs set none (their BUCKET_CAP_MB=125 is read by nothing): custom.yaml:157's 64
+    # elements, below every parameter, so each parameter tensor is a bucket of its own
+    # (Cisco/benchmarks/llama31_8b/implementations/nemo/conf/custom.yaml:157, config_common.sh,
+    # config_DGXH100_8x8x1xtp1pp1cp1.sh:30 and config_DGXH100_16x8x1xtp2pp1cp1.sh:31)
+    ("mlperf-v5.1-cisco-llama8b", 64, "Cisco llama31_8b conf/custom.yaml:157"),
+)
+
+
+# The row-parallel GEMMs whose forward reduce-scatter each submission's tp_overlap yaml runs as
+# Transformer Engine's ring exchange (TrainingSpec.ub_ring_exchange_rs; the rest "pipeline"). NeMo
+# picks the yaml ${GPU_ARCH}tp${TP}mbs${MBS} (custom.yaml:3), GPU_ARCH defaulting to h100; no config sets
+# FC2_FPROP_METHOD, so fc2_fprop keeps the yaml's default. (id prefix, GEMMs, where.)
+MLPERF_UB_RING_EXCHANGE_RS = (
+    # GPT-3 v4.1, NVIDIA (H100 and the B200 preview, GPU_ARCH unset): h100tp4mbs2.yaml proj_fprop
+    # pipeline (L51-52), fc2_fprop ring_exchange (L60-61) (training_results_v4.1@b87b9e39
+    # NVIDIA/benchmarks/gpt3/implementations/{eos_n32,eos_n64,b200_n8_preview}_*/conf/tp_overlap/)
+    ("mlperf-v4.1-nvidia-gpt3", frozenset({"fc2"}), "v4.1 gpt3 tp_overlap/h100tp4mbs2.yaml:51-61"),
+    # Llama 3.1 405B v5.0 on H100 at tp 8: h100tp8mbs1.yaml ring_exchange for both (L42-47)
+    # (training_results_v5.0@0fdc28f0 NVIDIA/benchmarks/llama31_405b/implementations/eos-dfw_*/conf/tp_overlap/)
+    ("mlperf-v5.0-nvidia-llama405b-hgxh100", frozenset({"proj", "fc2"}), "v5.0 405b tp_overlap/h100tp8mbs1.yaml:42-47"),
+    # v5.0 at tp 4 (NVIDIA's and IBM+CoreWeave's GB200, Nebius's H200; GPU_ARCH unset): h100tp4mbs1.yaml
+    # proj_fprop pipeline (L51-52), fc2_fprop ring_exchange (L60-61)
+    ("mlperf-v5.0-", frozenset({"fc2"}), "v5.0 405b tp_overlap/h100tp4mbs1.yaml:51-61"),
+    # v5.1 NVIDIA (config_common.sh:99 GPU_ARCH=gb200): gb200tp4mbs1.yaml and, for the 8B, gb200tp2mbs1.yaml
+    # ring_exchange for both (L49-57) (training_results_v5.1@441d65f4 NVIDIA/benchmarks/llama31_405b/
+    # implementations/*/conf/tp_overlap/gb200tp4mbs1.yaml, llama31_8b/implementations/nemo/conf/tp_overlap/gb200tp2mbs1.yaml)
+    ("mlperf-v5.1-nvidia-", frozenset({"proj", "fc2"}), "v5.1 tp_overlap/gb200tp{2,4}mbs1.yaml:49-57"),
+    # University of Florida's 405B (GPU_ARCH unset): b200_nemo/conf/tp_overlap/h100tp4mbs1.yaml L51-61
+    ("mlperf-v5.1-uf-llama405b", frozenset({"fc2"}), "v5.1 UF 405b tp_overlap/h100tp4mbs1.yaml:51-61"),
+    # Cisco's tp-2 8B: Cisco/benchmarks/llama31_8b/implementations/nemo/conf/tp_overlap/h100tp2mbs1.yaml L51-61
+    ("mlperf-v5.1-cisco-llama8b", frozenset({"fc2"}), "Cisco 8b tp_overlap/h100tp2mbs1.yaml:51-61"),
+)
+
+
+def mlperf_ring_exchange_rs(run_id: str) -> tuple[frozenset, str] | None:
+    """The row GEMMs a submission reduce-scatters by ring exchange (MLPERF_UB_RING_EXCHANGE_RS), or
+    None where no tp_overlap yaml was read (GPT-3 before v4.1, Oracle's): TE's default, pipeline."""
+    return next(((g, where) for prefix, g, where in MLPERF_UB_RING_EXCHANGE_RS if run_id.startswith(prefix)), None)
+
+
+def mlperf_bucket_size(run_id: str) -> tuple[int, str] | None:
+    """The submission's --ddp-bucket-size (MLPERF_BUCKET_SIZES), or None: GPT-3's NeMo 1 code runs
+    Apex's DistributedFusedAdam, not Megatron's DDP, and keeps Megatron's default here."""
+    return next(((size, where) for prefix, size, where in MLPERF_BUCKET_SIZES if run_id.startswith(prefix)), None)
+
+
 def _mlperf(entry: dict) -> Mapped:
     """MLPerf Training submissions running NVIDIA's NeMo / Megatron-core code with Transformer Engine."""
     lay, m, hw = entry["layout"], entry["model"], entry["hardware"]
@@ -660,10 +728,18 @@ def _mlperf(entry: dict) -> Mapped:
     else:
         notes.append("gradients kept and reduced in bf16 (the NeMo code's grad_reduce_in_fp32=False)")
     bf16_grads = True
+    bucket = mlperf_bucket_size(entry["id"])
+    if bucket:
+        notes.append(f"DDP gradient buckets of {bucket[0]:,} parameters ({bucket[1]})")
+    ring = mlperf_ring_exchange_rs(entry["id"]) if overlap and lay["tp"] > 1 else None
+    if ring:
+        notes.append(f"forward reduce-scatter of {' and '.join(sorted(ring[0]))} by TE ring exchange ({ring[1]})")
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.FP8,
                             framework=Framework.MEGATRON, attention=AttentionKernel.FLASH,
                             attention_backend=AttentionBackend.CUDNN, tp_comm_overlap=overlap and lay["tp"] > 1,
-                            fp8_param_gather=fp8_params, grad_reduce_in_bf16=bf16_grads)
+                            fp8_param_gather=fp8_params, grad_reduce_in_bf16=bf16_grads,
+                            ddp_bucket_size=bucket[0] if bucket else None,
+                            ub_ring_exchange_rs=ring[0] if ring else frozenset())
     first = last = None
     accounted = m["layers"] == 126 and lay["pp"] > 1 and ("account_for_embedding" in tech or "ASYM_PP_EMBED" in tech)
     if accounted:

@@ -422,6 +422,10 @@ def _compile(job: Job) -> str | None:
 
 
 def _tp_comm_overlap(job: Job) -> str | None:
+    tr = job.training
+    if tr.ub_ring_exchange_rs and not (tr.tp_comm_overlap and tr.framework is MEGATRON):
+        return (f"ub_ring_exchange_rs picks Transformer Engine userbuffers' method under Megatron --tp-comm-overlap "
+                f"(framework={tr.framework}, tp_comm_overlap={tr.tp_comm_overlap}); set both or drop it")
     if not job.training.tp_comm_overlap:
         return None
     if job.layout.tp == 1 or not job.sp:
@@ -449,6 +453,9 @@ def _gradient_path(job: Job) -> str | None:
     if megatron and tr.framework is not MEGATRON:
         return (f"{' and '.join(megatron)}=False is Megatron's --no-gradient-accumulation-fusion / default of no "
                 f"--overlap-grad-reduce (framework={tr.framework}); drop it")
+    if tr.ddp_bucket_size is not None and tr.framework is not MEGATRON:
+        return (f"ddp_bucket_size is Megatron's --ddp-bucket-size (framework={tr.framework}); drop it, "
+                "or use framework megatron")
     if tr.param_buffer_init_copy and tr.framework is not MEGATRON:
         return (f"param_buffer_init_copy describes Megatron's distributed optimizer (framework={tr.framework}); "
                 "drop it")

@@ -92,10 +92,14 @@ from cost_models.mamba_shard import all_to_all_widths
 from cost_models.model_spec import LayerKind
 from cost_models.memory import DEEPSPEED_BUCKET_ELEMENTS, DEEPSPEED_PREFETCH_ELEMENTS
 from cost_models.units import MiB
-from cost_models.states import dense_params, local_kv_heads, local_layer_params, padded_vocab, rank_params
+from cost_models.params import norm_params
+from cost_models.states import dense_params, local_kv_heads, local_layer_params, padded_vocab, rank_params, vocab_split
 
-MIN_DDP_BUCKET_PARAMS = 40_000_000  # Megatron DDP bucket: max(40M, 1M x dp) params
-BUCKET_PARAMS_PER_DP_RANK = 1_000_000  # (megatron/training/training.py, ddp_config.bucket_size)
+# Megatron's default DDP bucket: max(40M, 1M x dp·cp) parameters, the data-parallel group counted
+# with context parallelism (Megatron-LM@d98e8a64 megatron/training/training.py:2179-2194
+# resolve_ddp_bucket_size; TrainingSpec.ddp_bucket_size overrides it)
+MIN_DDP_BUCKET_PARAMS = 40_000_000
+BUCKET_PARAMS_PER_DP_RANK = 1_000_000
 DEEPSPEED_BUCKET_PARAMS = DEEPSPEED_BUCKET_ELEMENTS  # reduce_bucket_size (deepspeed/runtime/zero/config.py)
 # DeepSpeed ZeRO-3 prefetches upcoming parameters only up to stage3_prefetch_bucket_size; the rest
 # of a sub-module's gather waits on the critical path.
@@ -227,6 +231,31 @@ def _pipelined_rs(job: Job, gemm, rows_total: int, full_s: float, rs_s: float, c
     return Exposure(max(0.0, total - full_s), 0.0)
 
 
+def _ring_exchange_rs(job: Job, gemm, rows_total: int, full_s: float, transfer_s: float, cal: Calibration) -> Exposure:
+    """GEMM + reduce-scatter as Transformer Engine's ring exchange (TrainingSpec.ub_ring_exchange_rs;
+    TransformerEngine@40c69e75 common/comm_gemm_overlap/comm_gemm_overlap.cpp:1118-1205
+    CommOverlapP2PBase::split_overlap_rs): tp chunk GEMMs of rows/tp, rotating over UB_STREAMS
+    compute streams on all the SMs, each chunk's partial output sent to the rank that owns it on the
+    copy engine beside the next chunk's GEMM (the ring-exchange step of _ring_exchange, the last
+    partial's transfer after the last GEMM but one), then reduce_bf16 sums the tp partials on the
+    main stream: it reads tp chunks of the 16-bit output and writes one."""
+    tp = job.layout.tp
+    out = _ring_exchange(job, gemm, rows_total, full_s, transfer_s, cal, streams=UB_STREAMS)
+    chunk_bytes = rows_total // tp * gemm.n * ACT_BYTES
+    return out + Exposure(memory_seconds(job, (tp + 1) * chunk_bytes, cal, launches=1))
+
+
+def _row_forward(job: Job, b: Block, rows_total: int, rs_s: float, cal: Calibration) -> Exposure:
+    """The forward row GEMM and its reduce-scatter under tp_comm_overlap: TE userbuffers' ring
+    exchange where the job names the GEMM (TrainingSpec.ub_ring_exchange_rs), its partials in the
+    16-bit output dtype, else the pipelined split."""
+    name = {"out_proj": "proj", "mlp_fc2": "fc2"}.get(b.row.name)
+    if _userbuffers(job) and name in job.training.ub_ring_exchange_rs:
+        partial = ub_ring_chunk_seconds(job, rows_total // job.layout.tp * b.row.n * ACT_BYTES)
+        return _ring_exchange_rs(job, b.row, rows_total, b.row_fwd, partial, cal)
+    return _pipelined_rs(job, b.row, rows_total, b.row_fwd, rs_s, cal)
+
+
 def column_inputs(job: Job, b: Block) -> int:
     """How many times a block's column input is gathered (and its gradient reduced) per pass: once,
     or once per projection under TrainingSpec.tp_gather_per_projection: q, k and v; a gated MLP's
@@ -319,7 +348,7 @@ def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Cal
         if not backward:
             if overlap:
                 out += _ring_exchange(job, b.col, t, b.col_fwd, chunk_c, cal, streams=UB_STREAMS if ub else 1)
-                out += _pipelined_rs(job, b.row, t, b.row_fwd, rs_h, cal)
+                out += _row_forward(job, b, t, rs_h, cal)
             else:
                 out += Exposure(ag_c + rs_h) if job.sp else Exposure(ar_h)
             continue
@@ -587,6 +616,107 @@ def _gather_bytes(job: Job) -> int:
     return 1 if job.training.fp8_param_gather else ACT_BYTES
 
 
+def megatron_bucket_size(job: Job) -> int:
+    """Parameters per gradient bucket of Megatron's DDP buffer: --ddp-bucket-size, else
+    max(40M, 1M x dp·cp) (MIN_DDP_BUCKET_PARAMS)."""
+    if job.training.ddp_bucket_size is not None:
+        return job.training.ddp_bucket_size
+    return max(MIN_DDP_BUCKET_PARAMS, BUCKET_PARAMS_PER_DP_RANK * job.dp * job.layout.cp)
+
+
+def megatron_layer_tensors(job: Job, layer_id: int) -> tuple[int, ...]:
+    """Parameter tensors of a decoder layer's dense buffer on one rank, in module order, as
+    Megatron's Transformer Engine layer spec builds an attention layer with a dense MLP: linear_qkv
+    and linear_fc1 are TELayerNormColumnParallelLinear, each holding the norm before it
+    (layer_norm_weight, and layer_norm_bias for LayerNorm) beside its weight (and bias), linear_proj
+    and linear_fc2 TERowParallelLinear, weight (and bias) (Megatron-LM@d98e8a64
+    megatron/core/models/gpt/gpt_layer_specs.py:318-346, 531-546). A Llama layer has six: four
+    matrices and two RMSNorm weights. Other layer kinds (MoE, Mamba, MLA, qk-norm) count as one
+    tensor of the layer's parameters: their buckets close at layer boundaries."""
+    m, tp = job.model, job.layout.tp
+    kind = m.layer_kind(layer_id)
+    dense = local_layer_params(job, layer_id).dense
+    plain = (kind.mixer is MixerKind.ATTENTION and kind.mlp and not kind.moe and m.mla is None and not m.qk_norm
+             and not m.sandwich_norms and not m.attention_sinks)
+    if not plain:
+        return (dense,)
+    h = m.hidden_size
+    norm = (h, h) if norm_params(m, h) == 2 * h else (h,)
+    qkv = m.q_width // tp + 2 * local_kv_heads(job) * m.head_size
+    f = m.ffn_hidden_size // tp
+    up = (2 if m.mlp.gated else 1) * f
+    # the attention registers linear_proj before linear_qkv (transformer/attention.py:413, 1692)
+    tensors = (m.q_width // tp * h, *((h,) if m.out_bias else ()), *norm, qkv * h, *((qkv,) if m.qkv_bias else ()),
+               *norm, up * h, *((up,) if m.mlp_bias else ()), f * h, *((h,) if m.mlp_bias else ()))
+    return tensors if sum(tensors) == dense else (dense,)
+
+
+def _chunk_tensors(job: Job, rank: int, chunk: int, kind: str) -> list[int]:
+    """Parameter tensors of one model chunk's dense (or expert) buffer, in registration order: the
+    word and position embeddings in the first chunk of the first rank, the layers, the final norm
+    and output layer in the last chunk of the last rank (with whatever else the rank holds there)."""
+    layers = job.stage_chunks[rank][chunk]
+    if kind == "experts":
+        return [e for i in layers if (e := local_layer_params(job, i).expert)]
+    out: list[int] = []
+    if rank == 0 and chunk == 0:
+        p = rank_params(job, 0)
+        emb = int(p.value("embedding"))
+        word = min(emb, -(-padded_vocab(job) // vocab_split(job)) * job.model.hidden_size)
+        out += [word] + ([emb - word] if emb > word else [])
+    for i in layers:
+        out += megatron_layer_tensors(job, i)
+    if rank == job.layout.pp - 1 and chunk == job.layout.vpp - 1:
+        p = rank_params(job, rank)
+        rest = dense_params(p) - int(p.value("embedding")) - int(p.value("head")) - sum(
+            t for v in range(job.layout.vpp) for i in job.stage_chunks[rank][v] for t in megatron_layer_tensors(job, i))
+        head = int(p.value("head"))
+        h = job.model.hidden_size
+        norm = (h, h) if norm_params(job.model, h) == 2 * h else (h,)  # LayerNorm: weight and bias
+        out += [t for t in (rest, *norm, head - sum(norm)) if t > 0]
+    return out
+
+
+def megatron_buckets(job: Job, rank: int, kind: str = "dense") -> tuple[tuple[int, ...], ...]:
+    """Parameters per gradient bucket of each model chunk of a pipeline rank, [chunk][bucket], each
+    chunk's buckets in the order the backward fills them. Megatron walks a buffer's parameters in
+    reverse registration order and closes a bucket at the first parameter that brings it to the
+    bucket size (Megatron-LM@d98e8a64 megatron/core/distributed/param_and_grad_buffer.py:954-1000),
+    so the last bucket holds the first layers and the embedding. Bucketing is off, one bucket per
+    chunk, on every pipeline rank but the first and on every model chunk but the first
+    (distributed_data_parallel.py:160-171; training.py:2505-2514), and without --overlap-grad-reduce
+    (training.py:2192-2193)."""
+    key = ("megatron_buckets", rank, kind)
+    if key in job.memo:
+        return job.memo[key]
+    size = megatron_bucket_size(job)
+    chunks = []
+    for v in range(job.layout.vpp):
+        tensors = _chunk_tensors(job, rank, v, kind)
+        if not tensors:
+            chunks.append(())
+            continue
+        if rank > 0 or v > 0 or not job.training.overlap_grad_reduce:
+            chunks.append((sum(tensors),))
+            continue
+        buckets, filled = [], 0
+        for t in reversed(tensors):
+            filled += t
+            if filled >= size:
+                buckets.append(filled)
+                filled = 0
+        if filled:
+            buckets.append(filled)
+        chunks.append(tuple(buckets))
+    job.memo[key] = tuple(chunks)
+    return job.memo[key]
+
+
+def _first_forward_bucket(chunks: tuple[tuple[int, ...], ...]) -> int:
+    """The bucket the first forward module waits for: the first chunk's last bucket in backward order."""
+    return next((c[-1] for c in chunks if c), 0)
+
+
 def hidden_param_gather(job: Job, rank: int) -> float:
     """Seconds of the distributed optimizer's parameter all-gather that run beside the next step's
     first forward: with --overlap-param-gather each bucket's gather is waited on by a forward
@@ -598,14 +728,14 @@ def hidden_param_gather(job: Job, rank: int) -> float:
     tr = job.training
     if job.zero is not Zero.OPTIMIZER or tr.framework is not Framework.MEGATRON or not tr.overlap_grad_reduce or tr.zero1_blocking_sync:
         return 0.0
-    p = rank_params(job, rank)
     cl = job.cluster.spec
-    bucket = max(MIN_DDP_BUCKET_PARAMS, BUCKET_PARAMS_PER_DP_RANK * job.dp)
     out = 0.0
-    for params, where in ((dense_params(p), _dense_group(job)), (p.value("experts"), _expert_group(job))):
-        if params <= bucket or where.n == 1:
+    for kind, where in (("dense", _dense_group(job)), ("experts", _expert_group(job))):
+        if where.n == 1:
             continue
-        out += collective_time(Collective.ALL_GATHER, (params - bucket) * _gather_bytes(job), where, cl)
+        chunks = megatron_buckets(job, rank, kind)
+        out += sum(collective_time(Collective.ALL_GATHER, b * _gather_bytes(job), where, cl) for c in chunks for b in c)
+        out -= collective_time(Collective.ALL_GATHER, _first_forward_bucket(chunks) * _gather_bytes(job), where, cl)
     return out
 
 
@@ -640,6 +770,8 @@ def dp_tail(job: Job, rank: int) -> tuple[float, float]:
         if z is Zero.NONE and job.training.ddp_buckets and kind == "dense":
             embedding, head = p.value("embedding"), p.value("head")
             t, tail = torch_ddp_all_reduce_seconds(dense - embedding - head, embedding, head, where, cl)
+        elif fw is Framework.MEGATRON and z <= Zero.OPTIMIZER and not job.training.zero1_blocking_sync:
+            t, tail = megatron_bucket_seconds(job, rank, kind, where)
         elif z is Zero.NONE:
             t = collective_time(Collective.ALL_REDUCE, params * gb, where, cl)
             tail = collective_time(Collective.ALL_REDUCE, one_bucket * gb, where, cl)
@@ -683,6 +815,31 @@ def dp_tail(job: Job, rank: int) -> tuple[float, float]:
     if fw is Framework.MEGATRON and not job.training.overlap_grad_reduce:
         first = total  # nothing of it overlaps (TrainingSpec.overlap_grad_reduce)
     return total, first
+
+
+def megatron_bucket_seconds(job: Job, rank: int, kind: str, where: Placement) -> tuple[float, float]:
+    """(seconds, seconds that cannot hide) of Megatron DDP's end-of-step traffic for one buffer of a
+    rank: each bucket reduced by its own collective when its last gradient is ready, priced at its
+    own message size, so a bucket of one small tensor costs NCCL's latency (megatron_buckets). The
+    distributed optimizer reduce-scatters each bucket and all-gathers the updated parameters, the
+    first forward bucket's gather in front of the next forward and the rest behind it
+    (hidden_param_gather); without --overlap-param-gather (overlap_grad_reduce=False) the optimizer
+    step gathers every bucket synchronously (Megatron-LM@d98e8a64 megatron/core/optimizer/
+    distrib_optimizer.py:3175-3195 step_with_ready_grads). Without the distributed optimizer (zero 0),
+    one all-reduce per bucket. What cannot hide: the last bucket's reduction, the first chunk's last, which the backward fills
+    last, and that bucket's gather."""
+    cl = job.cluster.spec
+    chunks = megatron_buckets(job, rank, kind)
+    last = _first_forward_bucket(chunks)
+    gb = _grad_bytes(job)
+    if job.zero is Zero.NONE:
+        total = sum(collective_time(Collective.ALL_REDUCE, b * gb, where, cl) for c in chunks for b in c)
+        return total, collective_time(Collective.ALL_REDUCE, last * gb, where, cl)
+    rs = sum(collective_time(Collective.REDUCE_SCATTER, b * gb, where, cl) for c in chunks for b in c)
+    synchronous = not job.training.overlap_grad_reduce
+    gathered = sum(b for c in chunks for b in c) if synchronous else last
+    ag = collective_time(Collective.ALL_GATHER, gathered * _gather_bytes(job), where, cl)
+    return rs + ag, collective_time(Collective.REDUCE_SCATTER, last * gb, where, cl) + ag
 
 
 def torch_ddp_all_reduce_seconds(layers: float, embedding: float, head: float, where: Placement,

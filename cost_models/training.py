@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -37,6 +37,14 @@ class TrainingSpec(Spec):
     # (Transformer Engine userbuffers, needs sequence parallel), torchtitan async TP
     # (--parallelism.enable_async_tensor_parallel, needs compile).
     tp_comm_overlap: bool = False
+    # Under Megatron --tp-comm-overlap, the row-parallel GEMMs whose forward reduce-scatter runs
+    # Transformer Engine's ring exchange (userbuffers method "ring_exchange" for proj_fprop / fc2_fprop:
+    # tp chunk GEMMs whose partial outputs move to their rank on the copy engine, then one reduction
+    # kernel; CommOverlapP2PBase::split_overlap_rs) rather than TE's default "pipeline" (4 chunks, the
+    # reduce-scatter on 16 SMs) (TransformerEngine@40c69e75 transformer_engine/pytorch/module/base.py:
+    # 303-311 initialize_ub methods, 337-340; common/comm_gemm_overlap/comm_gemm_overlap.cpp:1118-1205).
+    # "proj" is the attention output projection, "fc2" the MLP's down projection.
+    ub_ring_exchange_rs: frozenset[Literal["proj", "fc2"]] = frozenset()
     # How MoE token all-to-alls run (cost_models.step_time.ep_exposure).
     moe_dispatch: MoEDispatch = MoEDispatch.ALLTOALL
     # Tokens the busiest expert-parallel rank receives over the mean: 1 when routing is balanced
@@ -71,6 +79,13 @@ class TrainingSpec(Spec):
     # megatron/training/arguments.py:3121-3122, 3148-3149): False here runs both after the backward
     # and the optimizer step, exposed. Megatron only.
     overlap_grad_reduce: bool = True
+    # Megatron --ddp-bucket-size: parameters per gradient bucket of the DDP buffer, each bucket one
+    # reduce-scatter (all-reduce without the distributed optimizer) and one parameter all-gather of its
+    # own (cost_models.step_time.megatron_buckets). None = Megatron's default, max(40M, 1M x dp·cp)
+    # (Megatron-LM@d98e8a64 megatron/training/training.py:2179-2194 resolve_ddp_bucket_size). A bucket
+    # closes at the first parameter that brings it to this size, so a size below every parameter's
+    # makes each parameter tensor a bucket. Megatron only.
+    ddp_bucket_size: Annotated[int, Field(ge=1)] | None = None
     # A DTensor plan (torchtitan framework) that shards q, k, v (and a gated MLP's gate and up) as
     # separate ColwiseParallel modules, each taking the sequence-sharded input itself: one all-gather
     # of the input per projection in forward and one reduce-scatter (all-reduce without sequence

@@ -650,3 +650,16 @@ def test_torchtitan_03_refuses_tied_embeddings_under_a_pipeline(tmp_path):
                                  "--global-batch-size", "64", "--seq-len", "1024", "--json"])
     assert result.exit_code == 0, result.output
     assert {p["layout"]["pp"] for p in json.loads(result.output)["plans"]} == {1}
+
+
+def test_megatron_passes_the_ddp_bucket_size_it_priced():
+    # TrainingSpec.ddp_bucket_size is Megatron's --ddp-bucket-size (arguments.py L3125); None leaves
+    # Megatron's default max(40M, 1M x dp·cp), the one the step time prices then
+    from helpers import make_job
+    from planner.launch.megatron import _sharding
+    from planner.launch.target import Target
+
+    job = make_job("llama-3.1-8b", gpus=16, zero=1, training=dict(global_batch_size=64, ddp_bucket_size=64))
+    assert ("--ddp-bucket-size", 64) in _sharding(job, Target(job))
+    default = make_job("llama-3.1-8b", gpus=16, zero=1, training=dict(global_batch_size=64))
+    assert not [f for f in _sharding(default, Target(default)) if f[0] == "--ddp-bucket-size"]

@@ -96,6 +96,7 @@ NOT_CONFIG: dict[str, tuple[str, set[str] | None]] = {
     "--num-distributed-optimizer-instances": ("ARG L3216", None),
     "--overlap-grad-reduce": ("ARG L3121", None),
     "--overlap-param-gather": ("ARG L3148", None),
+    "--ddp-bucket-size": ("ARG L3125", None),
     "--use-megatron-fsdp": ("CC L92", None),
     "--use-torch-fsdp2": ("CC L95", None),
     "--torch-fsdp2-no-reshard-after-forward": ("ARG L3218", None),

@@ -171,17 +171,18 @@ def test_parameter_gather_beside_the_forward_contends_and_exposes_what_outlasts_
 
 
 def test_distributed_optimizer_gathers_all_but_the_first_bucket_beside_the_forward():
-    # Megatron ZeRO-1 with overlapped gathers: every bucket but the first (40M parameters at dp 16)
-    # gathers beside the forward, in fp8 under --fp8-param-gather; nothing for zero 0, for the
-    # synchronous gather (no --overlap-param-gather) or for torchtitan's FSDP
-    from cost_models.states import dense_params, rank_params
-    from cost_models.step_time import _dense_group, hidden_param_gather
+    # Megatron ZeRO-1 with overlapped gathers: every bucket (of 40M parameters or more at dp 16) but
+    # the first the forward needs, the 128256 x 4096 embedding's, gathers beside the forward, each its
+    # own all-gather, in fp8 under --fp8-param-gather; nothing for zero 0, for the synchronous gather
+    # (no --overlap-param-gather) or for torchtitan's FSDP
+    from cost_models.step_time import _dense_group, hidden_param_gather, megatron_buckets
 
     base = dict(precision="fp8")
     job = make_job("llama-3.1-8b", gpus=16, zero=1, training=base)
     fp8 = make_job("llama-3.1-8b", gpus=16, zero=1, training={**base, "fp8_param_gather": True})
-    rest = dense_params(rank_params(job, 0)) - 40_000_000
-    ag = collective_time(Collective.ALL_GATHER, rest * 2, _dense_group(job), H100)
+    (buckets,) = megatron_buckets(job, 0)
+    assert buckets[-1] == 128256 * 4096
+    ag = sum(collective_time(Collective.ALL_GATHER, b * 2, _dense_group(job), H100) for b in buckets[:-1])
     assert hidden_param_gather(job, 0) == pytest.approx(ag)
     assert hidden_param_gather(fp8, 0) < 0.6 * hidden_param_gather(job, 0)  # half the bytes
     assert hidden_param_gather(make_job("llama-3.1-8b", gpus=16, zero=0), 0) == 0.0
@@ -428,3 +429,30 @@ def test_layouts_that_differ_in_cp_or_ep_never_tie_to_the_millisecond():
            for ep in (1, 2, 4, 8)}
     for a, b in itertools.combinations(moe, 2):
         assert abs(moe[a] - moe[b]) > MS, moe
+
+
+def test_ring_exchange_reduce_scatter_adds_the_reduction_of_the_tp_partials():
+    # TE's ring-exchange reduce-scatter (CommOverlapP2PBase::split_overlap_rs): 8 chunk GEMMs of
+    # 8192/8 = 1024 rows on three streams, each partial output (1024 x 8192 bf16 = 16,777,216 bytes)
+    # sent to its rank on the copy engine beside the next chunk, then reduce_bf16 reads the 8
+    # partials and writes one: 9 x 16,777,216 = 150,994,944 bytes on the main stream
+    from cost_models.compute import memory_seconds
+    from cost_models.step_time import UB_STREAMS, _ring_exchange_rs, tp_exposure, ub_ring_chunk_seconds
+
+    base = dict(tp_comm_overlap=True, seq_len=8192)
+    job = make_job("llama-3.1-70b", gpus=8, tp=8, training=base)
+    attn, mlp = tp_blocks(job, LayerKind(), cal=DEFAULT)
+    assert (mlp.row.name, mlp.row.n) == ("mlp_fc2", 8192)
+    partial = ub_ring_chunk_seconds(job, 16_777_216)
+    ring = _ring_exchange(job, mlp.row, 8192, mlp.row_fwd, partial, DEFAULT, streams=UB_STREAMS)
+    e = _ring_exchange_rs(job, mlp.row, 8192, mlp.row_fwd, partial, DEFAULT)
+    assert e.exposed == pytest.approx(ring.exposed + memory_seconds(job, 150_994_944, DEFAULT, launches=1))
+    # the forward prices fc2 that way only where the job names it, and proj too where named
+    fwd = {k: tp_exposure(make_job("llama-3.1-70b", gpus=8, tp=8, training={**base, "ub_ring_exchange_rs": k}),
+                          (attn, mlp), backward=False, cal=DEFAULT).exposed
+           for k in (frozenset(), frozenset({"fc2"}), frozenset({"proj", "fc2"}))}
+    assert len(set(fwd.values())) == 3
+    default_fc2 = tp_exposure(job, (mlp,), backward=False, cal=DEFAULT).exposed
+    named = make_job("llama-3.1-70b", gpus=8, tp=8, training={**base, "ub_ring_exchange_rs": {"fc2"}})
+    assert fwd[frozenset({"fc2"})] - fwd[frozenset()] == pytest.approx(
+        tp_exposure(named, (mlp,), backward=False, cal=DEFAULT).exposed - default_fc2)

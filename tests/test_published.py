@@ -203,3 +203,21 @@ def test_fp8lm_runs_flash_attention_1():
     assert 2.3e-3 < one < 2.4e-3  # FA2's 265 TFLOP/s would give 0.96 ms
     # rel 1e-6: the same arithmetic in another order
     assert time_estimate(job).breakdown.value("compute/attention") == pytest.approx(32 * 32 * one, rel=1e-6)
+
+
+@pytest.mark.parametrize(("run_id", "bucket", "ring"), [
+    # custom.yaml defaults where no config sets BUCKET_SIZE; config_common_8b.sh:19's 768M where one does;
+    # the tp_overlap yaml's proj_fprop / fc2_fprop methods (benchmarks/published.py MLPERF_* tables)
+    ("mlperf-v5.1-cisco-llama8b-h100-8x8", 64, frozenset()),  # tp 1: no TP overlap
+    ("mlperf-v5.1-cisco-llama8b-h100-16x8", 64, frozenset({"fc2"})),
+    ("mlperf-v5.1-uf-llama8b-dgxb200-32x8", 134_217_728, frozenset()),
+    ("mlperf-v5.1-oracle-llama8b-b200-8x8", 768_000_000, frozenset()),
+    ("mlperf-v5.1-nvidia-llama8b-gb200-128x4", 768_000_000, frozenset({"proj", "fc2"})),
+    ("mlperf-v5.0-nvidia-llama405b-hgxh100-64x8", 200, frozenset({"proj", "fc2"})),
+    ("mlperf-v5.0-nebius-llama405b-h200-64x8", 200, frozenset({"fc2"})),
+    ("mlperf-v4.1-nvidia-gpt3-dgxh100-64x8", None, frozenset({"fc2"})),
+    ("mlperf-v3.1-nvidia-gpt3-dgxh100-64x8", None, frozenset()),
+])
+def test_mlperf_rows_carry_their_bucket_size_and_overlap_methods(run_id, bucket, ring):
+    tr = BY_ID[run_id].job().training
+    assert (tr.ddp_bucket_size, tr.ub_ring_exchange_rs) == (bucket, ring)

@@ -103,6 +103,8 @@ def test_global_batch_defaults_to_legal_microbatches():
     (dict(framework="megatron", fsdp_reshard_after_forward=True), "fsdp_reshard_after_forward describe an FSDP2/DTensor plan"),
     (dict(framework="megatron", tp_gather_per_projection=True), "tp_gather_per_projection describe an FSDP2/DTensor plan"),
     (dict(framework="torchtitan", ddp_buckets=True), "ddp_buckets describe nanotron's code"),
+    (dict(framework="deepspeed", ddp_bucket_size=64), "ddp_bucket_size is Megatron's --ddp-bucket-size"),
+    (dict(framework="megatron", ub_ring_exchange_rs={"fc2"}), "ub_ring_exchange_rs picks Transformer Engine"),
     (dict(framework="deepspeed", eager_swiglu=True), "eager_swiglu describe nanotron's code"),
     (dict(framework="megatron", grads_kept_through_backward=True), "needs grad_accumulation_fusion=False"),
     (dict(framework="torchtitan", zero1_blocking_sync=True), "zero1_blocking_sync describe nanotron's code"),

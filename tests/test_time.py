@@ -376,12 +376,15 @@ def test_megatron_wgrad_gemms_accumulate_into_the_main_grad_in_their_epilogue():
 
 def test_megatron_without_overlap_grad_reduce_exposes_the_whole_reduction():
     # Megatron's --overlap-grad-reduce and --overlap-param-gather default off: the distributed
-    # optimizer's reduce-scatter and gather run after the backward and the optimizer step, and the
-    # step gathers every bucket (distrib_optimizer.py step_with_ready_grads), where the overlapped
-    # gather leaves only its first bucket, max(40M, 1M x dp 16) = 40M parameters, in front of the forward
+    # optimizer's reduce-scatter and gather run after the backward and the optimizer step, one bucket
+    # (training.py resolve_ddp_bucket_size: None without overlap), and the step gathers it
+    # (distrib_optimizer.py step_with_ready_grads); overlapped, the buckets of max(40M, 1M x dp 16) =
+    # 40M parameters each reduce on their own and only the first forward bucket, the 128256 x 4096
+    # embedding's (a bucket by itself: the layer-0 tensors before it already filled one), gathers in
+    # front of the forward
     from cost_models.comm import Collective, collective_time
     from cost_models.states import dense_params
-    from cost_models.step_time import _dense_group, dp_tail
+    from cost_models.step_time import _dense_group, dp_tail, megatron_buckets
 
     base = dict(global_batch_size=64)
     on = make_job("llama-3.1-8b", gpus=16, zero=1, training=base)
@@ -392,11 +395,22 @@ def test_megatron_without_overlap_grad_reduce_exposes_the_whole_reduction():
     assert first_off == pytest.approx(total_off)
     params = dense_params(rank_params(off, 0))
     assert params == 8_030_261_248  # Llama 3.1 8B, untied 128256 x 4096 embedding and output layer
+    assert megatron_buckets(off, 0) == ((params,),)
+    buckets = megatron_buckets(on, 0)[0]
+    embedding = 128256 * 4096
+    assert buckets[-1] == embedding and len(buckets) == 98  # output layer, last norm + fc2, 3 per layer, embedding
     where, cl = _dense_group(off), off.cluster.spec
-    gather = collective_time(Collective.ALL_GATHER, params * 2, where, cl)
-    bucket = collective_time(Collective.ALL_GATHER, 40_000_000 * 2, where, cl)
-    assert total_off - total_on == pytest.approx(gather - bucket)
-    assert gather > 100 * bucket  # 16 GB against 80 MB
+
+    def rs(n):
+        return collective_time(Collective.REDUCE_SCATTER, n * 4, where, cl)  # fp32 main grads (--bf16)
+
+    def ag(n):
+        return collective_time(Collective.ALL_GATHER, n * 2, where, cl)  # bf16 weights
+
+    assert total_on == pytest.approx(sum(rs(b) for b in buckets) + ag(embedding))
+    assert first_on == pytest.approx(rs(embedding) + ag(embedding))
+    assert total_off == pytest.approx(rs(params) + ag(params))
+    assert ag(params) > 10 * ag(embedding)  # 16 GB against 1.05 GB
     assert time_estimate(off).breakdown.value("dp") == pytest.approx(total_off)
 
 
@@ -426,7 +440,7 @@ def test_nanotron_zero1_all_reduces_fp32_gradients_and_gathers_parameters_expose
     (stage,) = est.stages
     assert dp_tail(megatron, 0)[0] < total / 2 and stage.gather_exposed_s > 0
     assert est.breakdown.value("dp") == pytest.approx(stage.dp_exposed_s + stage.gather_exposed_s)
-    assert est.breakdown.value("dp") < total / 5
+    assert est.breakdown.value("dp") < total / 4  # the embedding's 71M-parameter bucket in front of the forward
 
 
 def test_nanotron_zero1_gather_copies_one_slice_per_parameter_tensor_and_dp_rank():
@@ -472,9 +486,19 @@ def test_nanotron_ddp_all_reduces_fp32_buckets_of_25_mib_of_bf16_gradients():
     total, tail = dp_tail(nanotron, 0)
     assert tail == pytest.approx(ar(66_060_288))  # 6.5 ms
     assert total == pytest.approx(66 * ar(13_107_200) + ar(7_602_176) + ar(66_064_384) + ar(66_060_288))  # 130 ms
-    # one all-reduce of the whole 4 GB buffer would reach 0.98 of the plateau: 87 ms
+    # Megatron's DDP all-reduces its own buckets of max(40M, 1M x dp) parameters, walking the tensors
+    # backwards (a layer: fc2 7,340,032, fc1 14,680,064, its norm 4,096, qkv 3,145,728, its norm 4,096,
+    # proj 2,097,152 = 27,271,168): the output layer's 66,060,288 alone, the final norm + layer 31 +
+    # layer 30's fc2 and fc1 (49,295,360), then two layers' worth (54,542,336) 15 times, then layer 0's
+    # attention tensors with the embedding (5,251,072 + 66,060,288); one all-reduce of the whole 4 GB
+    # buffer would reach 0.98 of the plateau (87 ms), these smaller messages less of it
+    from cost_models.step_time import megatron_buckets
+
     megatron = make_job("llama-3.1-8b", gpus=16, tp=8, training=dict(global_batch_size=2))
-    assert dp_tail(megatron, 0)[0] == pytest.approx(ar(p.total))
+    buckets = (66_060_288, 49_295_360, *[54_542_336] * 15, 71_311_360)
+    assert megatron_buckets(megatron, 0) == (buckets,) and sum(buckets) == p.total
+    assert dp_tail(megatron, 0) == pytest.approx((sum(ar(b) for b in buckets), ar(71_311_360)))
+    assert dp_tail(megatron, 0)[0] > ar(p.total)
 
 
 def test_a_dtensor_plan_with_one_colwise_module_per_projection_gathers_per_projection():
@@ -531,3 +555,69 @@ def test_fsdp2_copies_are_priced_by_their_bytes_and_follow_memory_scale():
     slow = DEFAULT.with_values(**{f"memory_scale__{job.cluster.gpu.architecture}": 0.5})
     assert fsdp_copy_seconds(job, 0, slow) == pytest.approx(2 * expected)
     assert fsdp_copy_seconds(make_job(LLAMA_TINY, gpus=8, zero=1, training=dict(seq_len=128)), 0, DEFAULT) == 0
+
+
+def test_megatron_buckets_follow_ddp_bucket_size_tensor_by_tensor():
+    # GPT_TINY (LayerNorm, biases everywhere, tied embedding, h 256, ffn 1024, vocab 1000 -> 1024),
+    # tp1: a Transformer Engine layer registers linear_proj (65,536 + bias 256), linear_qkv's norm
+    # (256 + 256) and weight (768 x 256 = 196,608 + bias 768), linear_fc1's norm (256 + 256) and weight
+    # (1024 x 256 = 262,144 + bias 1,024), linear_fc2 (262,144 + bias 256): 12 tensors, 789,760
+    # parameters. --ddp-bucket-size 1 closes a bucket at every tensor: 2 (final norm) + 4 x 12 + 2
+    # (position and word embeddings, 1024 x 256 each) = 52 buckets, the backward's first the final
+    # norm's bias, its last the word embedding.
+    from cost_models.step_time import megatron_buckets, megatron_layer_tensors
+    from tests.helpers import GPT_TINY
+
+    job = make_job(GPT_TINY, gpus=2, zero=1, training=dict(seq_len=512, global_batch_size=8, ddp_bucket_size=1))
+    layer = (65_536, 256, 256, 256, 196_608, 768, 256, 256, 262_144, 1_024, 262_144, 256)
+    assert megatron_layer_tensors(job, 0) == layer and sum(layer) == 789_760
+    (buckets,) = megatron_buckets(job, 0)
+    assert buckets == (256, 256, *tuple(reversed(layer)) * 4, 262_144, 262_144)
+    # buckets of 800,000: the final norm (512) and layer 3 (789,760) stay under it until layer 2's
+    # fc2 weight closes the first (512 + 789,760 + 256 + 262,144 = 1,052,672); layer 2's rest
+    # (527,360) with layer 1's fc2 and fc1 closes the second at 1,052,928; layer 1's rest (264,192)
+    # with layer 0 up to its qkv weight the third at 987,648; layer 0's qkv norm and linear_proj
+    # (66,304) and both embeddings (524,288) are the last, 590,592
+    big = make_job(GPT_TINY, gpus=2, zero=1, training=dict(seq_len=512, global_batch_size=8, ddp_bucket_size=800_000))
+    assert megatron_buckets(big, 0) == ((1_052_672, 1_052_928, 987_648, 590_592),)
+
+
+def test_per_parameter_buckets_pay_nccl_latency_per_tensor():
+    # Cisco's MLPerf llama31_8b leaves NeMo's bucket_size at 64 elements (custom.yaml:157): every
+    # parameter tensor is its own bucket, 32 x 6 + 3 = 195 reduce-scatters and gathers per step on
+    # Llama 3.1 8B tp1, 65 of them RMSNorm weights of 4,096 elements, each costing NCCL's latency
+    # floor as a 1-element collective would
+    from cost_models.comm import Collective, collective_time
+    from cost_models.step_time import _dense_group, dp_tail, megatron_buckets
+
+    base = dict(global_batch_size=64, grad_reduce_in_bf16=True)
+    per_tensor = make_job("llama-3.1-8b", gpus=16, zero=1, training={**base, "ddp_bucket_size": 64})
+    default = make_job("llama-3.1-8b", gpus=16, zero=1, training=base)
+    (buckets,) = megatron_buckets(per_tensor, 0)
+    assert len(buckets) == 195 and buckets.count(4096) == 65
+    where, cl = _dense_group(per_tensor), per_tensor.cluster.spec
+    norm = collective_time(Collective.REDUCE_SCATTER, 4096 * 2, where, cl)
+    # latency, not bytes: a 256 times larger message (1M elements) costs not even three times as much
+    assert collective_time(Collective.REDUCE_SCATTER, 2**20 * 2, where, cl) < 3 * norm
+    # the 65 norms alone add 65 such collectives to the reduce-scatters the default's 98 buckets pay
+    total, tail = dp_tail(per_tensor, 0)
+    assert total - dp_tail(default, 0)[0] > 65 * norm
+    assert tail == dp_tail(default, 0)[1]  # the embedding's bucket is the last either way
+
+
+def test_megatron_buckets_off_past_the_first_pipeline_rank_and_chunk():
+    # Megatron turns bucketing off on pipeline ranks above 0 and on model chunks after the first
+    # (distributed_data_parallel.py:160-171, training.py:2505-2514): one bucket per chunk, whose
+    # reduction starts only when the chunk's backward has ended
+    from cost_models.states import dense_params
+    from cost_models.step_time import megatron_bucket_size, megatron_buckets
+
+    job = make_job("llama-3.1-8b", gpus=16, pp=2, vpp=2, zero=1, training=dict(global_batch_size=64))
+    assert megatron_bucket_size(job) == 40_000_000  # max(40M, 1M x dp 8)
+    first, later = megatron_buckets(job, 0)
+    assert len(first) > 1 and len(later) == 1
+    assert [len(c) for c in megatron_buckets(job, 1)] == [1, 1]
+    assert sum(sum(c) for c in megatron_buckets(job, 1)) == dense_params(rank_params(job, 1))
+    # the default bucket counts the context-parallel ranks: dp 128 x cp 2 -> 256M
+    cp = make_job("llama-3.1-8b", gpus=256, cp=2, zero=1, training=dict(global_batch_size=128))
+    assert megatron_bucket_size(cp) == 256_000_000

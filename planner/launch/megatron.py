@@ -539,6 +539,8 @@ def _sharding(job: Job, target: Target) -> list[Flag]:
         out.append(("--overlap-grad-reduce",))  # ARG L3121
         if zero >= Zero.OPTIMIZER:
             out.append(("--overlap-param-gather",))  # ARG L3148; needs DistOpt/FSDP and grad overlap (ARG L1024-1029)
+    if job.training.ddp_bucket_size is not None:
+        out.append(("--ddp-bucket-size", job.training.ddp_bucket_size))  # ARG L3125 (training.py L2179-2194)
     return out
 
 
