@@ -50,7 +50,12 @@ HSDP_GROUPS = (8, 16, 32, 64, 128, 256)
 # Llama 3 pre-training started at 4M tokens per step (Llama Team 2024, Sec. 3.4.1); GPT-3 175B used 3.2M.
 DEFAULT_TOKENS_PER_STEP = 4 * 1024 * 1024
 
-FIXABLE = ("tp", "sp", "pp", "vpp", "cp", "ep", "etp", "mbs", "dp", "zero", "dp_shard", "recompute", "recompute_layers")
+FIXABLE = ("tp", "sp", "pp", "vpp", "cp", "ep", "etp", "mbs", "dp", "zero", "dp_shard", "recompute", "recompute_layers",
+           "pp_split")
+# The kinds of pipeline split (splits): the same layers on every rank; Megatron's uneven ends
+# (--decoder-first/last-pipeline-num-layers, first in Megatron-LM fa8bb5921b, 2024-09-05); every
+# rank's own count (--pipeline-model-parallel-layout, first in 77732c3628, 2025-06-13).
+PP_SPLITS = ("even", "ends", "layout")
 
 
 @dataclass(frozen=True)
@@ -156,13 +161,18 @@ def parse_fixes(items: list[str]) -> dict[str, object]:
                 out[key] = value.lower() in ("true", "1", "on")
             elif key == "zero":
                 out[key] = Zero(int(value))
+            elif key == "pp_split":
+                if value not in PP_SPLITS:
+                    raise ValueError
+                out[key] = value
             else:
                 n = int(value)
                 if n < 1:
                     raise ValueError
                 out[key] = n
         except ValueError:
-            allowed = {"recompute": "none, selective or full", "sp": "true or false", "zero": "0, 1, 2 or 3"}
+            allowed = {"recompute": "none, selective or full", "sp": "true or false", "zero": "0, 1, 2 or 3",
+                       "pp_split": ", ".join(PP_SPLITS[:-1]) + " or " + PP_SPLITS[-1]}
             raise SpecError(f"--fix {key}={value}: must be {allowed.get(key, 'a positive integer')}") from None
     return out
 
@@ -413,12 +423,18 @@ def explicit_layouts_ok(problem: Problem) -> bool:
 Split = tuple[int, int | None, int | None, tuple[int, ...] | None]  # (vpp, first, last, every rank's layers)
 
 
+def split_kind(first: int | None, last: int | None, layers: object | None) -> str:
+    """Which of PP_SPLITS a split is: every rank's own count (a layout), uneven ends, or even."""
+    return "layout" if layers is not None else "even" if first is None and last is None else "ends"
+
+
 def splits(problem: Problem, pp: int, head: float) -> list[Split]:
     """(vpp, first, last, layers) of a pipeline depth: per vpp, the even split where the layers
     divide; the CP-SAT split (_split) as Megatron's --decoder-first/last-pipeline-num-layers, None
     where an end holds as many layers as a middle stage; and the memory splits (_memory_splits)
     whose per-rank counts neither of those has, as first/last where the middle ranks are equal,
-    else as every rank's layers (layers; first and last None)."""
+    else as every rank's layers (layers; first and last None). Only the kinds (PP_SPLITS) the
+    problem allows or fixes (pp_split) are offered."""
     n, fw = problem.model.num_layers, problem.framework
     if pp == 1:
         return [(1, None, None, None)]
@@ -426,6 +442,8 @@ def splits(problem: Problem, pp: int, head: float) -> list[Split]:
     out: dict[tuple[int, tuple[int, ...]], Split] = {}  # (vpp, per-rank counts) -> the split
 
     def add(vpp: int, first: int | None, last: int | None, layers: tuple[int, ...] | None = None) -> None:
+        if not _fixed(problem, "pp_split", [split_kind(first, last, layers)]):
+            return
         counts = layers if layers is not None else tuple(stage_layer_counts(n, pp, first, last))
         out.setdefault((vpp, counts), (vpp, first, last, layers))
 

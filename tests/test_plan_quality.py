@@ -14,6 +14,7 @@ from benchmarks.plan_quality import rank_of, run_row  # noqa: E402
 from benchmarks.published import load  # noqa: E402
 from planner.runners import run_estimate  # noqa: E402
 from planner.search import Plan  # noqa: E402
+from planner.space import split_kind  # noqa: E402
 
 RUN = "torchtitan-2412-8b-8gpu-fsdp"  # 8 GPUs, Llama 3.1 8B: a search of about 0.1 s
 
@@ -131,7 +132,8 @@ def test_every_chosen_published_layout_is_inside_its_software_options(judged) ->
         job, lay = run.job(), run.layout
         dp_shard = lay.dp_shard if lay.dp_shard and lay.dp_shard != job.dp else None
         have = dict(tp=lay.tp, pp=lay.pp, vpp=lay.vpp, cp=lay.cp, sp=job.sp, zero=job.zero, recompute=lay.recompute,
-                    recompute_layers=lay.recompute_layers, dp_shard=dp_shard)
+                    recompute_layers=lay.recompute_layers, dp_shard=dp_shard,
+                    pp_split=split_kind(lay.pp_first_stage_layers, lay.pp_last_stage_layers, lay.pp_layout))
         for axis, values in j.allowed.items():
             assert have[axis] in values, f"{run.id}: published {axis} {have[axis]} not in {values}"
 

@@ -460,3 +460,23 @@ def test_tp_that_does_not_divide_the_mamba_groups_is_never_priced():
     result = search(problem(m, 4))
     assert result.optimal and result.plans
     assert {p.job.layout.tp for p in result.plans} <= {1, 2}
+
+
+def test_pp_split_keeps_the_search_to_one_kind_of_pipeline_split():
+    # Megatron-LM before fa8bb5921b (2024-09-05) splits the layers evenly only: with --fix pp_split=even no
+    # plan has uneven ends or a layout, so Llama-3.1-405B's 126 layers on 1,024 GPUs leave pp 1 and 2
+    # (the divisors of 126 that divide 1,024); unconstrained, the search ranks uneven pipelines first.
+    from cost_models.errors import SpecError
+    from planner.runners import run_plan
+    from planner.space import parse_fixes
+
+    free = run_plan("llama-3.1-405b", "dgx-h100", 1024, training=dict(seq_len=4096, global_batch_size=1024), fixes=[], top=3)
+    assert any(p.job.layout.pp_first_stage_layers or p.job.layout.pp_last_stage_layers for p in free.plans)
+    even = run_plan("llama-3.1-405b", "dgx-h100", 1024, training=dict(seq_len=4096, global_batch_size=1024),
+                    fixes=["pp_split=even"], top=3)
+    for p in even.plans:
+        lay = p.job.layout
+        assert lay.pp in (1, 2) and lay.pp_first_stage_layers is None and lay.pp_last_stage_layers is None
+        assert lay.pp_layout is None
+    with pytest.raises(SpecError, match=r"--fix pp_split=uneven: must be even, ends or layout"):
+        parse_fixes(["pp_split=uneven"])
