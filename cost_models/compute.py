@@ -37,7 +37,7 @@ from cost_models.hardware import GPUSpec
 from cost_models.job import Job
 from cost_models.mamba_shard import all_to_all_widths
 from cost_models.model_spec import LayerKind
-from cost_models.states import padded_vocab
+from cost_models.states import padded_vocab, vocab_split
 
 ACT_BYTES = 2  # bf16/fp16 activations and GEMM operands (fp8 operands: 1)
 FP32 = 4
@@ -821,8 +821,11 @@ LOSS_BYTES_PER_LOGIT = 16
 
 def loss_time(job: Job, cal: Calibration) -> float:
     """Forward and backward of the loss over the rank's vocabulary shard, at the measured rate of the
-    framework's cross-entropy kernels (kernels.md §3.3)."""
-    vocab = -(-padded_vocab(job) // job.layout.tp)
+    framework's cross-entropy kernels (kernels.md §3.3). Under TrainingSpec.tp_replicated_vocab
+    every tp rank takes the loss over the whole vocabulary: the logits are gathered whole
+    (ColwiseParallel output_layouts=Replicate(), KempnerInstitute/KempnerForge@601aba9
+    kempnerforge/distributed/tensor_parallel.py:157-164) or, on pipeline stages, computed whole."""
+    vocab = -(-padded_vocab(job) // vocab_split(job))
     op = {Impl.MEGATRON: "loss.megatron", Impl.COMPILE: "loss.fused"}.get(_impl(job, "loss"), "loss.eager")
     moved = tokens(job) * vocab * LOSS_BYTES_PER_LOGIT
     # forward log-softmax and nll, their two backward kernels

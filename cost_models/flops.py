@@ -29,7 +29,7 @@ from cost_models.enums import AttentionKernel, Framework, MixerKind, Recompute
 from cost_models.job import Job
 from cost_models.mamba_shard import MambaShard, mamba_shard
 from cost_models.model_spec import LayerKind, ModelSpec
-from cost_models.states import local_kv_heads, padded_vocab
+from cost_models.states import local_kv_heads, padded_vocab, vocab_split
 
 FLASH_BACKWARD_FACTOR = 2.5  # see the module docstring
 GEMM_BACKWARD_FACTOR = 2  # dX = dY·Wᵀ and dW = Xᵀ·dY
@@ -233,8 +233,13 @@ def layer_gemms(job: Job, kind: LayerKind) -> tuple[Gemm, ...]:
 
 
 def head_gemm(job: Job) -> Gemm:
-    """Output layer: vocabulary split over tp (vocab-parallel), padded as the framework pads it."""
-    vocab = -(-padded_vocab(job) // job.layout.tp)
+    """Output layer: vocabulary split over tp (vocab-parallel), padded as the framework pads it.
+    Under TrainingSpec.tp_replicated_vocab the output layer is column-parallel only without a
+    pipeline; on pipeline stages every tp rank runs it over the whole vocabulary
+    (KempnerInstitute/KempnerForge@601aba9 kempnerforge/distributed/tensor_parallel.py:116-120,
+    157-164: no tp plan for output_head when is_pp_stage)."""
+    split = job.layout.tp if job.layout.pp == 1 else vocab_split(job)
+    vocab = -(-padded_vocab(job) // split)
     return Gemm("output", tokens(job), vocab, job.model.hidden_size)
 
 

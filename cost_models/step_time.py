@@ -1116,6 +1116,18 @@ def mtp_merge_seconds(job: Job, cal: Calibration) -> tuple[float, float]:
     return linear_seconds(job, mtp_gemms(job), cal)
 
 
+def logits_gather_seconds(job: Job) -> float:
+    """TrainingSpec.tp_replicated_vocab without a pipeline: the column-parallel output layer's
+    logits all-gathered whole onto every tp rank before the loss (ColwiseParallel(input_layouts=
+    Shard(1), output_layouts=Replicate()), KempnerInstitute/KempnerForge@601aba9
+    kempnerforge/distributed/tensor_parallel.py:157-164), t x V 16-bit values, waited on by the
+    loss. Its backward takes each rank's slice of the replicated gradient, a local copy. On
+    pipeline stages the output layer is not split (flops.head_gemm) and nothing is gathered."""
+    if not job.training.tp_replicated_vocab or job.layout.pp > 1:
+        return 0.0
+    return _tp_coll(job, Collective.ALL_GATHER, tokens(job) * padded_vocab(job) * ACT_BYTES)
+
+
 def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[LayerKind, Recompute], LayerPass]) -> StageTime:
     lay, cl = job.layout, job.cluster.spec
     parts = {k: 0.0 for k in COMPUTE_PARTS}
@@ -1161,6 +1173,7 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[LayerKi
         mtp_fwd, mtp_bwd = mtp_merge_seconds(job, cal)
         parts["gemm"] += heads * (head + head_bwd) + mtp_fwd + mtp_bwd
         parts["loss"] += heads * loss_time(job, cal)
+        comm["tp"] += heads * logits_gather_seconds(job)
         flop += (1 + GEMM_BACKWARD_FACTOR) * (heads * head_gemm(job).flop + sum(g.flop for g in mtp_gemms(job)))
         backward_s += heads * head_bwd + mtp_bwd
     pp_fill = 0.0

@@ -123,3 +123,7 @@ def test_step_time_out_of_sample():
     for source, errs in by_source.items():
         if len(errs) >= 5:
             assert statistics.median(errs) <= today[source] + 0.01, source
+    # KempnerForge's tail, once its unsplit vocabulary is priced in the step (loss over the whole
+    # vocabulary, logits all-gather, unsplit output layer on pipeline stages): p90 21.5% today
+    # (32.5% before), plus a point
+    assert time_accuracy.stats(by_source["kempnerforge"])[1] <= 0.225

@@ -621,3 +621,34 @@ def test_megatron_buckets_off_past_the_first_pipeline_rank_and_chunk():
     # the default bucket counts the context-parallel ranks: dp 128 x cp 2 -> 256M
     cp = make_job("llama-3.1-8b", gpus=256, cp=2, zero=1, training=dict(global_batch_size=128))
     assert megatron_bucket_size(cp) == 256_000_000
+
+
+def test_replicated_vocabulary_prices_the_whole_vocabulary_on_every_tp_rank_by_hand():
+    # TrainingSpec.tp_replicated_vocab (KempnerForge's tp plan), LLAMA_TINY unpadded (torchtitan):
+    # V = 1000, h = 256, 16-token micro-batches (mbs 1, seq 16).
+    from cost_models.comm import Collective, collective_time, placement
+    from cost_models.compute import loss_time, memory_seconds
+    from cost_models.flops import head_gemm
+    from cost_models.step_time import logits_gather_seconds
+
+    def job(tp, pp=1, rep=True):
+        return make_job(LLAMA_TINY, gpus=tp * pp, tp=tp, pp=pp,
+                        training=dict(framework="torchtitan", seq_len=16, global_batch_size=8, tp_replicated_vocab=rep))
+
+    # output layer: column-parallel without a pipeline (1000/2 = 500 columns), whole on a pipeline
+    # stage (1000), where Megatron-style vocab-parallel splits it (500)
+    assert (head_gemm(job(2)).n, head_gemm(job(2, pp=2)).n, head_gemm(job(2, pp=2, rep=False)).n) == (500, 1000, 500)
+    assert head_gemm(job(2, pp=2)).flop == 2 * 16 * 1000 * 256
+    # the loss over all 1000 logits per token on each of the 2 tp ranks: the one-GPU loss, and its
+    # bytes (16·1000·16 = 256,000) twice the vocab-parallel rank's (16·500·16) at one launch cost
+    one, rep, split = loss_time(job(1), DEFAULT), loss_time(job(2), DEFAULT), loss_time(job(2, rep=False), DEFAULT)
+    assert rep == one
+    # eager F.cross_entropy (torchtitan uncompiled); the 4 launches cancel. rel 1e-9: float rounding
+    extra = memory_seconds(job(2), 16 * 500 * 16, DEFAULT, op="loss.eager")
+    assert rep - split == pytest.approx(extra, rel=1e-9) and extra > 0
+    # the logits gathered whole without a pipeline: t·V·2 = 16·1000·2 = 32,000 bytes over tp 2;
+    # nothing on pipeline stages, nor without the flag
+    j = job(2)
+    assert logits_gather_seconds(j) == collective_time(Collective.ALL_GATHER, 32_000, placement(j.cluster.spec, 2, 1), j.cluster.spec)
+    assert logits_gather_seconds(j) > 0
+    assert logits_gather_seconds(job(2, pp=2)) == logits_gather_seconds(job(2, rep=False)) == 0.0
