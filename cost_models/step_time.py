@@ -689,6 +689,9 @@ def megatron_buckets(job: Job, rank: int, kind: str = "dense") -> tuple[tuple[in
     key = ("megatron_buckets", rank, kind)
     if key in job.memo:
         return job.memo[key]
+    if job.training.apex_distributed_adam:
+        job.memo[key] = apex_layer_buckets(job, rank, kind)
+        return job.memo[key]
     size = megatron_bucket_size(job)
     chunks = []
     for v in range(job.layout.vpp):
@@ -710,6 +713,27 @@ def megatron_buckets(job: Job, rank: int, kind: str = "dense") -> tuple[tuple[in
         chunks.append(tuple(buckets))
     job.memo[key] = tuple(chunks)
     return job.memo[key]
+
+
+def apex_layer_buckets(job: Job, rank: int, kind: str = "dense") -> tuple[tuple[int, ...], ...]:
+    """megatron_buckets under NeMo's Apex DistributedFusedAdam (TrainingSpec.apex_distributed_adam):
+    one bucket per transformer layer on every pipeline rank and model chunk, each chunk's in backward
+    order, the rank's parameters outside its layers (embeddings, final norm, output layer) in the
+    last bucket of the first chunk, the first forward layer's (NeMo megatron_gpt_model.py:547-580)."""
+    chunks: list[list[int]] = []
+    outside = 0
+    for v in range(job.layout.vpp):
+        layers = job.stage_chunks[rank][v]
+        per_layer = [sum(megatron_layer_tensors(job, i)) if kind == "dense" else local_layer_params(job, i).expert
+                     for i in reversed(layers)]
+        outside += sum(_chunk_tensors(job, rank, v, kind)) - sum(per_layer)
+        chunks.append([b for b in per_layer if b])
+    first = next((c for c in chunks if c), None)
+    if first is not None:
+        first[-1] += outside
+    elif outside:
+        chunks[0].append(outside)
+    return tuple(tuple(c) for c in chunks)
 
 
 def _first_forward_bucket(chunks: tuple[tuple[int, ...], ...]) -> int:

@@ -621,3 +621,27 @@ def test_megatron_buckets_off_past_the_first_pipeline_rank_and_chunk():
     # the default bucket counts the context-parallel ranks: dp 128 x cp 2 -> 256M
     cp = make_job("llama-3.1-8b", gpus=256, cp=2, zero=1, training=dict(global_batch_size=128))
     assert megatron_bucket_size(cp) == 256_000_000
+
+
+def test_apex_distributed_adam_buckets_one_layer_on_every_pipeline_rank():
+    # NeMo 1's Apex DistributedFusedAdam (TrainingSpec.apex_distributed_adam): one bucket per
+    # transformer layer on every rank and chunk, reduced together however bucket_cap_mb cuts it,
+    # the parameters outside the layers in the first forward layer's bucket (megatron_gpt_model.py:
+    # 547-580). GPT_TINY tp1 pp2: a layer is 789,760 parameters (test above); rank 0 holds layers 0-1
+    # and the word and position embeddings (262,144 each), rank 1 layers 2-3, the final LayerNorm (512)
+    # and the tied output weight (262,144). Megatron's DDP gives rank 1 a single bucket.
+    from cost_models.step_time import megatron_buckets
+    from tests.helpers import GPT_TINY
+
+    def job(vpp: int, apex: bool):
+        return make_job(GPT_TINY, gpus=4, pp=2, vpp=vpp, zero=1,
+                        training=dict(seq_len=512, global_batch_size=8, apex_distributed_adam=apex))
+
+    layer = 789_760
+    assert megatron_buckets(job(1, True), 0) == ((layer, layer + 524_288),)
+    assert megatron_buckets(job(1, True), 1) == ((layer, layer + 512 + 262_144),)
+    assert megatron_buckets(job(1, False), 1) == ((2 * layer + 512 + 262_144,),)
+    # vpp 2, one layer a chunk: rank 1 runs layers 1 and 3; the output layer, registered in its last
+    # chunk, joins the bucket of its first chunk's layer, the first whose parameters are gathered
+    assert megatron_buckets(job(2, True), 1) == ((layer + 512 + 262_144,), (layer,))
+    assert megatron_buckets(job(2, False), 1) == ((layer,), (layer + 512 + 262_144,))
