@@ -645,3 +645,29 @@ def test_apex_distributed_adam_buckets_one_layer_on_every_pipeline_rank():
     # chunk, joins the bucket of its first chunk's layer, the first whose parameters are gathered
     assert megatron_buckets(job(2, True), 1) == ((layer + 512 + 262_144,), (layer,))
     assert megatron_buckets(job(2, False), 1) == ((layer,), (layer + 512 + 262_144,))
+
+
+def test_apex_distributed_adam_reduces_embedding_gradients_in_fp32():
+    # NeMo's with_fp32_embedding_grads (default True): under Apex DistributedFusedAdam the word and
+    # position embeddings (rank 0) and the tied output weight (last rank) reduce-scatter 4 bytes a
+    # gradient, with the first forward layer's bucket they are tied to; that bucket's reduction and
+    # gather are what cannot hide. GPT_TINY pp2 dp2, bf16 gradients elsewhere.
+    from cost_models.comm import Collective, collective_time
+    from cost_models.step_time import _dense_group, megatron_bucket_seconds
+    from tests.helpers import GPT_TINY
+
+    job = make_job(GPT_TINY, gpus=4, pp=2, zero=1, training=dict(seq_len=512, global_batch_size=8,
+                                                                 apex_distributed_adam=True, grad_reduce_in_bf16=True))
+    where, cl = _dense_group(job), job.cluster.spec
+
+    def rs(n_bytes: int) -> float:
+        return collective_time(Collective.REDUCE_SCATTER, n_bytes, where, cl)
+
+    ag = collective_time(Collective.ALL_GATHER, (789_760 + 524_288) * 2, where, cl)
+    total, tail = megatron_bucket_seconds(job, 0, "dense", where)
+    assert tail == pytest.approx(rs(789_760 * 2 + 524_288 * 4) + ag, rel=1e-12)
+    assert total == pytest.approx(rs(789_760 * 2) + tail, rel=1e-12)
+    # rank 1: its layer-2 bucket holds the final LayerNorm (512, bf16) and the output weight (fp32)
+    _, tail1 = megatron_bucket_seconds(job, 1, "dense", where)
+    ag1 = collective_time(Collective.ALL_GATHER, (789_760 + 512 + 262_144) * 2, where, cl)
+    assert tail1 == pytest.approx(rs((789_760 + 512) * 2 + 262_144 * 4) + ag1, rel=1e-12)
