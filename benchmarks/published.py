@@ -687,7 +687,8 @@ def mlperf_ring_exchange_rs(run_id: str) -> tuple[frozenset, str] | None:
 
 def mlperf_bucket_size(run_id: str) -> tuple[int, str] | None:
     """The submission's --ddp-bucket-size (MLPERF_BUCKET_SIZES), or None: GPT-3's NeMo 1 code runs
-    Apex's DistributedFusedAdam, not Megatron's DDP, and keeps Megatron's default here."""
+    Apex's DistributedFusedAdam, not Megatron's DDP, whose per-layer buckets no bucket size changes
+    (TrainingSpec.apex_distributed_adam)."""
     return next(((size, where) for prefix, size, where in MLPERF_BUCKET_SIZES if run_id.startswith(prefix)), None)
 
 
