@@ -687,7 +687,8 @@ def mlperf_ring_exchange_rs(run_id: str) -> tuple[frozenset, str] | None:
 
 def mlperf_bucket_size(run_id: str) -> tuple[int, str] | None:
     """The submission's --ddp-bucket-size (MLPERF_BUCKET_SIZES), or None: GPT-3's NeMo 1 code runs
-    Apex's DistributedFusedAdam, not Megatron's DDP, and keeps Megatron's default here."""
+    Apex's DistributedFusedAdam, not Megatron's DDP, whose per-layer buckets no bucket size changes
+    (TrainingSpec.apex_distributed_adam)."""
     return next(((size, where) for prefix, size, where in MLPERF_BUCKET_SIZES if run_id.startswith(prefix)), None)
 
 
@@ -725,6 +726,7 @@ def _mlperf(entry: dict) -> Mapped:
     # apex/contrib/optimizers/distributed_fused_adam.py `_init_grad_buffer`).
     if gpt3:
         notes.append("gradients kept and reduced in bf16 (Apex DistributedFusedAdam, grad_sync_dtype: bf16)")
+        notes.append("Apex DistributedFusedAdam's per-layer buckets (NeMo's distributed_adam_buckets), on every pipeline rank")
     else:
         notes.append("gradients kept and reduced in bf16 (the NeMo code's grad_reduce_in_fp32=False)")
     bf16_grads = True
@@ -738,7 +740,7 @@ def _mlperf(entry: dict) -> Mapped:
                             framework=Framework.MEGATRON, attention=AttentionKernel.FLASH,
                             attention_backend=AttentionBackend.CUDNN, tp_comm_overlap=overlap and lay["tp"] > 1,
                             fp8_param_gather=fp8_params, grad_reduce_in_bf16=bf16_grads,
-                            ddp_bucket_size=bucket[0] if bucket else None,
+                            ddp_bucket_size=bucket[0] if bucket else None, apex_distributed_adam=gpt3,
                             ub_ring_exchange_rs=ring[0] if ring else frozenset())
     first = last = None
     accounted = m["layers"] == 126 and lay["pp"] > 1 and ("account_for_embedding" in tech or "ASYM_PP_EMBED" in tech)

@@ -456,6 +456,9 @@ def _gradient_path(job: Job) -> str | None:
     if tr.ddp_bucket_size is not None and tr.framework is not MEGATRON:
         return (f"ddp_bucket_size is Megatron's --ddp-bucket-size (framework={tr.framework}); drop it, "
                 "or use framework megatron")
+    if tr.apex_distributed_adam and (tr.framework is not MEGATRON or job.zero is not Zero.OPTIMIZER):
+        return (f"apex_distributed_adam is NeMo 1's Apex DistributedFusedAdam, a zero-1 optimizer on Megatron's model "
+                f"(framework={tr.framework}, zero {int(job.zero)}); drop it, or use framework megatron with zero 1")
     if tr.param_buffer_init_copy and tr.framework is not MEGATRON:
         return (f"param_buffer_init_copy describes Megatron's distributed optimizer (framework={tr.framework}); "
                 "drop it")

@@ -689,6 +689,9 @@ def megatron_buckets(job: Job, rank: int, kind: str = "dense") -> tuple[tuple[in
     key = ("megatron_buckets", rank, kind)
     if key in job.memo:
         return job.memo[key]
+    if job.training.apex_distributed_adam:
+        job.memo[key] = apex_layer_buckets(job, rank, kind)
+        return job.memo[key]
     size = megatron_bucket_size(job)
     chunks = []
     for v in range(job.layout.vpp):
@@ -710,6 +713,27 @@ def megatron_buckets(job: Job, rank: int, kind: str = "dense") -> tuple[tuple[in
         chunks.append(tuple(buckets))
     job.memo[key] = tuple(chunks)
     return job.memo[key]
+
+
+def apex_layer_buckets(job: Job, rank: int, kind: str = "dense") -> tuple[tuple[int, ...], ...]:
+    """megatron_buckets under NeMo's Apex DistributedFusedAdam (TrainingSpec.apex_distributed_adam):
+    one bucket per transformer layer on every pipeline rank and model chunk, each chunk's in backward
+    order, the rank's parameters outside its layers (embeddings, final norm, output layer) in the
+    last bucket of the first chunk, the first forward layer's (NeMo megatron_gpt_model.py:547-580)."""
+    chunks: list[list[int]] = []
+    outside = 0
+    for v in range(job.layout.vpp):
+        layers = job.stage_chunks[rank][v]
+        per_layer = [sum(megatron_layer_tensors(job, i)) if kind == "dense" else local_layer_params(job, i).expert
+                     for i in reversed(layers)]
+        outside += sum(_chunk_tensors(job, rank, v, kind)) - sum(per_layer)
+        chunks.append([b for b in per_layer if b])
+    first = next((c for c in chunks if c), None)
+    if first is not None:
+        first[-1] += outside
+    elif outside:
+        chunks[0].append(outside)
+    return tuple(tuple(c) for c in chunks)
 
 
 def _first_forward_bucket(chunks: tuple[tuple[int, ...], ...]) -> int:
@@ -836,10 +860,30 @@ def megatron_bucket_seconds(job: Job, rank: int, kind: str, where: Placement) ->
         total = sum(collective_time(Collective.ALL_REDUCE, b * gb, where, cl) for c in chunks for b in c)
         return total, collective_time(Collective.ALL_REDUCE, last * gb, where, cl)
     rs = sum(collective_time(Collective.REDUCE_SCATTER, b * gb, where, cl) for c in chunks for b in c)
+    fp32 = apex_fp32_grad_params(job, rank, kind)
+    rs_last = collective_time(Collective.REDUCE_SCATTER, (last - fp32) * gb + fp32 * FP32_BYTES, where, cl)
+    rs += rs_last - collective_time(Collective.REDUCE_SCATTER, last * gb, where, cl)
     synchronous = not job.training.overlap_grad_reduce
     gathered = sum(b for c in chunks for b in c) if synchronous else last
     ag = collective_time(Collective.ALL_GATHER, gathered * _gather_bytes(job), where, cl)
-    return rs + ag, collective_time(Collective.REDUCE_SCATTER, last * gb, where, cl) + ag
+    return rs + ag, rs_last + ag
+
+
+def apex_fp32_grad_params(job: Job, rank: int, kind: str) -> int:
+    """Parameters of a rank whose gradients NeMo reduces in fp32 under Apex DistributedFusedAdam
+    (TrainingSpec.apex_distributed_adam): the word and position embeddings on the first pipeline rank
+    and the tied output weight on the last, with_fp32_embedding_grads defaulting to True (NeMo as
+    vendored in mlcommons/training_results_v4.0@6fe95437 ASUSTeK/benchmarks/ft-llm/implementations/
+    pytorch/NeMo/nemo/collections/nlp/models/language_modeling/megatron_gpt_model.py:500-538; the
+    GPT-3 submissions do not set it), initialized with grad_sync_dtype=torch.float32 (nemo/core/optim/
+    distributed_adam.py:190-205) and tied to the first forward layer's bucket (apex_layer_buckets)."""
+    if not job.training.apex_distributed_adam or kind != "dense":
+        return 0
+    out = int(rank_params(job, 0).value("embedding")) if rank == 0 else 0
+    if rank == job.layout.pp - 1 and rank > 0 and job.model.tie_embeddings:
+        out += min(int(rank_params(job, rank).value("head")),
+                   -(-padded_vocab(job) // vocab_split(job)) * job.model.hidden_size)
+    return out
 
 
 def torch_ddp_all_reduce_seconds(layers: float, embedding: float, head: float, where: Placement,

@@ -86,6 +86,19 @@ class TrainingSpec(Spec):
     # closes at the first parameter that brings it to this size, so a size below every parameter's
     # makes each parameter tensor a bucket. Megatron only.
     ddp_bucket_size: Annotated[int, Field(ge=1)] | None = None
+    # NeMo 1's Apex DistributedFusedAdam (NeMo `optim: distributed_fused_adam`) in place of Megatron's
+    # DDP buffer: NeMo hands the optimizer one parameter bucket per transformer layer, every layer of
+    # every model chunk, reversed, and puts every other parameter (embeddings, final norm, the tied
+    # output weight) into the bucket of the rank's first layer (NeMo as vendored in mlcommons/
+    # training_results_v4.0@6fe95437 ASUSTeK/benchmarks/ft-llm/implementations/pytorch/NeMo/nemo/
+    # collections/nlp/models/language_modeling/megatron_gpt_model.py:547-580, handed over one group at
+    # a time at megatron_base_model.py:851-857); Apex's init_params_bucket makes all buckets cut from one such group depend
+    # on every parameter of it, so they are reduced together (NVIDIA/apex@d571f3ee
+    # apex/contrib/optimizers/distributed_fused_adam.py:867-930), whatever bucket_cap_mb cuts them to.
+    # Each layer is one reduce-scatter when its last gradient is ready and one all-gather before its
+    # next forward (cost_models.step_time.megatron_buckets), on every pipeline rank and chunk, where
+    # Megatron's DDP turns bucketing off but on the first. Megatron framework with zero 1 only.
+    apex_distributed_adam: bool = False
     # A DTensor plan (torchtitan framework) that shards q, k, v (and a gated MLP's gate and up) as
     # separate ColwiseParallel modules, each taking the sequence-sharded input itself: one all-gather
     # of the input per projection in forward and one reduce-scatter (all-reduce without sequence

@@ -221,3 +221,13 @@ def test_fp8lm_runs_flash_attention_1():
 def test_mlperf_rows_carry_their_bucket_size_and_overlap_methods(run_id, bucket, ring):
     tr = BY_ID[run_id].job().training
     assert (tr.ddp_bucket_size, tr.ub_ring_exchange_rs) == (bucket, ring)
+
+
+def test_mlperf_gpt3_rows_run_apex_distributed_fused_adam():
+    # GPT-3's NeMo 1 code (v3.0-v4.1, every submitter) runs optim: distributed_fused_adam; the
+    # Llama-3.1 rows run Megatron-core's DDP and distributed optimizer (NeMo 2)
+    mlperf = [r for r in BY_ID.values() if r.id.startswith("mlperf-")]
+    gpt3 = [r for r in mlperf if "-gpt3-" in r.id]
+    assert len(gpt3) == 22
+    assert all(r.training.apex_distributed_adam for r in gpt3)
+    assert not any(r.training.apex_distributed_adam for r in mlperf if r not in gpt3)

@@ -109,6 +109,8 @@ def test_global_batch_defaults_to_legal_microbatches():
     (dict(framework="megatron", grads_kept_through_backward=True), "needs grad_accumulation_fusion=False"),
     (dict(framework="torchtitan", zero1_blocking_sync=True), "zero1_blocking_sync describe nanotron's code"),
     (dict(framework="megatron", zero1_blocking_sync=True), "it needs zero 1, not zero 0"),
+    (dict(framework="deepspeed", apex_distributed_adam=True), "apex_distributed_adam is NeMo 1's Apex DistributedFusedAdam"),
+    (dict(framework="megatron", apex_distributed_adam=True), r"framework=megatron, zero 0\); drop it"),
 ])
 def test_one_frameworks_switches_are_refused_for_another(training, needle):
     with pytest.raises(SpecError, match=needle):

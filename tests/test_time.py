@@ -652,3 +652,53 @@ def test_replicated_vocabulary_prices_the_whole_vocabulary_on_every_tp_rank_by_h
     assert logits_gather_seconds(j) == collective_time(Collective.ALL_GATHER, 32_000, placement(j.cluster.spec, 2, 1), j.cluster.spec)
     assert logits_gather_seconds(j) > 0
     assert logits_gather_seconds(job(2, pp=2)) == logits_gather_seconds(job(2, rep=False)) == 0.0
+
+
+def test_apex_distributed_adam_buckets_one_layer_on_every_pipeline_rank():
+    # NeMo 1's Apex DistributedFusedAdam (TrainingSpec.apex_distributed_adam): one bucket per
+    # transformer layer on every rank and chunk, reduced together however bucket_cap_mb cuts it,
+    # the parameters outside the layers in the first forward layer's bucket (megatron_gpt_model.py:
+    # 547-580). GPT_TINY tp1 pp2: a layer is 789,760 parameters (test above); rank 0 holds layers 0-1
+    # and the word and position embeddings (262,144 each), rank 1 layers 2-3, the final LayerNorm (512)
+    # and the tied output weight (262,144). Megatron's DDP gives rank 1 a single bucket.
+    from cost_models.step_time import megatron_buckets
+    from tests.helpers import GPT_TINY
+
+    def job(vpp: int, apex: bool):
+        return make_job(GPT_TINY, gpus=4, pp=2, vpp=vpp, zero=1,
+                        training=dict(seq_len=512, global_batch_size=8, apex_distributed_adam=apex))
+
+    layer = 789_760
+    assert megatron_buckets(job(1, True), 0) == ((layer, layer + 524_288),)
+    assert megatron_buckets(job(1, True), 1) == ((layer, layer + 512 + 262_144),)
+    assert megatron_buckets(job(1, False), 1) == ((2 * layer + 512 + 262_144,),)
+    # vpp 2, one layer a chunk: rank 1 runs layers 1 and 3; the output layer, registered in its last
+    # chunk, joins the bucket of its first chunk's layer, the first whose parameters are gathered
+    assert megatron_buckets(job(2, True), 1) == ((layer + 512 + 262_144,), (layer,))
+    assert megatron_buckets(job(2, False), 1) == ((layer,), (layer + 512 + 262_144,))
+
+
+def test_apex_distributed_adam_reduces_embedding_gradients_in_fp32():
+    # NeMo's with_fp32_embedding_grads (default True): under Apex DistributedFusedAdam the word and
+    # position embeddings (rank 0) and the tied output weight (last rank) reduce-scatter 4 bytes a
+    # gradient, with the first forward layer's bucket they are tied to; that bucket's reduction and
+    # gather are what cannot hide. GPT_TINY pp2 dp2, bf16 gradients elsewhere.
+    from cost_models.comm import Collective, collective_time
+    from cost_models.step_time import _dense_group, megatron_bucket_seconds
+    from tests.helpers import GPT_TINY
+
+    job = make_job(GPT_TINY, gpus=4, pp=2, zero=1, training=dict(seq_len=512, global_batch_size=8,
+                                                                 apex_distributed_adam=True, grad_reduce_in_bf16=True))
+    where, cl = _dense_group(job), job.cluster.spec
+
+    def rs(n_bytes: int) -> float:
+        return collective_time(Collective.REDUCE_SCATTER, n_bytes, where, cl)
+
+    ag = collective_time(Collective.ALL_GATHER, (789_760 + 524_288) * 2, where, cl)
+    total, tail = megatron_bucket_seconds(job, 0, "dense", where)
+    assert tail == pytest.approx(rs(789_760 * 2 + 524_288 * 4) + ag, rel=1e-12)
+    assert total == pytest.approx(rs(789_760 * 2) + tail, rel=1e-12)
+    # rank 1: its layer-2 bucket holds the final LayerNorm (512, bf16) and the output weight (fp32)
+    _, tail1 = megatron_bucket_seconds(job, 1, "dense", where)
+    ag1 = collective_time(Collective.ALL_GATHER, (789_760 + 512 + 262_144) * 2, where, cl)
+    assert tail1 == pytest.approx(rs((789_760 + 512) * 2 + 262_144 * 4) + ag1, rel=1e-12)
