@@ -92,12 +92,14 @@ def torchtitan_layout(row: dict, num_layers: int) -> Layout:
     lay = row["layout"]
     tp, pp, cp, dp = lay["tp"], lay["pp"], lay["cp"], lay["dp"]
     interleaved = (lay.get("pp_schedule") or "").lower().startswith("interleaved")
-    vpp = 2 if interleaved else 1  # torchtitan 9dec370: two stages per rank for looped schedules
+    vpp = 2 if interleaved else 1  # torchtitan 9dec370 pipelining_utils.py:22-27: two stages per rank for looped schedules
     if lay["micro_batch"]:
         mbs = lay["micro_batch"]
     else:
-        # torchtitan 9dec370 pipeline_llama.py: n_microbatches defaults to pp x stages per rank
-        mbs = lay["local_batch"] // (pp * vpp)
+        # torchtitan 9dec370 splits the local batch into pipeline_parallel_microbatches, which
+        # defaults to the pp degree for every schedule, looped ones included
+        # (torchtitan/parallelisms/pipelining_utils.py:79-81, pipeline_llama.py:67-69)
+        mbs = lay["local_batch"] // pp
     rc = Recompute.FULL if lay["recompute"].startswith("full") else Recompute.SELECTIVE
     first = last = None
     if pp > 1 and num_layers % (pp * vpp):
@@ -329,7 +331,7 @@ def _torchtitan(entry: dict) -> Mapped:
     if "float8 all-gather" in techniques:
         notes.append("FSDP float8 all-gather (parameters gathered in fp8) is not modelled")
     if layout.pp > 1:
-        notes.append(f"vpp {layout.vpp} and micro-batch {layout.mbs} = local batch / (pp x stages per rank), torchtitan 9dec370 defaults")
+        notes.append(f"vpp {layout.vpp} (stages per rank) and micro-batch {layout.mbs} = local batch / pp micro-batches, torchtitan 9dec370 defaults")
     if layout.pp_first_stage_layers:
         notes.append(f"126 layers split {layout.pp_first_stage_layers}/.../{layout.pp_last_stage_layers} (shorter end stages)")
     return model, torchtitan_cluster(entry), training, layout, notes

@@ -221,3 +221,16 @@ def test_fp8lm_runs_flash_attention_1():
 def test_mlperf_rows_carry_their_bucket_size_and_overlap_methods(run_id, bucket, ring):
     tr = BY_ID[run_id].job().training
     assert (tr.ddp_bucket_size, tr.ub_ring_exchange_rs) == (bucket, ring)
+
+
+@pytest.mark.parametrize("run_id, vpp, mbs", [
+    # torchtitan 9dec370 splits the local batch into pp micro-batches unless told otherwise, looped
+    # schedules included (pipelining_utils.py:79-81): local batch 32 over 8 -> 4 sequences each, and the
+    # interleaved run also 8 micro-batches (not pp x 2 stages per rank = 16 of 2 sequences)
+    ("torchtitan-2412-405b-512gpu-1f1b", 1, 4),
+    ("torchtitan-2412-405b-512gpu-interleaved1f1b", 2, 4),
+    ("torchtitan-2412-405b-512gpu-fsdp1-cp8-seq262144", 1, 1),  # local batch 8 over pp 8
+])
+def test_torchtitan_pipeline_runs_split_the_local_batch_into_pp_microbatches(run_id, vpp, mbs):
+    job = BY_ID[run_id].job()
+    assert (job.layout.vpp, job.layout.mbs, job.num_microbatches) == (vpp, mbs, 8)
