@@ -234,3 +234,18 @@ def test_mlperf_rows_carry_their_bucket_size_and_overlap_methods(run_id, bucket,
 def test_torchtitan_pipeline_runs_split_the_local_batch_into_pp_microbatches(run_id, vpp, mbs):
     job = BY_ID[run_id].job()
     assert (job.layout.vpp, job.layout.mbs, job.num_microbatches) == (vpp, mbs, 8)
+
+
+def test_torchtitan_default_split_points():
+    # generate_split_points (torchtitan 9dec370): 126 layers over 16 stages, base 7 and 14 left over:
+    # the first stage 7, the next fourteen 8 each, the last 126 - 7 - 112 = 7; over 8 stages base 15,
+    # 6 left over: 15, six of 16, 15. 10 over 4: 2, 3, 3, then the last 2.
+    assert published.torchtitan_split(126, 16) == [7] + [8] * 14 + [7]
+    assert published.torchtitan_split(126, 8) == [15] + [16] * 6 + [15]
+    assert published.torchtitan_split(10, 4) == [2, 3, 3, 2]
+    # looped stages: rank 0 runs stages 0 and 8 (7 + 8 layers), rank 7 stages 7 and 15 (8 + 7)
+    chunks = BY_ID["torchtitan-2412-405b-512gpu-interleaved1f1b"].job().stage_chunks
+    assert [len(c) for c in chunks[0]] == [7, 8] and [len(c) for c in chunks[7]] == [8, 7]
+    assert [len(c) for c in chunks[3]] == [8, 8]
+    one = BY_ID["torchtitan-2412-405b-512gpu-1f1b"].job().stage_chunks
+    assert [len(r[0]) for r in one] == [15] + [16] * 6 + [15]
