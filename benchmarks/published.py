@@ -92,23 +92,35 @@ def torchtitan_layout(row: dict, num_layers: int) -> Layout:
     lay = row["layout"]
     tp, pp, cp, dp = lay["tp"], lay["pp"], lay["cp"], lay["dp"]
     interleaved = (lay.get("pp_schedule") or "").lower().startswith("interleaved")
-    vpp = 2 if interleaved else 1  # torchtitan 9dec370: two stages per rank for looped schedules
+    vpp = 2 if interleaved else 1  # torchtitan 9dec370 pipelining_utils.py:22-27: two stages per rank for looped schedules
     if lay["micro_batch"]:
         mbs = lay["micro_batch"]
     else:
-        # torchtitan 9dec370 pipeline_llama.py: n_microbatches defaults to pp x stages per rank
-        mbs = lay["local_batch"] // (pp * vpp)
+        # torchtitan 9dec370 splits the local batch into pipeline_parallel_microbatches, which
+        # defaults to the pp degree for every schedule, looped ones included
+        # (torchtitan/parallelisms/pipelining_utils.py:79-81, pipeline_llama.py:67-69)
+        mbs = lay["local_batch"] // pp
     rc = Recompute.FULL if lay["recompute"].startswith("full") else Recompute.SELECTIVE
-    first = last = None
-    if pp > 1 and num_layers % (pp * vpp):
-        # 126 layers: the ends take fewer layers so the middle ranks split evenly (torchtitan's
-        # split points also shorten the first and last stages).
-        first, last = (15, 15) if vpp == 1 else (16, 14)
+    split = torchtitan_split(num_layers, pp * vpp) if pp > 1 and num_layers % (pp * vpp) else None
+    ends = {}
+    if split and vpp == 1 and len(set(split[1:-1])) == 1:
+        ends = dict(pp_first_stage_layers=split[0], pp_last_stage_layers=split[-1])  # even middle: the same split
+    elif split:
+        ends = dict(pp_layout="E" + "|".join("t" * n for n in split) + "L")
     return Layout(
         tp=tp, pp=pp, vpp=vpp, cp=cp, dp=dp, mbs=mbs, zero=Zero.PARAMETERS, recompute=rc,
-        schedule=Schedule.INTERLEAVED if interleaved else (Schedule.ONE_F_ONE_B if pp > 1 else None),
-        pp_first_stage_layers=first, pp_last_stage_layers=last,
+        schedule=Schedule.INTERLEAVED if interleaved else (Schedule.ONE_F_ONE_B if pp > 1 else None), **ends,
     )
+
+
+def torchtitan_split(num_layers: int, stages: int) -> list[int]:
+    """Decoder layers per pipeline stage when no split points are given (torchtitan 9dec370
+    pipelining_utils.py:37-52 generate_split_points): the first stage takes num_layers // stages,
+    the next stages one more while the remainder lasts, the last stage what is left. Stage s runs on
+    rank s % pp (stage_ids_this_rank, style "loop", lines 110-111), the order pp_layout reads its stages in."""
+    base, extra = divmod(num_layers, stages)
+    sizes = [base] + [base + 1] * min(extra, stages - 2) + [base] * max(stages - 2 - extra, 0)
+    return sizes + [num_layers - sum(sizes)]
 
 
 def torchtitan_training(row: dict) -> TrainingSpec:
@@ -329,9 +341,10 @@ def _torchtitan(entry: dict) -> Mapped:
     if "float8 all-gather" in techniques:
         notes.append("FSDP float8 all-gather (parameters gathered in fp8) is not modelled")
     if layout.pp > 1:
-        notes.append(f"vpp {layout.vpp} and micro-batch {layout.mbs} = local batch / (pp x stages per rank), torchtitan 9dec370 defaults")
-    if layout.pp_first_stage_layers:
-        notes.append(f"126 layers split {layout.pp_first_stage_layers}/.../{layout.pp_last_stage_layers} (shorter end stages)")
+        notes.append(f"vpp {layout.vpp} (stages per rank) and micro-batch {layout.mbs} = local batch / pp micro-batches, torchtitan 9dec370 defaults")
+    if layout.pp_layout or layout.pp_first_stage_layers:
+        sizes = torchtitan_split(model.num_layers, layout.pp * layout.vpp)
+        notes.append(f"{model.num_layers} layers split {'/'.join(map(str, sizes))} over the stages (torchtitan's default split points)")
     return model, torchtitan_cluster(entry), training, layout, notes
 
 

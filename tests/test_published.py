@@ -231,3 +231,31 @@ def test_mlperf_gpt3_rows_run_apex_distributed_fused_adam():
     assert len(gpt3) == 22
     assert all(r.training.apex_distributed_adam for r in gpt3)
     assert not any(r.training.apex_distributed_adam for r in mlperf if r not in gpt3)
+
+
+@pytest.mark.parametrize("run_id, vpp, mbs", [
+    # torchtitan 9dec370 splits the local batch into pp micro-batches unless told otherwise, looped
+    # schedules included (pipelining_utils.py:79-81): local batch 32 over 8 -> 4 sequences each, and the
+    # interleaved run also 8 micro-batches (not pp x 2 stages per rank = 16 of 2 sequences)
+    ("torchtitan-2412-405b-512gpu-1f1b", 1, 4),
+    ("torchtitan-2412-405b-512gpu-interleaved1f1b", 2, 4),
+    ("torchtitan-2412-405b-512gpu-fsdp1-cp8-seq262144", 1, 1),  # local batch 8 over pp 8
+])
+def test_torchtitan_pipeline_runs_split_the_local_batch_into_pp_microbatches(run_id, vpp, mbs):
+    job = BY_ID[run_id].job()
+    assert (job.layout.vpp, job.layout.mbs, job.num_microbatches) == (vpp, mbs, 8)
+
+
+def test_torchtitan_default_split_points():
+    # generate_split_points (torchtitan 9dec370): 126 layers over 16 stages, base 7 and 14 left over:
+    # the first stage 7, the next fourteen 8 each, the last 126 - 7 - 112 = 7; over 8 stages base 15,
+    # 6 left over: 15, six of 16, 15. 10 over 4: 2, 3, 3, then the last 2.
+    assert published.torchtitan_split(126, 16) == [7] + [8] * 14 + [7]
+    assert published.torchtitan_split(126, 8) == [15] + [16] * 6 + [15]
+    assert published.torchtitan_split(10, 4) == [2, 3, 3, 2]
+    # looped stages: rank 0 runs stages 0 and 8 (7 + 8 layers), rank 7 stages 7 and 15 (8 + 7)
+    chunks = BY_ID["torchtitan-2412-405b-512gpu-interleaved1f1b"].job().stage_chunks
+    assert [len(c) for c in chunks[0]] == [7, 8] and [len(c) for c in chunks[7]] == [8, 7]
+    assert [len(c) for c in chunks[3]] == [8, 8]
+    one = BY_ID["torchtitan-2412-405b-512gpu-1f1b"].job().stage_chunks
+    assert [len(r[0]) for r in one] == [15] + [16] * 6 + [15]
