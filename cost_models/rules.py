@@ -445,11 +445,22 @@ def _grad_reduce_in_bf16(job: Job) -> str | None:
     return None
 
 
+# TrainingSpec switches that describe one framework's code (nanotron's is priced as a Megatron job)
+NANOTRON_SWITCHES = ("grads_kept_through_backward", "ddp_buckets", "loss_shift_out_of_place", "eager_swiglu",
+                     "zero1_blocking_sync", "qkv_copy_kept", "tp_gather_buffers")
+TITAN_SWITCHES = ("fsdp_reshard_after_forward", "tp_gather_per_projection", "bf16_params", "fsdp_sync_last_microbatch",
+                  "tp_replicated_vocab", "loss_on_16bit_logits", "compile_whole_model")
+
+
+def _switched(tr: TrainingSpec, names: tuple[str, ...]) -> list[str]:
+    """The fields among `names` set away from TrainingSpec's default."""
+    return [n for n in names if getattr(tr, n) != TrainingSpec.model_fields[n].default]
+
+
 def _gradient_path(job: Job) -> str | None:
     """The TrainingSpec switches that name one framework's behaviour, set for another framework."""
     tr = job.training
-    megatron = [f for f, v in (("grad_accumulation_fusion", tr.grad_accumulation_fusion),
-                               ("overlap_grad_reduce", tr.overlap_grad_reduce)) if not v]
+    megatron = _switched(tr, ("grad_accumulation_fusion", "overlap_grad_reduce"))
     if megatron and tr.framework is not MEGATRON:
         return (f"{' and '.join(megatron)}=False is Megatron's --no-gradient-accumulation-fusion / default of no "
                 f"--overlap-grad-reduce (framework={tr.framework}); drop it")
@@ -462,13 +473,7 @@ def _gradient_path(job: Job) -> str | None:
     if tr.param_buffer_init_copy and tr.framework is not MEGATRON:
         return (f"param_buffer_init_copy describes Megatron's distributed optimizer (framework={tr.framework}); "
                 "drop it")
-    nanotron = [f for f, v in (("grads_kept_through_backward", tr.grads_kept_through_backward),
-                               ("ddp_buckets", tr.ddp_buckets),
-                               ("loss_shift_out_of_place", tr.loss_shift_out_of_place),
-                               ("eager_swiglu", tr.eager_swiglu),
-                               ("zero1_blocking_sync", tr.zero1_blocking_sync),
-                               ("qkv_copy_kept", tr.qkv_copy_kept),
-                               ("tp_gather_buffers", tr.tp_gather_buffers)) if v]
+    nanotron = _switched(tr, NANOTRON_SWITCHES)
     if nanotron and tr.framework is not MEGATRON:
         return (f"{' and '.join(nanotron)} describe nanotron's code, priced as a Megatron job "
                 f"(framework={tr.framework}); drop it")
@@ -478,13 +483,7 @@ def _gradient_path(job: Job) -> str | None:
     if tr.grads_kept_through_backward and tr.grad_accumulation_fusion:
         return ("grads_kept_through_backward describes 16-bit gradients written outside the GEMMs; "
                 "it needs grad_accumulation_fusion=False")
-    titan = [f for f, v in (("fsdp_reshard_after_forward", tr.fsdp_reshard_after_forward is not None),
-                            ("tp_gather_per_projection", tr.tp_gather_per_projection),
-                            ("bf16_params", tr.bf16_params),
-                            ("fsdp_sync_last_microbatch", tr.fsdp_sync_last_microbatch),
-                            ("tp_replicated_vocab", tr.tp_replicated_vocab),
-                            ("loss_on_16bit_logits", tr.loss_on_16bit_logits),
-                            ("compile_whole_model", tr.compile_whole_model)) if v]
+    titan = _switched(tr, TITAN_SWITCHES)
     if titan and tr.framework is not TITAN:
         return (f"{' and '.join(titan)} describe an FSDP2/DTensor plan (framework torchtitan), not "
                 f"framework={tr.framework}; drop it")
