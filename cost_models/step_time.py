@@ -774,7 +774,7 @@ def gather_window_microbatches(job: Job) -> int:
     return 1
 
 
-def dp_tail(job: Job, rank: int) -> tuple[float, float]:
+def dp_tail(job: Job, rank: int, cal: Calibration) -> tuple[float, float]:
     """(seconds, seconds that cannot hide) of the end-of-step data-parallel traffic of a rank."""
     lay, cl, z = job.layout, job.cluster.spec, job.zero
     p = rank_params(job, rank)
@@ -818,7 +818,7 @@ def dp_tail(job: Job, rank: int) -> tuple[float, float]:
                 layers = max(1, len(job.stage_layer_ids(rank)))
                 tail = t / layers
         elif job.training.zero1_blocking_sync:
-            t = tail = zero1_blocking_sync_seconds(params, where, cl) + zero1_gather_copy_seconds(job, rank, params)
+            t = tail = zero1_blocking_sync_seconds(params, where, cl) + zero1_gather_copy_seconds(job, rank, params, cal)
         else:
             rs = collective_time(Collective.REDUCE_SCATTER, params * gb, where, cl)
             # the parameter gather hides behind the next forward but for its first bucket; without
@@ -926,14 +926,14 @@ def nanotron_param_tensors(job: Job, rank: int) -> int:
     return NANOTRON_TENSORS_PER_LAYER * len(job.stage_layer_ids(rank)) + first + 2 * last - shared
 
 
-def zero1_gather_copy_seconds(job: Job, rank: int, params: float) -> float:
+def zero1_gather_copy_seconds(job: Job, rank: int, params: float, cal: Calibration) -> float:
     """The copies around nanotron's ZeRO-1 parameter all-gather (optim/zero.py:217-241,
     distributed.py:195-220): the dp ranks' slices of every parameter flattened into one buffer per
     rank, torch's copy of the gathered buffer into them, then one copy_ per parameter per dp rank back
     into the parameter, each a device operation of its own (launch_s). Bytes: each of the three passes
     reads and writes the rank's 16-bit parameters once."""
     launches = nanotron_param_tensors(job, rank) * job.dp + 2 * job.dp
-    return K.memory_seconds(3 * 2 * ACT_BYTES * params, job.cluster.gpu, launches=launches)
+    return memory_seconds(job, 3 * 2 * ACT_BYTES * params, cal, launches=launches)
 
 
 def _optimizer_params(job: Job, rank: int) -> float:
@@ -1240,7 +1240,7 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[LayerKi
             prev_hop, next_hop = pp_boundary_seconds(job, rank)
             comm["pp"] = ((lay.vpp - first) * prev_hop + (lay.vpp - last) * next_hop
                           + hops * pp_sync_relaunch_seconds(job))
-    dp_comm, dp_bucket = dp_tail(job, rank)
+    dp_comm, dp_bucket = dp_tail(job, rank, cal)
     microbatch = Breakdown.of("s", compute=Breakdown.of("s", **parts), **comm)
     return StageTime(
         rank=rank,

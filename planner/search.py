@@ -442,6 +442,7 @@ class Space:
         import numpy as np
 
         self.problem = problem
+        self.cal = cal
         self.shards = list(shards(problem))
         self.stages = list(stages(problem))
         self.shardings = shardings(problem)
@@ -649,7 +650,7 @@ class Space:
             if key not in self._tails:
                 job = shape_job(p, shard, self.shardings[zi], st)
                 assert job is not None  # the pair is legal
-                self._tails[key] = dp_tail(job, 0)
+                self._tails[key] = dp_tail(job, 0, self.cal)
             comm, bucket = self._tails[key]
             exposed = max(comm - self.window0[c] / NS, bucket)
             self.lb[c, zi] += max(0, int(exposed * NS) - 1)

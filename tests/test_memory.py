@@ -105,6 +105,7 @@ def test_fp8_parameters_keep_one_byte_weights_and_only_the_transpose():
 def test_bf16_gradient_buffer_halves_the_gradients_and_the_reduction():
     # Megatron --grad-reduce-in-bf16: the grad buffer is bf16 (2 bytes per parameter, not the fp32
     # main grads), and the data-parallel reduce-scatter moves half the bytes
+    from cost_models.calibration import DEFAULT
     from cost_models.step_time import dp_tail
 
     base = dict(seq_len=2048, global_batch_size=64)
@@ -112,7 +113,7 @@ def test_bf16_gradient_buffer_halves_the_gradients_and_the_reduction():
     fp32, bf16 = (memory_estimate(j).stages[1].breakdown for j in jobs)
     assert bf16.value("model_states/gradients") == pytest.approx(fp32.value("model_states/gradients") / 2, rel=1e-6)
     assert bf16.value("model_states/weights") == fp32.value("model_states/weights")
-    assert dp_tail(jobs[1], 1)[0] < dp_tail(jobs[0], 1)[0]
+    assert dp_tail(jobs[1], 1, DEFAULT)[0] < dp_tail(jobs[0], 1, DEFAULT)[0]
 
 
 @pytest.mark.parametrize("training, layout, needle", [
