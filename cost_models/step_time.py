@@ -89,7 +89,7 @@ from cost_models.flops import (
 from cost_models.hardware import ClusterSpec
 from cost_models.job import Job
 from cost_models.mamba_shard import all_to_all_widths
-from cost_models.model_spec import LayerKind
+from cost_models.model_spec import LayerKind, ModelSpec
 from cost_models.memory import DEEPSPEED_BUCKET_ELEMENTS, DEEPSPEED_PREFETCH_ELEMENTS
 from cost_models.units import MiB
 from cost_models.params import norm_params
@@ -624,6 +624,12 @@ def megatron_bucket_size(job: Job) -> int:
     return max(MIN_DDP_BUCKET_PARAMS, BUCKET_PARAMS_PER_DP_RANK * job.dp * job.layout.cp)
 
 
+def _norm_tensors(m: ModelSpec) -> tuple[int, ...]:
+    """The tensors of one hidden-size norm: a weight, and a bias for LayerNorm."""
+    h = m.hidden_size
+    return (h, h) if norm_params(m, h) == 2 * h else (h,)
+
+
 def megatron_layer_tensors(job: Job, layer_id: int) -> tuple[int, ...]:
     """Parameter tensors of a decoder layer's dense buffer on one rank, in module order, as
     Megatron's Transformer Engine layer spec builds an attention layer with a dense MLP: linear_qkv
@@ -641,7 +647,7 @@ def megatron_layer_tensors(job: Job, layer_id: int) -> tuple[int, ...]:
     if not plain:
         return (dense,)
     h = m.hidden_size
-    norm = (h, h) if norm_params(m, h) == 2 * h else (h,)
+    norm = _norm_tensors(m)
     qkv = m.q_width // tp + 2 * local_kv_heads(job) * m.head_size
     f = m.ffn_hidden_size // tp
     up = (2 if m.mlp.gated else 1) * f
@@ -671,8 +677,7 @@ def _chunk_tensors(job: Job, rank: int, chunk: int, kind: str) -> list[int]:
         rest = dense_params(p) - int(p.value("embedding")) - int(p.value("head")) - sum(
             t for v in range(job.layout.vpp) for i in job.stage_chunks[rank][v] for t in megatron_layer_tensors(job, i))
         head = int(p.value("head"))
-        h = job.model.hidden_size
-        norm = (h, h) if norm_params(job.model, h) == 2 * h else (h,)  # LayerNorm: weight and bias
+        norm = _norm_tensors(job.model)
         out += [t for t in (rest, *norm, head - sum(norm)) if t > 0]
     return out
 
