@@ -62,6 +62,7 @@ from cost_models.comm import (
 )
 from cost_models.compute import (
     ACT_BYTES,
+    FP32,
     Block,
     LayerTime,
     attention_kernels,
@@ -104,13 +105,14 @@ DEEPSPEED_BUCKET_PARAMS = DEEPSPEED_BUCKET_ELEMENTS  # reduce_bucket_size (deeps
 # DeepSpeed ZeRO-3 prefetches upcoming parameters only up to stage3_prefetch_bucket_size; the rest
 # of a sub-module's gather waits on the critical path.
 DEEPSPEED_PREFETCH_PARAMS = DEEPSPEED_PREFETCH_ELEMENTS
+# nanotron's ddp_bucket_cap_mb default, passed to torch DDP's bucket_cap_mb (huggingface/nanotron@c2528430
+# src/nanotron/config/config.py:222, trainer.py:847-852; torch_ddp_all_reduce_seconds)
+TORCH_DDP_BUCKET_BYTES = 25 * MiB
+NANOTRON_TENSORS_PER_LAYER = 6  # nanotron_param_tensors
 # Transformer Engine userbuffers: the pipelined GEMM+reduce-scatter cuts the GEMM into 4 chunks and
 # runs each chunk's reduce-scatter on 16 SMs beside the next chunk; bulk overlaps reserve 16 SMs too
 # (TransformerEngine@40c69e75 transformer_engine/pytorch/module/base.py initialize_ub defaults;
 # common/comm_gemm_overlap/comm_gemm_overlap.cpp split_overlap_rs, bulk_overlap).
-TORCH_DDP_BUCKET_BYTES = 25 * MiB  # torch DDP bucket_cap_mb (torch_ddp_all_reduce_seconds)
-NANOTRON_TENSORS_PER_LAYER = 6  # nanotron_param_tensors
-FP32_BYTES = 4  # nanotron's gradient buffer (torch.float, TrainingSpec.zero1_blocking_sync)
 UB_RS_SPLITS = 4
 UB_SMS = 16
 # Transformer Engine userbuffers' ring exchange rotates its chunk GEMMs over _NUM_MAX_UB_STREAMS = 3
@@ -866,7 +868,7 @@ def megatron_bucket_seconds(job: Job, rank: int, kind: str, where: Placement) ->
         return total, collective_time(Collective.ALL_REDUCE, last * gb, where, cl)
     rs = sum(collective_time(Collective.REDUCE_SCATTER, b * gb, where, cl) for c in chunks for b in c)
     fp32 = apex_fp32_grad_params(job, rank, kind)
-    rs_last = collective_time(Collective.REDUCE_SCATTER, (last - fp32) * gb + fp32 * FP32_BYTES, where, cl)
+    rs_last = collective_time(Collective.REDUCE_SCATTER, (last - fp32) * gb + fp32 * FP32, where, cl)
     rs += rs_last - collective_time(Collective.REDUCE_SCATTER, last * gb, where, cl)
     synchronous = not job.training.overlap_grad_reduce
     gathered = sum(b for c in chunks for b in c) if synchronous else last
@@ -906,7 +908,7 @@ def torch_ddp_all_reduce_seconds(layers: float, embedding: float, head: float, w
     full, rest = divmod(layers, bucket)
 
     def ar(n: float) -> float:
-        return collective_time(Collective.ALL_REDUCE, n * FP32_BYTES, where, cluster)
+        return collective_time(Collective.ALL_REDUCE, n * FP32, where, cluster)
 
     total = full * ar(bucket) + ar(rest) + ar(head) + ar(embedding)
     return total, ar(embedding) if embedding else ar(min(bucket, layers))
@@ -916,7 +918,7 @@ def zero1_blocking_sync_seconds(params: float, where: Placement, cluster: Cluste
     """nanotron's ZeRO-1 step end (TrainingSpec.zero1_blocking_sync): an all-reduce of the rank's
     whole fp32 gradient buffer (4 bytes per parameter, not a reduce-scatter of it), then an
     all-gather of every parameter's updated 16-bit shard, each blocking, neither beside compute."""
-    return (collective_time(Collective.ALL_REDUCE, params * FP32_BYTES, where, cluster)
+    return (collective_time(Collective.ALL_REDUCE, params * FP32, where, cluster)
             + collective_time(Collective.ALL_GATHER, params * ACT_BYTES, where, cluster))
 
 
