@@ -248,12 +248,17 @@ def _largest_modules(job: Job, rank: int) -> tuple[int, int]:
     return first, after
 
 
+def _keeps_all_unsharded(job: Job) -> bool:
+    """FSDP2 that keeps every parameter of the stage gathered: zero 2 (no resharding after forward),
+    and torchtitan's default under a pipeline (stage_buffers)."""
+    z = job.zero
+    return job.training.framework is Framework.TORCHTITAN and (z is Zero.GRADIENTS or (z is Zero.PARAMETERS and job.layout.pp > 1))
+
+
 def _fully_sharded(job: Job) -> bool:
     """FSDP (zero 3) that reshards every decoder layer after its forward and its backward: not
     DeepSpeed's module-wise ZeRO-3, not torchtitan's gathered stages (stage_buffers)."""
-    fw, z, lay = job.training.framework, job.zero, job.layout
-    keeps_all_unsharded = fw is Framework.TORCHTITAN and (z is Zero.GRADIENTS or (z is Zero.PARAMETERS and lay.pp > 1))
-    return z is Zero.PARAMETERS and fw is not Framework.DEEPSPEED and not keeps_all_unsharded
+    return job.zero is Zero.PARAMETERS and job.training.framework is not Framework.DEEPSPEED and not _keeps_all_unsharded(job)
 
 
 def _root_reshards(job: Job) -> bool:
@@ -299,7 +304,7 @@ def stage_buffers(job: Job, rank: int) -> Breakdown:
     second = layer_sizes[1] if len(layer_sizes) > 1 else 0
     root = int(params.value("embedding") + params.value("head"))
     unsharded_params = unsharded_grads = buckets = fp8_cache = 0
-    keeps_all_unsharded = fw is Framework.TORCHTITAN and (z is Zero.GRADIENTS or (z is Zero.PARAMETERS and lay.pp > 1))
+    keeps_all_unsharded = _keeps_all_unsharded(job)
     if keeps_all_unsharded:
         # FSDP2 without resharding after forward (zero 2, and torchtitan's default under PP) keeps
         # every bf16 parameter of the stage gathered; under PP the micro-batches' gradients also
