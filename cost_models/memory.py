@@ -164,11 +164,11 @@ def _chunk_activations(job: Job, rank: int, chunk: int, costs: dict[tuple[LayerK
         # torch.distributed.pipelining keeps each micro-batch's stage output in fwd_cache until that
         # micro-batch's backward (pipeline_recv_bytes): the last layer's output, which no layer of
         # this chunk saves
-        stage_output=_boundary_bytes(job) if _torch_pipelining(job) and not last else 0,
+        stage_output=_boundary_bytes(job) if torch_pipelining(job) and not last else 0,
     )
 
 
-def _torch_pipelining(job: Job) -> bool:
+def torch_pipelining(job: Job) -> bool:
     """torchtitan's pipeline runs on torch.distributed.pipelining (PipelineStage and its schedules)."""
     return job.training.framework is Framework.TORCHTITAN and job.layout.pp > 1
 
@@ -193,7 +193,7 @@ def pipeline_recv_bytes(job: Job, rank: int, inflight: tuple[int, ...]) -> int:
     with runtime shape inference). A received activation is the chunk's first layer's input
     (_retrieve_recv_activations hands the buffer itself to the forward), so the buffers of the
     micro-batches in flight are already counted with the layers: only the others are added."""
-    if not _torch_pipelining(job):
+    if not torch_pipelining(job):
         return 0
     lay, m, a = job.layout, job.num_microbatches, _boundary_bytes(job)
     total = 0

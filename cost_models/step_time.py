@@ -91,7 +91,7 @@ from cost_models.hardware import ClusterSpec
 from cost_models.job import Job
 from cost_models.mamba_shard import all_to_all_widths
 from cost_models.model_spec import LayerKind, ModelSpec
-from cost_models.memory import DEEPSPEED_BUCKET_ELEMENTS, DEEPSPEED_PREFETCH_ELEMENTS
+from cost_models.memory import DEEPSPEED_BUCKET_ELEMENTS, DEEPSPEED_PREFETCH_ELEMENTS, torch_pipelining
 from cost_models.units import MiB
 from cost_models.params import norm_params
 from cost_models.states import dense_params, local_kv_heads, local_layer_params, padded_vocab, rank_params, vocab_split
@@ -545,7 +545,7 @@ def _pipelined_fsdp(job: Job) -> bool:
     the last one (torch 2.13.0, git cf30153c: torch/distributed/pipelining/stage.py:843-847
     backward_maybe_with_nosync, 1164-1191 perform_reduce_grad; schedules.py:1177, Schedule1F1B calls
     it after its cool-down, 960 likewise for GPipe). Nothing of that stage computes beside it."""
-    return job.zero is Zero.PARAMETERS and job.layout.pp > 1 and job.training.framework is Framework.TORCHTITAN
+    return job.zero is Zero.PARAMETERS and torch_pipelining(job)
 
 
 def pipelined_gathers(job: Job, rank: int) -> tuple[float, float]:
