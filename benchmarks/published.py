@@ -687,8 +687,18 @@ MLPERF_UB_RING_EXCHANGE_RS = (
     ("mlperf-v5.1-nvidia-", frozenset({"proj", "fc2"}), "v5.1 tp_overlap/gb200tp{2,4}mbs1.yaml:49-57"),
     # University of Florida's 405B (GPU_ARCH unset): b200_nemo/conf/tp_overlap/h100tp4mbs1.yaml L51-61
     ("mlperf-v5.1-uf-llama405b", frozenset({"fc2"}), "v5.1 UF 405b tp_overlap/h100tp4mbs1.yaml:51-61"),
-    # Cisco's tp-2 8B: Cisco/benchmarks/llama31_8b/implementations/nemo/conf/tp_overlap/h100tp2mbs1.yaml L51-61
-    ("mlperf-v5.1-cisco-llama8b", frozenset({"fc2"}), "Cisco 8b tp_overlap/h100tp2mbs1.yaml:51-61"),
+)
+
+# Submissions whose code never turns Transformer Engine's userbuffers TP overlap on, whatever their
+# TP_COMM_OVERLAP says: NeMo 2 sets tp_comm_overlap only through MegatronCommOverlapCallback, which
+# pretrain.py's get_overlap_callback builds and main() appends (training_results_v5.1@441d65f4
+# NVIDIA/benchmarks/llama31_8b/implementations/nemo/pretrain.py:470-540, appended at :666); Cisco's
+# copy has the append commented out (Cisco/benchmarks/llama31_8b/implementations/nemo/pretrain.py:436-526,
+# :632 "# trainer.callbacks.append(get_overlap_callback(cfg))") and sets tp_comm_overlap nowhere else,
+# so the model config keeps Megatron's default tp_comm_overlap=False (Megatron-LM@d98e8a64
+# megatron/core/model_parallel_config.py:265): the tp collectives run as plain NCCL calls. (id prefix, where.)
+MLPERF_NO_TP_OVERLAP = (
+    ("mlperf-v5.1-cisco-llama8b", "Cisco llama31_8b pretrain.py:632, the overlap callback's append commented out"),
 )
 
 
@@ -696,6 +706,11 @@ def mlperf_ring_exchange_rs(run_id: str) -> tuple[frozenset, str] | None:
     """The row GEMMs a submission reduce-scatters by ring exchange (MLPERF_UB_RING_EXCHANGE_RS), or
     None where no tp_overlap yaml was read (GPT-3 before v4.1, Oracle's): TE's default, pipeline."""
     return next(((g, where) for prefix, g, where in MLPERF_UB_RING_EXCHANGE_RS if run_id.startswith(prefix)), None)
+
+
+def mlperf_no_tp_overlap(run_id: str) -> str | None:
+    """Where a submission's code leaves TP comm overlap off despite its TP_COMM_OVERLAP (MLPERF_NO_TP_OVERLAP)."""
+    return next((where for prefix, where in MLPERF_NO_TP_OVERLAP if run_id.startswith(prefix)), None)
 
 
 def mlperf_bucket_size(run_id: str) -> tuple[int, str] | None:
@@ -723,6 +738,10 @@ def _mlperf(entry: dict) -> Mapped:
         model = _llama_model(entry)
     tech = lay.get("techniques") or ""
     overlap = "TP comm overlap" in tech and "not enabled" not in tech
+    unregistered = mlperf_no_tp_overlap(entry["id"])
+    if overlap and unregistered and lay["tp"] > 1:
+        notes.append(f"TP comm overlap off: the config asks for it but the code never enables it ({unregistered})")
+    overlap = overlap and not unregistered
     fp8_params = "FP8_PARAMS" in tech or "FP8 params" in tech
     if fp8_params:
         notes.append("fp8 parameters (the submission's FP8_PARAMS: --fp8-param-gather)")

@@ -209,7 +209,7 @@ def test_fp8lm_runs_flash_attention_1():
     # custom.yaml defaults where no config sets BUCKET_SIZE; config_common_8b.sh:19's 768M where one does;
     # the tp_overlap yaml's proj_fprop / fc2_fprop methods (benchmarks/published.py MLPERF_* tables)
     ("mlperf-v5.1-cisco-llama8b-h100-8x8", 64, frozenset()),  # tp 1: no TP overlap
-    ("mlperf-v5.1-cisco-llama8b-h100-16x8", 64, frozenset({"fc2"})),
+    ("mlperf-v5.1-cisco-llama8b-h100-16x8", 64, frozenset()),  # TP overlap never enabled (below)
     ("mlperf-v5.1-uf-llama8b-dgxb200-32x8", 134_217_728, frozenset()),
     ("mlperf-v5.1-oracle-llama8b-b200-8x8", 768_000_000, frozenset()),
     ("mlperf-v5.1-nvidia-llama8b-gb200-128x4", 768_000_000, frozenset({"proj", "fc2"})),
@@ -221,6 +221,14 @@ def test_fp8lm_runs_flash_attention_1():
 def test_mlperf_rows_carry_their_bucket_size_and_overlap_methods(run_id, bucket, ring):
     tr = BY_ID[run_id].job().training
     assert (tr.ddp_bucket_size, tr.ub_ring_exchange_rs) == (bucket, ring)
+
+
+def test_cisco_tp2_row_runs_without_tp_overlap_whatever_its_config_says():
+    # Cisco's pretrain.py:632 leaves MegatronCommOverlapCallback out, so TP_COMM_OVERLAP=True reaches
+    # nothing; NVIDIA's own 8B code appends it (pretrain.py:666) and keeps the overlap
+    cisco = BY_ID["mlperf-v5.1-cisco-llama8b-h100-16x8"].job().training
+    nvidia = BY_ID["mlperf-v5.1-nvidia-llama8b-gb200-128x4"].job().training
+    assert (cisco.tp_comm_overlap, nvidia.tp_comm_overlap) == (False, True)
 
 
 def test_mlperf_gpt3_rows_run_apex_distributed_fused_adam():
