@@ -41,7 +41,7 @@ from cost_models.layout import Layout
 from cost_models.memory import memory_estimate
 from cost_models.model_spec import ModelSpec
 from cost_models.rules import resolve
-from cost_models.training import TrainingSpec
+from cost_models.training import NcclCtas, TrainingSpec
 from planner import presets
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -708,6 +708,36 @@ def mlperf_ring_exchange_rs(run_id: str) -> tuple[frozenset, str] | None:
     return next(((g, where) for prefix, g, where in MLPERF_UB_RING_EXCHANGE_RS if run_id.startswith(prefix)), None)
 
 
+# Per-communicator NCCL CTA caps the submission's code applies (TrainingSpec.nccl_max_ctas): its
+# config_common.sh points NCCL_CFG_PATH at conf/nccl/custom_communicator_cta.yaml, whose dp, dp_cp and tp
+# groups get max_ctas 8, pp 2 and cp 1 (L3-22), and its NeMo 1 launcher hands that path to Megatron's
+# initialize_model_parallel (megatron_gpt_pretraining_custom.py nccl_communicator_config_path=), with no
+# NCCL_MAX_CTAS in the environment to replace the caps. The NeMo 2 Llama-3.1 code does not: v5.0's
+# pretrain.py never passes the path (training_results_v5.0@0fdc28f0 NVIDIA/benchmarks/llama31_405b/
+# implementations/*/pretrain.py, and Cisco's v5.1 copy), and v5.1's does but config_common.sh exports
+# NCCL_MIN_CTAS=16 and NCCL_MAX_CTAS=32 (training_results_v5.1@441d65f4 NVIDIA/benchmarks/llama31_8b/
+# implementations/nemo/config_common.sh:85-86, University-of-Florida/.../b200_nemo/config_common.sh:85-86),
+# which replace every communicator's. Oracle's v4.1 GPT-3 sets NCCL_CFG_PATH but its directory holds no
+# such yaml, so its caps are not known. (id prefix, caps, where.)
+MLPERF_CTA_CAPS = NcclCtas(dp=8, tp=8, cp=1, pp=2)
+MLPERF_NCCL_CTAS = (
+    # training_results_v4.0@6fe95437 NVIDIA/benchmarks/gpt3/implementations/nemo/config_common.sh:58,
+    # conf/nccl/custom_communicator_cta.yaml:3-22, megatron_gpt_pretraining_custom.py:106 (the eos_* result
+    # directories' code); smc/benchmarks/gpt3/implementations/nemo/ the same files
+    ("mlperf-v4.0-nvidia-gpt3", MLPERF_CTA_CAPS, "v4.0 gpt3 nemo/conf/nccl/custom_communicator_cta.yaml:3-22"),
+    ("mlperf-v4.0-smc-gpt3", MLPERF_CTA_CAPS, "v4.0 SMC gpt3 nemo/conf/nccl/custom_communicator_cta.yaml:3-22"),
+    # training_results_v4.1@b87b9e39 NVIDIA/benchmarks/gpt3/implementations/{eos_n32,eos_n64}_ngc24.09_nemo
+    # and b200_n8_preview_nemo: config_common.sh:50-53, conf/nccl/custom_communicator_cta.yaml:3-22,
+    # megatron_gpt_pretraining_custom.py:83
+    ("mlperf-v4.1-nvidia-gpt3", MLPERF_CTA_CAPS, "v4.1 gpt3 conf/nccl/custom_communicator_cta.yaml:3-22"),
+)
+
+
+def mlperf_nccl_ctas(run_id: str) -> tuple[NcclCtas, str] | None:
+    """The per-communicator NCCL CTA caps a submission's code applies (MLPERF_NCCL_CTAS), or None."""
+    return next(((caps, where) for prefix, caps, where in MLPERF_NCCL_CTAS if run_id.startswith(prefix)), None)
+
+
 def mlperf_no_tp_overlap(run_id: str) -> str | None:
     """Where a submission's code leaves TP comm overlap off despite its TP_COMM_OVERLAP (MLPERF_NO_TP_OVERLAP)."""
     return next((where for prefix, where in MLPERF_NO_TP_OVERLAP if run_id.startswith(prefix)), None)
@@ -729,7 +759,7 @@ def _mlperf(entry: dict) -> Mapped:
     if "FP4" in prec.upper():
         raise Skip("NVFP4 GEMMs: Precision has no fp4")
     notes = ["Megatron-core with Transformer Engine: cuDNN fused attention, fp8 delayed/current tensorwise scaling",
-             "CUDA graphs and NCCL tuning of the submission are not modelled"]
+             "CUDA graphs and the submission's NCCL tuning other than its per-communicator CTA caps are not modelled"]
     gpt3 = m["layers"] == 96  # the GPT-3 175B benchmark; the others are the Llama-3.1 ones
     if gpt3:
         model = _gpt_model(entry, vocab=m["vocab"], tied=True)
@@ -768,12 +798,15 @@ def _mlperf(entry: dict) -> Mapped:
     ring = mlperf_ring_exchange_rs(entry["id"]) if overlap and lay["tp"] > 1 else None
     if ring:
         notes.append(f"forward reduce-scatter of {' and '.join(sorted(ring[0]))} by TE ring exchange ({ring[1]})")
+    ctas = mlperf_nccl_ctas(entry["id"])
+    if ctas:
+        notes.append(f"NCCL CTAs per communicator capped (dp {ctas[0].dp}, tp {ctas[0].tp}, cp {ctas[0].cp}, pp {ctas[0].pp}; {ctas[1]})")
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.FP8,
                             framework=Framework.MEGATRON, attention=AttentionKernel.FLASH,
                             attention_backend=AttentionBackend.CUDNN, tp_comm_overlap=overlap and lay["tp"] > 1,
                             fp8_param_gather=fp8_params, grad_reduce_in_bf16=bf16_grads,
                             ddp_bucket_size=bucket[0] if bucket else None, apex_distributed_adam=gpt3,
-                            ub_ring_exchange_rs=ring[0] if ring else frozenset())
+                            ub_ring_exchange_rs=ring[0] if ring else frozenset(), nccl_max_ctas=ctas[0] if ctas else None)
     first = last = None
     accounted = m["layers"] == 126 and lay["pp"] > 1 and ("account_for_embedding" in tech or "ASYM_PP_EMBED" in tech)
     if accounted:

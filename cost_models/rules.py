@@ -531,6 +531,14 @@ def expert_axes_given(model: ModelSpec, given: dict[str, object], how: str) -> N
                         "(no experts): drop it (dense layers take tp)")
 
 
+def _nccl_max_ctas(job: Job) -> str | None:
+    tr = job.training
+    if tr.nccl_max_ctas is None or tr.framework is MEGATRON:
+        return None
+    return (f"nccl_max_ctas is Megatron's --nccl-communicator-config-path (per-group max_ctas; framework={tr.framework}); "
+            "drop it, or set NCCL_MAX_CTAS for the whole job instead")
+
+
 def _fp8_param_gather(job: Job) -> str | None:
     tr = job.training
     if not tr.fp8_param_gather:
@@ -599,6 +607,7 @@ RULES: tuple[Rule, ...] = (
     Rule("gradient_path", ALL, _gradient_path,
          "Megatron-LM@d98e8a64 arguments.py:2944-2948, 3121-3122; torch fully_shard reshard_after_forward, DTensor ColwiseParallel"),
     Rule("fp8_param_gather", ALL, _fp8_param_gather, "Megatron-LM@d98e8a64 arguments.py:1095-1098, 2016-2018"),
+    Rule("nccl_max_ctas", ALL, _nccl_max_ctas, "Megatron-LM@d98e8a64 megatron/core/parallel_state.py:168-195 get_nccl_options"),
     Rule("moe_dispatch", ALL, _moe_dispatch, "Megatron-LM@23e00ed0 arguments.py:2889 (--overlap-moe-expert-parallel-comm)"),
 )
 

@@ -190,10 +190,17 @@ def _hidden(comm_s: float, compute_s: float, share: float) -> Exposure:
     return Exposure(max(0.0, comm_s - compute_s), overlap * share / (1 - share))
 
 
-def _share(job: Job, where, cal: Calibration) -> float:
+def _share(job: Job, where, cal: Calibration, group: str | None = None) -> float:
     """SMs an overlapped NCCL collective takes from the compute beside it, times the fitted
-    contention scale (calibration.MECHANISMS), capped at comm.MAX_SM_SHARE."""
-    return min(MAX_SM_SHARE, nccl_sm_share(job.cluster.spec, where, _sms(job)) * cal.contention_scale)
+    contention scale (calibration.MECHANISMS), capped at comm.MAX_SM_SHARE. `group` names the
+    Megatron communicator ("dp", "tp", "cp", "pp") whose CTA cap (TrainingSpec.nccl_max_ctas) bounds
+    the channels, one SM each."""
+    share = nccl_sm_share(job.cluster.spec, where, _sms(job))
+    caps = job.training.nccl_max_ctas
+    cap = getattr(caps, group) if caps is not None and group is not None else None
+    if cap is not None and where.n > 1:
+        share = min(share, cap / _sms(job))
+    return min(MAX_SM_SHARE, share * cal.contention_scale)
 
 
 def _tp_group(job: Job):
@@ -318,7 +325,7 @@ def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Cal
         return Exposure()
     fw = job.training.framework
     overlap = job.training.tp_comm_overlap and job.sp
-    share = _share(job, _tp_group(job), cal)
+    share = _share(job, _tp_group(job), cal, "tp")
     t = tokens(job)
     out = Exposure()
     h = job.model.hidden_size
@@ -420,7 +427,7 @@ def cp_exposure(job: Job, cal: Calibration) -> tuple[Exposure, Exposure]:
     cl = job.cluster.spec
     stride = job.layout.tp if _cp_in_domain(job) else cl.scaleup_domain_gpus
     group = placement(cl, cp, job.layout.tp)
-    share = _share(job, group, cal)
+    share = _share(job, group, cal, "cp")
     att = attention_kernels(job, cal)
     kv = _kv_bytes(job)
     hop = send_recv_time(kv, stride=stride, cluster=cl)
@@ -993,7 +1000,7 @@ class StageTime:
 def dense_share(job: Job, cal: Calibration) -> float:
     """SMs a collective of the dense data-parallel shard group (FSDP / ZeRO-3 gathers and
     reduce-scatters, the gradient reduction) takes from the compute it hides behind."""
-    return _share(job, _dense_group(job), cal)
+    return _share(job, _dense_group(job), cal, "dp")
 
 
 def _fsdp_exposure(job: Job, gathers: list[float], reduces: list[float], fwd: list[float], bwd: list[float], params: list[int],
@@ -1237,7 +1244,7 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[LayerKi
             # each transfer runs beside the next chunk's compute (of the other direction)
             chunk = (sum(fwd_compute) + sum(bwd_compute)) / (2 * lay.vpp)
             where = placement(cl, 2, lay.tp * lay.cp * job.dp)
-            e = _hidden(hop, chunk, _share(job, where, cal)).times(hops)
+            e = _hidden(hop, chunk, _share(job, where, cal, "pp")).times(hops)
             comm["pp"] = e.exposed
             parts["contention"] += e.contention
             pp_fill = 2 * (lay.pp - 1) * hop

@@ -14,6 +14,24 @@ from cost_models.model_spec import Count, Spec
 MAX_TOKENS_PER_STEP = 2**36
 
 
+class NcclCtas(Spec):
+    """The most CTAs NCCL may run a communicator's collectives and transfers on, by Megatron process
+    group: the max_ctas of Megatron's --nccl-communicator-config-path yaml, which get_nccl_options hands
+    to ProcessGroupNCCL.Options.config.max_ctas for the groups "dp"/"dp_cp", "tp", "cp" and "pp"
+    (Megatron-LM@d98e8a64 megatron/core/parallel_state.py:168-195, 967, 1057, 1121, 1168, 1248).
+    NCCL connects no more channels than that (one CTA, so one SM, per channel), and point-to-point
+    no more than the collectives (NVIDIA/nccl@v2.22.3-1 src/graph/connect.cc:480-483,
+    src/graph/paths.cc:742-745); an NCCL_MAX_CTAS in the environment replaces every communicator's
+    (src/init.cc:1487-1490), so a run that exports one has no per-group cap. None: NCCL's own count.
+    The cap bounds the SMs a collective holds, not its bus bandwidth: NCCL's own tuning model prices
+    a ring at the channels its graph search found, before the cap (src/graph/tuning.cc:175)."""
+
+    dp: Count | None = None  # the data-parallel gradient group ("dp_cp" when cp > 1)
+    tp: Count | None = None
+    cp: Count | None = None
+    pp: Count | None = None
+
+
 class TrainingSpec(Spec):
     seq_len: Count = 4096
     # sequences per optimizer step; None = mbs·dp·m with m = 1 micro-batch without a pipeline and
@@ -118,6 +136,9 @@ class TrainingSpec(Spec):
     # freed. The stage's 16-bit gradients are all alive when a backward ends. Megatron framework with
     # grad_accumulation_fusion=False only (the gradients are written outside the GEMMs).
     grads_kept_through_backward: bool = False
+    # Per-communicator NCCL CTA caps (NcclCtas): the SMs an overlapped collective holds
+    # (cost_models.step_time._share). Megatron framework only.
+    nccl_max_ctas: NcclCtas | None = None
     # The model wrapped in torch DistributedDataParallel besides the framework's own gradient buffer:
     # nanotron wraps it when dp > 1 unless it accumulates in fp32 under ZeRO-1 (huggingface/nanotron
     # @c2528430 src/nanotron/trainer.py:786-788, 843-852). DDP's reducer allocates a flat gradient

@@ -231,6 +231,17 @@ def test_cisco_tp2_row_runs_without_tp_overlap_whatever_its_config_says():
     assert (cisco.tp_comm_overlap, nvidia.tp_comm_overlap) == (False, True)
 
 
+def test_only_the_nemo1_gpt3_rows_from_v4_cap_their_nccl_communicators():
+    # v4.0/v4.1 GPT-3 (NVIDIA, SMC) hand conf/nccl/custom_communicator_cta.yaml to Megatron; v3.x has no
+    # such yaml, the Llama-3.1 NeMo 2 code never passes it (v5.0) or overrides it by NCCL_MAX_CTAS (v5.1)
+    from cost_models.training import NcclCtas
+
+    capped = {r.id for r in BY_ID.values() if r.training.nccl_max_ctas is not None}
+    assert capped == {i for i in BY_ID if i.startswith(("mlperf-v4.0-nvidia-gpt3", "mlperf-v4.0-smc-gpt3", "mlperf-v4.1-nvidia-gpt3"))}
+    assert len(capped) == 7
+    assert BY_ID["mlperf-v4.1-nvidia-gpt3-dgxh100-64x8"].training.nccl_max_ctas == NcclCtas(dp=8, tp=8, cp=1, pp=2)
+
+
 def test_mlperf_gpt3_rows_run_apex_distributed_fused_adam():
     # GPT-3's NeMo 1 code (v3.0-v4.1, every submitter) runs optim: distributed_fused_adam; the
     # Llama-3.1 rows run Megatron-core's DDP and distributed optimizer (NeMo 2)

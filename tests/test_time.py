@@ -139,6 +139,30 @@ def test_dp_gradients_hide_behind_backward_except_the_last_bucket():
     assert t.breakdown.value("dp") == pytest.approx(s.dp_exposed_s)
 
 
+def test_a_communicators_cta_cap_bounds_the_sms_its_overlapped_collectives_hold():
+    # 8B on 64 H100s (132 SMs), dp 64 over 8 nodes: the gradient reduce-scatter crosses nodes, where
+    # NCCL runs 16 channels (comm.NCCL_CHANNELS_NET), one SM each: 16/132 of the SMs, x the fitted
+    # contention scale. Megatron's per-group max_ctas of 8 halves that to 8/132; a cap above NCCL's
+    # own count changes nothing, and the cap on another group leaves dp alone.
+    from cost_models.step_time import dense_share
+    from cost_models.training import NcclCtas
+
+    def share(caps):
+        job = make_job("llama-3.1-8b", gpus=64, training=dict(global_batch_size=1024, nccl_max_ctas=caps))
+        return dense_share(job, DEFAULT)
+
+    scale = DEFAULT.contention_scale
+    assert share(None) == pytest.approx(16 / 132 * scale)
+    assert share(NcclCtas(dp=8)) == pytest.approx(8 / 132 * scale)
+    assert share(NcclCtas(dp=32)) == pytest.approx(16 / 132 * scale)
+    assert share(NcclCtas(tp=1, cp=1, pp=1)) == pytest.approx(16 / 132 * scale)
+    # less contention, the same kernels and the same collective times: the step can only get shorter
+    plain = time_estimate(make_job("llama-3.1-8b", gpus=64, training=dict(global_batch_size=1024)))
+    capped = time_estimate(make_job("llama-3.1-8b", gpus=64, training=dict(global_batch_size=1024, nccl_max_ctas=NcclCtas(dp=8))))
+    assert 0 < capped.breakdown.value("compute/contention") < plain.breakdown.value("compute/contention")
+    assert capped.breakdown.value("dp") == pytest.approx(plain.breakdown.value("dp"))
+
+
 def test_expert_parallel_all_to_all_appears_only_for_moe():
     dense = time_estimate(make_job("llama-3.1-8b", gpus=8))
     moe = time_estimate(make_job("mixtral-8x7b", gpus=16, ep=8, pp=2))
