@@ -738,6 +738,17 @@ def mlperf_nccl_ctas(run_id: str) -> tuple[NcclCtas, str] | None:
     return next(((caps, where) for prefix, caps, where in MLPERF_NCCL_CTAS if run_id.startswith(prefix)), None)
 
 
+# NeMo 2 submissions whose DDP config keeps align_param_gather on without the interleaved schedule
+# (TrainingSpec.align_param_gather): config_common.sh exports ALIGN_PARAM_GATHER=True and pretrain.py
+# hands it to DistributedDataParallelConfig (Cisco/benchmarks/llama31_8b/implementations/nemo/
+# config_common.sh:56, pretrain.py:333,359), the 8B configs at pp 1 sourcing no config_common_8b.sh to
+# turn it off; NVIDIA's, Oracle's and University of Florida's 8B configs do (config_common_8b.sh:13
+# ALIGN_PARAM_GATHER=False in each, training_results_v5.1@441d65f4). (id prefix, where.)
+MLPERF_ALIGN_PARAM_GATHER = (
+    ("mlperf-v5.1-cisco-llama8b", "Cisco llama31_8b config_common.sh:56, pretrain.py:333,359"),
+)
+
+
 def mlperf_no_tp_overlap(run_id: str) -> str | None:
     """Where a submission's code leaves TP comm overlap off despite its TP_COMM_OVERLAP (MLPERF_NO_TP_OVERLAP)."""
     return next((where for prefix, where in MLPERF_NO_TP_OVERLAP if run_id.startswith(prefix)), None)
@@ -798,6 +809,9 @@ def _mlperf(entry: dict) -> Mapped:
     ring = mlperf_ring_exchange_rs(entry["id"]) if overlap and lay["tp"] > 1 else None
     if ring:
         notes.append(f"forward reduce-scatter of {' and '.join(sorted(ring[0]))} by TE ring exchange ({ring[1]})")
+    align = next((where for prefix, where in MLPERF_ALIGN_PARAM_GATHER if entry["id"].startswith(prefix)), None)
+    if align and not (lay["pp"] > 1 and (lay.get("vpp") or 1) > 1):
+        notes.append(f"parameter all-gathers in series with the forward: align_param_gather without interleaving ({align})")
     ctas = mlperf_nccl_ctas(entry["id"])
     if ctas:
         notes.append(f"NCCL CTAs per communicator capped (dp {ctas[0].dp}, tp {ctas[0].tp}, cp {ctas[0].cp}, pp {ctas[0].pp}; {ctas[1]})")
@@ -806,7 +820,8 @@ def _mlperf(entry: dict) -> Mapped:
                             attention_backend=AttentionBackend.CUDNN, tp_comm_overlap=overlap and lay["tp"] > 1,
                             fp8_param_gather=fp8_params, grad_reduce_in_bf16=bf16_grads,
                             ddp_bucket_size=bucket[0] if bucket else None, apex_distributed_adam=gpt3,
-                            ub_ring_exchange_rs=ring[0] if ring else frozenset(), nccl_max_ctas=ctas[0] if ctas else None)
+                            ub_ring_exchange_rs=ring[0] if ring else frozenset(), nccl_max_ctas=ctas[0] if ctas else None,
+                            align_param_gather=align is not None)
     first = last = None
     accounted = m["layers"] == 126 and lay["pp"] > 1 and ("account_for_embedding" in tech or "ASYM_PP_EMBED" in tech)
     if accounted:

@@ -531,6 +531,17 @@ def expert_axes_given(model: ModelSpec, given: dict[str, object], how: str) -> N
                         "(no experts): drop it (dense layers take tp)")
 
 
+def _align_param_gather(job: Job) -> str | None:
+    tr = job.training
+    if not tr.align_param_gather:
+        return None
+    if tr.framework is not MEGATRON or job.zero is not Zero.OPTIMIZER or not tr.overlap_grad_reduce or tr.apex_distributed_adam:
+        return (f"align_param_gather is Megatron DDP's, for the distributed optimizer with overlapped gathers "
+                f"(framework={tr.framework}, zero {int(job.zero)}, overlap_grad_reduce={tr.overlap_grad_reduce}); "
+                "drop it, or use zero 1 with overlap_grad_reduce")
+    return None
+
+
 def _nccl_max_ctas(job: Job) -> str | None:
     tr = job.training
     if tr.nccl_max_ctas is None or tr.framework is MEGATRON:
@@ -607,6 +618,8 @@ RULES: tuple[Rule, ...] = (
     Rule("gradient_path", ALL, _gradient_path,
          "Megatron-LM@d98e8a64 arguments.py:2944-2948, 3121-3122; torch fully_shard reshard_after_forward, DTensor ColwiseParallel"),
     Rule("fp8_param_gather", ALL, _fp8_param_gather, "Megatron-LM@d98e8a64 arguments.py:1095-1098, 2016-2018"),
+    Rule("align_param_gather", ALL, _align_param_gather,
+         "Megatron-LM@d98e8a64 megatron/core/distributed/distributed_data_parallel.py:542-550, param_and_grad_buffer.py:555-573"),
     Rule("nccl_max_ctas", ALL, _nccl_max_ctas, "Megatron-LM@d98e8a64 megatron/core/parallel_state.py:168-195 get_nccl_options"),
     Rule("moe_dispatch", ALL, _moe_dispatch, "Megatron-LM@23e00ed0 arguments.py:2889 (--overlap-moe-expert-parallel-comm)"),
 )

@@ -777,6 +777,12 @@ def hidden_param_gather(job: Job, rank: int) -> float:
     return out
 
 
+def serialized_param_gather(job: Job) -> bool:
+    """Whether the distributed optimizer's parameter gathers run in series with the forward:
+    align_param_gather without the interleaved schedule (TrainingSpec.align_param_gather)."""
+    return job.training.align_param_gather and not (job.layout.pp > 1 and job.layout.vpp > 1)
+
+
 def gather_window_microbatches(job: Job) -> int:
     """Micro-batch forwards the parameter gather of a rank can hide behind: the first one's, bucket
     by bucket; under the interleaved schedule model chunk j first runs after the warm-up has run
@@ -1268,7 +1274,7 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[LayerKi
         optimizer_s=optimizer_time(job, _optimizer_params(job, rank), cal),
         pp_fill_s=pp_fill,
         gather_s=hidden_param_gather(job, rank),
-        forward_s=sum(fwd_compute) * gather_window_microbatches(job),
+        forward_s=0.0 if serialized_param_gather(job) else sum(fwd_compute) * gather_window_microbatches(job),
     )
 
 

@@ -136,6 +136,17 @@ class TrainingSpec(Spec):
     # freed. The stage's 16-bit gradients are all alive when a backward ends. Megatron framework with
     # grad_accumulation_fusion=False only (the gradients are written outside the GEMMs).
     grads_kept_through_backward: bool = False
+    # Megatron DDP's align_param_gather (DistributedDataParallelConfig, as NeMo 2 code builds it): the
+    # forward pre-hooks no longer dispatch the next bucket's parameter all-gather
+    # (Megatron-LM@d98e8a64 megatron/core/distributed/distributed_data_parallel.py:542-550), leaving
+    # it to the interleaved schedule, which gathers each model chunk ahead of its first forward
+    # (core/pipeline_parallel/schedules.py:1219-1221, 1341). Without that schedule nothing dispatches
+    # ahead: each bucket's gather starts at the pre-hook of the first module using it and is waited
+    # on there (param_and_grad_buffer.py:555-573), so the gathers run in series with the forward.
+    # Megatron's own argument parsing turns it off without interleaving (training/arguments.py:
+    # 1005-1013); code that builds the DDP config itself can leave it on. Megatron, distributed
+    # optimizer (zero 1) with overlap_grad_reduce only.
+    align_param_gather: bool = False
     # Per-communicator NCCL CTA caps (NcclCtas): the SMs an overlapped collective holds
     # (cost_models.step_time._share). Megatron framework only.
     nccl_max_ctas: NcclCtas | None = None

@@ -229,6 +229,10 @@ def test_cisco_tp2_row_runs_without_tp_overlap_whatever_its_config_says():
     cisco = BY_ID["mlperf-v5.1-cisco-llama8b-h100-16x8"].job().training
     nvidia = BY_ID["mlperf-v5.1-nvidia-llama8b-gb200-128x4"].job().training
     assert (cisco.tp_comm_overlap, nvidia.tp_comm_overlap) == (False, True)
+    # and Cisco keeps config_common.sh's ALIGN_PARAM_GATHER=True at pp 1, which NVIDIA's 8B turns off
+    assert (cisco.align_param_gather, nvidia.align_param_gather) == (True, False)
+    assert [r.id for r in BY_ID.values() if r.training.align_param_gather] == [
+        "mlperf-v5.1-cisco-llama8b-h100-8x8", "mlperf-v5.1-cisco-llama8b-h100-16x8"]
 
 
 def test_only_the_nemo1_gpt3_rows_from_v4_cap_their_nccl_communicators():

@@ -111,6 +111,7 @@ def test_global_batch_defaults_to_legal_microbatches():
     (dict(framework="megatron", zero1_blocking_sync=True), "it needs zero 1, not zero 0"),
     (dict(framework="deepspeed", apex_distributed_adam=True), "apex_distributed_adam is NeMo 1's Apex DistributedFusedAdam"),
     (dict(framework="megatron", apex_distributed_adam=True), r"framework=megatron, zero 0\); drop it"),
+    (dict(framework="megatron", align_param_gather=True), "align_param_gather is Megatron DDP's, for the distributed optimizer"),
     (dict(framework="torchtitan", nccl_max_ctas={"dp": 8}), "nccl_max_ctas is Megatron's --nccl-communicator-config-path"),
 ])
 def test_one_frameworks_switches_are_refused_for_another(training, needle):

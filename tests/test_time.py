@@ -163,6 +163,24 @@ def test_a_communicators_cta_cap_bounds_the_sms_its_overlapped_collectives_hold(
     assert capped.breakdown.value("dp") == pytest.approx(plain.breakdown.value("dp"))
 
 
+def test_aligned_param_gathers_run_in_series_with_the_forward_unless_interleaved():
+    # Megatron DDP's align_param_gather leaves each bucket's gather to its module's pre-hook when no
+    # interleaved schedule dispatches the chunk ahead: the gathers beside the first forward become
+    # exposed (and hold no SMs beside compute); under interleaving nothing changes
+    def est(**kw):
+        layout = kw.pop("layout", {})
+        return time_estimate(make_job("llama-3.1-8b", gpus=64, zero=1, training=dict(global_batch_size=64, **kw), **layout))
+
+    plain, aligned = est(), est(align_param_gather=True)
+    s, a = plain.stages[0], aligned.stages[0]
+    assert a.gather_s == pytest.approx(s.gather_s) and s.gather_s > 0
+    assert s.gather_exposed_s == pytest.approx(max(0.0, s.gather_s - s.forward_s))
+    assert a.gather_exposed_s == pytest.approx(a.gather_s)
+    assert aligned.breakdown.value("dp") - plain.breakdown.value("dp") == pytest.approx(a.gather_s - s.gather_exposed_s)
+    lay = dict(pp=2, vpp=2, tp=2)
+    assert est(layout=dict(lay), align_param_gather=True).step_s == pytest.approx(est(layout=dict(lay)).step_s)
+
+
 def test_expert_parallel_all_to_all_appears_only_for_moe():
     dense = time_estimate(make_job("llama-3.1-8b", gpus=8))
     moe = time_estimate(make_job("mixtral-8x7b", gpus=16, ep=8, pp=2))
