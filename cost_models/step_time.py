@@ -48,6 +48,7 @@ from functools import cached_property
 from statistics import NormalDist
 
 from cost_models import kernels as K
+from cost_models.activations import CONVENTIONS
 from cost_models.breakdown import Breakdown
 from cost_models.calibration import DEFAULT, Calibration
 from cost_models.comm import (
@@ -393,13 +394,21 @@ def _cp_in_domain(job: Job) -> bool:
 
 
 def _kv_bytes(job: Job) -> float:
-    """Bytes of a rank's local K and V (one ring message)."""
+    """Bytes of a rank's local K and V (one ring message).
+
+    The ring moves what the attention op is handed. Transformer Engine takes the grouped K/V and
+    reads each group for its query heads inside the kernel; torchtitan's Llama expands K and V to
+    every query head (repeat_kv) before F.scaled_dot_product_attention, which torch's context
+    parallel then shards and rotates, so each message holds heads/kv_heads times the K/V
+    (pytorch/torchtitan@9dec370 torchtitan/models/llama/model.py:201-209;
+    activations.Convention.gqa_expands_kv)."""
     m = job.model
+    heads = m.num_attention_heads // job.layout.tp
     if m.mla is not None:
         # MLA: the up-projected keys (d_qk) and values (d_v) of the rank's heads travel, not the latent
-        heads = m.num_attention_heads // job.layout.tp
         return job.layout.mbs * job.seq_per_rank * heads * (m.head_size + m.v_head_size) * ACT_BYTES
-    kv = local_kv_heads(job) * m.head_size
+    expanded = CONVENTIONS[job.training.framework].gqa_expands_kv
+    kv = (heads if expanded else local_kv_heads(job)) * m.head_size
     return 2 * job.layout.mbs * job.seq_per_rank * kv * ACT_BYTES
 
 
@@ -410,10 +419,16 @@ def cp_exposure(job: Job, cal: Calibration) -> tuple[Exposure, Exposure]:
     local K/V, each posted before the current step's kernel and hidden behind it; backward cp
     exchanges, K/V and the accumulated dK/dV (twice the bytes) after the first, each hidden behind
     that step's backward kernel (TransformerEngine@40c69e75 context_parallel.py
-    AttnFuncWithCPAndKVP2P). torch's context parallel (torchtitan): one all-gather of K/V, hidden
-    only behind the first step's kernel; backward all-gathers K/V again and passes dK/dV in fp32
-    (twice the bf16 bytes) at every step, each hidden behind that step's kernel (torch 2.9
-    _templated_ring_attention, rotate_method allgather)."""
+    AttnFuncWithCPAndKVP2P). torch's context parallel (torchtitan, rotate method allgather, the
+    default of torchtitan@9dec370 torchtitan/config_manager.py:364-377): one all-gather of K/V,
+    waited for before the second step, so hidden only behind the first step's kernel; backward
+    all-gathers K/V again the same way and sends the accumulated dK/dV, in fp32 (twice the bf16
+    bytes), to the next rank after every step with a permute (all-to-all); each is waited for after
+    the next step's kernel, and the last, sent after the last step, once the loop is over with no
+    kernel left to hide it (pytorch/pytorch torch/distributed/tensor/experimental/_attention.py
+    _templated_ring_attention_backward: kv_rotater, dkv_rotater ALL_TO_ALL, accum_dtype float32,
+    the dkv_rotater.next_buffer() after the loop; the same loop from the late-2024 nightlies the
+    torchtitan benchmarks ran to 0123248a)."""
     cp = job.layout.cp
     if cp == 1:
         return Exposure(), Exposure()
@@ -428,7 +443,7 @@ def cp_exposure(job: Job, cal: Calibration) -> tuple[Exposure, Exposure]:
         gather = collective_time(Collective.ALL_GATHER, kv * cp, group, cl)
         fwd = _hidden(gather, att.first_fwd, share)
         dkv = send_recv_time(2 * kv, stride=stride, cluster=cl)
-        bwd = _hidden(gather, att.first_bwd, share) + _hidden(dkv, att.first_bwd, share) + _hidden(dkv, att.step_bwd, share).times(cp - 1)
+        bwd = _hidden(gather, att.first_bwd, share) + _hidden(dkv, att.step_bwd, share).times(cp - 1) + Exposure(dkv)
         return fwd, bwd
     fwd = _hidden(hop, att.first_fwd, share) + _hidden(hop, att.step_fwd, share).times(cp - 2)
     both = send_recv_time(2 * kv, stride=stride, cluster=cl)

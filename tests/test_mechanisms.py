@@ -94,6 +94,33 @@ def test_torchtitan_cp_gathers_k_and_v_once_and_passes_fp32_gradients():
     assert fwd.exposed == pytest.approx(max(0.0, gather - att.first_fwd))
 
 
+def test_torchtitan_cp_rotates_k_and_v_expanded_to_every_query_head():
+    # torchtitan's Llama repeats K/V to the 32 query heads before SDPA, so torch's ring moves
+    # 2 x 8192 tokens x 32 heads x 128 x 2 bytes per rank at seq 65536 over cp 8; Transformer
+    # Engine's ring moves the 8 grouped K/V heads, a quarter of that
+    titan = make_job("llama-3.1-8b", gpus=8, cp=8, training=dict(seq_len=65536, framework="torchtitan"))
+    megatron = make_job("llama-3.1-8b", gpus=8, cp=8, training=dict(seq_len=65536))
+    assert _kv_bytes(titan) == 2 * 8192 * 32 * 128 * 2 == 134_217_728
+    assert _kv_bytes(megatron) == 2 * 8192 * 8 * 128 * 2 == _kv_bytes(titan) / 4
+
+
+def test_torchtitan_cp_waits_for_the_last_fp32_dkv_after_the_loop():
+    # Llama-3.1-405B at tp 8 (16 query heads per rank), cp 8 across eight nodes: the backward's
+    # all-gather hides behind the first step only; each step's fp32 dK/dV (2 x 2 x 32768 x 16 x 128
+    # x 2 bytes = 512 MiB) behind the next step's kernel, and the eighth, sent after the last
+    # step, is waited for with no kernel left: exposed whole
+    job = make_job("llama-3.1-405b", gpus=64, tp=8, cp=8, mbs=1, zero=3,
+                   training=dict(seq_len=262144, framework="torchtitan"))
+    assert _kv_bytes(job) == 2 * 32768 * 16 * 128 * 2
+    gather = collective_time(Collective.ALL_GATHER, 8 * _kv_bytes(job), placement(H100, 8, 8), H100)
+    dkv = send_recv_time(2 * _kv_bytes(job), stride=8, cluster=H100)
+    att = attention_kernels(job, DEFAULT)
+    _, bwd = cp_exposure(job, DEFAULT)
+    hidden = max(0.0, gather - att.first_bwd) + 7 * max(0.0, dkv - att.step_bwd)
+    assert bwd.exposed == pytest.approx(hidden + dkv)
+    assert dkv > 5 * MS  # 512 MiB through one NIC: the exposed tail is not a rounding error
+
+
 # --- MoE expert parallelism ----------------------------------------------------------------------
 
 
