@@ -75,6 +75,7 @@ from cost_models.compute import (
     loss_time,
     memory_seconds,
     optimizer_time,
+    titan_linears,
     tp_blocks,
 )
 from cost_models.enums import Framework, MixerKind, MoEDispatch, Precision, Recompute, Schedule, Zero
@@ -375,6 +376,35 @@ def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Cal
     return out
 
 
+def sac_regather(job: Job, blocks: tuple[Block, ...], cal: Calibration) -> Exposure:
+    """The column inputs' all-gathers that torchtitan's per-op selective checkpointing runs again
+    in backward. Its policy saves every other matmul, the attention kernel and the reduce-scatter
+    outputs, not the all-gathers (pytorch/torchtitan@820504e2 torchtitan/models/llama3/
+    parallelize_llama.py:218-227 _save_list, 254-268 _custom_policy), and the block gathers its
+    sequence-parallel input once before the column projections (PrepareModuleInput, lines
+    182-193), so the recomputation gathers each block's input again: before the second of q, k, v
+    (wk, the 2nd matmul of the layer, recomputed) and before the gate/up pair's second (w3, the 6th).
+    Plain DTensor TP runs it exposed, as in the forward; async TP pipelines it with that recomputed
+    projection (the micro-pipelining pass matches an all-gather feeding a matmul in either graph),
+    which a k projection of a few heads is too small to hide."""
+    if not (job.training.framework is Framework.TORCHTITAN and job.layout.tp > 1 and job.sp):
+        return Exposure()
+    t, h = tokens(job), job.model.hidden_size
+    out = Exposure()
+    for b in blocks:
+        width = b.gather_width or h
+        size = t * width * ACT_BYTES
+        gather = column_inputs(job, b) * _tp_coll(job, Collective.ALL_GATHER, size)
+        modules = titan_linears(job, b.col)
+        if not (job.training.tp_comm_overlap and len(modules) > 1):
+            out += Exposure(gather)
+            continue
+        again = modules[1]
+        chunk = collective_time(Collective.SEND_RECV, size / job.layout.tp, placement(job.cluster.spec, 2, 1), job.cluster.spec)
+        out += _ring_exchange(job, again, t, chunk_seconds(again, t, job, cal), chunk, cal)
+    return out
+
+
 def _etp_comm(job: Job) -> float:
     """An MoE layer's routed tokens gathered over etp before the experts and reduce-scattered after."""
     if job.etp == 1:
@@ -515,6 +545,8 @@ def layer_pass(job: Job, kind: LayerKind, *, mode: Recompute, cal: Calibration) 
     fwd_passes = 2 if mode is Recompute.FULL else 1
     blocks = tp_blocks(job, kind, cal=cal)
     tp = tp_exposure(job, blocks, backward=False, cal=cal).times(fwd_passes) + tp_exposure(job, blocks, backward=True, cal=cal)
+    if mode is Recompute.SELECTIVE:
+        tp += sac_regather(job, blocks, cal)
     etp = _etp_comm(job) * (fwd_passes + 1) if kind.moe else 0.0
     cp_f, cp_b = cp_exposure(job, cal) if kind.mixer is MixerKind.ATTENTION else (Exposure(), Exposure())
     if kind.mixer is MixerKind.MAMBA and job.layout.cp > 1:
