@@ -381,8 +381,8 @@ def sac_regather(job: Job, blocks: tuple[Block, ...], cal: Calibration) -> Expos
     in backward. Its policy saves every other matmul, the attention kernel and the reduce-scatter
     outputs, not the all-gathers (pytorch/torchtitan@820504e2 torchtitan/models/llama3/
     parallelize_llama.py:218-227 _save_list, 254-268 _custom_policy), and the block gathers its
-    sequence-parallel input once before the column projections (PrepareModuleInput, lines
-    182-193), so the recomputation gathers each block's input again: before the second of q, k, v
+    sequence-parallel input once before the column projections (prepare_module_input, lines
+    181-193), so the recomputation gathers each block's input again: before the second of q, k, v
     (wk, the 2nd matmul of the layer, recomputed) and before the gate/up pair's second (w3, the 6th).
     Plain DTensor TP runs it exposed, as in the forward; async TP pipelines it with that recomputed
     projection (the micro-pipelining pass matches an all-gather feeding a matmul in either graph),
@@ -457,8 +457,8 @@ def cp_exposure(job: Job, cal: Calibration) -> tuple[Exposure, Exposure]:
     the next step's kernel, and the last, sent after the last step, once the loop is over with no
     kernel left to hide it (pytorch/pytorch torch/distributed/tensor/experimental/_attention.py
     _templated_ring_attention_backward: kv_rotater, dkv_rotater ALL_TO_ALL, accum_dtype float32,
-    the dkv_rotater.next_buffer() after the loop; the same loop from the late-2024 nightlies the
-    torchtitan benchmarks ran to 0123248a)."""
+    the dkv_rotater.next_buffer() after the loop, read at 0123248a; a late-2024 copy of the file,
+    of the torch nightlies torchtitan's December 2024 benchmarks ran, has the same loop)."""
     cp = job.layout.cp
     if cp == 1:
         return Exposure(), Exposure()
