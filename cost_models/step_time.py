@@ -48,6 +48,7 @@ from functools import cached_property
 from statistics import NormalDist
 
 from cost_models import kernels as K
+from cost_models.activations import CONVENTIONS
 from cost_models.breakdown import Breakdown
 from cost_models.calibration import DEFAULT, Calibration
 from cost_models.comm import (
@@ -74,6 +75,7 @@ from cost_models.compute import (
     loss_time,
     memory_seconds,
     optimizer_time,
+    titan_linears,
     tp_blocks,
 )
 from cost_models.enums import Framework, MixerKind, MoEDispatch, Precision, Recompute, Schedule, Zero
@@ -381,6 +383,35 @@ def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Cal
     return out
 
 
+def sac_regather(job: Job, blocks: tuple[Block, ...], cal: Calibration) -> Exposure:
+    """The column inputs' all-gathers that torchtitan's per-op selective checkpointing runs again
+    in backward. Its policy saves every other matmul, the attention kernel and the reduce-scatter
+    outputs, not the all-gathers (pytorch/torchtitan@820504e2 torchtitan/models/llama3/
+    parallelize_llama.py:218-227 _save_list, 254-268 _custom_policy), and the block gathers its
+    sequence-parallel input once before the column projections (prepare_module_input, lines
+    181-193), so the recomputation gathers each block's input again: before the second of q, k, v
+    (wk, the 2nd matmul of the layer, recomputed) and before the gate/up pair's second (w3, the 6th).
+    Plain DTensor TP runs it exposed, as in the forward; async TP pipelines it with that recomputed
+    projection (the micro-pipelining pass matches an all-gather feeding a matmul in either graph),
+    which a k projection of a few heads is too small to hide."""
+    if not (job.training.framework is Framework.TORCHTITAN and job.layout.tp > 1 and job.sp):
+        return Exposure()
+    t, h = tokens(job), job.model.hidden_size
+    out = Exposure()
+    for b in blocks:
+        width = b.gather_width or h
+        size = t * width * ACT_BYTES
+        gather = column_inputs(job, b) * _tp_coll(job, Collective.ALL_GATHER, size)
+        modules = titan_linears(job, b.col)
+        if not (job.training.tp_comm_overlap and len(modules) > 1):
+            out += Exposure(gather)
+            continue
+        again = modules[1]
+        chunk = collective_time(Collective.SEND_RECV, size / job.layout.tp, placement(job.cluster.spec, 2, 1), job.cluster.spec)
+        out += _ring_exchange(job, again, t, chunk_seconds(again, t, job, cal), chunk, cal)
+    return out
+
+
 def _etp_comm(job: Job) -> float:
     """An MoE layer's routed tokens gathered over etp before the experts and reduce-scattered after."""
     if job.etp == 1:
@@ -400,13 +431,21 @@ def _cp_in_domain(job: Job) -> bool:
 
 
 def _kv_bytes(job: Job) -> float:
-    """Bytes of a rank's local K and V (one ring message)."""
+    """Bytes of a rank's local K and V (one ring message).
+
+    The ring moves what the attention op is handed. Transformer Engine takes the grouped K/V and
+    reads each group for its query heads inside the kernel; torchtitan's Llama expands K and V to
+    every query head (repeat_kv) before F.scaled_dot_product_attention, which torch's context
+    parallel then shards and rotates, so each message holds heads/kv_heads times the K/V
+    (pytorch/torchtitan@9dec370 torchtitan/models/llama/model.py:201-209;
+    activations.Convention.gqa_expands_kv)."""
     m = job.model
+    heads = m.num_attention_heads // job.layout.tp
     if m.mla is not None:
         # MLA: the up-projected keys (d_qk) and values (d_v) of the rank's heads travel, not the latent
-        heads = m.num_attention_heads // job.layout.tp
         return job.layout.mbs * job.seq_per_rank * heads * (m.head_size + m.v_head_size) * ACT_BYTES
-    kv = local_kv_heads(job) * m.head_size
+    expanded = CONVENTIONS[job.training.framework].gqa_expands_kv
+    kv = (heads if expanded else local_kv_heads(job)) * m.head_size
     return 2 * job.layout.mbs * job.seq_per_rank * kv * ACT_BYTES
 
 
@@ -417,10 +456,16 @@ def cp_exposure(job: Job, cal: Calibration) -> tuple[Exposure, Exposure]:
     local K/V, each posted before the current step's kernel and hidden behind it; backward cp
     exchanges, K/V and the accumulated dK/dV (twice the bytes) after the first, each hidden behind
     that step's backward kernel (TransformerEngine@40c69e75 context_parallel.py
-    AttnFuncWithCPAndKVP2P). torch's context parallel (torchtitan): one all-gather of K/V, hidden
-    only behind the first step's kernel; backward all-gathers K/V again and passes dK/dV in fp32
-    (twice the bf16 bytes) at every step, each hidden behind that step's kernel (torch 2.9
-    _templated_ring_attention, rotate_method allgather)."""
+    AttnFuncWithCPAndKVP2P). torch's context parallel (torchtitan, rotate method allgather, the
+    default of torchtitan@9dec370 torchtitan/config_manager.py:364-377): one all-gather of K/V,
+    waited for before the second step, so hidden only behind the first step's kernel; backward
+    all-gathers K/V again the same way and sends the accumulated dK/dV, in fp32 (twice the bf16
+    bytes), to the next rank after every step with a permute (all-to-all); each is waited for after
+    the next step's kernel, and the last, sent after the last step, once the loop is over with no
+    kernel left to hide it (pytorch/pytorch torch/distributed/tensor/experimental/_attention.py
+    _templated_ring_attention_backward: kv_rotater, dkv_rotater ALL_TO_ALL, accum_dtype float32,
+    the dkv_rotater.next_buffer() after the loop, read at 0123248a; a late-2024 copy of the file,
+    of the torch nightlies torchtitan's December 2024 benchmarks ran, has the same loop)."""
     cp = job.layout.cp
     if cp == 1:
         return Exposure(), Exposure()
@@ -435,7 +480,7 @@ def cp_exposure(job: Job, cal: Calibration) -> tuple[Exposure, Exposure]:
         gather = collective_time(Collective.ALL_GATHER, kv * cp, group, cl)
         fwd = _hidden(gather, att.first_fwd, share)
         dkv = send_recv_time(2 * kv, stride=stride, cluster=cl)
-        bwd = _hidden(gather, att.first_bwd, share) + _hidden(dkv, att.first_bwd, share) + _hidden(dkv, att.step_bwd, share).times(cp - 1)
+        bwd = _hidden(gather, att.first_bwd, share) + _hidden(dkv, att.step_bwd, share).times(cp - 1) + Exposure(dkv)
         return fwd, bwd
     fwd = _hidden(hop, att.first_fwd, share) + _hidden(hop, att.step_fwd, share).times(cp - 2)
     both = send_recv_time(2 * kv, stride=stride, cluster=cl)
@@ -507,6 +552,8 @@ def layer_pass(job: Job, kind: LayerKind, *, mode: Recompute, cal: Calibration) 
     fwd_passes = 2 if mode is Recompute.FULL else 1
     blocks = tp_blocks(job, kind, cal=cal)
     tp = tp_exposure(job, blocks, backward=False, cal=cal).times(fwd_passes) + tp_exposure(job, blocks, backward=True, cal=cal)
+    if mode is Recompute.SELECTIVE:
+        tp += sac_regather(job, blocks, cal)
     etp = _etp_comm(job) * (fwd_passes + 1) if kind.moe else 0.0
     cp_f, cp_b = cp_exposure(job, cal) if kind.mixer is MixerKind.ATTENTION else (Exposure(), Exposure())
     if kind.mixer is MixerKind.MAMBA and job.layout.cp > 1:

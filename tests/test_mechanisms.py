@@ -12,18 +12,21 @@ import pytest
 from cost_models.calibration import DEFAULT
 from cost_models.comm import Collective, collective_time, placement, send_recv_time
 from cost_models.compute import attention_kernels, chunk_seconds, tp_blocks
-from cost_models.enums import MoEDispatch
+from cost_models.enums import MoEDispatch, Recompute
 from cost_models.model_spec import LayerKind
 from cost_models.step_time import (
     _ep_comm,
     _kv_bytes,
+    Exposure,
     _ring_exchange,
     cp_exposure,
     ep_exposure,
     expected_max_normal,
+    layer_pass,
     pp_boundary_seconds,
     pp_hop_seconds,
     pp_sync_relaunch_seconds,
+    sac_regather,
     tied_embedding_grad_seconds,
     time_estimate,
 )
@@ -92,6 +95,33 @@ def test_torchtitan_cp_gathers_k_and_v_once_and_passes_fp32_gradients():
     att = attention_kernels(job, DEFAULT)
     fwd, _ = cp_exposure(job, DEFAULT)
     assert fwd.exposed == pytest.approx(max(0.0, gather - att.first_fwd))
+
+
+def test_torchtitan_cp_rotates_k_and_v_expanded_to_every_query_head():
+    # torchtitan's Llama repeats K/V to the 32 query heads before SDPA, so torch's ring moves
+    # 2 x 8192 tokens x 32 heads x 128 x 2 bytes per rank at seq 65536 over cp 8; Transformer
+    # Engine's ring moves the 8 grouped K/V heads, a quarter of that
+    titan = make_job("llama-3.1-8b", gpus=8, cp=8, training=dict(seq_len=65536, framework="torchtitan"))
+    megatron = make_job("llama-3.1-8b", gpus=8, cp=8, training=dict(seq_len=65536))
+    assert _kv_bytes(titan) == 2 * 8192 * 32 * 128 * 2 == 134_217_728
+    assert _kv_bytes(megatron) == 2 * 8192 * 8 * 128 * 2 == _kv_bytes(titan) / 4
+
+
+def test_torchtitan_cp_waits_for_the_last_fp32_dkv_after_the_loop():
+    # Llama-3.1-405B at tp 8 (16 query heads per rank), cp 8 across eight nodes: the backward's
+    # all-gather hides behind the first step only; each step's fp32 dK/dV (2 x 2 x 32768 x 16 x 128
+    # x 2 bytes = 512 MiB) behind the next step's kernel, and the eighth, sent after the last
+    # step, is waited for with no kernel left: exposed whole
+    job = make_job("llama-3.1-405b", gpus=64, tp=8, cp=8, mbs=1, zero=3,
+                   training=dict(seq_len=262144, framework="torchtitan"))
+    assert _kv_bytes(job) == 2 * 32768 * 16 * 128 * 2
+    gather = collective_time(Collective.ALL_GATHER, 8 * _kv_bytes(job), placement(H100, 8, 8), H100)
+    dkv = send_recv_time(2 * _kv_bytes(job), stride=8, cluster=H100)
+    att = attention_kernels(job, DEFAULT)
+    _, bwd = cp_exposure(job, DEFAULT)
+    hidden = max(0.0, gather - att.first_bwd) + 7 * max(0.0, dkv - att.step_bwd)
+    assert bwd.exposed == pytest.approx(hidden + dkv)
+    assert dkv > 5 * MS  # 512 MiB through one NIC: the exposed tail is not a rounding error
 
 
 # --- MoE expert parallelism ----------------------------------------------------------------------
@@ -219,6 +249,32 @@ def test_chunked_all_gather_gemm_hides_each_transfer_behind_the_previous_chunk()
     for transfer in (0.1 * g, 2 * g):
         e = _ring_exchange(job, b.col, rows, b.col_fwd, transfer, DEFAULT)
         assert e.exposed == pytest.approx(max(0.0, g + 7 * max(g, transfer) - b.col_fwd))
+
+
+def test_torchtitan_selective_checkpointing_gathers_each_blocks_input_again():
+    # Llama-3.1-8B, tp 8, 8192 tokens: per-op SAC saves the reduce-scatters but not the all-gathers,
+    # so the backward's recomputation gathers the attention and the MLP input again, 8192 x 4096 x
+    # 2 bytes = 64 MiB each, exposed under plain DTensor TP
+    plain = make_job("llama-3.1-8b", gpus=8, tp=8, mbs=1, zero=3, recompute="selective",
+                     training=dict(seq_len=8192, framework="torchtitan"))
+    blocks = tp_blocks(plain, LayerKind(), cal=DEFAULT)
+    gather = collective_time(Collective.ALL_GATHER, 8192 * 4096 * 2, placement(H100, 8, 1), H100)
+    assert sac_regather(plain, blocks, DEFAULT).exposed == pytest.approx(2 * gather)
+    # the layer pass adds it under selective recompute only, and only for torchtitan (Megatron's
+    # selective recompute repeats core attention alone)
+    def tp_comm(mode: Recompute) -> float:
+        return layer_pass(plain, LayerKind(), mode=mode, cal=DEFAULT).comm.value("tp")
+
+    assert tp_comm(Recompute.SELECTIVE) - tp_comm(Recompute.NONE) == pytest.approx(2 * gather)
+    megatron = make_job("llama-3.1-8b", gpus=8, tp=8, mbs=1, sp=True, training=dict(seq_len=8192))
+    assert sac_regather(megatron, blocks, DEFAULT) == Exposure()
+    # async TP at 12 x 8192 tokens pipelines each gather with the recomputed projection that reads
+    # it: w3 (1792 columns per rank) hides most of the MLP's, wk (128 columns) none of the attention's
+    big = collective_time(Collective.ALL_GATHER, 12 * 8192 * 4096 * 2, placement(H100, 8, 1), H100)
+    overlapped = make_job("llama-3.1-8b", gpus=8, tp=8, mbs=12, zero=3, recompute="selective",
+                          training=dict(seq_len=8192, framework="torchtitan", tp_comm_overlap=True, compile=True))
+    attn, mlp = (sac_regather(overlapped, (b,), DEFAULT).exposed for b in tp_blocks(overlapped, LayerKind(), cal=DEFAULT))
+    assert attn > 0.9 * big and mlp < 0.5 * big
 
 
 def test_ring_exchange_chunks_on_three_streams_run_as_one_gemm_of_three_chunks():
