@@ -114,3 +114,12 @@ def test_a_switchless_mesh_gives_a_group_only_the_links_among_its_members():
     # the copy engine writes to one peer over that peer's 6 links: 3x the switch's time, less the launches
     one, three = (comm.copy_engine_p2p_time(GiB, c, launch_s=0.0) for c in (hgx, kempner))
     assert three / one == pytest.approx(3.0, rel=1e-9)
+
+
+def test_an_mi300x_pair_runs_over_its_one_xgmi_link():
+    # 7 links of 64 GB/s per direction, one to each peer (the preset's AMD sources): a pair reaches
+    # 1/7 of the 8-GPU ring's bus bandwidth, four GPUs 3/7, all eight the whole
+    mi300x = CLUSTERS["mi300x-8"]
+    whole = busbw_bytes_per_s(Collective.ALL_REDUCE, 8 * GiB, 8, mi300x)
+    assert busbw_bytes_per_s(Collective.ALL_REDUCE, 8 * GiB, 2, mi300x) / whole == pytest.approx(1 / 7, rel=1e-9)
+    assert busbw_bytes_per_s(Collective.ALL_REDUCE, 8 * GiB, 4, mi300x) / whole == pytest.approx(3 / 7, rel=1e-9)
