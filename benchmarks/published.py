@@ -569,10 +569,9 @@ def _torch_native(entry: dict) -> Mapped:
 def _torch_native_cluster(entry: dict) -> Cluster:
     hw = entry["hardware"]
     if entry["group"].startswith("kempnerforge"):
-        # 4 H200 per node on NVLink, NDR 400 Gb/s InfiniBand per GPU (KempnerForge reports)
-        base = presets.clusters()["hgx-h200"]
-        spec = base.model_copy(update={"name": "kempner-h200x4", "gpus_per_node": 4, "scaleup_domain_gpus": 4})
-        return Cluster(spec=spec, num_gpus=hw["gpu_count"])
+        # 4 H200 SXM per node wired to one another by NVLink without a switch, NDR 400 Gb/s
+        # InfiniBand per GPU (KempnerForge reports; the preset's sources)
+        return Cluster(spec=presets.clusters()["kempner-h200"], num_gpus=hw["gpu_count"])
     if "HBM2e" in (hw.get("gpu") or "") or "lower TDP" in (hw.get("gpu") or "") + str(hw.get("hw_notes")):
         return Cluster(spec=presets.clusters()["grand-teton-h100"], num_gpus=hw["gpu_count"])
     return _cluster(entry)

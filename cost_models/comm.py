@@ -37,7 +37,8 @@ Placement: a group of n ranks whose consecutive members are `stride` ranks apart
 puts tp fastest, then cp, ep, dp, pp: Megatron `tp-cp-ep-dp-pp`, torchtitan's mesh
 `pp, dp_replicate, dp_shard, cp, tp`, launch_formats.md §1.4, §2) has k = min(n, domain/stride)
 members in each scale-up domain (NVLink/NVSwitch). A group spanning more GPUs than a network tier
-holds pays that tier's oversubscription.
+holds pays that tier's oversubscription. In a domain wired as a switchless mesh the k members reach
+only the links among themselves (domain_link_share).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
+from cost_models.enums import ScaleupTopology
 from cost_models.hardware import ClusterSpec
 from cost_models.interp import log2_interp
 from cost_models.units import MiB, US
@@ -159,6 +161,23 @@ def nvlink_all_to_all_busbw(cluster: ClusterSpec) -> float:
     return cluster.scaleup_bandwidth_bytes_per_s * fraction
 
 
+def domain_link_share(cluster: ClusterSpec, k: int) -> float:
+    """Share of a GPU's scale-up links that a group with k members in one domain runs over.
+
+    Behind a switch (NVSwitch) every link reaches every peer: 1. In a switchless full mesh
+    (ClusterSpec.scaleup_topology "mesh": a 4-GPU HGX board, an MI300X platform) each GPU's links are
+    split evenly over direct links to its domain − 1 peers, and NCCL prices a direct GPU-to-GPU
+    NVLink path at its link count times the per-link rate (NVIDIA/nccl@5067397c
+    src/graph/topo.cc:832-843 ncclTopoAddNvLinks; through a switch all of a GPU's links go to the
+    one NVS node, :846-857), so a group reaches the links to its k − 1 fellow members: (k − 1)/(domain − 1)
+    of them. A pair on a 4-GPU board runs over 6 of the 18 NVLinks; the whole board, over all 18,
+    its rings using the three peers' links at once."""
+    d = cluster.scaleup_domain_gpus
+    if cluster.scaleup_topology is ScaleupTopology.SWITCH or d <= 1:
+        return 1.0
+    return min(1.0, max(1, k - 1) / (d - 1))
+
+
 def nic_busbw(cluster: ClusterSpec, span_gpus: int) -> float:
     over = max((t.oversubscription for t in cluster.network_tiers if span_gpus > t.gpus), default=1.0)
     return cluster.nic_bandwidth_bytes_per_s * NIC_BUSBW_FRACTION / over
@@ -216,11 +235,12 @@ def bus_bandwidth(op: Collective, where: Placement, cluster: ClusterSpec, *, fla
     """Plateau bus bandwidth of the collective on this placement (module docstring)."""
     n, k = where.n, where.per_domain
     if k >= n:  # one scale-up domain
-        return nvlink_all_to_all_busbw(cluster) if op is Collective.ALL_TO_ALL else nvlink_busbw(cluster)
+        busbw = nvlink_all_to_all_busbw(cluster) if op is Collective.ALL_TO_ALL else nvlink_busbw(cluster)
+        return busbw * domain_link_share(cluster, n)
     nic = nic_busbw(cluster, where.span_gpus)
     if flat or k == 1:
         return nic
-    return min(nvlink_busbw(cluster), k * nic)
+    return min(nvlink_busbw(cluster) * domain_link_share(cluster, k), k * nic)
 
 
 def collective_time(op: Collective, size_bytes: float, where: Placement, cluster: ClusterSpec, *, flat: bool = False) -> float:
@@ -238,7 +258,7 @@ def collective_time(op: Collective, size_bytes: float, where: Placement, cluster
     floor = min(_latency(op, where, cluster, protocol, tree) for protocol in BASE_LATENCY_S for tree in trees)
     if op is Collective.ALL_TO_ALL and k < n:
         # (k−1)/n of what a rank sends stays on NVLink, (n−k)/n leaves through its NIC, at once
-        inside = (k - 1) / n * size_bytes / nvlink_all_to_all_busbw(cluster)
+        inside = (k - 1) / n * size_bytes / (nvlink_all_to_all_busbw(cluster) * domain_link_share(cluster, k))
         across = (n - k) / n * size_bytes / (nic_busbw(cluster, where.span_gpus) * CROSS_NODE_ALL_TO_ALL_FRACTION)
         return max(floor, max(inside, across) / share)
     moved = bus_factor(op, n) * size_bytes
@@ -265,9 +285,10 @@ def send_recv_time(size_bytes: float, *, stride: int, cluster: ClusterSpec) -> f
 def copy_engine_p2p_time(size_bytes: float, cluster: ClusterSpec, *, launch_s: float) -> float:
     """One copy-engine write of `size_bytes` to a GPU of the same NVLink domain (Transformer Engine
     userbuffers' ring exchange): the bytes at the measured P2P copy rate (COPY_ENGINE_P2P_FRACTION of
-    the per-direction NVLink rate), plus the start-up of the copy and of the one-thread kernel that
-    raises the receiver's flag (`launch_s` each)."""
+    the per-direction NVLink rate, of the links to that one peer in a switchless mesh), plus the
+    start-up of the copy and of the one-thread kernel that raises the receiver's flag (`launch_s` each)."""
     if size_bytes <= 0:
         return 0.0
     fraction = COPY_ENGINE_P2P_FRACTION.get(_arch(cluster), DEFAULT_COPY_ENGINE_P2P_FRACTION)
-    return size_bytes / (cluster.scaleup_bandwidth_bytes_per_s * fraction) + 2 * launch_s
+    link_bytes_per_s = cluster.scaleup_bandwidth_bytes_per_s * domain_link_share(cluster, 2)
+    return size_bytes / (link_bytes_per_s * fraction) + 2 * launch_s

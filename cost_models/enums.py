@@ -111,6 +111,13 @@ class Schedule(StrEnum):
     GPIPE = "gpipe"
 
 
+class ScaleupTopology(StrEnum):
+    """How the GPUs of one scale-up domain are wired (cost_models.comm.domain_link_share)."""
+
+    SWITCH = "switch"  # every link of a GPU goes to a switch (NVSwitch) that reaches every peer
+    MESH = "mesh"  # no switch: each GPU's links are split over direct links to each of its peers
+
+
 class Fabric(StrEnum):
     """The scale-out network between nodes; it decides the launch's network environment only."""
 

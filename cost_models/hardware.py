@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from cost_models.enums import Fabric
+from cost_models.enums import Fabric, ScaleupTopology
 from cost_models.errors import SpecError
 from cost_models.model_spec import Count, Name, Spec
 from cost_models.units import to_si
@@ -111,6 +111,9 @@ class ClusterSpec(_SIFromHuman):
     gpus_per_node: Count
     scaleup_domain_gpus: Count  # GPUs sharing one NVLink/NVSwitch (or Infinity Fabric) domain
     scaleup_bandwidth_bytes_per_s: Bandwidth  # per GPU per direction (PCIe's where there is no NVLink-class fabric)
+    # Switched (NVSwitch: any group reaches every link of its GPUs) or a switchless full mesh, where a
+    # group reaches only the links to its own members (cost_models.comm.domain_link_share).
+    scaleup_topology: ScaleupTopology = ScaleupTopology.SWITCH
     scaleup_latency_s: Latency
     nic_bandwidth_bytes_per_s: Bandwidth  # scale-out, per GPU per direction
     nic_latency_s: Latency

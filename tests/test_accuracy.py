@@ -124,6 +124,7 @@ def test_step_time_out_of_sample():
         if len(errs) >= 5:
             assert statistics.median(errs) <= today[source] + 0.01, source
     # KempnerForge's tail, once its unsplit vocabulary is priced in the step (loss over the whole
-    # vocabulary, logits all-gather, unsplit output layer on pipeline stages): p90 21.5% today
-    # (32.5% before), plus a point
-    assert time_accuracy.stats(by_source["kempnerforge"])[1] <= 0.225
+    # vocabulary, logits all-gather, unsplit output layer on pipeline stages; 32.5% before) and its
+    # tp-2 pairs run over the 6 NVLinks between two GPUs of a switchless 4-GPU board (21.5% before):
+    # p90 20.7% today, plus a point
+    assert time_accuracy.stats(by_source["kempnerforge"])[1] <= 0.217

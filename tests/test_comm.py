@@ -14,6 +14,7 @@ import kernel_accuracy  # noqa: E402
 
 from cost_models import comm  # noqa: E402
 from cost_models.comm import Collective, bus_factor, collective_time, placement, size_share  # noqa: E402
+from cost_models.enums import ScaleupTopology  # noqa: E402
 from cost_models.hardware import NetworkTier  # noqa: E402
 from planner import presets  # noqa: E402
 
@@ -90,3 +91,35 @@ def test_an_oversubscribed_tier_slows_groups_that_cross_it():
     inside = busbw_bytes_per_s(Collective.ALL_GATHER, 8 * GiB, 8, slim, stride=8)
     across = busbw_bytes_per_s(Collective.ALL_GATHER, 8 * GiB, 16, slim, stride=8)
     assert across / inside == pytest.approx(0.5 * size_share(8 * GiB, 16) / size_share(8 * GiB, 8), rel=0.01)
+
+
+def test_a_switchless_mesh_gives_a_group_only_the_links_among_its_members():
+    # 4 H200 SXM without an NVSwitch: 18 NVLinks per GPU, 6 to each peer. NCCL prices a direct path
+    # at links x 20.6 GB/s (topo.h SM90, topo.cc ncclTopoAddNvLinks): a pair 6 x 20.6 = 123.6 GB/s,
+    # the whole board 18 x 20.6 = 370.8 (as behind a switch); on the plateau (8 GiB: share 1.0)
+    kempner, hgx = CLUSTERS["kempner-h200"], CLUSTERS["hgx-h200"]
+    big = 8 * GiB
+    assert busbw_bytes_per_s(Collective.ALL_REDUCE, big, 2, kempner) == pytest.approx(6 * 20.6e9, rel=1e-3)
+    assert busbw_bytes_per_s(Collective.ALL_REDUCE, big, 4, kempner) == pytest.approx(18 * 20.6e9, rel=1e-3)
+    assert busbw_bytes_per_s(Collective.ALL_REDUCE, big, 2, hgx) == pytest.approx(18 * 20.6e9, rel=1e-3)
+    # dp 2 over tp 2 (stride 2): GPUs 0 and 2, again one pair's 6 links
+    assert busbw_bytes_per_s(Collective.ALL_GATHER, big, 2, kempner, stride=2) == pytest.approx(6 * 20.6e9, rel=1e-3)
+    # a pair per node across two nodes (stride 2) with 800 Gb/s NICs: the pair's NVLink (123.6)
+    # against 2 NICs (2 x 0.94 x 100 = 188): the pair's links decide, where a switch would leave the NICs
+    fast = {"nic_bandwidth_bytes_per_s": 100e9}
+    across = busbw_bytes_per_s(Collective.ALL_GATHER, 16 * GiB, 4, kempner.model_copy(update=fast), stride=2)
+    assert across == pytest.approx(6 * 20.6e9, rel=1e-3)
+    switched = kempner.model_copy(update={**fast, "scaleup_topology": ScaleupTopology.SWITCH})
+    assert busbw_bytes_per_s(Collective.ALL_GATHER, 16 * GiB, 4, switched, stride=2) == pytest.approx(188e9, rel=1e-3)
+    # the copy engine writes to one peer over that peer's 6 links: 3x the switch's time, less the launches
+    one, three = (comm.copy_engine_p2p_time(GiB, c, launch_s=0.0) for c in (hgx, kempner))
+    assert three / one == pytest.approx(3.0, rel=1e-9)
+
+
+def test_an_mi300x_pair_runs_over_its_one_xgmi_link():
+    # 7 links of 64 GB/s per direction, one to each peer (the preset's AMD sources): a pair reaches
+    # 1/7 of the 8-GPU ring's bus bandwidth, four GPUs 3/7, all eight the whole
+    mi300x = CLUSTERS["mi300x-8"]
+    whole = busbw_bytes_per_s(Collective.ALL_REDUCE, 8 * GiB, 8, mi300x)
+    assert busbw_bytes_per_s(Collective.ALL_REDUCE, 8 * GiB, 2, mi300x) / whole == pytest.approx(1 / 7, rel=1e-9)
+    assert busbw_bytes_per_s(Collective.ALL_REDUCE, 8 * GiB, 4, mi300x) / whole == pytest.approx(3 / 7, rel=1e-9)

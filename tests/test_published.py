@@ -15,7 +15,11 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
 import published
 from flop_conventions import narayanan_flop_per_token, palm_flop_per_token
 
+from cost_models.enums import ScaleupTopology
+from cost_models.hardware import Cluster
 from cost_models.memory import memory_estimate
+from cost_models.rules import resolve
+from cost_models.step_time import time_estimate
 
 ENTRIES = {e["id"]: e for e in published.entries()}
 RUNS, SKIPPED = published.load()
@@ -151,6 +155,19 @@ def test_kempnerforge_compile_and_resharding_as_configured(run_id, compiled):
     assert job.training.tp_gather_per_projection is True
     if job.layout.tp > 1:
         assert job.sp is (job.layout.pp == 1)
+
+
+def test_kempnerforge_tp_pairs_run_over_the_links_between_two_gpus():
+    # KempnerForge's nodes: 4 H200 SXM wired to one another without an NVSwitch (presets/clusters.toml
+    # kempner-h200), 6 of each GPU's 18 NVLinks to each peer. tp 2 on two of them: every tp
+    # collective (sequence parallel, no overlap: all exposed) at a third of a switch's bandwidth,
+    # the same sizes, so the step's tp term is 3x what a switched 4-GPU node would give
+    run = BY_ID["kempnerforge-mfu-03-7b-2xh200-tp2-fsdp1"]
+    assert run.cluster.spec.scaleup_topology is ScaleupTopology.MESH
+    switched = run.cluster.spec.model_copy(update={"scaleup_topology": ScaleupTopology.SWITCH})
+    on_switch = resolve(run.model, Cluster(spec=switched, num_gpus=2), run.training, run.layout)
+    tp_mesh, tp_switch = (time_estimate(j).breakdown.value("tp") for j in (run.job(), on_switch))
+    assert tp_mesh / tp_switch == pytest.approx(3.0, rel=1e-6)
 
 
 def test_nanotron_splits_the_pipeline_by_its_block_costs():
