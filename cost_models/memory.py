@@ -479,11 +479,18 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
         job.memo[key] = (*_transient(job, rank, costs, stage_buffers(job, rank)), rank_state_bytes(job, rank))
     transient, buffers, cached, states = job.memo[key]
     buffers = Breakdown.of("bytes", **dict(buffers), pipeline_recv=pipeline_recv_bytes(job, rank, inflight))
-    # the end of the stage's forward (with the loss on the last stage), where the pending
-    # reduce-scatter inputs are held beside every micro-batch in flight (pending_scatter_bytes)
+    # the moments with reduce-scatter inputs pending (pending_scatter_bytes): the end of the stage's
+    # forward (with the loss on the last stage), every micro-batch in flight, and the end of the
+    # backward where the stage's gradients are kept through it, with the backward's own (its
+    # column-parallel linears' whole input gradients; a backward layer queues more operations than
+    # a forward one, so the forward's bound holds for it too)
     scatter = pending_scatter_bytes(job, rank)
-    last = rank == job.layout.pp - 1
-    forward_end = activations.total + (act.loss_workspace(job) if last else 0) + scatter if scatter else 0
+    held = 0
+    if scatter:
+        last = rank == job.layout.pp - 1
+        held = activations.total + (act.loss_workspace(job) if last else 0) + scatter
+        if job.training.grads_kept_through_backward:
+            held = max(held, sum(part.total for part in _backward_end_parts(job, rank, chunks, inflight)) + scatter)
     if job.training.grads_kept_through_backward:
         activations, transient = _backward_end(job, rank, chunks, inflight, activations, transient)
     if _whole_graph_gradients(job):
@@ -495,7 +502,7 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
         states = Breakdown.of("bytes", **{name: 0 if name == "fp32_gradients" else v for name, v in states})
         step_grads = 0
     # reserved, not allocated: what the forward's end with the pending blocks needs beyond the peak
-    pending = max(0, int(forward_end - (activations.total + transient.total + step_grads)))
+    pending = max(0, int(held - (activations.total + transient.total + step_grads)))
     if job.training.param_buffer_init_copy and job.zero >= Zero.OPTIMIZER:
         trained = transient
         states, activations, transient, buffers, cached = _optimizer_construction(
@@ -532,6 +539,16 @@ def _backward_end(job: Job, rank: int, chunks: list[Breakdown], inflight: tuple[
     gradient on every parameter of the stage, freed only after it ends (huggingface/nanotron@c2528430
     src/nanotron/optim/gradient_accumulator.py:204-223). The working set of the stage's first
     layer's backward, which runs when nearly all of them exist, is not added."""
+    after, grads = _backward_end_parts(job, rank, chunks, inflight)
+    if after.total + grads.total > activations.total + transient.total:
+        return after, grads
+    return activations, transient
+
+
+def _backward_end_parts(job: Job, rank: int, chunks: list[Breakdown],
+                        inflight: tuple[int, ...]) -> tuple[Breakdown, Breakdown]:
+    """The activations left and the stage's 16-bit gradients at the end of the first backward
+    (_backward_end)."""
     lay = job.layout
     left = [0] * lay.vpp if lay.pp == 1 else [n - (c == lay.vpp - 1) for c, n in enumerate(inflight)]
     after = Breakdown.of(
@@ -539,10 +556,7 @@ def _backward_end(job: Job, rank: int, chunks: list[Breakdown], inflight: tuple[
         **{name: sum(chunk.value(name) * count for chunk, count in zip(chunks, left))
            for name in CHUNK_PARTS},
     )
-    grads = Breakdown.of("bytes", stage_gradients=2 * int(rank_params(job, rank).total))
-    if after.total + grads.total > activations.total + transient.total:
-        return after, grads
-    return activations, transient
+    return after, Breakdown.of("bytes", stage_gradients=2 * int(rank_params(job, rank).total))
 
 
 def _optimizer_construction(states: Breakdown, activations: Breakdown, transient: Breakdown, buffers: Breakdown,

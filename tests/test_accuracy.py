@@ -49,10 +49,10 @@ def test_published_nanotron_memory():
     # nanotron's sweep, rank 0 with its bf16 gradients kept through each backward, DDP's buckets at
     # ZeRO-0, its loss's fp32 copy, eager SwiGLU, the [q|k|v] copy its attention keeps and its TP
     # gather buffers and the reduce-scatter inputs held while the host runs ahead: today's median
-    # |error| (6.2%) plus half a point, and today's 21 of 26 rows within 10%
+    # |error| (5.9%) plus half a point, and today's 21 of 26 rows within 10%
     rows = memory_accuracy.rows("nanotron_ultrascale")
     assert len(rows) == 26
-    assert statistics.median(abs(r.error) for r in rows) <= 0.067
+    assert statistics.median(abs(r.error) for r in rows) <= 0.064
     assert sum(abs(r.error) <= 0.10 for r in rows) >= 21, [(r.id, round(r.error, 3)) for r in rows]
 
 

@@ -281,6 +281,20 @@ def test_pending_reduce_scatter_inputs_synced_per_stage_by_hand():
     assert [s.breakdown.value("overhead/pending_collectives") for s in est.stages] == [0, 0]
 
 
+def test_pending_reduce_scatter_inputs_at_the_backward_end_by_hand():
+    # 16 tokens at tp 2, nanotron's gradients kept through the backward: its end, with every 16-bit
+    # gradient of the stage (2 bytes · 1,648,896 parameters on the rank = 3,297,792), is the peak;
+    # the backward's own reduce-scatter inputs, 2 · 4 layers · 16 tokens · 256 · 2 bytes = 65,536,
+    # are held beside it
+    training = dict(seq_len=16, global_batch_size=1, tp_scatter_inputs_pending=True, grads_kept_through_backward=True,
+                    **NANOTRON)
+    job = make_job(LLAMA_TINY, gpus=2, tp=2, sp=True, training=training)
+    b = memory_estimate(job).stages[0].breakdown
+    assert rank_params(job, 0).total == 1_648_896
+    assert b.value("transient/stage_gradients") == 3_297_792
+    assert b.value("overhead/pending_collectives") == 65_536
+
+
 def test_eager_swiglu_keeps_one_more_ffn_wide_tensor_by_hand():
     # nanotron's silu(gate) * up on views of [gate|up] keeps [gate|up], silu(gate) and the product,
     # Megatron's fused kernel [gate|up] and the product: one more 16-bit f-wide tensor per layer,
