@@ -417,9 +417,9 @@ def pending_scatter_bytes(job: Job, rank: int) -> int:
     next backward (engine.py:248-269, pipeline_parallel/functional.py:31-40, state.py:124-142), so
     a stage's forward is pending only back to its own first layer. Nothing else syncs in a step
     before train_step_logs' torch.cuda.synchronize (trainer.py:597-598), and the host stops only
-    when the stream's launch queue is full: at most STREAM_LAUNCH_QUEUE / NANOTRON_LAYER_LAUNCHES
-    layers behind it. The model takes that bound, the host as far ahead as the queue lets it: a
-    host slower than the GPU holds fewer."""
+    when the stream's launch queue is full, the GPU then at most STREAM_LAUNCH_QUEUE /
+    NANOTRON_LAYER_LAUNCHES layers behind it. The model takes that bound, the host as far ahead as
+    the queue lets it: a host slower than the GPU holds fewer."""
     if not (job.training.tp_scatter_inputs_pending and job.layout.tp > 1 and job.sp):
         return 0
     ahead = min(len(job.stage_layer_ids(rank)), STREAM_LAUNCH_QUEUE // NANOTRON_LAYER_LAUNCHES)
@@ -501,7 +501,7 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
     else:
         states = Breakdown.of("bytes", **{name: 0 if name == "fp32_gradients" else v for name, v in states})
         step_grads = 0
-    # reserved, not allocated: what the forward's end with the pending blocks needs beyond the peak
+    # reserved, not allocated: what those moments with the pending blocks need beyond the peak
     pending = max(0, int(held - (activations.total + transient.total + step_grads)))
     if job.training.param_buffer_init_copy and job.zero >= Zero.OPTIMIZER:
         trained = transient
