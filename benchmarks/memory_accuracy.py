@@ -102,7 +102,8 @@ def allocator_bytes(est: MemoryEstimate, metric: Metric) -> list[int]:
         b = s.breakdown
         outside = b.value("overhead/cuda_context") + b.value("overhead/nccl")
         if metric is Metric.ALLOCATED:
-            outside += b.value("overhead/fragmentation") + b.value("overhead/cached_blocks")
+            outside += (b.value("overhead/fragmentation") + b.value("overhead/cached_blocks")
+                        + b.value("overhead/pending_collectives"))
         out.append(int(s.peak_bytes - outside))
     return out
 

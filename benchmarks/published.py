@@ -592,13 +592,13 @@ def _nanotron(entry: dict) -> Mapped:
     ddp = lay["dp"] > 1 and zero is Zero.NONE
     notes.append("memory: every parameter's bf16 .grad held until each backward ends, nanotron's fp32 copy and "
                  "out-of-place shift in the cross entropy, eager SwiGLU's saved tensors, the [q|k|v] copy its "
-                 "multi-head attention keeps whole"
+                 "multi-head attention keeps whole, the reduce-scatter inputs the allocator holds while the host runs ahead"
                  + (", torch DDP's bf16 gradient buckets" if ddp else ""))
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.BF16,
                             framework=Framework.MEGATRON, attention=AttentionKernel.FLASH, attention_backend=AttentionBackend.FA2,
                             grad_accumulation_fusion=False, grads_kept_through_backward=True, ddp_buckets=ddp,
                             loss_shift_out_of_place=True, eager_swiglu=True, qkv_copy_kept=True, tp_gather_buffers=True,
-                            zero1_blocking_sync=zero is Zero.OPTIMIZER)
+                            tp_scatter_inputs_pending=True, zero1_blocking_sync=zero is Zero.OPTIMIZER)
     if zero is Zero.OPTIMIZER:
         notes.append("ZeRO-1: the fp32 gradients all-reduced after the backward and the bf16 parameters all-gathered "
                      "after the optimizer step, both blocking (huggingface/nanotron@c2528430 src/nanotron/trainer.py:509-518, "

@@ -54,6 +54,24 @@ FRAGMENTATION = 0.10
 
 DEFAULT_HEADROOM = 0.05  # margin left free for what no line models (allocator spikes, other libraries)
 
+# Operations one CUDA stream queues before the host's next launch on it blocks until the GPU
+# catches up: "the buffer size is about 1000 kernels", each of 3 streams taking 1000 (measured on one
+# GPU: https://stackoverflow.com/questions/53970187, also forums.developer.nvidia.com/t/68937).
+STREAM_LAUNCH_QUEUE = 1000
+
+# Operations one nanotron decoder layer's forward queues on the compute stream at tp > 1 (sequence
+# parallel, async linears, multi-head attention), on tp rank 0 (huggingface/nanotron@c2528430):
+# 2 RMSNorms, one Triton kernel each (nn/layer_norm.py:27-57); 2 column-parallel linears, each the
+# event the NCCL stream waits on, the GEMM of the local shard, the wait for the all-gather and one
+# GEMM of the rows after it (parallel/tensor_parallel/functional.py:118-262; no rows before rank
+# 0's): 8; the [q|k|v] permute copy, the k/v concatenation and its permute copy (models/llama.py:
+# 469-474, 655-660): 3; flash-attn's rotary on q and on kv: 2; CoreAttention's two zeros, two sums,
+# two cumsums and the flash-attn kernel (llama.py:274-299): 7; 2 row-parallel linears, each the
+# GEMM, the event and the wait for its reduce-scatter (functional.py:453-470,
+# distributed_differentiable_primitives.py:92-120): 6; 2 residual adds, silu and the product
+# (llama.py:194-201, 717-733): 4. 2 + 8 + 3 + 2 + 7 + 6 + 4 = 32.
+NANOTRON_LAYER_LAUNCHES = 32
+
 
 @dataclass(frozen=True)
 class StageMemory:
@@ -387,6 +405,28 @@ def stage_buffers(job: Job, rank: int) -> Breakdown:
     )
 
 
+def pending_scatter_bytes(job: Job, rank: int) -> int:
+    """TrainingSpec.tp_scatter_inputs_pending: the freed row-parallel outputs the caching allocator
+    still holds for the NCCL stream when the host reaches the stage's peak, two whole 16-bit
+    [mbs·seq, hidden] outputs per decoder layer whose reduce-scatter the GPU has not run yet.
+
+    How far the host runs ahead of the GPU is bounded twice. nanotron's pipeline syncs the host at
+    every point-to-point send and receive (huggingface/nanotron@c2528430 src/nanotron/parallel/
+    pipeline_parallel/p2p.py:229 asserts on a CUDA tensor's element, :266 compares one); a stage
+    sends each warm-up forward's output at once and a steady-state forward's at the start of its
+    next backward (engine.py:248-269, pipeline_parallel/functional.py:31-40, state.py:124-142), so
+    a stage's forward is pending only back to its own first layer. Nothing else syncs in a step
+    before train_step_logs' torch.cuda.synchronize (trainer.py:597-598), and the host stops only
+    when the stream's launch queue is full, the GPU then at most STREAM_LAUNCH_QUEUE /
+    NANOTRON_LAYER_LAUNCHES layers behind it. The model takes that bound, the host as far ahead as
+    the queue lets it: a host slower than the GPU holds fewer."""
+    if not (job.training.tp_scatter_inputs_pending and job.layout.tp > 1 and job.sp):
+        return 0
+    ahead = min(len(job.stage_layer_ids(rank)), STREAM_LAUNCH_QUEUE // NANOTRON_LAYER_LAUNCHES)
+    d = act.dims(job)
+    return 2 * ahead * d.t * d.h * act.ACT_BYTES
+
+
 def tp_gather_buffer_bytes(job: Job) -> int:
     """TrainingSpec.tp_gather_buffers: nanotron's two persistent 16-bit gather buffers, each the
     whole micro-batch sequence by the hidden size ("allgather" for the column-parallel inputs,
@@ -439,6 +479,18 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
         job.memo[key] = (*_transient(job, rank, costs, stage_buffers(job, rank)), rank_state_bytes(job, rank))
     transient, buffers, cached, states = job.memo[key]
     buffers = Breakdown.of("bytes", **dict(buffers), pipeline_recv=pipeline_recv_bytes(job, rank, inflight))
+    # the moments with reduce-scatter inputs pending (pending_scatter_bytes): the end of the stage's
+    # forward (with the loss on the last stage), every micro-batch in flight, and the end of the
+    # backward where the stage's gradients are kept through it, with the backward's own (its
+    # column-parallel linears' whole input gradients; a backward layer queues more operations than
+    # a forward one, so the forward's bound holds for it too)
+    scatter = pending_scatter_bytes(job, rank)
+    held = 0
+    if scatter:
+        last = rank == job.layout.pp - 1
+        held = activations.total + (act.loss_workspace(job) if last else 0) + scatter
+        if job.training.grads_kept_through_backward:
+            held = max(held, sum(part.total for part in _backward_end_parts(job, rank, chunks, inflight)) + scatter)
     if job.training.grads_kept_through_backward:
         activations, transient = _backward_end(job, rank, chunks, inflight, activations, transient)
     if _whole_graph_gradients(job):
@@ -449,9 +501,13 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
     else:
         states = Breakdown.of("bytes", **{name: 0 if name == "fp32_gradients" else v for name, v in states})
         step_grads = 0
+    # reserved, not allocated: what those moments with the pending blocks need beyond the peak
+    pending = max(0, int(held - (activations.total + transient.total + step_grads)))
     if job.training.param_buffer_init_copy and job.zero >= Zero.OPTIMIZER:
+        trained = transient
         states, activations, transient, buffers, cached = _optimizer_construction(
             states, activations, transient, buffers, cached)
+        pending = pending if transient is trained else 0  # the construction is the peak: no forward
     dynamic = (activations.total + transient.total + step_grads + cached
                + buffers.value("unsharded_params") + buffers.value("unsharded_grads"))
     overhead = Breakdown.of(
@@ -461,6 +517,8 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
         fragmentation=int(FRAGMENTATION * dynamic),
         # reserved, not allocated: the other backward moment's blocks (_transient)
         cached_blocks=cached,
+        # reserved, not allocated: reduce-scatter inputs freed ahead of the GPU (pending_scatter_bytes)
+        pending_collectives=pending,
     )
     breakdown = Breakdown.of(
         "bytes",
@@ -481,6 +539,16 @@ def _backward_end(job: Job, rank: int, chunks: list[Breakdown], inflight: tuple[
     gradient on every parameter of the stage, freed only after it ends (huggingface/nanotron@c2528430
     src/nanotron/optim/gradient_accumulator.py:204-223). The working set of the stage's first
     layer's backward, which runs when nearly all of them exist, is not added."""
+    after, grads = _backward_end_parts(job, rank, chunks, inflight)
+    if after.total + grads.total > activations.total + transient.total:
+        return after, grads
+    return activations, transient
+
+
+def _backward_end_parts(job: Job, rank: int, chunks: list[Breakdown],
+                        inflight: tuple[int, ...]) -> tuple[Breakdown, Breakdown]:
+    """The activations left and the stage's 16-bit gradients at the end of the first backward
+    (_backward_end)."""
     lay = job.layout
     left = [0] * lay.vpp if lay.pp == 1 else [n - (c == lay.vpp - 1) for c, n in enumerate(inflight)]
     after = Breakdown.of(
@@ -488,10 +556,7 @@ def _backward_end(job: Job, rank: int, chunks: list[Breakdown], inflight: tuple[
         **{name: sum(chunk.value(name) * count for chunk, count in zip(chunks, left))
            for name in CHUNK_PARTS},
     )
-    grads = Breakdown.of("bytes", stage_gradients=2 * int(rank_params(job, rank).total))
-    if after.total + grads.total > activations.total + transient.total:
-        return after, grads
-    return activations, transient
+    return after, Breakdown.of("bytes", stage_gradients=2 * int(rank_params(job, rank).total))
 
 
 def _optimizer_construction(states: Breakdown, activations: Breakdown, transient: Breakdown, buffers: Breakdown,

@@ -447,7 +447,7 @@ def _grad_reduce_in_bf16(job: Job) -> str | None:
 
 # TrainingSpec switches that describe one framework's code (nanotron's is priced as a Megatron job)
 NANOTRON_SWITCHES = ("grads_kept_through_backward", "ddp_buckets", "loss_shift_out_of_place", "eager_swiglu",
-                     "zero1_blocking_sync", "qkv_copy_kept", "tp_gather_buffers")
+                     "zero1_blocking_sync", "qkv_copy_kept", "tp_gather_buffers", "tp_scatter_inputs_pending")
 TITAN_SWITCHES = ("fsdp_reshard_after_forward", "tp_gather_per_projection", "bf16_params", "fsdp_sync_last_microbatch",
                   "tp_replicated_vocab", "loss_on_16bit_logits", "compile_whole_model")
 

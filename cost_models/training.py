@@ -198,6 +198,17 @@ class TrainingSpec(Spec):
     # (cost_models.memory.stage_buffers), where Megatron's gathered input lives only in the
     # layer's backward. Megatron framework only; nothing with tp 1 or without sequence parallel.
     tp_gather_buffers: bool = False
+    # nanotron's row-parallel linears (attention output and MLP down projection, sequence parallel)
+    # compute their whole [seq, mbs, hidden] output and free it right after reduce-scattering it
+    # (huggingface/nanotron@c2528430 src/nanotron/parallel/tensor_parallel/functional.py:453-470,
+    # distributed_differentiable_primitives.py:92-120). ProcessGroupNCCL records each collective's
+    # input on its NCCL stream, so the caching allocator returns the freed block only once that
+    # reduce-scatter has run on the GPU (pytorch/pytorch@0007e752 torch/csrc/distributed/c10d/
+    # ProcessGroupNCCL.cpp, the [Sync Streams] note: recordStream "delays GC until that event is
+    # done"). Blocks freed while the host runs ahead of the GPU stay reserved but unusable
+    # (cost_models.memory.pending_scatter_bytes). Megatron framework only; nothing with tp 1 or
+    # without sequence parallel.
+    tp_scatter_inputs_pending: bool = False
 
     # KempnerForge's FSDP2 stack (framework torchtitan), read at KempnerInstitute/KempnerForge@01b461a
     # (its config-validation report ran @601aba9, the same code in these places):

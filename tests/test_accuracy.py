@@ -48,10 +48,12 @@ def test_published_megatron_fp16_memory(group, count, median):
 def test_published_nanotron_memory():
     # nanotron's sweep, rank 0 with its bf16 gradients kept through each backward, DDP's buckets at
     # ZeRO-0, its loss's fp32 copy, eager SwiGLU, the [q|k|v] copy its attention keeps and its TP
-    # gather buffers: today's median |error| (6.4%, docs/accuracy.md) plus half a point
+    # gather buffers and the reduce-scatter inputs held while the host runs ahead: today's median
+    # |error| (5.9%) plus half a point, and today's 21 of 26 rows within 10%
     rows = memory_accuracy.rows("nanotron_ultrascale")
     assert len(rows) == 26
-    assert statistics.median(abs(r.error) for r in rows) <= 0.069
+    assert statistics.median(abs(r.error) for r in rows) <= 0.064
+    assert sum(abs(r.error) <= 0.10 for r in rows) >= 21, [(r.id, round(r.error, 3)) for r in rows]
 
 
 def test_published_kempnerforge_memory():
@@ -82,7 +84,8 @@ def test_an_allocated_peak_leaves_out_the_fragmentation_and_rank_0_is_the_first_
     for stage, r, a in zip(est.stages, reserved, allocated):
         b = stage.breakdown
         assert r == stage.peak_bytes - b.value("overhead/cuda_context") - b.value("overhead/nccl")
-        assert a == r - b.value("overhead/fragmentation") - b.value("overhead/cached_blocks")
+        assert a == (r - b.value("overhead/fragmentation") - b.value("overhead/cached_blocks")
+                     - b.value("overhead/pending_collectives"))
     # KempnerForge logs rank 0's peak: for the 13B at tp 4, pp 2 the last stage (output layer and
     # loss) is the larger one, and the first is compared
     kempner = runs["kempnerforge-cfgval-13b-32gpu-tp4-pp2"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cost_models.activations import layer_backward_workspace, loss_workspace
-from cost_models.memory import inflight_microbatches, memory_estimate
+from cost_models.memory import inflight_microbatches, memory_estimate, pending_scatter_bytes
 from cost_models.states import rank_params
 from cost_models.units import GiB
 from helpers import LLAMA_TINY, make_job
@@ -244,6 +244,55 @@ def test_tp_gather_buffers_by_hand():
     assert layer_backward_workspace(plain, 0) - layer_backward_workspace(kept, 0) == 65_536
     no_sp = make_job(LLAMA_TINY, gpus=2, tp=2, sp=False, training={**training, "tp_gather_buffers": True})
     assert memory_estimate(no_sp).stages[0].breakdown.value("buffers/tp_gather") == 0
+
+
+def test_pending_reduce_scatter_inputs_by_hand():
+    # nanotron's row-parallel outputs freed ahead of the GPU: two whole 16-bit [128 tokens, 256]
+    # outputs per layer, 65,536 bytes each. 4 layers, all within the launch queue's 1000 // 32 = 31:
+    # 2 · 4 · 65,536 = 524,288 bytes pending. Without a pipeline the forward ends in the loss
+    # (workspace 131,072), so that moment holds 131,072 + 524,288 = 655,360 beyond the activations,
+    # 260,096 more than the peak's layer backward working set (395,264): reserved, not allocated.
+    training = dict(seq_len=128, global_batch_size=1, tp_scatter_inputs_pending=True, **NANOTRON)
+    job = make_job(LLAMA_TINY, gpus=2, tp=2, sp=True, training=training)
+    assert pending_scatter_bytes(job, 0) == 524_288
+    b = memory_estimate(job).stages[0].breakdown
+    assert loss_workspace(job) == 131_072 and b.value("transient/layer_backward") == 395_264
+    assert b.value("overhead/pending_collectives") == 260_096
+    # 40 layers: the host stops 31 layers ahead of the GPU, 2 · 31 · 65,536 = 4,063,232
+    deep = make_job(LLAMA_TINY.model_copy(update={"num_layers": 40}), gpus=2, tp=2, sp=True, training=training)
+    assert pending_scatter_bytes(deep, 0) == 4_063_232
+    # nothing is reduce-scattered at tp 1 or without sequence parallel, nor without the switch
+    assert pending_scatter_bytes(make_job(LLAMA_TINY, gpus=1, training=training), 0) == 0
+    assert pending_scatter_bytes(make_job(LLAMA_TINY, gpus=2, tp=2, sp=False, training=training), 0) == 0
+    plain = make_job(LLAMA_TINY, gpus=2, tp=2, sp=True, training=dict(seq_len=128, global_batch_size=1, **NANOTRON))
+    assert memory_estimate(plain).stages[0].breakdown.value("overhead/pending_collectives") == 0
+
+
+def test_pending_reduce_scatter_inputs_synced_per_stage_by_hand():
+    # pp 2: each stage's 2 layers pend 2 · 2 · 65,536 = 262,144 bytes, since nanotron's pipeline
+    # syncs the host at every send and receive. Rank 0 ends its forward with 2 micro-batches in
+    # flight and 262,144 pending, below its first backward's 395,264 on the same micro-batches;
+    # the last stage's loss (131,072) with them holds 393,216, below it too: no line on either.
+    training = dict(seq_len=128, global_batch_size=4, tp_scatter_inputs_pending=True, **NANOTRON)
+    job = make_job(LLAMA_TINY, gpus=4, tp=2, pp=2, sp=True, training=training)
+    est = memory_estimate(job)
+    assert [pending_scatter_bytes(job, r) for r in range(2)] == [262_144, 262_144]
+    assert [s.breakdown.value("transient/layer_backward") for s in est.stages] == [395_264, 395_264]
+    assert [s.breakdown.value("overhead/pending_collectives") for s in est.stages] == [0, 0]
+
+
+def test_pending_reduce_scatter_inputs_at_the_backward_end_by_hand():
+    # 16 tokens at tp 2, nanotron's gradients kept through the backward: its end, with every 16-bit
+    # gradient of the stage (2 bytes · 1,648,896 parameters on the rank = 3,297,792), is the peak;
+    # the backward's own reduce-scatter inputs, 2 · 4 layers · 16 tokens · 256 · 2 bytes = 65,536,
+    # are held beside it
+    training = dict(seq_len=16, global_batch_size=1, tp_scatter_inputs_pending=True, grads_kept_through_backward=True,
+                    **NANOTRON)
+    job = make_job(LLAMA_TINY, gpus=2, tp=2, sp=True, training=training)
+    b = memory_estimate(job).stages[0].breakdown
+    assert rank_params(job, 0).total == 1_648_896
+    assert b.value("transient/stage_gradients") == 3_297_792
+    assert b.value("overhead/pending_collectives") == 65_536
 
 
 def test_eager_swiglu_keeps_one_more_ffn_wide_tensor_by_hand():

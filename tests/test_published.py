@@ -201,6 +201,8 @@ def test_nanotron_memory_switches_as_its_trainer_sets_them(run_id, ddp, blocking
     # scripts/scaling_benchmarks.py:87-88: REDUCE_SCATTER with async linears, whose gathers go to the
     # persistent MemoryBuffers (parallel/tensor_parallel/functional.py:153-156, 491-493)
     assert tr.tp_gather_buffers
+    # the same linears' reduce-scattered outputs, held for the NCCL stream (functional.py:453-470)
+    assert tr.tp_scatter_inputs_pending
 
 
 def test_fp8lm_runs_flash_attention_1():

@@ -106,6 +106,7 @@ def test_global_batch_defaults_to_legal_microbatches():
     (dict(framework="deepspeed", ddp_bucket_size=64), "ddp_bucket_size is Megatron's --ddp-bucket-size"),
     (dict(framework="megatron", ub_ring_exchange_rs={"fc2"}), "ub_ring_exchange_rs picks Transformer Engine"),
     (dict(framework="deepspeed", eager_swiglu=True), "eager_swiglu describe nanotron's code"),
+    (dict(framework="torchtitan", tp_scatter_inputs_pending=True), "tp_scatter_inputs_pending describe nanotron's code"),
     (dict(framework="megatron", grads_kept_through_backward=True), "needs grad_accumulation_fusion=False"),
     (dict(framework="torchtitan", zero1_blocking_sync=True), "zero1_blocking_sync describe nanotron's code"),
     (dict(framework="megatron", zero1_blocking_sync=True), "it needs zero 1, not zero 0"),

@@ -199,7 +199,8 @@ def rows(slice_: Slice, time: TimeEstimate, measured: Measured, *, device: str, 
         states = float(stage.value("model_states"))
         alloc = states + dynamic + float(stage.value("buffers/zero_buckets") + stage.value("buffers/pipeline_recv"))
         out.append(Row("memory peak allocated", "bytes", alloc, float(peak["max_allocated_bytes"]), "torch.cuda.max_memory_allocated"))
-        reserved = alloc + float(stage.value("overhead/fragmentation") + stage.value("overhead/cached_blocks"))
+        reserved = alloc + float(stage.value("overhead/fragmentation") + stage.value("overhead/cached_blocks")
+                                 + stage.value("overhead/pending_collectives"))
         out.append(Row("memory peak reserved", "bytes", reserved, float(peak["max_reserved_bytes"]), "torch.cuda.max_memory_reserved"))
     elif peak.get("profiler_peak_bytes") is not None:
         fp32 = f"; ran in {dtype}, predicted for {job.training.precision}" if dtype == "float32" else ""
