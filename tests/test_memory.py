@@ -436,3 +436,20 @@ def test_the_last_stage_keeps_each_in_flight_micro_batchs_mtp_activations():
     gap = stage_memory(mtp, 1).breakdown.value("activations") - stage_memory(plain, 1).breakdown.value("activations")
     assert gap == expected
     assert stage_memory(mtp, 0).breakdown.value("activations") == stage_memory(plain, 0).breakdown.value("activations")
+
+
+def test_torch_ring_attention_backward_grows_with_cp_by_hand():
+    # LLAMA_TINY (h 256, 8 heads of 32, 2 KV heads, ffn 688) under torchtitan with cp 4 at seq 4096,
+    # mbs 1: 1024 tokens per rank. q is 1024·256·2 = S = 524,288 bytes, and so are K and V once
+    # repeat_kv has expanded them to the 8 query heads. The ring backward holds dq in fp32 (2S), the
+    # contiguous K and V (2S), the all-gathered K|V of all 4 ranks (8S), next_kv (2S), the step's dq,
+    # dk, dv (3S) and three fp32 dK|dV buffers (12S): 29S. Beside it the residual gradients in and out
+    # (2S): 31S, above the MLP's moment, 2·1024·256·2 + 3·1024·688·2 = 5,275,648 bytes, which is
+    # what cp 1 (the same 1024 tokens) and Megatron under cp 4 keep.
+    s = 1024 * 256 * 2
+    mlp = 2 * 1024 * 256 * 2 + 3 * 1024 * 688 * 2
+    ring = make_job(LLAMA_TINY, gpus=4, cp=4, recompute="full", training=dict(TITAN, seq_len=4096))
+    assert layer_backward_workspace(ring, 0) == 31 * s
+    no_cp = make_job(LLAMA_TINY, gpus=4, recompute="full", training=dict(TITAN, seq_len=1024))
+    megatron = make_job(LLAMA_TINY, gpus=4, cp=4, recompute="full", training=dict(seq_len=4096))
+    assert layer_backward_workspace(no_cp, 0) == layer_backward_workspace(megatron, 0) == mlp
