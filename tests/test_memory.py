@@ -453,3 +453,23 @@ def test_torch_ring_attention_backward_grows_with_cp_by_hand():
     no_cp = make_job(LLAMA_TINY, gpus=4, recompute="full", training=dict(TITAN, seq_len=1024))
     megatron = make_job(LLAMA_TINY, gpus=4, cp=4, recompute="full", training=dict(seq_len=4096))
     assert layer_backward_workspace(no_cp, 0) == layer_backward_workspace(megatron, 0) == mlp
+
+
+def test_pipeline_kept_outputs_by_hand():
+    # torch.distributed.pipelining before pytorch/pytorch#153383 keeps every micro-batch's stage output
+    # to the step's end. LLAMA_TINY under torchtitan, pp 2, dp 2, 4 micro-batches of 1024 tokens: rank 0
+    # (1F1B, 2 in flight, already its stage_output line) keeps 2 more boundary tensors of
+    # 1024·256·2 = 524,288 bytes; the last rank keeps the 16-bit logits of all 4 micro-batches,
+    # 4·1024·1000·2 bytes, beside its loss's fp32 copy. Without the switch neither line; with pp 1 the
+    # switch is refused.
+    from cost_models.errors import SpecError
+
+    training = dict(TITAN, seq_len=1024, global_batch_size=8)
+    kept = make_job(LLAMA_TINY, gpus=4, pp=2, zero=3, recompute="full", training=dict(training, pipeline_keeps_outputs=True))
+    first, last = (s.breakdown for s in memory_estimate(kept).stages)
+    assert first.value("activations/kept_outputs") == 2 * 1024 * 256 * 2
+    assert last.value("activations/kept_outputs") == 4 * 1024 * 1000 * 2
+    plain = make_job(LLAMA_TINY, gpus=4, pp=2, zero=3, recompute="full", training=training)
+    assert all("kept_outputs" not in dict(s.breakdown["activations"]) for s in memory_estimate(plain).stages)
+    with pytest.raises(SpecError, match="pipeline_keeps_outputs describes torch.distributed.pipelining"):
+        make_job(LLAMA_TINY, gpus=4, zero=3, training=dict(training, pipeline_keeps_outputs=True))
