@@ -438,14 +438,15 @@ def ring_attention_backward_bytes(job: Job) -> int:
     cp > 1), one attention layer, beyond the saved q, k, v, output and log-sum-exp.
 
     torchtitan runs every SDPA call under torch's context_parallel with the K/V exchange method
-    "allgather" by default (pytorch/torchtitan@9dec370 torchtitan/config_manager.py:365-377,
+    "allgather" by default (pytorch/torchtitan@9dec370 torchtitan/config_manager.py:364-377,
     utils.py:171-193 set_rotate_method). The backward, `_templated_ring_attention_backward` in
     torch/distributed/tensor/experimental/_attention.py (pytorch/pytorch@0123248a; the late-2024 copy
     with _RotateMethod.PRE_ALL_GATHER has the same loop), holds through its cp steps:
     - dq's fp32 accumulator, zeros_like(query, dtype=float32) (convert_to_f32 defaults to True);
       dk's and dv's are replaced from step 1 on by the received fp32 buffer below;
     - key.contiguous() and value.contiguous(): copies, since the saved K and V are transposed views
-      (torchtitan's Attention.forward transposes to [b, heads, s, d] after repeat_kv);
+      (torchtitan's Attention.forward transposes to [b, heads, s, d] after repeat_kv, 9dec370
+      torchtitan/models/llama/model.py:116-125, 188-209);
     - the K|V of every cp rank: _AllGatherRotater all-gathers torch.cat([key, value]) once and keeps
       the cp-times larger buffer until the loop ends;
     - next_kv = torch.cat([key.flatten(), value.flatten()]) made again at every step;
