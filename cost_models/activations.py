@@ -413,6 +413,8 @@ def layer_backward_workspace(job: Job, layer_id: int) -> int:
     kind = m.layer_kind(layer_id)
     # TrainingSpec.tp_gather_buffers: the gathered input lives in a persistent buffer (memory.stage_buffers)
     gathered = d.t * d.h if d.sp_div > 1 and not job.training.tp_gather_buffers else 0
+    # torch's ring attention runs its backward after the MLP's, whose gradients are freed by then
+    ring = (2 * d.residual + gathered) * ACT_BYTES + ring_attention_backward_bytes(job) if kind.mixer is MixerKind.ATTENTION else 0
     if not kind.mlp:
         if kind.mixer is MixerKind.MAMBA:
             assert m.mamba is not None
@@ -421,14 +423,51 @@ def layer_backward_workspace(job: Job, layer_id: int) -> int:
             grads = d.b * sh.seq * sh.local.in_proj_width + d.t * m.mamba.inner // d.tp + exchanged
             return (2 * d.residual + gathered + grads) * ACT_BYTES
         width = 2 * d.q + 2 * d.kv
-        return (2 * d.residual + gathered + d.t * width) * ACT_BYTES
+        return max((2 * d.residual + gathered + d.t * width) * ACT_BYTES, ring)
     if m.is_moe_layer(layer_id):
         assert m.moe is not None
         tokens, width = expert_tokens(job, d), m.moe.expert_ffn_hidden_size // job.etp
     else:
         tokens, width = d.t, d.f
     wide = 3 if m.mlp.gated else 2
-    return (2 * d.residual + gathered + wide * tokens * width) * ACT_BYTES
+    return max((2 * d.residual + gathered + wide * tokens * width) * ACT_BYTES, ring)
+
+
+def ring_attention_backward_bytes(job: Job) -> int:
+    """The working set of torch's ring attention backward under context parallelism (torchtitan with
+    cp > 1), one attention layer, beyond the saved q, k, v, output and log-sum-exp.
+
+    torchtitan runs every SDPA call under torch's context_parallel with the K/V exchange method
+    "allgather" by default (pytorch/torchtitan@9dec370 torchtitan/config_manager.py:364-377,
+    utils.py:171-193 set_rotate_method). The backward, `_templated_ring_attention_backward` in
+    torch/distributed/tensor/experimental/_attention.py (pytorch/pytorch@0123248a; the late-2024 copy
+    with _RotateMethod.PRE_ALL_GATHER has the same loop), holds through its cp steps:
+    - dq's fp32 accumulator, zeros_like(query, dtype=float32) (convert_to_f32 defaults to True);
+      dk's and dv's are replaced from step 1 on by the received fp32 buffer below;
+    - key.contiguous() and value.contiguous(): copies, since the saved K and V are transposed views
+      (torchtitan's Attention.forward transposes to [b, heads, s, d] after repeat_kv, 9dec370
+      torchtitan/models/llama/model.py:116-125, 188-209);
+    - the K|V of every cp rank: _AllGatherRotater all-gathers torch.cat([key, value]) once and keeps
+      the cp-times larger buffer until the loop ends;
+    - next_kv = torch.cat([key.flatten(), value.flatten()]) made again at every step;
+    - the step's SDPA-backward dq, dk, dv in the 16-bit dtype;
+    - dK|dV in fp32 three times over: the buffer received from the previous rank (the step's dK and
+      dV are views of it), the torch.cat of the updated ones sent on, and the all-to-all's output
+      (the dK/dV rotater is always _RotateMethod.ALL_TO_ALL, ft_c.permute_tensor).
+    K and V are expanded to every query head before SDPA where the framework repeats them (GQA), so
+    each has q's width then. Nothing under cp 1: torchtitan enters no context_parallel then."""
+    if job.training.framework is not Framework.TORCHTITAN or job.layout.cp == 1:
+        return 0
+    d = dims(job)
+    q = d.t * d.q * ACT_BYTES
+    kv = d.t * (d.q if d.conv.gqa_expands_kv else d.kv) * ACT_BYTES  # one of K, V
+    cp = job.layout.cp
+    dq = 2 * q  # fp32
+    contiguous = 2 * kv
+    gathered = cp * 2 * kv
+    step = 2 * kv + q + 2 * kv  # next_kv, and the step's 16-bit dq, dk, dv
+    dkv = 3 * 2 * 2 * kv  # fp32 dK|dV received, concatenated, and the all-to-all output
+    return dq + contiguous + gathered + step + dkv
 
 
 def embedding_activations(job: Job) -> Breakdown:

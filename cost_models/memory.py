@@ -223,6 +223,27 @@ def pipeline_recv_bytes(job: Job, rank: int, inflight: tuple[int, ...]) -> int:
     return total
 
 
+def kept_pipeline_outputs(job: Job, rank: int, inflight: tuple[int, ...]) -> int:
+    """TrainingSpec.pipeline_keeps_outputs: the outputs of the micro-batches every model chunk of a
+    rank has run, kept in output_chunks to the step's end, that no other line counts. Taken at the
+    last micro-batch's forward, when 1F1B and interleaved 1F1B still hold the warm-up's in-flight
+    count: a chunk that sends on keeps m boundary tensors, of which the in-flight ones are its
+    stage_output line; the last chunk keeps m 16-bit logits, which the loss's own fp32 copy does
+    not count (a compiled loss and TrainingSpec.loss_on_16bit_logits count the in-flight ones)."""
+    if not job.training.pipeline_keeps_outputs:
+        return 0
+    lay, m = job.layout, job.num_microbatches
+    total = 0
+    for chunk, n in enumerate(inflight):
+        if rank == lay.pp - 1 and chunk == lay.vpp - 1:
+            d = act.dims(job)
+            counted = n if job.training.compiles_loss or job.training.loss_on_16bit_logits else 0
+            total += (m - counted) * d.t * d.vocab * act.ACT_BYTES
+        else:
+            total += (m - n) * _boundary_bytes(job)
+    return total
+
+
 def _transient(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], LayerCost],
                buffers: Breakdown) -> tuple[Breakdown, Breakdown, int]:
     """The backward moment with the most bytes allocated, the buffers alive then, and the bytes the
@@ -474,6 +495,9 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
             for name in CHUNK_PARTS
         },
     )
+    kept = kept_pipeline_outputs(job, rank, inflight)
+    if kept:
+        activations = Breakdown.of("bytes", **dict(activations), kept_outputs=kept)
     key = ("stage_fixed", job.rank_signature(rank))  # what does not depend on the in-flight count
     if key not in job.memo:
         job.memo[key] = (*_transient(job, rank, costs, stage_buffers(job, rank)), rank_state_bytes(job, rank))

@@ -449,7 +449,7 @@ def _grad_reduce_in_bf16(job: Job) -> str | None:
 NANOTRON_SWITCHES = ("grads_kept_through_backward", "ddp_buckets", "loss_shift_out_of_place", "eager_swiglu",
                      "zero1_blocking_sync", "qkv_copy_kept", "tp_gather_buffers", "tp_scatter_inputs_pending")
 TITAN_SWITCHES = ("fsdp_reshard_after_forward", "tp_gather_per_projection", "bf16_params", "fsdp_sync_last_microbatch",
-                  "tp_replicated_vocab", "loss_on_16bit_logits", "compile_whole_model")
+                  "tp_replicated_vocab", "loss_on_16bit_logits", "compile_whole_model", "pipeline_keeps_outputs")
 
 
 def _switched(tr: TrainingSpec, names: tuple[str, ...]) -> list[str]:
@@ -490,6 +490,8 @@ def _gradient_path(job: Job) -> str | None:
     if tr.loss_on_16bit_logits and tr.compiles_loss:
         return ("loss_on_16bit_logits describes an eager cross entropy outside the compiled model; "
                 "it needs compile_loss=False")
+    if tr.pipeline_keeps_outputs and job.layout.pp == 1:
+        return "pipeline_keeps_outputs describes torch.distributed.pipelining's stages; it needs pp > 1 (pp=1)"
     if tr.compile_whole_model and not tr.compile:
         return "compile_whole_model describes how torch.compile wraps the model; it needs compile=True"
     if tr.bf16_params and tr.precision is not Precision.BF16:

@@ -262,6 +262,17 @@ class TrainingSpec(Spec):
     # or activation (cost_models.memory). report_memory's peaks count from the process's start.
     # Framework megatron only; without the distributed optimizer (zero 0) there is no such buffer.
     param_buffer_init_copy: bool = False
+    # torch.distributed.pipelining before pytorch/pytorch#153383 (merged 2025-05-13, "[PP] Optimize memory
+    # usage by releasing output memory earlier"): _PipelineStageBase.forward_one_chunk appended every
+    # micro-batch's output to stage.output_chunks on every stage (the PR adds `if self.is_last:`), and
+    # they are dropped only when the next step() starts (clear_runtime_states); the last stage's are
+    # merged for step()'s return value. So through a step every stage keeps all its micro-batches'
+    # outputs: a boundary tensor each beyond those still in flight, and on the last stage the 16-bit
+    # logits of each (detached after their backward since pytorch/pytorch#138504, Oct 2024, their data
+    # kept) (cost_models.memory.kept_pipeline_outputs). torchtitan's Dec 2024 benchmarks ran torch nightly
+    # 1963fc8 of 2024-12-23 (pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md, 'Versions
+    # and Dates'). Framework torchtitan with pp > 1 only.
+    pipeline_keeps_outputs: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:

@@ -1,8 +1,7 @@
 """Regression guards for the accuracy benchmarks.
 
-Memory (benchmarks/memory_accuracy.py): torchtitan's median |error| within the 10% the memory model aims at for
-every row and no row beyond 20% (the two rows outside 10% are explained in docs/accuracy.md); Zero Bubble's
-and Vocabulary Parallelism's rows all within 10%.
+Memory (benchmarks/memory_accuracy.py): torchtitan's median |error| and its largest within today's figures plus
+half a point; Zero Bubble's and Vocabulary Parallelism's rows all within 10%.
 
 Step time (benchmarks/time_accuracy.py), out of sample: each source predicted with the mechanism
 constants fitted on the other sources. The bounds are today's figures (docs/accuracy.md) plus one
@@ -27,11 +26,13 @@ from cost_models.units import GiB  # noqa: E402
 
 
 def test_published_torchtitan_memory():
+    # with torch's ring attention backward under cp: median 4.4%, one row outside 10% (405B 1F1B,
+    # -11.8%); the bounds are those plus half a point
     rows = memory_accuracy.rows("torchtitan")
     assert len(rows) == 20
     errors = [abs(r.error) for r in rows]
-    assert statistics.median(errors) <= 0.10
-    assert max(errors) <= 0.20, [(r.id, round(r.error, 3)) for r in rows]
+    assert statistics.median(errors) <= 0.049
+    assert max(errors) <= 0.123, [(r.id, round(r.error, 3)) for r in rows]
 
 
 @pytest.mark.parametrize(("group", "count", "median"), [("zerobubble", 31, 0.01), ("vocabpar", 24, 0.025)])

@@ -485,3 +485,40 @@ def test_the_last_stage_keeps_each_in_flight_micro_batchs_mtp_activations():
     gap = stage_memory(mtp, 1).breakdown.value("activations") - stage_memory(plain, 1).breakdown.value("activations")
     assert gap == expected
     assert stage_memory(mtp, 0).breakdown.value("activations") == stage_memory(plain, 0).breakdown.value("activations")
+
+
+def test_torch_ring_attention_backward_grows_with_cp_by_hand():
+    # LLAMA_TINY (h 256, 8 heads of 32, 2 KV heads, ffn 688) under torchtitan with cp 4 at seq 4096,
+    # mbs 1: 1024 tokens per rank. q is 1024·256·2 = S = 524,288 bytes, and so are K and V once
+    # repeat_kv has expanded them to the 8 query heads. The ring backward holds dq in fp32 (2S), the
+    # contiguous K and V (2S), the all-gathered K|V of all 4 ranks (8S), next_kv (2S), the step's dq,
+    # dk, dv (3S) and three fp32 dK|dV buffers (12S): 29S. Beside it the residual gradients in and out
+    # (2S): 31S, above the MLP's moment, 2·1024·256·2 + 3·1024·688·2 = 5,275,648 bytes, which is
+    # what cp 1 (the same 1024 tokens) and Megatron under cp 4 keep.
+    s = 1024 * 256 * 2
+    mlp = 2 * 1024 * 256 * 2 + 3 * 1024 * 688 * 2
+    ring = make_job(LLAMA_TINY, gpus=4, cp=4, recompute="full", training=dict(TITAN, seq_len=4096))
+    assert layer_backward_workspace(ring, 0) == 31 * s
+    no_cp = make_job(LLAMA_TINY, gpus=4, recompute="full", training=dict(TITAN, seq_len=1024))
+    megatron = make_job(LLAMA_TINY, gpus=4, cp=4, recompute="full", training=dict(seq_len=4096))
+    assert layer_backward_workspace(no_cp, 0) == layer_backward_workspace(megatron, 0) == mlp
+
+
+def test_pipeline_kept_outputs_by_hand():
+    # torch.distributed.pipelining before pytorch/pytorch#153383 keeps every micro-batch's stage output
+    # to the step's end. LLAMA_TINY under torchtitan, pp 2, dp 2, 4 micro-batches of 1024 tokens: rank 0
+    # (1F1B, 2 in flight, already its stage_output line) keeps 2 more boundary tensors of
+    # 1024·256·2 = 524,288 bytes; the last rank keeps the 16-bit logits of all 4 micro-batches,
+    # 4·1024·1000·2 bytes, beside its loss's fp32 copy. Without the switch neither line; with pp 1 the
+    # switch is refused.
+    from cost_models.errors import SpecError
+
+    training = dict(TITAN, seq_len=1024, global_batch_size=8)
+    kept = make_job(LLAMA_TINY, gpus=4, pp=2, zero=3, recompute="full", training=dict(training, pipeline_keeps_outputs=True))
+    first, last = (s.breakdown for s in memory_estimate(kept).stages)
+    assert first.value("activations/kept_outputs") == 2 * 1024 * 256 * 2
+    assert last.value("activations/kept_outputs") == 4 * 1024 * 1000 * 2
+    plain = make_job(LLAMA_TINY, gpus=4, pp=2, zero=3, recompute="full", training=training)
+    assert all("kept_outputs" not in dict(s.breakdown["activations"]) for s in memory_estimate(plain).stages)
+    with pytest.raises(SpecError, match="pipeline_keeps_outputs describes torch.distributed.pipelining"):
+        make_job(LLAMA_TINY, gpus=4, zero=3, training=dict(training, pipeline_keeps_outputs=True))
