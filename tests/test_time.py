@@ -705,3 +705,25 @@ def test_apex_distributed_adam_reduces_embedding_gradients_in_fp32():
     _, tail1 = megatron_bucket_seconds(job, 1, "dense", where)
     ag1 = collective_time(Collective.ALL_GATHER, (789_760 + 512 + 262_144) * 2, where, cl)
     assert tail1 == pytest.approx(rs((789_760 + 512) * 2 + 262_144 * 4) + ag1, rel=1e-12)
+
+
+def test_megatron_reduces_the_bias_gradients_of_proj_fc1_and_fc2_in_one_kernel_each():
+    from cost_models.compute import bias_grad_seconds, elementwise_seconds
+
+    def job(framework="megatron", **bias):
+        model = GPT_TINY.model_copy(update=bias)
+        return make_job(model, gpus=1, cluster="dgx-a100-80gb", training=dict(framework=framework, seq_len=512, global_batch_size=1))
+
+    # 512 tokens; proj's and fc2's gradients are 512 x 256, fc1's 512 x 1024: 512·1536 = 786,432
+    # 16-bit elements read once, 1,572,864 bytes at A100's stream fraction (0.86 of 2.039 TB/s),
+    # plus three 2.6 µs launches = 0.897 + 7.8 µs. rel 1e-3: the hand arithmetic's rounding
+    kind = LayerKind()
+    assert bias_grad_seconds(job(), kind, DEFAULT) == pytest.approx(1_572_864 / (2.039e12 * 0.86) + 3 * 2.6e-6, rel=1e-3)
+    # the backward's memory-bound kernels carry exactly that; the forward adds the biases in its
+    # fused kernels and gains nothing; no biases, nothing to reduce; other frameworks untouched
+    without = job(out_bias=False, mlp_bias=False)
+    assert elementwise_seconds(job(), kind, backward=True, cal=DEFAULT) - elementwise_seconds(without, kind, backward=True, cal=DEFAULT) \
+        == pytest.approx(bias_grad_seconds(job(), kind, DEFAULT), rel=1e-9)
+    assert elementwise_seconds(job(), kind, backward=False, cal=DEFAULT) == elementwise_seconds(without, kind, backward=False, cal=DEFAULT)
+    assert bias_grad_seconds(without, kind, DEFAULT) == 0.0
+    assert bias_grad_seconds(job("torchtitan"), kind, DEFAULT) == 0.0
