@@ -878,7 +878,22 @@ LOGIT_SOFTCAP_BYTES = 3 * 4 * 3
 OPTIMIZER_BYTES_PER_PARAM = {OptimizerKind.ADAMW: 38, OptimizerKind.ADAM: 38, OptimizerKind.SGD: 30}
 
 
+# Megatron's gradient preparation before the update, per parameter the rank updates
+# (Megatron-LM@d98e8a64 megatron/core/optimizer/optimizer.py:741-764 prepare_grads): a 16-bit main
+# grad is copied to an fp32 gradient, read 2 and write 4 (_copy_model_grads_to_main_grads,
+# main_grad.float(), :1092-1097; distrib_optimizer.py:2792 per shard; an fp32 main grad's .float()
+# copies nothing); fp16's grad scaler then unscales and checks the fp32 gradients in place, read 4
+# and write 4 (torch._amp_foreach_non_finite_check_and_unscale_, :713-727).
+GRAD_COPY_BYTES_PER_PARAM = 2 + 4
+UNSCALE_BYTES_PER_PARAM = 4 + 4
+
+
 def optimizer_time(job: Job, params: float, cal: Calibration) -> float:
-    moved = params * OPTIMIZER_BYTES_PER_PARAM[job.training.optimizer]
+    tr = job.training
+    per_param = OPTIMIZER_BYTES_PER_PARAM[tr.optimizer]
+    if tr.framework is Framework.MEGATRON:
+        per_param += GRAD_COPY_BYTES_PER_PARAM if main_grad_bytes(job) == ACT_BYTES else 0
+        per_param += UNSCALE_BYTES_PER_PARAM if tr.precision is Precision.FP16 else 0
+    moved = params * per_param
     gpu = job.cluster.gpu
     return K.memory_seconds(moved, gpu) / cal.scale("optimizer_scale", gpu.architecture)
