@@ -603,7 +603,8 @@ def elementwise_seconds(job: Job, kind: LayerKind, *, backward: bool, cal: Calib
     h = m.hidden_size
     blocks = kind.norms
     norms = blocks * (2 if m.sandwich_norms else 1)
-    total = norms * _op_seconds(job, "norm", h * residual_tokens, backward, cal)
+    total = bias_grad_seconds(job, kind, cal) if backward else 0.0
+    total += norms * _op_seconds(job, "norm", h * residual_tokens, backward, cal)
     total += blocks * _op_seconds(job, "add", h * residual_tokens, backward, cal)
     if m.hidden_dropout > 0:
         total += blocks * _op_seconds(job, "dropout", h * residual_tokens, backward, cal)
@@ -643,6 +644,34 @@ def elementwise_seconds(job: Job, kind: LayerKind, *, backward: bool, cal: Calib
     else:
         total += activation(m.ffn_hidden_size / lay.tp * t)
     return total
+
+
+def bias_grad_seconds(job: Job, kind: LayerKind, cal: Calibration) -> float:
+    """Megatron's bias gradients that no GEMM epilogue computes, one reduction kernel each per
+    backward, reading the 16-bit output gradient once (the reduced bias gradient is a row).
+
+    Megatron adds the biases of linear_proj, linear_fc1 and linear_fc2 outside their GEMMs
+    (skip_bias_add=True, Megatron-LM@d98e8a64 megatron/core/transformer/attention.py:420,
+    mlp.py:226, 249): fc1's in the fused bias-GELU / bias-SwiGLU or a plain add (mlp.py:262-322),
+    proj's and fc2's in bias-dropout-add (megatron/core/fusions/fused_bias_dropout.py:42-46,
+    x = x + bias). Their backward hands the bias a gradient of the output's full shape
+    (fused_bias_gelu.py:44-47, GeLUFunction.backward returns tmp for both input and bias; the
+    broadcast add's gradient likewise), which autograd reduces to the bias's shape with at::sum_to
+    (pytorch/pytorch@e1253a95 torch/csrc/autograd/engine.cpp validate_outputs). linear_qkv keeps
+    its bias (skip_bias_add=False, attention.py:1699) and Transformer Engine's GEMM adds it and
+    reduces its gradient in the cuBLASLt epilogue. Routed experts' biases are not counted."""
+    m = job.model
+    if job.training.framework is not Framework.MEGATRON:
+        return 0.0
+    t = tokens(job)
+    residual_tokens = t / (job.layout.tp if job.sp else 1)
+    widths = []  # elements of each reduced gradient
+    if m.out_bias and kind.mixer is MixerKind.ATTENTION:
+        widths.append(m.hidden_size * residual_tokens)
+    if m.mlp_bias and kind.mlp and not kind.moe:
+        fc1 = m.ffn_hidden_size * (2 if m.mlp.gated else 1)
+        widths += [fc1 / job.layout.tp * t, m.hidden_size * residual_tokens]
+    return sum(memory_seconds(job, w * ACT_BYTES, cal, launches=1) for w in widths)
 
 
 def permutation_seconds(job: Job, routed: int, cal: Calibration) -> float:
@@ -849,7 +878,22 @@ LOGIT_SOFTCAP_BYTES = 3 * 4 * 3
 OPTIMIZER_BYTES_PER_PARAM = {OptimizerKind.ADAMW: 38, OptimizerKind.ADAM: 38, OptimizerKind.SGD: 30}
 
 
+# Megatron's gradient preparation before the update, per parameter the rank updates
+# (Megatron-LM@d98e8a64 megatron/core/optimizer/optimizer.py:741-764 prepare_grads): a 16-bit main
+# grad is copied to an fp32 gradient, read 2 and write 4 (_copy_model_grads_to_main_grads,
+# main_grad.float(), :1092-1097; distrib_optimizer.py:2792 per shard; an fp32 main grad's .float()
+# copies nothing); fp16's grad scaler then unscales and checks the fp32 gradients in place, read 4
+# and write 4 (torch._amp_foreach_non_finite_check_and_unscale_, :713-727).
+GRAD_COPY_BYTES_PER_PARAM = 2 + 4
+UNSCALE_BYTES_PER_PARAM = 4 + 4
+
+
 def optimizer_time(job: Job, params: float, cal: Calibration) -> float:
-    moved = params * OPTIMIZER_BYTES_PER_PARAM[job.training.optimizer]
+    tr = job.training
+    per_param = OPTIMIZER_BYTES_PER_PARAM[tr.optimizer]
+    if tr.framework is Framework.MEGATRON:
+        per_param += GRAD_COPY_BYTES_PER_PARAM if main_grad_bytes(job) == ACT_BYTES else 0
+        per_param += UNSCALE_BYTES_PER_PARAM if tr.precision is Precision.FP16 else 0
+    moved = params * per_param
     gpu = job.cluster.gpu
     return K.memory_seconds(moved, gpu) / cal.scale("optimizer_scale", gpu.architecture)
