@@ -253,7 +253,7 @@ def _eager_attention_seconds(job: Job, backward: bool, cal: Calibration) -> floa
     reads them; tanh soft-capping, Gemma's score / c, tanh, · c, reads and writes them once more
     per op, three ops). Backward: two batched GEMMs per forward one, and the same traffic again. A
     window or chunk mask changes nothing here: every score is computed, then masked."""
-    a, gpu, prec = core_attention(job), job.cluster.gpu, _gemm_precision(job)
+    a = core_attention(job)
     scores = Gemm("scores", a.q_len, a.k_len, a.head_dim, a.batch_heads)
     context = Gemm("context", a.q_len, a.head_dim, a.k_len, a.batch_heads)
     elements = a.batch_heads * a.q_len * a.k_len
@@ -261,7 +261,19 @@ def _eager_attention_seconds(job: Job, backward: bool, cal: Calibration) -> floa
     passes += SINK_EAGER_PASSES if job.model.attention_sinks else 0
     traffic = memory_seconds(job, elements * ACT_BYTES * passes, cal)
     gemms = [scores, context] if not backward else [x for g in (scores, context) for x in backward_gemms(g)]
-    return sum(gemm_seconds(g, gpu, prec, cal) for g in gemms) + traffic
+    return sum(eager_bmm_seconds(job, g, a.head_dim, cal) for g in gemms) + traffic
+
+
+def eager_bmm_seconds(job: Job, g: Gemm, head_dim: int, cal: Calibration) -> float:
+    """One of unfused attention's batched GEMMs: at the generation's measured rate for the head
+    dimension (kernels.eager_bmm_rate: QKᵀ-like where it reduces over the head dimension, the
+    backward's dP = dO·Vᵀ too; attention-over-values-like otherwise: PV and the other three
+    backward GEMMs, each with the head dimension as one side of its output), else the GEMM model."""
+    gpu, prec = job.cluster.gpu, _gemm_precision(job)
+    rate = K.eager_bmm_rate(gpu, head_dim, reduces_head_dim=g.k == head_dim) if prec is not Precision.FP8 else None
+    if rate is None:
+        return gemm_seconds(g, gpu, prec, cal)
+    return g.flop / rate / cal.scale("gemm_scale", gpu.architecture) + K.table_for(gpu).launch_s
 
 
 # Attention sinks in eager attention (transformers v5.23.0 modeling_gpt_oss.py eager_attention_forward):

@@ -105,6 +105,26 @@ def _rowwise_grid(raw: dict | None) -> RowwiseGrid | None:
 
 
 @dataclass(frozen=True)
+class EagerBmm:
+    """Measured rates of unfused attention's batched GEMMs by head dimension, in FLOP/s: "scores"
+    reduces over the head dimension (QKᵀ), "context" has it as its output width (attention over
+    values)."""
+
+    head_dims: tuple[int, ...]
+    scores: tuple[float, ...]
+    context: tuple[float, ...]
+    source: str
+
+
+def _eager_bmm(raw: dict | None) -> EagerBmm | None:
+    if raw is None:
+        return None
+    dims = tuple(raw["head_dims"])
+    assert len(raw["scores"]) == len(dims) == len(raw["context"]) and list(dims) == sorted(dims)
+    return EagerBmm(dims, tuple(v * TFLOP for v in raw["scores"]), tuple(v * TFLOP for v in raw["context"]), raw["source"])
+
+
+@dataclass(frozen=True)
 class KernelTable:
     architecture: str
     reference_gpu: str
@@ -118,6 +138,7 @@ class KernelTable:
     launch_s: float
     te_fp8_overhead: dict[str, float]  # Transformer Engine autocast time over pure fp8 GEMM time − 1, by recipe
     rowwise: RowwiseGrid | None = None  # torchao rowwise Float8Linear speedups, where measured
+    eager_bmm: EagerBmm | None = None  # unfused attention's batched GEMMs by head dimension, where measured
 
 
 def _read(architecture: str) -> dict | None:
@@ -202,6 +223,7 @@ def kernel_table(architecture: str) -> KernelTable | None:
         launch_s=mb["launch_s"],
         te_fp8_overhead={k: v for k, v in data.get("fp8", {}).items() if k != "source"},
         rowwise=_rowwise_grid(data.get("torchao_rowwise")),
+        eager_bmm=_eager_bmm(data["gemm"].get("eager_attention")),
     )
 
 
@@ -368,6 +390,22 @@ def gemm_seconds(m: int, n: int, k: int, count: int, gpu: GPUSpec, precision: Pr
     table = table_for(gpu)
     stream = gpu.hbm_bandwidth_bytes_per_s * table.stream_fraction
     return max(flop / rate, moved / stream) + table.launch_s
+
+
+def eager_bmm_rate(gpu: GPUSpec, head_dim: int, *, reduces_head_dim: bool) -> float | None:
+    """FLOP/s of one of unfused attention's batched GEMMs in a training step, from the generation's
+    measured curve by head dimension (linear between the measured head dims), at the GPU's
+    sustained compute over the reference GPU's benchmark (compute_scale, as the attention curves);
+    None where the generation has no curve or the head dimension lies outside it (the GEMM model
+    prices it then)."""
+    curves = table_for(gpu).eager_bmm
+    if curves is None or not curves.head_dims[0] <= head_dim <= curves.head_dims[-1]:
+        return None
+    ys = curves.scores if reduces_head_dim else curves.context
+    dims = curves.head_dims
+    i = max(j for j in range(len(dims)) if dims[j] <= head_dim)
+    rate = ys[i] if dims[i] == head_dim else ys[i] + (ys[i + 1] - ys[i]) * (head_dim - dims[i]) / (dims[i + 1] - dims[i])
+    return rate * compute_scale(gpu)
 
 
 # --- attention ----------------------------------------------------------------------------------
