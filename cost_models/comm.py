@@ -37,9 +37,10 @@ Measured clusters: where a cluster preset carries bus bandwidths measured on tha
 nodes (ClusterSpec.measured_busbw: a collective over N whole nodes at one message size), a group
 spanning N nodes is capped at them: the measurement carried to the group's message size along the
 size curve above (share(size)/share(measured size) at that node count), read in log2 between the
-measured node counts and flat beyond them. The per-NIC bound min(NVLink, k·NIC) still applies, so a
-group with few members per node stays NIC-bound where that is lower; the measurement bounds what the
-fabric delivers at that span, whatever slows it there (ring latency over many ranks, congestion).
+measured node counts and flat beyond them. The measurement is read as a bound set by the span (the
+network hops through N nodes, the same for any members per node), not by each node's NICs: the
+per-NIC bound min(NVLink, k·NIC) still applies beside it, so a group with few members per node stays
+NIC-bound where that is lower.
 
 Placement: a group of n ranks whose consecutive members are `stride` ranks apart (the rank order
 puts tp fastest, then cp, ep, dp, pp: Megatron `tp-cp-ep-dp-pp`, torchtitan's mesh
