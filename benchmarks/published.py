@@ -613,7 +613,17 @@ def _nanotron(entry: dict) -> Mapped:
         stages = ["t" * n for n in counts]
         layout = layout.model_copy(update={"pp_layout": "|".join(["E" + stages[0], *stages[1:-1], stages[-1] + "L"])})
         notes.append(f"pipeline split by nanotron's compute costs (build_model): {counts} decoder layers per stage")
-    return model, _cluster(entry), training, layout, notes
+    notes.append("cluster: Hugging Face's science cluster (AWS p5, EFA) with the playbook's own collective measurements "
+                 "across nodes (presets/clusters.toml hf-science-p5)")
+    return model, _nanotron_cluster(entry), training, layout, notes
+
+
+def _nanotron_cluster(entry: dict) -> Cluster:
+    """The cluster the Ultra-Scale Playbook sweep ran on: its figure's GPUs ("H100 80GB (HF
+    'hopper-prod' cluster)", nanotron's SLURM partition) on the preset that carries that cluster's
+    measured network (hf-science-p5's source)."""
+    assert "hopper-prod" in entry["hardware"]["gpu"], entry["id"]
+    return Cluster(spec=presets.clusters()["hf-science-p5"], num_gpus=entry["hardware"]["gpu_count"])
 
 
 def nanotron_pp_layers(model: ModelSpec, pp: int) -> list[int]:

@@ -33,6 +33,15 @@ Ring/Simple 3.4 µs per NVLink step and 14 µs per network step): base latency p
 per-step latency per protocol and link, the fastest protocol and algorithm (ring; tree for
 all-reduce across nodes) taken.
 
+Measured clusters: where a cluster preset carries bus bandwidths measured on that cluster across
+nodes (ClusterSpec.measured_busbw: a collective over N whole nodes at one message size), a group
+spanning N nodes is capped at them: the measurement carried to the group's message size along the
+size curve above (share(size)/share(measured size) at that node count), read in log2 between the
+measured node counts and flat beyond them. The measurement is read as a bound set by the span (the
+network hops through N nodes, the same for any members per node), not by each node's NICs: the
+per-NIC bound min(NVLink, k·NIC) still applies beside it, so a group with few members per node stays
+NIC-bound where that is lower.
+
 Placement: a group of n ranks whose consecutive members are `stride` ranks apart (the rank order
 puts tp fastest, then cp, ep, dp, pp: Megatron `tp-cp-ep-dp-pp`, torchtitan's mesh
 `pp, dp_replicate, dp_shard, cp, tp`, launch_formats.md §1.4, §2) has k = min(n, domain/stride)
@@ -231,6 +240,17 @@ def size_share(size_bytes: float, nodes: int) -> float:
     return log2_interp((lo, hi), (at(lo), at(hi)), nodes)
 
 
+def measured_busbw(op: Collective, size_bytes: float, nodes: int, cluster: ClusterSpec) -> float | None:
+    """The cluster's own cross-node measurement of `op` (module docstring, measured clusters) at
+    `nodes` nodes and `size_bytes`, or None where its preset has none for the collective."""
+    points = sorted((p.nodes, p.size_bytes, p.busbw_bytes_per_s) for p in cluster.measured_busbw if p.collective == op.value)
+    if not points or nodes < 2:
+        return None
+    counts = [count for count, _, _ in points]
+    carried = [busbw * size_share(size_bytes, count) / size_share(size, count) for count, size, busbw in points]
+    return log2_interp(counts, carried, max(nodes, counts[0]))
+
+
 def bus_bandwidth(op: Collective, where: Placement, cluster: ClusterSpec, *, flat: bool = False) -> float:
     """Plateau bus bandwidth of the collective on this placement (module docstring)."""
     n, k = where.n, where.per_domain
@@ -262,7 +282,9 @@ def collective_time(op: Collective, size_bytes: float, where: Placement, cluster
         across = (n - k) / n * size_bytes / (nic_busbw(cluster, where.span_gpus) * CROSS_NODE_ALL_TO_ALL_FRACTION)
         return max(floor, max(inside, across) / share)
     moved = bus_factor(op, n) * size_bytes
-    return max(floor, moved / (bus_bandwidth(op, where, cluster, flat=flat) * share))
+    busbw = bus_bandwidth(op, where, cluster, flat=flat) * share
+    measured = measured_busbw(op, size_bytes, nodes, cluster) if k < n else None
+    return max(floor, moved / (busbw if measured is None else min(busbw, measured)))
 
 
 def nccl_sm_share(cluster: ClusterSpec, where: Placement, sms: int) -> float:

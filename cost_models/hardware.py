@@ -103,6 +103,16 @@ class NetworkTier(_SIFromHuman):
     oversubscription: Annotated[float, Field(ge=1.0, le=1024.0)] = 1.0
 
 
+class MeasuredBusbw(_SIFromHuman):
+    """One bus bandwidth measured on the cluster itself: a collective over `nodes` whole nodes (every
+    GPU of each node a member), at one message size (busbw as nccl-tests defines it)."""
+
+    collective: Literal["all_reduce", "all_gather", "reduce_scatter"]
+    nodes: Annotated[int, Field(ge=2)]
+    size_bytes: Annotated[int, Field(gt=0)]
+    busbw_bytes_per_s: Bandwidth
+
+
 class ClusterSpec(_SIFromHuman):
     """A node type and its network: what a `--cluster` preset or file describes."""
 
@@ -122,12 +132,18 @@ class ClusterSpec(_SIFromHuman):
     # EFA devices per node, as the Kubernetes device plugin counts them (vpc.amazonaws.com/efa);
     # required with fabric "efa" for job.yaml's resource request.
     efa_devices_per_node: Count | None = None
+    # the cluster's own collective measurements across nodes, where published (cost_models.comm
+    # caps a cross-node collective at them)
+    measured_busbw: tuple[MeasuredBusbw, ...] = ()
     source: str = ""
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:
         if (self.fabric is Fabric.EFA) is not (self.efa_devices_per_node is not None):
             raise ValueError("efa_devices_per_node is given with fabric \"efa\" and only then (the vpc.amazonaws.com/efa count per node)")
+        points = [(p.collective, p.nodes) for p in self.measured_busbw]
+        if len(points) != len(set(points)):
+            raise ValueError("measured_busbw gives one point per collective and node count")
         big, small = sorted((self.scaleup_domain_gpus, self.gpus_per_node), reverse=True)
         if big % small:
             raise ValueError(

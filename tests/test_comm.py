@@ -123,3 +123,51 @@ def test_an_mi300x_pair_runs_over_its_one_xgmi_link():
     whole = busbw_bytes_per_s(Collective.ALL_REDUCE, 8 * GiB, 8, mi300x)
     assert busbw_bytes_per_s(Collective.ALL_REDUCE, 8 * GiB, 2, mi300x) / whole == pytest.approx(1 / 7, rel=1e-9)
     assert busbw_bytes_per_s(Collective.ALL_REDUCE, 8 * GiB, 4, mi300x) / whole == pytest.approx(3 / 7, rel=1e-9)
+
+
+# Hugging Face's science cluster (AWS p5, EFA): the Ultra-Scale Playbook's medians at 256 MB over
+# whole nodes of 8 (presets/clusters.toml hf-science-p5)
+P5 = CLUSTERS["hf-science-p5"]
+
+
+@pytest.mark.parametrize(("op", "nodes", "gb_per_s"), [
+    (Collective.ALL_REDUCE, 4, 160.1), (Collective.ALL_REDUCE, 16, 84.7), (Collective.ALL_REDUCE, 64, 32.9),
+    (Collective.ALL_GATHER, 8, 69.0), (Collective.ALL_GATHER, 64, 11.0), (Collective.REDUCE_SCATTER, 32, 27.9)])
+def test_a_measured_cluster_reproduces_its_own_collectives(op, nodes, gb_per_s):
+    # a 256 MiB collective over every GPU of `nodes` nodes runs at the playbook's median; all of them
+    # below the per-NIC model (8 x 47 GB/s, 370.8 on NVLink, times the size share), which would give
+    # 309.6 at 4 nodes and 263.6 at 64; the 64-node all-gather takes 511/512 x 256 MiB / 11.0 GB/s = 24.36 ms
+    assert busbw_bytes_per_s(op, 256 * MiB, 8 * nodes, P5) == pytest.approx(gb_per_s * 1e9, rel=1e-9)
+    if (op, nodes) == (Collective.ALL_GATHER, 64):
+        assert collective_time(op, 256 * MiB, placement(P5, 512, 1), P5) == pytest.approx(24.357e-3, rel=1e-4)
+
+
+def test_a_measured_cluster_reads_between_its_node_counts_and_carries_the_size_curve():
+    # 48 nodes: log2 between 32 (64.9) and 64 (32.9): 64.9 - log2(1.5) x 32.0 = 46.18 GB/s
+    assert busbw_bytes_per_s(Collective.ALL_REDUCE, 256 * MiB, 384, P5) == pytest.approx(46.18e9, rel=1e-3)
+    # 1 GiB at 32 nodes: the measurement times the 32-node curve's 1 GiB over 256 MiB share,
+    # 64.9 x 0.915 / 0.733 = 81.0 GB/s (still under the NIC model's 370.8 x 0.915)
+    assert busbw_bytes_per_s(Collective.ALL_REDUCE, GiB, 256, P5) == pytest.approx(64.9e9 * 0.915 / 0.733, rel=1e-3)
+
+
+def test_a_measured_cluster_keeps_the_nic_bound_where_it_is_lower():
+    # 2 nodes: the measured all-reduce (361.7) is above the model's 370.8 x share(256 MiB, 2 nodes) = 321.7,
+    # so the model stands, as on DGX H100 whose links are the same
+    assert busbw_bytes_per_s(Collective.ALL_REDUCE, 256 * MiB, 16, P5) == pytest.approx(busbw_bytes_per_s(Collective.ALL_REDUCE, 256 * MiB, 16), rel=1e-9)
+    # one rank per node over 32 nodes: one NIC, 47 GB/s x 0.733, under the 64.9 measured
+    one_per_node = busbw_bytes_per_s(Collective.ALL_REDUCE, 256 * MiB, 32, P5, stride=8)
+    assert one_per_node == pytest.approx(50e9 * 0.94 * 0.733, rel=1e-3)
+    # inside one node the NVLink model prices it (the 1-node points are not in the preset)
+    assert busbw_bytes_per_s(Collective.ALL_GATHER, 256 * MiB, 8, P5) == pytest.approx(busbw_bytes_per_s(Collective.ALL_GATHER, 256 * MiB, 8), rel=1e-9)
+    # and a cluster without measurements has none
+    assert comm.measured_busbw(Collective.ALL_REDUCE, 256 * MiB, 32, H100) is None
+
+
+def test_measured_points_are_one_per_collective_and_node_count():
+    body = P5.model_dump()
+    body["measured_busbw"] = [*body["measured_busbw"], body["measured_busbw"][0]]
+    with pytest.raises(ValueError, match="one point per collective and node count"):
+        type(P5).model_validate(body)
+    body["measured_busbw"] = [{**P5.measured_busbw[0].model_dump(), "nodes": 1}]
+    with pytest.raises(ValueError, match="nodes"):
+        type(P5).model_validate(body)

@@ -184,6 +184,16 @@ def test_nanotron_splits_the_pipeline_by_its_block_costs():
     assert sum(counts) == 80 and len(counts) == 32
 
 
+def test_nanotron_runs_on_the_playbook_cluster_and_its_measured_network():
+    # the sweep ran on Hugging Face's science cluster (nanotron's SLURM partition hopper-prod, EFA):
+    # every row is priced on hf-science-p5, whose cross-node collectives the playbook measured
+    clusters = {r.cluster.spec.name for r in RUNS if r.group == "nanotron_ultrascale"}
+    assert clusters == {"hf-science-p5"}
+    spec = BY_ID["nanotron-usp-3p57b-64nodes-dp128-tp4-pp1-mbs2"].cluster.spec
+    assert spec.fabric == "efa" and spec.efa_devices_per_node == 32
+    assert {(p.collective, p.nodes) for p in spec.measured_busbw} >= {("all_reduce", 64), ("all_gather", 64)}
+
+
 @pytest.mark.parametrize("run_id, ddp, blocking", [
     ("nanotron-usp-1p34b-16nodes-dp64-tp2-pp1-mbs4", True, False),  # ZeRO-0, dp 64: wrapped in torch DDP
     ("nanotron-usp-80p0b-4nodes-dp1-tp8-pp4-mbs1", False, False),  # ZeRO-0 but dp 1
