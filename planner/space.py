@@ -555,12 +555,13 @@ def schedule_ok(problem: Problem, pp, vpp, microbatches):  # type: ignore[no-unt
 def accumulation_ok(problem: Problem, pp, microbatches):  # type: ignore[no-untyped-def]
     """Whether a layout's micro-batches per step are ones the framework can form with the allowed or
     fixed grad_accumulation. Without a pipeline, more than one micro-batch per data-parallel rank is
-    gradient accumulation: with it off (torchtitan before 8570415c3, 2025-06-05: train.py at 9dec370
-    runs one forward and backward of the local batch per step) only mbs = global batch / dp is left;
-    fixed on, only layouts that accumulate. A pipeline splits the local batch into micro-batches
-    whatever the option (torchtitan at 9dec370: --experimental.pipeline_parallel_microbatches, any
-    count; the schedule's own limits are cost_models.rules'), so pp > 1 is never narrowed. Ints or
-    numpy arrays, like sharding_ok."""
+    gradient accumulation: with it off (torchtitan before 8570415c3, 2025-06-05: train.py L257-260
+    and L300-308 at 9dec370 run one forward and backward of the local batch per step) only
+    mbs = global batch / dp is left; fixed on, only layouts that accumulate. A pipeline splits the
+    local batch into micro-batches whatever the option (torchtitan at 9dec370:
+    --experimental.pipeline_parallel_microbatches, any count, pipelining_utils.py L79-81; the
+    schedule's own limits are cost_models.rules'), so pp > 1 is never narrowed. Ints or numpy
+    arrays, like sharding_ok."""
     ok = pp == pp
     values = _fixed(problem, "grad_accumulation", [True, False])
     if True not in values:
