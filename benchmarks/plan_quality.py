@@ -49,7 +49,7 @@ from cost_models.step_time import TimeEstimate, time_estimate  # noqa: E402
 from planner.render import split_tag  # noqa: E402
 from planner.search import TIE_RESOLUTION, Plan, Rejected, SearchResult, evaluate, search  # noqa: E402
 from planner.space import (  # noqa: E402
-    HSDP_GROUPS, MAX_MBS, MAX_VPP, MIN_CP_TOKENS, Problem, Sharding, cp_values, ep_values, etp_values,
+    HSDP_GROUPS, MAX_MBS, MAX_VPP, MIN_CP_TOKENS, Problem, Sharding, accumulation_ok, cp_values, ep_values, etp_values,
     mbs_values, parse_allowed, sharding_ok, shardings, sp_values, stages, tp_values,
 )
 
@@ -166,6 +166,9 @@ def outside_space(problem: Problem, job: Job) -> tuple[tuple[str, str], ...]:
         why.append(("ep", f"ep {lay.ep} is not searched"))
     if lay.mbs not in mbs_values(problem):
         why.append(("mbs", f"mbs {lay.mbs} is not a divisor of the global batch ≤ {MAX_MBS}"))
+    elif not accumulation_ok(problem, lay.pp, job.num_microbatches):
+        why.append(("grad_accumulation", f"{job.num_microbatches} micro-batches at pp {lay.pp}: gradient accumulation is not searched"
+                    if job.num_microbatches > 1 else f"1 micro-batch at pp {lay.pp}: only gradient accumulation is searched"))
     n, counts = problem.model.num_layers, tuple(stage_counts(job))
     made = {(st.pp, st.vpp, tuple(st.counts(n)), st.recompute, st.recompute_layers) for st in stages(problem)}
     if (lay.pp, lay.vpp, counts, lay.recompute, lay.recompute_layers) not in made:

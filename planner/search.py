@@ -54,8 +54,8 @@ from cost_models.rules import fill_defaults, resolve
 from cost_models.states import embedding_params_local, local_layer_params, state_parts
 from cost_models.step_time import TimeEstimate, dp_tail, expected_max_normal, fsdp_layer_comm, dense_share, layer_pass, time_estimate
 from planner.space import (
-    Problem, Shard, Sharding, Stages, degrees_ok, expert_grid_ok, held_per_chunk, layout_key, layout_of, schedule_ok, shardings, shards,
-    sharding_ok, stages,
+    Problem, Shard, Sharding, Stages, accumulation_ok, degrees_ok, expert_grid_ok, held_per_chunk, layout_key, layout_of,
+    schedule_ok, shardings, shards, sharding_ok, stages,
 )
 
 NS = 1e9  # the integer time unit of the CP-SAT model: nanoseconds
@@ -464,6 +464,7 @@ class Space:
         per_step = sh_mbs[:, None] * np.maximum(dp, 1)
         ok &= gbs % per_step == 0
         ok &= schedule_ok(problem, st_pp[None, :], st_vpp[None, :], gbs // per_step)
+        ok &= accumulation_ok(problem, st_pp[None, :], gbs // per_step)
         ok &= expert_grid_ok(problem, sh_tp[:, None], col(self.shards, "ep")[:, None], col(self.shards, "etp")[:, None], st_pp[None, :])
         si, ti = np.nonzero(ok)
         self.cell_shard, self.cell_stages = si, ti

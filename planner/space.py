@@ -23,6 +23,8 @@ Bounds of the search, beyond the frameworks' rules:
 
 A Problem may pin an axis (`fixed`, what `plan --fix` sets) or narrow it to a set of values
 (`allowed`: e.g. sp off and recompute none or full, the options an older framework version had).
+One such axis is no field of the layout: grad_accumulation off keeps one micro-batch per
+data-parallel rank at pp 1 (accumulation_ok).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ HSDP_GROUPS = (8, 16, 32, 64, 128, 256)
 DEFAULT_TOKENS_PER_STEP = 4 * 1024 * 1024
 
 FIXABLE = ("tp", "sp", "pp", "vpp", "cp", "ep", "etp", "mbs", "dp", "zero", "dp_shard", "recompute", "recompute_layers",
-           "pp_split")
+           "pp_split", "grad_accumulation")
 # The kinds of pipeline split (splits): the same layers on every rank; Megatron's uneven ends
 # (--decoder-first/last-pipeline-num-layers, first in Megatron-LM fa8bb5921b, 2024-09-05); every
 # rank's own count (--pipeline-model-parallel-layout, first in 77732c3628, 2025-06-13).
@@ -155,7 +157,7 @@ def parse_fixes(items: list[str]) -> dict[str, object]:
         try:
             if key == "recompute":
                 out[key] = Recompute(value)
-            elif key == "sp":
+            elif key in ("sp", "grad_accumulation"):
                 if value.lower() not in ("true", "false", "1", "0", "on", "off"):
                     raise ValueError
                 out[key] = value.lower() in ("true", "1", "on")
@@ -171,7 +173,8 @@ def parse_fixes(items: list[str]) -> dict[str, object]:
                     raise ValueError
                 out[key] = n
         except ValueError:
-            allowed = {"recompute": "none, selective or full", "sp": "true or false", "zero": "0, 1, 2 or 3",
+            allowed = {"recompute": "none, selective or full", "sp": "true or false", "grad_accumulation": "true or false",
+                       "zero": "0, 1, 2 or 3",
                        "pp_split": ", ".join(PP_SPLITS[:-1]) + " or " + PP_SPLITS[-1]}
             raise SpecError(f"--fix {key}={value}: must be {allowed.get(key, 'a positive integer')}") from None
     return out
@@ -526,6 +529,8 @@ def degrees_ok(problem: Problem, shard: Shard, st: Stages) -> int | None:
         return None
     if not schedule_ok(problem, st.pp, st.vpp, problem.global_batch // (shard.mbs * dp)):
         return None
+    if not accumulation_ok(problem, st.pp, problem.global_batch // (shard.mbs * dp)):
+        return None
     if not expert_grid_ok(problem, shard.tp, shard.ep, shard.etp, st.pp):
         return None
     return dp
@@ -545,6 +550,25 @@ def schedule_ok(problem: Problem, pp, vpp, microbatches):  # type: ignore[no-unt
     if problem.framework is not Framework.MEGATRON:
         return pp == pp
     return (vpp == 1) | (microbatches % pp == 0)
+
+
+def accumulation_ok(problem: Problem, pp, microbatches):  # type: ignore[no-untyped-def]
+    """Whether a layout's micro-batches per step are ones the framework can form with the allowed or
+    fixed grad_accumulation. Without a pipeline, more than one micro-batch per data-parallel rank is
+    gradient accumulation: with it off (torchtitan before 8570415c3, 2025-06-05: train.py L257-260
+    and L300-308 at 9dec370 run one forward and backward of the local batch per step) only
+    mbs = global batch / dp is left; fixed on, only layouts that accumulate. A pipeline splits the
+    local batch into micro-batches whatever the option (torchtitan at 9dec370:
+    --experimental.pipeline_parallel_microbatches, any count, pipelining_utils.py L79-81; the
+    schedule's own limits are cost_models.rules'), so pp > 1 is never narrowed. Ints or numpy
+    arrays, like sharding_ok."""
+    ok = pp == pp
+    values = _fixed(problem, "grad_accumulation", [True, False])
+    if True not in values:
+        ok = ok & ((pp > 1) | (microbatches == 1))
+    if False not in values:
+        ok = ok & ((pp > 1) | (microbatches > 1))
+    return ok
 
 
 def sharding_ok(problem: Problem, pp, sh: Sharding, dp):  # type: ignore[no-untyped-def]

@@ -14,7 +14,7 @@ from benchmarks.plan_quality import rank_of, run_row  # noqa: E402
 from benchmarks.published import load  # noqa: E402
 from planner.runners import run_estimate  # noqa: E402
 from planner.search import Plan  # noqa: E402
-from planner.space import split_kind  # noqa: E402
+from planner.space import Problem, accumulation_ok, split_kind  # noqa: E402
 
 RUN = "torchtitan-2412-8b-8gpu-fsdp"  # 8 GPUs, Llama 3.1 8B: a search of about 0.1 s
 
@@ -123,6 +123,23 @@ def test_narayanan2021_problem_has_no_sp_no_selective_recompute_and_no_zero(judg
     assert any(st.vpp > 1 for st in stages(narrowed))  # interleaving came with the paper: left open
 
 
+def test_torchtitan_of_december_2024_has_no_gradient_accumulation(judged) -> None:  # type: ignore[no-untyped-def]
+    from benchmarks.plan_quality import outside_space
+    from cost_models.rules import resolve
+
+    runs, _, judging = judged
+    run = next(r for r in runs if r.id == "torchtitan-2412-8b-128gpu-fsdp")
+    narrowed = Problem(run.model, run.cluster, run.training, allowed=judging[run.id].allowed)
+    free = Problem(run.model, run.cluster, run.training)
+    # 256 sequences over 128 ranks: mbs 2 is one micro-batch per step, mbs 1 two (accumulation)
+    assert accumulation_ok(free, 1, 2) and not accumulation_ok(narrowed, 1, 2)
+    assert accumulation_ok(narrowed, 1, 1) and accumulation_ok(narrowed, 8, 8)  # a pipeline splits its local batch
+    job = resolve(run.model, run.cluster, run.training, run.layout.model_copy(update=dict(mbs=1)))
+    assert job.num_microbatches == 2
+    assert [axis for axis, _ in outside_space(narrowed, job)] == ["grad_accumulation"]
+    assert outside_space(narrowed, run.job()) == ()
+
+
 def test_every_chosen_published_layout_is_inside_its_software_options(judged) -> None:  # type: ignore[no-untyped-def]
     runs, _, judging = judged
     for run in runs:
@@ -135,6 +152,10 @@ def test_every_chosen_published_layout_is_inside_its_software_options(judged) ->
                     recompute_layers=lay.recompute_layers, dp_shard=dp_shard,
                     pp_split=split_kind(lay.pp_first_stage_layers, lay.pp_last_stage_layers, lay.pp_layout))
         for axis, values in j.allowed.items():
+            if axis == "grad_accumulation":  # no field of the layout: its micro-batches at its pipeline depth
+                problem = Problem(run.model, run.cluster, run.training, allowed={axis: values})
+                assert accumulation_ok(problem, lay.pp, job.num_microbatches), f"{run.id}: {job.num_microbatches} micro-batches at pp {lay.pp}"
+                continue
             assert have[axis] in values, f"{run.id}: published {axis} {have[axis]} not in {values}"
 
 
@@ -144,12 +165,14 @@ def test_a_search_with_allowed_values_uses_only_those(row, judged) -> None:  # t
     from planner.space import Problem
 
     _, _, judging = judged
-    allowed = judging[RUN].allowed  # torchtitan of Dec 2024: FSDP resharding after forward, or DDP
-    assert allowed == {"zero": frozenset({Zero.NONE, Zero.PARAMETERS})}
+    # torchtitan of Dec 2024: FSDP resharding after forward, or DDP; no gradient accumulation
+    allowed = judging[RUN].allowed
+    assert allowed == {"zero": frozenset({Zero.NONE, Zero.PARAMETERS}), "grad_accumulation": frozenset({False})}
     assert row.best.job.zero is Zero.GRADIENTS  # free, our #1 keeps parameters gathered (zero 2)
     run = row.run
     result = search(Problem(run.model, run.cluster, run.training, allowed=allowed), top=5, time_limit_s=30.0)
     assert result.plans and all(p.job.zero in allowed["zero"] for p in result.plans)
+    assert all(p.job.num_microbatches == 1 for p in result.plans if p.job.layout.pp == 1)
 
 
 @pytest.mark.parametrize(("axes", "message"), [

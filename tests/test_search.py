@@ -217,6 +217,7 @@ def test_plan_json_gives_each_plan_as_estimate_does():
     [
         (["--fix", "tp8"], "expected AXIS=VALUE"),
         (["--fix", "zero=5"], "--fix zero=5: must be 0, 1, 2 or 3"),
+        (["--fix", "grad_accumulation=maybe"], "--fix grad_accumulation=maybe: must be true or false"),
         (["--top", "0"], "--top(0) must be at least 1"),
         (["--fix", "tp=3"], "no layout of llama-3.1-8b"),
     ],
@@ -480,3 +481,20 @@ def test_pp_split_keeps_the_search_to_one_kind_of_pipeline_split():
         assert lay.pp_layout is None
     with pytest.raises(SpecError, match=r"--fix pp_split=uneven: must be even, ends or layout"):
         parse_fixes(["pp_split=uneven"])
+
+
+def test_without_gradient_accumulation_a_step_without_pipeline_is_one_micro_batch():
+    # torchtitan before 8570415c3 (2025-06-05) runs one forward and backward of the local batch per step
+    # at pp 1. With mbs 1, 16 sequences over at most 8 data-parallel ranks take at least 2 micro-batches
+    # at pp 1, so with grad_accumulation off only pipelines are left (their local batch is split into
+    # the pipeline's micro-batches); unconstrained, pp 1 dp 8 with 2 micro-batches is #1.
+    free = search(problem(LLAMA_TINY, 8, gbs=16, framework="torchtitan", mbs=1), top=5)
+    assert (free.plans[0].job.layout.pp, free.plans[0].job.num_microbatches) == (1, 2)
+    p = problem(LLAMA_TINY, 8, gbs=16, framework="torchtitan", **parse_fixes(["mbs=1", "grad_accumulation=false"]))
+    cpsat, brute = search(p, top=5), brute_force(p, top=5)
+    assert cpsat.optimal and cpsat.plans
+    assert [x.key for x in cpsat.plans] == [x.key for x in brute.plans]
+    assert all(x.job.layout.pp > 1 for x in cpsat.plans)
+    # and the mbs that makes one micro-batch per rank at pp 1 (16 / dp 8 = 2) is searched
+    one = search(problem(LLAMA_TINY, 8, gbs=16, framework="torchtitan", tp=1, pp=1, grad_accumulation=False), top=5)
+    assert one.plans and all(x.job.layout.mbs == 2 and x.job.num_microbatches == 1 for x in one.plans)
