@@ -470,7 +470,9 @@ def _sail_pipeline(entry: dict) -> Mapped:
                    "default (on): the run script of the paper's time, sail-sg/zero-bubble-pipeline-parallelism@77b9eed9 "
                    "examples/pretrain_zero_bubble.sh:64-100, passes none of --use-distributed-optimizer, "
                    "--overlap-grad-reduce, --no-gradient-accumulation-fusion (megatron/arguments.py:949-953, 1175, "
-                   "1212 there)")]
+                   "1212 there)"),
+                  ("Megatron's local transformer (--transformer-impl defaults to local, megatron/arguments.py:535 "
+                   "@77b9eed9): linear_qkv adds its bias and reduces its gradient outside the GEMM (qkv_bias_unfused)")]
         vocab, attention, backend, dropout = 32000, AttentionKernel.EAGER, None, 0.1
         per_middle = -(-m["layers"] // lay["pp"])
         end = per_middle - 1  # Sec. 5.1: the first and last stages hold one layer fewer
@@ -489,7 +491,7 @@ def _sail_pipeline(entry: dict) -> Mapped:
         first = last = None
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.FP16,
                             framework=Framework.MEGATRON, attention=attention, attention_backend=backend,
-                            overlap_grad_reduce=False)
+                            overlap_grad_reduce=False, qkv_bias_unfused=zb)
     layout = _layout(entry, zero=Zero.NONE if zb else Zero.OPTIMIZER, recompute=Recompute.NONE,
                      schedule=Schedule.ONE_F_ONE_B, first=first, last=last)
     model = _gpt_model(entry, vocab=vocab, tied=False).model_copy(update=dict(attention_dropout=dropout, hidden_dropout=dropout))

@@ -616,6 +616,7 @@ def elementwise_seconds(job: Job, kind: LayerKind, *, backward: bool, cal: Calib
     blocks = kind.norms
     norms = blocks * (2 if m.sandwich_norms else 1)
     total = bias_grad_seconds(job, kind, cal) if backward else 0.0
+    total += qkv_bias_seconds(job, kind, backward=backward, cal=cal)
     total += norms * _op_seconds(job, "norm", h * residual_tokens, backward, cal)
     total += blocks * _op_seconds(job, "add", h * residual_tokens, backward, cal)
     if m.hidden_dropout > 0:
@@ -684,6 +685,25 @@ def bias_grad_seconds(job: Job, kind: LayerKind, cal: Calibration) -> float:
         fc1 = m.ffn_hidden_size * (2 if m.mlp.gated else 1)
         widths += [fc1 / job.layout.tp * t, m.hidden_size * residual_tokens]
     return sum(memory_seconds(job, w * ACT_BYTES, cal, launches=1) for w in widths)
+
+
+# Megatron's local linear_qkv bias per output element: forward `output + bias` reads the GEMM's
+# 16-bit output and writes the sum (2 + 2; the bias row is read once), backward grad_output.sum(0)
+# reads the 16-bit output gradient once (2).
+QKV_BIAS_ADD_BYTES = 2 + 2
+QKV_BIAS_GRAD_BYTES = 2
+
+
+def qkv_bias_seconds(job: Job, kind: LayerKind, *, backward: bool, cal: Calibration) -> float:
+    """The linear_qkv bias kernels of TrainingSpec.qkv_bias_unfused (Megatron's local linears): an add
+    over the projection's output in forward, one reduction of its gradient in backward, each over the
+    rank's tokens and its q, k, v heads (the column-parallel output: whole sequence, width / tp)."""
+    m = job.model
+    if not (job.training.qkv_bias_unfused and m.qkv_bias and kind.mixer is MixerKind.ATTENTION):
+        return 0.0
+    elements = tokens(job) * (m.q_width + 2 * m.kv_width) / job.layout.tp
+    moved = elements * (QKV_BIAS_GRAD_BYTES if backward else QKV_BIAS_ADD_BYTES)
+    return memory_seconds(job, moved, cal, launches=1)
 
 
 def permutation_seconds(job: Job, routed: int, cal: Calibration) -> float:

@@ -494,6 +494,9 @@ def _gradient_path(job: Job) -> str | None:
         return "pipeline_keeps_outputs describes torch.distributed.pipelining's stages; it needs pp > 1 (pp=1)"
     if tr.compile_whole_model and not tr.compile:
         return "compile_whole_model describes how torch.compile wraps the model; it needs compile=True"
+    if tr.qkv_bias_unfused and (tr.framework is not MEGATRON or not job.model.qkv_bias):
+        return (f"qkv_bias_unfused describes Megatron's local linear_qkv bias add (framework={tr.framework}, "
+                f"qkv_bias={job.model.qkv_bias}); drop it, or use framework megatron with a qkv bias")
     if tr.bf16_params and tr.precision is not Precision.BF16:
         return f"bf16_params keeps the parameters in bf16, the compute dtype of precision bf16 (precision={tr.precision}); drop it"
     return None

@@ -273,6 +273,17 @@ class TrainingSpec(Spec):
     # 1963fc8 of 2024-12-23 (pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md, 'Versions
     # and Dates'). Framework torchtitan with pp > 1 only.
     pipeline_keeps_outputs: bool = False
+    # Megatron's local (non-Transformer-Engine) linear_qkv adds its bias outside the GEMM: the legacy
+    # model's query_key_value is a ColumnParallelLinear with skip_bias_add at its default False
+    # (sail-sg/zero-bubble-pipeline-parallelism@77b9eed9 megatron/model/transformer.py:553-559,
+    # megatron/core/tensor_parallel/layers.py:599, 749), whose autograd function runs
+    # `output = output + bias` after torch.matmul (layers.py:337-340) and reduces the bias gradient
+    # with grad_output.sum(dim=0) (layers.py:447): one add kernel forward, one reduction backward
+    # (compute.qkv_bias_seconds). --transformer-impl defaults to local there (megatron/arguments.py:535)
+    # and --add-bias-linear to on (:927-929). Transformer Engine's linear_qkv adds the bias and reduces
+    # its gradient in the cuBLASLt epilogue, so this is off by default. Framework megatron with a
+    # qkv bias only.
+    qkv_bias_unfused: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:

@@ -114,6 +114,8 @@ def test_global_batch_defaults_to_legal_microbatches():
     (dict(framework="megatron", apex_distributed_adam=True), r"framework=megatron, zero 0\); drop it"),
     (dict(framework="megatron", align_param_gather=True), "align_param_gather is Megatron DDP's, for the distributed optimizer"),
     (dict(framework="torchtitan", nccl_max_ctas={"dp": 8}), "nccl_max_ctas is Megatron's --nccl-communicator-config-path"),
+    (dict(framework="torchtitan", qkv_bias_unfused=True), "qkv_bias_unfused describes Megatron's local linear_qkv"),
+    (dict(framework="megatron", qkv_bias_unfused=True), r"qkv_bias=False\); drop it"),
 ])
 def test_one_frameworks_switches_are_refused_for_another(training, needle):
     with pytest.raises(SpecError, match=needle):

@@ -774,6 +774,33 @@ def test_megatron_reduces_the_bias_gradients_of_proj_fc1_and_fc2_in_one_kernel_e
     assert bias_grad_seconds(job("torchtitan"), kind, DEFAULT) == 0.0
 
 
+def test_megatron_local_qkv_bias_is_an_add_forward_and_a_reduction_backward():
+    from cost_models.compute import elementwise_seconds, qkv_bias_seconds
+
+    def job(unfused=True, tp=1, **model):
+        spec = GPT_TINY.model_copy(update=model)
+        return make_job(spec, gpus=tp, tp=tp, cluster="dgx-a100-80gb",
+                        training=dict(seq_len=512, global_batch_size=1, qkv_bias_unfused=unfused))
+
+    # 512 tokens x (q 256 + k 256 + v 256) = 393,216 16-bit outputs. Forward reads and writes each
+    # (4 bytes): 1,572,864 bytes at A100's stream fraction (0.86 of 2.039 TB/s) = 0.897 µs, plus one
+    # 2.6 µs launch; backward reads the gradient once (2 bytes): 0.448 µs + 2.6 µs. rel 1e-3: the
+    # hand arithmetic's rounding
+    kind = LayerKind()
+    fwd = qkv_bias_seconds(job(), kind, backward=False, cal=DEFAULT)
+    bwd = qkv_bias_seconds(job(), kind, backward=True, cal=DEFAULT)
+    assert fwd == pytest.approx(1_572_864 / (2.039e12 * 0.86) + 2.6e-6, rel=1e-3)
+    assert bwd == pytest.approx(786_432 / (2.039e12 * 0.86) + 2.6e-6, rel=1e-3)
+    # tp 2: each rank holds half the heads, half the elements (the launch stays whole)
+    assert qkv_bias_seconds(job(tp=2), kind, backward=False, cal=DEFAULT) == pytest.approx(786_432 / (2.039e12 * 0.86) + 2.6e-6, rel=1e-3)
+    # the layer's memory-bound kernels carry exactly that, in both passes; off by default (Transformer
+    # Engine's epilogue) and without a qkv bias
+    for backward, extra in ((False, fwd), (True, bwd)):
+        assert elementwise_seconds(job(), kind, backward=backward, cal=DEFAULT) \
+            - elementwise_seconds(job(False), kind, backward=backward, cal=DEFAULT) == pytest.approx(extra, rel=1e-9)
+    assert qkv_bias_seconds(job(False), kind, backward=False, cal=DEFAULT) == 0.0
+
+
 def test_megatron_optimizer_copies_16_bit_main_grads_to_fp32_and_unscales_fp16_ones():
     from cost_models.compute import optimizer_time
 
