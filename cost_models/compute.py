@@ -617,6 +617,7 @@ def elementwise_seconds(job: Job, kind: LayerKind, *, backward: bool, cal: Calib
     norms = blocks * (2 if m.sandwich_norms else 1)
     total = bias_grad_seconds(job, kind, cal) if backward else 0.0
     total += qkv_bias_seconds(job, kind, backward=backward, cal=cal)
+    total += qkv_layout_copy_seconds(job, kind, backward=backward, cal=cal)
     total += norms * _op_seconds(job, "norm", h * residual_tokens, backward, cal)
     total += blocks * _op_seconds(job, "add", h * residual_tokens, backward, cal)
     if m.hidden_dropout > 0:
@@ -704,6 +705,22 @@ def qkv_bias_seconds(job: Job, kind: LayerKind, *, backward: bool, cal: Calibrat
     elements = tokens(job) * (m.q_width + 2 * m.kv_width) / job.layout.tp
     moved = elements * (QKV_BIAS_GRAD_BYTES if backward else QKV_BIAS_ADD_BYTES)
     return memory_seconds(job, moved, cal, launches=1)
+
+
+# TrainingSpec.qkv_bshd_copies per q, k, v element: forward each copy reads the strided view and
+# writes the bshd tensor (2 + 2); backward torch.cat reads the three gradients and writes the fused
+# one (2 + 2).
+QKV_COPY_BYTES = 2 + 2
+
+
+def qkv_layout_copy_seconds(job: Job, kind: LayerKind, *, backward: bool, cal: Calibration) -> float:
+    """TrainingSpec.qkv_bshd_copies: three copies (q, k, v) in forward, one torch.cat in backward,
+    over the rank's tokens and its q, k, v heads."""
+    m = job.model
+    if not (job.training.qkv_bshd_copies and kind.mixer is MixerKind.ATTENTION):
+        return 0.0
+    elements = tokens(job) * (m.q_width + 2 * m.kv_width) / job.layout.tp
+    return memory_seconds(job, elements * QKV_COPY_BYTES, cal, launches=1 if backward else 3)
 
 
 def permutation_seconds(job: Job, routed: int, cal: Calibration) -> float:

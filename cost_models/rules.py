@@ -497,6 +497,9 @@ def _gradient_path(job: Job) -> str | None:
     if tr.qkv_bias_unfused and (tr.framework is not MEGATRON or not job.model.qkv_bias):
         return (f"qkv_bias_unfused describes Megatron's local linear_qkv bias add (framework={tr.framework}, "
                 f"qkv_bias={job.model.qkv_bias}); drop it, or use framework megatron with a qkv bias")
+    if tr.qkv_bshd_copies and (tr.framework is not MEGATRON or tr.attention is not AttentionKernel.FLASH):
+        return (f"qkv_bshd_copies describes Megatron core's q, k, v copies for Transformer Engine's flash attention "
+                f"(framework={tr.framework}, attention={tr.attention}); drop it, or use framework megatron with flash attention")
     if tr.bf16_params and tr.precision is not Precision.BF16:
         return f"bf16_params keeps the parameters in bf16, the compute dtype of precision bf16 (precision={tr.precision}); drop it"
     return None

@@ -284,6 +284,18 @@ class TrainingSpec(Spec):
     # its gradient in the cuBLASLt epilogue, so this is off by default. Framework megatron with a
     # qkv bias only.
     qkv_bias_unfused: bool = False
+    # Megatron core's TEDotProductAttention with rope fusion on (--no-rope-fusion not passed: it defaults
+    # on, whatever the position embedding) hands Transformer Engine q, k and v as bshd, copying each
+    # strided view of the fused qkv output with transpose(0, 1).contiguous()
+    # (sail-sg/VocabularyParallelism@4dca7d20 megatron/core/transformer/custom_layers/
+    # transformer_engine.py:503-524; megatron/training/arguments.py:1165-1168; the views:
+    # megatron/core/transformer/attention.py:486-526). In backward their gradients, three tensors of
+    # flash-attn's own, are joined back into the fused gradient with torch.cat (Transformer Engine
+    # _SplitAlongDim.backward, NVIDIA/TransformerEngine@v1.4 transformer_engine/pytorch/attention.py:
+    # 1247-1287, unchanged in v1.3 and v1.5). At one sequence per micro-batch the output's transpose
+    # back is a view (a dimension of 1), so only the q, k, v copies and the join are priced
+    # (compute.qkv_layout_copy_seconds). Framework megatron with flash attention only.
+    qkv_bshd_copies: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:

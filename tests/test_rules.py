@@ -116,6 +116,8 @@ def test_global_batch_defaults_to_legal_microbatches():
     (dict(framework="torchtitan", nccl_max_ctas={"dp": 8}), "nccl_max_ctas is Megatron's --nccl-communicator-config-path"),
     (dict(framework="torchtitan", qkv_bias_unfused=True), "qkv_bias_unfused describes Megatron's local linear_qkv"),
     (dict(framework="megatron", qkv_bias_unfused=True), r"qkv_bias=False\); drop it"),
+    (dict(framework="torchtitan", qkv_bshd_copies=True), "qkv_bshd_copies describes Megatron core's q, k, v copies"),
+    (dict(framework="megatron", attention="eager", qkv_bshd_copies=True), "attention=eager"),
 ])
 def test_one_frameworks_switches_are_refused_for_another(training, needle):
     with pytest.raises(SpecError, match=needle):

@@ -801,6 +801,30 @@ def test_megatron_local_qkv_bias_is_an_add_forward_and_a_reduction_backward():
     assert qkv_bias_seconds(job(False), kind, backward=False, cal=DEFAULT) == 0.0
 
 
+def test_megatron_core_copies_q_k_v_to_bshd_forward_and_joins_their_gradients_backward():
+    from cost_models.compute import elementwise_seconds, qkv_layout_copy_seconds
+
+    def job(copies=True, tp=1):
+        return make_job(GPT_TINY, gpus=tp, tp=tp, cluster="dgx-a100-80gb",
+                        training=dict(seq_len=512, global_batch_size=1, qkv_bshd_copies=copies))
+
+    # 512 tokens x (q 256 + k 256 + v 256) = 393,216 16-bit elements, each read and written once per
+    # pass (4 bytes): 1,572,864 bytes at A100's stream fraction (0.86 of 2.039 TB/s) = 0.897 µs;
+    # forward three copy kernels (3 x 2.6 µs), backward one torch.cat (2.6 µs). rel 1e-3: the hand
+    # arithmetic's rounding
+    kind = LayerKind()
+    fwd = qkv_layout_copy_seconds(job(), kind, backward=False, cal=DEFAULT)
+    bwd = qkv_layout_copy_seconds(job(), kind, backward=True, cal=DEFAULT)
+    assert fwd == pytest.approx(1_572_864 / (2.039e12 * 0.86) + 3 * 2.6e-6, rel=1e-3)
+    assert bwd == pytest.approx(1_572_864 / (2.039e12 * 0.86) + 2.6e-6, rel=1e-3)
+    # tp 2: half the heads per rank
+    assert qkv_layout_copy_seconds(job(tp=2), kind, backward=True, cal=DEFAULT) == pytest.approx(786_432 / (2.039e12 * 0.86) + 2.6e-6, rel=1e-3)
+    for backward, extra in ((False, fwd), (True, bwd)):
+        assert elementwise_seconds(job(), kind, backward=backward, cal=DEFAULT) \
+            - elementwise_seconds(job(False), kind, backward=backward, cal=DEFAULT) == pytest.approx(extra, rel=1e-9)
+    assert qkv_layout_copy_seconds(job(False), kind, backward=False, cal=DEFAULT) == 0.0
+
+
 def test_megatron_optimizer_copies_16_bit_main_grads_to_fp32_and_unscales_fp16_ones():
     from cost_models.compute import optimizer_time
 
