@@ -288,7 +288,8 @@ class TrainingSpec(Spec):
     # on, whatever the position embedding) hands Transformer Engine q, k and v as bshd, copying each
     # strided view of the fused qkv output with transpose(0, 1).contiguous()
     # (sail-sg/VocabularyParallelism@4dca7d20 megatron/core/transformer/custom_layers/
-    # transformer_engine.py:503-524; megatron/training/arguments.py:1165-1168; the views:
+    # transformer_engine.py:503-524; megatron/training/arguments.py:1165-1168, copied into the
+    # TransformerConfig by name at :648-650; the views:
     # megatron/core/transformer/attention.py:486-526). In backward their gradients, three tensors of
     # flash-attn's own, are joined back into the fused gradient with torch.cat (Transformer Engine
     # _SplitAlongDim.backward, NVIDIA/TransformerEngine@v1.4 transformer_engine/pytorch/attention.py:
