@@ -76,7 +76,7 @@ class AttentionKernel(StrEnum):
 class AttentionBackend(StrEnum):
     """The fused attention kernel family a flash job runs (published curves in presets/kernels)."""
 
-    FA1 = "fa1"  # FlashAttention-1 (flash-attn 1.x, and MosaicML's Triton port of it)
+    FA1 = "fa1"  # FlashAttention-1 (flash-attn 1.x; llm-foundry's Triton FlashAttention priced as it)
     FA2 = "fa2"  # FlashAttention-2 (flash-attn 2.x; PyTorch SDPA's flash backend)
     FA3 = "fa3"  # FlashAttention-3 (Hopper)
     FA4 = "fa4"  # FlashAttention-4 (Blackwell)
