@@ -28,6 +28,7 @@ from cost_models.enums import (
     Framework,
     MLPKind,
     NormKind,
+    OptimizerKind,
     PositionKind,
     Precision,
     Recompute,
@@ -393,8 +394,8 @@ def _mpt(entry: dict) -> Mapped:
              ("every MPTBlock checkpointed whole where the table says activation checkpointing, attention included "
               "(llm-foundry v0.3.0 modeling_mpt.py L619-620)"),
              _mpt_reduce_note(entry["hardware"]["precision"]),
-             ("optimizer priced as AdamW: the benchmark yamls' decoupled_adamw, Composer's DecoupledAdamW "
-              "(scripts/train/yamls/pretrain/mpt-*.yaml@b2a43a147, optimizer.name)"),
+             ("optimizer decoupled_adamw, Composer's DecoupledAdamW, as the benchmark yamls name it "
+              "(scripts/train/yamls/pretrain/mpt-*.yaml@b2a43a147 optimizer.name, weight_decay 0.0)"),
              ("loss as a fused one (compile_loss): MPT's default loss_fn at llm-foundry v0.3.0 is 'fused_crossentropy', "
               "flash_attn's CrossEntropyLoss, which keeps the 16-bit logits and a per-row log-sum-exp (modeling_mpt.py L721-727)"),
              f"network: the {cluster.spec.name} preset stands in for the MosaicML cluster (README: 1600 Gbps RoCE per node on A100)",
@@ -402,7 +403,7 @@ def _mpt(entry: dict) -> Mapped:
              "(llm-foundry v0.3.0 llmfoundry/models/layers/attention.py L484)"]
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.BF16,
                             framework=Framework.TORCHTITAN, attention=AttentionKernel.FLASH, attention_backend=AttentionBackend.FA1,
-                            compile_loss=True, fused_projections=True)
+                            compile_loss=True, fused_projections=True, optimizer=OptimizerKind.DECOUPLED_ADAMW)
     layout = Layout(tp=1, pp=1, mbs=lay["micro_batch"], zero=Zero.PARAMETERS, recompute=_recompute(lay["recompute"]))
     return mpt_model(entry), cluster, training, layout, notes
 

@@ -60,6 +60,9 @@ class OptimizerKind(StrEnum):
     ADAMW = "adamw"  # two fp32 states per parameter (exp_avg, exp_avg_sq)
     ADAM = "adam"
     SGD = "sgd"  # with momentum: one fp32 state per parameter
+    # Composer's DecoupledAdamW (llm-foundry's decoupled_adamw): AdamW's two states, updated one
+    # tensor and one op at a time (compute.OPTIMIZER_BYTES_PER_PARAM)
+    DECOUPLED_ADAMW = "decoupled_adamw"
 
 
 class Framework(StrEnum):

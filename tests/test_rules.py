@@ -114,6 +114,8 @@ def test_global_batch_defaults_to_legal_microbatches():
     (dict(framework="megatron", apex_distributed_adam=True), r"framework=megatron, zero 0\); drop it"),
     (dict(framework="megatron", align_param_gather=True), "align_param_gather is Megatron DDP's, for the distributed optimizer"),
     (dict(framework="torchtitan", nccl_max_ctas={"dp": 8}), "nccl_max_ctas is Megatron's --nccl-communicator-config-path"),
+    (dict(framework="megatron", optimizer="decoupled_adamw"), "decoupled_adamw is Composer's DecoupledAdamW"),
+    (dict(framework="deepspeed", optimizer="decoupled_adamw"), "decoupled_adamw is Composer's DecoupledAdamW"),
 ])
 def test_one_frameworks_switches_are_refused_for_another(training, needle):
     with pytest.raises(SpecError, match=needle):
