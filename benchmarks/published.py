@@ -28,6 +28,7 @@ from cost_models.enums import (
     Framework,
     MLPKind,
     NormKind,
+    OptimizerKind,
     PositionKind,
     Precision,
     Recompute,
@@ -351,23 +352,58 @@ def _torchtitan(entry: dict) -> Mapped:
     return model, torchtitan_cluster(entry), training, layout, notes
 
 
+def _mpt_code_note(precision: str) -> str:
+    """Which llm-foundry ran a row. The README's mixed_precision DEFAULT rows are the runs that
+    llm-foundry@b2a43a147 published: its submit_benchmarks.py leaves mixed_precision at DEFAULT (L268,
+    never passed by run_config) and installs llm-foundry v0.3.0 (L397-403), which pins Composer 0.16
+    (setup.py L50). The PURE rows were carried over from the README's earlier tables (README@c6cfb4284,
+    2023-07-21, lists them; b2a43a147's message: "added back old numbers that I didn't reproduce"),
+    run by an earlier submit_benchmarks.py whose attn_impl default is also 'triton' (a7d6a4475 L119)."""
+    if "PURE" in precision.upper():
+        return ("a row the README carried over from its tables before llm-foundry@b2a43a147 (README@c6cfb4284 lists it), "
+                "run with submit_benchmarks.py's attn_impl default 'triton' (a7d6a4475 L119) on the code of its day")
+    return ("run as llm-foundry@b2a43a147 published it: submit_benchmarks.py installs llm-foundry v0.3.0 (L397-403), "
+            "which pins Composer 0.16 (setup.py L50)")
+
+
+def _mpt_reduce_note(precision: str) -> str:
+    """The gradient reduce-scatter's dtype under the table's FSDP mixed-precision mode (its "MP Mode"
+    column): Composer 0.16's DEFAULT gathers bf16 parameters and reduces gradients in fp32, PURE
+    reduces in bf16 (mosaicml/composer@v0.16.4 composer/trainer/mosaic_fsdp_utils.py L87-94;
+    DEFAULT is also the fsdp_config default, dist_strategy.py L143)."""
+    if "PURE" in precision.upper():
+        return ("gradients reduce-scattered in fp32 as torchtitan's FSDP2 does, where the table's mixed_precision "
+                "PURE reduces them in bf16 (Composer@v0.16.4 mosaic_fsdp_utils.py L91-94): twice the bytes")
+    return ("gradients reduce-scattered in fp32: the table's mixed_precision DEFAULT gathers bf16 parameters and "
+            "reduces in fp32 (Composer@v0.16.4 mosaic_fsdp_utils.py L87-90), as torchtitan's FSDP2 does")
+
+
 def _mpt(entry: dict) -> Mapped:
     lay, m = entry["layout"], entry["model"]
     cluster = _cluster(entry)
-    notes = ["llm-foundry FSDP FULL_SHARD modelled as FSDP (framework torchtitan, zero 3)",
+    notes = ["llm-foundry FSDP FULL_SHARD (torch's FullyShardedDataParallel under Composer) modelled as FSDP (framework torchtitan, zero 3)",
+             _mpt_code_note(entry["hardware"]["precision"]),
              ("MPT shape from the benchmark config: biases on, learned positions (MPTConfig defaults), LayerNorm with "
               "bias (low_precision_layernorm is a kernel choice); the README's NumParams match this model exactly"),
-             ("attention kernel FlashAttention-1 rates: llm-foundry@b2a43a147 (the commit that published these tables) "
-              "ran submit_benchmarks.py with attn_impl 'triton', MPT's Triton port of FlashAttention-1"),
-             "optimizer AdamW (TrainingSpec default; the benchmark table does not state it)",
-             ("loss as a fused one (compile_loss): MPT's default loss_fn at llm-foundry@b2a43a147 is 'fused_crossentropy', "
-              "flash_attn's CrossEntropyLoss, which keeps the 16-bit logits and a per-row log-sum-exp (modeling_mpt.py:724-730)"),
+             ("attention kernel at FlashAttention-1's rates, no curve of the kernel that ran being published: attn_impl "
+              "'triton' (submit_benchmarks.py@b2a43a147 L144, L305) is flash_attn_triton.py, Tri Dao's Triton "
+              "FlashAttention (llm-foundry v0.3.0 layers/attention.py L300-425, copied from flash-attention@eff9fe6b) "
+              "on triton-pre-mlir's sm90 branch (setup.py L66); its docstring puts its forward + backward 'slightly "
+              "slower' than CUDA FlashAttention on A100 (L38-40), llm-foundry's TUTORIAL.md L301 'slightly faster' "
+              "than attn_impl 'flash', flash-attn 1.0.9 (setup.py L89)"),
+             ("every MPTBlock checkpointed whole where the table says activation checkpointing, attention included "
+              "(llm-foundry v0.3.0 modeling_mpt.py L619-620)"),
+             _mpt_reduce_note(entry["hardware"]["precision"]),
+             ("optimizer decoupled_adamw, Composer's DecoupledAdamW, as the benchmark yamls name it "
+              "(scripts/train/yamls/pretrain/mpt-*.yaml@b2a43a147 optimizer.name, weight_decay 0.0)"),
+             ("loss as a fused one (compile_loss): MPT's default loss_fn at llm-foundry v0.3.0 is 'fused_crossentropy', "
+              "flash_attn's CrossEntropyLoss, which keeps the 16-bit logits and a per-row log-sum-exp (modeling_mpt.py L721-727)"),
              f"network: the {cluster.spec.name} preset stands in for the MosaicML cluster (README: 1600 Gbps RoCE per node on A100)",
              "q, k, v as one fused GEMM (fused_projections): MPT's attention has one Wqkv linear "
-             "(llm-foundry@b2a43a14 llmfoundry/models/layers/attention.py L518)"]
+             "(llm-foundry v0.3.0 llmfoundry/models/layers/attention.py L484)"]
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.BF16,
                             framework=Framework.TORCHTITAN, attention=AttentionKernel.FLASH, attention_backend=AttentionBackend.FA1,
-                            compile_loss=True, fused_projections=True)
+                            compile_loss=True, fused_projections=True, optimizer=OptimizerKind.DECOUPLED_ADAMW)
     layout = Layout(tp=1, pp=1, mbs=lay["micro_batch"], zero=Zero.PARAMETERS, recompute=_recompute(lay["recompute"]))
     return mpt_model(entry), cluster, training, layout, notes
 

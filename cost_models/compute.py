@@ -924,7 +924,16 @@ LOGIT_SOFTCAP_BYTES = 3 * 4 * 3
 # FusedAdam): read fp32 param, grad, exp_avg, exp_avg_sq (16), write param, exp_avg, exp_avg_sq
 # (12), write the 16-bit working copy (2); gradient-norm clipping reads the grads twice (8).
 # SGD with momentum: read param, grad, momentum (12), write param, momentum (8), copy (2), clip (8).
-OPTIMIZER_BYTES_PER_PARAM = {OptimizerKind.ADAMW: 38, OptimizerKind.ADAM: 38, OptimizerKind.SGD: 30}
+# Composer's DecoupledAdamW loops over the tensors and runs each step of the update as its own op
+# over fp32 (mosaicml/composer@v0.16.4 composer/optim/decoupled_weight_decay.py L237-264), bytes read
+# and written: exp_avg.mul_ (4, 4) .add_(grad) (8, 4), exp_avg_sq.mul_ (4, 4) .addcmul_(grad, grad)
+# (8, grad read once; 4), sqrt (4, 4), / sqrt(bias_correction2) (4, 4), .add_(eps) (4, 4),
+# param.addcdiv_(exp_avg, denom) (12, 4): 80, with clipping's 8 as above; no 16-bit copy (FSDP1 casts
+# the shard when it gathers it). The param.mul_ of weight decay (L243-246, 8 more) runs only for
+# weight_decay != 0, which llm-foundry's MPT yamls leave at 0.0. Its per-tensor launches and the
+# .item() that syncs the host before each tensor (L241) are not priced.
+OPTIMIZER_BYTES_PER_PARAM = {OptimizerKind.ADAMW: 38, OptimizerKind.ADAM: 38, OptimizerKind.SGD: 30,
+                             OptimizerKind.DECOUPLED_ADAMW: 88}
 
 
 # Megatron's gradient preparation before the update, per parameter the rank updates

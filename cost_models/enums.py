@@ -60,6 +60,9 @@ class OptimizerKind(StrEnum):
     ADAMW = "adamw"  # two fp32 states per parameter (exp_avg, exp_avg_sq)
     ADAM = "adam"
     SGD = "sgd"  # with momentum: one fp32 state per parameter
+    # Composer's DecoupledAdamW (llm-foundry's decoupled_adamw): AdamW's two states, updated one
+    # tensor and one op at a time (compute.OPTIMIZER_BYTES_PER_PARAM)
+    DECOUPLED_ADAMW = "decoupled_adamw"
 
 
 class Framework(StrEnum):
@@ -76,7 +79,7 @@ class AttentionKernel(StrEnum):
 class AttentionBackend(StrEnum):
     """The fused attention kernel family a flash job runs (published curves in presets/kernels)."""
 
-    FA1 = "fa1"  # FlashAttention-1 (flash-attn 1.x, and MosaicML's Triton port of it)
+    FA1 = "fa1"  # FlashAttention-1 (flash-attn 1.x; llm-foundry's Triton FlashAttention priced as it)
     FA2 = "fa2"  # FlashAttention-2 (flash-attn 2.x; PyTorch SDPA's flash backend)
     FA3 = "fa3"  # FlashAttention-3 (Hopper)
     FA4 = "fa4"  # FlashAttention-4 (Blackwell)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cost_models import mamba_shard
-from cost_models.enums import AttentionBackend, AttentionKernel, Fp8Recipe, Framework, MoEDispatch, PositionKind, Precision, Recompute, Schedule, Zero
+from cost_models.enums import AttentionBackend, AttentionKernel, Fp8Recipe, Framework, MoEDispatch, OptimizerKind, PositionKind, Precision, Recompute, Schedule, Zero
 from cost_models.errors import SpecError
 from cost_models.hardware import Cluster
 from cost_models.job import Job
@@ -421,6 +421,13 @@ def _compile(job: Job) -> str | None:
     return None
 
 
+def _decoupled_adamw(job: Job) -> str | None:
+    if job.training.optimizer is OptimizerKind.DECOUPLED_ADAMW:
+        return (f"optimizer decoupled_adamw is Composer's DecoupledAdamW (llm-foundry), priced under FSDP as framework "
+                f"torchtitan, not {job.training.framework}; use adamw")
+    return None
+
+
 def _tp_comm_overlap(job: Job) -> str | None:
     tr = job.training
     if tr.ub_ring_exchange_rs and not (tr.tp_comm_overlap and tr.framework is MEGATRON):
@@ -610,6 +617,8 @@ RULES: tuple[Rule, ...] = (
     Rule("dp_shard", ALL, _dp_shard, "HSDP: shard groups tile the dp group"),
     Rule("recompute_layers", ALL, _recompute_layers, "Megatron --recompute-method block --recompute-num-layers"),
     Rule("compile", frozenset({MEGATRON, DEEPSPEED}), _compile, "torchtitan --compile.enable"),
+    Rule("decoupled_adamw", frozenset({MEGATRON, DEEPSPEED}), _decoupled_adamw,
+         "mosaicml/composer@v0.16.4 composer/optim/decoupled_weight_decay.py"),
     Rule("tp_comm_overlap", ALL, _tp_comm_overlap, "Megatron arguments.py (--tp-comm-overlap requires --sequence-parallel); torchtitan async TP"),
     Rule("fp8_hardware", ALL, _fp8_hardware, "presets/gpus.toml peak_tflops.fp8: given exactly for the GPUs with fp8 tensor cores (datasheets)"),
     Rule("fp8_recipe", ALL, _fp8_recipe, "Megatron --fp8-recipe (transformer_config.py L594); torchtitan quantize.linear.float8 recipe_name"),

@@ -215,6 +215,20 @@ def test_nanotron_memory_switches_as_its_trainer_sets_them(run_id, ddp, blocking
     assert tr.tp_scatter_inputs_pending
 
 
+def test_mpt_steps_composers_decoupled_adamw_over_its_shard():
+    # llm-foundry's MPT yamls name decoupled_adamw (scripts/train/yamls/pretrain/mpt-*.yaml@b2a43a147):
+    # one step updates the rank's FSDP shard, 12,853,954,560 / 8 parameters of MPT-13b, moving 88
+    # bytes each (cost_models.compute OPTIMIZER_BYTES_PER_PARAM) at 0.90 of H100's 3.35 TB/s:
+    # 1.6067e9 x 88 / 3.015e12 = 46.9 ms (fused AdamW's 38 bytes: 20.3 ms). rel 1e-9: same arithmetic.
+    from cost_models.enums import OptimizerKind
+
+    assert {r.training.optimizer for r in RUNS if r.group == "mpt"} == {OptimizerKind.DECOUPLED_ADAMW}
+    run = BY_ID["mpt-h100-13b-seq2048-8gpu"]
+    assert run.model.params_total == 12_853_954_560
+    optimizer_s = time_estimate(run.job()).breakdown.value("optimizer")
+    assert optimizer_s == pytest.approx(12_853_954_560 / 8 * 88 / (0.90 * 3.35e12), rel=1e-9)
+
+
 def test_fp8lm_runs_flash_attention_1():
     # the authors' MS-AMP image pins flash-attn 1.0.9 (Azure/MS-AMP@b0ab69cf dockerfile): one 7B layer
     # of a micro-batch, b2 x 32 heads, 2048 tokens, head dim 128, causal, runs 4·64·2048²·128/2 =

@@ -766,6 +766,13 @@ def loss_fn(logits, targets):
 def make_optimizer(params, opt: dict):
     if opt["kind"] == "sgd":
         return torch.optim.SGD(params, lr=opt["lr"], momentum=opt.get("momentum", 0.9), weight_decay=opt["weight_decay"])
+    if opt["kind"] == "decoupled_adamw":
+        # Composer's DecoupledAdamW updates one tensor and one op at a time: torch's single-tensor
+        # AdamW (foreach=False) runs the same per-tensor ops. Composer decays by wd·lr/initial_lr
+        # (composer@v0.16.4 composer/optim/decoupled_weight_decay.py L243-246), torch by lr·wd':
+        # wd' = wd/lr gives the same decay at the worker's constant learning rate
+        return torch.optim.AdamW(params, lr=opt["lr"], betas=tuple(opt["betas"]), eps=opt["eps"],
+                                 weight_decay=opt["weight_decay"] / opt["lr"], foreach=False)
     cls = torch.optim.AdamW if opt["kind"] == "adamw" else torch.optim.Adam
     return cls(params, lr=opt["lr"], betas=tuple(opt["betas"]), eps=opt["eps"], weight_decay=opt["weight_decay"])
 
