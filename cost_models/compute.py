@@ -52,6 +52,10 @@ class Impl(StrEnum):
     COMPILE = "compile"  # torch.compile's generated kernels
     MEGATRON = "megatron"  # Megatron's own fused kernels (bias-SwiGLU, vocab-parallel cross entropy)
     EAGER = "eager"  # eager PyTorch: one kernel per arithmetic op
+    # eager PyTorch on strided views of one merged tensor (the halves torch.split or torch.chunk
+    # cut from a fused [gate|up] output): priced at the op's measured rate where the generation has
+    # one, else as the eager chain
+    SPLIT = "split"
 
 
 def attention_backend(job: Job) -> AttentionBackend:
@@ -90,6 +94,8 @@ def _impl(job: Job, op: str) -> Impl:
     run torchtitan's/Hugging Face's RMSNorm, rope and SwiGLU as chains of elementwise kernels
     (EAGER), torch's native nn.LayerNorm, and F.cross_entropy."""
     tr = job.training
+    if op == "act" and tr.eager_swiglu and job.model.mlp.gated:
+        return Impl.SPLIT  # TrainingSpec.eager_swiglu: nanotron's silu(gate) * up on the fused output's halves
     if tr.framework is Framework.MEGATRON:
         return {"act": Impl.MEGATRON, "loss": Impl.MEGATRON, "permute": Impl.TORCH}.get(op, Impl.FUSED)
     if op == "loss":
@@ -582,11 +588,14 @@ def op_seconds(gpu: GPUSpec, op: str, impl: Impl, elements: float, *, backward: 
     the given implementation: an eager chain at the streaming fraction of HBM bandwidth, anything
     else on its compulsory bytes at the op's measured fraction (kernels.op_fraction)."""
     passes = 2 if backward else 1
+    key = f"{op}.{impl.value}.{'bwd' if backward else 'fwd'}"
+    if impl is Impl.SPLIT and key not in K.table_for(gpu).op_fractions:
+        impl = Impl.EAGER  # no measurement of the op on this generation: the eager chain's bytes
     if impl is Impl.EAGER and op in EAGER:
         chain = EAGER[op]
         return K.memory_seconds(elements * chain.bytes_per_element * passes, gpu, launches=chain.kernels * passes)
     moved = elements * COMPULSORY[op][1 if backward else 0]
-    return K.memory_seconds(moved, gpu, op=f"{op}.{impl.value}.{'bwd' if backward else 'fwd'}", launches=1)
+    return K.memory_seconds(moved, gpu, op=key, launches=1)
 
 
 def _op_seconds(job: Job, op: str, elements: float, backward: bool, cal: Calibration) -> float:

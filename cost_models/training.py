@@ -175,8 +175,9 @@ class TrainingSpec(Spec):
     # (huggingface/nanotron@c2528430 src/nanotron/models/llama.py:194-201 GLUActivation, 241-245;
     # nn/activations.py:139-149 F.silu): autograd keeps [gate|up], silu(gate) and the product, 4
     # f-wide tensors where Megatron's fused kernel keeps 3 (cost_models.activations.Convention).
-    # Read by the memory model only; step time still prices the framework's kernels. Megatron
-    # framework only (the others' convention is eager already).
+    # Step time prices the activation as eager PyTorch on the two strided halves at its measured
+    # rate (cost_models.compute Impl.SPLIT, presets/kernels "swiglu.split"). Megatron framework only
+    # (the others' convention is eager already).
     eager_swiglu: bool = False
     # nanotron's multi-head (not grouped-query) attention permutes the fused qkv output into one
     # contiguous [q|k|v] copy, takes q as a view of it and concatenates k and v into a second
