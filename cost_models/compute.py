@@ -640,6 +640,8 @@ def elementwise_seconds(job: Job, kind: LayerKind, *, backward: bool, cal: Calib
         total += _op_seconds(job, "rope", rope, backward, cal)
     elif m.position_embedding is PositionKind.ROPE and kind.mixer is MixerKind.ATTENTION and kind.rope:
         total += _op_seconds(job, "rope", (m.q_width + m.kv_width) / lay.tp * t, backward, cal)
+    if kind.mixer is MixerKind.ATTENTION and job.training.qkv_copy_kept and m.mla is None and m.kv_heads == m.num_attention_heads:
+        total += qkv_copy_seconds(job, backward=backward, cal=cal)
     if kind.mixer is MixerKind.ATTENTION and m.qk_l2_norm and kind.rope:
         # Llama 4: a weightless L2 norm of each query and key head on the rotary layers
         # (Llama4TextAttention: use_qk_norm and use_rope)
@@ -665,6 +667,27 @@ def elementwise_seconds(job: Job, kind: LayerKind, *, backward: bool, cal: Calib
     else:
         total += activation(m.ffn_hidden_size / lay.tp * t)
     return total
+
+
+def qkv_copy_bytes(q_width: float, kv_width: float, *, backward: bool) -> tuple[float, int]:
+    """16-bit bytes per token and kernels of the copies nanotron's multi-head attention makes around
+    its fused qkv projection (TrainingSpec.qkv_copy_kept), over the rank's q and kv widths.
+    Forward (huggingface/nanotron@c2528430 src/nanotron/models/llama.py:470-473, 655-657):
+    qkv.view.permute.contiguous reads and writes the [q|k|v] output, 4·(q + 2kv); torch.cat of k
+    and v, 8kv; that pair's permute.contiguous, 8kv. Backward (autograd of the same lines): the
+    k/v split at L660 is a cat of their gradients, 8kv; unpacking q, k, v from the permuted copy
+    (unbind) is a stack of theirs, 4·(q + 2kv); the stacked gradient, permuted back, is not a view
+    of [seq, batch, q + 2kv]: its reshape copies it, 4·(q + 2kv); contiguous() passes gradients on."""
+    if backward:
+        return 8 * kv_width + 8 * (q_width + 2 * kv_width), 3
+    return 4 * (q_width + 2 * kv_width) + 16 * kv_width, 3
+
+
+def qkv_copy_seconds(job: Job, *, backward: bool, cal: Calibration) -> float:
+    """qkv_copy_bytes over the rank's tokens at the stream fraction of HBM bandwidth."""
+    m, tp = job.model, job.layout.tp
+    per_token, kernels = qkv_copy_bytes(m.q_width / tp, m.kv_width / tp, backward=backward)
+    return memory_seconds(job, per_token * tokens(job), cal, launches=kernels)
 
 
 def bias_grad_seconds(job: Job, kind: LayerKind, cal: Calibration) -> float:

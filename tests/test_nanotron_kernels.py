@@ -1,5 +1,6 @@
 """nanotron's own kernels where they differ from Megatron's: the eager SwiGLU on the two halves of
-the fused [gate|up] output, priced at its measured rate. Hand-worked on a small shape."""
+the fused [gate|up] output, priced at its measured rate, and the copies its multi-head attention
+makes of the qkv output. Hand-worked on small shapes."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 
 from cost_models import kernels as K
 from cost_models.calibration import Calibration
-from cost_models.compute import EAGER, Impl, elementwise_seconds, op_seconds
+from cost_models.compute import EAGER, Impl, elementwise_seconds, op_seconds, qkv_copy_bytes
 from cost_models.model_spec import LayerKind
 from planner import presets
 from tests.helpers import LLAMA_TINY, make_job
@@ -63,3 +64,34 @@ def test_without_a_measurement_the_split_halves_run_the_eager_chain():
     chain = EAGER["swiglu"]
     expected = elements * chain.bytes_per_element / (a100.hbm_bandwidth_bytes_per_s * table.stream_fraction) + chain.kernels * table.launch_s
     assert op_seconds(a100, "swiglu", Impl.SPLIT, elements, backward=False) == pytest.approx(expected, rel=1e-12)
+
+
+MHA_TINY = LLAMA_TINY.model_copy(update={"name": "llama-tiny-mha", "num_kv_heads": 8})
+
+
+def test_qkv_copy_bytes_by_hand():
+    """Multi-head, hidden 2048 on one rank (q = kv = 2048): forward 4·6144 + 16·2048 = 57,344 bytes
+    a token (28·h), backward 8·2048 + 8·6144 = 65,536 (32·h), three kernels each."""
+    assert qkv_copy_bytes(2048, 2048, backward=False) == (57_344, 3)
+    assert qkv_copy_bytes(2048, 2048, backward=True) == (65_536, 3)
+
+
+@pytest.mark.parametrize("backward, per_hidden", [(False, 28), (True, 32)])
+def test_nanotron_mha_pays_its_qkv_copies(backward, per_hidden):
+    """MHA_TINY (hidden 256, 8 heads of 8 kv) on one H100, 2 x 1024 tokens: the copies add
+    2048 x 256 x 28 bytes forward (32 backward) at 0.90 of 3.35 TB/s plus three 2.4 us start-ups."""
+    times = []
+    for kept in (True, False):
+        job = make_job(MHA_TINY, gpus=1, mbs=2, training=dict(seq_len=1024, global_batch_size=2, framework="megatron", qkv_copy_kept=kept))
+        times.append(elementwise_seconds(job, LayerKind(), backward=backward, cal=CAL))
+    expected = 2048 * 256 * per_hidden / (3.35e12 * 0.90) + 3 * 2.4e-6
+    assert times[0] - times[1] == pytest.approx(expected, rel=1e-9)  # the same float terms in another order
+
+
+def test_grouped_query_attention_copies_nothing_extra():
+    """With grouped-query attention nanotron copies q, k and v apart instead: not this term."""
+    times = []
+    for kept in (True, False):
+        job = make_job(LLAMA_TINY, gpus=1, mbs=2, training=dict(seq_len=1024, global_batch_size=2, framework="megatron", qkv_copy_kept=kept))
+        times.append(elementwise_seconds(job, LayerKind(), backward=False, cal=CAL))
+    assert times[0] == times[1]
