@@ -52,6 +52,10 @@ class Impl(StrEnum):
     COMPILE = "compile"  # torch.compile's generated kernels
     MEGATRON = "megatron"  # Megatron's own fused kernels (bias-SwiGLU, vocab-parallel cross entropy)
     EAGER = "eager"  # eager PyTorch: one kernel per arithmetic op
+    # eager PyTorch on strided views of one merged tensor (the halves torch.split or torch.chunk
+    # cut from a fused [gate|up] output): priced at the op's measured rate where the generation has
+    # one, else as the eager chain
+    SPLIT = "split"
 
 
 def attention_backend(job: Job) -> AttentionBackend:
@@ -90,6 +94,8 @@ def _impl(job: Job, op: str) -> Impl:
     run torchtitan's/Hugging Face's RMSNorm, rope and SwiGLU as chains of elementwise kernels
     (EAGER), torch's native nn.LayerNorm, and F.cross_entropy."""
     tr = job.training
+    if op == "act" and tr.eager_swiglu and job.model.mlp.gated:
+        return Impl.SPLIT  # TrainingSpec.eager_swiglu: nanotron's silu(gate) * up on the fused output's halves
     if tr.framework is Framework.MEGATRON:
         return {"act": Impl.MEGATRON, "loss": Impl.MEGATRON, "permute": Impl.TORCH}.get(op, Impl.FUSED)
     if op == "loss":
@@ -582,11 +588,14 @@ def op_seconds(gpu: GPUSpec, op: str, impl: Impl, elements: float, *, backward: 
     the given implementation: an eager chain at the streaming fraction of HBM bandwidth, anything
     else on its compulsory bytes at the op's measured fraction (kernels.op_fraction)."""
     passes = 2 if backward else 1
+    key = f"{op}.{impl.value}.{'bwd' if backward else 'fwd'}"
+    if impl is Impl.SPLIT and key not in K.table_for(gpu).op_fractions:
+        impl = Impl.EAGER  # no measurement of the op on this generation: the eager chain's bytes
     if impl is Impl.EAGER and op in EAGER:
         chain = EAGER[op]
         return K.memory_seconds(elements * chain.bytes_per_element * passes, gpu, launches=chain.kernels * passes)
     moved = elements * COMPULSORY[op][1 if backward else 0]
-    return K.memory_seconds(moved, gpu, op=f"{op}.{impl.value}.{'bwd' if backward else 'fwd'}", launches=1)
+    return K.memory_seconds(moved, gpu, op=key, launches=1)
 
 
 def _op_seconds(job: Job, op: str, elements: float, backward: bool, cal: Calibration) -> float:
@@ -633,6 +642,8 @@ def elementwise_seconds(job: Job, kind: LayerKind, *, backward: bool, cal: Calib
         total += _op_seconds(job, "rope", rope, backward, cal)
     elif m.position_embedding is PositionKind.ROPE and kind.mixer is MixerKind.ATTENTION and kind.rope:
         total += _op_seconds(job, "rope", (m.q_width + m.kv_width) / lay.tp * t, backward, cal)
+    if kind.mixer is MixerKind.ATTENTION and job.training.qkv_copy_kept and m.mla is None and m.kv_heads == m.num_attention_heads:
+        total += qkv_copy_seconds(job, backward=backward, cal=cal)
     if kind.mixer is MixerKind.ATTENTION and m.qk_l2_norm and kind.rope:
         # Llama 4: a weightless L2 norm of each query and key head on the rotary layers
         # (Llama4TextAttention: use_qk_norm and use_rope)
@@ -658,6 +669,27 @@ def elementwise_seconds(job: Job, kind: LayerKind, *, backward: bool, cal: Calib
     else:
         total += activation(m.ffn_hidden_size / lay.tp * t)
     return total
+
+
+def qkv_copy_bytes(q_width: float, kv_width: float, *, backward: bool) -> tuple[float, int]:
+    """16-bit bytes per token and kernels of the copies nanotron's multi-head attention makes around
+    its fused qkv projection (TrainingSpec.qkv_copy_kept), over the rank's q and kv widths.
+    Forward (huggingface/nanotron@c2528430 src/nanotron/models/llama.py:470-473, 655-657):
+    qkv.view.permute.contiguous reads and writes the [q|k|v] output, 4·(q + 2kv); torch.cat of k
+    and v, 8kv; that pair's permute.contiguous, 8kv. Backward (autograd of the same lines): the
+    k/v split at L660 is a cat of their gradients, 8kv; unpacking q, k, v from the permuted copy
+    (unbind) is a stack of theirs, 4·(q + 2kv); the stacked gradient, permuted back, is not a view
+    of [seq, batch, q + 2kv]: its reshape copies it, 4·(q + 2kv); contiguous() passes gradients on."""
+    if backward:
+        return 8 * kv_width + 8 * (q_width + 2 * kv_width), 3
+    return 4 * (q_width + 2 * kv_width) + 16 * kv_width, 3
+
+
+def qkv_copy_seconds(job: Job, *, backward: bool, cal: Calibration) -> float:
+    """qkv_copy_bytes over the rank's tokens at the stream fraction of HBM bandwidth."""
+    m, tp = job.model, job.layout.tp
+    per_token, kernels = qkv_copy_bytes(m.q_width / tp, m.kv_width / tp, backward=backward)
+    return memory_seconds(job, per_token * tokens(job), cal, launches=kernels)
 
 
 def bias_grad_seconds(job: Job, kind: LayerKind, cal: Calibration) -> float:

@@ -175,8 +175,9 @@ class TrainingSpec(Spec):
     # (huggingface/nanotron@c2528430 src/nanotron/models/llama.py:194-201 GLUActivation, 241-245;
     # nn/activations.py:139-149 F.silu): autograd keeps [gate|up], silu(gate) and the product, 4
     # f-wide tensors where Megatron's fused kernel keeps 3 (cost_models.activations.Convention).
-    # Read by the memory model only; step time still prices the framework's kernels. Megatron
-    # framework only (the others' convention is eager already).
+    # Step time prices the activation as eager PyTorch on the two strided halves at its measured
+    # rate (cost_models.compute Impl.SPLIT, presets/kernels "swiglu.split"). Megatron framework only
+    # (the others' convention is eager already).
     eager_swiglu: bool = False
     # nanotron's multi-head (not grouped-query) attention permutes the fused qkv output into one
     # contiguous [q|k|v] copy, takes q as a view of it and concatenates k and v into a second
@@ -184,7 +185,8 @@ class TrainingSpec(Spec):
     # flash-attn's rotary embedding turns q and kv in place (Dao-AILab/flash-attention@418d6771, v2.6.3,
     # flash_attn/layers/rotary.py:414-481; nanotron pins flash-attn>=2.5.0,<2.7.0 in pyproject.toml:48)
     # and flash attention saves q, k and v, so the whole first copy stays alive: its k and v parts are
-    # two kv-wide tensors per layer beyond Megatron's q, k, v (cost_models.activations). Megatron
+    # two kv-wide tensors per layer beyond Megatron's q, k, v (cost_models.activations); step time
+    # prices the copies themselves, forward and backward (cost_models.compute.qkv_copy_bytes). Megatron
     # framework only; no effect with grouped-query attention, where q, k and v are copied apart.
     qkv_copy_kept: bool = False
     # nanotron's sequence-parallel linears (tp_mode REDUCE_SCATTER with tp_linear_async_communication,
