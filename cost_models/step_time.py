@@ -971,8 +971,7 @@ def interleaved_grad_sync_chunks(job: Job, rank: int) -> tuple[tuple[tuple[float
     last micro-batch is done, delayed by the rank's pipeline position so that every pipeline rank
     launches it at once: after backward virtual micro-batch k + rank, where k is chunk j's last
     (Megatron-LM@d98e8a64 megatron/core/pipeline_parallel/schedules.py:1438-1455; the same at
-    training_results_v4.0@6fe95437 ASUSTeK/.../Megatron-LM/megatron/core/pipeline_parallel/
-    schedules.py:675-680); a chunk not launched by then is launched after the last backward
+    df72712, the Megatron-core of the MLPerf v3.1 GPT-3 submissions, schedules.py:622-627); a chunk not launched by then is launched after the last backward
     (d98e8a64 schedules.py:2063-2069). The backward runs the last group of micro-batches through
     chunks vpp−1 … 0 in turn (get_schedule_table, schedules.py:989-1015), a group being pp
     micro-batches (microbatch_group_size_per_vp_stage's default, model_parallel_config.py:567-568;
