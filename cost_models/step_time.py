@@ -43,6 +43,7 @@ collective, and TE's userbuffer kernels the 16 SMs they reserve.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from functools import cached_property
 from statistics import NormalDist
@@ -936,6 +937,76 @@ def megatron_bucket_seconds(job: Job, rank: int, kind: str, where: Placement) ->
     return rs + ag, rs_last + ag
 
 
+def _interleaved_grad_sync(job: Job) -> bool:
+    """Whether each model chunk's gradient reduction starts at that chunk's last backward: Megatron's
+    interleaved schedule with a per-chunk grad_sync_func, which Megatron DDP installs under
+    --overlap-grad-reduce with align_grad_reduce (its default; Megatron-LM@d98e8a64
+    megatron/training/training.py:4346-4359, training/config/common_config.py:80) and NeMo's GPT model
+    under Apex DistributedFusedAdam (reduce_overlap_gradients; NeMo as vendored in
+    mlcommons/training_results_v4.0@6fe95437 ASUSTeK/benchmarks/ft-llm/implementations/pytorch/NeMo/
+    nemo/collections/nlp/models/language_modeling/megatron_gpt_model.py:588-606)."""
+    tr, lay = job.training, job.layout
+    return (lay.pp > 1 and lay.vpp > 1 and tr.framework is Framework.MEGATRON and job.zero <= Zero.OPTIMIZER
+            and tr.overlap_grad_reduce and not tr.zero1_blocking_sync)
+
+
+def chunk_sync_overrun(seconds: list[float], *, last_group: int, rank: int, chunk_backward_s: float) -> float:
+    """Seconds past a rank's last backward that one communicator needs for the per-chunk reductions
+    `seconds[j]` (chunk j's), chunk j launched max(0, j·last_group − rank) chunk backwards before the
+    end and the chunks served one after another from the last (interleaved_grad_sync_chunks)."""
+    free = -math.inf
+    for j in reversed(range(len(seconds))):
+        if seconds[j] > 0:
+            free = max(free, -max(0, j * last_group - rank) * chunk_backward_s) + seconds[j]
+    return max(0.0, free)
+
+
+def interleaved_grad_sync_chunks(job: Job, rank: int) -> tuple[tuple[tuple[float, ...], ...], float] | None:
+    """The data-parallel gradient reduction of a rank under the interleaved schedule as each
+    communicator's per-chunk seconds, [communicator][chunk], and the first forward bucket's
+    parameter gather that follows them; None where chunks do not sync on their own
+    (_interleaved_grad_sync). StageTime.dp_late_s turns them into what outlasts the backward.
+
+    Megatron's interleaved schedule calls grad_sync_func for model chunk j once the backward of its
+    last micro-batch is done, delayed by the rank's pipeline position so that every pipeline rank
+    launches it at once: after backward virtual micro-batch k + rank, where k is chunk j's last
+    (Megatron-LM@d98e8a64 megatron/core/pipeline_parallel/schedules.py:1438-1455; the same at
+    df72712, the Megatron-core of the MLPerf v3.1 GPT-3 submissions, schedules.py:622-627); a chunk not launched by then is launched after the last backward
+    (d98e8a64 schedules.py:2063-2069). The backward runs the last group of micro-batches through
+    chunks vpp−1 … 0 in turn (get_schedule_table, schedules.py:989-1015), a group being pp
+    micro-batches (microbatch_group_size_per_vp_stage's default, model_parallel_config.py:567-568;
+    the schedule refuses a number of micro-batches that leaves a shorter last group,
+    schedules.py:1159-1177), so after chunk j's last backward come j·pp chunk backwards of the rank:
+    chunk j launches max(0, j·pp − rank) chunk backwards before the end (chunk_sync_overrun). Each
+    chunk's reduction is its buckets' collectives at their own sizes (megatron_buckets); the chunks'
+    go one after another on the communicator, from chunk vpp−1 down; the cooldown's idle waits,
+    which would widen every window, are not counted."""
+    if not _interleaved_grad_sync(job):
+        return None
+    cl = job.cluster.spec
+    gb = _grad_bytes(job)
+    op = Collective.ALL_REDUCE if job.zero is Zero.NONE else Collective.REDUCE_SCATTER
+    per_group: list[tuple[float, ...]] = []
+    gather = 0.0
+    for kind, where in (("dense", _dense_group(job)), ("experts", _expert_group(job))):
+        chunks = megatron_buckets(job, rank, kind)
+        if where.n == 1 or not any(chunks):
+            continue
+        first = next(v for v, c in enumerate(chunks) if c)
+        fp32 = apex_fp32_grad_params(job, rank, kind)
+        seconds = []
+        for v, sizes in enumerate(chunks):
+            t = sum(collective_time(op, b * gb, where, cl) for b in sizes)
+            if v == first and fp32:
+                b = sizes[-1]
+                t += collective_time(op, (b - fp32) * gb + fp32 * FP32, where, cl) - collective_time(op, b * gb, where, cl)
+            seconds.append(t)
+        per_group.append(tuple(seconds))
+        if job.zero is Zero.OPTIMIZER:
+            gather += collective_time(Collective.ALL_GATHER, _first_forward_bucket(chunks) * _gather_bytes(job), where, cl)
+    return tuple(per_group), gather
+
+
 def apex_fp32_grad_params(job: Job, rank: int, kind: str) -> int:
     """Parameters of a rank whose gradients NeMo reduces in fp32 under Apex DistributedFusedAdam
     (TrainingSpec.apex_distributed_adam): the word and position embeddings on the first pipeline rank
@@ -1028,6 +1099,27 @@ class StageTime:
     pp_fill_s: float = 0.0  # blocking transfers of the warm-up and flush (overlapped p2p only)
     gather_s: float = 0.0  # the parameter all-gather beside the first forward (hidden_param_gather)
     forward_s: float = 0.0  # the forward that gather can hide behind (gather_window_microbatches)
+    # interleaved: each communicator's per-chunk reductions and the first gather after them
+    # (interleaved_grad_sync_chunks), one micro-batch's backward through one chunk, and the last group
+    dp_chunks_s: tuple[tuple[float, ...], ...] | None = None
+    dp_first_gather_s: float = 0.0
+    chunk_backward_s: float = 0.0
+    last_group: int = 0
+
+    @property
+    def dp_late_s(self) -> float | None:
+        """Interleaved: the reduction (and first gather) that outlasts the rank's last backward."""
+        if self.dp_chunks_s is None:
+            return None
+        return self.dp_first_gather_s + sum(
+            chunk_sync_overrun(list(c), last_group=self.last_group, rank=self.rank, chunk_backward_s=self.chunk_backward_s)
+            for c in self.dp_chunks_s)
+
+    @property
+    def drain_s(self) -> float:
+        """How much earlier than rank 0's this rank's last backward ends: r backward passes, under the
+        interleaved schedule r chunk backwards (the last micro-batch's chunk 0 passes down the ranks)."""
+        return self.rank * (self.dp_window_s if self.dp_chunks_s is None else self.chunk_backward_s)
 
     @property
     def microbatch_s(self) -> float:
@@ -1035,6 +1127,9 @@ class StageTime:
 
     @property
     def dp_exposed_s(self) -> float:
+        late = self.dp_late_s
+        if late is not None:
+            return late
         return max(self.dp_comm_s - self.dp_window_s, self.dp_bucket_s)
 
     @property
@@ -1046,7 +1141,12 @@ class StageTime:
     def dp_contention_s(self) -> float:
         """Compute of the last backward slowed by the gradient reduction running beside it, and of
         the first forward by the parameter gather beside it."""
-        hidden = max(0.0, min(self.dp_comm_s - self.dp_bucket_s, self.dp_window_s)) + min(self.gather_s, self.forward_s)
+        late = self.dp_late_s
+        if late is not None:
+            reduced = max(0.0, self.dp_comm_s - late)
+        else:
+            reduced = max(0.0, min(self.dp_comm_s - self.dp_bucket_s, self.dp_window_s))
+        hidden = reduced + min(self.gather_s, self.forward_s)
         return hidden * self.dp_share / (1 - self.dp_share)
 
 
@@ -1308,6 +1408,7 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[LayerKi
             comm["pp"] = ((lay.vpp - first) * prev_hop + (lay.vpp - last) * next_hop
                           + hops * pp_sync_relaunch_seconds(job))
     dp_comm, dp_bucket = dp_tail(job, rank, cal)
+    chunks = interleaved_grad_sync_chunks(job, rank)
     microbatch = Breakdown.of("s", compute=Breakdown.of("s", **parts), **comm)
     return StageTime(
         rank=rank,
@@ -1322,6 +1423,10 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[LayerKi
         pp_fill_s=pp_fill,
         gather_s=hidden_param_gather(job, rank),
         forward_s=0.0 if serialized_param_gather(job) else sum(fwd_compute) * gather_window_microbatches(job),
+        dp_chunks_s=None if chunks is None else chunks[0],
+        dp_first_gather_s=0.0 if chunks is None else chunks[1],
+        chunk_backward_s=backward_s / lay.vpp,
+        last_group=lay.pp,
     )
 
 
@@ -1344,8 +1449,9 @@ class TimeEstimate:
     @cached_property
     def dp_tail_s(self) -> float:
         """The stage that finishes last sets the tail: stage r's last backward ends about r
-        backward passes before stage 0's, which leaves it that much more time."""
-        return max(max(0.0, s.dp_exposed_s - s.rank * s.dp_window_s) + s.gather_exposed_s for s in self.stages)
+        backward passes before stage 0's (under the interleaved schedule r chunk backwards, drain_s),
+        which leaves it that much more time."""
+        return max(max(0.0, s.dp_exposed_s - s.drain_s) + s.gather_exposed_s for s in self.stages)
 
     @cached_property
     def breakdown(self) -> Breakdown:

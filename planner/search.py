@@ -52,7 +52,17 @@ from cost_models.model_spec import ModelSpec
 from cost_models.pipeline_split import virtual_stage_layers
 from cost_models.rules import fill_defaults, resolve
 from cost_models.states import embedding_params_local, local_layer_params, state_parts
-from cost_models.step_time import TimeEstimate, dp_tail, expected_max_normal, fsdp_layer_comm, dense_share, layer_pass, time_estimate
+from cost_models.step_time import (
+    TimeEstimate,
+    chunk_sync_overrun,
+    dense_share,
+    dp_tail,
+    expected_max_normal,
+    fsdp_layer_comm,
+    interleaved_grad_sync_chunks,
+    layer_pass,
+    time_estimate,
+)
 from planner.space import (
     Problem, Shard, Sharding, Stages, accumulation_ok, degrees_ok, expert_grid_ok, held_per_chunk, layout_key, layout_of,
     schedule_ok, shardings, shards, sharding_ok, stages,
@@ -628,7 +638,7 @@ class Space:
                 self.lb[:, zi] += np.where(one_stage, m * exposed, 0)
 
         self.refined = np.zeros((C, Z), dtype=bool)
-        self._tails: dict[tuple, tuple[float, float]] = {}
+        self._tails: dict[tuple, tuple[float, float, Any]] = {}
 
     def __len__(self) -> int:
         return len(self.cell_shard)
@@ -638,22 +648,30 @@ class Space:
 
             dp tail ≥ rank 0's exposed traffic = max(its gradient traffic − its backward, its last bucket)
 
-        (step_time.TimeEstimate.dp_tail_s at r = 0), with the backward counted at most (window0).
-        The traffic depends on neither mbs nor recompute, so it is computed once per parallel
-        shape and sharding (step_time.dp_tail on a job of that shape)."""
+        (step_time.TimeEstimate.dp_tail_s at r = 0), with the backward counted at most (window0);
+        under the interleaved schedule's per-chunk reductions, what outlasts rank 0's backward with
+        each chunk backward counted at most (window0 / vpp; step_time.StageTime.dp_late_s). The
+        traffic depends on neither mbs nor recompute, so it is computed once per parallel shape and
+        sharding (step_time.dp_tail on a job of that shape)."""
         p = self.problem
         for c, zi in zip(cells.tolist(), shardings.tolist()):
             if not self.priced[c]:  # no layer passes, so no backward to hide behind: left at its bound
                 continue
             shard, st = self.shards[self.cell_shard[c]], self.stages[self.cell_stages[c]]
             dp = int(self.dp[c])
-            key = (shard.tp, shard.cp, shard.ep, shard.etp, st.pp, st.first, st.last, st.layers, zi, dp)
+            key = (shard.tp, shard.cp, shard.ep, shard.etp, st.pp, st.vpp, st.first, st.last, st.layers, zi, dp)
             if key not in self._tails:
                 job = shape_job(p, shard, self.shardings[zi], st)
                 assert job is not None  # the pair is legal
-                self._tails[key] = dp_tail(job, 0, self.cal)
-            comm, bucket = self._tails[key]
-            exposed = max(comm - self.window0[c] / NS, bucket)
+                self._tails[key] = (*dp_tail(job, 0, self.cal), interleaved_grad_sync_chunks(job, 0))
+            comm, bucket, chunks = self._tails[key]
+            if chunks is None:
+                exposed = max(comm - self.window0[c] / NS, bucket)
+            else:
+                per_chunk, gather = chunks
+                chunk_backward = self.window0[c] / NS / st.vpp
+                exposed = gather + sum(chunk_sync_overrun(list(s), last_group=st.pp, rank=0, chunk_backward_s=chunk_backward)
+                                       for s in per_chunk)
             self.lb[c, zi] += max(0, int(exposed * NS) - 1)
             self.refined[c, zi] = True
 

@@ -512,3 +512,39 @@ def test_ring_exchange_reduce_scatter_adds_the_reduction_of_the_tp_partials():
     named = make_job("llama-3.1-70b", gpus=8, tp=8, training={**base, "ub_ring_exchange_rs": {"fc2"}})
     assert fwd[frozenset({"fc2"})] - fwd[frozenset()] == pytest.approx(
         tp_exposure(named, (mlp,), backward=False, cal=DEFAULT).exposed - default_fc2)
+
+
+def test_interleaved_chunks_reduce_from_their_last_backward_one_after_another():
+    # three chunks whose reductions take 0.5, 1.5 and 4 s, the last group 2 micro-batches, 1 s per
+    # chunk backward. Rank 1 launches chunk 2 at 2·2 − 1 = 3 s before its end (done at +1), chunk 1
+    # at 2·1 − 1 = 1 s before, but the communicator is busy until +1, so done at +2.5; chunk 0
+    # after the end, done at +3. Rank 0: chunk 2 launched at −4 (done at 0), chunk 1 at −2 (done at
+    # +1.5), chunk 0 at 0 (+2). With 10 s chunk backwards only chunk 0's 0.5 s is left.
+    from cost_models.step_time import chunk_sync_overrun
+
+    seconds = [0.5, 1.5, 4.0]
+    assert chunk_sync_overrun(seconds, last_group=2, rank=1, chunk_backward_s=1.0) == pytest.approx(3.0)
+    assert chunk_sync_overrun(seconds, last_group=2, rank=0, chunk_backward_s=1.0) == pytest.approx(2.0)
+    assert chunk_sync_overrun(seconds, last_group=2, rank=0, chunk_backward_s=10.0) == pytest.approx(0.5)
+    assert chunk_sync_overrun([0.0, 0.0], last_group=2, rank=0, chunk_backward_s=1.0) == 0.0
+
+
+def test_interleaved_megatron_leaves_only_the_first_chunks_reduction_after_the_backward():
+    # Llama-3.1-70B, tp8 pp4 vpp2 on 64 H100 (dp 2), ZeRO-1: chunk 1 of each rank is reduced behind
+    # the last group's pp = 4 chunk-0 backwards (10 layers each, far longer than one 10-layer
+    # reduce-scatter), so what outlasts rank 0's backward is chunk 0's reduce-scatters (fp32
+    # gradients, Megatron's default under bf16) and the first forward bucket's bf16 gather; rank r's backward ends r chunk backwards before rank 0's.
+    # Without interleaving the old rule stands (dp_late_s None).
+    from cost_models.step_time import _dense_group, megatron_buckets
+
+    job = make_job("llama-3.1-70b", gpus=64, tp=8, pp=4, vpp=2, zero=1, training=dict(global_batch_size=32))
+    plain = make_job("llama-3.1-70b", gpus=64, tp=8, pp=4, zero=1, training=dict(global_batch_size=32))
+    where = _dense_group(job)
+    chunk0, _ = megatron_buckets(job, 0)
+    rs = sum(collective_time(Collective.REDUCE_SCATTER, b * 4, where, H100) for b in chunk0)
+    ag = collective_time(Collective.ALL_GATHER, chunk0[-1] * 2, where, H100)
+    stages = time_estimate(job).stages
+    assert stages[0].dp_late_s == pytest.approx(rs + ag)
+    assert stages[0].dp_late_s < stages[0].dp_comm_s
+    assert stages[2].drain_s == pytest.approx(2 * stages[2].dp_window_s / 2)
+    assert all(s.dp_late_s is None and s.drain_s == s.rank * s.dp_window_s for s in time_estimate(plain).stages)
