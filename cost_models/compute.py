@@ -549,8 +549,24 @@ EAGER = {"norm": EagerChain(36, 6), "rope": EagerChain(20, 3), "swiglu": EagerCh
 # on, reading one and writing two); dropout reads, writes and writes a 1-byte mask.
 # The L2 norm moves a norm's bytes; the query scaling reads and writes each query element (bwd: the
 # gradient, the per-token scales being a few bytes a row).
+# Megatron's fused bias-dropout-add (fused_bias_dropout_add) reads the block output and the
+# residual and writes the sum and the 1-byte mask in one kernel (the bias is a row); its backward
+# runs as the separate ops' (two kernels: grad·mask·scale, and autograd's sum of the residual's two
+# gradients), priced as "dropout" and "add".
 COMPULSORY = {"norm": (4, 6), "swiglu": (6, 10), "gelu": (4, 6), "rope": (4, 4), "add": (6, 6), "dropout": (5, 5),
-              "l2norm": (4, 6), "qscale": (4, 4)}
+              "l2norm": (4, 6), "qscale": (4, 4), "bda": (7, 11)}
+
+
+def fused_bias_dropout_add(job: Job) -> bool:
+    """Whether the block outputs' bias, dropout and residual add run as one kernel: Megatron's
+    --bias-dropout-fusion (on by default: Megatron-LM@903f746c megatron/arguments.py L423-425,
+    @bbab79f8 L556-558) runs bias_dropout_add under torch.jit.script, whose fuser generates one
+    kernel for x + bias, dropout and + residual (@903f746c megatron/model/transformer.py L357-379,
+    the layer calling it at L462-480 with grad enabled "to enable fused optimization"; @bbab79f8
+    L504-530, 632-645, nvFuser from torch 1.10 at L600-605; Megatron-core's get_bias_dropout_add,
+    @d98e8a64 megatron/core/fusions/fused_bias_dropout.py). Other frameworks run dropout and the
+    add as two ops."""
+    return job.training.framework is Framework.MEGATRON
 
 
 # GPT-OSS's clamped SwiGLU (ModelSpec.swiglu_limit) beyond SwiGLU's own kernel, per ffn element,
@@ -628,9 +644,12 @@ def elementwise_seconds(job: Job, kind: LayerKind, *, backward: bool, cal: Calib
     total += qkv_bias_seconds(job, kind, backward=backward, cal=cal)
     total += qkv_layout_copy_seconds(job, kind, backward=backward, cal=cal)
     total += norms * _op_seconds(job, "norm", h * residual_tokens, backward, cal)
-    total += blocks * _op_seconds(job, "add", h * residual_tokens, backward, cal)
-    if m.hidden_dropout > 0:
-        total += blocks * _op_seconds(job, "dropout", h * residual_tokens, backward, cal)
+    if m.hidden_dropout > 0 and fused_bias_dropout_add(job) and not backward:
+        total += blocks * _op_seconds(job, "bda", h * residual_tokens, backward, cal)
+    else:
+        total += blocks * _op_seconds(job, "add", h * residual_tokens, backward, cal)
+        if m.hidden_dropout > 0:
+            total += blocks * _op_seconds(job, "dropout", h * residual_tokens, backward, cal)
     if m.mla is not None and kind.mixer is MixerKind.ATTENTION:
         # the latent norms (q_layernorm, kv_layernorm) on the rank's tokens, and rotary on the rope
         # part of each local query head and of the one shared key
