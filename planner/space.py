@@ -43,7 +43,7 @@ from cost_models.memory import inflight_counts
 from cost_models.mamba_shard import cp_error as mamba_cp_error
 from cost_models.model_spec import ModelSpec
 from cost_models.training import TrainingSpec
-from planner.launch.options import LaunchOptions
+from planner.launch.options import LaunchOptions, TitanVersion
 
 MIN_CP_TOKENS = 1024
 MAX_MBS = 16
@@ -235,11 +235,17 @@ def tp_values(problem: Problem) -> list[int]:
 
 def sp_values(problem: Problem, tp: int) -> list[bool]:
     if tp == 1:
-        out = [False]
-    elif problem.framework is Framework.DEEPSPEED:
+        # nothing to shard the sequence over: off, whatever a software allows with tp > 1 (`allowed`
+        # sp [true] is tensor parallelism that always runs sequence parallel), unless fixed on
+        return [] if problem.fixed.get("sp") is True else [False]
+    if problem.framework is Framework.DEEPSPEED:
         out = [False]
     elif problem.framework is Framework.TORCHTITAN:
-        out = [True]  # torchtitan's tensor parallel plan always shards the norms' sequence
+        # torchtitan's tensor parallel plan shards the norms' sequence; ParallelismConfig's
+        # enable_sequence_parallel (default True) turns that off since pytorch/torchtitan aa68af18e
+        # (2026-03-29, torchtitan/config/configs.py L132-133), after 0.2.2 (2026-02-20), so only the
+        # 0.3 launch writes sp off (--parallelism.no_enable_sequence_parallel, planner.launch.torchtitan)
+        out = [True, False] if problem.launch.torchtitan_version is TitanVersion.V03 else [True]
     else:
         out = [True, False]
     return _fixed(problem, "sp", out)

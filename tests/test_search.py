@@ -498,3 +498,22 @@ def test_without_gradient_accumulation_a_step_without_pipeline_is_one_micro_batc
     # and the mbs that makes one micro-batch per rank at pp 1 (16 / dp 8 = 2) is searched
     one = search(problem(LLAMA_TINY, 8, gbs=16, framework="torchtitan", tp=1, pp=1, grad_accumulation=False), top=5)
     assert one.plans and all(x.job.layout.mbs == 2 and x.job.num_microbatches == 1 for x in one.plans)
+
+
+def test_torchtitan_0_3_searches_tensor_parallel_without_sequence_parallel():
+    # torchtitan's ParallelismConfig.enable_sequence_parallel (aa68af18e, 2026-03-29, after 0.2.2)
+    # turns the norms' sequence sharding off; KempnerForge runs tp that way on every pipeline stage.
+    # 0.3 searches it (and its launch writes it); 0.2 has no switch, so sp stays on there.
+    from planner.launch.build import launch_refusal
+    from planner.launch.options import LaunchOptions
+    from planner.space import sp_values
+
+    p = problem(LLAMA_TINY, 4, gbs=8, framework="torchtitan", tp=2, sp=False)
+    cpsat, brute = search(p, top=5), brute_force(p, top=5)
+    assert cpsat.plans and [x.key for x in cpsat.plans] == [x.key for x in brute.plans]
+    assert all(x.job.layout.tp == 2 and not x.job.sp and launch_refusal(x.job) is None for x in cpsat.plans)
+    assert sp_values(p, 2) == [False] and sp_values(p, 1) == [False]
+    old = Problem(p.model, p.cluster, p.training, fixed=p.fixed, launch=LaunchOptions(torchtitan_version="0.2"))
+    assert sp_values(old, 2) == [] and not search(old, top=5).plans
+    free = Problem(p.model, p.cluster, p.training, fixed={"tp": 2})
+    assert sp_values(free, 2) == [True, False]
