@@ -517,3 +517,24 @@ def test_torchtitan_0_3_searches_tensor_parallel_without_sequence_parallel():
     assert sp_values(old, 2) == [] and not search(old, top=5).plans
     free = Problem(p.model, p.cluster, p.training, fixed={"tp": 2})
     assert sp_values(free, 2) == [True, False]
+
+
+def test_torchtitan_searches_its_generated_pipeline_split():
+    # torchtitan's split where none is given (generate_split_points, 9dec370): 6 layers in 2·2 stages
+    # are 1/2/2/1, rank 0 running stages 0 and 2 (1 + 2 layers), rank 1 stages 1 and 3 (2 + 1)
+    from planner.launch.build import launch_refusal
+    from planner.space import generated_split, stages
+
+    assert generated_split(126, 8, 2) == (7,) + (8,) * 14 + (7,)  # Llama 3.1 405B at pp 8: ranks 15/16/…/16/15
+    assert generated_split(126, 8, 1) == (15,) + (16,) * 6 + (15,) and generated_split(8, 2, 2) is None
+    model = LLAMA_TINY_8.model_copy(update=dict(name="llama-tiny-6", num_layers=6))
+    p = problem(model, 4, gbs=8, framework="torchtitan", tp=1, cp=1, pp=2, vpp=2, mbs=1)
+    made = [st for st in stages(p) if st.chunks is not None]
+    assert {(st.chunks, st.layers, st.pp_layout) for st in made} == {((1, 2, 2, 1), (3, 3), "Et|(t*2|)*2,tL")}
+    cpsat, brute = search(p, top=20), brute_force(p, top=20)
+    assert [x.key for x in cpsat.plans] == [x.key for x in brute.plans]
+    ours = [x for x in cpsat.plans if x.job.layout.pp_layout == "Et|(t*2|)*2,tL"]
+    assert ours and all(launch_refusal(x.job) is None for x in ours)
+    assert [[len(c) for c in chunks] for chunks in ours[0].job.stage_chunks] == [[1, 2], [2, 1]]
+    # Megatron has no such default: its space holds equal chunks per rank only
+    assert all(st.chunks is None for st in stages(problem(model, 4, gbs=8, tp=1, cp=1, pp=2, vpp=2, mbs=1)))
