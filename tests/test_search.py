@@ -536,5 +536,10 @@ def test_torchtitan_searches_its_generated_pipeline_split():
     ours = [x for x in cpsat.plans if x.job.layout.pp_layout == "Et|(t*2|)*2,tL"]
     assert ours and all(launch_refusal(x.job) is None for x in ours)
     assert [[len(c) for c in chunks] for chunks in ours[0].job.stage_chunks] == [[1, 2], [2, 1]]
+    # torchtitan is told it as module lists, stage s = chunk v of rank r at s = v·pp + r
+    from planner.launch.torchtitan import split as titan_split
+    fqns = titan_split(ours[0].job, "lm_head").fqns
+    assert fqns is not None and [[m for m in s if m.startswith("layers.")] for s in fqns] == [
+        ["layers.0"], ["layers.1", "layers.2"], ["layers.3", "layers.4"], ["layers.5"]]
     # Megatron has no such default: its space holds equal chunks per rank only
     assert all(st.chunks is None for st in stages(problem(model, 4, gbs=8, tp=1, cp=1, pp=2, vpp=2, mbs=1)))
