@@ -18,6 +18,8 @@ Bounds of the search, beyond the frameworks' rules:
   --decoder-first/last-pipeline-num-layers are used for), and up to three memory splits of the
   CP-SAT model in `_memory_splits` (every rank's layers, fewer where more micro-batches are in
   flight; --pipeline-model-parallel-layout, where the framework can launch it);
+- torchtitan also takes the split it generates where none is given (generated_split), whose
+  chunks on one rank may differ;
 - vpp is at most MAX_VPP;
 - HSDP shard groups are powers of two from 8 to 256 data-parallel ranks.
 
