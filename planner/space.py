@@ -49,10 +49,7 @@ from planner.launch.options import LaunchOptions, TitanVersion
 
 MIN_CP_TOKENS = 1024
 MAX_MBS = 16
-# the deepest interleaving of the published layouts: MLPerf Training v3.0/v3.1 GPT-3 175B (96 layers) at
-# pp 8, vpp 12, one layer per model chunk (NVIDIA, CoreWeave, Azure submissions); 9-12 cost the plan_speed
-# cases nothing measurable (their layer counts leave few such depths)
-MAX_VPP = 12
+MAX_VPP = 8
 HSDP_GROUPS = (8, 16, 32, 64, 128, 256)
 # Llama 3 pre-training started at 4M tokens per step (Llama Team 2024, Sec. 3.4.1); GPT-3 175B used 3.2M.
 DEFAULT_TOKENS_PER_STEP = 4 * 1024 * 1024
