@@ -120,11 +120,17 @@ def format_pp_layout(per_rank: list[int] | tuple[int, ...], vpp: int) -> str:
     a row, a cosmetic comma after each such group, e.g. [6, 8, 8, 10] -> "Et*6|(t*8|)*2,t*10L"."""
     pp = len(per_rank)
     assert all(n % vpp == 0 and n > 0 for n in per_rank), (per_rank, vpp)
+    return format_stage_layers([per_rank[s % pp] // vpp for s in range(pp * vpp)])
+
+
+def format_stage_layers(per_stage: list[int] | tuple[int, ...]) -> str:
+    """The --pipeline-model-parallel-layout string of decoder layers per virtual stage, in stage
+    order v·pp + r (chunks of one rank may differ), compact as format_pp_layout says."""
+    assert all(k > 0 for k in per_stage), per_stage
     stages = []
-    for s in range(pp * vpp):
-        k = per_rank[s % pp] // vpp
+    for s, k in enumerate(per_stage):
         body = "t" if k == 1 else f"t*{k}"
-        stages.append(("E" if s == 0 else "") + body + ("L" if s == pp * vpp - 1 else ""))
+        stages.append(("E" if s == 0 else "") + body + ("L" if s == len(per_stage) - 1 else ""))
     out, i = "", 0
     while i < len(stages):
         j = i

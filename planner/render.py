@@ -385,15 +385,14 @@ def _search_splits(report: Any, pp: int, vpp: int) -> list[dict[str, Any]]:
     tries them: those of the ranked plans at that depth; then planner.space.splits' time-balanced
     ones (even or uneven ends), #1's vpp first; then its memory splits (every rank's layers), which
     trade the slowest stage for memory and are the search's choice only where memory binds."""
-    from cost_models.pipeline_split import format_pp_layout
-    from planner.space import head_in_layers, splits
+    from planner.space import head_in_layers, split_pp_layout, splits
 
     out = [{k: getattr(p.job.layout, k) for k in SPLIT_FIELDS} for p in report.plans if p.job.layout.pp == pp]
     if pp > 1 and pp <= report.problem.model.num_layers:
         head = head_in_layers(report.problem)
         found = sorted(splits(report.problem, pp, head), key=lambda s: (s[3] is not None, s[0] != vpp))
         out += [dict(vpp=v, pp_first_stage_layers=first, pp_last_stage_layers=last, account_for_embedding=False,
-                     account_for_loss=False, pp_layout=None if layers is None else format_pp_layout(layers, v))
+                     account_for_loss=False, pp_layout=None if layers is None else split_pp_layout(layers, pp, v))
                 for v, first, last, layers in found]
     return out
 

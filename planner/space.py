@@ -18,6 +18,8 @@ Bounds of the search, beyond the frameworks' rules:
   --decoder-first/last-pipeline-num-layers are used for), and up to three memory splits of the
   CP-SAT model in `_memory_splits` (every rank's layers, fewer where more micro-batches are in
   flight; --pipeline-model-parallel-layout, where the framework can launch it);
+- torchtitan also takes the split it generates where none is given (generated_split), whose
+  chunks on one rank may differ;
 - vpp is at most MAX_VPP;
 - HSDP shard groups are powers of two from 8 to 256 data-parallel ranks.
 
@@ -37,13 +39,13 @@ from functools import cached_property
 from cost_models.enums import Framework, Recompute, Schedule, Zero
 from cost_models.errors import SpecError
 from cost_models.hardware import Cluster
-from cost_models.pipeline_split import format_pp_layout, stage_layer_counts
+from cost_models.pipeline_split import format_pp_layout, format_stage_layers, stage_layer_counts
 from cost_models.layout import Layout
 from cost_models.memory import inflight_counts
 from cost_models.mamba_shard import cp_error as mamba_cp_error
 from cost_models.model_spec import ModelSpec
 from cost_models.training import TrainingSpec
-from planner.launch.options import LaunchOptions
+from planner.launch.options import LaunchOptions, TitanVersion
 
 MIN_CP_TOKENS = 1024
 MAX_MBS = 16
@@ -81,6 +83,9 @@ class Stages:
     # every rank's decoder layers, where neither the even split nor uneven ends say them (first and
     # last None): Megatron's --pipeline-model-parallel-layout, written by pp_layout
     layers: tuple[int, ...] | None = None
+    # every virtual stage's decoder layers (order v·pp + r), where one rank's chunks differ
+    # (torchtitan's generated split, generated_split); layers then holds their sums per rank
+    chunks: tuple[int, ...] | None = None
 
     def counts(self, num_layers: int) -> list[int]:
         if self.layers is not None:
@@ -89,7 +94,7 @@ class Stages:
 
     @property
     def pp_layout(self) -> str | None:
-        return None if self.layers is None else format_pp_layout(self.layers, self.vpp)
+        return None if self.layers is None else split_pp_layout(self.chunks or self.layers, self.pp, self.vpp)
 
     def recomputed(self, count: int) -> int:
         """Layers of a rank holding `count` decoder layers that run under the recompute mode."""
@@ -235,11 +240,17 @@ def tp_values(problem: Problem) -> list[int]:
 
 def sp_values(problem: Problem, tp: int) -> list[bool]:
     if tp == 1:
-        out = [False]
-    elif problem.framework is Framework.DEEPSPEED:
+        # nothing to shard the sequence over: off, whatever a software allows with tp > 1 (`allowed`
+        # sp [true] is tensor parallelism that always runs sequence parallel), unless fixed on
+        return [] if problem.fixed.get("sp") is True else [False]
+    if problem.framework is Framework.DEEPSPEED:
         out = [False]
     elif problem.framework is Framework.TORCHTITAN:
-        out = [True]  # torchtitan's tensor parallel plan always shards the norms' sequence
+        # torchtitan's tensor parallel plan shards the norms' sequence; ParallelismConfig's
+        # enable_sequence_parallel (default True) turns that off since pytorch/torchtitan aa68af18e
+        # (2026-03-29, torchtitan/config/configs.py L132-133), after 0.2.2 (2026-02-20), so only the
+        # 0.3 launch writes sp off (--parallelism.no_enable_sequence_parallel, planner.launch.torchtitan)
+        out = [True, False] if problem.launch.torchtitan_version is TitanVersion.V03 else [True]
     else:
         out = [True, False]
     return _fixed(problem, "sp", out)
@@ -414,6 +425,25 @@ def _memory_splits(num_layers: int, pp: int, vpp: int, head: float) -> tuple[tup
     return tuple(out)
 
 
+def generated_split(num_layers: int, pp: int, vpp: int) -> tuple[int, ...] | None:
+    """torchtitan's pipeline split where none is given (generate_split_points, pytorch/torchtitan
+    9dec370 torchtitan/parallelisms/pipelining_utils.py L18-56: vpp 1 for single-stage schedules, 2
+    for looped ones): S = pp·vpp stages, the first L // S decoder layers, each middle one a layer
+    more while the remainder L % S lasts, the last what is left; stage s on rank s mod pp (the
+    "loop" style, pipeline_llama.py L103-110). Every virtual stage's layers in order v·pp + r, or
+    None where the stages are equal (the even split) or more than the layers."""
+    stages = pp * vpp
+    if stages > num_layers or num_layers % stages == 0:
+        return None
+    base, extra = divmod(num_layers, stages)
+    out = [base]
+    for _ in range(stages - 2):
+        out.append(base + (extra > 0))
+        extra -= extra > 0
+    out.append(num_layers - sum(out))
+    return tuple(out)
+
+
 def explicit_layouts_ok(problem: Problem) -> bool:
     """Whether every rank's layers may be given (--pp-layout): Megatron's layout flag and torchtitan's
     module_fqns_per_model_part say any split (planner.launch.torchtitan.split), DeepSpeed's
@@ -423,7 +453,15 @@ def explicit_layouts_ok(problem: Problem) -> bool:
     return problem.framework is not Framework.DEEPSPEED and not problem.model.mtp_layers
 
 
-Split = tuple[int, int | None, int | None, tuple[int, ...] | None]  # (vpp, first, last, every rank's layers)
+# (vpp, first, last, every rank's layers): pp counts, or pp·vpp (every virtual stage's, generated_split)
+# where one rank's chunks differ
+Split = tuple[int, int | None, int | None, tuple[int, ...] | None]
+
+
+def split_pp_layout(layers: tuple[int, ...], pp: int, vpp: int) -> str:
+    """The --pipeline-model-parallel-layout of a Split's layers: every rank's (pp of them, equal
+    chunks per rank) or every virtual stage's (pp·vpp of them)."""
+    return format_pp_layout(layers, vpp) if len(layers) == pp else format_stage_layers(layers)
 
 
 def split_kind(first: int | None, last: int | None, layers: object | None) -> str:
@@ -471,6 +509,17 @@ def splits(problem: Problem, pp: int, head: float) -> list[Split]:
                 add(vpp, None if counts[0] == mid else counts[0], None if counts[-1] == mid else counts[-1])
             else:
                 add(vpp, None, None, counts)
+    if fw is Framework.TORCHTITAN and explicit_layouts_ok(problem):
+        for vpp in _fixed(problem, "vpp", [1, 2]):
+            chunks = generated_split(n, pp, vpp)
+            if chunks is None:
+                continue
+            per_rank = tuple(sum(chunks[v * pp + r] for v in range(vpp)) for r in range(pp))
+            if vpp == 1 and pp > 2 and len(set(per_rank[1:-1])) == 1:
+                mid = per_rank[1]
+                add(vpp, None if per_rank[0] == mid else per_rank[0], None if per_rank[-1] == mid else per_rank[-1])
+            else:
+                add(vpp, None, None, per_rank if vpp == 1 else chunks)
     return sorted(out.values(), key=lambda s: (s[0], s[1] or 0, s[2] or 0, s[3] or ()))
 
 
@@ -485,6 +534,9 @@ def stages(problem: Problem) -> Iterator[Stages]:
         for vpp, first, last, layers in splits(problem, pp, head):
             if vpp not in _fixed(problem, "vpp", [vpp]):
                 continue
+            chunks = None
+            if layers is not None and len(layers) != pp:  # every virtual stage's (generated_split)
+                chunks, layers = layers, tuple(sum(layers[v * pp + r] for v in range(vpp)) for r in range(pp))
             counts = list(layers) if layers is not None else stage_layer_counts(n, pp, first, last)
             for mode in modes:
                 ks: list[int | None] = [None]
@@ -492,7 +544,8 @@ def stages(problem: Problem) -> Iterator[Stages]:
                     ks += list(range(1, min(counts) // vpp))
                 ks = _fixed(problem, "recompute_layers", ks)
                 for k in ks:
-                    yield Stages(pp=pp, vpp=vpp, first=first, last=last, recompute=mode, recompute_layers=k, layers=layers)
+                    yield Stages(pp=pp, vpp=vpp, first=first, last=last, recompute=mode, recompute_layers=k, layers=layers,
+                                 chunks=chunks)
 
 
 def shardings(problem: Problem) -> list[Sharding]:

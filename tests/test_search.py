@@ -498,3 +498,48 @@ def test_without_gradient_accumulation_a_step_without_pipeline_is_one_micro_batc
     # and the mbs that makes one micro-batch per rank at pp 1 (16 / dp 8 = 2) is searched
     one = search(problem(LLAMA_TINY, 8, gbs=16, framework="torchtitan", tp=1, pp=1, grad_accumulation=False), top=5)
     assert one.plans and all(x.job.layout.mbs == 2 and x.job.num_microbatches == 1 for x in one.plans)
+
+
+def test_torchtitan_0_3_searches_tensor_parallel_without_sequence_parallel():
+    # torchtitan's ParallelismConfig.enable_sequence_parallel (aa68af18e, 2026-03-29, after 0.2.2)
+    # turns the norms' sequence sharding off; KempnerForge runs tp that way on every pipeline stage.
+    # 0.3 searches it (and its launch writes it); 0.2 has no switch, so sp stays on there.
+    from planner.launch.build import launch_refusal
+    from planner.launch.options import LaunchOptions
+    from planner.space import sp_values
+
+    p = problem(LLAMA_TINY, 4, gbs=8, framework="torchtitan", tp=2, sp=False)
+    cpsat, brute = search(p, top=5), brute_force(p, top=5)
+    assert cpsat.plans and [x.key for x in cpsat.plans] == [x.key for x in brute.plans]
+    assert all(x.job.layout.tp == 2 and not x.job.sp and launch_refusal(x.job) is None for x in cpsat.plans)
+    assert sp_values(p, 2) == [False] and sp_values(p, 1) == [False]
+    old = Problem(p.model, p.cluster, p.training, fixed=p.fixed, launch=LaunchOptions(torchtitan_version="0.2"))
+    assert sp_values(old, 2) == [] and not search(old, top=5).plans
+    free = Problem(p.model, p.cluster, p.training, fixed={"tp": 2})
+    assert sp_values(free, 2) == [True, False]
+
+
+def test_torchtitan_searches_its_generated_pipeline_split():
+    # torchtitan's split where none is given (generate_split_points, 9dec370): 6 layers in 2·2 stages
+    # are 1/2/2/1, rank 0 running stages 0 and 2 (1 + 2 layers), rank 1 stages 1 and 3 (2 + 1)
+    from planner.launch.build import launch_refusal
+    from planner.space import generated_split, stages
+
+    assert generated_split(126, 8, 2) == (7,) + (8,) * 14 + (7,)  # Llama 3.1 405B at pp 8: ranks 15/16/…/16/15
+    assert generated_split(126, 8, 1) == (15,) + (16,) * 6 + (15,) and generated_split(8, 2, 2) is None
+    model = LLAMA_TINY_8.model_copy(update=dict(name="llama-tiny-6", num_layers=6))
+    p = problem(model, 4, gbs=8, framework="torchtitan", tp=1, cp=1, pp=2, vpp=2, mbs=1)
+    made = [st for st in stages(p) if st.chunks is not None]
+    assert {(st.chunks, st.layers, st.pp_layout) for st in made} == {((1, 2, 2, 1), (3, 3), "Et|(t*2|)*2,tL")}
+    cpsat, brute = search(p, top=20), brute_force(p, top=20)
+    assert [x.key for x in cpsat.plans] == [x.key for x in brute.plans]
+    ours = [x for x in cpsat.plans if x.job.layout.pp_layout == "Et|(t*2|)*2,tL"]
+    assert ours and all(launch_refusal(x.job) is None for x in ours)
+    assert [[len(c) for c in chunks] for chunks in ours[0].job.stage_chunks] == [[1, 2], [2, 1]]
+    # torchtitan is told it as module lists, stage s = chunk v of rank r at s = v·pp + r
+    from planner.launch.torchtitan import split as titan_split
+    fqns = titan_split(ours[0].job, "lm_head").fqns
+    assert fqns is not None and [[m for m in s if m.startswith("layers.")] for s in fqns] == [
+        ["layers.0"], ["layers.1", "layers.2"], ["layers.3", "layers.4"], ["layers.5"]]
+    # Megatron has no such default: its space holds equal chunks per rank only
+    assert all(st.chunks is None for st in stages(problem(model, 4, gbs=8, tp=1, cp=1, pp=2, vpp=2, mbs=1)))
