@@ -12,6 +12,7 @@ from cost_models.calibration import DEFAULT, MECHANISMS
 from cost_models.enums import Recompute
 from cost_models.model_spec import LayerKind
 from cost_models.flops import causal_fraction, layer_flops, model_flops_per_token
+from cost_models.job import Job
 from cost_models.states import rank_params
 from cost_models.step_time import time_estimate
 from planner import presets
@@ -774,8 +775,16 @@ def test_megatron_reduces_the_bias_gradients_of_proj_fc1_and_fc2_in_one_kernel_e
     assert bias_grad_seconds(job("torchtitan"), kind, DEFAULT) == 0.0
 
 
+def _elementwise_added(on: Job, off: Job, kind: LayerKind) -> tuple[float, float]:
+    """What a switch adds to a layer's memory-bound kernels, (forward, backward): `on` minus `off`."""
+    from cost_models.compute import elementwise_seconds
+
+    return tuple(elementwise_seconds(on, kind, backward=b, cal=DEFAULT) - elementwise_seconds(off, kind, backward=b, cal=DEFAULT)
+                 for b in (False, True))
+
+
 def test_megatron_local_qkv_bias_is_an_add_forward_and_a_reduction_backward():
-    from cost_models.compute import elementwise_seconds, qkv_bias_seconds
+    from cost_models.compute import qkv_bias_seconds
 
     def job(unfused=True, tp=1, **model):
         spec = GPT_TINY.model_copy(update=model)
@@ -795,14 +804,12 @@ def test_megatron_local_qkv_bias_is_an_add_forward_and_a_reduction_backward():
     assert qkv_bias_seconds(job(tp=2), kind, backward=False, cal=DEFAULT) == pytest.approx(786_432 / (2.039e12 * 0.86) + 2.6e-6, rel=1e-3)
     # the layer's memory-bound kernels carry exactly that, in both passes; off by default (Transformer
     # Engine's epilogue) and without a qkv bias
-    for backward, extra in ((False, fwd), (True, bwd)):
-        assert elementwise_seconds(job(), kind, backward=backward, cal=DEFAULT) \
-            - elementwise_seconds(job(False), kind, backward=backward, cal=DEFAULT) == pytest.approx(extra, rel=1e-9)
+    assert _elementwise_added(job(), job(False), kind) == pytest.approx((fwd, bwd), rel=1e-9)
     assert qkv_bias_seconds(job(False), kind, backward=False, cal=DEFAULT) == 0.0
 
 
 def test_megatron_core_copies_q_k_v_to_bshd_forward_and_joins_their_gradients_backward():
-    from cost_models.compute import elementwise_seconds, qkv_layout_copy_seconds
+    from cost_models.compute import qkv_layout_copy_seconds
 
     def job(copies=True, tp=1):
         return make_job(GPT_TINY, gpus=tp, tp=tp, cluster="dgx-a100-80gb",
@@ -819,9 +826,7 @@ def test_megatron_core_copies_q_k_v_to_bshd_forward_and_joins_their_gradients_ba
     assert bwd == pytest.approx(1_572_864 / (2.039e12 * 0.86) + 2.6e-6, rel=1e-3)
     # tp 2: half the heads per rank
     assert qkv_layout_copy_seconds(job(tp=2), kind, backward=True, cal=DEFAULT) == pytest.approx(786_432 / (2.039e12 * 0.86) + 2.6e-6, rel=1e-3)
-    for backward, extra in ((False, fwd), (True, bwd)):
-        assert elementwise_seconds(job(), kind, backward=backward, cal=DEFAULT) \
-            - elementwise_seconds(job(False), kind, backward=backward, cal=DEFAULT) == pytest.approx(extra, rel=1e-9)
+    assert _elementwise_added(job(), job(False), kind) == pytest.approx((fwd, bwd), rel=1e-9)
     assert qkv_layout_copy_seconds(job(False), kind, backward=False, cal=DEFAULT) == 0.0
 
 
