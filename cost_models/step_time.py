@@ -305,7 +305,7 @@ def ub_ring_chunk_seconds(job: Job, chunk_bytes: float) -> float:
     NVLink domain (the function asserts INTRANODE); a tp group beyond it keeps NCCL's send/recv."""
     cl = job.cluster.spec
     if job.layout.tp > cl.scaleup_domain_gpus:
-        return collective_time(Collective.SEND_RECV, chunk_bytes, placement(cl, 2, 1), cl)
+        return send_recv_time(chunk_bytes, stride=1, cluster=cl)
     return copy_engine_p2p_time(chunk_bytes, cl, launch_s=K.table_for(job.cluster.gpu).launch_s)
 
 
@@ -343,7 +343,7 @@ def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Cal
             gathered = t * width * ub_gather_bytes(job)
             return (_tp_coll(job, Collective.ALL_GATHER, gathered), _tp_coll(job, Collective.REDUCE_SCATTER, size),
                     _tp_coll(job, Collective.ALL_REDUCE, size), ub_ring_chunk_seconds(job, gathered / tp))
-        send = collective_time(Collective.SEND_RECV, size / tp, placement(job.cluster.spec, 2, 1), job.cluster.spec)
+        send = send_recv_time(size / tp, stride=1, cluster=job.cluster.spec)
         return (_tp_coll(job, Collective.ALL_GATHER, size), _tp_coll(job, Collective.REDUCE_SCATTER, size),
                 _tp_coll(job, Collective.ALL_REDUCE, size), send)
 
@@ -408,7 +408,7 @@ def sac_regather(job: Job, blocks: tuple[Block, ...], cal: Calibration) -> Expos
             out += Exposure(gather)
             continue
         again = modules[1]
-        chunk = collective_time(Collective.SEND_RECV, size / job.layout.tp, placement(job.cluster.spec, 2, 1), job.cluster.spec)
+        chunk = send_recv_time(size / job.layout.tp, stride=1, cluster=job.cluster.spec)
         out += _ring_exchange(job, again, t, chunk_seconds(again, t, job, cal), chunk, cal)
     return out
 
