@@ -731,9 +731,10 @@ def _chunk_tensors(job: Job, rank: int, chunk: int, kind: str) -> list[int]:
         out += megatron_layer_tensors(job, i)
     if rank == job.layout.pp - 1 and chunk == job.layout.vpp - 1:
         p = rank_params(job, rank)
-        rest = dense_params(p) - int(p.value("embedding")) - int(p.value("head")) - sum(
-            t for v in range(job.layout.vpp) for i in job.stage_chunks[rank][v] for t in megatron_layer_tensors(job, i))
         head = int(p.value("head"))
+        # megatron_layer_tensors splits each layer's dense parameters without losing any
+        layers = sum(local_layer_params(job, i).dense for i in job.stage_layer_ids(rank))
+        rest = dense_params(p) - int(p.value("embedding")) - head - layers
         norm = _norm_tensors(job.model)
         out += [t for t in (rest, *norm, head - sum(norm)) if t > 0]
     return out
