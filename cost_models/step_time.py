@@ -1195,12 +1195,11 @@ def pp_hop_seconds(job: Job) -> float:
 
 def _crosses_domain(job: Job, rank: int, neighbour: int) -> bool:
     """Whether two pipeline ranks sit in different scale-up domains. The rank order puts pp last,
-    so a pipeline rank is a block of tp·cp·dp consecutive GPUs and a domain holds
-    scaleup_domain_gpus // (tp·cp·dp) whole blocks (comm.placement's rule): none when a block
-    fills a domain or more, and then every neighbour is a domain away."""
-    stride, domain = job.layout.tp * job.layout.cp * job.dp, job.cluster.spec.scaleup_domain_gpus
-    per_domain = domain // stride if stride < domain else 0
-    return per_domain == 0 or rank // per_domain != neighbour // per_domain
+    so a pipeline rank is a block of tp·cp·dp consecutive GPUs and a domain holds as many whole
+    blocks as comm.placement puts in one: one when a block fills a domain or more, and then every
+    neighbour is a domain away."""
+    per_domain = placement(job.cluster.spec, job.layout.pp, job.layout.tp * job.layout.cp * job.dp).per_domain
+    return rank // per_domain != neighbour // per_domain
 
 
 def _boundary_crossings(job: Job, rank: int) -> tuple[bool, bool]:
