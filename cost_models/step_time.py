@@ -1559,8 +1559,10 @@ def time_estimate(job: Job, *, calibration: Calibration = DEFAULT) -> TimeEstima
     alike: dict[tuple, StageTime] = {}  # ranks with equal signatures cost the same
     stages = []
     for r in range(job.layout.pp):
-        # ranks of equal layers whose pipeline neighbours sit on other links cost differently
-        sig = (job.rank_signature(r), _boundary_crossings(job, r) if job.layout.pp > 1 else None)
+        # ranks of equal layers whose pipeline neighbours sit on other links cost differently where
+        # every exchange is waited on (pp_boundary_seconds); overlapped p2p prices one hop for all
+        crossings = job.layout.pp > 1 and not _pp_overlapped(job)
+        sig = (job.rank_signature(r), _boundary_crossings(job, r) if crossings else None)
         if sig not in alike:
             alike[sig] = stage_time(job, r, calibration, passes)
         stages.append(replace(alike[sig], rank=r))
