@@ -910,6 +910,12 @@ def dp_tail(job: Job, rank: int, cal: Calibration) -> tuple[float, float]:
     return total, first
 
 
+def _bucket_reduction_seconds(job: Job, op: Collective, params: int, fp32: int, where: Placement) -> float:
+    """One gradient bucket's reduction, `fp32` of its `params` gradients in fp32
+    (apex_fp32_grad_params), the rest at _grad_bytes."""
+    return collective_time(op, (params - fp32) * _grad_bytes(job) + fp32 * FP32, where, job.cluster.spec)
+
+
 def megatron_bucket_seconds(job: Job, rank: int, kind: str, where: Placement) -> tuple[float, float]:
     """(seconds, seconds that cannot hide) of Megatron DDP's end-of-step traffic for one buffer of a
     rank: each bucket reduced by its own collective when its last gradient is ready, priced at its
@@ -930,7 +936,7 @@ def megatron_bucket_seconds(job: Job, rank: int, kind: str, where: Placement) ->
         return total, collective_time(Collective.ALL_REDUCE, last * gb, where, cl)
     rs = sum(collective_time(Collective.REDUCE_SCATTER, b * gb, where, cl) for c in chunks for b in c)
     fp32 = apex_fp32_grad_params(job, rank, kind)
-    rs_last = collective_time(Collective.REDUCE_SCATTER, (last - fp32) * gb + fp32 * FP32, where, cl)
+    rs_last = _bucket_reduction_seconds(job, Collective.REDUCE_SCATTER, last, fp32, where)
     rs += rs_last - collective_time(Collective.REDUCE_SCATTER, last * gb, where, cl)
     synchronous = not job.training.overlap_grad_reduce
     gathered = sum(b for c in chunks for b in c) if synchronous else last
@@ -1000,7 +1006,7 @@ def interleaved_grad_sync_chunks(job: Job, rank: int) -> tuple[tuple[tuple[float
             t = sum(collective_time(op, b * gb, where, cl) for b in sizes)
             if v == first and fp32:
                 b = sizes[-1]
-                t += collective_time(op, (b - fp32) * gb + fp32 * FP32, where, cl) - collective_time(op, b * gb, where, cl)
+                t += _bucket_reduction_seconds(job, op, b, fp32, where) - collective_time(op, b * gb, where, cl)
             seconds.append(t)
         per_group.append(tuple(seconds))
         if job.zero is Zero.OPTIMIZER:
