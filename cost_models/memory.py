@@ -270,8 +270,8 @@ def _transient(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], Lay
     freed = act.loss_cached_bytes(job) if last else 0  # reserved beside the loss, not allocated
     absent = loss_absent_buffers(job, rank)
     if loss > best + absent.total:
-        without = Breakdown.of("bytes", **{name: v - (absent.value(name) if name in dict(absent.parts) else 0)
-                                           for name, v in buffers})
+        gone = dict(absent.parts)
+        without = Breakdown.of("bytes", **{name: v - gone.get(name, 0) for name, v in buffers})
         return Breakdown.of("bytes", loss_backward=loss), without, int(absent.total) + freed
     return Breakdown.of("bytes", layer_backward=best), buffers, max(0, loss + freed - best)
 
@@ -284,6 +284,12 @@ def _largest_modules(job: Job, rank: int) -> tuple[int, int]:
     for kind in {job.model.layer_kind(i) for i in job.stage_layer_ids(rank)}:
         sizes += [g.n * g.k for g in layer_gemms(job, kind)]
     first, after = sorted(sizes + [0, 0], reverse=True)[:2]
+    return first, after
+
+
+def _largest_layers(job: Job, rank: int) -> tuple[int, int]:
+    """The parameters on this rank of the stage's two largest decoder layers (0 where it has fewer)."""
+    first, after = sorted([local_layer_params(job, i).total for i in job.stage_layer_ids(rank)] + [0, 0], reverse=True)[:2]
     return first, after
 
 
@@ -324,8 +330,7 @@ def loss_absent_buffers(job: Job, rank: int) -> Breakdown:
     if not _fully_sharded(job):
         return Breakdown.of("bytes", unsharded_params=0, unsharded_grads=0)
     params = rank_params(job, rank)
-    layer_sizes = sorted((local_layer_params(job, i).total for i in job.stage_layer_ids(rank)), reverse=True) + [0, 0]
-    biggest, second = layer_sizes[0], layer_sizes[1]
+    biggest, second = _largest_layers(job, rank)
     titan_plan = job.training.framework is Framework.TORCHTITAN and job.training.fsdp_reshard_after_forward is None
     gathered = second if titan_plan else biggest + second
     root = int(params.value("embedding") + params.value("head")) if _root_reshards(job) else 0
@@ -338,9 +343,7 @@ def stage_buffers(job: Job, rank: int) -> Breakdown:
     fw, z, lay = job.training.framework, job.zero, job.layout
     params = rank_params(job, rank)
     stage_params = int(params.total)
-    layer_sizes = sorted((local_layer_params(job, i).total for i in job.stage_layer_ids(rank)), reverse=True)
-    biggest = layer_sizes[0] if layer_sizes else 0
-    second = layer_sizes[1] if len(layer_sizes) > 1 else 0
+    biggest, second = _largest_layers(job, rank)
     root = int(params.value("embedding") + params.value("head"))
     unsharded_params = unsharded_grads = buckets = fp8_cache = 0
     keeps_all_unsharded = _keeps_all_unsharded(job)
