@@ -506,6 +506,7 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
         job.memo[key] = (*_transient(job, rank, costs, stage_buffers(job, rank)), rank_state_bytes(job, rank))
     transient, buffers, cached, states = job.memo[key]
     buffers = Breakdown.of("bytes", **dict(buffers), pipeline_recv=pipeline_recv_bytes(job, rank, inflight))
+    end = _backward_end(job, rank, chunks, inflight) if job.training.grads_kept_through_backward else None
     # the moments with reduce-scatter inputs pending (pending_scatter_bytes): the end of the stage's
     # forward (with the loss on the last stage), every micro-batch in flight, and the end of the
     # backward where the stage's gradients are kept through it, with the backward's own (its
@@ -516,12 +517,12 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
     if scatter:
         last = rank == job.layout.pp - 1
         held = activations.total + (act.loss_workspace(job) if last else 0) + scatter
-        if job.training.grads_kept_through_backward:
-            held = max(held, sum(part.total for part in _backward_end_parts(job, rank, chunks, inflight)) + scatter)
-    if job.training.grads_kept_through_backward:
-        activations, transient = _backward_end(job, rank, chunks, inflight, activations, transient)
+        if end is not None:
+            held = max(held, sum(part.total for part in end) + scatter)
+    if end is not None:
+        activations, transient = _larger(end, (activations, transient))
     if _whole_graph_gradients(job):
-        activations, transient = _compiled_backward_end(job, rank, activations, transient, states)
+        activations, transient = _larger(_compiled_backward_end(job, states), (activations, transient))
     step_grads = states.value("fp32_gradients")
     if step_peak(activations.total + transient.total, step_grads):
         activations, transient = activations.scaled(0), transient.scaled(0)
@@ -558,24 +559,19 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
     return StageMemory(rank=rank, layers=job.stage_layer_ids(rank), inflight=inflight, breakdown=breakdown)
 
 
-def _backward_end(job: Job, rank: int, chunks: list[Breakdown], inflight: tuple[int, ...],
-                  activations: Breakdown, transient: Breakdown) -> tuple[Breakdown, Breakdown]:
-    """The larger of the first backward's start (`activations`, `transient`) and its end under
+def _larger(moment: tuple[Breakdown, Breakdown], start: tuple[Breakdown, Breakdown]) -> tuple[Breakdown, Breakdown]:
+    """The (activations, transient) pair with more bytes: a later `moment` of the backward, or its `start`
+    where they tie."""
+    return moment if sum(part.total for part in moment) > sum(part.total for part in start) else start
+
+
+def _backward_end(job: Job, rank: int, chunks: list[Breakdown], inflight: tuple[int, ...]) -> tuple[Breakdown, Breakdown]:
+    """The activations left and the 16-bit gradients at the end of the first backward under
     TrainingSpec.grads_kept_through_backward: the backward has freed its micro-batch's activations
     (all of them without a pipeline, one micro-batch of the last chunk with one) and left a 16-bit
     gradient on every parameter of the stage, freed only after it ends (huggingface/nanotron@c2528430
     src/nanotron/optim/gradient_accumulator.py:204-223). The working set of the stage's first
     layer's backward, which runs when nearly all of them exist, is not added."""
-    after, grads = _backward_end_parts(job, rank, chunks, inflight)
-    if after.total + grads.total > activations.total + transient.total:
-        return after, grads
-    return activations, transient
-
-
-def _backward_end_parts(job: Job, rank: int, chunks: list[Breakdown],
-                        inflight: tuple[int, ...]) -> tuple[Breakdown, Breakdown]:
-    """The activations left and the stage's 16-bit gradients at the end of the first backward
-    (_backward_end)."""
     lay = job.layout
     left = [0] * lay.vpp if lay.pp == 1 else [n - (c == lay.vpp - 1) for c, n in enumerate(inflight)]
     after = Breakdown.of(
@@ -609,9 +605,8 @@ def _whole_graph_gradients(job: Job) -> bool:
             and job.num_microbatches > 1)
 
 
-def _compiled_backward_end(job: Job, rank: int, activations: Breakdown, transient: Breakdown,
-                           states: Breakdown) -> tuple[Breakdown, Breakdown]:
-    """The larger of the backward's start and the end of the one compiled graph's backward
+def _compiled_backward_end(job: Job, states: Breakdown) -> tuple[Breakdown, Breakdown]:
+    """The activations left and the gradients at the end of the one compiled graph's backward
     (TrainingSpec.compile_whole_model): every parameter's new gradient, as large as the .grad it is
     added into, returned together; the saved activations freed by then (AOTAutograd's compiled
     backward releases each after its last use), bar the 16-bit logits the training loop still
@@ -619,10 +614,7 @@ def _compiled_backward_end(job: Job, rank: int, activations: Breakdown, transien
     d = act.dims(job)
     kept = d.t * d.vocab * act.ACT_BYTES if job.training.loss_on_16bit_logits else 0
     after = Breakdown.of("bytes", embedding=0, layers=0, head=kept)
-    grads = Breakdown.of("bytes", compiled_gradients=int(states.value("gradients")))
-    if after.total + grads.total > activations.total + transient.total:
-        return after, grads
-    return activations, transient
+    return after, Breakdown.of("bytes", compiled_gradients=int(states.value("gradients")))
 
 
 def check_headroom(headroom: float) -> float:
