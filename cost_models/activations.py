@@ -19,7 +19,7 @@ from cost_models.breakdown import Breakdown
 from cost_models.enums import AttentionKernel, Framework, MixerKind, NormKind, Precision, Recompute
 from cost_models.flops import mamba_local
 from cost_models.job import Job
-from cost_models.states import local_kv_heads, padded_vocab, vocab_split
+from cost_models.states import local_kv_heads, local_vocab
 
 ACT_BYTES = 2  # bf16/fp16 activations
 FP32 = 4
@@ -112,7 +112,7 @@ def dims(job: Job, conv: Convention | None = None) -> Dims:
         kv=local_kv_heads(job) * m.head_size,
         f=m.ffn_hidden_size // tp,
         # TrainingSpec.tp_replicated_vocab: every rank's logits span the whole vocabulary
-        vocab=-(-padded_vocab(job) // vocab_split(job)),
+        vocab=local_vocab(job),
         lin_bytes=1 if tr.precision is Precision.FP8 and conv.fp8_saves_fp8_inputs else ACT_BYTES,
         conv=conv,
     )
