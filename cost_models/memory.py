@@ -334,8 +334,14 @@ def loss_absent_buffers(job: Job, rank: int) -> Breakdown:
     titan_plan = job.training.framework is Framework.TORCHTITAN and job.training.fsdp_reshard_after_forward is None
     gathered = second if titan_plan else biggest + second
     root = int(params.value("embedding") + params.value("head")) if _root_reshards(job) else 0
-    return Breakdown.of("bytes", unsharded_params=2 * (root + gathered),
-                        unsharded_grads=2 * int(params.value("head")) + 6 * biggest)
+    return Breakdown.of("bytes", unsharded_params=2 * (root + gathered), unsharded_grads=_fsdp_backward_grads(params, biggest))
+
+
+def _fsdp_backward_grads(params: Breakdown, biggest: int) -> int:
+    """Fully sharded FSDP's unsharded gradients in the backward: the output layer's bf16 gradient,
+    held until the root's reduce-scatter, and one layer's bf16 gradient with its fp32
+    reduce-scatter copy."""
+    return 2 * int(params.value("head")) + 6 * biggest
 
 
 def stage_buffers(job: Job, rank: int) -> Breakdown:
@@ -346,8 +352,7 @@ def stage_buffers(job: Job, rank: int) -> Breakdown:
     biggest, second = _largest_layers(job, rank)
     root = int(params.value("embedding") + params.value("head"))
     unsharded_params = unsharded_grads = buckets = fp8_cache = 0
-    keeps_all_unsharded = _keeps_all_unsharded(job)
-    if keeps_all_unsharded:
+    if _keeps_all_unsharded(job):
         # FSDP2 without resharding after forward (zero 2, and torchtitan's default under PP) keeps
         # every bf16 parameter of the stage gathered; under PP the micro-batches' gradients also
         # accumulate unsharded in the fp32 reduce dtype (torch pipelining turns gradient sync off
@@ -383,10 +388,9 @@ def stage_buffers(job: Job, rank: int) -> Breakdown:
     elif z is Zero.PARAMETERS:
         # Fully sharded: the root unit (embedding, final norm, output layer) stays gathered for the
         # step (FSDP2 does not reshard the root after forward), plus the current and the prefetched
-        # layer; backward adds the output layer's bf16 gradient, held until the root's
-        # reduce-scatter, and one layer's bf16 gradient with its fp32 reduce-scatter copy.
+        # layer; backward adds its gradients (_fsdp_backward_grads).
         unsharded_params = 2 * (root + biggest + second)
-        unsharded_grads = 2 * int(params.value("head")) + 6 * biggest
+        unsharded_grads = _fsdp_backward_grads(params, biggest)
         if job.training.fsdp_sync_last_microbatch and job.num_microbatches > 1:
             # TrainingSpec.fsdp_sync_last_microbatch: every parameter's unsharded gradient, in the
             # fp32 reduce dtype, from the first micro-batch's backward on. The sharded 16-bit
