@@ -19,7 +19,7 @@ from cost_models.breakdown import Breakdown
 from cost_models.enums import AttentionKernel, Framework, MixerKind, NormKind, Precision, Recompute
 from cost_models.flops import mamba_local
 from cost_models.job import Job
-from cost_models.states import local_kv_heads, padded_vocab, vocab_split
+from cost_models.states import local_kv_heads, local_vocab
 
 ACT_BYTES = 2  # bf16/fp16 activations
 FP32 = 4
@@ -112,7 +112,7 @@ def dims(job: Job, conv: Convention | None = None) -> Dims:
         kv=local_kv_heads(job) * m.head_size,
         f=m.ffn_hidden_size // tp,
         # TrainingSpec.tp_replicated_vocab: every rank's logits span the whole vocabulary
-        vocab=-(-padded_vocab(job) // vocab_split(job)),
+        vocab=local_vocab(job),
         lin_bytes=1 if tr.precision is Precision.FP8 and conv.fp8_saves_fp8_inputs else ACT_BYTES,
         conv=conv,
     )
@@ -413,24 +413,25 @@ def layer_backward_workspace(job: Job, layer_id: int) -> int:
     kind = m.layer_kind(layer_id)
     # TrainingSpec.tp_gather_buffers: the gathered input lives in a persistent buffer (memory.stage_buffers)
     gathered = d.t * d.h if d.sp_div > 1 and not job.training.tp_gather_buffers else 0
+    outer = (2 * d.residual + gathered) * ACT_BYTES
     # torch's ring attention runs its backward after the MLP's, whose gradients are freed by then
-    ring = (2 * d.residual + gathered) * ACT_BYTES + ring_attention_backward_bytes(job) if kind.mixer is MixerKind.ATTENTION else 0
+    ring = ring_attention_backward_bytes(job) if kind.mixer is MixerKind.ATTENTION else 0
     if not kind.mlp:
         if kind.mixer is MixerKind.MAMBA:
             assert m.mamba is not None
             sh = mamba_local(job)
             exchanged = d.t * m.mamba.in_proj_width // d.tp if job.layout.cp > 1 else 0
             grads = d.b * sh.seq * sh.local.in_proj_width + d.t * m.mamba.inner // d.tp + exchanged
-            return (2 * d.residual + gathered + grads) * ACT_BYTES
+            return outer + grads * ACT_BYTES
         width = 2 * d.q + 2 * d.kv
-        return max((2 * d.residual + gathered + d.t * width) * ACT_BYTES, ring)
+        return outer + max(d.t * width * ACT_BYTES, ring)
     if m.is_moe_layer(layer_id):
         assert m.moe is not None
         tokens, width = expert_tokens(job, d), m.moe.expert_ffn_hidden_size // job.etp
     else:
         tokens, width = d.t, d.f
     wide = 3 if m.mlp.gated else 2
-    return max((2 * d.residual + gathered + wide * tokens * width) * ACT_BYTES, ring)
+    return outer + max(wide * tokens * width * ACT_BYTES, ring)
 
 
 def ring_attention_backward_bytes(job: Job) -> int:

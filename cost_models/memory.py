@@ -270,8 +270,8 @@ def _transient(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], Lay
     freed = act.loss_cached_bytes(job) if last else 0  # reserved beside the loss, not allocated
     absent = loss_absent_buffers(job, rank)
     if loss > best + absent.total:
-        without = Breakdown.of("bytes", **{name: v - (absent.value(name) if name in dict(absent.parts) else 0)
-                                           for name, v in buffers})
+        gone = dict(absent.parts)
+        without = Breakdown.of("bytes", **{name: v - gone.get(name, 0) for name, v in buffers})
         return Breakdown.of("bytes", loss_backward=loss), without, int(absent.total) + freed
     return Breakdown.of("bytes", layer_backward=best), buffers, max(0, loss + freed - best)
 
@@ -284,6 +284,12 @@ def _largest_modules(job: Job, rank: int) -> tuple[int, int]:
     for kind in {job.model.layer_kind(i) for i in job.stage_layer_ids(rank)}:
         sizes += [g.n * g.k for g in layer_gemms(job, kind)]
     first, after = sorted(sizes + [0, 0], reverse=True)[:2]
+    return first, after
+
+
+def _largest_layers(job: Job, rank: int) -> tuple[int, int]:
+    """The parameters on this rank of the stage's two largest decoder layers (0 where it has fewer)."""
+    first, after = sorted([local_layer_params(job, i).total for i in job.stage_layer_ids(rank)] + [0, 0], reverse=True)[:2]
     return first, after
 
 
@@ -324,13 +330,18 @@ def loss_absent_buffers(job: Job, rank: int) -> Breakdown:
     if not _fully_sharded(job):
         return Breakdown.of("bytes", unsharded_params=0, unsharded_grads=0)
     params = rank_params(job, rank)
-    layer_sizes = sorted((local_layer_params(job, i).total for i in job.stage_layer_ids(rank)), reverse=True) + [0, 0]
-    biggest, second = layer_sizes[0], layer_sizes[1]
+    biggest, second = _largest_layers(job, rank)
     titan_plan = job.training.framework is Framework.TORCHTITAN and job.training.fsdp_reshard_after_forward is None
     gathered = second if titan_plan else biggest + second
     root = int(params.value("embedding") + params.value("head")) if _root_reshards(job) else 0
-    return Breakdown.of("bytes", unsharded_params=2 * (root + gathered),
-                        unsharded_grads=2 * int(params.value("head")) + 6 * biggest)
+    return Breakdown.of("bytes", unsharded_params=2 * (root + gathered), unsharded_grads=_fsdp_backward_grads(params, biggest))
+
+
+def _fsdp_backward_grads(params: Breakdown, biggest: int) -> int:
+    """Fully sharded FSDP's unsharded gradients in the backward: the output layer's bf16 gradient,
+    held until the root's reduce-scatter, and one layer's bf16 gradient with its fp32
+    reduce-scatter copy."""
+    return 2 * int(params.value("head")) + 6 * biggest
 
 
 def stage_buffers(job: Job, rank: int) -> Breakdown:
@@ -338,13 +349,10 @@ def stage_buffers(job: Job, rank: int) -> Breakdown:
     fw, z, lay = job.training.framework, job.zero, job.layout
     params = rank_params(job, rank)
     stage_params = int(params.total)
-    layer_sizes = sorted((local_layer_params(job, i).total for i in job.stage_layer_ids(rank)), reverse=True)
-    biggest = layer_sizes[0] if layer_sizes else 0
-    second = layer_sizes[1] if len(layer_sizes) > 1 else 0
+    biggest, second = _largest_layers(job, rank)
     root = int(params.value("embedding") + params.value("head"))
     unsharded_params = unsharded_grads = buckets = fp8_cache = 0
-    keeps_all_unsharded = _keeps_all_unsharded(job)
-    if keeps_all_unsharded:
+    if _keeps_all_unsharded(job):
         # FSDP2 without resharding after forward (zero 2, and torchtitan's default under PP) keeps
         # every bf16 parameter of the stage gathered; under PP the micro-batches' gradients also
         # accumulate unsharded in the fp32 reduce dtype (torch pipelining turns gradient sync off
@@ -380,10 +388,9 @@ def stage_buffers(job: Job, rank: int) -> Breakdown:
     elif z is Zero.PARAMETERS:
         # Fully sharded: the root unit (embedding, final norm, output layer) stays gathered for the
         # step (FSDP2 does not reshard the root after forward), plus the current and the prefetched
-        # layer; backward adds the output layer's bf16 gradient, held until the root's
-        # reduce-scatter, and one layer's bf16 gradient with its fp32 reduce-scatter copy.
+        # layer; backward adds its gradients (_fsdp_backward_grads).
         unsharded_params = 2 * (root + biggest + second)
-        unsharded_grads = 2 * int(params.value("head")) + 6 * biggest
+        unsharded_grads = _fsdp_backward_grads(params, biggest)
         if job.training.fsdp_sync_last_microbatch and job.num_microbatches > 1:
             # TrainingSpec.fsdp_sync_last_microbatch: every parameter's unsharded gradient, in the
             # fp32 reduce dtype, from the first micro-batch's backward on. The sharded 16-bit
@@ -503,6 +510,7 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
         job.memo[key] = (*_transient(job, rank, costs, stage_buffers(job, rank)), rank_state_bytes(job, rank))
     transient, buffers, cached, states = job.memo[key]
     buffers = Breakdown.of("bytes", **dict(buffers), pipeline_recv=pipeline_recv_bytes(job, rank, inflight))
+    end = _backward_end(job, rank, chunks, inflight) if job.training.grads_kept_through_backward else None
     # the moments with reduce-scatter inputs pending (pending_scatter_bytes): the end of the stage's
     # forward (with the loss on the last stage), every micro-batch in flight, and the end of the
     # backward where the stage's gradients are kept through it, with the backward's own (its
@@ -513,12 +521,12 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
     if scatter:
         last = rank == job.layout.pp - 1
         held = activations.total + (act.loss_workspace(job) if last else 0) + scatter
-        if job.training.grads_kept_through_backward:
-            held = max(held, sum(part.total for part in _backward_end_parts(job, rank, chunks, inflight)) + scatter)
-    if job.training.grads_kept_through_backward:
-        activations, transient = _backward_end(job, rank, chunks, inflight, activations, transient)
+        if end is not None:
+            held = max(held, sum(part.total for part in end) + scatter)
+    if end is not None:
+        activations, transient = _larger(end, (activations, transient))
     if _whole_graph_gradients(job):
-        activations, transient = _compiled_backward_end(job, rank, activations, transient, states)
+        activations, transient = _larger(_compiled_backward_end(job, states), (activations, transient))
     step_grads = states.value("fp32_gradients")
     if step_peak(activations.total + transient.total, step_grads):
         activations, transient = activations.scaled(0), transient.scaled(0)
@@ -555,24 +563,19 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
     return StageMemory(rank=rank, layers=job.stage_layer_ids(rank), inflight=inflight, breakdown=breakdown)
 
 
-def _backward_end(job: Job, rank: int, chunks: list[Breakdown], inflight: tuple[int, ...],
-                  activations: Breakdown, transient: Breakdown) -> tuple[Breakdown, Breakdown]:
-    """The larger of the first backward's start (`activations`, `transient`) and its end under
+def _larger(moment: tuple[Breakdown, Breakdown], start: tuple[Breakdown, Breakdown]) -> tuple[Breakdown, Breakdown]:
+    """The (activations, transient) pair with more bytes: a later `moment` of the backward, or its `start`
+    where they tie."""
+    return moment if sum(part.total for part in moment) > sum(part.total for part in start) else start
+
+
+def _backward_end(job: Job, rank: int, chunks: list[Breakdown], inflight: tuple[int, ...]) -> tuple[Breakdown, Breakdown]:
+    """The activations left and the 16-bit gradients at the end of the first backward under
     TrainingSpec.grads_kept_through_backward: the backward has freed its micro-batch's activations
     (all of them without a pipeline, one micro-batch of the last chunk with one) and left a 16-bit
     gradient on every parameter of the stage, freed only after it ends (huggingface/nanotron@c2528430
     src/nanotron/optim/gradient_accumulator.py:204-223). The working set of the stage's first
     layer's backward, which runs when nearly all of them exist, is not added."""
-    after, grads = _backward_end_parts(job, rank, chunks, inflight)
-    if after.total + grads.total > activations.total + transient.total:
-        return after, grads
-    return activations, transient
-
-
-def _backward_end_parts(job: Job, rank: int, chunks: list[Breakdown],
-                        inflight: tuple[int, ...]) -> tuple[Breakdown, Breakdown]:
-    """The activations left and the stage's 16-bit gradients at the end of the first backward
-    (_backward_end)."""
     lay = job.layout
     left = [0] * lay.vpp if lay.pp == 1 else [n - (c == lay.vpp - 1) for c, n in enumerate(inflight)]
     after = Breakdown.of(
@@ -606,9 +609,8 @@ def _whole_graph_gradients(job: Job) -> bool:
             and job.num_microbatches > 1)
 
 
-def _compiled_backward_end(job: Job, rank: int, activations: Breakdown, transient: Breakdown,
-                           states: Breakdown) -> tuple[Breakdown, Breakdown]:
-    """The larger of the backward's start and the end of the one compiled graph's backward
+def _compiled_backward_end(job: Job, states: Breakdown) -> tuple[Breakdown, Breakdown]:
+    """The activations left and the gradients at the end of the one compiled graph's backward
     (TrainingSpec.compile_whole_model): every parameter's new gradient, as large as the .grad it is
     added into, returned together; the saved activations freed by then (AOTAutograd's compiled
     backward releases each after its last use), bar the 16-bit logits the training loop still
@@ -616,10 +618,7 @@ def _compiled_backward_end(job: Job, rank: int, activations: Breakdown, transien
     d = act.dims(job)
     kept = d.t * d.vocab * act.ACT_BYTES if job.training.loss_on_16bit_logits else 0
     after = Breakdown.of("bytes", embedding=0, layers=0, head=kept)
-    grads = Breakdown.of("bytes", compiled_gradients=int(states.value("gradients")))
-    if after.total + grads.total > activations.total + transient.total:
-        return after, grads
-    return activations, transient
+    return after, Breakdown.of("bytes", compiled_gradients=int(states.value("gradients")))
 
 
 def check_headroom(headroom: float) -> float:

@@ -474,9 +474,8 @@ def _gradient_path(job: Job) -> str | None:
     if tr.ddp_bucket_size is not None and tr.framework is not MEGATRON:
         return (f"ddp_bucket_size is Megatron's --ddp-bucket-size (framework={tr.framework}); drop it, "
                 "or use framework megatron")
-    if tr.apex_distributed_adam and (tr.framework is not MEGATRON or job.zero is not Zero.OPTIMIZER):
-        return (f"apex_distributed_adam is NeMo 1's Apex DistributedFusedAdam, a zero-1 optimizer on Megatron's model "
-                f"(framework={tr.framework}, zero {int(job.zero)}); drop it, or use framework megatron with zero 1")
+    if tr.apex_distributed_adam and tr.framework is not MEGATRON:
+        return _apex_distributed_adam(job)
     if tr.param_buffer_init_copy and tr.framework is not MEGATRON:
         return (f"param_buffer_init_copy describes Megatron's distributed optimizer (framework={tr.framework}); "
                 "drop it")
@@ -484,9 +483,6 @@ def _gradient_path(job: Job) -> str | None:
     if nanotron and tr.framework is not MEGATRON:
         return (f"{' and '.join(nanotron)} describe nanotron's code, priced as a Megatron job "
                 f"(framework={tr.framework}); drop it")
-    if tr.zero1_blocking_sync and job.zero is not Zero.OPTIMIZER:
-        return (f"zero1_blocking_sync describes nanotron's ZeRO-1 gradient and parameter sync; it needs zero 1, "
-                f"not zero {int(job.zero)}")
     if tr.grads_kept_through_backward and tr.grad_accumulation_fusion:
         return ("grads_kept_through_backward describes 16-bit gradients written outside the GEMMs; "
                 "it needs grad_accumulation_fusion=False")
@@ -497,8 +493,6 @@ def _gradient_path(job: Job) -> str | None:
     if tr.loss_on_16bit_logits and tr.compiles_loss:
         return ("loss_on_16bit_logits describes an eager cross entropy outside the compiled model; "
                 "it needs compile_loss=False")
-    if tr.pipeline_keeps_outputs and job.layout.pp == 1:
-        return "pipeline_keeps_outputs describes torch.distributed.pipelining's stages; it needs pp > 1 (pp=1)"
     if tr.compile_whole_model and not tr.compile:
         return "compile_whole_model describes how torch.compile wraps the model; it needs compile=True"
     if tr.qkv_bias_unfused and (tr.framework is not MEGATRON or not job.model.qkv_bias):
@@ -509,6 +503,25 @@ def _gradient_path(job: Job) -> str | None:
                 f"(framework={tr.framework}, attention={tr.attention}); drop it, or use framework megatron with flash attention")
     if tr.bf16_params and tr.precision is not Precision.BF16:
         return f"bf16_params keeps the parameters in bf16, the compute dtype of precision bf16 (precision={tr.precision}); drop it"
+    return None
+
+
+def _apex_distributed_adam(job: Job) -> str:
+    return (f"apex_distributed_adam is NeMo 1's Apex DistributedFusedAdam, a zero-1 optimizer on Megatron's model "
+            f"(framework={job.training.framework}, zero {int(job.zero)}); drop it, or use framework megatron with zero 1")
+
+
+def _switch_layout(job: Job) -> str | None:
+    """The TrainingSpec switches that some layouts of their framework cannot take (so not a
+    PROBLEM_RULES rule: the search keeps the layouts that can)."""
+    tr = job.training
+    if tr.apex_distributed_adam and job.zero is not Zero.OPTIMIZER:
+        return _apex_distributed_adam(job)
+    if tr.zero1_blocking_sync and job.zero is not Zero.OPTIMIZER:
+        return (f"zero1_blocking_sync describes nanotron's ZeRO-1 gradient and parameter sync; it needs zero 1, "
+                f"not zero {int(job.zero)}")
+    if tr.pipeline_keeps_outputs and job.layout.pp == 1:
+        return "pipeline_keeps_outputs describes torch.distributed.pipelining's stages; it needs pp > 1 (pp=1)"
     return None
 
 
@@ -634,6 +647,9 @@ RULES: tuple[Rule, ...] = (
     Rule("grad_reduce_in_bf16", ALL, _grad_reduce_in_bf16, "Megatron-LM@d98e8a64 arguments.py:1204-1217, 3053"),
     Rule("gradient_path", ALL, _gradient_path,
          "Megatron-LM@d98e8a64 arguments.py:2944-2948, 3121-3122; torch fully_shard reshard_after_forward, DTensor ColwiseParallel"),
+    Rule("switch_layout", ALL, _switch_layout,
+         "the TrainingSpec fields' own citations: NeMo 1 distributed_fused_adam (zero 1); nanotron@c2528430 "
+         "trainer.py:509-518 (ZeRO-1); torch.distributed.pipelining stage.py (pp > 1)"),
     Rule("fp8_param_gather", ALL, _fp8_param_gather, "Megatron-LM@d98e8a64 arguments.py:1095-1098, 2016-2018"),
     Rule("align_param_gather", ALL, _align_param_gather,
          "Megatron-LM@d98e8a64 megatron/core/distributed/distributed_data_parallel.py:542-550, param_and_grad_buffer.py:555-573"),

@@ -102,10 +102,22 @@ def vocab_split(job: Job) -> int:
     return 1 if job.training.tp_replicated_vocab else job.layout.tp
 
 
+def local_vocab(job: Job) -> int:
+    """Vocabulary entries on this rank of the word embedding and of the logits the loss takes."""
+    return -(-padded_vocab(job) // vocab_split(job))
+
+
+def output_layer_vocab(job: Job) -> int:
+    """Vocabulary columns of the output layer's weight on this rank. TrainingSpec.tp_replicated_vocab:
+    column-parallel without a pipeline (its logits gathered whole after), replicated on pipeline
+    stages."""
+    return -(-padded_vocab(job) // job.layout.tp) if job.layout.pp == 1 else local_vocab(job)
+
+
 def embedding_params_local(job: Job) -> int:
     m = job.model
     h = m.hidden_size
-    word = -(-padded_vocab(job) // vocab_split(job)) * h
+    word = local_vocab(job) * h
     position = m.max_position_embeddings * h if m.position_embedding is PositionKind.LEARNED else 0
     return word + position + (norm_params(m, h) if m.embedding_norm else 0)
 
@@ -114,10 +126,7 @@ def head_params_local(job: Job) -> int:
     """Final norm and output layer; with tied embeddings and pp > 1 the last rank keeps its own copy
     of the word embedding for the output layer (Megatron's shared embedding group)."""
     m = job.model
-    # TrainingSpec.tp_replicated_vocab: column-parallel output layer without a pipeline, replicated on
-    # pipeline stages
-    split = job.layout.tp if job.layout.pp == 1 else vocab_split(job)
-    output = -(-padded_vocab(job) // split) * m.hidden_size
+    output = output_layer_vocab(job) * m.hidden_size
     if m.tie_embeddings and job.layout.pp == 1:
         output = 0
     return norm_params(m, m.hidden_size) + output

@@ -6,7 +6,11 @@ import pytest
 
 from cost_models.enums import Schedule, Zero
 from cost_models.errors import SpecError
+from cost_models.hardware import Cluster
+from cost_models.rules import problem_violations
+from cost_models.training import TrainingSpec
 from helpers import make_job
+from planner import presets
 
 L70 = "llama-3.1-70b"  # 80 layers, 64 heads, 8 kv heads
 
@@ -124,3 +128,19 @@ def test_global_batch_defaults_to_legal_microbatches():
 def test_one_frameworks_switches_are_refused_for_another(training, needle):
     with pytest.raises(SpecError, match=needle):
         make_job("llama-3.1-8b", gpus=8, training=training)
+
+
+@pytest.mark.parametrize("training, fits", [
+    (dict(framework="megatron", zero1_blocking_sync=True), dict(zero=1)),
+    (dict(framework="megatron", apex_distributed_adam=True), dict(zero=1)),
+    (dict(framework="torchtitan", pipeline_keeps_outputs=True), dict(pp=2)),
+])
+def test_a_switch_that_needs_some_layout_leaves_the_problem_solvable(training, fits):
+    # the default layout (zero 0, pp 1) breaks the switch's own rule, a layout with zero 1 or pp 2
+    # takes it: the search, not the problem check, is to turn the others down
+    spec = TrainingSpec(global_batch_size=8, **training)
+    cluster = Cluster(spec=presets.clusters()["dgx-h100"], num_gpus=8)
+    assert problem_violations(presets.models()["llama-3.1-8b"], cluster, spec) == []
+    with pytest.raises(SpecError, match="needs zero 1|needs pp > 1|with zero 1"):
+        make_job("llama-3.1-8b", gpus=8, training=dict(training, global_batch_size=8))
+    make_job("llama-3.1-8b", gpus=8, training=dict(training, global_batch_size=8), **fits)
