@@ -37,7 +37,7 @@ from cost_models.hardware import GPUSpec
 from cost_models.job import Job
 from cost_models.mamba_shard import all_to_all_widths
 from cost_models.model_spec import LayerKind
-from cost_models.states import padded_vocab, vocab_split
+from cost_models.states import convention, padded_vocab, vocab_split
 
 ACT_BYTES = 2  # bf16/fp16 activations and GEMM operands (fp8 operands: 1)
 FP32 = 4
@@ -137,9 +137,10 @@ def main_grad_bytes(job: Job) -> int:
     """Bytes per element of Megatron's main-gradient buffer: the parameters' dtype unless gradients
     are reduced in fp32 (Megatron-LM@d98e8a64 megatron/core/distributed/param_and_grad_buffer.py:924),
     which --bf16 turns on unless --grad-reduce-in-bf16 (megatron/training/arguments.py:1213-1217):
-    fp16 for fp16 training, fp32 for bf16 and fp8 (bf16 parameters)."""
+    fp16 for fp16 training, fp32 for bf16 and fp8 (bf16 parameters); the gradient bytes of
+    states.convention's Megatron row."""
     tr = job.training
-    return ACT_BYTES if (tr.precision is Precision.FP16 or tr.grad_reduce_in_bf16) else FP32
+    return convention(Framework.MEGATRON, tr.precision, bf16_grads=tr.grad_reduce_in_bf16).grad_bytes
 
 
 def wgrad_out_bytes(job: Job) -> int:
