@@ -174,3 +174,19 @@ def test_a_rowwise_linear_outside_the_grid_is_read_at_its_edge():
     # a GPU of a generation without its own grid reads Hopper's
     assert K.table_for(GPUS["B200"]).rowwise is None
     assert K.rowwise_linear_ratio(GPUS["B200"], 8192, 8192, 8192) == K.rowwise_linear_ratio(h100, 8192, 8192, 8192)
+
+
+def test_unfused_attention_batched_gemms_read_the_a100_curve_by_head_dim():
+    # Anthony et al. 2024 Fig. 7 on A100 (presets/kernels/ampere.toml): the key-query GEMM at d = 64
+    # and 96 reads 58.8 and 92.1 TFLOP/s, attention over values 80.5 and 108.0; d = 80 lies halfway,
+    # 75.45 and 94.25, each at A100-80GB's sustained compute over the benchmark's (compute_scale)
+    gpu = GPUS["A100-80GB"]
+    scale = K.compute_scale(gpu)
+    assert K.eager_bmm_rate(gpu, 64, reduces_head_dim=True) == pytest.approx(58.8e12 * scale, rel=1e-12)
+    assert K.eager_bmm_rate(gpu, 80, reduces_head_dim=True) == pytest.approx(75.45e12 * scale, rel=1e-12)
+    assert K.eager_bmm_rate(gpu, 80, reduces_head_dim=False) == pytest.approx(94.25e12 * scale, rel=1e-12)
+    assert K.eager_bmm_rate(gpu, 256, reduces_head_dim=False) == pytest.approx(216.9e12 * scale, rel=1e-12)
+    # outside the measured head dims (32-256), and on a generation without a curve, the GEMM model prices it
+    assert K.eager_bmm_rate(gpu, 16, reduces_head_dim=True) is None
+    assert K.eager_bmm_rate(gpu, 512, reduces_head_dim=True) is None
+    assert K.eager_bmm_rate(GPUS["H100-SXM"], 128, reduces_head_dim=True) is None
