@@ -277,7 +277,8 @@ def eager_bmm_seconds(job: Job, g: Gemm, head_dim: int, cal: Calibration) -> flo
     backward's dP = dO·Vᵀ too; attention-over-values-like otherwise: PV and the other three
     backward GEMMs, each with the head dimension as one side of its output), else the GEMM model."""
     gpu, prec = job.cluster.gpu, _gemm_precision(job)
-    rate = K.eager_bmm_rate(gpu, head_dim, reduces_head_dim=g.k == head_dim) if prec is not Precision.FP8 else None
+    reduces = g.name in ("scores", "context.dgrad")  # by name: a sequence as long as the head dim has its k too
+    rate = K.eager_bmm_rate(gpu, head_dim, reduces_head_dim=reduces) if prec is not Precision.FP8 else None
     if rate is None:
         return gemm_seconds(g, gpu, prec, cal)
     return g.flop / rate / cal.scale("gemm_scale", gpu.architecture) + K.table_for(gpu).launch_s
