@@ -52,6 +52,7 @@ only the links among themselves (domain_link_share).
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 from enum import StrEnum
@@ -243,12 +244,20 @@ def size_share(size_bytes: float, nodes: int) -> float:
 def measured_busbw(op: Collective, size_bytes: float, nodes: int, cluster: ClusterSpec) -> float | None:
     """The cluster's own cross-node measurement of `op` (module docstring, measured clusters) at
     `nodes` nodes and `size_bytes`, or None where its preset has none for the collective."""
+    if nodes < 2:
+        return None
     points = sorted((p.nodes, p.size_bytes, p.busbw_bytes_per_s) for p in cluster.measured_busbw if p.collective == op.value)
-    if not points or nodes < 2:
+    if not points:
         return None
     counts = [count for count, _, _ in points]
-    carried = [busbw * size_share(size_bytes, count) / size_share(size, count) for count, size, busbw in points]
-    return log2_interp(counts, carried, max(nodes, counts[0]))
+    x = max(nodes, counts[0])
+    # carry along the size curve only the points log2_interp reads (a hot path): beyond the last
+    # count that one; else the count below x and the one at or above it, with the next one so that
+    # x on a measured count takes log2_interp's inner branch as over the whole list
+    hi = bisect.bisect_left(counts, x, 1)
+    near = points[hi - 1:hi + 2] if x < counts[-1] else points[-1:]
+    carried = [busbw * size_share(size_bytes, count) / size_share(size, count) for count, size, busbw in near]
+    return log2_interp([count for count, _, _ in near], carried, x)
 
 
 def bus_bandwidth(op: Collective, where: Placement, cluster: ClusterSpec, *, flat: bool = False) -> float:

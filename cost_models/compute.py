@@ -37,7 +37,7 @@ from cost_models.hardware import GPUSpec
 from cost_models.job import Job
 from cost_models.mamba_shard import all_to_all_widths
 from cost_models.model_spec import LayerKind
-from cost_models.states import padded_vocab, vocab_split
+from cost_models.states import convention, padded_vocab, vocab_split
 
 ACT_BYTES = 2  # bf16/fp16 activations and GEMM operands (fp8 operands: 1)
 FP32 = 4
@@ -137,9 +137,10 @@ def main_grad_bytes(job: Job) -> int:
     """Bytes per element of Megatron's main-gradient buffer: the parameters' dtype unless gradients
     are reduced in fp32 (Megatron-LM@d98e8a64 megatron/core/distributed/param_and_grad_buffer.py:924),
     which --bf16 turns on unless --grad-reduce-in-bf16 (megatron/training/arguments.py:1213-1217):
-    fp16 for fp16 training, fp32 for bf16 and fp8 (bf16 parameters)."""
+    fp16 for fp16 training, fp32 for bf16 and fp8 (bf16 parameters); the gradient bytes of
+    states.convention's Megatron row."""
     tr = job.training
-    return ACT_BYTES if (tr.precision is Precision.FP16 or tr.grad_reduce_in_bf16) else FP32
+    return convention(Framework.MEGATRON, tr.precision, bf16_grads=tr.grad_reduce_in_bf16).grad_bytes
 
 
 def wgrad_out_bytes(job: Job) -> int:
@@ -276,7 +277,8 @@ def eager_bmm_seconds(job: Job, g: Gemm, head_dim: int, cal: Calibration) -> flo
     backward's dP = dO·Vᵀ too; attention-over-values-like otherwise: PV and the other three
     backward GEMMs, each with the head dimension as one side of its output), else the GEMM model."""
     gpu, prec = job.cluster.gpu, _gemm_precision(job)
-    rate = K.eager_bmm_rate(gpu, head_dim, reduces_head_dim=g.k == head_dim) if prec is not Precision.FP8 else None
+    reduces = g.name in ("scores", "context.dgrad")  # by name: a sequence as long as the head dim has its k too
+    rate = K.eager_bmm_rate(gpu, head_dim, reduces_head_dim=reduces) if prec is not Precision.FP8 else None
     if rate is None:
         return gemm_seconds(g, gpu, prec, cal)
     return g.flop / rate / cal.scale("gemm_scale", gpu.architecture) + K.table_for(gpu).launch_s
@@ -661,8 +663,7 @@ def elementwise_seconds(job: Job, kind: LayerKind, *, backward: bool, cal: Calib
         total += _op_seconds(job, "rope", rope, backward, cal)
     elif m.position_embedding is PositionKind.ROPE and kind.mixer is MixerKind.ATTENTION and kind.rope:
         total += _op_seconds(job, "rope", (m.q_width + m.kv_width) / lay.tp * t, backward, cal)
-    if kind.mixer is MixerKind.ATTENTION and job.training.qkv_copy_kept and m.mla is None and m.kv_heads == m.num_attention_heads:
-        total += qkv_copy_seconds(job, backward=backward, cal=cal)
+    total += qkv_copy_seconds(job, kind, backward=backward, cal=cal)
     if kind.mixer is MixerKind.ATTENTION and m.qk_l2_norm and kind.rope:
         # Llama 4: a weightless L2 norm of each query and key head on the rotary layers
         # (Llama4TextAttention: use_qk_norm and use_rope)
@@ -704,9 +705,13 @@ def qkv_copy_bytes(q_width: float, kv_width: float, *, backward: bool) -> tuple[
     return 4 * (q_width + 2 * kv_width) + 16 * kv_width, 3
 
 
-def qkv_copy_seconds(job: Job, *, backward: bool, cal: Calibration) -> float:
-    """qkv_copy_bytes over the rank's tokens at the stream fraction of HBM bandwidth."""
+def qkv_copy_seconds(job: Job, kind: LayerKind, *, backward: bool, cal: Calibration) -> float:
+    """qkv_copy_bytes over the rank's tokens at the stream fraction of HBM bandwidth, on the
+    multi-head attention layers of TrainingSpec.qkv_copy_kept."""
     m, tp = job.model, job.layout.tp
+    if not (job.training.qkv_copy_kept and kind.mixer is MixerKind.ATTENTION and m.mla is None
+            and m.kv_heads == m.num_attention_heads):
+        return 0.0
     per_token, kernels = qkv_copy_bytes(m.q_width / tp, m.kv_width / tp, backward=backward)
     return memory_seconds(job, per_token * tokens(job), cal, launches=kernels)
 
@@ -739,6 +744,13 @@ def bias_grad_seconds(job: Job, kind: LayerKind, cal: Calibration) -> float:
     return sum(memory_seconds(job, w * ACT_BYTES, cal, launches=1) for w in widths)
 
 
+def qkv_elements(job: Job) -> float:
+    """Elements of a rank's linear_qkv output: the whole sequence of its tokens (column-parallel)
+    over its q, k and v heads, width / tp."""
+    m = job.model
+    return tokens(job) * (m.q_width + 2 * m.kv_width) / job.layout.tp
+
+
 # Megatron's local linear_qkv bias per output element: forward `output + bias` reads the GEMM's
 # 16-bit output and writes the sum (2 + 2; the bias row is read once), backward grad_output.sum(0)
 # reads the 16-bit output gradient once (2).
@@ -750,11 +762,9 @@ def qkv_bias_seconds(job: Job, kind: LayerKind, *, backward: bool, cal: Calibrat
     """The linear_qkv bias kernels of TrainingSpec.qkv_bias_unfused (Megatron's local linears): an add
     over the projection's output in forward, one reduction of its gradient in backward, each over the
     rank's tokens and its q, k, v heads (the column-parallel output: whole sequence, width / tp)."""
-    m = job.model
-    if not (job.training.qkv_bias_unfused and m.qkv_bias and kind.mixer is MixerKind.ATTENTION):
+    if not (job.training.qkv_bias_unfused and job.model.qkv_bias and kind.mixer is MixerKind.ATTENTION):
         return 0.0
-    elements = tokens(job) * (m.q_width + 2 * m.kv_width) / job.layout.tp
-    moved = elements * (QKV_BIAS_GRAD_BYTES if backward else QKV_BIAS_ADD_BYTES)
+    moved = qkv_elements(job) * (QKV_BIAS_GRAD_BYTES if backward else QKV_BIAS_ADD_BYTES)
     return memory_seconds(job, moved, cal, launches=1)
 
 
@@ -767,11 +777,9 @@ QKV_COPY_BYTES = 2 + 2
 def qkv_layout_copy_seconds(job: Job, kind: LayerKind, *, backward: bool, cal: Calibration) -> float:
     """TrainingSpec.qkv_bshd_copies: three copies (q, k, v) in forward, one torch.cat in backward,
     over the rank's tokens and its q, k, v heads."""
-    m = job.model
     if not (job.training.qkv_bshd_copies and kind.mixer is MixerKind.ATTENTION):
         return 0.0
-    elements = tokens(job) * (m.q_width + 2 * m.kv_width) / job.layout.tp
-    return memory_seconds(job, elements * QKV_COPY_BYTES, cal, launches=1 if backward else 3)
+    return memory_seconds(job, qkv_elements(job) * QKV_COPY_BYTES, cal, launches=1 if backward else 3)
 
 
 def permutation_seconds(job: Job, routed: int, cal: Calibration) -> float:

@@ -41,6 +41,7 @@ cost for every launch.
 
 from __future__ import annotations
 
+import bisect
 import math
 import tomllib
 from dataclasses import dataclass
@@ -403,7 +404,7 @@ def eager_bmm_rate(gpu: GPUSpec, head_dim: int, *, reduces_head_dim: bool) -> fl
         return None
     ys = curves.scores if reduces_head_dim else curves.context
     dims = curves.head_dims
-    i = max(j for j in range(len(dims)) if dims[j] <= head_dim)
+    i = bisect.bisect_right(dims, head_dim) - 1  # the last measured head dim <= head_dim
     rate = ys[i] if dims[i] == head_dim else ys[i] + (ys[i + 1] - ys[i]) * (head_dim - dims[i]) / (dims[i + 1] - dims[i])
     return rate * compute_scale(gpu)
 

@@ -174,3 +174,38 @@ def test_a_rowwise_linear_outside_the_grid_is_read_at_its_edge():
     # a GPU of a generation without its own grid reads Hopper's
     assert K.table_for(GPUS["B200"]).rowwise is None
     assert K.rowwise_linear_ratio(GPUS["B200"], 8192, 8192, 8192) == K.rowwise_linear_ratio(h100, 8192, 8192, 8192)
+
+
+def test_unfused_attention_batched_gemms_read_the_a100_curve_by_head_dim():
+    # Anthony et al. 2024 Fig. 7 on A100 (presets/kernels/ampere.toml): the key-query GEMM at d = 64
+    # and 96 reads 58.8 and 92.1 TFLOP/s, attention over values 80.5 and 108.0; d = 80 lies halfway,
+    # 75.45 and 94.25, each at A100-80GB's sustained compute over the benchmark's (compute_scale)
+    gpu = GPUS["A100-80GB"]
+    scale = K.compute_scale(gpu)
+    assert K.eager_bmm_rate(gpu, 64, reduces_head_dim=True) == pytest.approx(58.8e12 * scale, rel=1e-12)
+    assert K.eager_bmm_rate(gpu, 80, reduces_head_dim=True) == pytest.approx(75.45e12 * scale, rel=1e-12)
+    assert K.eager_bmm_rate(gpu, 80, reduces_head_dim=False) == pytest.approx(94.25e12 * scale, rel=1e-12)
+    assert K.eager_bmm_rate(gpu, 256, reduces_head_dim=False) == pytest.approx(216.9e12 * scale, rel=1e-12)
+    # outside the measured head dims (32-256), and on a generation without a curve, the GEMM model prices it
+    assert K.eager_bmm_rate(gpu, 16, reduces_head_dim=True) is None
+    assert K.eager_bmm_rate(gpu, 512, reduces_head_dim=True) is None
+    assert K.eager_bmm_rate(GPUS["H100-SXM"], 128, reduces_head_dim=True) is None
+
+
+def test_unfused_attention_gemms_take_their_curve_by_role_even_when_a_side_equals_the_head_dim():
+    # 128 tokens, head dim 128, 8 heads on A100: every GEMM has k = 128, yet only the forward QKᵀ
+    # ("scores") and the backward's dP = dO·Vᵀ ("context.dgrad") reduce over the head dimension
+    # (Fig. 7a, 105.5 TFLOP/s); PV and the other backward GEMMs read Fig. 7b (137.7). Each:
+    # 2 x 128^3 x 8 FLOP / rate + the 2.6 us launch (gemm_scale 1 in the default calibration)
+    from cost_models.calibration import DEFAULT
+    from cost_models.compute import backward_gemms, eager_bmm_seconds
+    from cost_models.flops import Gemm
+    from tests.helpers import LLAMA_TINY, make_job
+
+    job = make_job(LLAMA_TINY, gpus=1, cluster="dgx-a100-80gb", training=dict(seq_len=128, attention="eager"))
+    scale = K.compute_scale(job.cluster.gpu)
+    scores, context = Gemm("scores", 128, 128, 128, 8), Gemm("context", 128, 128, 128, 8)
+    flop = 2 * 128**3 * 8
+    for g, tflops in ((scores, 105.5), (context, 137.7), *zip(backward_gemms(scores), (137.7, 137.7)),
+                      *zip(backward_gemms(context), (105.5, 137.7))):
+        assert eager_bmm_seconds(job, g, 128, DEFAULT) == pytest.approx(flop / (tflops * 1e12 * scale) + 2.6e-6, rel=1e-12), g.name
