@@ -748,12 +748,6 @@ MLPERF_NO_TP_OVERLAP = (
 )
 
 
-def mlperf_ring_exchange_rs(run_id: str) -> tuple[frozenset, str] | None:
-    """The row GEMMs a submission reduce-scatters by ring exchange (MLPERF_UB_RING_EXCHANGE_RS), or
-    None where no tp_overlap yaml was read (GPT-3 before v4.1, Oracle's): TE's default, pipeline."""
-    return next(((g, where) for prefix, g, where in MLPERF_UB_RING_EXCHANGE_RS if run_id.startswith(prefix)), None)
-
-
 # Per-communicator NCCL CTA caps the submission's code applies (TrainingSpec.nccl_max_ctas): its
 # config_common.sh points NCCL_CFG_PATH at conf/nccl/custom_communicator_cta.yaml, whose dp, dp_cp and tp
 # groups get max_ctas 8, pp 2 and cp 1 (L3-22), and its NeMo 1 launcher hands that path to Megatron's
@@ -779,11 +773,6 @@ MLPERF_NCCL_CTAS = (
 )
 
 
-def mlperf_nccl_ctas(run_id: str) -> tuple[NcclCtas, str] | None:
-    """The per-communicator NCCL CTA caps a submission's code applies (MLPERF_NCCL_CTAS), or None."""
-    return next(((caps, where) for prefix, caps, where in MLPERF_NCCL_CTAS if run_id.startswith(prefix)), None)
-
-
 # NeMo 2 submissions whose DDP config keeps align_param_gather on without the interleaved schedule
 # (TrainingSpec.align_param_gather): config_common.sh exports ALIGN_PARAM_GATHER=True and pretrain.py
 # hands it to DistributedDataParallelConfig (Cisco/benchmarks/llama31_8b/implementations/nemo/
@@ -795,16 +784,14 @@ MLPERF_ALIGN_PARAM_GATHER = (
 )
 
 
-def mlperf_no_tp_overlap(run_id: str) -> str | None:
-    """Where a submission's code leaves TP comm overlap off despite its TP_COMM_OVERLAP (MLPERF_NO_TP_OVERLAP)."""
-    return next((where for prefix, where in MLPERF_NO_TP_OVERLAP if run_id.startswith(prefix)), None)
-
-
-def mlperf_bucket_size(run_id: str) -> tuple[int, str] | None:
-    """The submission's --ddp-bucket-size (MLPERF_BUCKET_SIZES), or None: GPT-3's NeMo 1 code runs
-    Apex's DistributedFusedAdam, not Megatron's DDP, whose per-layer buckets no bucket size changes
-    (TrainingSpec.apex_distributed_adam)."""
-    return next(((size, where) for prefix, size, where in MLPERF_BUCKET_SIZES if run_id.startswith(prefix)), None)
+def mlperf_setting(table: tuple[tuple, ...], run_id: str) -> tuple | None:
+    """The row of an MLPERF_* table (id prefix, values..., where) whose prefix the submission's id
+    starts with, first match first, less the prefix; None where none does: for MLPERF_BUCKET_SIZES,
+    GPT-3's NeMo 1 code, which runs Apex's DistributedFusedAdam, not Megatron's DDP, whose per-layer
+    buckets no bucket size changes (TrainingSpec.apex_distributed_adam); for
+    MLPERF_UB_RING_EXCHANGE_RS, where no tp_overlap yaml was read (GPT-3 before v4.1, Oracle's):
+    TE's default, pipeline."""
+    return next((row[1:] for row in table if run_id.startswith(row[0])), None)
 
 
 def _mlperf(entry: dict) -> Mapped:
@@ -825,9 +812,9 @@ def _mlperf(entry: dict) -> Mapped:
         model = _llama_model(entry)
     tech = lay.get("techniques") or ""
     overlap = "TP comm overlap" in tech and "not enabled" not in tech
-    unregistered = mlperf_no_tp_overlap(entry["id"])
+    unregistered = mlperf_setting(MLPERF_NO_TP_OVERLAP, entry["id"])
     if overlap and unregistered and lay["tp"] > 1:
-        notes.append(f"TP comm overlap off: the config asks for it but the code never enables it ({unregistered})")
+        notes.append(f"TP comm overlap off: the config asks for it but the code never enables it ({unregistered[0]})")
     overlap = overlap and not unregistered
     fp8_params = "FP8_PARAMS" in tech or "FP8 params" in tech
     if fp8_params:
@@ -849,16 +836,16 @@ def _mlperf(entry: dict) -> Mapped:
     else:
         notes.append("gradients kept and reduced in bf16 (the NeMo code's grad_reduce_in_fp32=False)")
     bf16_grads = True
-    bucket = mlperf_bucket_size(entry["id"])
+    bucket = mlperf_setting(MLPERF_BUCKET_SIZES, entry["id"])
     if bucket:
         notes.append(f"DDP gradient buckets of {bucket[0]:,} parameters ({bucket[1]})")
-    ring = mlperf_ring_exchange_rs(entry["id"]) if overlap and lay["tp"] > 1 else None
+    ring = mlperf_setting(MLPERF_UB_RING_EXCHANGE_RS, entry["id"]) if overlap and lay["tp"] > 1 else None
     if ring:
         notes.append(f"forward reduce-scatter of {' and '.join(sorted(ring[0]))} by TE ring exchange ({ring[1]})")
-    align = next((where for prefix, where in MLPERF_ALIGN_PARAM_GATHER if entry["id"].startswith(prefix)), None)
+    align = mlperf_setting(MLPERF_ALIGN_PARAM_GATHER, entry["id"])
     if align and not (lay["pp"] > 1 and (lay.get("vpp") or 1) > 1):
-        notes.append(f"parameter all-gathers in series with the forward: align_param_gather without interleaving ({align})")
-    ctas = mlperf_nccl_ctas(entry["id"])
+        notes.append(f"parameter all-gathers in series with the forward: align_param_gather without interleaving ({align[0]})")
+    ctas = mlperf_setting(MLPERF_NCCL_CTAS, entry["id"])
     if ctas:
         notes.append(f"NCCL CTAs per communicator capped (dp {ctas[0].dp}, tp {ctas[0].tp}, cp {ctas[0].cp}, pp {ctas[0].pp}; {ctas[1]})")
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.FP8,
