@@ -44,6 +44,7 @@ from cost_models.model_spec import ModelSpec
 from cost_models.rules import resolve
 from cost_models.training import NcclCtas, TrainingSpec
 from planner import presets
+from planner.space import generated_split
 
 sys.path.insert(0, str(Path(__file__).parent))
 from flop_conventions import (  # one function per source's FLOP count
@@ -102,7 +103,8 @@ def torchtitan_layout(row: dict, num_layers: int) -> Layout:
         # (torchtitan/parallelisms/pipelining_utils.py:79-81, pipeline_llama.py:67-69)
         mbs = lay["local_batch"] // pp
     rc = Recompute.FULL if lay["recompute"].startswith("full") else Recompute.SELECTIVE
-    split = torchtitan_split(num_layers, pp * vpp) if pp > 1 and num_layers % (pp * vpp) else None
+    # torchtitan's default split points (generate_split_points), stage s on rank s % pp: None where even
+    split = generated_split(num_layers, pp, vpp) if pp > 1 else None
     ends = {}
     if split and vpp == 1 and len(set(split[1:-1])) == 1:
         ends = dict(pp_first_stage_layers=split[0], pp_last_stage_layers=split[-1])  # even middle: the same split
@@ -112,16 +114,6 @@ def torchtitan_layout(row: dict, num_layers: int) -> Layout:
         tp=tp, pp=pp, vpp=vpp, cp=cp, dp=dp, mbs=mbs, zero=Zero.PARAMETERS, recompute=rc,
         schedule=Schedule.INTERLEAVED if interleaved else (Schedule.ONE_F_ONE_B if pp > 1 else None), **ends,
     )
-
-
-def torchtitan_split(num_layers: int, stages: int) -> list[int]:
-    """Decoder layers per pipeline stage when no split points are given (torchtitan 9dec370
-    pipelining_utils.py:37-52 generate_split_points): the first stage takes num_layers // stages,
-    the next stages one more while the remainder lasts, the last stage what is left. Stage s runs on
-    rank s % pp (stage_ids_this_rank, style "loop", lines 110-111), the order pp_layout reads its stages in."""
-    base, extra = divmod(num_layers, stages)
-    sizes = [base] + [base + 1] * min(extra, stages - 2) + [base] * max(stages - 2 - extra, 0)
-    return sizes + [num_layers - sum(sizes)]
 
 
 def torchtitan_training(row: dict) -> TrainingSpec:
@@ -347,42 +339,44 @@ def _torchtitan(entry: dict) -> Mapped:
     if layout.pp > 1:
         notes.append(f"vpp {layout.vpp} (stages per rank) and micro-batch {layout.mbs} = local batch / pp micro-batches, torchtitan 9dec370 defaults")
     if layout.pp_layout or layout.pp_first_stage_layers:
-        sizes = torchtitan_split(model.num_layers, layout.pp * layout.vpp)
+        sizes = generated_split(model.num_layers, layout.pp, layout.vpp) or ()
         notes.append(f"{model.num_layers} layers split {'/'.join(map(str, sizes))} over the stages (torchtitan's default split points)")
     return model, torchtitan_cluster(entry), training, layout, notes
 
 
-def _mpt_code_note(precision: str) -> str:
-    """Which llm-foundry ran a row. The README's mixed_precision DEFAULT rows are the runs that
-    llm-foundry@b2a43a147 published: its submit_benchmarks.py leaves mixed_precision at DEFAULT (L268,
-    never passed by run_config) and installs llm-foundry v0.3.0 (L397-403), which pins Composer 0.16
-    (setup.py L50). The PURE rows were carried over from the README's earlier tables (README@c6cfb4284,
-    2023-07-21, lists them; b2a43a147's message: "added back old numbers that I didn't reproduce"),
-    run by an earlier submit_benchmarks.py whose attn_impl default is also 'triton' (a7d6a4475 L119)."""
-    if "PURE" in precision.upper():
-        return ("a row the README carried over from its tables before llm-foundry@b2a43a147 (README@c6cfb4284 lists it), "
-                "run with submit_benchmarks.py's attn_impl default 'triton' (a7d6a4475 L119) on the code of its day")
-    return ("run as llm-foundry@b2a43a147 published it: submit_benchmarks.py installs llm-foundry v0.3.0 (L397-403), "
-            "which pins Composer 0.16 (setup.py L50)")
-
-
-def _mpt_reduce_note(precision: str) -> str:
-    """The gradient reduce-scatter's dtype under the table's FSDP mixed-precision mode (its "MP Mode"
-    column): Composer 0.16's DEFAULT gathers bf16 parameters and reduces gradients in fp32, PURE
-    reduces in bf16 (mosaicml/composer@v0.16.4 composer/trainer/mosaic_fsdp_utils.py L87-94;
-    DEFAULT is also the fsdp_config default, dist_strategy.py L143)."""
-    if "PURE" in precision.upper():
-        return ("gradients reduce-scattered in fp32 as torchtitan's FSDP2 does, where the table's mixed_precision "
-                "PURE reduces them in bf16 (Composer@v0.16.4 mosaic_fsdp_utils.py L91-94): twice the bytes")
-    return ("gradients reduce-scattered in fp32: the table's mixed_precision DEFAULT gathers bf16 parameters and "
-            "reduces in fp32 (Composer@v0.16.4 mosaic_fsdp_utils.py L87-90), as torchtitan's FSDP2 does")
+# The notes that depend on the table's FSDP mixed-precision mode (its "MP Mode" column), per mode:
+# which llm-foundry ran the row, and the gradient reduce-scatter's dtype.
+# DEFAULT: the runs llm-foundry@b2a43a147 published: its submit_benchmarks.py leaves mixed_precision
+# at DEFAULT (L268, never passed by run_config) and installs llm-foundry v0.3.0 (L397-403), which pins
+# Composer 0.16 (setup.py L50); Composer 0.16's DEFAULT gathers bf16 parameters and reduces gradients
+# in fp32 (mosaicml/composer@v0.16.4 composer/trainer/mosaic_fsdp_utils.py L87-90; DEFAULT is also
+# the fsdp_config default, dist_strategy.py L143).
+# PURE: rows carried over from the README's earlier tables (README@c6cfb4284, 2023-07-21, lists
+# them; b2a43a147's message: "added back old numbers that I didn't reproduce"), run by an earlier
+# submit_benchmarks.py whose attn_impl default is also 'triton' (a7d6a4475 L119); PURE reduces in
+# bf16 (mosaic_fsdp_utils.py L91-94).
+MPT_MODE_NOTES = {
+    "PURE": (
+        ("a row the README carried over from its tables before llm-foundry@b2a43a147 (README@c6cfb4284 lists it), "
+         "run with submit_benchmarks.py's attn_impl default 'triton' (a7d6a4475 L119) on the code of its day"),
+        ("gradients reduce-scattered in fp32 as torchtitan's FSDP2 does, where the table's mixed_precision "
+         "PURE reduces them in bf16 (Composer@v0.16.4 mosaic_fsdp_utils.py L91-94): twice the bytes"),
+    ),
+    "DEFAULT": (
+        ("run as llm-foundry@b2a43a147 published it: submit_benchmarks.py installs llm-foundry v0.3.0 (L397-403), "
+         "which pins Composer 0.16 (setup.py L50)"),
+        ("gradients reduce-scattered in fp32: the table's mixed_precision DEFAULT gathers bf16 parameters and "
+         "reduces in fp32 (Composer@v0.16.4 mosaic_fsdp_utils.py L87-90), as torchtitan's FSDP2 does"),
+    ),
+}
 
 
 def _mpt(entry: dict) -> Mapped:
     lay, m = entry["layout"], entry["model"]
     cluster = _cluster(entry)
+    code_note, reduce_note = MPT_MODE_NOTES["PURE" if "PURE" in entry["hardware"]["precision"].upper() else "DEFAULT"]
     notes = ["llm-foundry FSDP FULL_SHARD (torch's FullyShardedDataParallel under Composer) modelled as FSDP (framework torchtitan, zero 3)",
-             _mpt_code_note(entry["hardware"]["precision"]),
+             code_note,
              ("MPT shape from the benchmark config: biases on, learned positions (MPTConfig defaults), LayerNorm with "
               "bias (low_precision_layernorm is a kernel choice); the README's NumParams match this model exactly"),
              ("attention kernel at FlashAttention-1's rates, no curve of the kernel that ran being published: attn_impl "
@@ -393,7 +387,7 @@ def _mpt(entry: dict) -> Mapped:
               "than attn_impl 'flash', flash-attn 1.0.9 (setup.py L89)"),
              ("every MPTBlock checkpointed whole where the table says activation checkpointing, attention included "
               "(llm-foundry v0.3.0 modeling_mpt.py L619-620)"),
-             _mpt_reduce_note(entry["hardware"]["precision"]),
+             reduce_note,
              ("optimizer decoupled_adamw, Composer's DecoupledAdamW, as the benchmark yamls name it "
               "(scripts/train/yamls/pretrain/mpt-*.yaml@b2a43a147 optimizer.name, weight_decay 0.0)"),
              ("loss as a fused one (compile_loss): MPT's default loss_fn at llm-foundry v0.3.0 is 'fused_crossentropy', "
@@ -754,12 +748,6 @@ MLPERF_NO_TP_OVERLAP = (
 )
 
 
-def mlperf_ring_exchange_rs(run_id: str) -> tuple[frozenset, str] | None:
-    """The row GEMMs a submission reduce-scatters by ring exchange (MLPERF_UB_RING_EXCHANGE_RS), or
-    None where no tp_overlap yaml was read (GPT-3 before v4.1, Oracle's): TE's default, pipeline."""
-    return next(((g, where) for prefix, g, where in MLPERF_UB_RING_EXCHANGE_RS if run_id.startswith(prefix)), None)
-
-
 # Per-communicator NCCL CTA caps the submission's code applies (TrainingSpec.nccl_max_ctas): its
 # config_common.sh points NCCL_CFG_PATH at conf/nccl/custom_communicator_cta.yaml, whose dp, dp_cp and tp
 # groups get max_ctas 8, pp 2 and cp 1 (L3-22), and its NeMo 1 launcher hands that path to Megatron's
@@ -785,11 +773,6 @@ MLPERF_NCCL_CTAS = (
 )
 
 
-def mlperf_nccl_ctas(run_id: str) -> tuple[NcclCtas, str] | None:
-    """The per-communicator NCCL CTA caps a submission's code applies (MLPERF_NCCL_CTAS), or None."""
-    return next(((caps, where) for prefix, caps, where in MLPERF_NCCL_CTAS if run_id.startswith(prefix)), None)
-
-
 # NeMo 2 submissions whose DDP config keeps align_param_gather on without the interleaved schedule
 # (TrainingSpec.align_param_gather): config_common.sh exports ALIGN_PARAM_GATHER=True and pretrain.py
 # hands it to DistributedDataParallelConfig (Cisco/benchmarks/llama31_8b/implementations/nemo/
@@ -801,16 +784,14 @@ MLPERF_ALIGN_PARAM_GATHER = (
 )
 
 
-def mlperf_no_tp_overlap(run_id: str) -> str | None:
-    """Where a submission's code leaves TP comm overlap off despite its TP_COMM_OVERLAP (MLPERF_NO_TP_OVERLAP)."""
-    return next((where for prefix, where in MLPERF_NO_TP_OVERLAP if run_id.startswith(prefix)), None)
-
-
-def mlperf_bucket_size(run_id: str) -> tuple[int, str] | None:
-    """The submission's --ddp-bucket-size (MLPERF_BUCKET_SIZES), or None: GPT-3's NeMo 1 code runs
-    Apex's DistributedFusedAdam, not Megatron's DDP, whose per-layer buckets no bucket size changes
-    (TrainingSpec.apex_distributed_adam)."""
-    return next(((size, where) for prefix, size, where in MLPERF_BUCKET_SIZES if run_id.startswith(prefix)), None)
+def mlperf_setting(table: tuple[tuple, ...], run_id: str) -> tuple | None:
+    """The row of an MLPERF_* table (id prefix, values..., where) whose prefix the submission's id
+    starts with, first match first, less the prefix; None where none does: for MLPERF_BUCKET_SIZES,
+    GPT-3's NeMo 1 code, which runs Apex's DistributedFusedAdam, not Megatron's DDP, whose per-layer
+    buckets no bucket size changes (TrainingSpec.apex_distributed_adam); for
+    MLPERF_UB_RING_EXCHANGE_RS, where no tp_overlap yaml was read (GPT-3 before v4.1, Oracle's):
+    TE's default, pipeline."""
+    return next((row[1:] for row in table if run_id.startswith(row[0])), None)
 
 
 def _mlperf(entry: dict) -> Mapped:
@@ -831,9 +812,9 @@ def _mlperf(entry: dict) -> Mapped:
         model = _llama_model(entry)
     tech = lay.get("techniques") or ""
     overlap = "TP comm overlap" in tech and "not enabled" not in tech
-    unregistered = mlperf_no_tp_overlap(entry["id"])
+    unregistered = mlperf_setting(MLPERF_NO_TP_OVERLAP, entry["id"])
     if overlap and unregistered and lay["tp"] > 1:
-        notes.append(f"TP comm overlap off: the config asks for it but the code never enables it ({unregistered})")
+        notes.append(f"TP comm overlap off: the config asks for it but the code never enables it ({unregistered[0]})")
     overlap = overlap and not unregistered
     fp8_params = "FP8_PARAMS" in tech or "FP8 params" in tech
     if fp8_params:
@@ -855,16 +836,16 @@ def _mlperf(entry: dict) -> Mapped:
     else:
         notes.append("gradients kept and reduced in bf16 (the NeMo code's grad_reduce_in_fp32=False)")
     bf16_grads = True
-    bucket = mlperf_bucket_size(entry["id"])
+    bucket = mlperf_setting(MLPERF_BUCKET_SIZES, entry["id"])
     if bucket:
         notes.append(f"DDP gradient buckets of {bucket[0]:,} parameters ({bucket[1]})")
-    ring = mlperf_ring_exchange_rs(entry["id"]) if overlap and lay["tp"] > 1 else None
+    ring = mlperf_setting(MLPERF_UB_RING_EXCHANGE_RS, entry["id"]) if overlap and lay["tp"] > 1 else None
     if ring:
         notes.append(f"forward reduce-scatter of {' and '.join(sorted(ring[0]))} by TE ring exchange ({ring[1]})")
-    align = next((where for prefix, where in MLPERF_ALIGN_PARAM_GATHER if entry["id"].startswith(prefix)), None)
+    align = mlperf_setting(MLPERF_ALIGN_PARAM_GATHER, entry["id"])
     if align and not (lay["pp"] > 1 and (lay.get("vpp") or 1) > 1):
-        notes.append(f"parameter all-gathers in series with the forward: align_param_gather without interleaving ({align})")
-    ctas = mlperf_nccl_ctas(entry["id"])
+        notes.append(f"parameter all-gathers in series with the forward: align_param_gather without interleaving ({align[0]})")
+    ctas = mlperf_setting(MLPERF_NCCL_CTAS, entry["id"])
     if ctas:
         notes.append(f"NCCL CTAs per communicator capped (dp {ctas[0].dp}, tp {ctas[0].tp}, cp {ctas[0].cp}, pp {ctas[0].pp}; {ctas[1]})")
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.FP8,

@@ -3,7 +3,7 @@ the cost model, return a result object. The CLI only renders what these return."
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -340,7 +340,7 @@ def _what_fits(problem: Any, headroom: float, calibration: Calibration, *, batch
     from cost_models.hardware import Cluster
     from cost_models.model_spec import MAX_COUNT
     from planner.search import search
-    from planner.space import Problem, default_global_batch
+    from planner.space import default_global_batch
 
     start = time.perf_counter()
 
@@ -354,8 +354,7 @@ def _what_fits(problem: Any, headroom: float, calibration: Calibration, *, batch
         gpus = problem.gpus * factor
         if (gpus % node and node % gpus) or gpus > MAX_COUNT:  # whole nodes, or a part of one; within --gpus' bound
             continue
-        if fits(Problem(problem.model, Cluster(spec=problem.cluster.spec, num_gpus=gpus), problem.training,
-                        fixed=problem.fixed, allow_cross_node_tp=problem.allow_cross_node_tp, launch=problem.launch)):
+        if fits(replace(problem, cluster=Cluster(spec=problem.cluster.spec, num_gpus=gpus))):
             out.append(f"it fits on {gpus} GPUs")
             break
     seq = problem.training.seq_len // 2
@@ -363,8 +362,7 @@ def _what_fits(problem: Any, headroom: float, calibration: Calibration, *, batch
         update: dict[str, Any] = {"seq_len": seq}
         if not batch_given:
             update["global_batch_size"] = default_global_batch(seq)
-        if fits(Problem(problem.model, problem.cluster, problem.training.model_copy(update=update),
-                        fixed=problem.fixed, allow_cross_node_tp=problem.allow_cross_node_tp, launch=problem.launch)):
+        if fits(replace(problem, training=problem.training.model_copy(update=update))):
             out.append(f"on {problem.gpus} GPUs with --seq-len {seq}")
             break
         seq //= 2

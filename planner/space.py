@@ -378,6 +378,8 @@ def _memory_splits(num_layers: int, pp: int, vpp: int, head: float) -> tuple[tup
     chunks, rem = divmod(num_layers, vpp)
     if rem or chunks < pp:
         return ()
+    if chunks == pp:
+        return ((vpp,) * pp,)  # one chunk per rank: the even split, the only one
     from planner.search import cp_model
 
     cp = cp_model()
@@ -390,8 +392,6 @@ def _memory_splits(num_layers: int, pp: int, vpp: int, head: float) -> tuple[tup
     # chunks, and an even share of them reaches it
     t0 = min(max(unit * vpp * -(-(chunks - c) // (pp - 1)), unit * vpp * c + h) for c in range(1, chunks - pp + 2))
     out: list[tuple[int, ...]] = []
-    if chunks == pp:
-        return ((vpp,) * pp,)  # one chunk per rank: the even split, the only one
     for slack in MEMORY_SPLIT_SLACK:
         m = cp.CpModel()
         cap = t0 + slack * unit * vpp
@@ -442,6 +442,11 @@ def generated_split(num_layers: int, pp: int, vpp: int) -> tuple[int, ...] | Non
         extra -= extra > 0
     out.append(num_layers - sum(out))
     return tuple(out)
+
+
+def rank_layers(per_stage: tuple[int, ...], pp: int) -> tuple[int, ...]:
+    """Every pipeline rank's decoder layers from every virtual stage's (order v·pp + r)."""
+    return tuple(sum(per_stage[r::pp]) for r in range(pp))
 
 
 def explicit_layouts_ok(problem: Problem) -> bool:
@@ -514,7 +519,7 @@ def splits(problem: Problem, pp: int, head: float) -> list[Split]:
             chunks = generated_split(n, pp, vpp)
             if chunks is None:
                 continue
-            per_rank = tuple(sum(chunks[v * pp + r] for v in range(vpp)) for r in range(pp))
+            per_rank = rank_layers(chunks, pp)
             if vpp == 1 and pp > 2 and len(set(per_rank[1:-1])) == 1:
                 mid = per_rank[1]
                 add(vpp, None if per_rank[0] == mid else per_rank[0], None if per_rank[-1] == mid else per_rank[-1])
@@ -536,7 +541,7 @@ def stages(problem: Problem) -> Iterator[Stages]:
                 continue
             chunks = None
             if layers is not None and len(layers) != pp:  # every virtual stage's (generated_split)
-                chunks, layers = layers, tuple(sum(layers[v * pp + r] for v in range(vpp)) for r in range(pp))
+                chunks, layers = layers, rank_layers(layers, pp)
             counts = list(layers) if layers is not None else stage_layer_counts(n, pp, first, last)
             for mode in modes:
                 ks: list[int | None] = [None]

@@ -20,6 +20,7 @@ from cost_models.hardware import Cluster
 from cost_models.memory import memory_estimate
 from cost_models.rules import resolve
 from cost_models.step_time import time_estimate
+from planner.space import generated_split
 
 ENTRIES = {e["id"]: e for e in published.entries()}
 RUNS, SKIPPED = published.load()
@@ -316,9 +317,9 @@ def test_torchtitan_default_split_points():
     # generate_split_points (torchtitan 9dec370): 126 layers over 16 stages, base 7 and 14 left over:
     # the first stage 7, the next fourteen 8 each, the last 126 - 7 - 112 = 7; over 8 stages base 15,
     # 6 left over: 15, six of 16, 15. 10 over 4: 2, 3, 3, then the last 2.
-    assert published.torchtitan_split(126, 16) == [7] + [8] * 14 + [7]
-    assert published.torchtitan_split(126, 8) == [15] + [16] * 6 + [15]
-    assert published.torchtitan_split(10, 4) == [2, 3, 3, 2]
+    assert generated_split(126, 8, 2) == (7,) + (8,) * 14 + (7,)
+    assert generated_split(126, 8, 1) == (15,) + (16,) * 6 + (15,)
+    assert generated_split(10, 4, 1) == (2, 3, 3, 2)
     # looped stages: rank 0 runs stages 0 and 8 (7 + 8 layers), rank 7 stages 7 and 15 (8 + 7)
     chunks = BY_ID["torchtitan-2412-405b-512gpu-interleaved1f1b"].job().stage_chunks
     assert [len(c) for c in chunks[0]] == [7, 8] and [len(c) for c in chunks[7]] == [8, 7]

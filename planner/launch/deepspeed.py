@@ -18,7 +18,7 @@ from planner.launch.ds_script import TRAIN_PY
 from planner.launch.hf_config import hf_config
 from planner.launch.shell import Raw, command
 from planner.launch.slurm import environment_lines, script_head, torchrun_head
-from planner.launch.target import CHECKPOINT_DIR_LINE, File, Target, save_interval_lines
+from planner.launch.target import CHECKPOINT_DIR_LINE, File, Target, check_single_axes, save_interval_lines
 
 VERSION = "DeepSpeed 0.19 (checked against 0.19.8)"
 
@@ -50,9 +50,7 @@ def single_axes(target: Target) -> dict[str, str]:
 def check(target: Target) -> None:
     job = target.job
     lay = job.layout
-    for axis, why in single_axes(target).items():
-        if getattr(lay, axis) > 1:
-            raise LayoutError("layout: " + why.format(getattr(lay, axis)))
+    check_single_axes(target, single_axes(target))
     if lay.tp > 1 and job.zero is Zero.PARAMETERS:
         raise LayoutError(f"layout: DeepSpeed AutoTP training (tp={lay.tp}) runs with ZeRO 0, 1 or 2, not 3")
     if lay.dp_shard != job.dp:

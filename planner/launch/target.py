@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cost_models.errors import SpecError
+from cost_models.errors import LayoutError, SpecError
 from cost_models.job import Job
 from planner.launch.options import LaunchOptions, MegatronFsdp, TitanVersion
 
@@ -59,6 +59,15 @@ class Target:
     @property
     def run_name(self) -> str:
         return self.job.model.name
+
+
+def check_single_axes(target: Target, axes: dict[str, str]) -> None:
+    """Refuses a layout that runs one of `axes` (an emitter's single_axes: axis -> refusal, {} the
+    degree) above 1."""
+    lay = target.job.layout
+    for axis, why in axes.items():
+        if getattr(lay, axis) > 1:
+            raise LayoutError("layout: " + why.format(getattr(lay, axis)))
 
 
 def save_interval_lines(target: Target) -> list[str]:

@@ -27,7 +27,7 @@ from cost_models.job import Job
 from cost_models.model_spec import ModelSpec
 from planner.launch.shell import Raw, Word, command
 from planner.launch.slurm import environment_lines, layout_summary, script_head, torchrun_head
-from planner.launch.target import CHECKPOINT_DIR_LINE, File, Target, TitanVersion, save_interval_lines
+from planner.launch.target import CHECKPOINT_DIR_LINE, File, Target, TitanVersion, check_single_axes, save_interval_lines
 
 PLAN_MODULE = "torchtitan_plan"  # torchtitan_plan.py, the config function for 0.3.x
 PLAN_FUNCTION = "plan_config"
@@ -231,9 +231,7 @@ def check(target: Target) -> None:
                 f"layout: torchtitan 0.3 has no expert tensor parallel (ParallelismConfig lost "
                 f"expert_tensor_parallel_degree); etp({job.etp}) must be 1, or use --torchtitan-version 0.2"
             )
-    for axis, why in single_axes(target).items():
-        if getattr(lay, axis) > 1:
-            raise LayoutError("layout: " + why.format(getattr(lay, axis)))
+    check_single_axes(target, single_axes(target))
     if v is TitanVersion.V02 and lay.tp > 1 and not job.sp:
         raise LayoutError("layout: torchtitan 0.2 always runs sequence parallel with tp > 1; use --sp or --torchtitan-version 0.3")
     if tr.precision is Precision.FP8 and v is TitanVersion.V03 and titan_model(target).generated:
