@@ -248,6 +248,8 @@ def _te_fp8(job: Job) -> float:
     tr = job.training
     if tr.precision is not Precision.FP8 or tr.framework is Framework.TORCHTITAN or _gemm_precision(job) is not Precision.FP8:
         return 0.0
+    if te_casts_separate(job):  # priced as the casts it runs (te_cast_seconds)
+        return 0.0
     return K.te_fp8_overhead(job.cluster.gpu, tr.fp8_recipe.value)
 
 
@@ -805,8 +807,7 @@ def fp8_casts_separate(job: Job) -> bool:
     """Whether fp8 casts run as kernels of their own. torchao (torchtitan) casts each operand of
     each of the three GEMMs of a linear, forward and backward (torchao "Quantized Training" docs:
     to_fp8 of input and weight; of grad_output and weight; of input.t and grad_output).
-    Transformer Engine (Megatron, DeepSpeed) emits fp8 from the kernel that produces the
-    activation and caches weights per step; its quantisation is priced by _te_fp8."""
+    Transformer Engine's casts are priced by te_cast_seconds (Megatron) or _te_fp8 (DeepSpeed)."""
     tr = job.training
     return tr.precision is Precision.FP8 and tr.framework is Framework.TORCHTITAN and job.cluster.gpu.peak_flop_per_s.fp8 is not None
 
@@ -821,6 +822,89 @@ def fp8_cast_bytes(job: Job, kind: LayerKind) -> tuple[float, float]:
     fwd = sum(g.count * (g.m * g.k + g.k * g.n) for g in gemms)
     bwd = sum(g.count * (2 * g.m * g.n + g.k * g.n + g.m * g.k) for g in gemms)
     return FP8_CAST_BYTES * fwd, FP8_CAST_BYTES * bwd
+
+
+# --- fp8 casts (Transformer Engine under Megatron) -------------------------------------------------
+
+# A Transformer Engine tensorwise (delayed-scaling) cast reads the 16-bit tensor (2 bytes) and writes
+# fp8 (1); where the tensor is also needed along its other axis and the GPU's fp8 GEMMs take only the
+# TN layout, the same kernel writes the transposed copy (1 more): TransformerEngine@40c69e75
+# transformer_engine/pytorch/csrc/quantizer.cpp:126-137 (Float8Quantizer::create_tensor allocates the
+# transpose only for columnwise usage without non-TN support), utils.py:461-468
+# (is_non_tn_fp8_gemm_supported: compute capability 10.x, 11.x and 13+ take any layout, Hopper does not).
+TE_CAST_BYTES = 3
+# The linears whose input Transformer Engine's norm kernel emits already in fp8: Megatron's TE spec
+# builds qkv (without MLA) and a dense MLP's fc1 as TELayerNormColumnParallelLinear
+# (Megatron-LM@d98e8a64 megatron/core/models/gpt/gpt_layer_specs.py:145, 541-546), whose forward
+# passes the input quantizer to the norm (TransformerEngine@40c69e75
+# transformer_engine/pytorch/module/layernorm_linear.py:197-218 with_quantized_norm). Under sequence
+# parallelism that fp8 output is gathered row-wise only (L186-193) and, on TN-only GPUs, transposed by
+# hand in backward for the wgrad (L649-659, "we compute FP8 transposes manually"): one fp8 read and
+# one fp8 write per element.
+TE_NORM_FED = frozenset({"qkv", "mlp_fc1"})
+
+
+def te_casts_separate(job: Job) -> bool:
+    """Whether Transformer Engine's fp8 casts are priced as kernels of their own (te_cast_seconds):
+    Megatron's TE linears with tensorwise scaling and fp8 GEMMs. Elsewhere (DeepSpeed with TE) its
+    quantisation stays the measured autocast overhead on the GEMMs (_te_fp8)."""
+    tr = job.training
+    return (tr.precision is Precision.FP8 and tr.framework is Framework.MEGATRON and tr.fp8_recipe is Fp8Recipe.TENSORWISE
+            and _gemm_precision(job) is Precision.FP8)
+
+
+def te_transposes(gpu: GPUSpec) -> int:
+    """1 where a cast also writes the transposed fp8 copy (fp8 GEMMs TN-only: before compute
+    capability 10, and 12.x), else 0 (TE_CAST_BYTES)."""
+    cc = gpu.compute_capability or ((10, 0) if not gpu.before_blackwell else (9, 0))
+    return 0 if (10, 0) <= cc < (12, 0) or cc >= (13, 0) else 1
+
+
+def te_cast_bytes(job: Job, kind: LayerKind) -> tuple[float, float, int, int]:
+    """(forward bytes, backward bytes, forward kernels, backward kernels) of Transformer Engine's
+    fp8 casts in one layer for one micro-batch, for a GEMM (m x k)·(k x n) of layer_gemms:
+    - forward, the input (m·k) unless a norm emits it in fp8 (TE_NORM_FED);
+    - the weight (k·n) once per step and model chunk: Megatron hands TE is_first_microbatch, so the
+      later micro-batches reuse the cached fp8 weight (Megatron-LM@d98e8a64
+      megatron/core/extensions/transformer_engine.py:1336-1345, pipeline_parallel/schedules.py:496-497;
+      TransformerEngine@40c69e75 module/layernorm_linear.py:280-296 get_weight_workspace); with fp8
+      parameters the weight already is fp8 and only its transpose is written; counted here as its
+      1/m share of each micro-batch;
+    - backward, the output gradient (m·n), row- and column-wise in one cast (module/linear.py:564-600
+      grad_output_preprocess), and for a norm-fed linear the fp8 transpose of its input.
+    The per-step amax and scale updates of delayed scaling are not priced. The output layer stays
+    in 16 bits (head_time), the router is no TE linear."""
+    if not te_casts_separate(job):
+        return 0.0, 0.0, 0, 0
+    t = te_transposes(job.cluster.gpu)
+    cast = TE_CAST_BYTES + t
+    weight = 2 * t if job.training.fp8_param_gather else cast
+    mbs = job.num_microbatches
+    fwd = bwd = 0.0
+    fwd_kernels = bwd_kernels = 0
+    for g in layer_gemms(job, kind):
+        if g.name == "router":
+            continue
+        norm_fed = g.name in TE_NORM_FED and job.model.mla is None
+        if not norm_fed:
+            fwd += cast * g.m * g.k * g.count
+            fwd_kernels += 1
+        fwd += weight * g.k * g.n * g.count / mbs
+        bwd += cast * g.m * g.n * g.count
+        bwd_kernels += 1
+        if norm_fed and t:
+            bwd += 2 * g.m * g.k * g.count
+            bwd_kernels += 1
+    return fwd, bwd, fwd_kernels, bwd_kernels
+
+
+def te_cast_seconds(job: Job, kind: LayerKind, cal: Calibration) -> tuple[float, float]:
+    """(forward, backward) seconds of te_cast_bytes: memory-bound kernels at the stream fraction of
+    HBM bandwidth, each paying a launch."""
+    fwd, bwd, nf, nb = te_cast_bytes(job, kind)
+    if not (fwd or bwd):
+        return 0.0, 0.0
+    return memory_seconds(job, fwd, cal, launches=nf), memory_seconds(job, bwd, cal, launches=nb)
 
 
 # --- tensor-parallel blocks ------------------------------------------------------------------------
@@ -897,7 +981,7 @@ class LayerTime:
     attention_backward: float
     elementwise: float  # forward memory-bound ops
     elementwise_backward: float
-    fp8_cast: float = 0.0  # forward casts (torchao)
+    fp8_cast: float = 0.0  # forward casts (torchao; Transformer Engine under Megatron)
     fp8_cast_backward: float = 0.0
 
     @property
@@ -921,6 +1005,7 @@ def layer_time(job: Job, kind: LayerKind, *, cal: Calibration) -> LayerTime:
     fwd, bwd = linear_seconds(job, layer_gemms(job, kind), cal)
     att = mixer_kernels(job, kind, cal)
     cast_fwd, cast_bwd = fp8_cast_bytes(job, kind)
+    te_fwd, te_bwd = te_cast_seconds(job, kind, cal)
     out = LayerTime(
         gemm=fwd,
         gemm_backward=bwd,
@@ -928,8 +1013,8 @@ def layer_time(job: Job, kind: LayerKind, *, cal: Calibration) -> LayerTime:
         attention_backward=att.backward_s,
         elementwise=elementwise_seconds(job, kind, backward=False, cal=cal),
         elementwise_backward=elementwise_seconds(job, kind, backward=True, cal=cal),
-        fp8_cast=memory_seconds(job, cast_fwd, cal),
-        fp8_cast_backward=memory_seconds(job, cast_bwd, cal),
+        fp8_cast=memory_seconds(job, cast_fwd, cal) + te_fwd,
+        fp8_cast_backward=memory_seconds(job, cast_bwd, cal) + te_bwd,
     )
     job.memo[key] = out
     return out

@@ -242,6 +242,60 @@ def test_torchao_fp8_casts_move_five_bytes_per_operand_element():
     assert fp8_cast_bytes(bf16, LayerKind()) == (0, 0)
 
 
+def test_megatron_te_casts_by_hand():
+    # LLAMA_TINY, 128 tokens, tp 1, 4 micro-batches, Megatron fp8 on H100 (fp8 GEMMs TN-only: a cast
+    # reads 2, writes 1 and the transpose 1 = 4 bytes per element). GEMMs (m x k)·(k x n):
+    #   qkv 128x256·256x384, out 128x256·256x256, fc1 128x256·256x1376, fc2 128x688·688x256
+    # forward: the inputs of out and fc2 (qkv's and fc1's come in fp8 from the norm)
+    #   (32,768 + 88,064) x 4 = 483,328; weights once per step, 1/4 per micro-batch:
+    #   (98,304 + 65,536 + 352,256 + 176,128) x 4 / 4 = 692,224  -> 1,175,552 in 2 kernels
+    # backward: every output gradient (m·n) cast and transposed, and the fp8 transposes of qkv's and
+    # fc1's gathered inputs (1 read + 1 write):
+    #   (49,152 + 32,768 + 176,128 + 32,768) x 4 = 1,163,264; 2 x 32,768 x 2 = 131,072
+    #   -> 1,294,336 in 6 kernels
+    from cost_models.compute import te_cast_bytes, te_cast_seconds, layer_time
+
+    fp8 = dict(seq_len=128, precision="fp8", framework="megatron", global_batch_size=4)
+    job = make_job(LLAMA_TINY, gpus=1, training=fp8)
+    assert te_cast_bytes(job, LayerKind()) == (1_175_552, 1_294_336, 2, 6)
+    # fp8 parameters: the weight is fp8 already, only its transpose is written (2 bytes), 1/4 of it
+    # per micro-batch: 483,328 + 692,224 / 2
+    params = make_job(LLAMA_TINY, gpus=1, training={**fp8, "fp8_param_gather": True}, zero=1)
+    assert te_cast_bytes(params, LayerKind())[0] == 483_328 + 346_112
+    # B200 takes fp8 GEMMs in any layout: 3 bytes per cast element, no transposes
+    #   forward 120,832 x 3 + 692,224 x 3 / 4 = 881,664; backward 290,816 x 3 = 872,448 in 4 kernels
+    b200 = make_job(LLAMA_TINY, gpus=1, cluster="dgx-b200", training=fp8)
+    assert te_cast_bytes(b200, LayerKind()) == (881_664, 872_448, 2, 4)
+    # the casts are the layer's fp8_cast; the GEMMs carry no autocast factor any more
+    lt = layer_time(job, LayerKind(), cal=DEFAULT)
+    assert (lt.fp8_cast, lt.fp8_cast_backward) == te_cast_seconds(job, LayerKind(), DEFAULT)
+    bf16 = make_job(LLAMA_TINY, gpus=1, training={**fp8, "precision": "bf16"})
+    assert te_cast_bytes(bf16, LayerKind()) == (0.0, 0.0, 0, 0)
+
+
+def test_te_cast_pricing_reproduces_the_measured_autocast_overhead():
+    # Transformer Engine's GEMM profiling (docs/examples/gemm_profiling/gemm_profiling.rst @1609c890)
+    # times each of a layer's 12 GEMMs (hidden 4096, ffn 16384, 15,872 tokens; fprop, dgrad, wgrad
+    # shapes) as a te.Linear forward under autocast with bf16 weights: every call casts both operands
+    # row- and column-wise (benchmarks/gemm/benchmark_gemm.py benchmark_fp8_delayed). The delayed-
+    # scaling autocast total over the pure fp8 GEMMs (current scaling, pre-quantized) is
+    # H200 NVL 18.978 - 16.785 = 2.193 ms, B300 7.802 - 6.812 = 0.990 ms. The same casts priced
+    # as te_cast_bytes prices a cast (H200 SXM and B200 stand for them: the same 4.8 and 8 TB/s HBM)
+    # give 2.357 ms (+7.5%) and 1.166 ms (+18%). Tolerances: 10% on H200, whose CUDA-event times also
+    # hold launch gaps and amax bookkeeping; 20% on B300, whose own table puts delayed scaling
+    # "pre-quantized" (still autocast) 0.32 ms above its autocast run, the spread of that difference.
+    from cost_models import kernels as K
+    from cost_models.compute import TE_CAST_BYTES, te_transposes
+
+    m, h, f = 15872, 4096, 16384
+    fprop = [(m, h, 3 * h), (m, h, h), (m, h, f), (m, f, h)]  # (rows, k, n)
+    shapes = fprop + [(r, n, k) for r, k, n in fprop] + [(k, r, n) for r, k, n in fprop]
+    elements = sum(r * k + k * n for r, k, n in shapes)  # input and weight of every call
+    for gpu, measured, rel in ((presets.gpus()["H200"], 2.193e-3, 0.10), (presets.gpus()["B200"], 0.990e-3, 0.20)):
+        priced = K.memory_seconds((TE_CAST_BYTES + te_transposes(gpu)) * elements, gpu, launches=2 * len(shapes))
+        assert priced == pytest.approx(measured, rel=rel), gpu.name
+
+
 def test_rowwise_float8_at_tp8_prices_each_torchtitan_linear_from_the_measured_grid():
     # Llama 3.1 8B, tp 8, 8192 tokens: torchtitan's wq (N 512), wk and wv (N 128) all read the
     # grid's edge N = 1024 at M 8192, K 4096; w1 and w3 (N 14336/8 = 1792 each) the grid at their
