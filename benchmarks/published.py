@@ -816,7 +816,10 @@ def _mlperf(entry: dict) -> Mapped:
     if overlap and unregistered and lay["tp"] > 1:
         notes.append(f"TP comm overlap off: the config asks for it but the code never enables it ({unregistered[0]})")
     overlap = overlap and not unregistered
-    fp8_params = "FP8_PARAMS" in tech or "FP8 params" in tech
+    # FP8_PARAMS (v4.x GPT-3, v5.0 H100/H200 405B custom.yaml optim.fp8_params) or FP8_PARAM_GATHER (v5.0
+    # GB200 and v5.1 405B: training_results_v5.0@0fdc28f0 NVIDIA/benchmarks/llama31_405b/implementations/
+    # tyche_ngpu256_ngc25.04_nemo/config_common.sh:69, conf/custom.yaml:150 optim.fp8_param_gather, pretrain.py:193,249,353)
+    fp8_params = any(s in tech for s in ("FP8_PARAMS", "FP8 params", "FP8 param gather"))
     if fp8_params:
         notes.append("fp8 parameters (the submission's FP8_PARAMS: --fp8-param-gather)")
     # The Llama-3.1 benchmarks' NeMo 2 code keeps gradients in bf16: MegatronMixedPrecision and

@@ -300,6 +300,16 @@ def test_mlperf_gpt3_rows_run_apex_distributed_fused_adam():
     assert not any(r.training.apex_distributed_adam for r in mlperf if r not in gpt3)
 
 
+def test_mlperf_fp8_parameters_follow_fp8_params_and_fp8_param_gather():
+    # GPT-3 v4.x and the v5.0 H100/H200 405B configs export FP8_PARAMS, the v5.0 GB200 and v5.1 405B
+    # ones FP8_PARAM_GATHER (tyche_ngpu256_ngc25.04_nemo/config_common.sh:69); GPT-3 v3.x neither
+    mlperf = [r for r in BY_ID.values() if r.id.startswith("mlperf-")]
+    fp8_params = {r.id for r in mlperf if r.training.fp8_param_gather}
+    assert {r.id for r in mlperf if "-llama405b-" in r.id} <= fp8_params
+    assert {r.id for r in mlperf if r.id.startswith(("mlperf-v4.0-", "mlperf-v4.1-"))} <= fp8_params
+    assert not {r.id for r in mlperf if r.id.startswith(("mlperf-v3.0-", "mlperf-v3.1-"))} & fp8_params
+
+
 @pytest.mark.parametrize("run_id, vpp, mbs", [
     # torchtitan 9dec370 splits the local batch into pp micro-batches unless told otherwise, looped
     # schedules included (pipelining_utils.py:79-81): local batch 32 over 8 -> 4 sequences each, and the
