@@ -842,6 +842,12 @@ TE_CAST_BYTES = 3
 # hand in backward for the wgrad (L649-659, "we compute FP8 transposes manually"): one fp8 read and
 # one fp8 write per element.
 TE_NORM_FED = frozenset({"qkv", "mlp_fc1"})
+# The row-parallel linears (TERowParallelLinear, gpt_layer_specs.py:147, 531): under sequence
+# parallelism their output gradient arrives as the rank's 1/tp of the tokens and is all-gathered; TE
+# casts the local part and gathers it in fp8, then writes the transpose of the gathered tensor by hand
+# on TN-only GPUs (TransformerEngine@40c69e75 module/base.py:1161-1193 grad_output_preprocess,
+# distributed.py:973-980, the transpose after an fp8 gather).
+TE_ROW_PARALLEL = frozenset({"out_proj", "mlp_fc2", "shared_fc2", "mamba_out_proj"})
 
 
 def te_casts_separate(job: Job) -> bool:
@@ -871,7 +877,9 @@ def te_cast_bytes(job: Job, kind: LayerKind) -> tuple[float, float, int, int]:
       parameters the weight already is fp8 and only its transpose is written; counted here as its
       1/m share of each micro-batch;
     - backward, the output gradient (m·n), row- and column-wise in one cast (module/linear.py:564-600
-      grad_output_preprocess), and for a norm-fed linear the fp8 transpose of its input.
+      grad_output_preprocess); for a row-parallel linear under sequence parallelism only the local
+      m·n/tp is cast and the gathered m·n transposed (TE_ROW_PARALLEL); for a norm-fed linear the fp8
+      transpose of its input.
     The per-step amax and scale updates of delayed scaling are not priced. The output layer stays
     in 16 bits (head_time), the router is no TE linear."""
     if not te_casts_separate(job):
@@ -890,8 +898,12 @@ def te_cast_bytes(job: Job, kind: LayerKind) -> tuple[float, float, int, int]:
             fwd += cast * g.m * g.k * g.count
             fwd_kernels += 1
         fwd += weight * g.k * g.n * g.count / mbs
-        bwd += cast * g.m * g.n * g.count
-        bwd_kernels += 1
+        if g.name in TE_ROW_PARALLEL and job.sp and job.layout.tp > 1:
+            bwd += TE_CAST_BYTES * g.m * g.n * g.count / job.layout.tp + 2 * t * g.m * g.n * g.count
+            bwd_kernels += 1 + t
+        else:
+            bwd += cast * g.m * g.n * g.count
+            bwd_kernels += 1
         if norm_fed and t:
             bwd += 2 * g.m * g.k * g.count
             bwd_kernels += 1

@@ -271,6 +271,14 @@ def test_megatron_te_casts_by_hand():
     assert (lt.fp8_cast, lt.fp8_cast_backward) == te_cast_seconds(job, LayerKind(), DEFAULT)
     bf16 = make_job(LLAMA_TINY, gpus=1, training={**fp8, "precision": "bf16"})
     assert te_cast_bytes(bf16, LayerKind()) == (0.0, 0.0, 0, 0)
+    # tp 2 with sequence parallelism: qkv 128x256·256x192, out 128x128·128x256, fc1 128x256·256x688,
+    # fc2 128x344·344x256. Forward (16,384 + 44,032) x 4 + (49,152 + 32,768 + 176,128 + 88,064) x 4 / 4
+    # = 587,776. Backward: qkv's and fc1's gradients (24,576 + 88,064) x 4 = 450,560; out's and fc2's
+    # arrive as 64 of the 128 tokens: cast 3 x 16,384 each, then the gathered 128 x 256 transposed
+    # (2 x 32,768 each): 98,304 + 131,072; the norm-fed inputs' transposes 131,072 -> 811,008 in
+    # 2 + 2 x 2 + 2 kernels
+    tp2 = make_job(LLAMA_TINY, gpus=2, tp=2, sp=True, training=fp8)
+    assert te_cast_bytes(tp2, LayerKind()) == (587_776, 811_008, 2, 8)
 
 
 def test_te_cast_pricing_reproduces_the_measured_autocast_overhead():
