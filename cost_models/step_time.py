@@ -75,6 +75,7 @@ from cost_models.compute import (
     linear_seconds,
     loss_time,
     memory_seconds,
+    linear_modules,
     optimizer_time,
     rowwise_linears,
     titan_linears,
@@ -328,9 +329,9 @@ def micro_pipelined_scatter(job: Job, col) -> bool:
     with its dgrad. The pass fuses a reduce-scatter only when its input is one matmul's output with
     no other user (fuse_matmul_reduce_scatter, _find_producer_matmul; same sources as
     micro_pipelined_gather). torchtitan's Llama feeds the gathered input to several linears (wq, wk,
-    wv; w1, w3: compute.titan_linears), so autograd sums their dgrads before the reduce-scatter
+    wv; w1, w3: compute.linear_modules), so autograd sums their dgrads before the reduce-scatter
     and the sum is what it scatters: unfused, exposed as under plain TP."""
-    return len(titan_linears(job, col)) == 1
+    return len(linear_modules(job, col)) == 1
 
 
 def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Calibration) -> Exposure:
@@ -346,7 +347,8 @@ def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Cal
     (TransformerEngine@d0067d0d transformer_engine/pytorch/module/linear.py backward; under
     userbuffers as "bulk" overlaps on UB_SMS SMs); exposed where FSDP leaves the hardware queues
     unordered (Job.unordered_queues). torchtitan's DTensor plan runs both backward
-    collectives as plain ops, exposed, unless async TP chunks them."""
+    collectives as plain ops, exposed, unless async TP fuses them with a matmul
+    (micro_pipelined_gather, micro_pipelined_scatter)."""
     tp = job.layout.tp
     if tp == 1:
         return Exposure()
