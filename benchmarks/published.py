@@ -557,6 +557,9 @@ def _torch_native(entry: dict) -> Mapped:
     notes = []
     compiled = "compile" in tech and "no torch.compile" not in tech and "compile=false" not in tech and "compile off" not in tech and "compile=off" not in tech
     fp8 = "float8" in tech.lower() and "none (bfloat16)" not in tech.lower() and "no float8" not in tech.lower()
+    # "Async TP" / "AsyncTP", not where the row says "no async TP" (torchtitan docs Aug 2024's bf16 and float8 rows)
+    squeezed = tech.lower().replace(" ", "").replace("-", "")
+    async_tp = "asynctp" in squeezed and "noasynctp" not in squeezed
     rc, rc_layers, note = _torch_recompute(lay.get("recompute") or "", m["layers"])
     if note:
         notes.append(note)
@@ -582,7 +585,7 @@ def _torch_native(entry: dict) -> Mapped:
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"],
                             precision=Precision.FP8 if fp8 else Precision.BF16, framework=Framework.TORCHTITAN,
                             attention=AttentionKernel.FLASH, attention_backend=backend, compile=compiled,
-                            tp_comm_overlap="asynctp" in tech.lower().replace(" ", "").replace("-", ""),
+                            tp_comm_overlap=async_tp,
                             fsdp_reshard_after_forward=reshard, tp_gather_per_projection=per_projection,
                             bf16_params=kf, fsdp_sync_last_microbatch=kf, tp_replicated_vocab=kf,
                             loss_on_16bit_logits=kf, compile_loss=False if kf else None,

@@ -812,13 +812,75 @@ def fp8_casts_separate(job: Job) -> bool:
     return tr.precision is Precision.FP8 and tr.framework is Framework.TORCHTITAN and job.cluster.gpu.peak_flop_per_s.fp8 is not None
 
 
+# Making an fp8 operand column-major for torch._scaled_mm: a copy that reads and writes 1 byte per
+# element (torchao's preprocess_addmm: a_data.contiguous() for a transposed left operand,
+# b_data.t().contiguous().t() for a row-major right one; pytorch/ao@62430408
+# torchao/float8/float8_ops.py:329-332)
+FP8_TRANSPOSE_BYTES = 2
+
+# The GEMMs of flops.layer_gemms whose input tp gathers (column-parallel) and whose output tp
+# reduce-scatters (row-parallel)
+COLUMN_GEMMS = ("qkv", "mlp_fc1")
+ROW_GEMMS = ("out_proj", "mlp_fc2")
+
+
+def float8_tp(job: Job) -> bool:
+    """Whether torchtitan runs its float8 tensor parallelism: with tensorwise float8 linears and
+    tp > 1 the block plan swaps in torchao's Float8ColwiseParallel, Float8RowwiseParallel and
+    PrepareFloat8ModuleInput (pytorch/torchtitan@820504e2 torchtitan/models/llama3/
+    parallelize_llama.py:56-65, 154-197; the same at 9dec370 and 3faaa1a0 torchtitan/parallelisms/
+    parallelize_llama.py apply_tp's enable_float8, when tensorwise was the only recipe). They cast
+    each block's sequence-sharded input to fp8 before its all-gather, and each row-parallel output's
+    gradient on its shard before the backward all-gather, so both gathers move 1 byte per element
+    (pytorch/ao@62430408 torchao/float8/float8_tensor_parallel.py:48-72, 137-153, 218-241); rowwise
+    recipes keep plain TP with 16-bit gathers."""
+    tr = job.training
+    return (fp8_casts_separate(job) and not rowwise_linears(job) and tr.fp8_recipe is Fp8Recipe.TENSORWISE
+            and job.layout.tp > 1 and job.sp)
+
+
+def tp_gather_bytes(job: Job) -> int:
+    """Bytes per element of the activations torchtitan's tp all-gathers (forward column inputs,
+    backward row-output gradients): fp8 under float8_tp, else 16-bit."""
+    return 1 if float8_tp(job) else ACT_BYTES
+
+
+def _float8_tp_cast_elements(g: Gemm, tp: int) -> tuple[float, float]:
+    """(forward, backward) bytes one GEMM's fp8 casts and transposes move under float8_tp, the
+    GEMM's m rows being the gathered tokens (fp8_cast_bytes)."""
+    m, k, n = g.m, g.k, g.n
+    weight = FP8_CAST_BYTES * k * n
+    if g.name in COLUMN_GEMMS:
+        # input cast once on its sequence shard, gathered in fp8 and saved as fp8 (the wgrad
+        # transposes it); the output's gradient cast once at the module boundary
+        # (NoopFwToFloat8BwDynamic), used as is by the dgrad and transposed for the wgrad
+        fwd = FP8_CAST_BYTES * m * k / tp + weight
+        bwd = (FP8_CAST_BYTES + FP8_TRANSPOSE_BYTES) * m * n + FP8_TRANSPOSE_BYTES * m * k + weight
+    elif g.name in ROW_GEMMS:
+        # input cast before the module (Float8RowwiseParallel._prepare_input_fn) and saved as fp8;
+        # the output's gradient cast on its sequence shard, gathered in fp8, transposed for the wgrad
+        fwd = FP8_CAST_BYTES * m * k + weight
+        bwd = FP8_CAST_BYTES * m * n / tp + FP8_TRANSPOSE_BYTES * (m * n + m * k) + weight
+    else:
+        fwd = FP8_CAST_BYTES * (m * k + k * n)
+        bwd = FP8_CAST_BYTES * (2 * m * n + k * n + m * k)
+    return fwd * g.count, bwd * g.count
+
+
 def fp8_cast_bytes(job: Job, kind: LayerKind) -> tuple[float, float]:
     """Bytes the fp8 casts of one layer move for one micro-batch, (forward, backward). A GEMM
     (m x k)·(k x n) casts input and weight forward (mk + kn), and grad_output twice, weight and
-    input backward (2mn + kn + mk)."""
+    input backward (2mn + kn + mk): torchao's Float8Linear saves its 16-bit input and weight and
+    casts each operand of each GEMM itself (pytorch/ao@62430408 torchao/float8/float8_linear.py:
+    76-114, 126-246). Under float8_tp the tp plan casts the inputs and output gradients at the
+    module boundaries instead, where they are shards or saved in fp8 (_float8_tp_cast_elements).
+    The scalar amax all-reduce over tp each DTensor cast runs is not priced (a few microseconds)."""
     if not fp8_casts_separate(job) or rowwise_linears(job):  # rowwise casts are in linear_factor
         return 0.0, 0.0
     gemms = layer_gemms(job, kind)
+    if float8_tp(job):
+        parts = [_float8_tp_cast_elements(g, job.layout.tp) for g in gemms]
+        return sum(f for f, _ in parts), sum(b for _, b in parts)
     fwd = sum(g.count * (g.m * g.k + g.k * g.n) for g in gemms)
     bwd = sum(g.count * (2 * g.m * g.n + g.k * g.n + g.m * g.k) for g in gemms)
     return FP8_CAST_BYTES * fwd, FP8_CAST_BYTES * bwd

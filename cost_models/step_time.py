@@ -75,9 +75,12 @@ from cost_models.compute import (
     linear_seconds,
     loss_time,
     memory_seconds,
+    linear_modules,
     optimizer_time,
+    rowwise_linears,
     titan_linears,
     tp_blocks,
+    tp_gather_bytes,
 )
 from cost_models.enums import Framework, MixerKind, MoEDispatch, Precision, Recompute, Schedule, Zero
 from cost_models.flops import (
@@ -309,6 +312,28 @@ def ub_ring_chunk_seconds(job: Job, chunk_bytes: float) -> float:
     return copy_engine_p2p_time(chunk_bytes, cl, launch_s=K.table_for(job.cluster.gpu).launch_s)
 
 
+def micro_pipelined_gather(job: Job) -> bool:
+    """Whether torch async TP decomposes torchtitan's tp all-gathers (the column inputs forward, the
+    row outputs' gradients backward) into a fused all-gather-matmul. Inductor's micro-pipeline pass
+    fuses an all-gather only with the matmuls that consume its result directly (mm or _scaled_mm,
+    alone or between reshapes: _find_consumer_matmuls, fuse_all_gather_matmul in
+    torch/_inductor/fx_passes/micro_pipeline_tp.py, read at pytorch/pytorch@5f65158a and in a 2025
+    copy with _scaled_mm, paolodedios/pytorch@050fb4b3). Under rowwise float8 the gathered 16-bit
+    tensor feeds the Float8Linear's casts first, so nothing fuses and the gather runs exposed;
+    16-bit linears and float8_tp (which gathers the fp8 tensor itself) fuse."""
+    return not rowwise_linears(job)
+
+
+def micro_pipelined_scatter(job: Job, col) -> bool:
+    """Whether torch async TP fuses the backward reduce-scatter of a column block's input gradient
+    with its dgrad. The pass fuses a reduce-scatter only when its input is one matmul's output with
+    no other user (fuse_matmul_reduce_scatter, _find_producer_matmul; same sources as
+    micro_pipelined_gather). torchtitan's Llama feeds the gathered input to several linears (wq, wk,
+    wv; w1, w3: compute.linear_modules), so autograd sums their dgrads before the reduce-scatter
+    and the sum is what it scatters: unfused, exposed as under plain TP."""
+    return len(linear_modules(job, col)) == 1
+
+
 def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Calibration) -> Exposure:
     """Exposed tensor-parallel communication of one pass of a layer's blocks (Megatron's f/g
     operators, Shoeybi et al. 2019; with sequence parallel an all-gather before the column GEMM and
@@ -322,7 +347,8 @@ def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Cal
     (TransformerEngine@d0067d0d transformer_engine/pytorch/module/linear.py backward; under
     userbuffers as "bulk" overlaps on UB_SMS SMs); exposed where FSDP leaves the hardware queues
     unordered (Job.unordered_queues). torchtitan's DTensor plan runs both backward
-    collectives as plain ops, exposed, unless async TP chunks them."""
+    collectives as plain ops, exposed, unless async TP fuses them with a matmul
+    (micro_pipelined_gather, micro_pipelined_scatter)."""
     tp = job.layout.tp
     if tp == 1:
         return Exposure()
@@ -343,8 +369,9 @@ def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Cal
             gathered = t * width * ub_gather_bytes(job)
             return (_tp_coll(job, Collective.ALL_GATHER, gathered), _tp_coll(job, Collective.REDUCE_SCATTER, size),
                     _tp_coll(job, Collective.ALL_REDUCE, size), ub_ring_chunk_seconds(job, gathered / tp))
-        send = send_recv_time(size / tp, stride=1, cluster=job.cluster.spec)
-        return (_tp_coll(job, Collective.ALL_GATHER, size), _tp_coll(job, Collective.REDUCE_SCATTER, size),
+        gathered = t * width * tp_gather_bytes(job)
+        send = send_recv_time(gathered / tp, stride=1, cluster=job.cluster.spec)
+        return (_tp_coll(job, Collective.ALL_GATHER, gathered), _tp_coll(job, Collective.REDUCE_SCATTER, size),
                 _tp_coll(job, Collective.ALL_REDUCE, size), send)
 
     by_width = {h: collectives(h)}
@@ -358,16 +385,20 @@ def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Cal
         n = column_inputs(job, b)
         ag_c, rs_c, ar_c = n * ag_c, n * rs_c, n * ar_c
         if not backward:
-            if overlap:
+            if overlap and not ub and not micro_pipelined_gather(job):
+                out += Exposure(ag_c) + _row_forward(job, b, t, rs_h, cal)
+            elif overlap:
                 out += _ring_exchange(job, b.col, t, b.col_fwd, chunk_c, cal, streams=UB_STREAMS if ub else 1)
                 out += _row_forward(job, b, t, rs_h, cal)
             else:
                 out += Exposure(ag_c + rs_h) if job.sp else Exposure(ar_h)
             continue
         if fw is Framework.TORCHTITAN:
-            if overlap:  # torch async TP decomposes the backward's gather-matmul and matmul-scatter too
-                out += _ring_exchange(job, b.row, t, b.row_dgrad, chunk_h, cal)
-                out += _ring_exchange(job, b.col, t, b.col_dgrad, chunk_c, cal)
+            if overlap:  # torch async TP: see micro_pipelined_gather and micro_pipelined_scatter
+                row = _ring_exchange(job, b.row, t, b.row_dgrad, chunk_h, cal) if micro_pipelined_gather(job) else Exposure(ag_h)
+                col = (_ring_exchange(job, b.col, t, b.col_dgrad, chunk_c, cal) if micro_pipelined_scatter(job, b.col)
+                       else Exposure(rs_c))
+                out += row + col
             else:
                 out += Exposure(ag_h + rs_c) if job.sp else Exposure(ar_c)
             continue
@@ -401,10 +432,10 @@ def sac_regather(job: Job, blocks: tuple[Block, ...], cal: Calibration) -> Expos
     out = Exposure()
     for b in blocks:
         width = b.gather_width or h
-        size = t * width * ACT_BYTES
+        size = t * width * tp_gather_bytes(job)
         gather = column_inputs(job, b) * _tp_coll(job, Collective.ALL_GATHER, size)
         modules = titan_linears(job, b.col)
-        if not (job.training.tp_comm_overlap and len(modules) > 1):
+        if not (job.training.tp_comm_overlap and len(modules) > 1 and micro_pipelined_gather(job)):
             out += Exposure(gather)
             continue
         again = modules[1]

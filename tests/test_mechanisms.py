@@ -29,6 +29,7 @@ from cost_models.step_time import (
     sac_regather,
     tied_embedding_grad_seconds,
     time_estimate,
+    tp_exposure,
 )
 from planner import presets
 from tests.helpers import make_job
@@ -275,6 +276,36 @@ def test_torchtitan_selective_checkpointing_gathers_each_blocks_input_again():
                           training=dict(seq_len=8192, framework="torchtitan", tp_comm_overlap=True, compile=True))
     attn, mlp = (sac_regather(overlapped, (b,), DEFAULT).exposed for b in tp_blocks(overlapped, LayerKind(), cal=DEFAULT))
     assert attn > 0.9 * big and mlp < 0.5 * big
+
+
+def test_torch_async_tp_fuses_only_gathers_read_by_matmuls_and_scatters_of_one_matmul():
+    # Llama-3.1-8B, tp 8, 8192 tokens, torchtitan async TP. Backward: the row outputs' gradient
+    # gather feeds the dgrad matmul (fused, a ring exchange); the column inputs' gradient is the sum
+    # of the wq, wk, wv (w1, w3) dgrads, so its reduce-scatter is not one matmul's output and runs
+    # exposed: 8192 x 4096 x 2 bytes = 64 MiB per block
+    tt = dict(seq_len=8192, framework="torchtitan", tp_comm_overlap=True, compile=True)
+    bf16 = make_job("llama-3.1-8b", gpus=8, tp=8, mbs=1, training=tt)
+    size = 8192 * 4096 * 2
+    where = placement(H100, 8, 1)
+    rs = collective_time(Collective.REDUCE_SCATTER, size, where, H100)
+    ag = collective_time(Collective.ALL_GATHER, size, where, H100)
+    chunk = send_recv_time(size / 8, stride=1, cluster=H100)
+    blocks = tp_blocks(bf16, LayerKind(), cal=DEFAULT)
+    row = sum((_ring_exchange(bf16, b.row, 8192, b.row_dgrad, chunk, DEFAULT) for b in blocks), Exposure())
+    assert tp_exposure(bf16, blocks, backward=True, cal=DEFAULT).exposed == pytest.approx(row.exposed + 2 * rs)
+    # rowwise float8: the gathered 16-bit tensors feed the Float8Linears' casts, not matmuls, so
+    # neither gather fuses (forward: only the row GEMM's reduce-scatter is pipelined)
+    rowwise = make_job("llama-3.1-8b", gpus=8, tp=8, mbs=1, training={**tt, "precision": "fp8", "fp8_recipe": "rowwise"})
+    rblocks = tp_blocks(rowwise, LayerKind(), cal=DEFAULT)
+    assert tp_exposure(rowwise, rblocks, backward=True, cal=DEFAULT).exposed == pytest.approx(2 * ag + 2 * rs)
+    fwd = tp_exposure(rowwise, rblocks, backward=False, cal=DEFAULT).exposed
+    assert 2 * ag <= fwd < 2 * ag + 2 * rs
+    # tensorwise float8 (torchtitan's float8 TP) gathers 1-byte elements: its forward gathers fuse,
+    # and plain TP moves them at half the 16-bit bytes
+    plain = make_job("llama-3.1-8b", gpus=8, tp=8, mbs=1, training={**tt, "precision": "fp8", "tp_comm_overlap": False})
+    half = collective_time(Collective.ALL_GATHER, size / 2, where, H100)
+    assert tp_exposure(plain, tp_blocks(plain, LayerKind(), cal=DEFAULT), backward=False, cal=DEFAULT).exposed == (
+        pytest.approx(2 * half + 2 * rs))
 
 
 def test_ring_exchange_chunks_on_three_streams_run_as_one_gemm_of_three_chunks():

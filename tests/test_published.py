@@ -336,3 +336,10 @@ def test_torchtitan_default_split_points():
     assert [len(c) for c in chunks[3]] == [8, 8]
     one = BY_ID["torchtitan-2412-405b-512gpu-1f1b"].job().stage_chunks
     assert [len(r[0]) for r in one] == [15] + [16] * 6 + [15]
+
+
+def test_torchtitan_docs_rows_that_say_no_async_tp_run_plain_tp():
+    # docs/performance.md@3faaa1a0 (Aug 2024), 405B on 128 H100s: only the last row ran async TP
+    ids = ("torchtitan-docs-2408-llama31-405b-128xh100-bf16", "torchtitan-docs-2408-llama31-405b-128xh100-float8",
+           "torchtitan-docs-2408-llama31-405b-128xh100-float8-asynctp")
+    assert [BY_ID[i].training.tp_comm_overlap for i in ids] == [False, False, True]

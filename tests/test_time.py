@@ -304,6 +304,35 @@ def test_te_cast_pricing_reproduces_the_measured_autocast_overhead():
         assert priced == pytest.approx(measured, rel=rel), gpu.name
 
 
+def test_torchtitan_float8_tp_casts_at_the_module_boundaries_on_shards():
+    # LLAMA_TINY, 128 tokens, tp 2, sequence parallel, tensorwise: torchtitan's Float8ColwiseParallel,
+    # Float8RowwiseParallel and PrepareFloat8ModuleInput. m = 128 gathered rows; 5 bytes a cast
+    # element, 2 an fp8 transpose copy. Per GEMM (m x k)·(k x n), n and row k split over tp:
+    #   qkv 128x256·256x192   fwd 5·128·256/2 + 5·256·192 = 81,920 + 245,760 = 327,680
+    #                         bwd 7·128·192 + 2·128·256 + 245,760 = 172,032 + 65,536 + 245,760 = 483,328
+    #   out 128x128·128x256   fwd 5·128·128 + 5·128·256 = 81,920 + 163,840 = 245,760
+    #                         bwd 5·128·256/2 + 2·(128·256 + 128·128) + 163,840 = 81,920 + 98,304 + 163,840 = 344,064
+    #   fc1 128x256·256x688   fwd 81,920 + 5·256·688 = 81,920 + 880,640 = 962,560
+    #                         bwd 7·128·688 + 65,536 + 880,640 = 616,448 + 65,536 + 880,640 = 1,562,624
+    #   fc2 128x344·344x256   fwd 5·128·344 + 5·344·256 = 220,160 + 440,320 = 660,480
+    #                         bwd 81,920 + 2·(128·256 + 128·344) + 440,320 = 81,920 + 153,600 + 440,320 = 675,840
+    # forward 2,196,480, backward 3,065,856
+    from cost_models.compute import float8_tp, fp8_cast_bytes, tp_gather_bytes
+
+    tt = dict(seq_len=128, precision="fp8", framework="torchtitan")
+    job = make_job(LLAMA_TINY, gpus=2, tp=2, training=tt)
+    assert job.sp and float8_tp(job) and tp_gather_bytes(job) == 1
+    assert fp8_cast_bytes(job, LayerKind()) == (2_196_480, 3_065_856)
+    # the same GEMMs cast inside each Float8Linear (plain TP) move more: forward 5·(mk + kn) summed
+    # = 5·(32,768 + 49,152 + 16,384 + 32,768 + 32,768 + 176,128 + 44,032 + 88,064) = 2,360,320
+    assert fp8_cast_bytes(job, LayerKind())[0] < 2_360_320
+    # rowwise recipes keep plain TP: 16-bit gathers, casts inside the measured linear ratio
+    rowwise = make_job(LLAMA_TINY, gpus=2, tp=2, training={**tt, "fp8_recipe": "rowwise"})
+    assert not float8_tp(rowwise) and tp_gather_bytes(rowwise) == 2
+    # one GPU: no tp plan, the Float8Linear casts of test_torchao_fp8_casts_move_five_bytes_per_operand_element
+    assert not float8_tp(make_job(LLAMA_TINY, gpus=1, training=tt))
+
+
 def test_rowwise_float8_at_tp8_prices_each_torchtitan_linear_from_the_measured_grid():
     # Llama 3.1 8B, tp 8, 8192 tokens: torchtitan's wq (N 512), wk and wv (N 128) all read the
     # grid's edge N = 1024 at M 8192, K 4096; w1 and w3 (N 14336/8 = 1792 each) the grid at their
