@@ -299,6 +299,21 @@ class TrainingSpec(Spec):
     # back is a view (a dimension of 1), so only the q, k, v copies and the join are priced
     # (compute.qkv_layout_copy_seconds). Framework megatron with flash attention only.
     qkv_bshd_copies: bool = False
+    # Megatron's bias-dropout-add as a TorchScript function (the legacy layer's
+    # bias_dropout_add_fused_train, NVIDIA/Megatron-LM@0609f27f megatron/model/transformer.py:717-737,
+    # called on both block outputs at :1082-1101 and :1156-1161 under --bias-dropout-fusion, on by
+    # default, megatron/arguments.py:827-829; Transformer Engine v0.11's TransformerLayer does the
+    # same, NVIDIA/TransformerEngine@v0.11 transformer_engine/pytorch/jit.py:115-142, transformer.py:
+    # 256, 518-531, 587-590) keeps its 1-byte dropout mask for backward even at --hidden-dropout 0:
+    # both set the profiling executor with autodiff subgraph inlining off (megatron/initialize.py:
+    # 262-283 at 0609f27f; jit.py:23-36 at v0.11), so the scripted function runs as one
+    # differentiable graph whose backward is TorchScript's dropout formula, which needs the mask
+    # (torch/csrc/jit/runtime/symbolic_script.cpp `dropout`: a bool mask the input's size, made
+    # whatever p is; on torch 2.13 saved_tensors_hooks see exactly one bool tensor of the block
+    # output's shape at p = 0). Eager dropout at p = 0 returns its input and keeps nothing
+    # (aten/src/ATen/native/Dropout.cpp). So each block output keeps a mask of the residual stream's
+    # size, dropout or not (cost_models.activations). Framework megatron only.
+    bda_mask_kept: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:
