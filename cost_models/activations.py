@@ -541,10 +541,15 @@ def loss_workspace(job: Job) -> int:
       returns only the fp32 copy (models/llama.py:874-880, 905-911), which the loss holds while it
       runs (llama.py:1013-1021; functional.py:110-115 casts nothing more). Its backward turns the
       saved softmax into the gradient in place and casts it to 16 bits, 2.
+    - Megatron's cross entropy before 9634c0e4 (TrainingSpec.loss_shift_beside_fp32_copy) shifts out
+      of place while the GPT model holds the 16-bit logits and their fp32 copy: 2 + 4 bytes beside
+      the saved 4 at the forward, more than its backward's 2.
     """
     d = dims(job)
     if job.training.loss_shift_out_of_place:
         per_logit = FP32
+    elif job.training.loss_shift_beside_fp32_copy:
+        per_logit = ACT_BYTES + FP32
     elif job.training.loss_on_16bit_logits:
         per_logit = 2 * ACT_BYTES
     elif d.conv.loss_in_place or job.training.compiles_loss:  # compiled: only the 16-bit gradient is new

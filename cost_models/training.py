@@ -314,6 +314,16 @@ class TrainingSpec(Spec):
     # (aten/src/ATen/native/Dropout.cpp). So each block output keeps a mask of the residual stream's
     # size, dropout or not (cost_models.activations). Framework megatron only.
     bda_mask_kept: bool = False
+    # Megatron's vocab-parallel cross entropy before NVIDIA/Megatron-LM@9634c0e4 ("Reduce logit memory
+    # pressure by using in-place operation", 2024-06-13) subtracted the row maximum out of place
+    # (`vocab_parallel_logits = vocab_parallel_logits - logits_max.unsqueeze(dim=-1)`,
+    # NVIDIA/Megatron-LM@0609f27f megatron/core/tensor_parallel/cross_entropy.py:24), a new fp32
+    # tensor that becomes the saved softmax (:57, :69, :91), while its fp32 input, `output.float()`
+    # passed by the GPT model, and the 16-bit logits the model still holds in `output`
+    # (megatron/model/gpt_model.py:21-36) are alive: 2 + 4 bytes per logit beside the saved 4 at
+    # the loss's forward, where the in-place code has only the 16-bit ones (cost_models.activations
+    # .loss_workspace). Framework megatron only.
+    loss_shift_beside_fp32_copy: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:

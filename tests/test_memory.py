@@ -552,3 +552,22 @@ def test_scripted_bias_dropout_add_mask_at_zero_dropout_by_hand():
 
     with pytest.raises(SpecError, match="bda_mask_kept describes Megatron's TorchScript bias-dropout-add"):
         make_job(no_dropout, gpus=2, tp=2, training={**training, "framework": "torchtitan", "bda_mask_kept": True})
+
+
+def test_megatron_2023_loss_shift_beside_its_fp32_copy_by_hand():
+    # TrainingSpec.loss_shift_beside_fp32_copy (Megatron-LM@0609f27f cross_entropy.py:24): GPT_TINY at
+    # tp 2, mbs 2, seq 64: t = 128 tokens, the vocabulary padded to 1024 (a multiple of 128·tp), 512
+    # columns per rank, 65,536 logits. Beside the saved fp32 softmax the loss's forward holds the
+    # 16-bit logits (2 bytes) and their fp32 copy (4): 65,536 x 6 = 393,216 bytes, where the in-place
+    # cross entropy has the 16-bit ones only, 65,536 x 2 = 131,072.
+    training = dict(seq_len=64, global_batch_size=8)
+
+    def workspace(shift: bool) -> int:
+        return loss_workspace(make_job(GPT_TINY, gpus=2, tp=2, sp=True, mbs=2,
+                                       training={**training, "loss_shift_beside_fp32_copy": shift}))
+
+    assert (workspace(False), workspace(True)) == (131_072, 393_216)
+    from cost_models.errors import SpecError
+
+    with pytest.raises(SpecError, match="loss_shift_beside_fp32_copy describes Megatron's vocab-parallel cross entropy"):
+        make_job(GPT_TINY, gpus=2, tp=2, training={**training, "framework": "torchtitan", "loss_shift_beside_fp32_copy": True})
