@@ -470,13 +470,21 @@ def _fp8lm(entry: dict) -> Mapped:
              "its gather of every parameter are exposed (megatron/optimizer/distrib_optimizer.py:810-899 there)",
              ("memory: the distributed optimizer's construction, a transient the size of the grad buffer "
               "(torch.tensor(storage) in the Megatron-LM those scripts pin, Azure/MS-AMP-Examples@b646e282 "
-              "third_party/Megatron-LM = NVIDIA/Megatron-LM@0609f27f), counts in a peak since the process started")]
+              "third_party/Megatron-LM = NVIDIA/Megatron-LM@0609f27f), counts in a peak since the process started"),
+             ("memory: both block outputs of every layer keep a 1-byte dropout mask at --hidden-dropout 0.0 (the "
+              "scripts' setting): the bias-dropout-add runs under torch.jit.script with autodiff subgraph "
+              "inlining off, in Megatron's local layer and in Transformer Engine v0.11's TransformerLayer alike "
+              "(TrainingSpec.bda_mask_kept)"),
+             ("memory: the loss's forward holds the 16-bit logits, their fp32 copy and the out-of-place shifted "
+              "fp32 softmax together (Megatron-LM@0609f27f cross_entropy.py:24, gpt_model.py:21-36; in place from "
+              "9634c0e4, 2024-06-13): TrainingSpec.loss_shift_beside_fp32_copy")]
     prec = entry["hardware"]["precision"].upper()
     fp8 = "FP8" in prec or "TE" in entry["id"].upper()
     training = TrainingSpec(seq_len=entry["model"]["seq_len"], global_batch_size=entry["layout"]["global_batch"],
                             precision=Precision.FP8 if fp8 else Precision.BF16, framework=Framework.MEGATRON,
                             attention=AttentionKernel.FLASH, attention_backend=AttentionBackend.FA1,
-                            grad_accumulation_fusion=False, overlap_grad_reduce=False, param_buffer_init_copy=True)
+                            grad_accumulation_fusion=False, overlap_grad_reduce=False, param_buffer_init_copy=True,
+                            bda_mask_kept=True, loss_shift_beside_fp32_copy=True)
     layout = _layout(entry, zero=Zero.OPTIMIZER, recompute=Recompute.NONE)
     return _gpt_model(entry, vocab=50257, tied=False, rope=True), _cluster(entry), training, layout, notes
 

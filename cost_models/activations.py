@@ -118,6 +118,13 @@ def dims(job: Job, conv: Convention | None = None) -> Dims:
     )
 
 
+def block_output_mask(job: Job) -> bool:
+    """Whether each block output keeps a 1-byte dropout mask of the residual stream's size: with
+    hidden dropout, and under TrainingSpec.bda_mask_kept without it (TorchScript's dropout formula
+    keeps the mask at p = 0)."""
+    return job.model.hidden_dropout > 0 or job.training.bda_mask_kept
+
+
 def _norm(job: Job, d: Dims, tokens: int, width: int) -> Breakdown:
     """A norm over `width` on `tokens` tokens: saved input, plus per-token fp32 statistics
     (rstd; and mean for LayerNorm)."""
@@ -226,7 +233,7 @@ def attention_items(job: Job, d: Dims, *, rope: bool = True) -> Breakdown:
         items["out_proj_input"] = t * o_width * d.lin_bytes
     if m.sandwich_norms:  # the norm of the attention output (Gemma's post_attention_layernorm)
         items["post_norm"] = _norm(job, d, t // d.sp_div, d.h)
-    if m.hidden_dropout > 0:
+    if block_output_mask(job):
         items["dropout_mask"] = d.residual * MASK_BYTES
     return Breakdown.of("bytes", **items)
 
@@ -240,7 +247,7 @@ def dense_mlp_items(job: Job, d: Dims) -> Breakdown:
     }
     if job.model.sandwich_norms:  # the norm of the MLP output (post_feedforward_layernorm)
         items["post_norm"] = _norm(job, d, t // d.sp_div, d.h)
-    if job.model.hidden_dropout > 0:
+    if block_output_mask(job):
         items["dropout_mask"] = d.residual * MASK_BYTES
     return Breakdown.of("bytes", **items)
 
@@ -271,7 +278,7 @@ def moe_mlp_items(job: Job, d: Dims) -> Breakdown:
         items["shared_experts"] = _mlp_activation(job, d, d.t, width)
     if job.model.sandwich_norms:
         items["post_norm"] = _norm(job, d, local, d.h)
-    if job.model.hidden_dropout > 0:
+    if block_output_mask(job):
         items["dropout_mask"] = d.residual * MASK_BYTES
     return Breakdown.of("bytes", **items)
 
@@ -298,7 +305,7 @@ def mamba_items(job: Job, d: Dims) -> Breakdown:
         "gated_norm": Breakdown.of("bytes", input=t * mb.inner // d.tp * ACT_BYTES, stats=t * mb.num_groups // d.tp * FP32),
         "out_proj_input": t * mb.inner // d.tp * d.lin_bytes,
     }
-    if job.model.hidden_dropout > 0:
+    if block_output_mask(job):
         items["dropout_mask"] = d.residual * MASK_BYTES
     return Breakdown.of("bytes", **items)
 
@@ -534,10 +541,15 @@ def loss_workspace(job: Job) -> int:
       returns only the fp32 copy (models/llama.py:874-880, 905-911), which the loss holds while it
       runs (llama.py:1013-1021; functional.py:110-115 casts nothing more). Its backward turns the
       saved softmax into the gradient in place and casts it to 16 bits, 2.
+    - Megatron's cross entropy before 9634c0e4 (TrainingSpec.loss_shift_beside_fp32_copy) shifts out
+      of place while the GPT model holds the 16-bit logits and their fp32 copy: 2 + 4 bytes beside
+      the saved 4 at the forward, more than its backward's 2.
     """
     d = dims(job)
     if job.training.loss_shift_out_of_place:
         per_logit = FP32
+    elif job.training.loss_shift_beside_fp32_copy:
+        per_logit = ACT_BYTES + FP32
     elif job.training.loss_on_16bit_logits:
         per_logit = 2 * ACT_BYTES
     elif d.conv.loss_in_place or job.training.compiles_loss:  # compiled: only the 16-bit gradient is new

@@ -479,6 +479,13 @@ def _gradient_path(job: Job) -> str | None:
     if tr.param_buffer_init_copy and tr.framework is not MEGATRON:
         return (f"param_buffer_init_copy describes Megatron's distributed optimizer (framework={tr.framework}); "
                 "drop it")
+    if tr.bda_mask_kept and tr.framework is not MEGATRON:
+        return (f"bda_mask_kept describes Megatron's TorchScript bias-dropout-add (framework={tr.framework}); "
+                "drop it")
+    if tr.loss_shift_beside_fp32_copy and (tr.framework is not MEGATRON or tr.loss_shift_out_of_place):
+        return (f"loss_shift_beside_fp32_copy describes Megatron's vocab-parallel cross entropy before 9634c0e4 "
+                f"(framework={tr.framework}, loss_shift_out_of_place={tr.loss_shift_out_of_place}); use framework "
+                "megatron without loss_shift_out_of_place, or drop it")
     nanotron = _switched(tr, NANOTRON_SWITCHES)
     if nanotron and tr.framework is not MEGATRON:
         return (f"{' and '.join(nanotron)} describe nanotron's code, priced as a Megatron job "

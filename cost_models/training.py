@@ -299,6 +299,31 @@ class TrainingSpec(Spec):
     # back is a view (a dimension of 1), so only the q, k, v copies and the join are priced
     # (compute.qkv_layout_copy_seconds). Framework megatron with flash attention only.
     qkv_bshd_copies: bool = False
+    # Megatron's bias-dropout-add as a TorchScript function (the legacy layer's
+    # bias_dropout_add_fused_train, NVIDIA/Megatron-LM@0609f27f megatron/model/transformer.py:717-737,
+    # called on both block outputs at :1082-1101 and :1156-1161 under --bias-dropout-fusion, on by
+    # default, megatron/arguments.py:827-829; Transformer Engine v0.11's TransformerLayer does the
+    # same, NVIDIA/TransformerEngine@v0.11 transformer_engine/pytorch/jit.py:115-142, transformer.py:
+    # 256, 518-531, 587-590) keeps its 1-byte dropout mask for backward even at --hidden-dropout 0:
+    # both set the profiling executor with autodiff subgraph inlining off (megatron/initialize.py:
+    # 262-283 at 0609f27f; jit.py:23-36 at v0.11), so the scripted function runs as one
+    # differentiable graph whose backward is TorchScript's dropout formula, which needs the mask
+    # (torch/csrc/jit/runtime/symbolic_script.cpp `dropout`: a bool mask the input's size, made
+    # whatever p is; on torch 2.13 saved_tensors_hooks see exactly one bool tensor of the block
+    # output's shape at p = 0). Eager dropout at p = 0 returns its input and keeps nothing
+    # (aten/src/ATen/native/Dropout.cpp). So each block output keeps a mask of the residual stream's
+    # size, dropout or not (cost_models.activations). Framework megatron only.
+    bda_mask_kept: bool = False
+    # Megatron's vocab-parallel cross entropy before NVIDIA/Megatron-LM@9634c0e4 ("Reduce logit memory
+    # pressure by using in-place operation", 2024-06-13) subtracted the row maximum out of place
+    # (`vocab_parallel_logits = vocab_parallel_logits - logits_max.unsqueeze(dim=-1)`,
+    # NVIDIA/Megatron-LM@0609f27f megatron/core/tensor_parallel/cross_entropy.py:24), a new fp32
+    # tensor that becomes the saved softmax (:57, :69, :91), while its fp32 input, `output.float()`
+    # passed by the GPT model, and the 16-bit logits the model still holds in `output`
+    # (megatron/model/gpt_model.py:21-36) are alive: 2 + 4 bytes per logit beside the saved 4 at
+    # the loss's forward, where the in-place code has only the 16-bit ones (cost_models.activations
+    # .loss_workspace). Framework megatron only.
+    loss_shift_beside_fp32_copy: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:

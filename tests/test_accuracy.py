@@ -70,10 +70,12 @@ def test_published_kempnerforge_memory():
 
 def test_published_fp8lm_memory():
     # FP8-LM's Megatron-LM (bf16 and Transformer Engine rows) with the distributed optimizer's
-    # construction transient: today's median |error| (8.8%, docs/accuracy.md) plus half a point
+    # construction transient, the scripted bias-dropout-add's masks and the loss's out-of-place shift:
+    # today's median |error| (7.1%) plus half a point, and today's 4 of 6 rows within 10%
     rows = memory_accuracy.rows("fp8lm")
     assert len(rows) == 6
-    assert statistics.median(abs(r.error) for r in rows) <= 0.093
+    assert statistics.median(abs(r.error) for r in rows) <= 0.076
+    assert sum(abs(r.error) <= 0.10 for r in rows) >= 4, [(r.id, round(r.error, 3)) for r in rows]
 
 
 def test_an_allocated_peak_leaves_out_the_fragmentation_and_rank_0_is_the_first_stage():

@@ -170,3 +170,41 @@ def test_a_cast_keeps_nothing_of_its_16bit_input():
     assert fp32.dtype == torch.float32 and seen[0]() is None
     fp32.sum().backward()  # the graph is intact without them
     assert weight.grad is not None
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
+def test_scripted_bias_dropout_add_keeps_a_mask_at_zero_dropout():
+    # TrainingSpec.bda_mask_kept: Megatron's and Transformer Engine's bias_dropout_add_fused_train is a
+    # torch.jit.script function run with the profiling executor and autodiff subgraph inlining off
+    # (Megatron-LM@0609f27f megatron/initialize.py:262-283; TransformerEngine@v0.11 jit.py:23-36). Its
+    # differentiable graph keeps a bool mask the input's size for backward even at p = 0, where eager
+    # dropout returns its input and keeps nothing.
+    def bda(x: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor, prob: float) -> torch.Tensor:
+        return residual + torch.nn.functional.dropout(x + bias, p=prob, training=True)
+
+    def saved(fn) -> list[tuple[tuple[int, ...], torch.dtype]]:
+        out: list[tuple[tuple[int, ...], torch.dtype]] = []
+
+        def pack(t):
+            out.append((tuple(t.shape), t.dtype))
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            fn(x, bias, residual, 0.0)
+        return out
+
+    x, residual = (torch.randn(16, 2, 32, requires_grad=True) for _ in range(2))
+    bias = torch.randn(32, requires_grad=True)
+    old_executor = torch._C._jit_set_profiling_executor(True)
+    old_mode = torch._C._jit_set_profiling_mode(True)
+    torch._C._debug_set_autodiff_subgraph_inlining(False)
+    try:
+        scripted = torch.jit.script(bda)
+        for _ in range(3):  # profile, then specialise into a differentiable graph
+            scripted(x, bias, residual, 0.0).sum().backward()
+        assert saved(scripted) == [((16, 2, 32), torch.bool)]
+    finally:
+        torch._C._debug_set_autodiff_subgraph_inlining(True)
+        torch._C._jit_set_profiling_mode(old_mode)
+        torch._C._jit_set_profiling_executor(old_executor)
+    assert saved(bda) == []

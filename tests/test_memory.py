@@ -8,7 +8,7 @@ from cost_models.activations import layer_backward_workspace, loss_workspace
 from cost_models.memory import inflight_microbatches, memory_estimate, pending_scatter_bytes
 from cost_models.states import rank_params
 from cost_models.units import GiB
-from helpers import LLAMA_TINY, make_job
+from helpers import GPT_TINY, LLAMA_TINY, make_job
 
 L70 = "llama-3.1-70b"
 
@@ -524,3 +524,50 @@ def test_pipeline_kept_outputs_by_hand():
     assert all("kept_outputs" not in dict(s.breakdown["activations"]) for s in memory_estimate(plain).stages)
     with pytest.raises(SpecError, match="pipeline_keeps_outputs describes torch.distributed.pipelining"):
         make_job(LLAMA_TINY, gpus=4, zero=3, training=dict(training, pipeline_keeps_outputs=True))
+
+
+def test_scripted_bias_dropout_add_mask_at_zero_dropout_by_hand():
+    # TrainingSpec.bda_mask_kept: GPT_TINY without dropout, Megatron, tp 2 with sequence parallel,
+    # mbs 2 at seq 64: t = 128 tokens, the residual stream 128·256/2 = 16,384 elements per rank; each
+    # block output keeps a 1-byte mask of it, 2 blocks a layer: 32,768 bytes per layer, x 4 layers =
+    # 131,072 bytes more activations on the one stage. Without the flag nothing is kept at p = 0.
+    no_dropout = GPT_TINY.model_copy(update={"hidden_dropout": 0.0, "attention_dropout": 0.0})
+    training = dict(seq_len=64, global_batch_size=8, attention="flash")
+
+    def layers(kept: bool) -> float:
+        job = make_job(no_dropout, gpus=2, tp=2, sp=True, mbs=2, training={**training, "bda_mask_kept": kept})
+        return memory_estimate(job).stages[0].breakdown.value("activations/layers")
+
+    assert layers(True) - layers(False) == 131_072
+    from cost_models.activations import layer_items
+
+    job = make_job(no_dropout, gpus=2, tp=2, sp=True, mbs=2, training={**training, "bda_mask_kept": True})
+    items = layer_items(job, 0)
+    assert items.value("attention/dropout_mask") == items.value("mlp/dropout_mask") == 16_384
+    # with dropout the mask is there already: the flag adds nothing
+    dropout = [memory_estimate(make_job(GPT_TINY, gpus=2, tp=2, sp=True, mbs=2,
+                                        training={**training, "bda_mask_kept": b})).peak_bytes for b in (False, True)]
+    assert dropout[0] == dropout[1]
+    from cost_models.errors import SpecError
+
+    with pytest.raises(SpecError, match="bda_mask_kept describes Megatron's TorchScript bias-dropout-add"):
+        make_job(no_dropout, gpus=2, tp=2, training={**training, "framework": "torchtitan", "bda_mask_kept": True})
+
+
+def test_megatron_2023_loss_shift_beside_its_fp32_copy_by_hand():
+    # TrainingSpec.loss_shift_beside_fp32_copy (Megatron-LM@0609f27f cross_entropy.py:24): GPT_TINY at
+    # tp 2, mbs 2, seq 64: t = 128 tokens, the vocabulary padded to 1024 (a multiple of 128·tp), 512
+    # columns per rank, 65,536 logits. Beside the saved fp32 softmax the loss's forward holds the
+    # 16-bit logits (2 bytes) and their fp32 copy (4): 65,536 x 6 = 393,216 bytes, where the in-place
+    # cross entropy has the 16-bit ones only, 65,536 x 2 = 131,072.
+    training = dict(seq_len=64, global_batch_size=8)
+
+    def workspace(shift: bool) -> int:
+        return loss_workspace(make_job(GPT_TINY, gpus=2, tp=2, sp=True, mbs=2,
+                                       training={**training, "loss_shift_beside_fp32_copy": shift}))
+
+    assert (workspace(False), workspace(True)) == (131_072, 393_216)
+    from cost_models.errors import SpecError
+
+    with pytest.raises(SpecError, match="loss_shift_beside_fp32_copy describes Megatron's vocab-parallel cross entropy"):
+        make_job(GPT_TINY, gpus=2, tp=2, training={**training, "framework": "torchtitan", "loss_shift_beside_fp32_copy": True})
