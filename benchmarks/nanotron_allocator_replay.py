@@ -5,8 +5,8 @@ counts every segment the caching allocator has taken from the device since the t
 empty_cache (huggingface/nanotron@c2528430 src/nanotron/trainer.py:443-445), not the live tensors. This
 script replays rank 0's allocations and frees through a model of the allocator's large pool and prints
 the reserved and the allocated peaks beside the figure and beside cost_models.memory's prediction, for
-the rows it can replay: tensor parallel 1 with a pipeline (the 1F1B engine), the decoder layer as
-nanotron's Llama runs it. It is an exploration tool: the cost model does not use it.
+the rows with a pipeline (the 1F1B engine), the decoder layer as nanotron's Llama runs it. It is an
+exploration tool: the cost model does not use it.
 
 The allocator (pytorch/pytorch@001074d2 c10/cuda/CUDACachingAllocator.cpp, its header comment and
 constants; the same rules in the torch 2.1 the sweep's environment names, run_multinode.sh on nanotron's
@@ -23,7 +23,11 @@ c2528430): the persistent bf16 weights, fp32 gradient buffer of every parameter 
 the rank's ZeRO-1 shard (optim/gradient_accumulator.py:73-102, 157-202); per decoder layer the forward
 of models/llama.py:717-734 (RMSNorm outputs, the qkv projection and its [3, b, s, heads, d] permuted copy,
 the k/v concatenation and its permuted copy, flash attention's output, the projections, residual sums,
-[gate|up], silu(gate) and the product: llama.py:194-201, 444-474, 650-692); the backward in the reverse
+[gate|up], silu(gate) and the product: llama.py:194-201, 444-474, 650-692; at tp > 1 with sequence
+parallelism the two persistent gather buffers, each row-parallel output and column-parallel input
+gradient made whole and then reduce-scattered into a new shard, the vocabulary-parallel embedding's
+whole lookup and masked product, parallel/tensor_parallel/functional.py:153-156, 286-288, 453-470,
+491-493, nn.py:277-299, parallel/utils.py:14-28); the backward in the reverse
 order with each weight's bf16 gradient kept until the backward of the micro-batch ends, then freed
 parameter by parameter (gradient_accumulator.py:204-223); the 1F1B schedule of rank 0, pp - 1 warm-up
 forwards, the stage output freed once sent, one received gradient per backward
@@ -31,7 +35,8 @@ forwards, the stage output freed once sent, one received gradient per backward
 moments per parameter shard, made at the first step, and ZeRO-1's three flat bf16 copies of the
 parameter all-gather (optim/zero.py:217-251, distributed.py:195-206, and the flatten of
 ProcessGroupNCCL::allgather, pytorch/pytorch@0007e752). The order of the frees inside one operation's
-backward is autograd's, approximated.
+backward is autograd's, approximated; a block freed while a collective on the NCCL stream still reads
+it is taken as free at once.
 
 Run: python benchmarks/nanotron_allocator_replay.py [--iterations 3] [--capacity-gib N]
 """
@@ -147,22 +152,42 @@ class CachingAllocator:
         self._add_free(b)
 
 
-def replay(*, vocab: int, h: int, f: int, layers: int, tokens: int, pp: int, microbatches: int, dp: int,
+def replay(*, vocab: int, h: int, f: int, layers: int, tokens: int, pp: int, microbatches: int, dp: int, tp: int = 1,
            zero1: bool, iterations: int = 3, capacity_bytes: int | None = None) -> CachingAllocator:
-    """Rank 0 of a tp-1 nanotron pipeline (embedding and `layers` decoder layers), `iterations` steps."""
+    """Rank 0 of a nanotron pipeline (embedding and `layers` decoder layers), `iterations` steps."""
     a = CachingAllocator(capacity_bytes)
-    params = [vocab * h] + [n for _ in range(layers) for n in (3 * h * h, h * h, 2 * f * h, h * f)]
+    params = [vocab * h // tp] + [n // tp for _ in range(layers) for n in (3 * h * h, h * h, 2 * f * h, h * f)]
     total = sum(params)
     shard = dp if zero1 else 1
     for n in params:
         a.malloc(BF16 * n)
     a.malloc(FP32 * total)  # the fp32 gradient buffer of every parameter
     a.malloc(FP32 * total // shard)  # the fp32 master copy of the shard
-    th, tf = BF16 * tokens * h, BF16 * tokens * f
+    # th: a sequence-sharded [t/tp, h] or head-sharded [t, h/tp] tensor; whole: [t, h]
+    th, tf, whole = BF16 * tokens * h // tp, BF16 * tokens * f // tp, BF16 * tokens * h
+    if tp > 1:
+        a.malloc(whole)  # the "allgather" buffer, never freed
+        a.malloc(whole)  # the "allgather2" buffer
+
+    def scattered() -> Block | None:
+        """A row-parallel output (or a column-parallel input gradient): whole, then reduce-scattered."""
+        if tp == 1:
+            return a.malloc(th)
+        w = a.malloc(whole)
+        out = a.malloc(th)
+        a.release(w)
+        return out
 
     def forward() -> tuple[list[dict[str, Block | None]], Block | None]:
         saved = []
-        x = a.malloc(th)  # the embedding's output
+        if tp > 1:  # vocabulary-parallel lookup, its masked product, reduce-scattered
+            lookup = a.malloc(whole)
+            masked = a.malloc(whole)
+            a.release(lookup)
+            x = a.malloc(th)
+            a.release(masked)
+        else:
+            x = a.malloc(th)  # the embedding's output
         for _ in range(layers):
             n1 = a.malloc(th)
             qkv = a.malloc(3 * th)
@@ -172,14 +197,14 @@ def replay(*, vocab: int, h: int, f: int, layers: int, tokens: int, pp: int, mic
             kv = a.malloc(2 * th)
             a.release(cat)
             o = a.malloc(th)
-            proj = a.malloc(th)
+            proj = scattered()
             r1 = a.malloc(th)
             a.release(proj)
             n2 = a.malloc(th)
             gate_up = a.malloc(2 * tf)
             act = a.malloc(tf)
             prod = a.malloc(tf)
-            down = a.malloc(th)
+            down = scattered()
             r2 = a.malloc(th)
             a.release(down)
             saved.append(dict(x=x, n1=n1, c3=c3, kv=kv, o=o, r1=r1, n2=n2, gate_up=gate_up, act=act, prod=prod))
@@ -191,7 +216,7 @@ def replay(*, vocab: int, h: int, f: int, layers: int, tokens: int, pp: int, mic
         g = a.malloc(th)  # received from rank 1
         for s in reversed(saved):
             g_prod = a.malloc(tf)
-            grads.append(a.malloc(BF16 * h * f))
+            grads.append(a.malloc(BF16 * h * f // tp))
             a.release(s["prod"])
             g_act, g_up = a.malloc(tf), a.malloc(tf)
             a.release(g_prod)
@@ -201,8 +226,8 @@ def replay(*, vocab: int, h: int, f: int, layers: int, tokens: int, pp: int, mic
             g_gate_up = a.malloc(2 * tf)
             for t in (g_gate, g_up, s["gate_up"]):
                 a.release(t)
-            g_n2 = a.malloc(th)
-            grads.append(a.malloc(BF16 * 2 * f * h))
+            g_n2 = scattered()
+            grads.append(a.malloc(BF16 * 2 * f * h // tp))
             a.release(g_gate_up)
             a.release(s["n2"])
             g_norm = a.malloc(th)
@@ -211,9 +236,9 @@ def replay(*, vocab: int, h: int, f: int, layers: int, tokens: int, pp: int, mic
             for t in (g_norm, g, s["r1"]):
                 a.release(t)
             g_o = a.malloc(th)
-            grads.append(a.malloc(BF16 * h * h))
+            grads.append(a.malloc(BF16 * h * h // tp))
             dq, dk, dv = a.malloc(th), a.malloc(th), a.malloc(th)
-            a.release(a.malloc(FP32 * tokens * h))  # flash attention's fp32 dq accumulator
+            a.release(a.malloc(FP32 * tokens * h // tp))  # flash attention's fp32 dq accumulator
             a.release(g_o)
             a.release(s["o"])
             g_kv = a.malloc(2 * th)
@@ -224,8 +249,8 @@ def replay(*, vocab: int, h: int, f: int, layers: int, tokens: int, pp: int, mic
                 a.release(t)
             g_qkv = a.malloc(3 * th)
             a.release(g_c3)
-            g_n1 = a.malloc(th)
-            grads.append(a.malloc(BF16 * 3 * h * h))
+            g_n1 = scattered()
+            grads.append(a.malloc(BF16 * 3 * h * h // tp))
             a.release(g_qkv)
             a.release(s["n1"])
             g_norm = a.malloc(th)
@@ -234,7 +259,14 @@ def replay(*, vocab: int, h: int, f: int, layers: int, tokens: int, pp: int, mic
             for t in (g_norm, g_r1, s["x"]):
                 a.release(t)
             g = g_next
-        grads.append(a.malloc(BF16 * vocab * h))  # the embedding's dense gradient
+        if tp > 1:  # the all-gathered gradient and the masked product's
+            gathered = a.malloc(whole)
+            unmasked = a.malloc(whole)
+            a.release(gathered)
+            grads.append(a.malloc(BF16 * vocab * h // tp))  # the embedding shard's dense gradient
+            a.release(unmasked)
+        else:
+            grads.append(a.malloc(BF16 * vocab * h))  # the embedding's dense gradient
         a.release(g)
         for t in reversed(grads):  # the accumulator's loop, embedding first
             a.release(t)
@@ -272,14 +304,14 @@ def main() -> None:
     print("| run | measured GiB | cost model GiB | replayed reserved GiB | error | replayed allocated GiB |")
     print("|---|---:|---:|---:|---:|---:|")
     for run in load()[0]:
-        if run.id not in predicted or run.layout.tp != 1 or run.layout.pp == 1:
+        if run.id not in predicted or run.layout.pp == 1:
             continue
         job, m = run.job(), run.model
         row = predicted[run.id]
         try:
             a = replay(vocab=m.vocab_size, h=m.hidden_size, f=m.ffn_hidden_size,
                        layers=nanotron_pp_layers(m, run.layout.pp)[0], tokens=job.layout.mbs * job.training.seq_len,
-                       pp=run.layout.pp, microbatches=job.num_microbatches, dp=job.dp,
+                       pp=run.layout.pp, microbatches=job.num_microbatches, dp=job.dp, tp=run.layout.tp,
                        zero1=job.zero is Zero.OPTIMIZER, iterations=args.iterations, capacity_bytes=cap)
         except MemoryError:
             print(f"| {run.id} | {row.measured_gib:.1f} | {row.predicted_gib:.1f} | out of memory | | |")
