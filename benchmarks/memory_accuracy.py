@@ -71,11 +71,12 @@ SOURCES = {
     "nanotron_ultrascale": Measure(Metric.RESERVED, Ranks.FIRST, (
         "nanotron's bench CSV, written by world rank 0 only (huggingface/nanotron@c2528430 "
         "src/nanotron/helpers.py:609-610 'Mem Alloc'/'Mem Res', :674-675); the figure does not say which "
-        "column, the reserved one compared: the CSV is written at iteration 3 after the step "
+        "column, and only the reserved one fits: the CSV is written at iteration 3 after the step "
         "(trainer.py:455-466, 665-666), and log_memory resets the peak counters right after the "
         "forward-backward (trainer.py:497-498, logging.py:250-259), so 'Mem Alloc' is the peak of the "
-        "gradient sync and optimizer step alone, while the reserved one still counts every block the caching "
-        "allocator holds, the forward-backward's included")),
+        "gradient sync and optimizer step alone, at most rank 0's model states with ZeRO-1's parameter "
+        "all-gather buffers or DDP's buckets, below the figure on all 26 rows (tests/test_accuracy.py), while "
+        "the reserved one still counts every block the caching allocator holds, the forward-backward's included")),
     "kempnerforge_mfu_scaling": Measure(Metric.ALLOCATED, Ranks.FIRST, KEMPNERFORGE),
     "kempnerforge_config_validation": Measure(Metric.ALLOCATED, Ranks.FIRST, KEMPNERFORGE),
 }

@@ -57,6 +57,49 @@ def test_published_nanotron_memory():
     assert sum(abs(r.error) <= 0.10 for r in rows) >= 21, [(r.id, round(r.error, 3)) for r in rows]
 
 
+def _nanotron_step_allocated_bound(job) -> int:  # type: ignore[no-untyped-def]
+    """The most torch.cuda.max_memory_allocated can read on nanotron's rank 0 once log_memory has
+    reset the peaks after the forward-backward (huggingface/nanotron@c2528430 src/nanotron/
+    trainer.py:497-498, logging.py:250-259): the model states, and what the gradient sync and the
+    optimizer step add. ZeRO-1 all-gathers the updated bf16 parameters through
+    dist.all_gather_coalesced, which flattens its input shard (P/dp elements) and the dp output
+    shards (P) into new tensors (optim/zero.py:217-251, distributed.py:195-206), and
+    ProcessGroupNCCL::allgather flattens that output list once more (P) before the NCCL call
+    (pytorch/pytorch@0007e752 torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp, allgather's
+    same-size branch, flatten_for_scatter_gather). Beside them torch DDP's bf16 buckets at ZeRO-0 and
+    the persistent tp gather buffers; the fp32 gradients are all-reduced in place
+    (optim/gradient_accumulator.py:154-155), the clipping keeps one fp32 norm per parameter
+    (optim/clip_grads.py:63-69), and reduce-scatter inputs freed ahead of the GPU are reserved, not
+    allocated (cost_models.memory.pending_scatter_bytes)."""
+    from cost_models.enums import Zero
+    from cost_models.memory import rank_state_bytes, tp_gather_buffer_bytes
+    from cost_models.states import rank_params
+
+    params = int(rank_params(job, 0).total)
+    gather = 2 * params * (2 + 1 / job.dp) if job.zero is Zero.OPTIMIZER and job.dp > 1 else 0
+    ddp = 2 * params if job.training.ddp_buckets else 0
+    return int(rank_state_bytes(job, 0).total + gather + ddp + tp_gather_buffer_bytes(job))
+
+
+def test_nanotron_figure_is_the_reserved_counter():
+    # The bench CSV has both 'Mem Alloc' and 'Mem Res' (helpers.py:609-610); after log_memory's reset
+    # the allocated one sees only the step, at most rank 0's states and the step's buffers, which is
+    # below the figure on every row: the figure can only be the reserved counter.
+    # By hand, 80B at tp 4, pp 32, dp 1 (ZeRO-0, no DDP): rank 0 holds the embedding shard
+    # 131072·8192/4 = 268,435,456 and 3 decoder layers of (4·8192² + 3·8192·28672)/4 = 243,269,632
+    # plus two 8192-wide norms each: P = 998,293,504. bf16 weights 2P, fp32 gradients 4P, fp32
+    # master weights 4P, Adam's two fp32 moments 8P: 18P = 17,969,283,072 bytes; with the two gather
+    # buffers, each a whole [4096, 8192] bf16 tensor: 16.9 GiB, against a figure of 61.2 GiB.
+    runs = {r.id: r for r in memory_accuracy.load()[0]}
+    job = runs["nanotron-usp-80p0b-16nodes-dp1-tp4-pp32-mbs1"].job()
+    assert _nanotron_step_allocated_bound(job) == 18 * 998_293_504 + 2 * 4096 * 8192 * 2
+    measured = {e["id"]: memory_accuracy.measured_gib(e) for e in memory_accuracy.entries()}
+    ratios = {i: _nanotron_step_allocated_bound(r.job()) / GiB / measured[i]
+              for i, r in runs.items() if r.group == "nanotron_ultrascale"}
+    assert len(ratios) == 26
+    assert max(ratios.values()) < 1, ratios
+
+
 def test_published_kempnerforge_memory():
     # KempnerForge's two reports (max allocated, rank 0) with its bf16 states, fp32 gradients kept
     # unsharded between gradient syncs, unsplit vocabulary, eager loss on bf16 logits and whole-model
