@@ -74,6 +74,7 @@ from cost_models.compute import (
     layer_time,
     linear_seconds,
     loss_time,
+    main_grad_bytes,
     memory_seconds,
     linear_modules,
     optimizer_time,
@@ -82,7 +83,7 @@ from cost_models.compute import (
     tp_blocks,
     tp_gather_bytes,
 )
-from cost_models.enums import Framework, MixerKind, MoEDispatch, Precision, Recompute, Schedule, Zero
+from cost_models.enums import Framework, MixerKind, MoEDispatch, PositionKind, Precision, Recompute, Schedule, Zero
 from cost_models.flops import (
     GEMM_BACKWARD_FACTOR,
     expert_tokens_per_gpu,
@@ -100,7 +101,7 @@ from cost_models.model_spec import LayerKind, ModelSpec
 from cost_models.memory import DEEPSPEED_BUCKET_ELEMENTS, DEEPSPEED_PREFETCH_ELEMENTS, torch_pipelining
 from cost_models.units import MiB
 from cost_models.params import norm_params
-from cost_models.states import dense_params, local_kv_heads, local_layer_params, padded_vocab, rank_params, vocab_split
+from cost_models.states import dense_params, local_kv_heads, local_layer_params, local_vocab, padded_vocab, rank_params, vocab_split
 
 # Megatron's default DDP bucket: max(40M, 1M x dp·cp) parameters, the data-parallel group counted
 # with context parallelism (Megatron-LM@d98e8a64 megatron/training/training.py:2179-2194
@@ -165,6 +166,28 @@ def unfused_grad_accumulation_seconds(job: Job, rank: int, cal: Calibration) -> 
         return 0.0
     params = float(rank_params(job, rank).total)
     return memory_seconds(job, params * (ACT_BYTES + 2 * _grad_bytes(job)), cal)
+
+
+def embedding_grad_seconds(job: Job, rank: int, cal: Calibration) -> float:
+    """Per micro-batch on the rank holding Megatron's input embeddings: their weight gradient is a
+    dense table, not a GEMM's output. F.embedding's backward (Megatron-LM@d98e8a64
+    megatron/core/tensor_parallel/layers.py:358-362; the same call in the VocabularyParallelism
+    fork, sail-sg/VocabularyParallelism@4dca7d20 layers.py:233-234) allocates a zeroed vocab x h
+    gradient in the weight's dtype and scatters the tokens' rows into it (pytorch/pytorch@1c94016e
+    aten/src/ATen/native/cuda/Embedding.cu embedding_dense_backward_cuda: at::zeros({num_weights,
+    ...}) for up to 3072 tokens; @d2999467 EmbeddingBackwardKernel.cu embedding_backward_cuda_kernel
+    the same for more): a 16-bit write per element. The learned position table is an nn.Embedding
+    too. With gradient accumulation fusion, which covers only the wgrad GEMMs, DDP's hook then adds
+    it to the main grad, main_grad.add_(param.grad) (distributed_data_parallel.py:575-579 there):
+    read 16-bit and main grad, write main grad; without the fusion that pass is already
+    unfused_grad_accumulation_seconds'. The scatter itself moves tokens x h and is not priced."""
+    m = job.model
+    if rank != 0 or job.training.framework is not Framework.MEGATRON:
+        return 0.0
+    h = m.hidden_size
+    elements = local_vocab(job) * h + (m.max_position_embeddings * h if m.position_embedding is PositionKind.LEARNED else 0)
+    per_element = ACT_BYTES + (ACT_BYTES + 2 * main_grad_bytes(job) if job.training.grad_accumulation_fusion else 0)
+    return memory_seconds(job, elements * per_element, cal)
 
 
 def _sms(job: Job) -> int:
@@ -1407,7 +1430,7 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[LayerKi
             p = local_layer_params(job, layer_id)
             layer_params.append(p.dense + p.expert)
             parts["sharding"] += fsdp_copy_seconds(job, layer_id, cal)
-    parts["elementwise"] += unfused_grad_accumulation_seconds(job, rank, cal)
+    parts["elementwise"] += unfused_grad_accumulation_seconds(job, rank, cal) + embedding_grad_seconds(job, rank, cal)
     if fsdp and gathers:
         counts = pipelined_gathers(job, rank) if _pipelined_fsdp(job) else (1.0, 1.0)
         exposure = _fsdp_exposure(job, gathers, reduces, fwd_compute, bwd_compute, layer_params, cal, counts)
@@ -1625,7 +1648,7 @@ def compute_by_kernel(est: TimeEstimate) -> Breakdown:
         memory += lt.elementwise + lt.elementwise_backward + lt.fp8_cast + lt.fp8_cast_backward + rm
         if fsdp:
             memory += fsdp_copy_seconds(job, layer_id, cal)
-    memory += unfused_grad_accumulation_seconds(job, crit.rank, cal)
+    memory += unfused_grad_accumulation_seconds(job, crit.rank, cal) + embedding_grad_seconds(job, crit.rank, cal)
     if crit.rank == job.layout.pp - 1:
         heads = 1 + job.model.mtp_layers  # the output layer and loss again per MTP module (stage_time)
         gemm += heads * (head_time(job, cal) + head_backward_time(job, cal)) + sum(mtp_merge_seconds(job, cal))

@@ -473,7 +473,40 @@ def test_unfused_gradient_accumulation_adds_a_ten_byte_pass_per_parameter_and_mi
     slow = DEFAULT.with_values(**{f"memory_scale__{unfused.cluster.gpu.architecture}": 0.8})
     assert unfused_grad_accumulation_seconds(unfused, 0, slow) == pytest.approx(expected / 0.8)
     gap = time_estimate(unfused).breakdown.value("compute/elementwise") - time_estimate(fused).breakdown.value("compute/elementwise")
-    assert gap == pytest.approx(expected * unfused.num_microbatches)
+    # the fused path adds the word embedding's dense gradient (262,144) to the main grad too
+    # (embedding_grad_seconds): the gap is the other 3,033,344 parameters' 30,333,440 bytes
+    assert gap == pytest.approx(K.memory_seconds(30_333_440, unfused.cluster.gpu) * unfused.num_microbatches)
+
+
+def test_megatron_embedding_gradient_is_a_dense_table_zeroed_and_added_to_the_main_grad_per_microbatch():
+    # F.embedding's backward zeroes a dense vocab x h gradient (16-bit write, 2 bytes) and, with
+    # gradient accumulation fusion, DDP's hook adds it to the main grad (read 2 + main grad read and
+    # write 2 x 4 in bf16, 2 x 2 in fp16). GPT_TINY on one GPU: word table over the vocabulary padded
+    # to 1024 (256 x 1024 = 262,144) + learned positions 1024 x 256 = 262,144: 524,288 elements.
+    from cost_models import kernels as K
+    from cost_models.step_time import embedding_grad_seconds
+
+    bf16 = make_job(GPT_TINY, gpus=1, training=dict(seq_len=128))
+    gpu = bf16.cluster.gpu
+    assert embedding_grad_seconds(bf16, 0, DEFAULT) == pytest.approx(K.memory_seconds(524_288 * 12, gpu))
+    fp16 = make_job(GPT_TINY, gpus=1, training=dict(seq_len=128, precision="fp16"))
+    assert embedding_grad_seconds(fp16, 0, DEFAULT) == pytest.approx(K.memory_seconds(524_288 * 8, gpu))
+    # without the fusion the add is unfused_grad_accumulation_seconds' (every parameter): the zeroing only
+    unfused = make_job(GPT_TINY, gpus=1, training=dict(seq_len=128, grad_accumulation_fusion=False))
+    assert embedding_grad_seconds(unfused, 0, DEFAULT) == pytest.approx(K.memory_seconds(524_288 * 2, gpu))
+    # tp 2 halves the word table only (256 x 512 + 262,144 = 393,216); LLaMA's rotary adds no table
+    tp2 = make_job(GPT_TINY, gpus=2, tp=2, training=dict(seq_len=128))
+    assert embedding_grad_seconds(tp2, 0, DEFAULT) == pytest.approx(K.memory_seconds(393_216 * 12, gpu))
+    llama = make_job(LLAMA_TINY, gpus=1, training=dict(seq_len=128))
+    assert embedding_grad_seconds(llama, 0, DEFAULT) == pytest.approx(K.memory_seconds(262_144 * 12, gpu))
+    # only the first pipeline rank holds the embeddings; other frameworks are not priced here
+    pp2 = make_job(GPT_TINY, gpus=2, pp=2, training=dict(seq_len=128))
+    assert embedding_grad_seconds(pp2, 1, DEFAULT) == 0 < embedding_grad_seconds(pp2, 0, DEFAULT)
+    titan = make_job(GPT_TINY, gpus=1, training=dict(seq_len=128, framework="torchtitan"))
+    assert embedding_grad_seconds(titan, 0, DEFAULT) == 0
+    # in the first stage's elementwise compute once per micro-batch (the two stages' layers are alike)
+    s0, s1 = (s.microbatch.value("compute/elementwise") for s in time_estimate(pp2).stages)
+    assert s0 - s1 == pytest.approx(embedding_grad_seconds(pp2, 0, DEFAULT))
 
 
 def test_megatron_wgrad_gemms_accumulate_into_the_main_grad_in_their_epilogue():
