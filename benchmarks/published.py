@@ -502,7 +502,12 @@ def _sail_pipeline(entry: dict) -> Mapped:
                    "--overlap-grad-reduce, --no-gradient-accumulation-fusion (megatron/arguments.py:949-953, 1175, "
                    "1212 there)"),
                   ("Megatron's local transformer (--transformer-impl defaults to local, megatron/arguments.py:535 "
-                   "@77b9eed9): linear_qkv adds its bias and reduces its gradient outside the GEMM (qkv_bias_unfused)")]
+                   "@77b9eed9): linear_qkv adds its bias and reduces its gradient outside the GEMM (qkv_bias_unfused)"),
+                  ("tied input and output embeddings: examples/pretrain_zero_bubble.sh:64-100 @77b9eed9 does not pass "
+                   "--untie-embeddings-and-output-weights (store_true, megatron/arguments.py:687-688), so the legacy GPT "
+                   "model shares them (megatron/model/gpt_model.py:53) and the 1F1B baseline all-reduces the word "
+                   "embedding's gradient between the first and last stage after every step "
+                   "(megatron/core/distributed/finalize_model_grads.py:16-50, 156-166; pipeline_parallel/schedules.py:1312-1316)")]
         vocab, attention, backend, dropout = 32000, AttentionKernel.EAGER, None, 0.1
         per_middle = -(-m["layers"] // lay["pp"])
         end = per_middle - 1  # Sec. 5.1: the first and last stages hold one layer fewer
@@ -526,7 +531,7 @@ def _sail_pipeline(entry: dict) -> Mapped:
                             overlap_grad_reduce=False, qkv_bias_unfused=zb, qkv_bshd_copies=not zb)
     layout = _layout(entry, zero=Zero.NONE if zb else Zero.OPTIMIZER, recompute=Recompute.NONE,
                      schedule=Schedule.ONE_F_ONE_B, first=first, last=last)
-    model = _gpt_model(entry, vocab=vocab, tied=False).model_copy(update=dict(attention_dropout=dropout, hidden_dropout=dropout))
+    model = _gpt_model(entry, vocab=vocab, tied=zb).model_copy(update=dict(attention_dropout=dropout, hidden_dropout=dropout))
     return model, _cluster(entry), training, layout, notes
 
 
