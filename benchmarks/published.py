@@ -507,7 +507,10 @@ def _sail_pipeline(entry: dict) -> Mapped:
                    "--untie-embeddings-and-output-weights (store_true, megatron/arguments.py:687-688), so the legacy GPT "
                    "model shares them (megatron/model/gpt_model.py:53) and the 1F1B baseline all-reduces the word "
                    "embedding's gradient between the first and last stage after every step "
-                   "(megatron/core/distributed/finalize_model_grads.py:16-50, 156-166; pipeline_parallel/schedules.py:1312-1316)")]
+                   "(megatron/core/distributed/finalize_model_grads.py:16-50, 156-166; pipeline_parallel/schedules.py:1312-1316)"),
+                  ("Megatron's unfused cross entropy on fp32 logits (cross_entropy_unfused): the fork has no "
+                   "--cross-entropy-loss-fusion; its legacy GPT model casts the logits with .float() "
+                   "(megatron/model/gpt_model.py:32-36 @77b9eed9)")]
         vocab, attention, backend, dropout = 32000, AttentionKernel.EAGER, None, 0.1
         per_middle = -(-m["layers"] // lay["pp"])
         end = per_middle - 1  # Sec. 5.1: the first and last stages hold one layer fewer
@@ -528,7 +531,8 @@ def _sail_pipeline(entry: dict) -> Mapped:
         first = last = None
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.FP16,
                             framework=Framework.MEGATRON, attention=attention, attention_backend=backend,
-                            overlap_grad_reduce=False, qkv_bias_unfused=zb, qkv_bshd_copies=not zb)
+                            overlap_grad_reduce=False, qkv_bias_unfused=zb, qkv_bshd_copies=not zb,
+                            cross_entropy_unfused=zb)
     layout = _layout(entry, zero=Zero.NONE if zb else Zero.OPTIMIZER, recompute=Recompute.NONE,
                      schedule=Schedule.ONE_F_ONE_B, first=first, last=last)
     model = _gpt_model(entry, vocab=vocab, tied=zb).model_copy(update=dict(attention_dropout=dropout, hidden_dropout=dropout))

@@ -964,6 +964,8 @@ def loss_time(job: Job, cal: Calibration) -> float:
     kempnerforge/distributed/tensor_parallel.py:157-164) or, on pipeline stages, computed whole."""
     vocab = -(-padded_vocab(job) // vocab_split(job))
     op = {Impl.MEGATRON: "loss.megatron", Impl.COMPILE: "loss.fused"}.get(_impl(job, "loss"), "loss.eager")
+    if op == "loss.megatron" and job.training.cross_entropy_unfused:
+        op = "loss.megatron.unfused"  # TrainingSpec.cross_entropy_unfused: the eager kernels' measured rate
     moved = tokens(job) * vocab * LOSS_BYTES_PER_LOGIT
     # forward log-softmax and nll, their two backward kernels
     loss = memory_seconds(job, moved, cal, op=op, launches=4)

@@ -299,6 +299,18 @@ class TrainingSpec(Spec):
     # back is a view (a dimension of 1), so only the q, k, v copies and the join are priced
     # (compute.qkv_layout_copy_seconds). Framework megatron with flash attention only.
     qkv_bshd_copies: bool = False
+    # Megatron's vocab-parallel cross entropy as its separate eager kernels instead of the fused ones
+    # of --cross-entropy-loss-fusion, which the cost model otherwise takes for Megatron (the
+    # "loss.megatron" rate). The legacy GPT model of sail-sg/zero-bubble-pipeline-parallelism@77b9eed9,
+    # a Megatron of late 2023 that has no fused cross entropy, casts the 16-bit logits to fp32
+    # (megatron/model/gpt_model.py:32-36, --fp16-lm-cross-entropy off) and runs max, subtract, exp,
+    # sum and divide over them forward and one multiply backward
+    # (megatron/core/tensor_parallel/cross_entropy.py:19, 24, 57-58, 69, 124): the passes of Megatron
+    # core's unfused vocab_parallel_cross_entropy (NVIDIA/Megatron-LM@d98e8a64
+    # megatron/core/tensor_parallel/cross_entropy.py:20-114, which casts inside), the one Liger-Kernel's
+    # benchmark times as "megatron-unfused" (compute.loss_time, "loss.megatron.unfused"). Framework
+    # megatron only.
+    cross_entropy_unfused: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:
