@@ -526,13 +526,17 @@ def _sail_pipeline(entry: dict) -> Mapped:
                    "arguments.py:1198-1202, 1451-1452, 1491-1492 there); its --sequence-parallel is dropped at tp 1 "
                    "(arguments.py:500-504)"),
                   ("rope fusion at its default (on): Megatron core copies q, k, v to bshd for Transformer Engine's "
-                   "flash attention (qkv_bshd_copies)")]
+                   "flash attention (qkv_bshd_copies)"),
+                  ("Megatron's unfused cross entropy (cross_entropy_unfused): pretrain_gpt.sh:78-120 @4dca7d20 passes "
+                   "no --cross-entropy-loss-fusion (store_true, megatron/training/arguments.py:1169-1171), so the "
+                   "baseline's loss is vocab_parallel_cross_entropy (megatron/core/models/gpt/gpt_model.py:247-254, "
+                   "language_module.py:37-40)")]
         vocab, attention, backend, dropout = m["vocab"], AttentionKernel.FLASH, AttentionBackend.FA2, 0.0
         first = last = None
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.FP16,
                             framework=Framework.MEGATRON, attention=attention, attention_backend=backend,
                             overlap_grad_reduce=False, qkv_bias_unfused=zb, qkv_bshd_copies=not zb,
-                            cross_entropy_unfused=zb)
+                            cross_entropy_unfused=True)
     layout = _layout(entry, zero=Zero.NONE if zb else Zero.OPTIMIZER, recompute=Recompute.NONE,
                      schedule=Schedule.ONE_F_ONE_B, first=first, last=last)
     model = _gpt_model(entry, vocab=vocab, tied=zb).model_copy(update=dict(attention_dropout=dropout, hidden_dropout=dropout))

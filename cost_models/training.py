@@ -308,8 +308,11 @@ class TrainingSpec(Spec):
     # (megatron/core/tensor_parallel/cross_entropy.py:19, 24, 57-58, 69, 124): the passes of Megatron
     # core's unfused vocab_parallel_cross_entropy (NVIDIA/Megatron-LM@d98e8a64
     # megatron/core/tensor_parallel/cross_entropy.py:20-114, which casts inside), the one Liger-Kernel's
-    # benchmark times as "megatron-unfused" (compute.loss_time, "loss.megatron.unfused"). Framework
-    # megatron only.
+    # benchmark times as "megatron-unfused" (compute.loss_time, "loss.megatron.unfused"). Megatron core
+    # of early 2024 takes the same path whenever --cross-entropy-loss-fusion (store_true) is not passed
+    # (sail-sg/VocabularyParallelism@4dca7d20 megatron/training/arguments.py:1169-1171,
+    # megatron/core/models/common/language_module/language_module.py:37-40,
+    # megatron/core/tensor_parallel/cross_entropy.py:27). Framework megatron only.
     cross_entropy_unfused: bool = False
 
     @model_validator(mode="after")
