@@ -508,6 +508,9 @@ def _sail_pipeline(entry: dict) -> Mapped:
                    "model shares them (megatron/model/gpt_model.py:53) and the 1F1B baseline all-reduces the word "
                    "embedding's gradient between the first and last stage after every step "
                    "(megatron/core/distributed/finalize_model_grads.py:16-50, 156-166; pipeline_parallel/schedules.py:1312-1316)"),
+                  ("Megatron's local unfused attention copies the context and, in backward, joins the q, k, v "
+                   "gradients and scales dq and dk by itself (local_attention_copies; megatron/model/transformer.py:"
+                   "368-373, 421-422, 677-693 @77b9eed9)"),
                   ("Megatron's unfused cross entropy on fp32 logits (cross_entropy_unfused): the fork has no "
                    "--cross-entropy-loss-fusion; its legacy GPT model casts the logits with .float() "
                    "(megatron/model/gpt_model.py:32-36 @77b9eed9)")]
@@ -536,7 +539,7 @@ def _sail_pipeline(entry: dict) -> Mapped:
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.FP16,
                             framework=Framework.MEGATRON, attention=attention, attention_backend=backend,
                             overlap_grad_reduce=False, qkv_bias_unfused=zb, qkv_bshd_copies=not zb,
-                            cross_entropy_unfused=True)
+                            cross_entropy_unfused=True, local_attention_copies=zb)
     layout = _layout(entry, zero=Zero.NONE if zb else Zero.OPTIMIZER, recompute=Recompute.NONE,
                      schedule=Schedule.ONE_F_ONE_B, first=first, last=last)
     model = _gpt_model(entry, vocab=vocab, tied=zb).model_copy(update=dict(attention_dropout=dropout, hidden_dropout=dropout))

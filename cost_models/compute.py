@@ -645,6 +645,7 @@ def elementwise_seconds(job: Job, kind: LayerKind, *, backward: bool, cal: Calib
     total = bias_grad_seconds(job, kind, cal) if backward else 0.0
     total += qkv_bias_seconds(job, kind, backward=backward, cal=cal)
     total += qkv_layout_copy_seconds(job, kind, backward=backward, cal=cal)
+    total += local_attention_copy_seconds(job, kind, backward=backward, cal=cal)
     total += norms * _op_seconds(job, "norm", h * residual_tokens, backward, cal)
     if m.hidden_dropout > 0 and fused_bias_dropout_add(job) and not backward:
         total += blocks * _op_seconds(job, "bda", h * residual_tokens, backward, cal)
@@ -780,6 +781,20 @@ def qkv_layout_copy_seconds(job: Job, kind: LayerKind, *, backward: bool, cal: C
     if not (job.training.qkv_bshd_copies and kind.mixer is MixerKind.ATTENTION):
         return 0.0
     return memory_seconds(job, qkv_elements(job) * QKV_COPY_BYTES, cal, launches=1 if backward else 3)
+
+
+def local_attention_copy_seconds(job: Job, kind: LayerKind, *, backward: bool, cal: Calibration) -> float:
+    """TrainingSpec.local_attention_copies, over the rank's tokens and heads, 16-bit elements read
+    and written once each (2 + 2 bytes): forward the context's permute copy over the q heads;
+    backward the cat of the q, k and v gradients over all three, and the two alpha multiplies over
+    the q-head-wide dQ and dK (the expanded keys with grouped queries: their repeat_interleave is
+    not counted)."""
+    if not (job.training.local_attention_copies and kind.mixer is MixerKind.ATTENTION):
+        return 0.0
+    q = tokens(job) * job.model.q_width / job.layout.tp
+    if not backward:
+        return memory_seconds(job, q * QKV_COPY_BYTES, cal, launches=1)
+    return memory_seconds(job, (qkv_elements(job) + 2 * q) * QKV_COPY_BYTES, cal, launches=3)
 
 
 def permutation_seconds(job: Job, routed: int, cal: Calibration) -> float:

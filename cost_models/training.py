@@ -314,6 +314,17 @@ class TrainingSpec(Spec):
     # megatron/core/models/common/language_module/language_module.py:37-40,
     # megatron/core/tensor_parallel/cross_entropy.py:27). Framework megatron only.
     cross_entropy_unfused: bool = False
+    # Megatron's local (legacy) unfused attention copies what its views cannot express
+    # (sail-sg/zero-bubble-pipeline-parallelism@77b9eed9 megatron/model/transformer.py): forward, the
+    # context [b, np, sq, hn] -> [sq, b, np, hn] with permute(2, 0, 1, 3).contiguous() (:421-422);
+    # q, k and v stay strided views of the fused qkv output (torch.split at :677-693, the views at
+    # :356-361, 407-409), so in backward torch.split's gradient is the cat of dq, dk and dv
+    # (split_with_sizes_backward), and torch.baddbmm(..., beta=0.0, alpha=1/norm_factor) (:368-373)
+    # scales dq and dk by alpha with a multiply of its own after each bmm (pytorch/pytorch@d327a787
+    # tools/autograd/derivatives.yaml, baddbmm: `grad.bmm(batch2.transpose(1, 2)) * alpha`; later
+    # versions maybe_multiply, the same multiply for alpha != 1); the buffer operand needs no gradient
+    # (compute.local_attention_copy_seconds). Framework megatron with eager attention only.
+    local_attention_copies: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:

@@ -877,3 +877,27 @@ def test_megatron_unfused_cross_entropy_runs_at_the_unfused_kernels_measured_rat
     # 0.29 14.187 µs, each with 4 launches of 2.6 µs. rel 1e-4: the hand arithmetic's rounding
     assert loss_time(job(True), DEFAULT) == pytest.approx(16.457e-6 + 4 * 2.6e-6, rel=1e-4)
     assert loss_time(job(False), DEFAULT) == pytest.approx(14.187e-6 + 4 * 2.6e-6, rel=1e-4)
+
+
+def test_megatron_local_attention_copies_the_context_forward_and_joins_and_scales_gradients_backward():
+    from cost_models.compute import local_attention_copy_seconds
+
+    def job(on=True, tp=1):
+        return make_job(GPT_TINY, gpus=tp, tp=tp, cluster="dgx-a100-80gb",
+                        training=dict(seq_len=512, global_batch_size=1, attention="eager", local_attention_copies=on))
+
+    # 512 tokens x 256 q channels = 131,072 16-bit elements, each read and written once (4 bytes).
+    # Forward the context's permute copy: 524,288 bytes at A100's stream fraction (0.86 of 2.039
+    # TB/s) = 0.299 µs, plus one 2.6 µs launch. Backward the cat of dq, dk, dv (393,216 elements)
+    # and the alpha multiplies of dq and dk (2 x 131,072): 2,621,440 bytes = 1.495 µs, plus three
+    # launches. rel 1e-3: the hand arithmetic's rounding
+    kind = LayerKind()
+    fwd = local_attention_copy_seconds(job(), kind, backward=False, cal=DEFAULT)
+    bwd = local_attention_copy_seconds(job(), kind, backward=True, cal=DEFAULT)
+    assert fwd == pytest.approx(0.299e-6 + 2.6e-6, rel=1e-3)
+    assert bwd == pytest.approx(1.495e-6 + 3 * 2.6e-6, rel=1e-3)
+    # tp 2: half the heads per rank (the launches stay whole)
+    assert local_attention_copy_seconds(job(tp=2), kind, backward=True, cal=DEFAULT) == pytest.approx(0.7474e-6 + 3 * 2.6e-6, rel=1e-3)
+    # the layer's memory-bound kernels carry exactly that; nothing without the switch
+    assert _elementwise_added(job(), job(False), kind) == pytest.approx((fwd, bwd), rel=1e-9)
+    assert local_attention_copy_seconds(job(False), kind, backward=True, cal=DEFAULT) == 0.0
