@@ -510,7 +510,18 @@ def _sail_pipeline(entry: dict) -> Mapped:
                    "--overlap-grad-reduce, --no-gradient-accumulation-fusion (megatron/arguments.py:949-953, 1175, "
                    "1212 there)"),
                   ("Megatron's local transformer (--transformer-impl defaults to local, megatron/arguments.py:535 "
-                   "@77b9eed9): linear_qkv adds its bias and reduces its gradient outside the GEMM (qkv_bias_unfused)")]
+                   "@77b9eed9): linear_qkv adds its bias and reduces its gradient outside the GEMM (qkv_bias_unfused)"),
+                  ("tied input and output embeddings: examples/pretrain_zero_bubble.sh:64-100 @77b9eed9 does not pass "
+                   "--untie-embeddings-and-output-weights (store_true, megatron/arguments.py:687-688), so the legacy GPT "
+                   "model shares them (megatron/model/gpt_model.py:53) and the 1F1B baseline all-reduces the word "
+                   "embedding's gradient between the first and last stage after every step "
+                   "(megatron/core/distributed/finalize_model_grads.py:16-50, 156-166; pipeline_parallel/schedules.py:1312-1316)"),
+                  ("Megatron's local unfused attention copies the context and, in backward, joins the q, k, v "
+                   "gradients and scales dq and dk by itself (local_attention_copies; megatron/model/transformer.py:"
+                   "368-373, 421-422, 677-693 @77b9eed9)"),
+                  ("Megatron's unfused cross entropy on fp32 logits (cross_entropy_unfused): the fork has no "
+                   "--cross-entropy-loss-fusion; its legacy GPT model casts the logits with .float() "
+                   "(megatron/model/gpt_model.py:32-36 @77b9eed9)")]
         vocab, attention, backend, dropout = 32000, AttentionKernel.EAGER, None, 0.1
         per_middle = -(-m["layers"] // lay["pp"])
         end = per_middle - 1  # Sec. 5.1: the first and last stages hold one layer fewer
@@ -526,15 +537,20 @@ def _sail_pipeline(entry: dict) -> Mapped:
                    "arguments.py:1198-1202, 1451-1452, 1491-1492 there); its --sequence-parallel is dropped at tp 1 "
                    "(arguments.py:500-504)"),
                   ("rope fusion at its default (on): Megatron core copies q, k, v to bshd for Transformer Engine's "
-                   "flash attention (qkv_bshd_copies)")]
+                   "flash attention (qkv_bshd_copies)"),
+                  ("Megatron's unfused cross entropy (cross_entropy_unfused): pretrain_gpt.sh:78-120 @4dca7d20 passes "
+                   "no --cross-entropy-loss-fusion (store_true, megatron/training/arguments.py:1169-1171), so the "
+                   "baseline's loss is vocab_parallel_cross_entropy (megatron/core/models/gpt/gpt_model.py:247-254, "
+                   "language_module.py:37-40)")]
         vocab, attention, backend, dropout = m["vocab"], AttentionKernel.FLASH, AttentionBackend.FA2, 0.0
         first = last = None
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.FP16,
                             framework=Framework.MEGATRON, attention=attention, attention_backend=backend,
-                            overlap_grad_reduce=False, qkv_bias_unfused=zb, qkv_bshd_copies=not zb)
+                            overlap_grad_reduce=False, qkv_bias_unfused=zb, qkv_bshd_copies=not zb,
+                            cross_entropy_unfused=True, local_attention_copies=zb)
     layout = _layout(entry, zero=Zero.NONE if zb else Zero.OPTIMIZER, recompute=Recompute.NONE,
                      schedule=Schedule.ONE_F_ONE_B, first=first, last=last)
-    model = _gpt_model(entry, vocab=vocab, tied=False).model_copy(update=dict(attention_dropout=dropout, hidden_dropout=dropout))
+    model = _gpt_model(entry, vocab=vocab, tied=zb).model_copy(update=dict(attention_dropout=dropout, hidden_dropout=dropout))
     return model, _cluster(entry), training, layout, notes
 
 

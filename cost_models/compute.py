@@ -647,6 +647,7 @@ def elementwise_seconds(job: Job, kind: LayerKind, *, backward: bool, cal: Calib
     total = bias_grad_seconds(job, kind, cal) if backward else 0.0
     total += qkv_bias_seconds(job, kind, backward=backward, cal=cal)
     total += qkv_layout_copy_seconds(job, kind, backward=backward, cal=cal)
+    total += local_attention_copy_seconds(job, kind, backward=backward, cal=cal)
     total += norms * _op_seconds(job, "norm", h * residual_tokens, backward, cal)
     if m.hidden_dropout > 0 and fused_bias_dropout_add(job) and not backward:
         total += blocks * _op_seconds(job, "bda", h * residual_tokens, backward, cal)
@@ -782,6 +783,20 @@ def qkv_layout_copy_seconds(job: Job, kind: LayerKind, *, backward: bool, cal: C
     if not (job.training.qkv_bshd_copies and kind.mixer is MixerKind.ATTENTION):
         return 0.0
     return memory_seconds(job, qkv_elements(job) * QKV_COPY_BYTES, cal, launches=1 if backward else 3)
+
+
+def local_attention_copy_seconds(job: Job, kind: LayerKind, *, backward: bool, cal: Calibration) -> float:
+    """TrainingSpec.local_attention_copies, over the rank's tokens and heads, 16-bit elements read
+    and written once each (2 + 2 bytes): forward the context's permute copy over the q heads;
+    backward the cat of the q, k and v gradients over all three, and the two alpha multiplies over
+    the q-head-wide dQ and dK (the expanded keys with grouped queries: their repeat_interleave is
+    not counted)."""
+    if not (job.training.local_attention_copies and kind.mixer is MixerKind.ATTENTION):
+        return 0.0
+    q = tokens(job) * job.model.q_width / job.layout.tp
+    if not backward:
+        return memory_seconds(job, q * QKV_COPY_BYTES, cal, launches=1)
+    return memory_seconds(job, (qkv_elements(job) + 2 * q) * QKV_COPY_BYTES, cal, launches=3)
 
 
 def permutation_seconds(job: Job, routed: int, cal: Calibration) -> float:
@@ -1123,6 +1138,8 @@ def loss_time(job: Job, cal: Calibration) -> float:
     kempnerforge/distributed/tensor_parallel.py:157-164) or, on pipeline stages, computed whole."""
     vocab = -(-padded_vocab(job) // vocab_split(job))
     op = {Impl.MEGATRON: "loss.megatron", Impl.COMPILE: "loss.fused"}.get(_impl(job, "loss"), "loss.eager")
+    if op == "loss.megatron" and job.training.cross_entropy_unfused:
+        op = "loss.megatron.unfused"  # TrainingSpec.cross_entropy_unfused: the eager kernels' measured rate
     moved = tokens(job) * vocab * LOSS_BYTES_PER_LOGIT
     # forward log-softmax and nll, their two backward kernels
     loss = memory_seconds(job, moved, cal, op=op, launches=4)

@@ -508,6 +508,12 @@ def _gradient_path(job: Job) -> str | None:
     if tr.qkv_bshd_copies and (tr.framework is not MEGATRON or tr.attention is not AttentionKernel.FLASH):
         return (f"qkv_bshd_copies describes Megatron core's q, k, v copies for Transformer Engine's flash attention "
                 f"(framework={tr.framework}, attention={tr.attention}); drop it, or use framework megatron with flash attention")
+    if tr.local_attention_copies and (tr.framework is not MEGATRON or tr.attention is not AttentionKernel.EAGER):
+        return (f"local_attention_copies describes Megatron's local unfused attention (framework={tr.framework}, "
+                f"attention={tr.attention}); drop it, or use framework megatron with eager attention")
+    if tr.cross_entropy_unfused and tr.framework is not MEGATRON:
+        return (f"cross_entropy_unfused describes Megatron's vocab-parallel cross entropy without "
+                f"--cross-entropy-loss-fusion (framework={tr.framework}); drop it, or use framework megatron")
     if tr.bf16_params and tr.precision is not Precision.BF16:
         return f"bf16_params keeps the parameters in bf16, the compute dtype of precision bf16 (precision={tr.precision}); drop it"
     return None

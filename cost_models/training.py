@@ -324,6 +324,32 @@ class TrainingSpec(Spec):
     # the loss's forward, where the in-place code has only the 16-bit ones (cost_models.activations
     # .loss_workspace). Framework megatron only.
     loss_shift_beside_fp32_copy: bool = False
+    # Megatron's vocab-parallel cross entropy as its separate eager kernels instead of the fused ones
+    # of --cross-entropy-loss-fusion, which the cost model otherwise takes for Megatron (the
+    # "loss.megatron" rate). The legacy GPT model of sail-sg/zero-bubble-pipeline-parallelism@77b9eed9,
+    # a Megatron of late 2023 that has no fused cross entropy, casts the 16-bit logits to fp32
+    # (megatron/model/gpt_model.py:32-36, --fp16-lm-cross-entropy off) and runs max, subtract, exp,
+    # sum and divide over them forward and one multiply backward
+    # (megatron/core/tensor_parallel/cross_entropy.py:19, 24, 57-58, 69, 124): the passes of Megatron
+    # core's unfused vocab_parallel_cross_entropy (NVIDIA/Megatron-LM@d98e8a64
+    # megatron/core/tensor_parallel/cross_entropy.py:20-114, which casts inside), the one Liger-Kernel's
+    # benchmark times as "megatron-unfused" (compute.loss_time, "loss.megatron.unfused"). Megatron core
+    # of early 2024 takes the same path whenever --cross-entropy-loss-fusion (store_true) is not passed
+    # (sail-sg/VocabularyParallelism@4dca7d20 megatron/training/arguments.py:1169-1171,
+    # megatron/core/models/common/language_module/language_module.py:37-40,
+    # megatron/core/tensor_parallel/cross_entropy.py:27). Framework megatron only.
+    cross_entropy_unfused: bool = False
+    # Megatron's local (legacy) unfused attention copies what its views cannot express
+    # (sail-sg/zero-bubble-pipeline-parallelism@77b9eed9 megatron/model/transformer.py): forward, the
+    # context [b, np, sq, hn] -> [sq, b, np, hn] with permute(2, 0, 1, 3).contiguous() (:421-422);
+    # q, k and v stay strided views of the fused qkv output (torch.split at :677-693, the views at
+    # :356-361, 407-409), so in backward torch.split's gradient is the cat of dq, dk and dv
+    # (split_with_sizes_backward), and torch.baddbmm(..., beta=0.0, alpha=1/norm_factor) (:368-373)
+    # scales dq and dk by alpha with a multiply of its own after each bmm (pytorch/pytorch@d327a787
+    # tools/autograd/derivatives.yaml, baddbmm: `grad.bmm(batch2.transpose(1, 2)) * alpha`; later
+    # versions maybe_multiply, the same multiply for alpha != 1); the buffer operand needs no gradient
+    # (compute.local_attention_copy_seconds). Framework megatron with eager attention only.
+    local_attention_copies: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:

@@ -122,6 +122,8 @@ def test_global_batch_defaults_to_legal_microbatches():
     (dict(framework="megatron", qkv_bias_unfused=True), r"qkv_bias=False\); drop it"),
     (dict(framework="torchtitan", qkv_bshd_copies=True), "qkv_bshd_copies describes Megatron core's q, k, v copies"),
     (dict(framework="megatron", attention="eager", qkv_bshd_copies=True), "attention=eager"),
+    (dict(framework="torchtitan", cross_entropy_unfused=True), "cross_entropy_unfused describes Megatron's vocab-parallel"),
+    (dict(framework="megatron", attention="flash", local_attention_copies=True), "local_attention_copies describes Megatron's local"),
     (dict(framework="megatron", optimizer="decoupled_adamw"), "decoupled_adamw is Composer's DecoupledAdamW"),
     (dict(framework="deepspeed", optimizer="decoupled_adamw"), "decoupled_adamw is Composer's DecoupledAdamW"),
 ])

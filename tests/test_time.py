@@ -987,3 +987,41 @@ def test_composers_decoupled_adamw_moves_each_update_op_through_memory():
     assert optimizer_time(job("decoupled_adamw"), 1e9, DEFAULT) == pytest.approx(88e9 / (0.86 * 2.039e12), rel=1e-9)
     assert optimizer_time(job("decoupled_adamw"), 1e9, DEFAULT) / optimizer_time(job("adamw"), 1e9, DEFAULT) \
         == pytest.approx(88 / 38, rel=1e-12)
+
+
+def test_megatron_unfused_cross_entropy_runs_at_the_unfused_kernels_measured_rate():
+    from cost_models.compute import loss_time
+
+    def job(unfused):
+        return make_job(GPT_TINY, gpus=1, cluster="dgx-a100-80gb",
+                        training=dict(seq_len=512, global_batch_size=1, cross_entropy_unfused=unfused))
+
+    # 512 tokens x 1024 logits (1000 padded to a multiple of 128) x 16 bytes = 8,388,608 bytes: at
+    # Megatron's unfused cross entropy's 0.25 of A100's 2.039 TB/s 16.457 µs, at the fused kernels'
+    # 0.29 14.187 µs, each with 4 launches of 2.6 µs. rel 1e-4: the hand arithmetic's rounding
+    assert loss_time(job(True), DEFAULT) == pytest.approx(16.457e-6 + 4 * 2.6e-6, rel=1e-4)
+    assert loss_time(job(False), DEFAULT) == pytest.approx(14.187e-6 + 4 * 2.6e-6, rel=1e-4)
+
+
+def test_megatron_local_attention_copies_the_context_forward_and_joins_and_scales_gradients_backward():
+    from cost_models.compute import local_attention_copy_seconds
+
+    def job(on=True, tp=1):
+        return make_job(GPT_TINY, gpus=tp, tp=tp, cluster="dgx-a100-80gb",
+                        training=dict(seq_len=512, global_batch_size=1, attention="eager", local_attention_copies=on))
+
+    # 512 tokens x 256 q channels = 131,072 16-bit elements, each read and written once (4 bytes).
+    # Forward the context's permute copy: 524,288 bytes at A100's stream fraction (0.86 of 2.039
+    # TB/s) = 0.299 µs, plus one 2.6 µs launch. Backward the cat of dq, dk, dv (393,216 elements)
+    # and the alpha multiplies of dq and dk (2 x 131,072): 2,621,440 bytes = 1.495 µs, plus three
+    # launches. rel 1e-3: the hand arithmetic's rounding
+    kind = LayerKind()
+    fwd = local_attention_copy_seconds(job(), kind, backward=False, cal=DEFAULT)
+    bwd = local_attention_copy_seconds(job(), kind, backward=True, cal=DEFAULT)
+    assert fwd == pytest.approx(0.299e-6 + 2.6e-6, rel=1e-3)
+    assert bwd == pytest.approx(1.495e-6 + 3 * 2.6e-6, rel=1e-3)
+    # tp 2: half the heads per rank (the launches stay whole)
+    assert local_attention_copy_seconds(job(tp=2), kind, backward=True, cal=DEFAULT) == pytest.approx(0.7474e-6 + 3 * 2.6e-6, rel=1e-3)
+    # the layer's memory-bound kernels carry exactly that; nothing without the switch
+    assert _elementwise_added(job(), job(False), kind) == pytest.approx((fwd, bwd), rel=1e-9)
+    assert local_attention_copy_seconds(job(False), kind, backward=True, cal=DEFAULT) == 0.0
