@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from cost_models.memory import DEFAULT_HEADROOM, MemoryEstimate, memory_estimate
+from cost_models.memory import DEFAULT_HEADROOM, MemoryEstimate, memory_estimate, reserved_only_bytes
 from cost_models.units import GiB
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -103,8 +103,7 @@ def allocator_bytes(est: MemoryEstimate, metric: Metric) -> list[int]:
         b = s.breakdown
         outside = b.value("overhead/cuda_context") + b.value("overhead/nccl")
         if metric is Metric.ALLOCATED:
-            outside += (b.value("overhead/fragmentation") + b.value("overhead/cached_blocks")
-                        + b.value("overhead/pending_collectives"))
+            outside += reserved_only_bytes(b)
         out.append(int(s.peak_bytes - outside))
     return out
 

@@ -54,6 +54,14 @@ FRAGMENTATION = 0.10
 
 DEFAULT_HEADROOM = 0.05  # margin left free for what no line models (allocator spikes, other libraries)
 
+# The overhead lines the caching allocator reserves but torch.cuda.max_memory_allocated does not count.
+RESERVED_ONLY = ("overhead/fragmentation", "overhead/cached_blocks", "overhead/pending_collectives")
+
+
+def reserved_only_bytes(breakdown: Breakdown) -> int:
+    """Bytes of a stage's breakdown that are reserved but not allocated (RESERVED_ONLY)."""
+    return sum(int(breakdown.value(line)) for line in RESERVED_ONLY)
+
 # Operations one CUDA stream queues before the host's next launch on it blocks until the GPU
 # catches up: "the buffer size is about 1000 kernels", each of 3 streams taking 1000 (measured on one
 # GPU: https://stackoverflow.com/questions/53970187, also forums.developer.nvidia.com/t/68937).

@@ -474,6 +474,15 @@ def split_kind(first: int | None, last: int | None, layers: object | None) -> st
     return "layout" if layers is not None else "even" if first is None and last is None else "ends"
 
 
+def _uneven_ends(counts: tuple[int, ...]) -> tuple[int | None, int | None] | None:
+    """(first, last) of per-rank layer counts whose middle ranks (pp > 2) hold equal counts, each None
+    where that end holds as many as a middle rank; None where the middle ranks differ."""
+    if len(set(counts[1:-1])) != 1:
+        return None
+    mid = counts[1]
+    return (None if counts[0] == mid else counts[0]), (None if counts[-1] == mid else counts[-1])
+
+
 def splits(problem: Problem, pp: int, head: float) -> list[Split]:
     """(vpp, first, last, layers) of a pipeline depth: per vpp, the even split where the layers
     divide; the CP-SAT split (_split) as Megatron's --decoder-first/last-pipeline-num-layers, None
@@ -509,9 +518,8 @@ def splits(problem: Problem, pp: int, head: float) -> list[Split]:
         for counts in _memory_splits(n, pp, vpp, head):
             if pp == 2:
                 add(vpp, counts[0], None)
-            elif len(set(counts[1:-1])) == 1:
-                mid = counts[1]
-                add(vpp, None if counts[0] == mid else counts[0], None if counts[-1] == mid else counts[-1])
+            elif (ends := _uneven_ends(counts)) is not None:
+                add(vpp, *ends)
             else:
                 add(vpp, None, None, counts)
     if fw is Framework.TORCHTITAN and explicit_layouts_ok(problem):
@@ -520,9 +528,8 @@ def splits(problem: Problem, pp: int, head: float) -> list[Split]:
             if chunks is None:
                 continue
             per_rank = rank_layers(chunks, pp)
-            if vpp == 1 and pp > 2 and len(set(per_rank[1:-1])) == 1:
-                mid = per_rank[1]
-                add(vpp, None if per_rank[0] == mid else per_rank[0], None if per_rank[-1] == mid else per_rank[-1])
+            if vpp == 1 and pp > 2 and (ends := _uneven_ends(per_rank)) is not None:
+                add(vpp, *ends)
             else:
                 add(vpp, None, None, per_rank if vpp == 1 else chunks)
     return sorted(out.values(), key=lambda s: (s[0], s[1] or 0, s[2] or 0, s[3] or ()))
