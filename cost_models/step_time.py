@@ -652,48 +652,18 @@ def _fsdp_layer_comm(job: Job, layer_id: int) -> tuple[float, float]:
     return gather, reduce
 
 
-def fsdp_syncs_last_microbatch(job: Job) -> bool:
-    """FSDP2 with its gradient sync off on every micro-batch but the last: KempnerForge's training
-    loop (TrainingSpec.fsdp_sync_last_microbatch), and torch's pipelining for every FSDP2 stage
-    (_pipelined_fsdp). Only with more than one micro-batch a step."""
-    syncs_last = job.training.fsdp_sync_last_microbatch or _pipelined_fsdp(job)
-    return job.training.framework is Framework.TORCHTITAN and syncs_last and job.num_microbatches > 1
-
-
-# FSDP2's gradient accumulation while the sync is off, bytes per parameter (pytorch/pytorch@17a7e1e0
-# torch/distributed/fsdp/_fully_shard/_fsdp_param.py to_accumulated_grad_if_needed,
-# accumulate_unsharded_grad_if_needed; _fsdp_param_group.py post_backward): the first micro-batch's
-# 16-bit unsharded gradient upcast to the fp32 reduce dtype (read 2, write 4); every later one added
-# into it (read 2 + 4, write 4); the last reduce-scatter's copy-in then reads the fp32 sum and writes
-# the fp32 input (4 + 4) where a synced micro-batch's reads the 16-bit gradient (2 + 4).
-FSDP_UPCAST_BYTES = 2 + 4
-FSDP_ACCUMULATE_BYTES = 2 + 4 + 4
-FSDP_ACCUMULATED_COPY_IN_BYTES = 4 + 4
-
-
-def fsdp_reduce_copy_bytes(job: Job) -> float:
-    """Bytes per parameter and micro-batch on the gradient side of FSDP2's copies: the copy of the
-    16-bit gradients into the flat reduce-scatter input (2 + _grad_bytes) on every micro-batch, or
-    under fsdp_syncs_last_microbatch the accumulation over the step's m micro-batches averaged over
-    them: (upcast + (m − 1)·accumulate + fp32 copy-in) / m."""
-    if not fsdp_syncs_last_microbatch(job):
-        return 2 + _grad_bytes(job)
-    m = job.num_microbatches
-    return (FSDP_UPCAST_BYTES + (m - 1) * FSDP_ACCUMULATE_BYTES + FSDP_ACCUMULATED_COPY_IN_BYTES) / m
-
-
 def fsdp_copy_seconds(job: Job, layer_id: int, cal: Calibration) -> float:
     """FSDP2's copies around one layer's collectives for one micro-batch (torch
     _fully_shard/_fsdp_collectives.py: foreach_all_gather_copy_out splits the flat all-gather output
     into the unsharded parameters, 2 + 2 bytes per parameter, after the forward and the backward
     gather; foreach_reduce copies the unsharded 16-bit gradients into the flat fp32 reduce-scatter
-    input, or the gradients accumulate, fsdp_reduce_copy_bytes). torchtitan only; DeepSpeed and
-    FSDP1 gather into flat buffers the parameters view."""
+    input, 2 + 4 bytes). torchtitan only; DeepSpeed and FSDP1 gather into flat buffers the
+    parameters view."""
     if job.training.framework is not Framework.TORCHTITAN:
         return 0.0
     p = local_layer_params(job, layer_id)
     params = p.dense + p.expert
-    return memory_seconds(job, params * (2 * (2 + 2) + fsdp_reduce_copy_bytes(job)), cal, launches=3)
+    return memory_seconds(job, params * (2 * (2 + 2) + (2 + _grad_bytes(job))), cal, launches=3)
 
 
 def _gather_bytes(job: Job) -> int:
@@ -1410,14 +1380,6 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[LayerKi
     if fsdp and gathers:
         counts = pipelined_gathers(job, rank) if _pipelined_fsdp(job) else (1.0, 1.0)
         exposure = _fsdp_exposure(job, gathers, reduces, fwd_compute, bwd_compute, layer_params, cal, counts)
-        if fsdp_syncs_last_microbatch(job) and not _pipelined_fsdp(job):
-            # KempnerForge's loop: the last micro-batch reduce-scatters each layer behind the next
-            # one's backward, the others gather and reduce nothing (training/grad.py:16-40 around
-            # every micro-batch, scripts/train.py:293-297); averaged over the step's micro-batches
-            m = job.num_microbatches
-            quiet = _fsdp_exposure(job, gathers, [0.0] * len(reduces), fwd_compute, bwd_compute, layer_params, cal, counts)
-            exposure = Exposure((exposure.exposed + (m - 1) * quiet.exposed) / m,
-                                (exposure.contention + (m - 1) * quiet.contention) / m)
         comm["dp"] += exposure.exposed
         parts["contention"] += exposure.contention
     if last:

@@ -709,35 +709,6 @@ def test_loss_on_16bit_logits_moves_12_bytes_a_logit_by_hand():
     assert loss_time(job(False), DEFAULT) == pytest.approx(256_000 / (0.25 * 3.35e12) + 4 * 2.4e-6, rel=1e-9)
 
 
-def test_fsdp_gradient_sync_on_the_last_microbatch_only_by_hand():
-    # TrainingSpec.fsdp_sync_last_microbatch (KempnerForge's loop): 4 Llama-8B-wide layers (h 4096,
-    # ffn 14336, 218M parameters a layer) over 16 H100 on two nodes, FSDP2 (zero 3), 16-token
-    # micro-batches, 64 sequences a step over dp 16: m = 4. The copies on the gradient side per
-    # parameter: the upcast (2 + 4), 3 accumulations (2 + 4 + 4 each) and the fp32 copy-in (4 + 4),
-    # 44 bytes over 4 micro-batches = 11, where syncing every micro-batch copies 2 + 4 = 6; with one
-    # micro-batch there is nothing to accumulate.
-    from cost_models.step_time import fsdp_layer_comm, fsdp_reduce_copy_bytes
-
-    wide = LLAMA_TINY.model_copy(update=dict(hidden_size=4096, ffn_hidden_size=14336, num_attention_heads=32,
-                                             num_kv_heads=8))
-
-    def job(sync, batch=64):
-        return make_job(wide, gpus=16, zero=3, training=dict(framework="torchtitan", seq_len=16,
-                                                             global_batch_size=batch, fsdp_sync_last_microbatch=sync))
-
-    assert job(True).num_microbatches == 4
-    assert (fsdp_reduce_copy_bytes(job(True)), fsdp_reduce_copy_bytes(job(False))) == (11, 6)
-    assert fsdp_reduce_copy_bytes(job(True, batch=16)) == 6
-    # A layer's gather and reduce-scatter of 218M parameters across nodes take milliseconds, its
-    # 16-token passes microseconds: every reduce-scatter is exposed whole, and 3 of the 4
-    # micro-batches drop all 4 layers' reduce-scatters, 3/4 · 4 · r a micro-batch on average.
-    # rel 1e-9: float rounding of the same sums
-    dp = {sync: time_estimate(job(sync)).stages[0].microbatch.value("dp") for sync in (True, False)}
-    r = fsdp_layer_comm(job(True), 0)[1]
-    assert r > 1e-3
-    assert dp[False] - dp[True] == pytest.approx(3 / 4 * 4 * r, rel=1e-9)
-
-
 def test_replicated_vocabulary_prices_the_whole_vocabulary_on_every_tp_rank_by_hand():
     # TrainingSpec.tp_replicated_vocab (KempnerForge's tp plan), LLAMA_TINY unpadded (torchtitan):
     # V = 1000, h = 256, 16-token micro-batches (mbs 1, seq 16).
