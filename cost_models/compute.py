@@ -1128,6 +1128,12 @@ def head_pass_time(job: Job, cal: Calibration) -> float:
 # Cross-entropy on fp32 logits, per logit over forward and backward: read the 16-bit logits (2),
 # write and re-read the fp32 softmax (4 + 4), write the fp32 gradient (4) and its 16-bit copy (2).
 LOSS_BYTES_PER_LOGIT = 16
+# The same on the 16-bit logits themselves (TrainingSpec.loss_on_16bit_logits): cross_entropy runs
+# log_softmax in the input's dtype, then nll_loss (pytorch/pytorch@87dd4af9 aten/src/ATen/native/
+# LossNLL.cpp cross_entropy_loss): log_softmax reads the logits and writes 16-bit log-probabilities
+# (2 + 2); nll_loss's backward writes its zeros_like(log-probabilities) gradient (2); log_softmax's
+# backward reads that gradient and its saved output and writes the logits' gradient (2 + 2 + 2).
+LOSS_16BIT_BYTES_PER_LOGIT = 12
 
 
 def loss_time(job: Job, cal: Calibration) -> float:
@@ -1140,7 +1146,8 @@ def loss_time(job: Job, cal: Calibration) -> float:
     op = {Impl.MEGATRON: "loss.megatron", Impl.COMPILE: "loss.fused"}.get(_impl(job, "loss"), "loss.eager")
     if op == "loss.megatron" and job.training.cross_entropy_unfused:
         op = "loss.megatron.unfused"  # TrainingSpec.cross_entropy_unfused: the eager kernels' measured rate
-    moved = tokens(job) * vocab * LOSS_BYTES_PER_LOGIT
+    per_logit = LOSS_16BIT_BYTES_PER_LOGIT if job.training.loss_on_16bit_logits else LOSS_BYTES_PER_LOGIT
+    moved = tokens(job) * vocab * per_logit
     # forward log-softmax and nll, their two backward kernels
     loss = memory_seconds(job, moved, cal, op=op, launches=4)
     if job.model.final_logit_softcap:
@@ -1169,6 +1176,15 @@ LOGIT_SOFTCAP_BYTES = 3 * 4 * 3
 # .item() that syncs the host before each tensor (L241) are not priced.
 OPTIMIZER_BYTES_PER_PARAM = {OptimizerKind.ADAMW: 38, OptimizerKind.ADAM: 38, OptimizerKind.SGD: 30,
                              OptimizerKind.DECOUPLED_ADAMW: 88}
+# The same update on bf16 parameters (TrainingSpec.bf16_params): torch's fused AdamW keeps exp_avg and
+# exp_avg_sq zeros_like(param), bf16 (pytorch/pytorch@005941eb torch/optim/adam.py, Adam._init_group),
+# and the .grad FSDP2 hands it is cast back to the parameter's dtype; the kernel reads param, grad,
+# exp_avg, exp_avg_sq (8) and writes param, exp_avg, exp_avg_sq (6), with no 16-bit working copy to
+# write; torch.nn.utils.clip_grad_norm_ (foreach _foreach_norm, then _foreach_mul_ by the clamped
+# coefficient) reads the bf16 grads twice (4). KempnerInstitute/KempnerForge@01b461a
+# kempnerforge/training/optimizer.py:66-73 (AdamW, fused), distributed/utils.py:81-87 (clipping).
+# SGD keeps one bf16 momentum: read param, grad, momentum (6), write param, momentum (4), clip (4).
+BF16_OPTIMIZER_BYTES_PER_PARAM = {OptimizerKind.ADAMW: 18, OptimizerKind.ADAM: 18, OptimizerKind.SGD: 14}
 
 
 # Megatron's gradient preparation before the update, per parameter the rank updates
@@ -1183,7 +1199,8 @@ UNSCALE_BYTES_PER_PARAM = 4 + 4
 
 def optimizer_time(job: Job, params: float, cal: Calibration) -> float:
     tr = job.training
-    per_param = OPTIMIZER_BYTES_PER_PARAM[tr.optimizer]
+    table = BF16_OPTIMIZER_BYTES_PER_PARAM if tr.bf16_params else OPTIMIZER_BYTES_PER_PARAM
+    per_param = table[tr.optimizer]
     if tr.framework is Framework.MEGATRON:
         per_param += GRAD_COPY_BYTES_PER_PARAM if main_grad_bytes(job) == ACT_BYTES else 0
         per_param += UNSCALE_BYTES_PER_PARAM if tr.precision is Precision.FP16 else 0

@@ -516,6 +516,9 @@ def _gradient_path(job: Job) -> str | None:
                 f"--cross-entropy-loss-fusion (framework={tr.framework}); drop it, or use framework megatron")
     if tr.bf16_params and tr.precision is not Precision.BF16:
         return f"bf16_params keeps the parameters in bf16, the compute dtype of precision bf16 (precision={tr.precision}); drop it"
+    if tr.bf16_params and tr.optimizer is OptimizerKind.DECOUPLED_ADAMW:
+        return ("bf16_params describes torch's AdamW or SGD on bf16 parameters (optimizer=decoupled_adamw, Composer's "
+                "fp32 per-op update); drop it, or use optimizer adamw, adam or sgd")
     return None
 
 

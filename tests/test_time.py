@@ -796,6 +796,43 @@ def test_megatron_buckets_off_past_the_first_pipeline_rank_and_chunk():
     assert megatron_bucket_size(cp) == 256_000_000
 
 
+def test_bf16_parameters_step_adamw_on_bf16_states_by_hand():
+    # TrainingSpec.bf16_params (KempnerForge): fused AdamW reads param, grad, exp_avg, exp_avg_sq in
+    # bf16 (8 bytes) and writes param and both states (6), clipping reads the grads twice (4): 18 bytes
+    # a parameter where fp32 parameters and states move 38. 1e9 parameters on H100 SXM at 0.90 of
+    # 3.35 TB/s (presets/kernels/hopper.toml stream_fraction): 18e9 / 3.015e12 = 5.970 ms.
+    # rel 1e-9: the same arithmetic in another order
+    from cost_models.compute import optimizer_time
+    from cost_models.errors import SpecError
+
+    def job(bf16, optimizer="adamw"):
+        return make_job(LLAMA_TINY, gpus=1, training=dict(framework="torchtitan", optimizer=optimizer, seq_len=16,
+                                                          global_batch_size=1, bf16_params=bf16))
+
+    assert optimizer_time(job(True), 1e9, DEFAULT) == pytest.approx(18e9 / (0.90 * 3.35e12), rel=1e-9)
+    assert optimizer_time(job(False), 1e9, DEFAULT) == pytest.approx(38e9 / (0.90 * 3.35e12), rel=1e-9)
+    # SGD's one bf16 momentum: read 6, write 4, clip 4
+    assert optimizer_time(job(True, "sgd"), 1e9, DEFAULT) == pytest.approx(14e9 / (0.90 * 3.35e12), rel=1e-9)
+    # Composer's fp32 per-op DecoupledAdamW has no bf16 form
+    with pytest.raises(SpecError, match="bf16_params describes torch's AdamW or SGD"):
+        job(True, "decoupled_adamw")
+
+
+def test_loss_on_16bit_logits_moves_12_bytes_a_logit_by_hand():
+    # eager cross_entropy on bf16 logits: log_softmax reads 2 and writes 2, nll_loss's backward writes
+    # its 2-byte zeros, log_softmax's backward reads 2 + 2 and writes 2: 12 bytes a logit where the
+    # fp32 path moves 16. 16 tokens x 1000 logits = 192,000 bytes at "loss.eager" (0.25 of H100's
+    # 3.35 TB/s), 4 launches of 2.4 us. rel 1e-9: float rounding
+    from cost_models.compute import loss_time
+
+    def job(bf16):
+        return make_job(LLAMA_TINY, gpus=1, training=dict(framework="torchtitan", seq_len=16, global_batch_size=1,
+                                                          loss_on_16bit_logits=bf16))
+
+    assert loss_time(job(True), DEFAULT) == pytest.approx(192_000 / (0.25 * 3.35e12) + 4 * 2.4e-6, rel=1e-9)
+    assert loss_time(job(False), DEFAULT) == pytest.approx(256_000 / (0.25 * 3.35e12) + 4 * 2.4e-6, rel=1e-9)
+
+
 def test_replicated_vocabulary_prices_the_whole_vocabulary_on_every_tp_rank_by_hand():
     # TrainingSpec.tp_replicated_vocab (KempnerForge's tp plan), LLAMA_TINY unpadded (torchtitan):
     # V = 1000, h = 256, 16-token micro-batches (mbs 1, seq 16).
