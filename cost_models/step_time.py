@@ -357,7 +357,7 @@ def micro_pipelined_scatter(job: Job, col) -> bool:
     return len(linear_modules(job, col)) == 1
 
 
-def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Calibration) -> Exposure:
+def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Calibration, without_row: str = "") -> Exposure:
     """Exposed tensor-parallel communication of one pass of a layer's blocks (Megatron's f/g
     operators, Shoeybi et al. 2019; with sequence parallel an all-gather before the column GEMM and
     a reduce-scatter after the row GEMM, Korthikanti et al. 2022 Sec. 4.2.2).
@@ -371,7 +371,8 @@ def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Cal
     userbuffers as "bulk" overlaps on UB_SMS SMs); exposed where FSDP leaves the hardware queues
     unordered (Job.unordered_queues). torchtitan's DTensor plan runs both backward
     collectives as plain ops, exposed, unless async TP fuses them with a matmul
-    (micro_pipelined_gather, micro_pipelined_scatter)."""
+    (micro_pipelined_gather, micro_pipelined_scatter). A forward pass that stops before the row
+    GEMM named `without_row` (pruned_block_output) runs that block's column side only."""
     tp = job.layout.tp
     if tp == 1:
         return Exposure()
@@ -408,13 +409,14 @@ def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Cal
         n = column_inputs(job, b)
         ag_c, rs_c, ar_c = n * ag_c, n * rs_c, n * ar_c
         if not backward:
+            has_row = b.row.name != without_row
+            row_fwd = _row_forward(job, b, t, rs_h, cal) if has_row else Exposure()
             if overlap and not ub and not micro_pipelined_gather(job):
-                out += Exposure(ag_c) + _row_forward(job, b, t, rs_h, cal)
+                out += Exposure(ag_c) + row_fwd
             elif overlap:
-                out += _ring_exchange(job, b.col, t, b.col_fwd, chunk_c, cal, streams=UB_STREAMS if ub else 1)
-                out += _row_forward(job, b, t, rs_h, cal)
+                out += _ring_exchange(job, b.col, t, b.col_fwd, chunk_c, cal, streams=UB_STREAMS if ub else 1) + row_fwd
             else:
-                out += Exposure(ag_c + rs_h) if job.sp else Exposure(ar_h)
+                out += Exposure(ag_c + rs_h * has_row) if job.sp else Exposure(ar_h * has_row)
             continue
         if fw is Framework.TORCHTITAN:
             if overlap:  # torch async TP: see micro_pipelined_gather and micro_pipelined_scatter
@@ -589,24 +591,58 @@ def ep_exposure(job: Job, passes: int, compute_s: float, cal: Calibration) -> Ex
 # --- one layer pass --------------------------------------------------------------------------------
 
 
-def recompute_kernels(job: Job, kind: LayerKind, lt: LayerTime, mode: Recompute) -> tuple[float, float, float]:
+def recompute_kernels(job: Job, kind: LayerKind, lt: LayerTime, mode: Recompute, cal: Calibration) -> tuple[float, float, float]:
     """(GEMM, token-mixer, memory-bound) seconds of one layer's recomputed forward, whose sum is
     layer_pass's `recompute`: the recomputed share of the forward GEMMs (their fp8 casts counted as
-    memory-bound) and of the mixer kernels; under full recompute the whole forward's elementwise ops too."""
+    memory-bound) and of the mixer kernels; under full recompute the whole forward's elementwise ops
+    too, less the block-output GEMM a compiled recomputation leaves out (pruned_block_output)."""
     share_gemm, share_attn = recomputed_share(job, mode, kind)
-    return (share_gemm * lt.gemm, share_attn * lt.attention,
+    pruned = pruned_block_output(job, kind, mode, cal)
+    return (share_gemm * lt.gemm - (pruned.row_fwd if pruned else 0.0), share_attn * lt.attention,
             share_gemm * lt.fp8_cast + (lt.elementwise if mode is Recompute.FULL else 0.0))
+
+
+def pruned_block_output(job: Job, kind: LayerKind, mode: Recompute, cal: Calibration) -> Block | None:
+    """The MLP block whose row GEMM (fc2) a full recomputation inside a torch.compile graph does not
+    run again, or None. Under torch.compile the checkpointed block is traced into the joint graph with
+    every node tagged for recomputation (TagActivationCheckpoint.tag_nodes, pytorch/pytorch@0109d12a
+    torch/_higher_order_ops/wrap.py:47-55; PREFER_RECOMPUTE in later versions), and the partitioner
+    extracts the backward graph from the saved values to the gradients, keeping only the nodes on
+    that path and dropping the rest as dead code (pytorch/pytorch@00c07b93
+    torch/_functorch/partitioners.py:62-112 _extract_graph_with_inputs_outputs, called by
+    _extract_fwd_bwd_modules; the output of a block that feeds the next checkpointed block is saved,
+    cleanup_recompute_tags). No gradient needs fc2's output: its own backward reads its input and
+    weight, the residual add's passes the gradient through. So fc2's forward GEMM, and its row
+    collective under tp, drop out of the recomputation; every GEMM before it feeds a value some
+    gradient reads (out_proj's output is the second norm's input). Eager checkpointing re-runs the
+    module up to its last op that saves a tensor, fc2 itself (torch/utils/checkpoint.py, non-reentrant
+    early stop). The checkpoint sits inside the compiled region in both frameworks: KempnerForge wraps
+    the blocks, then compiles the whole model (KempnerInstitute/KempnerForge@01b461a
+    kempnerforge/distributed/parallel.py:196-216); torchtitan wraps each block, then compiles it
+    ("per-TransformerBlock compile after AC wrapping", pytorch/torchtitan@820504e2
+    torchtitan/models/llama3/parallelize_llama.py:76-80, @9dec370 torchtitan/parallelisms/
+    parallelize_llama.py:68-77). Dense MLP layers only."""
+    tr = job.training
+    if not (mode is Recompute.FULL and tr.compile and tr.framework is Framework.TORCHTITAN and kind.mlp and not kind.moe):
+        return None
+    return next((b for b in tp_blocks(job, kind, cal=cal) if b.row.name == "mlp_fc2"), None)
 
 
 def layer_pass(job: Job, kind: LayerKind, *, mode: Recompute, cal: Calibration) -> LayerPass:
     lt = layer_time(job, kind, cal=cal)
     flops = layer_flops(job, kind, mode=mode)
-    recompute = sum(recompute_kernels(job, kind, lt, mode))
+    recompute = sum(recompute_kernels(job, kind, lt, mode, cal))
     # passes that run the layer's forward collectives: forward, and forward again under full
     # recompute (selective recompute repeats local work only)
     fwd_passes = 2 if mode is Recompute.FULL else 1
     blocks = tp_blocks(job, kind, cal=cal)
-    tp = tp_exposure(job, blocks, backward=False, cal=cal).times(fwd_passes) + tp_exposure(job, blocks, backward=True, cal=cal)
+    pruned = pruned_block_output(job, kind, mode, cal)
+    forward = tp_exposure(job, blocks, backward=False, cal=cal)
+    # the recomputed forward: the forward's collectives again, less fc2's where it is pruned
+    again = Exposure() if fwd_passes == 1 else forward if pruned is None else \
+        tp_exposure(job, blocks, backward=False, cal=cal, without_row=pruned.row.name)
+    tp = forward + again + tp_exposure(job, blocks, backward=True, cal=cal)
+    pruned_flop = pruned.row.flop if pruned is not None else 0.0
     if mode is Recompute.SELECTIVE:
         tp += sac_regather(job, blocks, cal)
     etp = _etp_comm(job) * (fwd_passes + 1) if kind.moe else 0.0
@@ -625,7 +661,8 @@ def layer_pass(job: Job, kind: LayerKind, *, mode: Recompute, cal: Calibration) 
         contention=tp.contention + cp.contention + ep.contention,
     )
     comm = Breakdown.of("s", tp=tp.exposed + etp, cp=cp.exposed, ep=ep.exposed)
-    return LayerPass(compute=compute, forward_s=lt.total, comm=comm, flop=flops.total, recompute_flop=flops.recompute)
+    return LayerPass(compute=compute, forward_s=lt.total, comm=comm, flop=flops.total - pruned_flop,
+                     recompute_flop=flops.recompute - pruned_flop)
 
 
 # --- data parallelism ------------------------------------------------------------------------------
@@ -1642,7 +1679,7 @@ def compute_by_kernel(est: TimeEstimate) -> Breakdown:
     for pos, layer_id in stage_layers(job, crit.rank):
         kind = job.model.layer_kind(layer_id)
         lt = layer_time(job, kind, cal=cal)
-        rg, ra, rm = recompute_kernels(job, kind, lt, job.recompute_mode(pos))
+        rg, ra, rm = recompute_kernels(job, kind, lt, job.recompute_mode(pos), cal)
         gemm += lt.gemm + lt.gemm_backward + rg
         attention += lt.attention + lt.attention_backward + ra
         memory += lt.elementwise + lt.elementwise_backward + lt.fp8_cast + lt.fp8_cast_backward + rm

@@ -833,6 +833,44 @@ def test_loss_on_16bit_logits_moves_12_bytes_a_logit_by_hand():
     assert loss_time(job(False), DEFAULT) == pytest.approx(256_000 / (0.25 * 3.35e12) + 4 * 2.4e-6, rel=1e-9)
 
 
+def test_compiled_full_recompute_leaves_out_the_mlp_output_gemm_by_hand():
+    # torch.compile around a fully checkpointed block (torchtitan, KempnerForge): the partitioner's
+    # backward graph holds only the forward nodes some gradient needs, and none needs fc2's output.
+    # LLAMA_TINY at tp 2 with sequence parallelism, 2 x 64 tokens a micro-batch: the recomputed
+    # GEMMs are the forward's less fc2 (a 128 x 256 x 344 GEMM on each rank), and the recomputed
+    # pass runs every forward collective but fc2's reduce-scatter of 128 x 256 x 2 = 65,536 bytes.
+    from cost_models.comm import Collective, collective_time, placement
+    from cost_models.compute import layer_time, linear_pass_seconds
+    from cost_models.flops import layer_gemms
+    from cost_models.step_time import layer_pass, pruned_block_output, recompute_kernels
+
+    def job(compile, framework="torchtitan"):
+        return make_job(LLAMA_TINY, gpus=2, tp=2, mbs=2, recompute="full",
+                        training=dict(framework=framework, seq_len=64, global_batch_size=2, compile=compile))
+
+    kind = LayerKind()
+    j = job(True)
+    fc2 = next(g for g in layer_gemms(j, kind) if g.name == "mlp_fc2")
+    assert (fc2.m, fc2.n, fc2.k) == (128, 256, 344)
+    assert pruned_block_output(j, kind, Recompute.FULL, DEFAULT).row == fc2
+    lt = layer_time(j, kind, cal=DEFAULT)
+    # rel 1e-12: one subtraction
+    assert recompute_kernels(j, kind, lt, Recompute.FULL, DEFAULT)[0] == pytest.approx(
+        lt.gemm - linear_pass_seconds(j, fc2, DEFAULT)[0], rel=1e-12)
+    # eager checkpointing (torchtitan or Megatron) runs fc2 again, selective recompute no GEMM of it
+    assert pruned_block_output(job(False), kind, Recompute.FULL, DEFAULT) is None
+    assert pruned_block_output(job(False, "megatron"), kind, Recompute.FULL, DEFAULT) is None
+    assert pruned_block_output(j, kind, Recompute.SELECTIVE, DEFAULT) is None
+    # the tp term: one reduce-scatter over the pair less; rel 1e-9: float rounding of the same sums
+    rs = collective_time(Collective.REDUCE_SCATTER, 65_536, placement(j.cluster.spec, 2, 1), j.cluster.spec)
+    eager_tp = layer_pass(job(False), kind, mode=Recompute.FULL, cal=DEFAULT).comm.value("tp")
+    compiled_tp = layer_pass(j, kind, mode=Recompute.FULL, cal=DEFAULT).comm.value("tp")
+    assert eager_tp - compiled_tp == pytest.approx(rs, rel=1e-9) and rs > 0
+    # and its FLOPs leave the executed count
+    eager_flop = layer_pass(job(False), kind, mode=Recompute.FULL, cal=DEFAULT).recompute_flop
+    assert eager_flop - layer_pass(j, kind, mode=Recompute.FULL, cal=DEFAULT).recompute_flop == fc2.flop
+
+
 def test_replicated_vocabulary_prices_the_whole_vocabulary_on_every_tp_rank_by_hand():
     # TrainingSpec.tp_replicated_vocab (KempnerForge's tp plan), LLAMA_TINY unpadded (torchtitan):
     # V = 1000, h = 256, 16-token micro-batches (mbs 1, seq 16).
