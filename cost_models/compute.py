@@ -947,12 +947,8 @@ def te_cast_bytes(job: Job, kind: LayerKind) -> tuple[float, float, int, int]:
     """(forward bytes, backward bytes, forward kernels, backward kernels) of Transformer Engine's
     fp8 casts in one layer for one micro-batch, for a GEMM (m x k)·(k x n) of layer_gemms:
     - forward, the input (m·k) unless a norm emits it in fp8 (TE_NORM_FED);
-    - the weight (k·n) once per step and model chunk: Megatron hands TE is_first_microbatch, so the
-      later micro-batches reuse the cached fp8 weight (Megatron-LM@d98e8a64
-      megatron/core/extensions/transformer_engine.py:1336-1345, pipeline_parallel/schedules.py:496-497;
-      TransformerEngine@40c69e75 module/layernorm_linear.py:280-296 get_weight_workspace); with fp8
-      parameters the weight already is fp8 and only its transpose is written; counted here as its
-      1/m share of each micro-batch;
+    - the weight (k·n) once per step: te_weight_cast_bytes, priced per rank and step
+      (step_time.te_weight_cast_seconds), not per micro-batch;
     - backward, the output gradient (m·n), row- and column-wise in one cast (module/linear.py:564-600
       grad_output_preprocess); for a row-parallel linear under sequence parallelism only the local
       m·n/tp is cast and the gathered m·n transposed (TE_ROW_PARALLEL); for a norm-fed linear the fp8
@@ -963,8 +959,6 @@ def te_cast_bytes(job: Job, kind: LayerKind) -> tuple[float, float, int, int]:
         return 0.0, 0.0, 0, 0
     t = te_transposes(job.cluster.gpu)
     cast = TE_CAST_BYTES + t
-    weight = 2 * t if job.training.fp8_param_gather else cast
-    mbs = job.num_microbatches
     fwd = bwd = 0.0
     fwd_kernels = bwd_kernels = 0
     for g in layer_gemms(job, kind):
@@ -974,7 +968,6 @@ def te_cast_bytes(job: Job, kind: LayerKind) -> tuple[float, float, int, int]:
         if not norm_fed:
             fwd += cast * g.m * g.k * g.count
             fwd_kernels += 1
-        fwd += weight * g.k * g.n * g.count / mbs
         if g.name in TE_ROW_PARALLEL and job.sp and job.layout.tp > 1:
             bwd += TE_CAST_BYTES * g.m * g.n * g.count / job.layout.tp + 2 * t * g.m * g.n * g.count
             bwd_kernels += 1 + t
@@ -985,6 +978,22 @@ def te_cast_bytes(job: Job, kind: LayerKind) -> tuple[float, float, int, int]:
             bwd += 2 * g.m * g.k * g.count
             bwd_kernels += 1
     return fwd, bwd, fwd_kernels, bwd_kernels
+
+
+def te_weight_cast_bytes(job: Job, kind: LayerKind) -> tuple[float, int]:
+    """(bytes, kernels) of Transformer Engine's weight casts in one layer per step: each linear's
+    weight (k·n) is cast once per step, the later micro-batches reusing the cached fp8 weight, since
+    Megatron hands TE is_first_microbatch (Megatron-LM@d98e8a64
+    megatron/core/extensions/transformer_engine.py:1336-1345, pipeline_parallel/schedules.py:496-497;
+    TransformerEngine@40c69e75 module/layernorm_linear.py:280-296 get_weight_workspace); with fp8
+    parameters the weight already is fp8 and only its transpose is written (2 bytes, TN-only GPUs)."""
+    if not te_casts_separate(job):
+        return 0.0, 0
+    t = te_transposes(job.cluster.gpu)
+    per_element = 2 * t if job.training.fp8_param_gather else TE_CAST_BYTES + t
+    gemms = [g for g in layer_gemms(job, kind) if g.name != "router"]
+    kernels = len(gemms) if per_element else 0
+    return sum(per_element * g.k * g.n * g.count for g in gemms), kernels
 
 
 def te_cast_seconds(job: Job, kind: LayerKind, cal: Calibration) -> tuple[float, float]:

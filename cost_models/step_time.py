@@ -79,6 +79,7 @@ from cost_models.compute import (
     linear_modules,
     optimizer_time,
     rowwise_linears,
+    te_weight_cast_bytes,
     titan_linears,
     tp_blocks,
     tp_gather_bytes,
@@ -166,6 +167,19 @@ def unfused_grad_accumulation_seconds(job: Job, rank: int, cal: Calibration) -> 
         return 0.0
     params = float(rank_params(job, rank).total)
     return memory_seconds(job, params * (ACT_BYTES + 2 * _grad_bytes(job)), cal)
+
+
+def te_weight_cast_seconds(job: Job, rank: int, cal: Calibration) -> float:
+    """Per micro-batch, the 1/m share of the rank's Transformer Engine weight casts, which run once
+    per step (compute.te_weight_cast_bytes) on the rank's decoder layers: memory-bound kernels at
+    the stream fraction of HBM bandwidth, each paying a launch."""
+    moved, kernels = 0.0, 0
+    for _, layer_id in stage_layers(job, rank):
+        b, k = te_weight_cast_bytes(job, job.model.layer_kind(layer_id))
+        moved, kernels = moved + b, kernels + k
+    if not moved:
+        return 0.0
+    return memory_seconds(job, moved, cal, launches=kernels) / job.num_microbatches
 
 
 def embedding_grad_seconds(job: Job, rank: int, cal: Calibration) -> float:
@@ -1467,7 +1481,8 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[LayerKi
             p = local_layer_params(job, layer_id)
             layer_params.append(p.dense + p.expert)
             parts["sharding"] += fsdp_copy_seconds(job, layer_id, cal)
-    parts["elementwise"] += unfused_grad_accumulation_seconds(job, rank, cal) + embedding_grad_seconds(job, rank, cal)
+    parts["elementwise"] += (unfused_grad_accumulation_seconds(job, rank, cal) + embedding_grad_seconds(job, rank, cal)
+                             + te_weight_cast_seconds(job, rank, cal))
     if fsdp and gathers:
         counts = pipelined_gathers(job, rank) if _pipelined_fsdp(job) else (1.0, 1.0)
         exposure = _fsdp_exposure(job, gathers, reduces, fwd_compute, bwd_compute, layer_params, cal, counts)
@@ -1685,7 +1700,8 @@ def compute_by_kernel(est: TimeEstimate) -> Breakdown:
         memory += lt.elementwise + lt.elementwise_backward + lt.fp8_cast + lt.fp8_cast_backward + rm
         if fsdp:
             memory += fsdp_copy_seconds(job, layer_id, cal)
-    memory += unfused_grad_accumulation_seconds(job, crit.rank, cal) + embedding_grad_seconds(job, crit.rank, cal)
+    memory += (unfused_grad_accumulation_seconds(job, crit.rank, cal) + embedding_grad_seconds(job, crit.rank, cal)
+               + te_weight_cast_seconds(job, crit.rank, cal))
     if crit.rank == job.layout.pp - 1:
         heads = 1 + job.model.mtp_layers  # the output layer and loss again per MTP module (stage_time)
         gemm += heads * (head_time(job, cal) + head_backward_time(job, cal)) + sum(mtp_merge_seconds(job, cal))

@@ -246,39 +246,47 @@ def test_megatron_te_casts_by_hand():
     # LLAMA_TINY, 128 tokens, tp 1, 4 micro-batches, Megatron fp8 on H100 (fp8 GEMMs TN-only: a cast
     # reads 2, writes 1 and the transpose 1 = 4 bytes per element). GEMMs (m x k)·(k x n):
     #   qkv 128x256·256x384, out 128x256·256x256, fc1 128x256·256x1376, fc2 128x688·688x256
-    # forward: the inputs of out and fc2 (qkv's and fc1's come in fp8 from the norm)
-    #   (32,768 + 88,064) x 4 = 483,328; weights once per step, 1/4 per micro-batch:
-    #   (98,304 + 65,536 + 352,256 + 176,128) x 4 / 4 = 692,224  -> 1,175,552 in 2 kernels
+    # forward, per micro-batch: the inputs of out and fc2 (qkv's and fc1's come in fp8 from the norm)
+    #   (32,768 + 88,064) x 4 = 483,328 in 2 kernels
     # backward: every output gradient (m·n) cast and transposed, and the fp8 transposes of qkv's and
     # fc1's gathered inputs (1 read + 1 write):
     #   (49,152 + 32,768 + 176,128 + 32,768) x 4 = 1,163,264; 2 x 32,768 x 2 = 131,072
     #   -> 1,294,336 in 6 kernels
-    from cost_models.compute import te_cast_bytes, te_cast_seconds, layer_time
+    # weights, once per step: (98,304 + 65,536 + 352,256 + 176,128) x 4 = 2,768,896 in 4 kernels
+    from cost_models.compute import layer_time, memory_seconds, te_cast_bytes, te_cast_seconds, te_weight_cast_bytes
+    from cost_models.step_time import te_weight_cast_seconds
 
     fp8 = dict(seq_len=128, precision="fp8", framework="megatron", global_batch_size=4)
     job = make_job(LLAMA_TINY, gpus=1, training=fp8)
-    assert te_cast_bytes(job, LayerKind()) == (1_175_552, 1_294_336, 2, 6)
-    # fp8 parameters: the weight is fp8 already, only its transpose is written (2 bytes), 1/4 of it
-    # per micro-batch: 483,328 + 692,224 / 2
+    assert te_cast_bytes(job, LayerKind()) == (483_328, 1_294_336, 2, 6)
+    assert te_weight_cast_bytes(job, LayerKind()) == (2_768_896, 4)
+    # a step of 4 micro-batches carries each layer's weight casts once: a quarter per micro-batch
+    layers = LLAMA_TINY.num_layers
+    per_step = te_weight_cast_seconds(job, 0, DEFAULT) * job.num_microbatches
+    assert per_step == pytest.approx(memory_seconds(job, layers * 2_768_896, DEFAULT, launches=4 * layers))
+    # fp8 parameters: the weight is fp8 already, only its transpose is written (2 bytes)
     params = make_job(LLAMA_TINY, gpus=1, training={**fp8, "fp8_param_gather": True}, zero=1)
-    assert te_cast_bytes(params, LayerKind())[0] == 483_328 + 346_112
+    assert te_weight_cast_bytes(params, LayerKind()) == (692_224 * 2, 4)
     # B200 takes fp8 GEMMs in any layout: 3 bytes per cast element, no transposes
-    #   forward 120,832 x 3 + 692,224 x 3 / 4 = 881,664; backward 290,816 x 3 = 872,448 in 4 kernels
+    #   forward 120,832 x 3 = 362,496; backward 290,816 x 3 = 872,448 in 4 kernels; weights 692,224 x 3
     b200 = make_job(LLAMA_TINY, gpus=1, cluster="dgx-b200", training=fp8)
-    assert te_cast_bytes(b200, LayerKind()) == (881_664, 872_448, 2, 4)
+    assert te_cast_bytes(b200, LayerKind()) == (362_496, 872_448, 2, 4)
+    assert te_weight_cast_bytes(b200, LayerKind()) == (2_076_672, 4)
     # the casts are the layer's fp8_cast; the GEMMs carry no autocast factor any more
     lt = layer_time(job, LayerKind(), cal=DEFAULT)
     assert (lt.fp8_cast, lt.fp8_cast_backward) == te_cast_seconds(job, LayerKind(), DEFAULT)
     bf16 = make_job(LLAMA_TINY, gpus=1, training={**fp8, "precision": "bf16"})
     assert te_cast_bytes(bf16, LayerKind()) == (0.0, 0.0, 0, 0)
+    assert te_weight_cast_bytes(bf16, LayerKind()) == (0.0, 0)
     # tp 2 with sequence parallelism: qkv 128x256·256x192, out 128x128·128x256, fc1 128x256·256x688,
-    # fc2 128x344·344x256. Forward (16,384 + 44,032) x 4 + (49,152 + 32,768 + 176,128 + 88,064) x 4 / 4
-    # = 587,776. Backward: qkv's and fc1's gradients (24,576 + 88,064) x 4 = 450,560; out's and fc2's
-    # arrive as 64 of the 128 tokens: cast 3 x 16,384 each, then the gathered 128 x 256 transposed
-    # (2 x 32,768 each): 98,304 + 131,072; the norm-fed inputs' transposes 131,072 -> 811,008 in
-    # 2 + 2 x 2 + 2 kernels
+    # fc2 128x344·344x256. Forward (16,384 + 44,032) x 4 = 241,664. Backward: qkv's and fc1's
+    # gradients (24,576 + 88,064) x 4 = 450,560; out's and fc2's arrive as 64 of the 128 tokens: cast
+    # 3 x 16,384 each, then the gathered 128 x 256 transposed (2 x 32,768 each): 98,304 + 131,072;
+    # the norm-fed inputs' transposes 131,072 -> 811,008 in 2 + 2 x 2 + 2 kernels
     tp2 = make_job(LLAMA_TINY, gpus=2, tp=2, sp=True, training=fp8)
-    assert te_cast_bytes(tp2, LayerKind()) == (587_776, 811_008, 2, 8)
+    assert te_cast_bytes(tp2, LayerKind()) == (241_664, 811_008, 2, 8)
+    # each rank casts its half of the weights: (49,152 + 32,768 + 176,128 + 88,064) x 4
+    assert te_weight_cast_bytes(tp2, LayerKind()) == (1_384_448, 4)
 
 
 def test_te_cast_pricing_reproduces_the_measured_autocast_overhead():
