@@ -794,6 +794,20 @@ MLPERF_NCCL_CTAS = (
 )
 
 
+# NeMo 2 Llama-3.1 8B submissions whose config turns on fp8 parameters (TrainingSpec.fp8_param_gather)
+# without their techniques line saying so: config_common.sh:73 exports FP8_PARAM_GATHER=True, which
+# conf/custom.yaml:166 reads into model.optim.fp8_param_gather and pretrain.py hands to both
+# MegatronMixedPrecision and DistributedDataParallelConfig (pretrain.py:203, 273, 359, 397), and no 8B
+# config turns it off (only config_common_fp4.sh:4 does) (training_results_v5.1@441d65f4
+# NVIDIA/benchmarks/llama31_8b/implementations/nemo/, Oracle/benchmarks/llama31_8b/,
+# University-of-Florida/benchmarks/llama31_8b/implementations/b200_nemo/). (id prefix, where.)
+MLPERF_FP8_PARAM_GATHER = (
+    ("mlperf-v5.1-nvidia-llama8b", "v5.1 llama31_8b nemo/config_common.sh:73"),
+    ("mlperf-v5.1-oracle-llama8b", "v5.1 Oracle llama31_8b config_common.sh:73"),
+    ("mlperf-v5.1-uf-llama8b", "v5.1 UF llama31_8b b200_nemo/config_common.sh:73"),
+)
+
+
 # NeMo 2 submissions whose DDP config keeps align_param_gather on without the interleaved schedule
 # (TrainingSpec.align_param_gather): config_common.sh exports ALIGN_PARAM_GATHER=True and pretrain.py
 # hands it to DistributedDataParallelConfig (Cisco/benchmarks/llama31_8b/implementations/nemo/
@@ -837,7 +851,7 @@ def _mlperf(entry: dict) -> Mapped:
     if overlap and unregistered and lay["tp"] > 1:
         notes.append(f"TP comm overlap off: the config asks for it but the code never enables it ({unregistered[0]})")
     overlap = overlap and not unregistered
-    fp8_params = "FP8_PARAMS" in tech or "FP8 params" in tech
+    fp8_params = "FP8_PARAMS" in tech or "FP8 params" in tech or mlperf_setting(MLPERF_FP8_PARAM_GATHER, entry["id"]) is not None
     if fp8_params:
         notes.append("fp8 parameters (the submission's FP8_PARAMS: --fp8-param-gather)")
     # The Llama-3.1 benchmarks' NeMo 2 code keeps gradients in bf16: MegatronMixedPrecision and

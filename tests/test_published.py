@@ -300,6 +300,14 @@ def test_mlperf_gpt3_rows_run_apex_distributed_fused_adam():
     assert not any(r.training.apex_distributed_adam for r in mlperf if r not in gpt3)
 
 
+def test_mlperf_llama8b_rows_gather_fp8_parameters():
+    # every v5.1 8B submission's config_common.sh:73 (NVIDIA, Oracle, University of Florida) or
+    # config_common.sh:58 FP8_PARAMS (Cisco) turns fp8 parameters on; the fp4 configs turn them off
+    rows = [r for r in BY_ID.values() if r.id.startswith("mlperf-v5.1-") and "-llama8b-" in r.id]
+    assert len(rows) == 6
+    assert all(r.training.fp8_param_gather for r in rows)
+
+
 @pytest.mark.parametrize("run_id, cap", [
     ("mlperf-v3.0-coreweave-gpt3-hgxh100-448x8", 100),  # run_and_time.sh:85's default
     ("mlperf-v3.1-azure-gpt3-ndh100v5-1344x8", 100),  # distributed_fused_adam.yaml:2's default
