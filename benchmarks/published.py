@@ -739,6 +739,27 @@ MLPERF_BUCKET_SIZES = (
 )
 
 
+# Apex DistributedFusedAdam's bucket_cap_mb of each MLPerf GPT-3 submission (TrainingSpec.apex_bucket_cap_mb):
+# NeMo's optim.bucket_cap_mb, which the submission's yaml reads from BUCKET_CAP_MB. (id prefix, MiB, where.)
+MLPERF_APEX_BUCKET_CAP_MB = (
+    # v3.0 (NVIDIA and NVIDIA_CoreWeave): run_and_time.sh:85 defaults BUCKET_CAP_MB to 100 and hands it
+    # over at :249 (megatron_gpt_config.yaml:224 says 100 too); no config sets it (training_results_v3.0
+    # @63e326c4 NVIDIA/benchmarks/gpt3/implementations/pytorch/)
+    ("mlperf-v3.0-", 100, "v3.0 gpt3 run_and_time.sh:85"),
+    # v3.1 (NVIDIA, Azure+NVIDIA): conf/optim/distributed_fused_adam.yaml:2 defaults it to 100 and no
+    # config sets it (training_results_v3.1@d06288b2 */benchmarks/gpt3/implementations/pytorch/)
+    ("mlperf-v3.1-", 100, "v3.1 gpt3 conf/optim/distributed_fused_adam.yaml:2"),
+    # v4.1 NVIDIA at 32 nodes: config_DGXH100_32x8x256x4x8_mbs2.sh:43 sets 125 ("Fix OOM") after sourcing
+    # config_common.sh (training_results_v4.1@b87b9e39 NVIDIA/benchmarks/gpt3/implementations/eos_n32_ngc24.09_nemo/)
+    ("mlperf-v4.1-nvidia-gpt3-dgxh100-32x8", 125, "v4.1 gpt3 eos_n32 config_DGXH100_32x8x256x4x8_mbs2.sh:43"),
+    # v4.0 (NVIDIA, SMC): config_common.sh:69 exports 200 (training_results_v4.0@6fe95437
+    # {NVIDIA,smc}/benchmarks/gpt3/implementations/nemo/config_common.sh:69); v4.1 (NVIDIA's other
+    # directories, Oracle): config_common.sh:61 (b200_n8_preview_nemo :64) exports 200
+    ("mlperf-v4.0-", 200, "v4.0 gpt3 nemo/config_common.sh:69"),
+    ("mlperf-v4.1-", 200, "v4.1 gpt3 config_common.sh:61"),
+)
+
+
 # The row-parallel GEMMs whose forward reduce-scatter each submission's tp_overlap yaml runs as
 # Transformer Engine's ring exchange (TrainingSpec.ub_ring_exchange_rs; the rest "pipeline"). NeMo
 # picks the yaml ${GPU_ARCH}tp${TP}mbs${MBS} (custom.yaml:3), GPU_ARCH defaulting to h100; no config sets
@@ -800,6 +821,20 @@ MLPERF_NCCL_CTAS = (
 )
 
 
+# NeMo 2 Llama-3.1 8B submissions whose config turns on fp8 parameters (TrainingSpec.fp8_param_gather)
+# without their techniques line saying so: config_common.sh:73 exports FP8_PARAM_GATHER=True, which
+# conf/custom.yaml:166 reads into model.optim.fp8_param_gather and pretrain.py hands to both
+# MegatronMixedPrecision and DistributedDataParallelConfig (pretrain.py:203, 273, 359, 397), and no 8B
+# config turns it off (only config_common_fp4.sh:4 does) (training_results_v5.1@441d65f4
+# NVIDIA/benchmarks/llama31_8b/implementations/nemo/, Oracle/benchmarks/llama31_8b/,
+# University-of-Florida/benchmarks/llama31_8b/implementations/b200_nemo/). (id prefix, where.)
+MLPERF_FP8_PARAM_GATHER = (
+    ("mlperf-v5.1-nvidia-llama8b", "v5.1 llama31_8b nemo/config_common.sh:73"),
+    ("mlperf-v5.1-oracle-llama8b", "v5.1 Oracle llama31_8b config_common.sh:73"),
+    ("mlperf-v5.1-uf-llama8b", "v5.1 UF llama31_8b b200_nemo/config_common.sh:73"),
+)
+
+
 # NeMo 2 submissions whose DDP config keeps align_param_gather on without the interleaved schedule
 # (TrainingSpec.align_param_gather): config_common.sh exports ALIGN_PARAM_GATHER=True and pretrain.py
 # hands it to DistributedDataParallelConfig (Cisco/benchmarks/llama31_8b/implementations/nemo/
@@ -846,7 +881,8 @@ def _mlperf(entry: dict) -> Mapped:
     # FP8_PARAMS (v4.x GPT-3, v5.0 H100/H200 405B custom.yaml optim.fp8_params) or FP8_PARAM_GATHER (v5.0
     # GB200 and v5.1 405B: training_results_v5.0@0fdc28f0 NVIDIA/benchmarks/llama31_405b/implementations/
     # tyche_ngpu256_ngc25.04_nemo/config_common.sh:69, conf/custom.yaml:150 optim.fp8_param_gather, pretrain.py:193,249,353)
-    fp8_params = any(s in tech for s in ("FP8_PARAMS", "FP8 params", "FP8 param gather"))
+    fp8_params = (any(s in tech for s in ("FP8_PARAMS", "FP8 params", "FP8 param gather"))
+                  or mlperf_setting(MLPERF_FP8_PARAM_GATHER, entry["id"]) is not None)
     if fp8_params:
         notes.append("fp8 parameters (the submission's FP8_PARAMS: --fp8-param-gather)")
     # The Llama-3.1 benchmarks' NeMo 2 code keeps gradients in bf16: MegatronMixedPrecision and
@@ -875,6 +911,9 @@ def _mlperf(entry: dict) -> Mapped:
     align = mlperf_setting(MLPERF_ALIGN_PARAM_GATHER, entry["id"])
     if align and not (lay["pp"] > 1 and (lay.get("vpp") or 1) > 1):
         notes.append(f"parameter all-gathers in series with the forward: align_param_gather without interleaving ({align[0]})")
+    apex_cap = mlperf_setting(MLPERF_APEX_BUCKET_CAP_MB, entry["id"]) if gpt3 else None
+    if apex_cap:
+        notes.append(f"Apex DistributedFusedAdam buckets of {apex_cap[0]} MiB, each its own collective ({apex_cap[1]})")
     ctas = mlperf_setting(MLPERF_NCCL_CTAS, entry["id"])
     if ctas:
         notes.append(f"NCCL CTAs per communicator capped (dp {ctas[0].dp}, tp {ctas[0].tp}, cp {ctas[0].cp}, pp {ctas[0].pp}; {ctas[1]})")
@@ -883,6 +922,7 @@ def _mlperf(entry: dict) -> Mapped:
                             attention_backend=AttentionBackend.CUDNN, tp_comm_overlap=overlap and lay["tp"] > 1,
                             fp8_param_gather=fp8_params, grad_reduce_in_bf16=bf16_grads,
                             ddp_bucket_size=bucket[0] if bucket else None, apex_distributed_adam=gpt3,
+                            **({"apex_bucket_cap_mb": apex_cap[0]} if apex_cap else {}),
                             ub_ring_exchange_rs=ring[0] if ring else frozenset(), nccl_max_ctas=ctas[0] if ctas else None,
                             align_param_gather=align is not None)
     first = last = None

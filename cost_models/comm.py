@@ -274,7 +274,8 @@ def bus_bandwidth(op: Collective, where: Placement, cluster: ClusterSpec, *, fla
 
 def collective_time(op: Collective, size_bytes: float, where: Placement, cluster: ClusterSpec, *, flat: bool = False) -> float:
     """Seconds for one collective of a group placed as `where` (see the module docstring): the
-    bytes over the plateau bus bandwidth times its size share, never less than NCCL's latency.
+    bytes over the plateau bus bandwidth times its size share, never less than NCCL's latency, nor,
+    for a reduce-scatter or all-gather across domains, than its ring's (ring_fill_seconds).
 
     `flat`: every rank's own NIC carries the whole ring's traffic (DeepSpeed ZeRO-3's gathers, see
     step_time), instead of k NICs sharing it."""
@@ -291,9 +292,27 @@ def collective_time(op: Collective, size_bytes: float, where: Placement, cluster
         across = (n - k) / n * size_bytes / (nic_busbw(cluster, where.span_gpus) * CROSS_NODE_ALL_TO_ALL_FRACTION)
         return max(floor, max(inside, across) / share)
     moved = bus_factor(op, n) * size_bytes
-    busbw = bus_bandwidth(op, where, cluster, flat=flat) * share
+    plateau = bus_bandwidth(op, where, cluster, flat=flat)
+    busbw = plateau * share
     measured = measured_busbw(op, size_bytes, nodes, cluster) if k < n else None
-    return max(floor, moved / (busbw if measured is None else min(busbw, measured)))
+    return max(floor, moved / (busbw if measured is None else min(busbw, measured)),
+               ring_fill_seconds(op, moved, plateau, where, cluster))
+
+
+def ring_fill_seconds(op: Collective, moved_bytes: float, plateau: float, where: Placement, cluster: ClusterSpec) -> float:
+    """A ring reduce-scatter or all-gather across scale-up domains, as NCCL prices it: the ring's
+    latency, per-step latencies over its n − 1 steps (_latency, Simple), plus the bytes at the plateau
+    bus bandwidth (NVIDIA/nccl v2.30.7-1 src/graph/tuning.cc:411-412 ring latency, :653 ncclTopoGetAlgoTime
+    time = lat + bytes / bw). The size curves above are read off all-reduces, which cross nodes by
+    tree (log2 of the nodes in steps), so they miss the ring's n − 1 steps; a group with two or more
+    members in each domain has no other algorithm for these two collectives (tuning.cc:295-297 leaves
+    them PAT, ring, NVLS and CollNet; PAT needs one GPU per node, :220; NVLS across nodes and CollNet
+    need CollNet (SHARP) enabled, :503-506), so its time is at least this. 0 for other collectives,
+    within one domain, and for one member per domain."""
+    n, k = where.n, where.per_domain
+    if op not in (Collective.REDUCE_SCATTER, Collective.ALL_GATHER) or k >= n or k < 2:
+        return 0.0
+    return _latency(op, where, cluster, "simple", False) + moved_bytes / plateau
 
 
 def nccl_sm_share(cluster: ClusterSpec, where: Placement, sms: int) -> float:

@@ -909,6 +909,45 @@ def _first_forward_bucket(chunks: tuple[tuple[int, ...], ...]) -> int:
     return next((c[-1] for c in chunks if c), 0)
 
 
+def apex_bucket_elements(job: Job, n: int) -> int:
+    """Elements of every bucket of Apex DistributedFusedAdam over a data-parallel group of n ranks:
+    bucket_cap_mb MiB of the gradient sync dtype, cut into n shards rounded down to the 128-byte
+    alignment (at least one alignment), times n (NVIDIA/apex@d571f3ee apex/contrib/optimizers/
+    distributed_fused_adam.py:518-525). Each layer NeMo hands over starts a bucket of its own and
+    fills as many of these as it needs (init_params_bucket marks the buckets before it full,
+    :897-899; _init_param_state opens a bucket of this size whenever the last is full, :985-1000),
+    and each bucket's gradients sit in a buffer of the whole bucket's size (:1115-1121), which the
+    reduce-scatter reduces whole (:1353-1362), the last bucket of a layer too, however little of it
+    the layer fills."""
+    grad = _grad_bytes(job)
+    align = 128 // grad
+    shard = int(job.training.apex_bucket_cap_mb * MiB / grad / n) // align * align
+    return max(shard, align) * n
+
+
+def bucket_collective_seconds(job: Job, op: Collective, params: int, bytes_per_param: int, where: Placement,
+                              fp32: int = 0) -> float:
+    """One gradient bucket's collective (reduce-scatter or all-reduce of its gradients, all-gather of
+    its parameters), `fp32` of its `params` gradients reduced in fp32 (apex_fp32_grad_params).
+    Megatron's DDP: one collective of the bucket's bytes. Apex DistributedFusedAdam (megatron_buckets
+    holds one group per layer there): the layer's parameters fill ceil(params / E) buckets of E
+    elements (apex_bucket_elements), the fp32 ones buckets of their own (Apex's successors match a
+    bucket's dtypes before filling it: NVIDIA/apex@6424da3b apex/contrib/optimizers/
+    distributed_fused_adam.py:1391-1404 last_bucket_id), each communicated whole, and the optimizer
+    issues the group's collectives in one coalescing group (apex@d571f3ee :1353-1362, 1508-1515),
+    priced here as one collective of all its buckets' bytes: NCCL spreads the bytes of a group's
+    collectives over its channels (NVIDIA/nccl v2.21.5-1 src/enqueue.cc:830-845 scheduleCollTasksToPlan:
+    each channel takes maxBytesPerChannel, the group's total over the usable channels; v2.18.5-1 src/enqueue.cc:483-580 gives each collective
+    of 100 MiB ceil(100 MiB / 32 MiB) channels of its own, so there the group costs at least this)."""
+    cl = job.cluster.spec
+    rest = params - fp32
+    if not job.training.apex_distributed_adam:
+        return collective_time(op, rest * bytes_per_param + fp32 * FP32, where, cl)
+    e = apex_bucket_elements(job, where.n)
+    padded = sum(-(-count // e) * e * size for count, size in ((rest, bytes_per_param), (fp32, FP32)) if count > 0)
+    return collective_time(op, padded, where, cl)
+
+
 def hidden_param_gather(job: Job, rank: int) -> float:
     """Seconds of the distributed optimizer's parameter all-gather that run beside the next step's
     first forward: with --overlap-param-gather each bucket's gather is waited on by a forward
@@ -920,14 +959,13 @@ def hidden_param_gather(job: Job, rank: int) -> float:
     tr = job.training
     if job.zero is not Zero.OPTIMIZER or tr.framework is not Framework.MEGATRON or not tr.overlap_grad_reduce or tr.zero1_blocking_sync:
         return 0.0
-    cl = job.cluster.spec
     out = 0.0
     for kind, where in (("dense", _dense_group(job)), ("experts", _expert_group(job))):
         if where.n == 1:
             continue
         chunks = megatron_buckets(job, rank, kind)
-        out += sum(collective_time(Collective.ALL_GATHER, b * _gather_bytes(job), where, cl) for c in chunks for b in c)
-        out -= collective_time(Collective.ALL_GATHER, _first_forward_bucket(chunks) * _gather_bytes(job), where, cl)
+        out += sum(bucket_collective_seconds(job, Collective.ALL_GATHER, b, _gather_bytes(job), where) for c in chunks for b in c)
+        out -= bucket_collective_seconds(job, Collective.ALL_GATHER, _first_forward_bucket(chunks), _gather_bytes(job), where)
     return out
 
 
@@ -1018,7 +1056,7 @@ def dp_tail(job: Job, rank: int, cal: Calibration) -> tuple[float, float]:
 def _bucket_reduction_seconds(job: Job, op: Collective, params: int, fp32: int, where: Placement) -> float:
     """One gradient bucket's reduction, `fp32` of its `params` gradients in fp32
     (apex_fp32_grad_params), the rest at _grad_bytes."""
-    return collective_time(op, (params - fp32) * _grad_bytes(job) + fp32 * FP32, where, job.cluster.spec)
+    return bucket_collective_seconds(job, op, params, _grad_bytes(job), where, fp32)
 
 
 def megatron_bucket_seconds(job: Job, rank: int, kind: str, where: Placement) -> tuple[float, float]:
@@ -1039,13 +1077,14 @@ def megatron_bucket_seconds(job: Job, rank: int, kind: str, where: Placement) ->
     if job.zero is Zero.NONE:
         total = sum(collective_time(Collective.ALL_REDUCE, b * gb, where, cl) for c in chunks for b in c)
         return total, collective_time(Collective.ALL_REDUCE, last * gb, where, cl)
-    rs = sum(collective_time(Collective.REDUCE_SCATTER, b * gb, where, cl) for c in chunks for b in c)
+    rs = sum(bucket_collective_seconds(job, Collective.REDUCE_SCATTER, b, gb, where) for c in chunks for b in c)
     fp32 = apex_fp32_grad_params(job, rank, kind)
     rs_last = _bucket_reduction_seconds(job, Collective.REDUCE_SCATTER, last, fp32, where)
-    rs += rs_last - collective_time(Collective.REDUCE_SCATTER, last * gb, where, cl)
-    synchronous = not job.training.overlap_grad_reduce
-    gathered = sum(b for c in chunks for b in c) if synchronous else last
-    ag = collective_time(Collective.ALL_GATHER, gathered * _gather_bytes(job), where, cl)
+    rs += rs_last - bucket_collective_seconds(job, Collective.REDUCE_SCATTER, last, gb, where)
+    if job.training.overlap_grad_reduce:
+        ag = bucket_collective_seconds(job, Collective.ALL_GATHER, last, _gather_bytes(job), where)
+    else:
+        ag = collective_time(Collective.ALL_GATHER, sum(b for c in chunks for b in c) * _gather_bytes(job), where, cl)
     return rs + ag, rs_last + ag
 
 
@@ -1095,7 +1134,6 @@ def interleaved_grad_sync_chunks(job: Job, rank: int) -> tuple[tuple[tuple[float
     which would widen every window, are not counted."""
     if not _interleaved_grad_sync(job):
         return None
-    cl = job.cluster.spec
     gb = _grad_bytes(job)
     op = Collective.ALL_REDUCE if job.zero is Zero.NONE else Collective.REDUCE_SCATTER
     per_group: list[tuple[float, ...]] = []
@@ -1108,14 +1146,14 @@ def interleaved_grad_sync_chunks(job: Job, rank: int) -> tuple[tuple[tuple[float
         fp32 = apex_fp32_grad_params(job, rank, kind)
         seconds = []
         for v, sizes in enumerate(chunks):
-            t = sum(collective_time(op, b * gb, where, cl) for b in sizes)
+            t = sum(bucket_collective_seconds(job, op, b, gb, where) for b in sizes)
             if v == first and fp32:
                 b = sizes[-1]
-                t += _bucket_reduction_seconds(job, op, b, fp32, where) - collective_time(op, b * gb, where, cl)
+                t += _bucket_reduction_seconds(job, op, b, fp32, where) - bucket_collective_seconds(job, op, b, gb, where)
             seconds.append(t)
         per_group.append(tuple(seconds))
         if job.zero is Zero.OPTIMIZER:
-            gather += collective_time(Collective.ALL_GATHER, _first_forward_bucket(chunks) * _gather_bytes(job), where, cl)
+            gather += bucket_collective_seconds(job, Collective.ALL_GATHER, _first_forward_bucket(chunks), _gather_bytes(job), where)
     return tuple(per_group), gather
 
 

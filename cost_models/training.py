@@ -112,11 +112,17 @@ class TrainingSpec(Spec):
     # collections/nlp/models/language_modeling/megatron_gpt_model.py:547-580, handed over one group at
     # a time at megatron_base_model.py:851-857); Apex's init_params_bucket makes all buckets cut from one such group depend
     # on every parameter of it, so they are reduced together (NVIDIA/apex@d571f3ee
-    # apex/contrib/optimizers/distributed_fused_adam.py:867-930), whatever bucket_cap_mb cuts them to.
-    # Each layer is one reduce-scatter when its last gradient is ready and one all-gather before its
-    # next forward (cost_models.step_time.megatron_buckets), on every pipeline rank and chunk, where
+    # apex/contrib/optimizers/distributed_fused_adam.py:867-930), in whole buckets of bucket_cap_mb
+    # (apex_bucket_cap_mb). Each layer is one reduce-scatter when its last gradient is ready and one
+    # all-gather before its next forward (cost_models.step_time.megatron_buckets,
+    # bucket_collective_seconds), on every pipeline rank and chunk, where
     # Megatron's DDP turns bucketing off but on the first. Megatron framework with zero 1 only.
     apex_distributed_adam: bool = False
+    # Apex DistributedFusedAdam's bucket_cap_mb (NeMo `optim.bucket_cap_mb`): MiB of gradients per
+    # bucket; a layer's group fills whole buckets, communicated whole
+    # (cost_models.step_time.apex_bucket_elements); Apex's default is 100 (NVIDIA/apex@d571f3ee
+    # apex/contrib/optimizers/distributed_fused_adam.py:416). Read only with apex_distributed_adam.
+    apex_bucket_cap_mb: Annotated[float, Field(gt=0)] = 100.0
     # A DTensor plan (torchtitan framework) that shards q, k, v (and a gated MLP's gate and up) as
     # separate ColwiseParallel modules, each taking the sequence-sharded input itself: one all-gather
     # of the input per projection in forward and one reduce-scatter (all-reduce without sequence

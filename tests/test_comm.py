@@ -71,6 +71,25 @@ def test_small_messages_pay_nccls_latency():
     assert collective_time(Collective.ALL_REDUCE, 32 * 1024, placement(a100, 8, 1), a100) == pytest.approx(43.83e-6, rel=0.25)
 
 
+def test_a_ring_reduce_scatter_across_many_nodes_pays_its_steps():
+    # 100 MiB reduce-scattered over 336 ranks, 2 a node (stride 4: GPT-3's data-parallel group at tp
+    # 4): 168 nodes, a ring of 335 steps, 167 of them over the network. NCCL's ring latency (Simple)
+    # 8.4 + 168 x 3.4 + 167 x 14 = 2917.6 us, plus 335/336 x 104,857,600 bytes at the plateau of two
+    # NICs a node (2 x 50 GB/s x 0.94 = 94 GB/s): 1112.2 us; 4029.8 us in all, longer than the size
+    # curve's 2.6 ms (an all-reduce curve: its tree crosses the nodes in log2 steps)
+    where = placement(H100, 336, 4)
+    assert (where.n, where.per_domain) == (336, 2)
+    size = 100 * MiB
+    ring = 8.4e-6 + 168 * 3.4e-6 + 167 * 14e-6 + 335 / 336 * size / 94e9
+    assert collective_time(Collective.REDUCE_SCATTER, size, where, H100) == pytest.approx(ring, rel=1e-9)
+    assert collective_time(Collective.ALL_GATHER, size, where, H100) == pytest.approx(ring, rel=1e-9)
+    assert comm.ring_fill_seconds(Collective.REDUCE_SCATTER, size, 94e9, where, H100) > 0
+    # not for an all-reduce (tree across nodes), one member a node (PAT), or inside one node
+    for op, w in ((Collective.ALL_REDUCE, where), (Collective.REDUCE_SCATTER, placement(H100, 336, 8)),
+                  (Collective.REDUCE_SCATTER, placement(H100, 8, 1))):
+        assert comm.ring_fill_seconds(op, size, 94e9, w, H100) == 0.0
+
+
 def test_cross_node_all_to_all_goes_through_the_nics_at_the_measured_fraction():
     # 0.77 of the NIC model, from the DGX H100 row (48 of 62.7 GB/s); the DGX A100 row (24 GB/s)
     # is the check, in kernel_accuracy's table

@@ -310,6 +310,25 @@ def test_mlperf_fp8_parameters_follow_fp8_params_and_fp8_param_gather():
     assert not {r.id for r in mlperf if r.id.startswith(("mlperf-v3.0-", "mlperf-v3.1-"))} & fp8_params
 
 
+def test_mlperf_llama8b_rows_gather_fp8_parameters():
+    # every v5.1 8B submission's config_common.sh:73 (NVIDIA, Oracle, University of Florida) or
+    # config_common.sh:58 FP8_PARAMS (Cisco) turns fp8 parameters on; the fp4 configs turn them off
+    rows = [r for r in BY_ID.values() if r.id.startswith("mlperf-v5.1-") and "-llama8b-" in r.id]
+    assert len(rows) == 6
+    assert all(r.training.fp8_param_gather for r in rows)
+
+
+@pytest.mark.parametrize("run_id, cap", [
+    ("mlperf-v3.0-coreweave-gpt3-hgxh100-448x8", 100),  # run_and_time.sh:85's default
+    ("mlperf-v3.1-azure-gpt3-ndh100v5-1344x8", 100),  # distributed_fused_adam.yaml:2's default
+    ("mlperf-v4.0-nvidia-gpt3-dgxh100-1452x8", 200),  # config_common.sh:69
+    ("mlperf-v4.1-nvidia-gpt3-dgxh100-32x8", 125),  # the 32-node config's "Fix OOM", after config_common.sh
+    ("mlperf-v4.1-oracle-gpt3-h100-384x8", 200),  # config_common.sh:61
+])
+def test_mlperf_gpt3_rows_carry_their_apex_bucket_cap(run_id, cap):
+    assert BY_ID[run_id].job().training.apex_bucket_cap_mb == cap
+
+
 @pytest.mark.parametrize("run_id, vpp, mbs", [
     # torchtitan 9dec370 splits the local batch into pp micro-batches unless told otherwise, looped
     # schedules included (pipelining_utils.py:79-81): local batch 32 over 8 -> 4 sequences each, and the

@@ -943,21 +943,56 @@ def test_apex_distributed_adam_reduces_embedding_gradients_in_fp32():
     from cost_models.step_time import _dense_group, megatron_bucket_seconds
     from tests.helpers import GPT_TINY
 
-    job = make_job(GPT_TINY, gpus=4, pp=2, zero=1, training=dict(seq_len=512, global_batch_size=8,
+    # Buckets of 1 MiB of bf16 gradients (apex_bucket_cap_mb=1) over dp 2: 524,288 elements, so a
+    # layer's 789,760 parameters fill two whole buckets, the embeddings' 524,288 fp32 gradients one
+    # bucket of their own dtype (apex_bucket_elements, bucket_collective_seconds).
+    job = make_job(GPT_TINY, gpus=4, pp=2, zero=1, training=dict(seq_len=512, global_batch_size=8, apex_bucket_cap_mb=1,
                                                                  apex_distributed_adam=True, grad_reduce_in_bf16=True))
     where, cl = _dense_group(job), job.cluster.spec
+    bucket = 524_288
 
     def rs(n_bytes: int) -> float:
         return collective_time(Collective.REDUCE_SCATTER, n_bytes, where, cl)
 
-    ag = collective_time(Collective.ALL_GATHER, (789_760 + 524_288) * 2, where, cl)
+    # the first forward layer's group gathers 789,760 + 524,288 = 1,314,048 bf16 parameters: 3 buckets
+    ag = collective_time(Collective.ALL_GATHER, 3 * bucket * 2, where, cl)
     total, tail = megatron_bucket_seconds(job, 0, "dense", where)
-    assert tail == pytest.approx(rs(789_760 * 2 + 524_288 * 4) + ag, rel=1e-12)
-    assert total == pytest.approx(rs(789_760 * 2) + tail, rel=1e-12)
-    # rank 1: its layer-2 bucket holds the final LayerNorm (512, bf16) and the output weight (fp32)
+    assert tail == pytest.approx(rs(2 * bucket * 2 + bucket * 4) + ag, rel=1e-12)
+    assert total == pytest.approx(rs(2 * bucket * 2) + tail, rel=1e-12)
+    # rank 1: its layer-2 group holds the final LayerNorm (512, bf16: 790,272 in 2 buckets) and the
+    # output weight (262,144 fp32: 1 bucket); 1,052,416 parameters gather in 3 buckets
     _, tail1 = megatron_bucket_seconds(job, 1, "dense", where)
-    ag1 = collective_time(Collective.ALL_GATHER, (789_760 + 512 + 262_144) * 2, where, cl)
-    assert tail1 == pytest.approx(rs((789_760 + 512) * 2 + 262_144 * 4) + ag1, rel=1e-12)
+    ag1 = collective_time(Collective.ALL_GATHER, 3 * bucket * 2, where, cl)
+    assert tail1 == pytest.approx(rs(2 * bucket * 2 + bucket * 4) + ag1, rel=1e-12)
+
+
+def test_apex_distributed_adam_communicates_whole_buckets():
+    # Apex DistributedFusedAdam: a bucket is bucket_cap_mb MiB of bf16 gradients cut into dp shards
+    # rounded down to 64 elements (128 bytes), times dp (distributed_fused_adam.py:518-525); every
+    # bucket is reduced whole, however little of it its layer fills. 100 MiB = 52,428,800 bf16
+    # elements: over dp 2, 26,214,400 a shard (a multiple of 64); over dp 3, 17,476,266 -> 17,476,224,
+    # so 52,428,672.
+    from cost_models.comm import Collective, collective_time
+    from cost_models.step_time import _dense_group, apex_bucket_elements, bucket_collective_seconds
+    from tests.helpers import GPT_TINY
+
+    def job(apex: bool, **training):
+        return make_job(GPT_TINY, gpus=2, zero=1, training=dict(seq_len=512, global_batch_size=6, apex_distributed_adam=apex,
+                                                                   grad_reduce_in_bf16=True, **training))
+
+    assert apex_bucket_elements(job(True), 2) == 52_428_800
+    assert apex_bucket_elements(job(True), 3) == 52_428_672
+    assert apex_bucket_elements(job(True, apex_bucket_cap_mb=200), 2) == 104_857_600
+    # GPT_TINY's layer (789,760 parameters) is one 100 MiB bucket; Megatron's DDP reduces its bytes
+    apex, ddp = job(True), job(False)
+    where, cl = _dense_group(apex), apex.cluster.spec
+    assert bucket_collective_seconds(apex, Collective.REDUCE_SCATTER, 789_760, 2, where) == \
+        collective_time(Collective.REDUCE_SCATTER, 52_428_800 * 2, where, cl)
+    assert bucket_collective_seconds(ddp, Collective.REDUCE_SCATTER, 789_760, 2, where) == \
+        collective_time(Collective.REDUCE_SCATTER, 789_760 * 2, where, cl)
+    # 52,428,801 parameters need a second bucket
+    assert bucket_collective_seconds(apex, Collective.ALL_GATHER, 52_428_801, 2, where) == \
+        collective_time(Collective.ALL_GATHER, 2 * 52_428_800 * 2, where, cl)
 
 
 def test_megatron_reduces_the_bias_gradients_of_proj_fc1_and_fc2_in_one_kernel_each():
