@@ -53,5 +53,16 @@ def nanotron_flop_per_token(model: ModelSpec, *, seq_len: int) -> float:
     return 3 * (model.num_layers * layer + 2 * h * model.vocab_size)
 
 
+def nanotron_figure_flop_per_token(model: ModelSpec, *, seq_len: int) -> float:
+    """The FLOPs per token behind most cells' MFU in the Ultra-Scale Playbook's sweep figure: nanotron's
+    get_flops plus 6·h·V, the input embedding counted as a matmul like the LM head (tied or not).
+    Not in nanotron's code; read off the figure itself: its MFU times 989 TFLOP/s over the tok/s/gpu
+    the playbook's interactive figure prints for the same cell gives this count (1.34B: 11.27 GFLOP,
+    get_flops 9.66; vinjn/nanotron-ultrascale-playbook@e3bcfc5c assets/data/benchmarks/
+    benchmarks_interactive.html). A few cells (1.34B and 3.57B without pipeline parallelism) used
+    get_flops alone (tests/test_published.py checks each cell against one of the two)."""
+    return nanotron_flop_per_token(model, seq_len=seq_len) + 6 * model.hidden_size * model.vocab_size
+
+
 def tokens_from_flops(tflops_per_gpu: float, flop_per_token: float) -> float:
     return tflops_per_gpu * TFLOP / flop_per_token

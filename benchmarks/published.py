@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from flop_conventions import (  # one function per source's FLOP count
     korthikanti_model_flop_per_token,
     mpt_flop_per_token,
-    nanotron_flop_per_token,
+    nanotron_figure_flop_per_token,
     narayanan_flop_per_token,
     tokens_from_flops,
     vocabpar_flop_per_token,
@@ -646,7 +646,7 @@ def _nanotron(entry: dict) -> Mapped:
     fused norms, async TP linear communication), priced as Megatron's kernels."""
     lay, m = entry["layout"], entry["model"]
     notes = ["nanotron priced with Megatron's kernels (fused norms, flash-attn 2, async tensor-parallel linears)",
-             "throughput from the figure's MFU with an assumed 989 TFLOP/s peak (yaml derived)",
+             "throughput: the tok/s/gpu the playbook's interactive sweep figure prints for the cell (yaml measured)",
              "gradients accumulated in fp32 outside the GEMMs (accumulate_grad_in_fp32): the 16-bit gradient "
              "added into the fp32 buffer per parameter and micro-batch (huggingface/nanotron@c2528430 "
              "src/nanotron/optim/gradient_accumulator.py:212-219, 333-341)"]
@@ -978,8 +978,10 @@ def tokens_from_flop_rate(entry: dict, model: ModelSpec, *, tp: int) -> tuple[fl
                                             ffn_hidden_size=m.ffn_hidden_size, vocab_size=m.vocab_size, seq_len=s)
         return tokens_from_flops(meas["mfu"] * 312, per_token), "mfu x 312 TFLOP/s / the authors' artifact FLOPs per token"
     if entry["group"] == "nanotron_ultrascale" and meas.get("mfu"):
-        # the figure's MFU is in percent; its peak is not in the repository: 989 (H100 SXM bf16) assumed
-        return tokens_from_flops(meas["mfu"] / 100 * 989, nanotron_flop_per_token(m, seq_len=s)), "mfu x 989 TFLOP/s (assumed) / nanotron get_flops"
+        # the figure's MFU is in percent, over 989 TFLOP/s (H100 SXM bf16), by the count most of its
+        # cells use (nanotron_figure_flop_per_token); every row also has its tok/s/gpu as printed
+        per_token = nanotron_figure_flop_per_token(m, seq_len=s)
+        return tokens_from_flops(meas["mfu"] / 100 * 989, per_token), "mfu x 989 TFLOP/s / (nanotron get_flops + 6hV)"
     if entry["group"] == "mpt" and meas.get("mfu"):
         tflops = meas["mfu"] * entry["hardware"]["peak_dense_tflops_used_for_mfu"]
         per_token = mpt_flop_per_token(n_params=m.params_total, num_layers=m.num_layers, hidden_size=m.hidden_size, seq_len=s)

@@ -167,7 +167,7 @@ def test_step_time_out_of_sample():
     for r in rows:
         by_source[r.family].append(abs(r.error))
     today = {"fp8lm": 0.032, "kempnerforge": 0.05, "korthikanti2022": 0.057, "mlperf": 0.054, "mpt": 0.043,
-             "nanotron_ultrascale": 0.091, "narayanan2021": 0.021, "sail_pipeline": 0.032, "torchtitan": 0.04,
+             "nanotron_ultrascale": 0.059, "narayanan2021": 0.021, "sail_pipeline": 0.032, "torchtitan": 0.04,
              "torchtitan_docs_2024": 0.013}
     for source, errs in by_source.items():
         if len(errs) >= 5:
@@ -178,5 +178,6 @@ def test_step_time_out_of_sample():
     # p90 20.7% today, plus a point
     assert time_accuracy.stats(by_source["kempnerforge"])[1] <= 0.217
     # nanotron's tail, once its rows are priced on the playbook cluster's own measured collectives
-    # across nodes (presets/clusters.toml hf-science-p5): p90 47.2% today (66.8% before), plus a point
-    assert time_accuracy.stats(by_source["nanotron_ultrascale"])[1] <= 0.482
+    # across nodes (presets/clusters.toml hf-science-p5; 66.8% before) and measured by the tok/s/gpu
+    # the playbook prints (47.3% before): p90 44.2% today, plus a point
+    assert time_accuracy.stats(by_source["nanotron_ultrascale"])[1] <= 0.452

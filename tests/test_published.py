@@ -13,7 +13,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
 
 import published
-from flop_conventions import narayanan_flop_per_token, palm_flop_per_token
+from flop_conventions import (
+    nanotron_figure_flop_per_token,
+    nanotron_flop_per_token,
+    narayanan_flop_per_token,
+    palm_flop_per_token,
+)
 
 from cost_models.enums import ScaleupTopology
 from cost_models.hardware import Cluster
@@ -183,6 +188,47 @@ def test_nanotron_splits_the_pipeline_by_its_block_costs():
     deep = BY_ID["nanotron-usp-80p0b-16nodes-dp1-tp4-pp32-mbs1"]
     counts = published.nanotron_pp_layers(deep.model, 32)
     assert sum(counts) == 80 and len(counts) == 32
+
+
+# The sweep figure prints MFU to 0.01% (0.1% of its smallest cell, 5.25%), the interactive figure
+# tok/s/gpu to 1 (0.18% of the 80B cells' 285): a cell's FLOP count comes back to within 0.3%, while
+# the two counts nanotron's figures used differ by 6hV, 1.3-16.7% of get_flops, so exactly one fits.
+NANOTRON_COUNT_TOLERANCE = 0.003
+
+
+@pytest.mark.parametrize("run_id", [r.id for r in RUNS if r.group == "nanotron_ultrascale"])
+def test_nanotron_figure_mfu_is_its_printed_tokens_by_one_of_two_counts(run_id):
+    # every row takes the tok/s/gpu the playbook's interactive figure prints for its cell; the README
+    # figure's MFU times 989 TFLOP/s over it is the FLOPs per token that cell's MFU was computed with:
+    # get_flops + 6hV, except the 1.34B and 3.57B cells without pipeline parallelism (get_flops alone)
+    run, entry = BY_ID[run_id], ENTRIES[run_id]
+    assert run.measured_from == "tokens_per_s_per_gpu: as published"
+    implied = entry["measured"]["mfu"] / 100 * 989e12 / run.measured_tokens_per_s_per_gpu
+    s = run.training.seq_len
+    counts = {"get_flops + 6hV": nanotron_figure_flop_per_token(run.model, seq_len=s),
+              "get_flops": nanotron_flop_per_token(run.model, seq_len=s)}
+    fits = [name for name, count in counts.items() if implied == pytest.approx(count, rel=NANOTRON_COUNT_TOLERANCE)]
+    plain = "-pp1-" in run_id and ("-1p34b-" in run_id or "-3p57b-" in run_id)
+    assert fits == ["get_flops" if plain else "get_flops + 6hV"]
+
+
+def test_nanotron_figure_counts_by_hand():
+    # 1.34B (16 layers, h 2048, 32 heads, ffn 8192, vocab 131072, s 4096): a layer's forward per token
+    # 2·2048·6144 + 4·4096·2048 + 2·2048·2048 + 6·2048·8192 = 167,772,160; get_flops
+    # 3·(16·167,772,160 + 2·2048·131072) = 9,663,676,416; plus 6·2048·131072 = 1,610,612,736.
+    # The 1-node cell: 44.32% x 989 TFLOP/s / 38,895 tok/s/gpu = 11.27e9, the second count (0.04%).
+    small = BY_ID["nanotron-usp-1p34b-1nodes-dp4-tp1-pp2-mbs4"]
+    assert nanotron_flop_per_token(small.model, seq_len=4096) == 9_663_676_416
+    assert nanotron_figure_flop_per_token(small.model, seq_len=4096) == 11_274_289_152
+    assert small.measured_tokens_per_s_per_gpu == 38_895
+    # 80B on 8 nodes with 8 key/value heads: qkv 2·8192·(8192 + 2·1024) = 167,772,160, scores 134,217,728,
+    # output 134,217,728, MLP 1,409,286,144 per layer; 3·(80·1,845,493,760 + 2·8192·131072) + 6·8192·131072
+    # = 455,803,404,288, which 30.65% x 989 TFLOP/s / 665 tok/s/gpu = 455.83e9 matches; with 64 heads the
+    # count is 512.2e9, 11% off
+    gqa = BY_ID["nanotron-usp-80p0b-8nodes-dp1-tp4-pp16-mbs1"]
+    assert gqa.model.kv_heads == 8
+    assert nanotron_figure_flop_per_token(gqa.model, seq_len=4096) == 455_803_404_288
+    assert 0.3065 * 989e12 / 665 == pytest.approx(455_803_404_288, rel=1e-3)
 
 
 def test_nanotron_runs_on_the_playbook_cluster_and_its_measured_network():
