@@ -253,15 +253,16 @@ def interleaved_backward_moments(pp: int, v: int, m: int, rank: int) -> tuple[tu
 
     torch's ScheduleInterleaved1F1B (the order inflight_counts also follows): W warm-up forwards,
     then a forward before each backward until all m·v forwards have run, then the remaining
-    backwards; forward k runs chunk (k // pp) % v and backward k chunk v - 1 - (k // pp) % v, so
-    every rank runs all the backwards of its last chunk's first pp micro-batches before its first
-    chunk's first backward (pytorch/pytorch torch/distributed/pipelining/schedules.py,
-    ScheduleInterleaved1F1B._calculate_single_rank_operations: forward_stage_index,
-    backward_stage_index and _get_1f1b_rank_ops)."""
-    total = m * v
-    warmup = min((pp - rank - 1) * 2 + (v - 1) * pp, total)
-    fwd_chunk = [(k // pp) % v for k in range(total)]
-    bwd_chunk = [v - 1 - (k // pp) % v for k in range(total)]
+    backwards; micro-batches go in rounds of r = m // max(1, m // pp) (pp where pp divides m),
+    forward k runs chunk (k // r) % v and backward k chunk v - 1 - (k // r) % v, so every rank runs
+    all the backwards of its last chunk's first r micro-batches before its first chunk's first
+    backward (pytorch/pytorch torch/distributed/pipelining/schedules.py,
+    ScheduleInterleaved1F1B: microbatches_per_round, _calculate_single_rank_operations,
+    forward_stage_index, backward_stage_index and _get_1f1b_rank_ops)."""
+    total, r = m * v, m // max(1, m // pp)
+    warmup = min((pp - rank - 1) * 2 + (v - 1) * r, total)
+    fwd_chunk = [(k // r) % v for k in range(total)]
+    bwd_chunk = [v - 1 - (k // r) % v for k in range(total)]
     moments = []
     for j in range(total):
         f = min(warmup + j + 1, total)
