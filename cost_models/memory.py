@@ -231,25 +231,98 @@ def pipeline_recv_bytes(job: Job, rank: int, inflight: tuple[int, ...]) -> int:
     return total
 
 
-def kept_pipeline_outputs(job: Job, rank: int, inflight: tuple[int, ...]) -> int:
+def kept_pipeline_outputs(job: Job, rank: int, inflight: tuple[int, ...], done: tuple[int, ...] | None = None) -> int:
     """TrainingSpec.pipeline_keeps_outputs: the outputs of the micro-batches every model chunk of a
     rank has run, kept in output_chunks to the step's end, that no other line counts. Taken at the
     last micro-batch's forward, when 1F1B and interleaved 1F1B still hold the warm-up's in-flight
-    count: a chunk that sends on keeps m boundary tensors, of which the in-flight ones are its
-    stage_output line; the last chunk keeps m 16-bit logits, which the loss's own fp32 copy does
-    not count (a compiled loss and TrainingSpec.loss_on_16bit_logits count the in-flight ones)."""
+    count, or after `done` forwards of each chunk: a chunk that sends on keeps one boundary tensor
+    per forward run, of which the in-flight ones are its stage_output line; the last chunk keeps
+    one 16-bit logits tensor per forward, which the loss's own fp32 copy does not count (a compiled
+    loss and TrainingSpec.loss_on_16bit_logits count the in-flight ones)."""
     if not job.training.pipeline_keeps_outputs:
         return 0
     lay, m = job.layout, job.num_microbatches
+    done = done or (m,) * len(inflight)
     total = 0
-    for chunk, n in enumerate(inflight):
+    for chunk, (n, f) in enumerate(zip(inflight, done)):
         if rank == lay.pp - 1 and chunk == lay.vpp - 1:
             d = act.dims(job)
             counted = n if job.training.compiles_loss or job.training.loss_on_16bit_logits else 0
-            total += (m - counted) * d.t * d.vocab * act.ACT_BYTES
+            total += (f - counted) * d.t * d.vocab * act.ACT_BYTES
         else:
-            total += (m - n) * _boundary_bytes(job)
+            total += (f - n) * _boundary_bytes(job)
     return total
+
+
+def interleaved_backward_moments(pp: int, v: int, m: int, rank: int) -> tuple[tuple[tuple[int, ...], tuple[int, ...], frozenset[int]], ...]:
+    """Each backward of one rank under interleaved 1F1B, at its start: the forwards run per model
+    chunk, the micro-batches in flight per chunk, and the chunks that have run a backward (this
+    one's included).
+
+    torch's ScheduleInterleaved1F1B (the order inflight_counts also follows): W warm-up forwards,
+    then a forward before each backward until all m·v forwards have run, then the remaining
+    backwards; micro-batches go in rounds of r = m // max(1, m // pp) (pp where pp divides m),
+    forward k runs chunk (k // r) % v and backward k chunk v - 1 - (k // r) % v, so every rank runs
+    all the backwards of its last chunk's first r micro-batches before its first chunk's first
+    backward (pytorch/pytorch torch/distributed/pipelining/schedules.py,
+    ScheduleInterleaved1F1B: microbatches_per_round, _calculate_single_rank_operations,
+    forward_stage_index, backward_stage_index and _get_1f1b_rank_ops)."""
+    total, r = m * v, m // max(1, m // pp)
+    warmup = min((pp - rank - 1) * 2 + (v - 1) * r, total)
+    fwd_chunk = [(k // r) % v for k in range(total)]
+    bwd_chunk = [v - 1 - (k // r) % v for k in range(total)]
+    moments = []
+    for j in range(total):
+        f = min(warmup + j + 1, total)
+        done = tuple(fwd_chunk[:f].count(c) for c in range(v))
+        inflight = tuple(done[c] - bwd_chunk[:j].count(c) for c in range(v))
+        moments.append((done, inflight, frozenset(bwd_chunk[: j + 1])))
+    return tuple(moments)
+
+
+def _chunk_params(job: Job, rank: int, chunk: int) -> int:
+    """Parameters on this rank of one model chunk: its decoder layers, and the embedding on the
+    first chunk of the first rank or the output layer on the last chunk of the last rank."""
+    lay, params = job.layout, rank_params(job, rank)
+    total = sum(local_layer_params(job, i).total for i in job.stage_chunks[rank][chunk])
+    if rank == 0 and chunk == 0:
+        total += int(params.value("embedding"))
+    if rank == lay.pp - 1 and chunk == lay.vpp - 1:
+        total += int(params.value("head"))
+    return total
+
+
+def grads_by_chunk(job: Job) -> bool:
+    """Whether a rank's unsharded gradients come into being chunk by chunk: torchtitan's FSDP2
+    keeping its stages gathered under an interleaved pipeline (stage_buffers). torch pipelining
+    turns FSDP's gradient sync off until each stage's last backward (set_requires_gradient_sync
+    (False) in _PipelineStageBase.backward_maybe_with_nosync, torch/distributed/pipelining/
+    stage.py), and FSDP2 makes a layer's fp32 accumulated gradient in that layer's first
+    post-backward, casting the bf16 .grad the backward left (FSDPParamGroup.post_backward ->
+    FSDPParam.to_accumulated_grad_if_needed, pytorch/pytorch@65881d15 torch/distributed/
+    _composable/fsdp/_fsdp_param.py): a chunk has none before its first backward."""
+    return torch_pipelining(job) and _keeps_all_unsharded(job) and job.layout.vpp > 1
+
+
+def _interleaved_peak(job: Job, rank: int, chunks: list[Breakdown]) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    """Under grads_by_chunk: the backward start holding the most activations, kept outputs and fp32
+    unsharded gradients together (interleaved_backward_moments), as (forwards run per chunk,
+    micro-batches in flight per chunk, the unsharded_grads line then). The first backward holds
+    the most micro-batches but only its own chunk's gradients; the first chunk's first backward
+    holds every chunk's gradients and the first chunk's micro-batches only. As in stage_buffers,
+    the sharded gradients (model states) do not exist until the step's last backward."""
+    lay = job.layout
+    grads = [4 * _chunk_params(job, rank, c) for c in range(lay.vpp)]
+    sharded = int(rank_state_bytes(job, rank).value("gradients"))
+    best, out = -1, None
+    for done, inflight, started in interleaved_backward_moments(lay.pp, lay.vpp, job.num_microbatches, rank):
+        alive = max(0, sum(grads[c] for c in started) - sharded)
+        held = (sum(int(c.total) * n for c, n in zip(chunks, inflight))
+                + kept_pipeline_outputs(job, rank, inflight, done) + alive)
+        if held > best:
+            best, out = held, (done, inflight, alive)
+    assert out is not None
+    return out
 
 
 def _transient(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], LayerCost],
@@ -503,6 +576,9 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
     costs = costs or layer_costs(job)
     inflight = inflight_microbatches(job, rank)
     chunks = [_chunk_activations(job, rank, c, costs) for c in range(job.layout.vpp)]
+    done, chunk_grads = None, None
+    if grads_by_chunk(job):
+        done, inflight, chunk_grads = _interleaved_peak(job, rank, chunks)
     activations = Breakdown.of(
         "bytes",
         **{
@@ -510,7 +586,7 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
             for name in CHUNK_PARTS
         },
     )
-    kept = kept_pipeline_outputs(job, rank, inflight)
+    kept = kept_pipeline_outputs(job, rank, inflight, done)
     if kept:
         activations = Breakdown.of("bytes", **dict(activations), kept_outputs=kept)
     key = ("stage_fixed", job.rank_signature(rank))  # what does not depend on the in-flight count
@@ -518,6 +594,8 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
         job.memo[key] = (*_transient(job, rank, costs, stage_buffers(job, rank)), rank_state_bytes(job, rank))
     transient, buffers, cached, states = job.memo[key]
     buffers = Breakdown.of("bytes", **dict(buffers), pipeline_recv=pipeline_recv_bytes(job, rank, inflight))
+    if chunk_grads is not None:
+        buffers = Breakdown.of("bytes", **{name: chunk_grads if name == "unsharded_grads" else v for name, v in buffers})
     end = _backward_end(job, rank, chunks, inflight) if job.training.grads_kept_through_backward else None
     # the moments with reduce-scatter inputs pending (pending_scatter_bytes): the end of the stage's
     # forward (with the loss on the last stage), every micro-batch in flight, and the end of the

@@ -26,12 +26,13 @@ from cost_models.units import GiB  # noqa: E402
 
 
 def test_published_torchtitan_memory():
-    # with torch's ring attention backward under cp: median 4.4%, one row outside 10% (405B 1F1B,
-    # -11.8%); the bounds are those plus half a point
+    # with torch's ring attention backward under cp and the interleaved pipeline's fp32 gradients made
+    # chunk by chunk: median 3.8%, one row outside 10% (405B 1F1B, -11.7%); the bounds are those plus
+    # half a point
     rows = memory_accuracy.rows("torchtitan")
     assert len(rows) == 20
     errors = [abs(r.error) for r in rows]
-    assert statistics.median(errors) <= 0.049
+    assert statistics.median(errors) <= 0.043
     assert max(errors) <= 0.123, [(r.id, round(r.error, 3)) for r in rows]
 
 

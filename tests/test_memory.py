@@ -469,6 +469,48 @@ def test_fsdp_under_torch_pipelining_has_no_sharded_gradients_at_the_peak_by_han
         assert stage.breakdown.value("buffers/unsharded_grads") == 4 * n - 4 * n / 2
 
 
+def test_interleaved_backward_moments_by_hand():
+    # pp 2, vpp 2, 4 micro-batches. Forward k runs chunk (k // 2) % 2: 0 0 1 1 0 0 1 1; backward k
+    # chunk 1 - (k // 2) % 2: 1 1 0 0 1 1 0 0. Rank 0 warms up with (2-0-1)·2 + 2 = 4 forwards and
+    # runs one more before each backward: before backward j it has run min(5 + j, 8) forwards.
+    from cost_models.memory import interleaved_backward_moments
+
+    moments = interleaved_backward_moments(2, 2, 4, 0)
+    assert [(done, inflight) for done, inflight, _ in moments[:4]] == [
+        ((3, 2), (3, 2)), ((4, 2), (4, 1)), ((4, 3), (4, 1)), ((4, 4), (3, 2))]
+    # chunk 1 runs the first two backwards alone; chunk 0's first is backward 2
+    assert [sorted(started) for _, _, started in moments[:3]] == [[1], [1], [0, 1]]
+    # rank 1 warms up with 2 forwards (both on chunk 0): 2 and 1 in flight at its first backward
+    assert interleaved_backward_moments(2, 2, 4, 1)[0][:2] == ((2, 1), (2, 1))
+
+
+def test_interleaved_fsdp_gradients_come_chunk_by_chunk_by_hand():
+    # torchtitan's FSDP2 under an interleaved pipeline makes each chunk's fp32 unsharded gradients at
+    # that chunk's first backward. LLAMA_TINY, pp 2, vpp 2, dp 2, full recompute: one layer
+    # (692,736 parameters) per chunk; rank 0's chunk 0 adds the embedding (256,000), rank 1's chunk 1
+    # the output layer and final norm (256,256). The sharded gradients (4n/2) do not exist at the peak.
+    training = dict(TITAN, global_batch_size=8)
+    # seq 16, 4 micro-batches: one micro-batch through rank 0's chunk 0 keeps its layer's input
+    # (16·256·2 = 8,192), its stage output (8,192) and the embedding's token ids (16·8 = 128): 16,512;
+    # through chunk 1 16,384. Backward 0: 3·16,512 + 2·16,384 = 82,304 with chunk 1's gradients,
+    # 4·692,736 = 2,770,944, below the sharded 4·1,641,472/2 = 3,282,944 (line 0); backward 2: 4·16,512 +
+    # 16,384 = 82,432 with every gradient, the line 4·1,641,472 - 3,282,944 = 3,282,944: the peak
+    job = make_job(LLAMA_TINY, gpus=4, pp=2, vpp=2, zero=3, recompute="full", training=dict(training, seq_len=16))
+    first = memory_estimate(job).stages[0]
+    assert first.inflight == (4, 1)
+    assert first.breakdown.value("buffers/unsharded_grads") == 3_282_944
+    assert first.breakdown.value("activations") == 82_432
+    # seq 4096, 2 micro-batches (global batch 4): rank 1's chunk 1 holds the output layer's
+    # activations (20,594,688 bytes beside its layer's 2,097,152), so its first backward, 2 micro-batches
+    # of chunk 0 and 1 of chunk 1 with chunk 1's gradients only, 4·948,992 - 3,283,456 = 512,512, is
+    # above chunk 0's first backward (2 of chunk 0 with every gradient)
+    job = make_job(LLAMA_TINY, gpus=4, pp=2, vpp=2, zero=3, recompute="full",
+                   training=dict(training, seq_len=4096, global_batch_size=4))
+    last = memory_estimate(job).stages[1]
+    assert last.inflight == (2, 1)
+    assert last.breakdown.value("buffers/unsharded_grads") == 4 * 948_992 - 3_283_456
+
+
 def test_the_last_stage_keeps_each_in_flight_micro_batchs_mtp_activations():
     # An MTP module on the last pipeline stage runs, per micro-batch, one more decoder layer, the 2h-wide
     # eh_proj input and one more output layer and loss; their activations stay alive until that

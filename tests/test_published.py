@@ -403,6 +403,24 @@ def test_torchtitan_default_split_points():
     assert [len(r[0]) for r in one] == [15] + [16] * 6 + [15]
 
 
+def test_torchtitan_interleaved_405b_peaks_at_the_first_chunks_first_backward():
+    # 8 micro-batches over pp 8 with 2 stages per rank: warm-up (8-r-1)·2 + 8 forwards, so ranks 0-3
+    # run all 16 forwards, then the 8 backwards of their second stage, then the first stage's. The fp32
+    # unsharded gradients of the second stage exist from its first backward, the first stage's from
+    # its own: the peak holds the first stage's 8 micro-batches and every gradient, not all 16 with
+    # every gradient. Rank 7 (8 warm-up forwards, then one forward before each backward of its last
+    # stage): the same moment, with the 8 kept 16-bit logits.
+    from cost_models.memory import memory_estimate
+    from cost_models.states import rank_params, rank_state_bytes
+
+    job = BY_ID["torchtitan-2412-405b-512gpu-interleaved1f1b"].job()
+    est = memory_estimate(job)
+    assert all(s.inflight == (8, 0) for s in est.stages)
+    for r in (1, 7):
+        full = 4 * rank_params(job, r).total - rank_state_bytes(job, r).value("gradients")
+        assert est.stages[r].breakdown.value("buffers/unsharded_grads") == full
+
+
 def test_torchtitan_docs_rows_that_say_no_async_tp_run_plain_tp():
     # docs/performance.md@3faaa1a0 (Aug 2024), 405B on 128 H100s: only the last row ran async TP
     ids = ("torchtitan-docs-2408-llama31-405b-128xh100-bf16", "torchtitan-docs-2408-llama31-405b-128xh100-float8",
