@@ -359,8 +359,9 @@ MPT_MODE_NOTES = {
     "PURE": (
         ("a row the README carried over from its tables before llm-foundry@b2a43a147 (README@c6cfb4284 lists it), "
          "run with submit_benchmarks.py's attn_impl default 'triton' (a7d6a4475 L119) on the code of its day"),
-        ("gradients reduce-scattered in fp32 as torchtitan's FSDP2 does, where the table's mixed_precision "
-         "PURE reduces them in bf16 (Composer@v0.16.4 mosaic_fsdp_utils.py L91-94): twice the bytes"),
+        ("gradients reduce-scattered in bf16 (fsdp_reduce_in_bf16): the table's mixed_precision PURE sets "
+         "FSDP's reduce_dtype to the 16-bit precision (Composer@v0.16.4 mosaic_fsdp_utils.py L91-94; "
+         "v0.15.0 mosaic_fsdp.py L89-92)"),
     ),
     "DEFAULT": (
         ("run as llm-foundry@b2a43a147 published it: submit_benchmarks.py installs llm-foundry v0.3.0 (L397-403), "
@@ -374,7 +375,8 @@ MPT_MODE_NOTES = {
 def _mpt(entry: dict) -> Mapped:
     lay, m = entry["layout"], entry["model"]
     cluster = _cluster(entry)
-    code_note, reduce_note = MPT_MODE_NOTES["PURE" if "PURE" in entry["hardware"]["precision"].upper() else "DEFAULT"]
+    pure = "PURE" in entry["hardware"]["precision"].upper()
+    code_note, reduce_note = MPT_MODE_NOTES["PURE" if pure else "DEFAULT"]
     notes = ["llm-foundry FSDP FULL_SHARD (torch's FullyShardedDataParallel under Composer) modelled as FSDP (framework torchtitan, zero 3)",
              code_note,
              ("MPT shape from the benchmark config: biases on, learned positions (MPTConfig defaults), LayerNorm with "
@@ -397,7 +399,8 @@ def _mpt(entry: dict) -> Mapped:
              "(llm-foundry v0.3.0 llmfoundry/models/layers/attention.py L484)"]
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.BF16,
                             framework=Framework.TORCHTITAN, attention=AttentionKernel.FLASH, attention_backend=AttentionBackend.FA1,
-                            compile_loss=True, fused_projections=True, optimizer=OptimizerKind.DECOUPLED_ADAMW)
+                            compile_loss=True, fused_projections=True, optimizer=OptimizerKind.DECOUPLED_ADAMW,
+                            fsdp_reduce_in_bf16=pure)
     layout = Layout(tp=1, pp=1, mbs=lay["micro_batch"], zero=Zero.PARAMETERS, recompute=_recompute(lay["recompute"]))
     return mpt_model(entry), cluster, training, layout, notes
 

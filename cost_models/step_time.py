@@ -146,11 +146,14 @@ class LayerPass:
 def _grad_bytes(job: Job) -> int:
     """Bytes per gradient element in the data-parallel reduction: Megatron reduces its fp32 main
     grads for bf16 (accumulate_allreduce_grads_in_fp32 is forced on with --bf16, arguments.py) and
-    fp16 grads for fp16; FSDP2 reduces in fp32 (torchtitan mixed_precision_reduce); DeepSpeed in
-    the 16-bit dtype; Megatron with --grad-reduce-in-bf16 in bf16."""
+    fp16 grads for fp16; FSDP2 reduces in fp32 (torchtitan mixed_precision_reduce), FSDP with a bf16
+    reduce dtype (TrainingSpec.fsdp_reduce_in_bf16) in bf16; DeepSpeed in the 16-bit dtype; Megatron
+    with --grad-reduce-in-bf16 in bf16."""
     fw = job.training.framework
     if fw is Framework.DEEPSPEED or (fw is Framework.MEGATRON and (job.training.precision is Precision.FP16
                                                                   or job.training.grad_reduce_in_bf16)):
+        return 2
+    if fw is Framework.TORCHTITAN and job.training.fsdp_reduce_in_bf16:
         return 2
     return 4
 

@@ -224,6 +224,14 @@ class TrainingSpec(Spec):
     # torch/optim/adam.py, Adam.step's lazy state initialisation): 2 + 2 + 2·2 bytes per parameter
     # and no fp32 copy anywhere. Framework torchtitan only.
     bf16_params: bool = False
+    # The FSDP gradient reduce-scatter in bf16 instead of fp32: torch FSDP's MixedPrecision with
+    # reduce_dtype=bfloat16, as Composer's mixed_precision PURE builds it (param, reduce and buffer
+    # dtypes all the 16-bit precision: mosaicml/composer@v0.16.4 composer/trainer/mosaic_fsdp_utils.py
+    # L91-94, the same in v0.14.1 and v0.15.0 composer/trainer/mosaic_fsdp.py L89-92), where its
+    # DEFAULT (L87-90) and torchtitan's mixed_precision_reduce default reduce in fp32: 2 bytes per
+    # gradient element on the wire and in the reduce-scatter's copy-in instead of 4. Framework
+    # torchtitan only.
+    fsdp_reduce_in_bf16: bool = False
     # FSDP2's gradient reduction turned off on every micro-batch but the last
     # (set_requires_gradient_sync(False), training/grad.py:16-40, around each micro-batch at
     # scripts/train.py:293-297): each parameter's unsharded gradient is then kept from the first
