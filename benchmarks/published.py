@@ -396,7 +396,12 @@ def _mpt(entry: dict) -> Mapped:
               "flash_attn's CrossEntropyLoss, which keeps the 16-bit logits and a per-row log-sum-exp (modeling_mpt.py L721-727)"),
              f"network: the {cluster.spec.name} preset stands in for the MosaicML cluster (README: 1600 Gbps RoCE per node on A100)",
              "q, k, v as one fused GEMM (fused_projections): MPT's attention has one Wqkv linear "
-             "(llm-foundry v0.3.0 llmfoundry/models/layers/attention.py L484)"]
+             "(llm-foundry v0.3.0 llmfoundry/models/layers/attention.py L484)",
+             ("FSDP1's backward prefetch priced as FSDP2's (the next layer's gather issued ahead of its backward): the "
+              "benchmark leaves backward_prefetch at Composer's default BACKWARD_POST (Composer@v0.16.4 "
+              "dist_strategy.py L135; yamls/pretrain/mpt-*.yaml@b2a43a147 fsdp_config sets limit_all_gathers: true, "
+              "no backward_prefetch), which issues that gather after the current layer's gradients (the BackwardPrefetch "
+              "docstring of torch/distributed/fsdp/api.py, read in torch 2.13.0); how much it then overlaps depends on how far the CPU runs ahead")]
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.BF16,
                             framework=Framework.TORCHTITAN, attention=AttentionKernel.FLASH, attention_backend=AttentionBackend.FA1,
                             compile_loss=True, fused_projections=True, optimizer=OptimizerKind.DECOUPLED_ADAMW,
