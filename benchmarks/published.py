@@ -377,7 +377,9 @@ def _mpt(entry: dict) -> Mapped:
     cluster = _cluster(entry)
     pure = "PURE" in entry["hardware"]["precision"].upper()
     code_note, reduce_note = MPT_MODE_NOTES["PURE" if pure else "DEFAULT"]
-    notes = ["llm-foundry FSDP FULL_SHARD (torch's FullyShardedDataParallel under Composer) modelled as FSDP (framework torchtitan, zero 3)",
+    notes = [("llm-foundry FSDP FULL_SHARD (torch's FullyShardedDataParallel under Composer) modelled as FSDP (framework "
+              "torchtitan, zero 3) with FSDP1's flat parameters (fsdp_flat_params): no copy-out after the gathers, the "
+              "gradient cast to the reduce dtype and divided in place before the reduce-scatter"),
              code_note,
              ("MPT shape from the benchmark config: biases on, learned positions (MPTConfig defaults), LayerNorm with "
               "bias (low_precision_layernorm is a kernel choice); the README's NumParams match this model exactly"),
@@ -405,7 +407,7 @@ def _mpt(entry: dict) -> Mapped:
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.BF16,
                             framework=Framework.TORCHTITAN, attention=AttentionKernel.FLASH, attention_backend=AttentionBackend.FA1,
                             compile_loss=True, fused_projections=True, optimizer=OptimizerKind.DECOUPLED_ADAMW,
-                            fsdp_reduce_in_bf16=pure)
+                            fsdp_reduce_in_bf16=pure, fsdp_flat_params=True)
     layout = Layout(tp=1, pp=1, mbs=lay["micro_batch"], zero=Zero.PARAMETERS, recompute=_recompute(lay["recompute"]))
     return mpt_model(entry), cluster, training, layout, notes
 

@@ -364,3 +364,18 @@ def test_mpt_pure_rows_reduce_scatter_bf16_gradients():
     rs = lambda nbytes: collective_time(Collective.REDUCE_SCATTER, nbytes, _dense_group(job), job.cluster.spec)  # noqa: E731
     assert reduce == pytest.approx(rs(314_639_360 * 2), rel=1e-12)
     assert reduce < 0.6 * rs(314_639_360 * 4)  # the fp32 reduce a DEFAULT row pays
+
+
+def test_mpt_fsdp1_copies_are_casts_and_divisions_not_a_copy_out():
+    # FSDP1's FlatParameter is viewed, not copied out (TrainingSpec.fsdp_flat_params). Per parameter and
+    # micro-batch it moves: the fp32 shard cast to bf16 before both gathers, 2·(4 + 2)/n; under DEFAULT
+    # the bf16 gradient cast to fp32, 2 + 4, and its predivision in place, 2·4; the shard's
+    # postdivision, 2·4/n. 8 ranks: 1.5 + 6 + 8 + 1 = 16.5 bytes. PURE reduces in bf16: no cast,
+    # predivision 2·2; 128 ranks: 12/128 + 4 + 4/128 = 4.125 bytes (FSDP2's copies: 2·(2 + 2) + 2 + 2 = 12).
+    from cost_models.step_time import fsdp1_bytes_per_param
+
+    default = BY_ID["mpt-h100-13b-seq2048-8gpu"].job()
+    pure = BY_ID["mpt-a100-40g-13b-seq2048-128gpu"].job()
+    assert default.training.fsdp_flat_params and pure.training.fsdp_flat_params
+    assert fsdp1_bytes_per_param(default) == 16.5
+    assert fsdp1_bytes_per_param(pure) == 4.125
