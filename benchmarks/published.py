@@ -359,8 +359,9 @@ MPT_MODE_NOTES = {
     "PURE": (
         ("a row the README carried over from its tables before llm-foundry@b2a43a147 (README@c6cfb4284 lists it), "
          "run with submit_benchmarks.py's attn_impl default 'triton' (a7d6a4475 L119) on the code of its day"),
-        ("gradients reduce-scattered in fp32 as torchtitan's FSDP2 does, where the table's mixed_precision "
-         "PURE reduces them in bf16 (Composer@v0.16.4 mosaic_fsdp_utils.py L91-94): twice the bytes"),
+        ("gradients reduce-scattered in bf16 (fsdp_reduce_in_bf16): the table's mixed_precision PURE sets "
+         "FSDP's reduce_dtype to the 16-bit precision (Composer@v0.16.4 mosaic_fsdp_utils.py L91-94; "
+         "v0.15.0 mosaic_fsdp.py L89-92)"),
     ),
     "DEFAULT": (
         ("run as llm-foundry@b2a43a147 published it: submit_benchmarks.py installs llm-foundry v0.3.0 (L397-403), "
@@ -374,8 +375,11 @@ MPT_MODE_NOTES = {
 def _mpt(entry: dict) -> Mapped:
     lay, m = entry["layout"], entry["model"]
     cluster = _cluster(entry)
-    code_note, reduce_note = MPT_MODE_NOTES["PURE" if "PURE" in entry["hardware"]["precision"].upper() else "DEFAULT"]
-    notes = ["llm-foundry FSDP FULL_SHARD (torch's FullyShardedDataParallel under Composer) modelled as FSDP (framework torchtitan, zero 3)",
+    pure = "PURE" in entry["hardware"]["precision"].upper()
+    code_note, reduce_note = MPT_MODE_NOTES["PURE" if pure else "DEFAULT"]
+    notes = [("llm-foundry FSDP FULL_SHARD (torch's FullyShardedDataParallel under Composer) modelled as FSDP (framework "
+              "torchtitan, zero 3) with FSDP1's flat parameters (fsdp_flat_params): no copy-out after the gathers, the "
+              "gradient cast to the reduce dtype and divided in place before the reduce-scatter"),
              code_note,
              ("MPT shape from the benchmark config: biases on, learned positions (MPTConfig defaults), LayerNorm with "
               "bias (low_precision_layernorm is a kernel choice); the README's NumParams match this model exactly"),
@@ -394,10 +398,16 @@ def _mpt(entry: dict) -> Mapped:
               "flash_attn's CrossEntropyLoss, which keeps the 16-bit logits and a per-row log-sum-exp (modeling_mpt.py L721-727)"),
              f"network: the {cluster.spec.name} preset stands in for the MosaicML cluster (README: 1600 Gbps RoCE per node on A100)",
              "q, k, v as one fused GEMM (fused_projections): MPT's attention has one Wqkv linear "
-             "(llm-foundry v0.3.0 llmfoundry/models/layers/attention.py L484)"]
+             "(llm-foundry v0.3.0 llmfoundry/models/layers/attention.py L484)",
+             ("FSDP1's backward prefetch priced as FSDP2's (the next layer's gather issued ahead of its backward): the "
+              "benchmark leaves backward_prefetch at Composer's default BACKWARD_POST (Composer@v0.16.4 "
+              "dist_strategy.py L135; yamls/pretrain/mpt-*.yaml@b2a43a147 fsdp_config sets limit_all_gathers: true, "
+              "no backward_prefetch), which issues that gather after the current layer's gradients (the BackwardPrefetch "
+              "docstring of torch/distributed/fsdp/api.py, read in torch 2.13.0); how much it then overlaps depends on how far the CPU runs ahead")]
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.BF16,
                             framework=Framework.TORCHTITAN, attention=AttentionKernel.FLASH, attention_backend=AttentionBackend.FA1,
-                            compile_loss=True, fused_projections=True, optimizer=OptimizerKind.DECOUPLED_ADAMW)
+                            compile_loss=True, fused_projections=True, optimizer=OptimizerKind.DECOUPLED_ADAMW,
+                            fsdp_reduce_in_bf16=pure, fsdp_flat_params=True)
     layout = Layout(tp=1, pp=1, mbs=lay["micro_batch"], zero=Zero.PARAMETERS, recompute=_recompute(lay["recompute"]))
     return mpt_model(entry), cluster, training, layout, notes
 

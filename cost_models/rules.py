@@ -456,7 +456,8 @@ def _grad_reduce_in_bf16(job: Job) -> str | None:
 NANOTRON_SWITCHES = ("grads_kept_through_backward", "ddp_buckets", "loss_shift_out_of_place", "eager_swiglu",
                      "zero1_blocking_sync", "qkv_copy_kept", "tp_gather_buffers", "tp_scatter_inputs_pending")
 TITAN_SWITCHES = ("fsdp_reshard_after_forward", "tp_gather_per_projection", "bf16_params", "fsdp_sync_last_microbatch",
-                  "tp_replicated_vocab", "loss_on_16bit_logits", "compile_whole_model", "pipeline_keeps_outputs")
+                  "tp_replicated_vocab", "loss_on_16bit_logits", "compile_whole_model", "pipeline_keeps_outputs",
+                  "fsdp_reduce_in_bf16", "fsdp_flat_params")
 
 
 def _switched(tr: TrainingSpec, names: tuple[str, ...]) -> list[str]:

@@ -147,11 +147,14 @@ class LayerPass:
 def _grad_bytes(job: Job) -> int:
     """Bytes per gradient element in the data-parallel reduction: Megatron reduces its fp32 main
     grads for bf16 (accumulate_allreduce_grads_in_fp32 is forced on with --bf16, arguments.py) and
-    fp16 grads for fp16; FSDP2 reduces in fp32 (torchtitan mixed_precision_reduce); DeepSpeed in
-    the 16-bit dtype; Megatron with --grad-reduce-in-bf16 in bf16."""
+    fp16 grads for fp16; FSDP2 reduces in fp32 (torchtitan mixed_precision_reduce), FSDP with a bf16
+    reduce dtype (TrainingSpec.fsdp_reduce_in_bf16) in bf16; DeepSpeed in the 16-bit dtype; Megatron
+    with --grad-reduce-in-bf16 in bf16."""
     fw = job.training.framework
     if fw is Framework.DEEPSPEED or (fw is Framework.MEGATRON and (job.training.precision is Precision.FP16
                                                                   or job.training.grad_reduce_in_bf16)):
+        return 2
+    if fw is Framework.TORCHTITAN and job.training.fsdp_reduce_in_bf16:
         return 2
     return 4
 
@@ -763,12 +766,25 @@ def fsdp_copy_seconds(job: Job, layer_id: int, cal: Calibration) -> float:
     into the unsharded parameters, 2 + 2 bytes per parameter, after the forward and the backward
     gather; foreach_reduce copies the unsharded 16-bit gradients into the flat fp32 reduce-scatter
     input, 2 + 4 bytes). torchtitan only; DeepSpeed and FSDP1 gather into flat buffers the
-    parameters view."""
+    parameters view: FSDP1 (TrainingSpec.fsdp_flat_params) pays fsdp1_bytes_per_param instead."""
     if job.training.framework is not Framework.TORCHTITAN:
         return 0.0
     p = local_layer_params(job, layer_id)
     params = p.dense + p.expert
+    if job.training.fsdp_flat_params:
+        return memory_seconds(job, params * fsdp1_bytes_per_param(job), cal, launches=5)
     return memory_seconds(job, params * (2 * (2 + 2) + (2 + _grad_bytes(job))), cal, launches=3)
+
+
+def fsdp1_bytes_per_param(job: Job) -> float:
+    """Bytes FSDP1 moves per unsharded parameter and micro-batch outside its collectives (see
+    TrainingSpec.fsdp_flat_params): the fp32 shard cast to 16 bits before the forward and the
+    backward gather, 2·(4 + 2)/n; the 16-bit gradient cast to an fp32 reduce dtype, 2 + 4 (nothing
+    when it reduces in bf16); the predivision of the unsharded gradient in place, 2·g; the
+    postdivision of the shard, 2·g/n; n the shard group, g the reduce dtype's bytes."""
+    n, g = job.dense_shard_group, _grad_bytes(job)
+    cast = ACT_BYTES + g if g != ACT_BYTES else 0
+    return 2 * (4 + ACT_BYTES) / n + cast + 2 * g + 2 * g / n
 
 
 def _gather_bytes(job: Job) -> int:

@@ -230,6 +230,26 @@ class TrainingSpec(Spec):
     # torch/optim/adam.py, Adam.step's lazy state initialisation): 2 + 2 + 2·2 bytes per parameter
     # and no fp32 copy anywhere. Framework torchtitan only.
     bf16_params: bool = False
+    # The FSDP gradient reduce-scatter in bf16 instead of fp32: torch FSDP's MixedPrecision with
+    # reduce_dtype=bfloat16, as Composer's mixed_precision PURE builds it (param, reduce and buffer
+    # dtypes all the 16-bit precision: mosaicml/composer@v0.16.4 composer/trainer/mosaic_fsdp_utils.py
+    # L91-94, the same in v0.14.1 and v0.15.0 composer/trainer/mosaic_fsdp.py L89-92), where its
+    # DEFAULT (L87-90) and torchtitan's mixed_precision_reduce default reduce in fp32: 2 bytes per
+    # gradient element on the wire and in the reduce-scatter's copy-in instead of 4. Framework
+    # torchtitan only.
+    fsdp_reduce_in_bf16: bool = False
+    # torch's FullyShardedDataParallel (FSDP1) rather than fully_shard (FSDP2): each wrapped unit's
+    # parameters live in one FlatParameter that the all-gather fills and the module's parameters view,
+    # so there is no copy-out; what it moves per micro-batch instead (cost_models.step_time
+    # fsdp_copy_seconds) is the cast of the fp32 shard to the 16-bit param dtype before each gather
+    # (_flat_param.py _use_low_precision_shard), the cast of the unsharded 16-bit gradient to the
+    # reduce dtype where they differ (_runtime_utils.py _post_backward_hook, L759-764), and the in-place
+    # divisions of the unsharded gradient before the reduce-scatter and of the shard after it
+    # (_reduce_grad L852, L879; predivide factor > 1 for any world size >= 2,
+    # algorithms/_comm_hooks/default_hooks.py L38-42), as read in torch 2.13.0; llm-foundry's MPT
+    # benchmark image ran torch 2.1.0 (mosaicml/pytorch:2.1.0, sweep.sh@b2a43a147), whose copy of
+    # these files was not read here. Framework torchtitan only.
+    fsdp_flat_params: bool = False
     # FSDP2's gradient reduction turned off on every micro-batch but the last
     # (set_requires_gradient_sync(False), training/grad.py:16-40, around each micro-batch at
     # scripts/train.py:293-297): each parameter's unsharded gradient is then kept from the first

@@ -426,3 +426,39 @@ def test_torchtitan_docs_rows_that_say_no_async_tp_run_plain_tp():
     ids = ("torchtitan-docs-2408-llama31-405b-128xh100-bf16", "torchtitan-docs-2408-llama31-405b-128xh100-float8",
            "torchtitan-docs-2408-llama31-405b-128xh100-float8-asynctp")
     assert [BY_ID[i].training.tp_comm_overlap for i in ids] == [False, False, True]
+
+
+def test_mpt_pure_rows_reduce_scatter_bf16_gradients():
+    # Composer's mixed_precision PURE sets FSDP's reduce_dtype to bf16 (mosaicml/composer@v0.16.4
+    # mosaic_fsdp_utils.py L91-94), DEFAULT to fp32 (L87-90). One MPT-13b block holds
+    # 12·d² + 13·d = 12·5120² + 13·5120 = 314,639,360 parameters (qkv, out, fc1, fc2 weights and
+    # biases, two LayerNorms); its reduce-scatter over the 128 A100-40GB ranks moves 2 bytes each
+    # under PURE, 4 under DEFAULT. rel 1e-12: the same collective_time call on the same bytes.
+    from cost_models.comm import Collective, collective_time
+    from cost_models.states import local_layer_params
+    from cost_models.step_time import _dense_group, _fsdp_layer_comm
+
+    pure = {r.id for r in RUNS if r.group == "mpt" and r.training.fsdp_reduce_in_bf16}
+    assert pure == {"mpt-a100-70b-seq2048-64gpu", "mpt-a100-40g-70b-seq2048-128gpu", "mpt-a100-40g-30b-seq2048-128gpu",
+                    "mpt-a100-40g-13b-seq2048-128gpu", "mpt-a100-40g-7b-seq2048-128gpu", "mpt-a100-40g-7b-seq2048-8gpu"}
+    job = BY_ID["mpt-a100-40g-13b-seq2048-128gpu"].job()
+    assert local_layer_params(job, 0).dense == 12 * 5120**2 + 13 * 5120 == 314_639_360
+    _, reduce = _fsdp_layer_comm(job, 0)
+    rs = lambda nbytes: collective_time(Collective.REDUCE_SCATTER, nbytes, _dense_group(job), job.cluster.spec)  # noqa: E731
+    assert reduce == pytest.approx(rs(314_639_360 * 2), rel=1e-12)
+    assert reduce < 0.6 * rs(314_639_360 * 4)  # the fp32 reduce a DEFAULT row pays
+
+
+def test_mpt_fsdp1_copies_are_casts_and_divisions_not_a_copy_out():
+    # FSDP1's FlatParameter is viewed, not copied out (TrainingSpec.fsdp_flat_params). Per parameter and
+    # micro-batch it moves: the fp32 shard cast to bf16 before both gathers, 2·(4 + 2)/n; under DEFAULT
+    # the bf16 gradient cast to fp32, 2 + 4, and its predivision in place, 2·4; the shard's
+    # postdivision, 2·4/n. 8 ranks: 1.5 + 6 + 8 + 1 = 16.5 bytes. PURE reduces in bf16: no cast,
+    # predivision 2·2; 128 ranks: 12/128 + 4 + 4/128 = 4.125 bytes (FSDP2's copies: 2·(2 + 2) + 2 + 2 = 12).
+    from cost_models.step_time import fsdp1_bytes_per_param
+
+    default = BY_ID["mpt-h100-13b-seq2048-8gpu"].job()
+    pure = BY_ID["mpt-a100-40g-13b-seq2048-128gpu"].job()
+    assert default.training.fsdp_flat_params and pure.training.fsdp_flat_params
+    assert fsdp1_bytes_per_param(default) == 16.5
+    assert fsdp1_bytes_per_param(pure) == 4.125
