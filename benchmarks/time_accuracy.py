@@ -11,7 +11,9 @@ point of the product grid; every fit below is then a lookup in that table. The o
 mean over families of the mean |log(predicted / measured)| (each source weighs the same, however
 many rows it has). A constant is fitted only where at least MIN_RUNS runs from at least MIN_FAMILIES
 families inform it, i.e. move by more than INFORMS when it goes from one bound to the other (the
-runs that do are its fit set); otherwise it stays at its prior. Every other number in the time
+runs that do are its fit set); otherwise it stays at its prior. A constant the runs leave unpinned
+(calibration.Prior.unpinned: its fits scatter over the grid at equal scores) stays at its prior in
+every fit. Every other number in the time
 model is a kernel or collective measurement (presets/kernels, presets/gpus.toml,
 cost_models/comm.py) and is not fitted here.
 
@@ -80,8 +82,11 @@ def priors() -> Calibration:
 
 
 def axis(name: str) -> tuple[float, ...]:
-    """The grid of one constant: its prior and GRID_STEPS points towards each bound."""
+    """The grid of one constant: its prior and GRID_STEPS points towards each bound; the prior
+    alone for a constant the runs do not pin (Prior.unpinned)."""
     p = MECHANISMS[name]
+    if p.unpinned:
+        return (p.value,)
     log = p.low > 0
     f, inv = (math.log, math.exp) if log else ((lambda x: x), (lambda x: x))
     lo, mid, hi = f(p.low), f(p.value), f(p.high)
@@ -188,7 +193,8 @@ def constants_table(grid: Grid, cal: Calibration, loso: dict[str, Calibration]) 
         values = [getattr(c, name) for c in loso.values()]
         spread = f"{min(values):.3g} to {max(values):.3g}" if values else "-"
         sets = ", ".join(f"{k} {v}" for k, v in sorted(per.items())) or "none"
-        shown = f"{getattr(cal, name):.3g}" if grid.fittable(grid.every, name) else "prior (too few runs or sources inform it)"
+        shown = (f"{getattr(cal, name):.3g}" if grid.fittable(grid.every, name)
+                 else f"prior, not fitted ({prior.unpinned})" if prior.unpinned else "prior (too few runs or sources inform it)")
         lines.append(f"| {name} | {prior.value:.3g} | {shown} | {spread} | {sets} | {prior.source} |")
     return "\n".join(lines)
 
