@@ -163,13 +163,13 @@ def test_step_time_out_of_sample():
         assert getattr(DEFAULT, name) == pytest.approx(getattr(fitted, name), rel=1e-3), name
     rows, _ = time_accuracy.leave_one_source_out(grid)
     errors = [abs(r.error) for r in rows]
-    assert statistics.median(errors) <= 0.049  # 4.6% today; issue 20's target is 6%
+    assert statistics.median(errors) <= 0.039  # 3.7% today; issue 20's target is 6%
     by_source: dict[str, list[float]] = defaultdict(list)
     for r in rows:
         by_source[r.family].append(abs(r.error))
-    today = {"fp8lm": 0.032, "kempnerforge": 0.05, "korthikanti2022": 0.057, "mlperf": 0.054, "mpt": 0.039,
-             "nanotron_ultrascale": 0.059, "narayanan2021": 0.021, "sail_pipeline": 0.032, "torchtitan": 0.04,
-             "torchtitan_docs_2024": 0.013}
+    today = {"fp8lm": 0.033, "kempnerforge": 0.037, "korthikanti2022": 0.060, "mlperf": 0.046, "mpt": 0.041,
+             "nanotron_ultrascale": 0.056, "narayanan2021": 0.028, "sail_pipeline": 0.027, "torchtitan": 0.048,
+             "torchtitan_docs_2024": 0.022}
     for source, errs in by_source.items():
         if len(errs) >= 5:
             assert statistics.median(errs) <= today[source] + 0.01, source
