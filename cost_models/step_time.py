@@ -24,7 +24,8 @@ code it follows; the framework notes of docs/performance-model.md list the commi
   them with another micro-batch (Megatron's combined 1F1B);
 - pp: each chunk's activation send/recv is on the critical path once per pass, over the network
   where the pipeline crosses from one scale-up domain into the next (pp_boundary_seconds), each
-  followed by a re-launch after Megatron's synchronize (pp_sync_relaunch_seconds); a tied embedding's
+  followed by a re-launch after Megatron's synchronize (pp_sync_relaunch_seconds); the interleaved
+  schedule's overlapped exchanges run at its slowest boundary's pace (pp_overlapped_hop_seconds); a tied embedding's
   gradient all-reduce between the first and last stage follows the dp sync, exposed
   (tied_embedding_grad_seconds);
 - FSDP / ZeRO-3: each layer's parameter all-gather is prefetched behind the previous layer's
@@ -1358,6 +1359,20 @@ def pp_hop_seconds(job: Job) -> float:
     return send_recv_time(_pp_boundary_bytes(job), stride=lay.tp * lay.cp * job.dp, cluster=job.cluster.spec)
 
 
+def pp_overlapped_hop_seconds(job: Job) -> float:
+    """The send/recv the interleaved schedule's overlapped exchanges are priced at, one hop for
+    every rank: its ranks pass every chunk through every boundary in step, so the pipeline runs at
+    its slowest boundary's pace, a network hop (pp_boundary_seconds) wherever the pipeline leaves a
+    scale-up domain. A pipeline of pp ranks tp·cp·dp GPUs apart spans pp·tp·cp·dp GPUs and leaves
+    its domain where comm.placement puts fewer than pp of its ranks in one; a stride below the
+    domain size alone does not keep it inside (tp4 cp2 dp8 pp8 on 72-GPU NVL72 domains: ranks 64
+    GPUs apart, a pipeline over 512 GPUs)."""
+    lay = job.layout
+    if placement(job.cluster.spec, lay.pp, lay.tp * lay.cp * job.dp).per_domain >= lay.pp:
+        return pp_hop_seconds(job)
+    return max(pp_boundary_seconds(job, 0))
+
+
 def _crosses_domain(job: Job, rank: int, neighbour: int) -> bool:
     """Whether two pipeline ranks sit in different scale-up domains. The rank order puts pp last,
     so a pipeline rank is a block of tp·cp·dp consecutive GPUs and a domain holds as many whole
@@ -1558,7 +1573,7 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[LayerKi
         # each chunk receives its input in forward and its output gradient in backward; the
         # first chunk of rank 0 and the last chunk of the last rank have one neighbour less
         hops = 2 * lay.vpp - (1 if first else 0) - (1 if last else 0)
-        hop = pp_hop_seconds(job)
+        hop = pp_overlapped_hop_seconds(job)
         if _pp_overlapped(job):
             # each transfer runs beside the next chunk's compute (of the other direction)
             chunk = (sum(fwd_compute) + sum(bwd_compute)) / (2 * lay.vpp)

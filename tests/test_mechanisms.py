@@ -25,6 +25,7 @@ from cost_models.step_time import (
     layer_pass,
     pp_boundary_seconds,
     pp_hop_seconds,
+    pp_overlapped_hop_seconds,
     pp_sync_relaunch_seconds,
     sac_regather,
     tied_embedding_grad_seconds,
@@ -455,6 +456,25 @@ def test_a_pipeline_inside_one_node_leaves_it_over_the_network_where_it_crosses_
     tp8 = make_job("llama-3.1-8b", gpus=16, tp=8, pp=2, training=dict(global_batch_size=32))
     across = send_recv_time(size / 8, stride=8, cluster=H100)
     assert pp_boundary_seconds(tp8, 0) == pp_boundary_seconds(tp8, 1) == (across, across) == (pp_hop_seconds(tp8),) * 2
+
+
+def test_an_interleaved_pipeline_spanning_several_domains_runs_at_its_network_hop():
+    # Llama-3.1-8B, tp 4, cp 2, pp 8, vpp 2 on GB200 NVL72 (72-GPU NVLink domains), seq 4096: a
+    # boundary carries 4096/2 tokens / tp 4 (sequence parallel) x 4096 x 2 bytes = 4 MiB.
+    gb200 = presets.clusters()["gb200-nvl72"]
+    size = 4096 // 2 // 4 * 4096 * 2
+    nvlink = send_recv_time(size, stride=1, cluster=gb200)
+    network = send_recv_time(size, stride=72, cluster=gb200)
+    assert network > 5 * nvlink
+    # 256 GPUs, dp 4: pipeline neighbours are 4*2*4 = 32 GPUs apart, below the domain's 72, but a
+    # pipeline spans 8 x 32 = 256 GPUs and at most 72 // 32 = 2 of its ranks share a domain, so
+    # some boundary crosses into the next rack and the overlapped exchanges run at that pace
+    wide = make_job("llama-3.1-8b", gpus=256, cluster="gb200-nvl72", tp=4, cp=2, pp=8, vpp=2, training=dict(global_batch_size=64))
+    assert pp_hop_seconds(wide) == pytest.approx(nvlink)
+    assert pp_overlapped_hop_seconds(wide) == pytest.approx(network)
+    # 64 GPUs, dp 1: the whole pipeline (8 x 8 GPUs) sits in one domain, every hop on NVLink
+    inside = make_job("llama-3.1-8b", gpus=64, cluster="gb200-nvl72", tp=4, cp=2, pp=8, vpp=2, training=dict(global_batch_size=64))
+    assert pp_overlapped_hop_seconds(inside) == pytest.approx(nvlink)
 
 
 def test_megatron_1f1b_waits_for_the_gpu_after_every_exchange():
