@@ -104,8 +104,10 @@ class NetworkTier(_SIFromHuman):
 
 
 class MeasuredBusbw(_SIFromHuman):
-    """One bus bandwidth measured on the cluster itself: a collective over `nodes` whole nodes (every
-    GPU of each node a member), at one message size (busbw as nccl-tests defines it)."""
+    """One bus bandwidth measured on the cluster itself: a collective over `nodes` whole scale-up
+    domains (every GPU of each a member; a node where the node is its own NVLink domain, a 72-GPU
+    rack on GB200 NVL72: cost_models.comm counts a group's span in domains), at one message size
+    (busbw as nccl-tests defines it)."""
 
     collective: Literal["all_reduce", "all_gather", "reduce_scatter"]
     nodes: Annotated[int, Field(ge=2)]

@@ -182,6 +182,20 @@ def test_a_measured_cluster_keeps_the_nic_bound_where_it_is_lower():
     assert comm.measured_busbw(Collective.ALL_REDUCE, 256 * MiB, 32, H100) is None
 
 
+def test_gb200_racks_reproduce_coreweaves_all_reduce_across_racks():
+    # CoreWeave's GB200 NVL72 (presets/clusters.toml gb200-nvl72): 8 GiB over 20 whole racks (1440
+    # GPUs, 72 per NVLink domain, so comm counts 20 domains) at the measured 381.48 GB/s, i.e.
+    # 2 x 1439/1440 x 8589934592 B / 381.48 GB/s = 45.004 ms, the README's own "45004" us
+    gb200 = CLUSTERS["gb200-nvl72"]
+    t = collective_time(Collective.ALL_REDUCE, 8 * GiB, placement(gb200, 1440, 1), gb200)
+    assert t == pytest.approx(45.004e-3, rel=1e-4)
+    # 2 racks: the measured 793.06 GB/s lies above the NVLink-bound model (18 x 40.1 = 721.8 GB/s
+    # times the size share), which stands
+    assert busbw_bytes_per_s(Collective.ALL_REDUCE, 8 * GiB, 144, gb200) < 721.8e9
+    # the points are all-reduce only: a reduce-scatter across racks keeps the per-NIC model
+    assert comm.measured_busbw(Collective.REDUCE_SCATTER, 8 * GiB, 20, gb200) is None
+
+
 def test_measured_points_are_one_per_collective_and_node_count():
     body = P5.model_dump()
     body["measured_busbw"] = [*body["measured_busbw"], body["measured_busbw"][0]]
