@@ -37,7 +37,7 @@ from cost_models.hardware import GPUSpec
 from cost_models.job import Job
 from cost_models.mamba_shard import all_to_all_widths
 from cost_models.model_spec import LayerKind
-from cost_models.states import convention, padded_vocab, vocab_split
+from cost_models.states import convention, local_vocab
 
 ACT_BYTES = 2  # bf16/fp16 activations and GEMM operands (fp8 operands: 1)
 FP32 = 4
@@ -1151,7 +1151,7 @@ def loss_time(job: Job, cal: Calibration) -> float:
     every tp rank takes the loss over the whole vocabulary: the logits are gathered whole
     (ColwiseParallel output_layouts=Replicate(), KempnerInstitute/KempnerForge@601aba9
     kempnerforge/distributed/tensor_parallel.py:157-164) or, on pipeline stages, computed whole."""
-    vocab = -(-padded_vocab(job) // vocab_split(job))
+    vocab = local_vocab(job)
     op = {Impl.MEGATRON: "loss.megatron", Impl.COMPILE: "loss.fused"}.get(_impl(job, "loss"), "loss.eager")
     if op == "loss.megatron" and job.training.cross_entropy_unfused:
         op = "loss.megatron.unfused"  # TrainingSpec.cross_entropy_unfused: the eager kernels' measured rate

@@ -29,7 +29,7 @@ from cost_models.enums import AttentionKernel, Framework, MixerKind, Recompute
 from cost_models.job import Job
 from cost_models.mamba_shard import MambaShard, mamba_shard
 from cost_models.model_spec import LayerKind, ModelSpec
-from cost_models.states import local_kv_heads, padded_vocab, vocab_split
+from cost_models.states import local_kv_heads, output_layer_vocab
 
 FLASH_BACKWARD_FACTOR = 2.5  # see the module docstring
 GEMM_BACKWARD_FACTOR = 2  # dX = dY·Wᵀ and dW = Xᵀ·dY
@@ -238,9 +238,7 @@ def head_gemm(job: Job) -> Gemm:
     pipeline; on pipeline stages every tp rank runs it over the whole vocabulary
     (KempnerInstitute/KempnerForge@601aba9 kempnerforge/distributed/tensor_parallel.py:116-120,
     157-164: no tp plan for output_head when is_pp_stage)."""
-    split = job.layout.tp if job.layout.pp == 1 else vocab_split(job)
-    vocab = -(-padded_vocab(job) // split)
-    return Gemm("output", tokens(job), vocab, job.model.hidden_size)
+    return Gemm("output", tokens(job), output_layer_vocab(job), job.model.hidden_size)
 
 
 def mtp_gemms(job: Job) -> tuple[Gemm, ...]:

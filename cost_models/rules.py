@@ -421,13 +421,6 @@ def _compile(job: Job) -> str | None:
     return None
 
 
-def _decoupled_adamw(job: Job) -> str | None:
-    if job.training.optimizer is OptimizerKind.DECOUPLED_ADAMW:
-        return (f"optimizer decoupled_adamw is Composer's DecoupledAdamW (llm-foundry), priced under FSDP as framework "
-                f"torchtitan, not {job.training.framework}; use adamw")
-    return None
-
-
 def _tp_comm_overlap(job: Job) -> str | None:
     tr = job.training
     if tr.ub_ring_exchange_rs and not (tr.tp_comm_overlap and tr.framework is MEGATRON):
@@ -465,61 +458,149 @@ def _switched(tr: TrainingSpec, names: tuple[str, ...]) -> list[str]:
     return [n for n in names if getattr(tr, n) != TrainingSpec.model_fields[n].default]
 
 
-def _gradient_path(job: Job) -> str | None:
-    """The TrainingSpec switches that name one framework's behaviour, set for another framework."""
+def _megatron_grad_flags(job: Job) -> str | None:
     tr = job.training
     megatron = _switched(tr, ("grad_accumulation_fusion", "overlap_grad_reduce"))
     if megatron and tr.framework is not MEGATRON:
         return (f"{' and '.join(megatron)}=False is Megatron's --no-gradient-accumulation-fusion / default of no "
                 f"--overlap-grad-reduce (framework={tr.framework}); drop it")
+    return None
+
+
+def _ddp_bucket_size(job: Job) -> str | None:
+    tr = job.training
     if tr.ddp_bucket_size is not None and tr.framework is not MEGATRON:
         return (f"ddp_bucket_size is Megatron's --ddp-bucket-size (framework={tr.framework}); drop it, "
                 "or use framework megatron")
-    if tr.apex_distributed_adam and tr.framework is not MEGATRON:
+    return None
+
+
+def _apex_framework(job: Job) -> str | None:
+    if job.training.apex_distributed_adam and job.training.framework is not MEGATRON:
         return _apex_distributed_adam(job)
+    return None
+
+
+def _param_buffer_init_copy(job: Job) -> str | None:
+    tr = job.training
     if tr.param_buffer_init_copy and tr.framework is not MEGATRON:
         return (f"param_buffer_init_copy describes Megatron's distributed optimizer (framework={tr.framework}); "
                 "drop it")
+    return None
+
+
+def _bda_mask_kept(job: Job) -> str | None:
+    tr = job.training
     if tr.bda_mask_kept and tr.framework is not MEGATRON:
         return (f"bda_mask_kept describes Megatron's TorchScript bias-dropout-add (framework={tr.framework}); "
                 "drop it")
+    return None
+
+
+def _loss_shift_beside_fp32_copy(job: Job) -> str | None:
+    tr = job.training
     if tr.loss_shift_beside_fp32_copy and (tr.framework is not MEGATRON or tr.loss_shift_out_of_place):
         return (f"loss_shift_beside_fp32_copy describes Megatron's vocab-parallel cross entropy before 9634c0e4 "
                 f"(framework={tr.framework}, loss_shift_out_of_place={tr.loss_shift_out_of_place}); use framework "
                 "megatron without loss_shift_out_of_place, or drop it")
+    return None
+
+
+def _nanotron_switches(job: Job) -> str | None:
+    tr = job.training
     nanotron = _switched(tr, NANOTRON_SWITCHES)
     if nanotron and tr.framework is not MEGATRON:
         return (f"{' and '.join(nanotron)} describe nanotron's code, priced as a Megatron job "
                 f"(framework={tr.framework}); drop it")
+    return None
+
+
+def _grads_kept_through_backward(job: Job) -> str | None:
+    tr = job.training
     if tr.grads_kept_through_backward and tr.grad_accumulation_fusion:
         return ("grads_kept_through_backward describes 16-bit gradients written outside the GEMMs; "
                 "it needs grad_accumulation_fusion=False")
+    return None
+
+
+def _titan_switches(job: Job) -> str | None:
+    tr = job.training
     titan = _switched(tr, TITAN_SWITCHES)
     if titan and tr.framework is not TITAN:
         return (f"{' and '.join(titan)} describe an FSDP2/DTensor plan (framework torchtitan), not "
                 f"framework={tr.framework}; drop it")
+    return None
+
+
+def _loss_on_16bit_logits(job: Job) -> str | None:
+    tr = job.training
     if tr.loss_on_16bit_logits and tr.compiles_loss:
         return ("loss_on_16bit_logits describes an eager cross entropy outside the compiled model; "
                 "it needs compile_loss=False")
+    return None
+
+
+def _compile_whole_model(job: Job) -> str | None:
+    tr = job.training
     if tr.compile_whole_model and not tr.compile:
         return "compile_whole_model describes how torch.compile wraps the model; it needs compile=True"
+    return None
+
+
+def _qkv_bias_unfused(job: Job) -> str | None:
+    tr = job.training
     if tr.qkv_bias_unfused and (tr.framework is not MEGATRON or not job.model.qkv_bias):
         return (f"qkv_bias_unfused describes Megatron's local linear_qkv bias add (framework={tr.framework}, "
                 f"qkv_bias={job.model.qkv_bias}); drop it, or use framework megatron with a qkv bias")
+    return None
+
+
+def _qkv_bshd_copies(job: Job) -> str | None:
+    tr = job.training
     if tr.qkv_bshd_copies and (tr.framework is not MEGATRON or tr.attention is not AttentionKernel.FLASH):
         return (f"qkv_bshd_copies describes Megatron core's q, k, v copies for Transformer Engine's flash attention "
                 f"(framework={tr.framework}, attention={tr.attention}); drop it, or use framework megatron with flash attention")
+    return None
+
+
+def _local_attention_copies(job: Job) -> str | None:
+    tr = job.training
     if tr.local_attention_copies and (tr.framework is not MEGATRON or tr.attention is not AttentionKernel.EAGER):
         return (f"local_attention_copies describes Megatron's local unfused attention (framework={tr.framework}, "
                 f"attention={tr.attention}); drop it, or use framework megatron with eager attention")
+    return None
+
+
+def _cross_entropy_unfused(job: Job) -> str | None:
+    tr = job.training
     if tr.cross_entropy_unfused and tr.framework is not MEGATRON:
         return (f"cross_entropy_unfused describes Megatron's vocab-parallel cross entropy without "
                 f"--cross-entropy-loss-fusion (framework={tr.framework}); drop it, or use framework megatron")
+    return None
+
+
+def _bf16_params(job: Job) -> str | None:
+    tr = job.training
     if tr.bf16_params and tr.precision is not Precision.BF16:
         return f"bf16_params keeps the parameters in bf16, the compute dtype of precision bf16 (precision={tr.precision}); drop it"
     if tr.bf16_params and tr.optimizer is OptimizerKind.DECOUPLED_ADAMW:
         return ("bf16_params describes torch's AdamW or SGD on bf16 parameters (optimizer=decoupled_adamw, Composer's "
                 "fp32 per-op update); drop it, or use optimizer adamw, adam or sgd")
+    return None
+
+
+def _nccl_max_ctas(job: Job) -> str | None:
+    tr = job.training
+    if tr.nccl_max_ctas is None or tr.framework is MEGATRON:
+        return None
+    return (f"nccl_max_ctas is Megatron's --nccl-communicator-config-path (per-group max_ctas; framework={tr.framework}); "
+            "drop it, or set NCCL_MAX_CTAS for the whole job instead")
+
+
+def _decoupled_adamw(job: Job) -> str | None:
+    if job.training.optimizer is OptimizerKind.DECOUPLED_ADAMW:
+        return (f"optimizer decoupled_adamw is Composer's DecoupledAdamW (llm-foundry), priced under FSDP as framework "
+                f"torchtitan, not {job.training.framework}; use adamw")
     return None
 
 
@@ -587,14 +668,6 @@ def _align_param_gather(job: Job) -> str | None:
     return None
 
 
-def _nccl_max_ctas(job: Job) -> str | None:
-    tr = job.training
-    if tr.nccl_max_ctas is None or tr.framework is MEGATRON:
-        return None
-    return (f"nccl_max_ctas is Megatron's --nccl-communicator-config-path (per-group max_ctas; framework={tr.framework}); "
-            "drop it, or set NCCL_MAX_CTAS for the whole job instead")
-
-
 def _fp8_param_gather(job: Job) -> str | None:
     tr = job.training
     if not tr.fp8_param_gather:
@@ -618,6 +691,43 @@ def _fsdp2_megatron(job: Job) -> str | None:
     if job.zero is Zero.PARAMETERS and lay.pp > 1:
         return "Megatron's fully sharded data parallel (zero 3) runs with pp = 1; use zero 1 (distributed optimizer)"
     return None
+
+
+# TrainingSpec switches set where they do not hold: for a framework whose code they do not describe,
+# or without the switch, precision or optimizer they need. Each reads only the training spec and the
+# model, so no layout can help (PROBLEM_RULES). Fuller sources: the fields' citations in
+# cost_models/training.py.
+SWITCH_RULES: tuple[Rule, ...] = (
+    Rule("megatron_grad_flags", ALL, _megatron_grad_flags, "Megatron-LM@d98e8a64 arguments.py:2944-2948, 3121-3122"),
+    Rule("ddp_bucket_size", ALL, _ddp_bucket_size, "Megatron-LM@d98e8a64 megatron/training/training.py:2179-2194"),
+    Rule("apex_framework", ALL, _apex_framework,
+         "NeMo 1 as vendored in mlcommons/training_results_v4.0@6fe95437 megatron_gpt_model.py:547-580"),
+    Rule("param_buffer_init_copy", ALL, _param_buffer_init_copy,
+         "NVIDIA/Megatron-LM@0609f27f megatron/optimizer/distrib_optimizer.py:354-423"),
+    Rule("bda_mask_kept", ALL, _bda_mask_kept, "NVIDIA/Megatron-LM@0609f27f megatron/model/transformer.py:717-737"),
+    Rule("loss_shift_beside_fp32_copy", ALL, _loss_shift_beside_fp32_copy,
+         "NVIDIA/Megatron-LM@0609f27f megatron/core/tensor_parallel/cross_entropy.py:24"),
+    Rule("nanotron_switches", ALL, _nanotron_switches,
+         "huggingface/nanotron@c2528430, as each switch's TrainingSpec field cites it"),
+    Rule("grads_kept_through_backward", ALL, _grads_kept_through_backward,
+         "huggingface/nanotron@c2528430 src/nanotron/optim/gradient_accumulator.py:204-223"),
+    Rule("titan_switches", ALL, _titan_switches, "torch fully_shard reshard_after_forward, DTensor ColwiseParallel"),
+    Rule("loss_on_16bit_logits", ALL, _loss_on_16bit_logits, "KempnerInstitute/KempnerForge@01b461a scripts/train.py:294-297"),
+    Rule("compile_whole_model", ALL, _compile_whole_model,
+         "KempnerInstitute/KempnerForge@01b461a kempnerforge/distributed/parallel.py:214-216"),
+    Rule("qkv_bias_unfused", ALL, _qkv_bias_unfused,
+         "sail-sg/zero-bubble-pipeline-parallelism@77b9eed9 megatron/core/tensor_parallel/layers.py:337-340"),
+    Rule("qkv_bshd_copies", ALL, _qkv_bshd_copies,
+         "sail-sg/VocabularyParallelism@4dca7d20 megatron/core/transformer/custom_layers/transformer_engine.py:503-524"),
+    Rule("local_attention_copies", ALL, _local_attention_copies,
+         "sail-sg/zero-bubble-pipeline-parallelism@77b9eed9 megatron/model/transformer.py:368-373, 421-422"),
+    Rule("cross_entropy_unfused", ALL, _cross_entropy_unfused,
+         "sail-sg/VocabularyParallelism@4dca7d20 megatron/training/arguments.py:1169-1171"),
+    Rule("bf16_params", ALL, _bf16_params, "KempnerInstitute/KempnerForge@01b461a kempnerforge/distributed/parallel.py:205-212"),
+    Rule("nccl_max_ctas", ALL, _nccl_max_ctas, "Megatron-LM@d98e8a64 megatron/core/parallel_state.py:168-195 get_nccl_options"),
+    Rule("decoupled_adamw", frozenset({MEGATRON, DEEPSPEED}), _decoupled_adamw,
+         "mosaicml/composer@v0.16.4 composer/optim/decoupled_weight_decay.py"),
+)
 
 
 RULES: tuple[Rule, ...] = (
@@ -647,8 +757,6 @@ RULES: tuple[Rule, ...] = (
     Rule("dp_shard", ALL, _dp_shard, "HSDP: shard groups tile the dp group"),
     Rule("recompute_layers", ALL, _recompute_layers, "Megatron --recompute-method block --recompute-num-layers"),
     Rule("compile", frozenset({MEGATRON, DEEPSPEED}), _compile, "torchtitan --compile.enable"),
-    Rule("decoupled_adamw", frozenset({MEGATRON, DEEPSPEED}), _decoupled_adamw,
-         "mosaicml/composer@v0.16.4 composer/optim/decoupled_weight_decay.py"),
     Rule("tp_comm_overlap", ALL, _tp_comm_overlap, "Megatron arguments.py (--tp-comm-overlap requires --sequence-parallel); torchtitan async TP"),
     Rule("fp8_hardware", ALL, _fp8_hardware, "presets/gpus.toml peak_tflops.fp8: given exactly for the GPUs with fp8 tensor cores (datasheets)"),
     Rule("fp8_recipe", ALL, _fp8_recipe, "Megatron --fp8-recipe (transformer_config.py L594); torchtitan quantize.linear.float8 recipe_name"),
@@ -662,15 +770,13 @@ RULES: tuple[Rule, ...] = (
          "TransformerEngine@d0067d0d transformer_engine/pytorch/attention/dot_product_attention/utils.py L1113-1124"),
     Rule("cp_flash", ALL, _cp_flash, "ring attention (Megatron/TE, torch context_parallel) uses fused attention"),
     Rule("grad_reduce_in_bf16", ALL, _grad_reduce_in_bf16, "Megatron-LM@d98e8a64 arguments.py:1204-1217, 3053"),
-    Rule("gradient_path", ALL, _gradient_path,
-         "Megatron-LM@d98e8a64 arguments.py:2944-2948, 3121-3122; torch fully_shard reshard_after_forward, DTensor ColwiseParallel"),
+    *SWITCH_RULES,
     Rule("switch_layout", ALL, _switch_layout,
          "the TrainingSpec fields' own citations: NeMo 1 distributed_fused_adam (zero 1); nanotron@c2528430 "
          "trainer.py:509-518 (ZeRO-1); torch.distributed.pipelining stage.py (pp > 1)"),
     Rule("fp8_param_gather", ALL, _fp8_param_gather, "Megatron-LM@d98e8a64 arguments.py:1095-1098, 2016-2018"),
     Rule("align_param_gather", ALL, _align_param_gather,
          "Megatron-LM@d98e8a64 megatron/core/distributed/distributed_data_parallel.py:542-550, param_and_grad_buffer.py:555-573"),
-    Rule("nccl_max_ctas", ALL, _nccl_max_ctas, "Megatron-LM@d98e8a64 megatron/core/parallel_state.py:168-195 get_nccl_options"),
     Rule("moe_dispatch", ALL, _moe_dispatch, "Megatron-LM@23e00ed0 arguments.py:2889 (--overlap-moe-expert-parallel-comm)"),
 )
 
@@ -710,7 +816,7 @@ def violations(job: Job, waive: frozenset[str] = frozenset()) -> list[tuple[str,
 
 # Rules that read only the model, the cluster and the training spec: when one breaks, no layout can help.
 PROBLEM_RULES = frozenset({"positions", "compile", "fp8_hardware", "fp8_recipe", "hybrid_framework", "hf_attention",
-                           "gradient_path"})
+                           *(rule.name for rule in SWITCH_RULES)})
 
 
 def problem_violations(model: ModelSpec, cluster: Cluster, training: TrainingSpec) -> list[tuple[str, str]]:

@@ -96,22 +96,24 @@ def _local_layer_params(job: Job, layer_id: int) -> LayerParams:
     return LayerParams(dense=dense + router + shared, expert=experts)
 
 
-def vocab_split(job: Job) -> int:
-    """Ranks the word embedding's vocabulary is split over: tp, or 1 under
-    TrainingSpec.tp_replicated_vocab."""
-    return 1 if job.training.tp_replicated_vocab else job.layout.tp
+def vocab_split(job: Job, *, output_layer: bool = False) -> int:
+    """Ranks the vocabulary is split over: tp, or 1 under TrainingSpec.tp_replicated_vocab, where
+    the output layer (`output_layer`) stays column-parallel over tp without a pipeline (its logits
+    gathered whole after) and is replicated only on pipeline stages."""
+    if job.training.tp_replicated_vocab and not (output_layer and job.layout.pp == 1):
+        return 1
+    return job.layout.tp
 
 
-def local_vocab(job: Job) -> int:
-    """Vocabulary entries on this rank of the word embedding and of the logits the loss takes."""
-    return -(-padded_vocab(job) // vocab_split(job))
+def local_vocab(job: Job, *, output_layer: bool = False) -> int:
+    """Padded vocabulary entries on this rank: of the word embedding and of the logits the loss
+    takes, or (`output_layer`) the output layer's weight columns."""
+    return -(-padded_vocab(job) // vocab_split(job, output_layer=output_layer))
 
 
 def output_layer_vocab(job: Job) -> int:
-    """Vocabulary columns of the output layer's weight on this rank. TrainingSpec.tp_replicated_vocab:
-    column-parallel without a pipeline (its logits gathered whole after), replicated on pipeline
-    stages."""
-    return -(-padded_vocab(job) // job.layout.tp) if job.layout.pp == 1 else local_vocab(job)
+    """Vocabulary columns of the output layer's weight (and of the logits it writes) on this rank."""
+    return local_vocab(job, output_layer=True)
 
 
 def embedding_params_local(job: Job) -> int:

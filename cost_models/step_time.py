@@ -103,7 +103,7 @@ from cost_models.model_spec import LayerKind, ModelSpec
 from cost_models.memory import DEEPSPEED_BUCKET_ELEMENTS, DEEPSPEED_PREFETCH_ELEMENTS, torch_pipelining
 from cost_models.units import MiB
 from cost_models.params import norm_params
-from cost_models.states import dense_params, local_kv_heads, local_layer_params, local_vocab, padded_vocab, rank_params, vocab_split
+from cost_models.states import dense_params, local_kv_heads, local_layer_params, local_vocab, output_layer_vocab, padded_vocab, rank_params
 
 # Megatron's default DDP bucket: max(40M, 1M x dp·cp) parameters, the data-parallel group counted
 # with context parallelism (Megatron-LM@d98e8a64 megatron/training/training.py:2179-2194
@@ -847,7 +847,7 @@ def _chunk_tensors(job: Job, rank: int, chunk: int, kind: str) -> list[int]:
     if rank == 0 and chunk == 0:
         p = rank_params(job, 0)
         emb = int(p.value("embedding"))
-        word = min(emb, -(-padded_vocab(job) // vocab_split(job)) * job.model.hidden_size)
+        word = min(emb, local_vocab(job) * job.model.hidden_size)
         out += [word] + ([emb - word] if emb > word else [])
     for i in layers:
         out += megatron_layer_tensors(job, i)
@@ -1186,8 +1186,7 @@ def apex_fp32_grad_params(job: Job, rank: int, kind: str) -> int:
         return 0
     out = int(rank_params(job, 0).value("embedding")) if rank == 0 else 0
     if rank == job.layout.pp - 1 and rank > 0 and job.model.tie_embeddings:
-        out += min(int(rank_params(job, rank).value("head")),
-                   -(-padded_vocab(job) // vocab_split(job)) * job.model.hidden_size)
+        out += min(int(rank_params(job, rank).value("head")), output_layer_vocab(job) * job.model.hidden_size)
     return out
 
 
@@ -1470,7 +1469,7 @@ def tied_embedding_grad_seconds(job: Job) -> float:
     if lay.pp == 1 or fw is Framework.TORCHTITAN or not (job.model.tie_embeddings or megatron_mtp):
         return 0.0
     cl = job.cluster.spec
-    word = -(-padded_vocab(job) // lay.tp) * job.model.hidden_size
+    word = local_vocab(job) * job.model.hidden_size
     # the two ranks are (pp - 1) pipeline strides apart (the rank order puts pp last): both in one
     # scale-up domain when the whole pipeline group is, else one per domain, as send_recv_time
     # places a pipeline hop

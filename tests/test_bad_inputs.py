@@ -246,6 +246,8 @@ FLAGS = [
     (["estimate", M, *H100, "--pp", "2", "--vpp", "2", "--global-batch-size", "12"], "interleaved 1F1B needs micro-batches(3) divisible by pp(2)"),
     (["estimate", M, *H100, "--pp", "2", "--vpp", "2", "--schedule", "1f1b"], "vpp(2) > 1 runs only with the interleaved schedule, not 1f1b"),
     (["estimate", M, *H100, "--compile"], "compile is modelled for torchtitan jobs only, not megatron"),
+    # a switch no layout can take is refused before the search, not after it has scored every layout
+    (["plan", M, *H100, "--optimizer", "decoupled_adamw"], "no layout of llama-3.1-8b can run: optimizer decoupled_adamw is Composer's"),
     # DeepSpeed rules
     (["estimate", M, *H100, "--framework", "deepspeed", "--zero", "3", "--pp", "2"], "DeepSpeed pipeline parallelism runs with ZeRO 0 or 1 only, not 3"),
     (["estimate", M, *H100, "--framework", "deepspeed", "--cp", "2"], "DeepSpeed has no context parallelism (cp must be 1)"),

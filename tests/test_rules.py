@@ -134,6 +134,19 @@ def test_one_frameworks_switches_are_refused_for_another(training, needle):
         make_job("llama-3.1-8b", gpus=8, training=training)
 
 
+@pytest.mark.parametrize("training, rule", [
+    (dict(framework="megatron", optimizer="decoupled_adamw"), "decoupled_adamw"),
+    (dict(framework="torchtitan", nccl_max_ctas={"dp": 8}), "nccl_max_ctas"),
+    (dict(framework="deepspeed", cross_entropy_unfused=True), "cross_entropy_unfused"),
+    (dict(framework="torchtitan", bf16_params=True, precision="fp16"), "bf16_params"),
+])
+def test_a_framework_switch_breaks_the_problem_whatever_the_layout(training, rule):
+    # each reads only the training spec, so the problem check names it (and only it) before any search
+    spec = TrainingSpec(global_batch_size=8, **training)
+    cluster = Cluster(spec=presets.clusters()["dgx-h100"], num_gpus=8)
+    assert [name for name, _ in problem_violations(presets.models()["llama-3.1-8b"], cluster, spec)] == [rule]
+
+
 @pytest.mark.parametrize("training, fits", [
     (dict(framework="megatron", zero1_blocking_sync=True), dict(zero=1)),
     (dict(framework="megatron", apex_distributed_adam=True), dict(zero=1)),
