@@ -87,6 +87,30 @@ def test_a_gemm_accumulating_into_its_output_reads_it_in_the_epilogue():
         assert accumulating / plain == pytest.approx(drop, rel=1e-3)
 
 
+def test_fp8_layer_gemms_save_no_more_than_transformer_engine_measures_on_hopper():
+    # Transformer Engine's GEMM profiling of a layer with hidden 4096, QKV 12288, FFN 16384 and
+    # M = 31 x 512 = 15,872 tokens on H200 NVL, pre-quantized (GEMM kernels only): fprop + dgrad +
+    # wgrad of the four linears take 31.968 ms in bf16 and 16.785 ms in fp8 (current scaling), a
+    # ratio of 16.785 / 31.968 = 0.525 (NVIDIA/TransformerEngine@1609c890
+    # docs/examples/gemm_profiling/gemm_profiling.rst, "Worked Example: 5B Model on H200"). The
+    # model prices the same twelve GEMMs on H200 at 0.557: it never makes fp8 save more than
+    # measured at a hidden size of 4096. The 6% it leaves is within 8%: the profile ran on the NVL
+    # part, whose lower power limit slows both operand types but not necessarily alike.
+    gpu, m = GPUS["H200"], 31 * 512
+
+    def layer(p: Precision) -> float:
+        operand = 1 if p is Precision.FP8 else 2
+        total = 0.0
+        for k, n in ((4096, 12288), (4096, 4096), (4096, 16384), (16384, 4096)):
+            for a, b, c in ((m, n, k), (m, k, n), (k, n, m)):  # fprop, dgrad, wgrad as (m, n, k)
+                total += K.gemm_seconds(a, b, c, 1, gpu, p, operand_bytes=operand)
+        return total
+
+    ratio, measured = layer(Precision.FP8) / layer(Precision.BF16), 16.785 / 31.968
+    assert ratio >= measured
+    assert ratio == pytest.approx(measured, rel=0.08)
+
+
 def test_wave_quantisation_makes_one_extra_tile_cost_a_wave():
     # 132 SMs: 132 tiles of 128x256 fill one wave. One more output row needs 143 such tiles (a
     # second, nearly empty wave); the best the library can do is 286 tiles of 128x128 in three
