@@ -23,12 +23,13 @@ figure's 61.1 and 59.1) at any capacity from about 62 GiB up to just under those
 4.7 GiB outside the allocator. Their rank 0 holds the CUDA context and NCCL communicators on the default
 group (the barriers of huggingface/nanotron@c2528430 src/nanotron/parallel/context.py:67-135), on
 nanotron's world group (all_gather_object, parallel/tied_parameters.py:92-93, called from
-trainer.py:981), on its data-parallel group and on its pipeline pair. torch 2.1's cu121 wheels pin nvidia-nccl-cu12 2.18.1, which on NVSwitch nodes with
-multicast support gives each communicator with more than 2 GPUs on the node NVLink SHARP buffers of
-16 channels x 2 x (4 MiB + 2 MiB) x nHeads at its init (NVIDIA/nccl@d97a32fa, v2.18.1-1,
-src/transport/nvls.cc:228-239, 305-315; init.cc:1045-1046): 1.5 GiB with nHeads 8, which an intra-node
-communicator always has (graph/search.cc:821-823) but a multi-node one gets from the topology search;
-whether the sweep's nodes reported multicast support is not published. So the sourced figure lies
+trainer.py:981), on its data-parallel group and on its pipeline pair. torch 2.1's cu121 wheels pin
+nvidia-nccl-cu12 2.18.1, which on NVSwitch nodes with multicast support gives each communicator with
+more than 2 GPUs on the node NVLink SHARP buffers of 16 channels x 2 x (4 MiB + 2 MiB) x nHeads at its
+init (NVIDIA/nccl@d97a32fa, v2.18.1-1, src/transport/nvls.cc:228-239, 305-315; init.cc:1045-1046):
+1.5 GiB with nHeads 8, which an intra-node communicator always has (graph/search.cc:821-823) but a
+multi-node one gets from the topology search; whether the sweep's nodes reported multicast support is
+not published. So the sourced figure lies
 between about 1.5 GiB (no NVLink SHARP) and 6 GiB (three communicators with 8 heads), across the
 threshold. The same copies without a pipeline do not fit that bound: the 80B dp32 tp16 pp1 row
 replays (--zero1-without-pipeline: no LM head or loss, so from below) to 62.5 GiB against the
