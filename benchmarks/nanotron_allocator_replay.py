@@ -16,7 +16,24 @@ when more than 1 MiB would remain; with none, a new segment of the request round
 for requests under 10 MiB); a freed block merges with free neighbours of its own segment; segments are
 never merged and never released without empty_cache. `capacity` optionally models the retry after a
 failed cudaMalloc (release of the cached unsplit segments); the device memory left to the allocator is
-not published for these runs, so it is off by default.
+not published for these runs, so it is off by default. What it would take: torch reads an H100 80GB
+HBM3's total as 79.11 GiB (its out-of-memory message, github.com/vllm-project/vllm/issues/27508), and the
+8p86b dp16 and dp32 pp2 rows replay to 75.5 and 74.4 GiB unbounded but to 60.0 and 58.2 GiB (the
+figure's 61.1 and 59.1) at any capacity from about 62 GiB up to just under those, so at least 3.6 and
+4.7 GiB outside the allocator. Their rank 0 holds the CUDA context and NCCL communicators on the default
+group (the barriers of huggingface/nanotron@c2528430 src/nanotron/parallel/context.py:67-135), on
+nanotron's world group (all_gather_object, parallel/tied_parameters.py:92-93, called from
+trainer.py:981), on its data-parallel group and on its pipeline pair. torch 2.1's cu121 wheels pin
+nvidia-nccl-cu12 2.18.1, which on NVSwitch nodes with multicast support gives each communicator with
+more than 2 GPUs on the node NVLink SHARP buffers of 16 channels x 2 x (4 MiB + 2 MiB) x nHeads at its
+init (NVIDIA/nccl@d97a32fa, v2.18.1-1, src/transport/nvls.cc:228-239, 305-315; init.cc:1045-1046):
+1.5 GiB with nHeads 8, which an intra-node communicator always has (graph/search.cc:821-823) but a
+multi-node one gets from the topology search; whether the sweep's nodes reported multicast support is
+not published. So the sourced figure lies
+between about 1.5 GiB (no NVLink SHARP) and 6 GiB (three communicators with 8 heads), across the
+threshold. The same copies without a pipeline do not fit that bound: the 80B dp32 tp16 pp1 row
+replays (--zero1-without-pipeline: no LM head or loss, so from below) to 62.5 GiB against the
+figure's 53.5, which a capacity would cut only below 62.4 GiB, 16.7 GiB outside the allocator.
 
 Rank 0's tensors, bf16 unless noted, t tokens of the micro-batch, h hidden, f ffn (src/nanotron at
 c2528430): the persistent bf16 weights, fp32 gradient buffer of every parameter and fp32 master copy of
@@ -38,7 +55,7 @@ ProcessGroupNCCL::allgather, pytorch/pytorch@0007e752). The order of the frees i
 backward is autograd's, approximated; a block freed while a collective on the NCCL stream still reads
 it is taken as free at once.
 
-Run: python benchmarks/nanotron_allocator_replay.py [--iterations 3] [--capacity-gib N]
+Run: python benchmarks/nanotron_allocator_replay.py [--iterations 3] [--capacity-gib N] [--zero1-without-pipeline]
 """
 
 from __future__ import annotations
@@ -298,13 +315,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--capacity-gib", type=float, default=None)
+    parser.add_argument("--zero1-without-pipeline", action="store_true",
+                        help="also the ZeRO-1 rows with pp = 1, replayed without their LM head and loss (from below)")
     args = parser.parse_args()
     predicted = {r.id: r for r in rows("nanotron_ultrascale")}
     cap = None if args.capacity_gib is None else int(args.capacity_gib * GiB)
     print("| run | measured GiB | cost model GiB | replayed reserved GiB | error | replayed allocated GiB |")
     print("|---|---:|---:|---:|---:|---:|")
     for run in load()[0]:
-        if run.id not in predicted or run.layout.pp == 1:
+        if run.id not in predicted:
+            continue
+        if run.layout.pp == 1 and not (args.zero1_without_pipeline and run.job().zero is Zero.OPTIMIZER):
             continue
         job, m = run.job(), run.model
         row = predicted[run.id]
