@@ -11,6 +11,7 @@ breakdown is the one of that moment (`step_peak`).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from cost_models import activations as act
@@ -254,6 +255,7 @@ def kept_pipeline_outputs(job: Job, rank: int, inflight: tuple[int, ...], done: 
     return total
 
 
+@functools.lru_cache(maxsize=256)
 def interleaved_backward_moments(pp: int, v: int, m: int, rank: int) -> tuple[tuple[tuple[int, ...], tuple[int, ...], frozenset[int]], ...]:
     """Each backward of one rank under interleaved 1F1B, at its start: the forwards run per model
     chunk, the micro-batches in flight per chunk, and the chunks that have run a backward (this
@@ -271,12 +273,16 @@ def interleaved_backward_moments(pp: int, v: int, m: int, rank: int) -> tuple[tu
     warmup = min((pp - rank - 1) * 2 + (v - 1) * r, total)
     fwd_chunk = [(k // r) % v for k in range(total)]
     bwd_chunk = [v - 1 - (k // r) % v for k in range(total)]
+    done, backwards, started = [0] * v, [0] * v, set()
+    forwards = 0
     moments = []
-    for j in range(total):
-        f = min(warmup + j + 1, total)
-        done = tuple(fwd_chunk[:f].count(c) for c in range(v))
-        inflight = tuple(done[c] - bwd_chunk[:j].count(c) for c in range(v))
-        moments.append((done, inflight, frozenset(bwd_chunk[: j + 1])))
+    for j in range(total):  # running counts: forwards run and backwards before this one, per chunk
+        while forwards < min(warmup + j + 1, total):
+            done[fwd_chunk[forwards]] += 1
+            forwards += 1
+        started.add(bwd_chunk[j])
+        moments.append((tuple(done), tuple(d - b for d, b in zip(done, backwards)), frozenset(started)))
+        backwards[bwd_chunk[j]] += 1
     return tuple(moments)
 
 
@@ -304,6 +310,20 @@ def grads_by_chunk(job: Job) -> bool:
     return torch_pipelining(job) and _keeps_all_unsharded(job) and job.layout.vpp > 1
 
 
+@functools.lru_cache(maxsize=256)
+def _peak_candidates(pp: int, v: int, m: int, rank: int) -> tuple[tuple[tuple[int, ...], tuple[int, ...], frozenset[int]], ...]:
+    """The moments of interleaved_backward_moments that can hold the most: of those with the same
+    micro-batches in flight per chunk, the last. Forwards run and chunks begun only grow from one
+    backward to the next, and what a moment holds grows with both (kept outputs per forward run,
+    gradients per chunk begun), so the last of each such group holds at least as much as the
+    others; a schedule has few distinct in-flight patterns, against m·v moments."""
+    last: dict[tuple[int, ...], int] = {}
+    moments = interleaved_backward_moments(pp, v, m, rank)
+    for j, (_, inflight, _) in enumerate(moments):
+        last[inflight] = j
+    return tuple(moments[j] for j in sorted(last.values()))
+
+
 def _interleaved_peak(job: Job, rank: int, chunks: list[Breakdown]) -> tuple[tuple[int, ...], tuple[int, ...], int]:
     """Under grads_by_chunk: the backward start holding the most activations, kept outputs and fp32
     unsharded gradients together (interleaved_backward_moments), as (forwards run per chunk,
@@ -315,7 +335,7 @@ def _interleaved_peak(job: Job, rank: int, chunks: list[Breakdown]) -> tuple[tup
     grads = [4 * _chunk_params(job, rank, c) for c in range(lay.vpp)]
     sharded = int(rank_state_bytes(job, rank).value("gradients"))
     best, out = -1, None
-    for done, inflight, started in interleaved_backward_moments(lay.pp, lay.vpp, job.num_microbatches, rank):
+    for done, inflight, started in _peak_candidates(lay.pp, lay.vpp, job.num_microbatches, rank):
         alive = max(0, sum(grads[c] for c in started) - sharded)
         held = (sum(int(c.total) * n for c, n in zip(chunks, inflight))
                 + kept_pipeline_outputs(job, rank, inflight, done) + alive)
