@@ -833,10 +833,15 @@ def fp8_casts_separate(job: Job) -> bool:
 # torchao/float8/float8_ops.py:329-332)
 FP8_TRANSPOSE_BYTES = 2
 
-# The GEMMs of flops.layer_gemms whose input tp gathers (column-parallel) and whose output tp
-# reduce-scatters (row-parallel)
-COLUMN_GEMMS = ("qkv", "mlp_fc1")
-ROW_GEMMS = ("out_proj", "mlp_fc2")
+# The (column-parallel, row-parallel) GEMM pairs of flops.layer_gemms that tp splits, one per block:
+# tp gathers the column GEMM's input and reduce-scatters the row GEMM's output (Megatron's
+# ColumnParallelLinear / RowParallelLinear; tp_blocks)
+TP_PAIRS = (("qkv", "out_proj"), ("in_proj", "mamba_out_proj"), ("shared_fc1", "shared_fc2"), ("mlp_fc1", "mlp_fc2"))
+ROW_PARALLEL = frozenset(row for _, row in TP_PAIRS)
+# The pairs torchtitan's float8 tp plan swaps in Float8ColwiseParallel / Float8RowwiseParallel for:
+# the dense Llama block's attention and feed-forward (float8_tp's citation)
+FLOAT8_TP_COLUMN = frozenset({"qkv", "mlp_fc1"})
+FLOAT8_TP_ROW = frozenset({"out_proj", "mlp_fc2"})
 
 
 def float8_tp(job: Job) -> bool:
@@ -865,21 +870,28 @@ def _float8_tp_cast_elements(g: Gemm, tp: int) -> tuple[float, float]:
     GEMM's m rows being the gathered tokens (fp8_cast_bytes)."""
     m, k, n = g.m, g.k, g.n
     weight = FP8_CAST_BYTES * k * n
-    if g.name in COLUMN_GEMMS:
+    if g.name in FLOAT8_TP_COLUMN:
         # input cast once on its sequence shard, gathered in fp8 and saved as fp8 (the wgrad
         # transposes it); the output's gradient cast once at the module boundary
         # (NoopFwToFloat8BwDynamic), used as is by the dgrad and transposed for the wgrad
         fwd = FP8_CAST_BYTES * m * k / tp + weight
         bwd = (FP8_CAST_BYTES + FP8_TRANSPOSE_BYTES) * m * n + FP8_TRANSPOSE_BYTES * m * k + weight
-    elif g.name in ROW_GEMMS:
+    elif g.name in FLOAT8_TP_ROW:
         # input cast before the module (Float8RowwiseParallel._prepare_input_fn) and saved as fp8;
         # the output's gradient cast on its sequence shard, gathered in fp8, transposed for the wgrad
         fwd = FP8_CAST_BYTES * m * k + weight
         bwd = FP8_CAST_BYTES * m * n / tp + FP8_TRANSPOSE_BYTES * (m * n + m * k) + weight
     else:
-        fwd = FP8_CAST_BYTES * (m * k + k * n)
-        bwd = FP8_CAST_BYTES * (2 * m * n + k * n + m * k)
+        return _linear_cast_bytes(g)
     return fwd * g.count, bwd * g.count
+
+
+def _linear_cast_bytes(g: Gemm) -> tuple[float, float]:
+    """(forward, backward) bytes of a GEMM (m x k)·(k x n) whose Float8Linear casts each operand
+    of each of its GEMMs: input and weight forward (mk + kn), grad_output twice, weight and input
+    backward (2mn + kn + mk)."""
+    m, k, n = g.m, g.k, g.n
+    return FP8_CAST_BYTES * (m * k + k * n) * g.count, FP8_CAST_BYTES * (2 * m * n + k * n + m * k) * g.count
 
 
 def fp8_cast_bytes(job: Job, kind: LayerKind) -> tuple[float, float]:
@@ -893,12 +905,8 @@ def fp8_cast_bytes(job: Job, kind: LayerKind) -> tuple[float, float]:
     if not fp8_casts_separate(job) or rowwise_linears(job):  # rowwise casts are in linear_factor
         return 0.0, 0.0
     gemms = layer_gemms(job, kind)
-    if float8_tp(job):
-        parts = [_float8_tp_cast_elements(g, job.layout.tp) for g in gemms]
-        return sum(f for f, _ in parts), sum(b for _, b in parts)
-    fwd = sum(g.count * (g.m * g.k + g.k * g.n) for g in gemms)
-    bwd = sum(g.count * (2 * g.m * g.n + g.k * g.n + g.m * g.k) for g in gemms)
-    return FP8_CAST_BYTES * fwd, FP8_CAST_BYTES * bwd
+    parts = [_float8_tp_cast_elements(g, job.layout.tp) if float8_tp(job) else _linear_cast_bytes(g) for g in gemms]
+    return sum(f for f, _ in parts), sum(b for _, b in parts)
 
 
 # --- fp8 casts (Transformer Engine under Megatron) -------------------------------------------------
@@ -919,12 +927,12 @@ TE_CAST_BYTES = 3
 # hand in backward for the wgrad (L649-659, "we compute FP8 transposes manually"): one fp8 read and
 # one fp8 write per element.
 TE_NORM_FED = frozenset({"qkv", "mlp_fc1"})
-# The row-parallel linears (TERowParallelLinear, gpt_layer_specs.py:147, 531): under sequence
-# parallelism their output gradient arrives as the rank's 1/tp of the tokens and is all-gathered; TE
-# casts the local part and gathers it in fp8, then writes the transpose of the gathered tensor by hand
-# on TN-only GPUs (TransformerEngine@40c69e75 module/base.py:1161-1193 grad_output_preprocess,
-# distributed.py:973-980, the transpose after an fp8 gather).
-TE_ROW_PARALLEL = frozenset({"out_proj", "mlp_fc2", "shared_fc2", "mamba_out_proj"})
+# The row-parallel linears (ROW_PARALLEL; Megatron builds them as TERowParallelLinear,
+# gpt_layer_specs.py:147, 531): under sequence parallelism their output gradient arrives as the
+# rank's 1/tp of the tokens and is all-gathered; TE casts the local part and gathers it in fp8, then
+# writes the transpose of the gathered tensor by hand on TN-only GPUs (TransformerEngine@40c69e75
+# module/base.py:1161-1193 grad_output_preprocess, distributed.py:973-980, the transpose after an
+# fp8 gather).
 
 
 def te_casts_separate(job: Job) -> bool:
@@ -951,7 +959,7 @@ def te_cast_bytes(job: Job, kind: LayerKind) -> tuple[float, float, int, int]:
       (step_time.te_weight_cast_seconds), not per micro-batch;
     - backward, the output gradient (m·n), row- and column-wise in one cast (module/linear.py:564-600
       grad_output_preprocess); for a row-parallel linear under sequence parallelism only the local
-      m·n/tp is cast and the gathered m·n transposed (TE_ROW_PARALLEL); for a norm-fed linear the fp8
+      m·n/tp is cast and the gathered m·n transposed (ROW_PARALLEL); for a norm-fed linear the fp8
       transpose of its input.
     The per-step amax and scale updates of delayed scaling are not priced. The output layer stays
     in 16 bits (head_time), the router is no TE linear."""
@@ -968,7 +976,7 @@ def te_cast_bytes(job: Job, kind: LayerKind) -> tuple[float, float, int, int]:
         if not norm_fed:
             fwd += cast * g.m * g.k * g.count
             fwd_kernels += 1
-        if g.name in TE_ROW_PARALLEL and job.sp and job.layout.tp > 1:
+        if g.name in ROW_PARALLEL and job.sp and job.layout.tp > 1:
             bwd += TE_CAST_BYTES * g.m * g.n * g.count / job.layout.tp + 2 * t * g.m * g.n * g.count
             bwd_kernels += 1 + t
         else:
@@ -1032,16 +1040,7 @@ def tp_blocks(job: Job, kind: LayerKind, *, cal: Calibration) -> tuple[Block, ..
     """The attention or Mamba block, and the dense MLP or an MoE layer's shared experts (routed
     experts are not split over tp: Megatron gives them their own etp, flops.moe_gemms)."""
     by_name = {g.name: g for g in layer_gemms(job, kind)}
-    pairs = []
-    if kind.mixer is MixerKind.ATTENTION:
-        pairs.append(("qkv", "out_proj"))
-    elif kind.mixer is MixerKind.MAMBA:
-        pairs.append(("in_proj", "mamba_out_proj"))
-    if kind.mlp and kind.moe:
-        if "shared_fc1" in by_name:
-            pairs.append(("shared_fc1", "shared_fc2"))
-    elif kind.mlp:
-        pairs.append(("mlp_fc1", "mlp_fc2"))
+    pairs = [(c, r) for c, r in TP_PAIRS if c in by_name]  # the mixer's block, then the MLP's
     out = []
     m = job.model
     for c, r in pairs:
