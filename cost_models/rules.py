@@ -467,12 +467,17 @@ def _megatron_grad_flags(job: Job) -> str | None:
     return None
 
 
-def _ddp_bucket_size(job: Job) -> str | None:
+def _megatron_only(job: Job, field: str, what: str) -> str | None:
+    """The message for a TrainingSpec switch that describes Megatron's code, set away from its
+    default on another framework; None where it is not."""
     tr = job.training
-    if tr.ddp_bucket_size is not None and tr.framework is not MEGATRON:
-        return (f"ddp_bucket_size is Megatron's --ddp-bucket-size (framework={tr.framework}); drop it, "
-                "or use framework megatron")
-    return None
+    if tr.framework is MEGATRON or not _switched(tr, (field,)):
+        return None
+    return f"{field} {what} (framework={tr.framework}); drop it, or use framework megatron"
+
+
+def _ddp_bucket_size(job: Job) -> str | None:
+    return _megatron_only(job, "ddp_bucket_size", "is Megatron's --ddp-bucket-size")
 
 
 def _apex_framework(job: Job) -> str | None:
@@ -482,19 +487,11 @@ def _apex_framework(job: Job) -> str | None:
 
 
 def _param_buffer_init_copy(job: Job) -> str | None:
-    tr = job.training
-    if tr.param_buffer_init_copy and tr.framework is not MEGATRON:
-        return (f"param_buffer_init_copy describes Megatron's distributed optimizer (framework={tr.framework}); "
-                "drop it")
-    return None
+    return _megatron_only(job, "param_buffer_init_copy", "describes Megatron's distributed optimizer")
 
 
 def _bda_mask_kept(job: Job) -> str | None:
-    tr = job.training
-    if tr.bda_mask_kept and tr.framework is not MEGATRON:
-        return (f"bda_mask_kept describes Megatron's TorchScript bias-dropout-add (framework={tr.framework}); "
-                "drop it")
-    return None
+    return _megatron_only(job, "bda_mask_kept", "describes Megatron's TorchScript bias-dropout-add")
 
 
 def _loss_shift_beside_fp32_copy(job: Job) -> str | None:
@@ -572,11 +569,8 @@ def _local_attention_copies(job: Job) -> str | None:
 
 
 def _cross_entropy_unfused(job: Job) -> str | None:
-    tr = job.training
-    if tr.cross_entropy_unfused and tr.framework is not MEGATRON:
-        return (f"cross_entropy_unfused describes Megatron's vocab-parallel cross entropy without "
-                f"--cross-entropy-loss-fusion (framework={tr.framework}); drop it, or use framework megatron")
-    return None
+    return _megatron_only(job, "cross_entropy_unfused",
+                          "describes Megatron's vocab-parallel cross entropy without --cross-entropy-loss-fusion")
 
 
 def _bf16_params(job: Job) -> str | None:
