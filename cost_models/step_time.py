@@ -88,6 +88,7 @@ from cost_models.compute import (
 from cost_models.enums import Framework, MixerKind, MoEDispatch, PositionKind, Precision, Recompute, Schedule, Zero
 from cost_models.flops import (
     GEMM_BACKWARD_FACTOR,
+    Gemm,
     expert_tokens_per_gpu,
     head_gemm,
     layer_flops,
@@ -365,7 +366,7 @@ def micro_pipelined_gather(job: Job) -> bool:
     return not rowwise_linears(job)
 
 
-def micro_pipelined_scatter(job: Job, col) -> bool:
+def micro_pipelined_scatter(job: Job, col: Gemm) -> bool:
     """Whether torch async TP fuses the backward reduce-scatter of a column block's input gradient
     with its dgrad. The pass fuses a reduce-scatter only when its input is one matmul's output with
     no other user (fuse_matmul_reduce_scatter, _find_producer_matmul; same sources as
@@ -1366,18 +1367,21 @@ def pp_overlapped_hop_seconds(job: Job) -> float:
     its domain where comm.placement puts fewer than pp of its ranks in one; a stride below the
     domain size alone does not keep it inside (tp4 cp2 dp8 pp8 on 72-GPU NVL72 domains: ranks 64
     GPUs apart, a pipeline over 512 GPUs)."""
-    lay = job.layout
-    if placement(job.cluster.spec, lay.pp, lay.tp * lay.cp * job.dp).per_domain >= lay.pp:
+    if _pp_ranks_per_domain(job) >= job.layout.pp:
         return pp_hop_seconds(job)
     return max(pp_boundary_seconds(job, 0))
 
 
+def _pp_ranks_per_domain(job: Job) -> int:
+    """How many pipeline ranks one scale-up domain holds. The rank order puts pp last, so a
+    pipeline rank is a block of tp·cp·dp consecutive GPUs and a domain holds as many whole blocks
+    as comm.placement puts in one: one when a block fills a domain or more."""
+    return placement(job.cluster.spec, job.layout.pp, job.layout.tp * job.layout.cp * job.dp).per_domain
+
+
 def _crosses_domain(job: Job, rank: int, neighbour: int) -> bool:
-    """Whether two pipeline ranks sit in different scale-up domains. The rank order puts pp last,
-    so a pipeline rank is a block of tp·cp·dp consecutive GPUs and a domain holds as many whole
-    blocks as comm.placement puts in one: one when a block fills a domain or more, and then every
-    neighbour is a domain away."""
-    per_domain = placement(job.cluster.spec, job.layout.pp, job.layout.tp * job.layout.cp * job.dp).per_domain
+    """Whether two pipeline ranks sit in different scale-up domains (_pp_ranks_per_domain)."""
+    per_domain = _pp_ranks_per_domain(job)
     return rank // per_domain != neighbour // per_domain
 
 
