@@ -901,7 +901,7 @@ def fp8_cast_bytes(job: Job, kind: LayerKind) -> tuple[float, float]:
     casts each operand of each GEMM itself (pytorch/ao@62430408 torchao/float8/float8_linear.py:
     76-114, 126-246). Under float8_tp the tp plan casts the inputs and output gradients at the
     module boundaries instead, where they are shards or saved in fp8 (_float8_tp_cast_elements).
-    The scalar amax all-reduce over tp each DTensor cast runs is not priced (a few microseconds)."""
+    The scalar amax all-reduce over tp each DTensor cast waits for is step_time.float8_amax_reductions."""
     if not fp8_casts_separate(job) or rowwise_linears(job):  # rowwise casts are in linear_factor
         return 0.0, 0.0
     gemms = layer_gemms(job, kind)

@@ -70,6 +70,7 @@ from cost_models.compute import (
     LayerTime,
     attention_kernels,
     chunk_seconds,
+    float8_tp,
     head_backward_time,
     head_time,
     layer_time,
@@ -488,6 +489,40 @@ def sac_regather(job: Job, blocks: tuple[Block, ...], cal: Calibration) -> Expos
     return out
 
 
+def float8_amax_reductions(job: Job, blocks: tuple[Block, ...]) -> tuple[int, int]:
+    """(forward, backward) scalar all-reduces over tp that one layer's float8 casts wait for under
+    torchtitan's float8 tensor parallelism (compute.float8_tp). Each tensorwise cast of a DTensor
+    takes torch.max(torch.abs(x)) of it (pytorch/ao@62430408 torchao/float8/float8_utils.py:64-65),
+    a Partial(max) DTensor that the scale's clamp and division (amax_to_scale, lines 45-48) need
+    whole, and the Float8Tensor keeps a DTensor scale (float8_tensor.py:156-163). Forward: each
+    block's input (PrepareFloat8ModuleInput, float8_tensor_parallel.py:232-237), each row module's
+    input (Float8RowwiseParallel._prepare_input_fn, lines 123-129) and each tp-sharded weight
+    (Float8Linear, float8_linear.py:99-114); backward: each module output's gradient
+    (NoopFwToFloat8BwDynamic in both parallel styles, float8_tensor_parallel.py:83-87, 146-150).
+    The weight's re-cast for the dgrad (float8_linear.py:177-185) repeats the forward's on the same
+    tensor, which the compiled joint graph computes once (the fake dependency of lines 162-170
+    exists to stop that reuse for axiswise scaling only). Each reduction is a latency-bound NCCL
+    all-reduce the cast kernel waits for."""
+    if not float8_tp(job):
+        return 0, 0
+    fwd = bwd = 0
+    for b in blocks:
+        modules = len(linear_modules(job, b.col)) + 1  # the column linears and the row linear
+        fwd += 2 + modules
+        bwd += modules
+    return fwd, bwd
+
+
+def float8_amax_seconds(job: Job, blocks: tuple[Block, ...]) -> tuple[float, float]:
+    """(forward, backward) seconds of float8_amax_reductions: each a 16-bit scalar all-reduce over
+    the tp group, exposed."""
+    fwd, bwd = float8_amax_reductions(job, blocks)
+    if not fwd + bwd:
+        return 0.0, 0.0
+    one = _tp_coll(job, Collective.ALL_REDUCE, ACT_BYTES)
+    return fwd * one, bwd * one
+
+
 def _etp_comm(job: Job) -> float:
     """An MoE layer's routed tokens gathered over etp before the experts and reduce-scattered after."""
     if job.etp == 1:
@@ -661,6 +696,8 @@ def layer_pass(job: Job, kind: LayerKind, *, mode: Recompute, cal: Calibration) 
     again = Exposure() if fwd_passes == 1 else forward if pruned is None else \
         tp_exposure(job, blocks, backward=False, cal=cal, without_row=pruned.row.name)
     tp = forward + again + tp_exposure(job, blocks, backward=True, cal=cal)
+    amax_f, amax_b = float8_amax_seconds(job, blocks)
+    tp += Exposure(amax_f * fwd_passes + amax_b)
     pruned_flop = pruned.row.flop if pruned is not None else 0.0
     if mode is Recompute.SELECTIVE:
         tp += sac_regather(job, blocks, cal)

@@ -22,6 +22,8 @@ from cost_models.step_time import (
     cp_exposure,
     ep_exposure,
     expected_max_normal,
+    float8_amax_reductions,
+    float8_amax_seconds,
     layer_pass,
     pp_boundary_seconds,
     pp_hop_seconds,
@@ -307,6 +309,31 @@ def test_torch_async_tp_fuses_only_gathers_read_by_matmuls_and_scatters_of_one_m
     half = collective_time(Collective.ALL_GATHER, size / 2, where, H100)
     assert tp_exposure(plain, tp_blocks(plain, LayerKind(), cal=DEFAULT), backward=False, cal=DEFAULT).exposed == (
         pytest.approx(2 * half + 2 * rs))
+
+
+def test_torchtitan_float8_tp_waits_for_one_amax_all_reduce_per_dtensor_cast(monkeypatch):
+    # Llama-3.1-8B, tp 8, torchtitan float8 tensorwise TP: every tensorwise cast of a DTensor reduces
+    # its amax over tp. Forward, per block: the block input (PrepareFloat8ModuleInput), the row
+    # module's input and each module's weight; attention wq, wk, wv, wo -> 2 + 4, MLP w1, w3, w2
+    # -> 2 + 3: 11. Backward, each module output's gradient: 4 + 3 = 7
+    tt = dict(seq_len=8192, framework="torchtitan", compile=True, precision="fp8")
+    job = make_job("llama-3.1-8b", gpus=8, tp=8, mbs=1, training=tt)
+    blocks = tp_blocks(job, LayerKind(), cal=DEFAULT)
+    assert float8_amax_reductions(job, blocks) == (11, 7)
+    one = collective_time(Collective.ALL_REDUCE, 2, placement(H100, 8, 1), H100)
+    assert float8_amax_seconds(job, blocks) == pytest.approx((11 * one, 7 * one))
+    assert 5e-6 < one < 1e-4  # latency-bound: microseconds, whatever the scalar's bytes
+    # exposed in the layer's tp term: once per forward pass (twice under full recompute)
+    base = layer_pass(job, LayerKind(), mode=Recompute.FULL, cal=DEFAULT).comm["tp"]
+    monkeypatch.setattr("cost_models.step_time.float8_amax_seconds", lambda job, blocks: (0.0, 0.0))
+    without = layer_pass(job, LayerKind(), mode=Recompute.FULL, cal=DEFAULT).comm["tp"]
+    assert base - without == pytest.approx((2 * 11 + 7) * one)
+    # rowwise recipes keep plain TP (casts inside the Float8Linears on local tensors), bf16 has no
+    # casts, and one GPU has no DTensor
+    rowwise = make_job("llama-3.1-8b", gpus=8, tp=8, mbs=1, training={**tt, "fp8_recipe": "rowwise"})
+    bf16 = make_job("llama-3.1-8b", gpus=8, tp=8, mbs=1, training={**tt, "precision": "bf16"})
+    for other in (rowwise, bf16):
+        assert float8_amax_reductions(other, tp_blocks(other, LayerKind(), cal=DEFAULT)) == (0, 0)
 
 
 def test_ring_exchange_chunks_on_three_streams_run_as_one_gemm_of_three_chunks():
