@@ -502,7 +502,8 @@ def float8_amax_reductions(job: Job, blocks: tuple[Block, ...]) -> tuple[int, in
     The weight's re-cast for the dgrad (float8_linear.py:177-185) repeats the forward's on the same
     tensor, which the compiled joint graph computes once (the fake dependency of lines 162-170
     exists to stop that reuse for axiswise scaling only). Each reduction is a latency-bound NCCL
-    all-reduce the cast kernel waits for."""
+    all-reduce the cast kernel waits for; torchtitan's float8 notes name the same overhead for the
+    sharded inputs and weights under TP (pytorch/torchtitan@820504e2 docs/float8.md:48)."""
     if not float8_tp(job):
         return 0, 0
     fwd = bwd = 0
