@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import statistics
 import sys
 import time
 from collections import defaultdict
@@ -141,8 +142,9 @@ def source_table(ps: list[Pair]) -> str:
     for p in ps:
         by[p.source].append(p)
     lines = ["| source | problems | pairs | judged (> 3% apart) | ordered right, left out | tau, left out | "
-             "ordered right, all sources | tau, all sources | right but predicted within 3% (left out) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "ordered right, all sources | tau, all sources | right but predicted within 3% (left out) | "
+             "predicted / measured ratio − 1, median (range), left out |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for src, members in [*sorted(by.items()), ("all", ps)]:
         judged = [p for p in members if p.judged]
         problems = len({problem(p.fast.run) for p in members})
@@ -150,7 +152,10 @@ def source_table(ps: list[Pair]) -> str:
         for loso in (True, False):
             cells += [f"{sum(p.right(loso) for p in judged)}/{len(judged)}", f"{tau(judged, loso):+.2f}" if judged else "—"]
         close = sum(1 for p in judged if p.right() and p.predicted() <= 1 + RESOLUTION)
-        lines.append(f"| {src} | {problems} | {len(members)} | {len(judged)} | {' | '.join(cells)} | {close} |")
+        # how far the predicted gap is from the measured one: above 0 the model widens it
+        off = sorted(p.predicted() / p.measured - 1 for p in judged)
+        spread = f"{statistics.median(off):+.1%} ({off[0]:+.1%} to {off[-1]:+.1%})" if off else "—"
+        lines.append(f"| {src} | {problems} | {len(members)} | {len(judged)} | {' | '.join(cells)} | {close} | {spread} |")
     return "\n".join(lines)
 
 
