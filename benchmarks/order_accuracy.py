@@ -239,6 +239,13 @@ def apart(runs: list[PublishedRun]) -> str:
     return "\n".join(lines) or "None."
 
 
+def unpaired(ps: list[Pair], runs: list[PublishedRun]) -> str:
+    """The sources none of whose rows shares a problem with another layout."""
+    paired = {p.source for p in ps}
+    rest = sorted({family(r.group) for r in runs} - paired)
+    return f"\n\nSources with no two layouts of one problem: {', '.join(rest)}." if rest else ""
+
+
 def report(ps: list[Pair], runs: list[PublishedRun]) -> str:
     judged = [p for p in ps if p.judged]
     head = (f"{len(ps)} pairs of measured layouts in {len({problem(p.fast.run) for p in ps})} problems; {len(judged)} measured "
@@ -248,7 +255,7 @@ def report(ps: list[Pair], runs: list[PublishedRun]) -> str:
             f"left out (tau {tau(ps):+.2f}).") if judged else f"{len(ps)} pairs of measured layouts; none more than {RESOLUTION:.0%} apart."
     return "\n\n".join([
         head,
-        "Per source:\n\n" + source_table(ps),
+        "Per source:\n\n" + source_table(ps) + unpaired(ps, runs),
         "Pairs the model inverts, or orders within 3%, or orders against a measured tie:\n\n" + inversions(ps),
         "Every pair:\n\n" + pair_table(ps),
         "Rows of one model, GPU count, sequence and global batch not compared: run with different training settings "
@@ -273,8 +280,10 @@ def main() -> int:
     if args.write:
         intro = (
             "Produced by `python benchmarks/order_accuracy.py --write docs/accuracy.md`. Where one source measured\n"
-            "several layouts of one problem (same group, model, GPUs, sequence, batch and training settings), each\n"
-            f"pair measured more than {RESOLUTION:.0%} apart is checked: does the time model predict the same one faster?\n"
+            "several layouts of one problem (same source group, model, GPU type and count, sequence, training settings,\n"
+            "and global batch or batch per data-parallel replica; the framework may differ, as ZeRO-3 in DeepSpeed and\n"
+            "PTD-P in Megatron-LM do in Narayanan et al. 2021 Table 2), each pair measured more than\n"
+            f"{RESOLUTION:.0%} apart (plan quality's tie band) is checked: does the time model predict the same one faster?\n"
             "Ratios are the faster-measured row's tokens/s/GPU over the slower's; left out = leave-one-source-out\n"
             "(as in \"Step time out of sample\").\n\n"
         )
