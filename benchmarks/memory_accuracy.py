@@ -63,7 +63,7 @@ SOURCES = {
         "scripts run Megatron-LM@0609f27f (Azure/MS-AMP-Examples@d836034 third_party/Megatron-LM), whose one "
         "memory log is report_memory (megatron/utils.py:81-95: allocated, max allocated, reserved and max "
         "reserved in MB of 1024^2 bytes, from data-parallel rank 0 of every tp and pp rank), printed once, after "
-        "the first iteration (megatron/training.py:667-670); their patch (gpt3/Megatron-LM.patch) logs "
+        "the first logged iteration (megatron/training.py:667-670; the scripts log every iteration); their patch (gpt3/Megatron-LM.patch) logs "
         "throughput and TFLOPs, no memory. The same team's README memory figure (Swin-1.0B, ViT-1.2B) moved "
         "from nvidia-smi to torch.cuda.max_memory_allocated (Azure/MS-AMP@64cbcc1), which says nothing of Table "
         "5. The reserved counter is compared. GB are 2^30 bytes: both counters those scripts or nvidia-smi "
