@@ -59,8 +59,17 @@ SOURCES = {
         "over ranks (benchmarks/data/published_runs.md)")),
     "torchao_torchtitan_bench": Measure(Metric.RESERVED, Ranks.MAX, "torchtitan's logged max_reserved_gib, max over steps"),
     "fp8lm": Measure(Metric.RESERVED, Ranks.MAX, (
-        "FP8-LM Table 5 'GPU Mem. (GB)': the paper does not say which counter; Megatron's report_memory "
-        "prints both, the reserved one compared")),
+        "FP8-LM Table 5 'GPU Mem. (GB)': no source names the counter. The paper does not; the authors' GPT "
+        "scripts run Megatron-LM@0609f27f (Azure/MS-AMP-Examples@d836034 third_party/Megatron-LM), whose one "
+        "memory log is report_memory (megatron/utils.py:81-95: allocated, max allocated, reserved and max "
+        "reserved in MB of 1024^2 bytes, from data-parallel rank 0 of every tp and pp rank), printed once, "
+        "after the first logged iteration (megatron/training.py:667-670; the scripts log every iteration); "
+        "their patch (gpt3/Megatron-LM.patch) logs throughput and TFLOPs, no memory. The same team's README "
+        "memory figure (Swin-1.0B, ViT-1.2B) moved from nvidia-smi to torch.cuda.max_memory_allocated "
+        "(Azure/MS-AMP@64cbcc1), which says nothing of Table 5. The reserved counter is compared. GB are 2^30 "
+        "bytes: both counters those scripts or nvidia-smi print are in MiB, and the table's own "
+        "'Weight-related Comm. Volume (GB)' of the bf16 rows is the distributed optimizer's bf16 all-gather "
+        "and fp32 reduce-scatter per step in units of 2^30 bytes, not 10^9 (tests/test_accuracy.py)")),
     "zerobubble": Measure(Metric.RESERVED, Ranks.MAX, (
         "'Memory (GB)': sail-sg/zero-bubble-pipeline-parallelism@ed85b11c prints only Megatron's "
         "report_memory (megatron/utils.py:109-122: max allocated and max reserved, MiB, data-parallel rank "
