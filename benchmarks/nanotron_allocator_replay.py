@@ -31,7 +31,15 @@ init (NVIDIA/nccl@d97a32fa, v2.18.1-1, src/transport/nvls.cc:228-239, 305-315; i
 multi-node one gets from the topology search; whether the sweep's nodes reported multicast support is
 not published. So the sourced figure lies
 between about 1.5 GiB (no NVLink SHARP) and 6 GiB (three communicators with 8 heads), across the
-threshold. The same copies without a pipeline do not fit that bound: the 80B dp32 tp16 pp1 row
+threshold. The rest of the sweep (benchmarks/nanotron_sweep_memory.py) bounds it from the other side:
+on the same cluster rank 0's reserved counter read 76.9 GiB (3.57B, 2 nodes, dp4 tp1 pp4, mbs 4,
+ZeRO-1) and 77.1 GiB (8.86B, 4 nodes, dp4 tp1 pp8, mbs 2, ZeRO-1), so at most 2.2 and 2.0 GiB sat
+outside the allocator there, although rank 0 there also holds a world communicator over the 8 GPUs of
+its node and a data-parallel one over 4 (replayed, both run out of memory below a 76 GiB capacity and
+read 77.2 and 77.3 GiB at 77.4). One capacity set by the communicators cannot give both these and the
+8p86b pp2 rows; what differs on those rows (a data-parallel communicator across nodes, 8 GPUs on each)
+has its NVLink SHARP heads from the topology search, which no source gives.
+The same copies without a pipeline do not fit that bound: the 80B dp32 tp16 pp1 row
 replays (--zero1-without-pipeline: no LM head or loss, so from below) to 62.5 GiB against the
 figure's 53.5, which a capacity would cut only below 62.4 GiB, 16.7 GiB outside the allocator.
 

@@ -1,0 +1,207 @@
+"""nanotron's whole Ultra-Scale Playbook sweep against the memory model: a held-out check of the rules
+the 26 nanotron_ultrascale rows of published_runs.yaml were read with.
+
+The 26 rows are the best cell of each model size and node count. The playbook's interactive sweep
+figure prints every configuration the sweep ran at those sizes and node counts, crashed ones as nan
+(vinjn/nanotron-ultrascale-playbook@e3bcfc5c assets/data/benchmarks/benchmarks_interactive.html, the
+hover text of each point: Nodes, MBS, GradAcc, GBS, DP, PP, TP, ZeRO, MFU, tok/s/gpu, tok/s, GPU
+memory; the subplots 1B/3B/8B/80B are the 1.34/3.57/8.86/80.0B models of nanotron's README figure,
+huggingface/nanotron@c2528430 docs/benchmark_summary.svg, whose cells are these points). The
+memory is the same counter as the 26 rows' (benchmarks/memory_accuracy.py SOURCES), so every other
+point is a configuration the rules were not read from. A configuration the figure prints twice with
+different numbers (another run of it) is kept twice.
+
+Each point is predicted as its published row of the same model size is (benchmarks/published.py
+_nanotron; sequence parallel at tp > 1, nanotron's REDUCE_SCATTER mode), with the layout, micro-batch
+and ZeRO stage of the point. With --replay the points with a pipeline are also replayed through
+benchmarks/nanotron_allocator_replay.py (no capacity), which the cost model does not use.
+
+Run: python benchmarks/nanotron_sweep_memory.py [--replay] [--extract benchmarks_interactive.html]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import csv
+import json
+import re
+from collections import Counter
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cost_models.enums import Zero
+from cost_models.memory import memory_estimate
+from cost_models.units import GiB
+
+sys.path.insert(0, str(Path(__file__).parent))
+from memory_accuracy import Metric, allocator_bytes, measured_gib  # noqa: E402
+from nanotron_allocator_replay import replay  # noqa: E402
+from published import Skip, _run, entries, nanotron_pp_layers  # noqa: E402
+
+SWEEP = Path(__file__).parent / "data" / "nanotron_usp_sweep.csv"
+GLOBAL_BATCH = 256  # every point's GBS (sequences) in the figure
+# The figure's subplot axes and the published row whose model and hardware each size shares.
+SUBPLOTS = {"x": "1.34", "x2": "3.57", "x3": "8.86", "x4": "80.0"}
+MODEL_ROWS = {"1.34": "nanotron-usp-1p34b-1nodes-dp4-tp1-pp2-mbs4", "3.57": "nanotron-usp-3p57b-1nodes-dp4-tp1-pp2-mbs2",
+              "8.86": "nanotron-usp-8p86b-1nodes-dp2-tp1-pp4-mbs1", "80.0": "nanotron-usp-80p0b-4nodes-dp1-tp8-pp4-mbs1"}
+SIZES = {float(size): size for size in MODEL_ROWS}
+FIELDS = ("params_b", "nodes", "dp", "tp", "pp", "mbs", "grad_acc", "zero", "mfu_pct", "tok_s_per_gpu", "memory_gib")
+
+
+@dataclass(frozen=True)
+class Point:
+    params_b: str
+    nodes: int
+    dp: int
+    tp: int
+    pp: int
+    mbs: int
+    grad_acc: int
+    zero: int
+    memory_gib: float | None  # None: the run crashed (nan in the figure)
+
+    @property
+    def group(self) -> str:
+        return f"ZeRO-{self.zero} {'pp > 1' if self.pp > 1 else 'pp = 1'} {'tp > 1' if self.tp > 1 else 'tp = 1'}"
+
+
+def extract(html: str) -> list[dict[str, str]]:
+    """Every distinct point of the interactive figure's hover texts."""
+    start = html.index("[", html.index("Plotly.newPlot("))
+    traces, _ = json.JSONDecoder().raw_decode(html[start:])
+    out: dict[tuple[str, ...], dict[str, str]] = {}
+    for trace in traces:
+        for text in trace.get("text") or []:
+            plain = text.replace("<br>", "|").replace("<b>", "").replace("</b>", "").replace("\t", "")
+            f = dict(re.findall(r"(\w[\w/ ]*?):\s*([^|]+)", plain))
+            assert int(f["GBS"]) == GLOBAL_BATCH, f
+            row = {"params_b": SUBPLOTS[trace["xaxis"]], "nodes": f["Nodes"], "dp": f["DP"], "tp": f["TP"], "pp": f["PP"],
+                   "mbs": f["MBS"], "grad_acc": f["GradAcc"], "zero": f["ZeRO"], "mfu_pct": f["MFU"].rstrip("%").strip(),
+                   "tok_s_per_gpu": f["tok/s/gpu"].replace(",", "").strip(), "memory_gib": f["GPU memory"].split()[0]}
+            out[tuple(row.values())] = row
+    return sorted(out.values(), key=lambda r: tuple(float(r[k]) if r[k] != "nan" else -1.0 for k in FIELDS))
+
+
+def points(path: Path = SWEEP) -> list[Point]:
+    with path.open() as f:
+        return [Point(r["params_b"], int(r["nodes"]), int(r["dp"]), int(r["tp"]), int(r["pp"]), int(r["mbs"]),
+                      int(r["grad_acc"]), int(r["zero"]), None if r["memory_gib"] == "nan" else float(r["memory_gib"]))
+                for r in csv.DictReader(f)]
+
+
+def job(p: Point, rows: dict[str, dict]):  # type: ignore[no-untyped-def]
+    """The point's job: its size's published row with the point's layout."""
+    entry = copy.deepcopy(rows[MODEL_ROWS[p.params_b]])
+    entry["id"] = f"sweep-{p.params_b}b-{p.nodes}n-dp{p.dp}-tp{p.tp}-pp{p.pp}-mbs{p.mbs}-zero{p.zero}"
+    entry["layout"].update(dp=p.dp, tp=p.tp, pp=p.pp, micro_batch=p.mbs, global_batch=GLOBAL_BATCH, sp=p.tp > 1,
+                           zero="ZeRO-1" if p.zero else "none")
+    entry["hardware"]["gpu_count"] = p.dp * p.tp * p.pp
+    return _run(entry)
+
+
+def replayed_gib(run) -> float:  # type: ignore[no-untyped-def]
+    j, m = run.job(), run.model
+    a = replay(vocab=m.vocab_size, h=m.hidden_size, f=m.ffn_hidden_size, layers=nanotron_pp_layers(m, j.layout.pp)[0],
+               tokens=j.layout.mbs * j.training.seq_len, pp=j.layout.pp, microbatches=j.num_microbatches, dp=j.dp,
+               tp=j.layout.tp, zero1=j.zero is Zero.OPTIMIZER)
+    return a.reserved / GiB
+
+
+@dataclass
+class Evaluation:
+    cost: dict[str, list[float]] = field(default_factory=dict)  # Point.group -> cost-model errors
+    replay: dict[str, list[float]] = field(default_factory=dict)  # Point.group -> replay errors (pp > 1)
+    fits: Counter[tuple[bool, bool]] = field(default_factory=Counter)  # (ran, predicted to fit) -> points
+    unbuilt: list[str] = field(default_factory=list)  # why each point with a memory was not predicted
+
+
+def evaluate(pts: list[Point], rows: dict[str, dict], *, replay: bool = False) -> Evaluation:
+    """Every point predicted: its rank 0's reserved error by group, and whether the model has it fit."""
+    ev = Evaluation()
+    for p in pts:
+        try:
+            run = job(p, rows)
+        except (AssertionError, Skip) as err:  # a split nanotron would not make, or a layout the model rejects
+            if p.memory_gib is not None:
+                ev.unbuilt.append(re.sub(r"rank \d+ of \d+", "a rank before the last", str(err)))
+            continue
+        est = memory_estimate(run.job())
+        ev.fits[p.memory_gib is not None, est.fits] += 1
+        if p.memory_gib is None:
+            continue
+        ev.cost.setdefault(p.group, []).append(allocator_bytes(est, Metric.RESERVED)[0] / GiB / p.memory_gib - 1)
+        if replay and p.pp > 1:
+            ev.replay.setdefault(p.group, []).append(replayed_gib(run) / p.memory_gib - 1)
+    return ev
+
+
+def summary(name: str, errors: list[float]) -> str:
+    if not errors:
+        return f"| {name} | 0 | | | |"
+    mags = sorted(abs(e) for e in errors)
+    return (f"| {name} | {len(errors)} | {statistics.median(errors):+.1%} | {statistics.median(mags):.1%} | "
+            f"{sum(e <= 0.10 for e in mags)}/{len(mags)} |")
+
+
+def published_cells(pts: list[Point], rows: dict[str, dict]) -> list[str]:
+    """The published rows whose layout and memory the sweep does not print (an empty list: all agree)."""
+    by_key: dict[tuple, list[float]] = {}
+    for p in pts:
+        if p.memory_gib is not None:
+            by_key.setdefault((p.params_b, p.nodes, p.dp, p.tp, p.pp, p.mbs, p.zero), []).append(p.memory_gib)
+    bad = []
+    for rid, e in rows.items():
+        if e.get("group") != "nanotron_ultrascale":
+            continue
+        lay = e["layout"]
+        key = (SIZES[float(e["model"]["params_b"])], e["hardware"]["gpu_count"] // 8, lay["dp"], lay["tp"], lay["pp"], lay["micro_batch"],
+               int("ZeRO-1" in (lay.get("zero") or "")))
+        if not any(abs(m - measured_gib(e)) <= 0.05 + 1e-9 for m in by_key.get(key, [])):
+            bad.append(rid)
+    return bad
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--replay", action="store_true", help="also replay the pipeline points through the allocator model")
+    parser.add_argument("--extract", type=Path, help="rewrite the csv from the playbook's benchmarks_interactive.html")
+    args = parser.parse_args()
+    if args.extract:
+        extracted = extract(args.extract.read_text())
+        with SWEEP.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=FIELDS)
+            writer.writeheader()
+            writer.writerows(extracted)
+        print(f"{len(extracted)} points written to {SWEEP}")
+    pts = points()
+    rows = {e["id"]: e for e in entries()}
+    ran = [p for p in pts if p.memory_gib is not None]
+    print(f"{len(pts)} points, {len(ran)} with a memory; published cells not found in the sweep: "
+          f"{published_cells(pts, rows) or 'none'}")
+    ev = evaluate(pts, rows, replay=args.replay)
+    cost, rep, fits, unbuilt = ev.cost, ev.replay, ev.fits, ev.unbuilt
+    print(f"{len(unbuilt)} points with a memory not predicted:",
+          *(f"{n}: {why}" for why, n in Counter(unbuilt).most_common()), sep="\n  ")
+    print(f"\nfit (every stage's peak within the usable memory): ran {fits[True, True]} predicted to fit, "
+          f"{fits[True, False]} not; crashed (nan; any cause) {fits[False, False]} predicted not to fit, "
+          f"{fits[False, True]} to fit")
+    print("\nerror = predicted / measured - 1 (reserved GiB of global rank 0)\n")
+    print("| points | n | cost model median error | median |error| | within 10% |")
+    print("|---|---:|---:|---:|---:|")
+    for g in sorted(cost):
+        print(summary(g, cost[g]))
+    print(summary("all", [e for es in cost.values() for e in es]))
+    if args.replay:
+        print("\n| pipeline points | n | allocator replay median error | median |error| | within 10% |")
+        print("|---|---:|---:|---:|---:|")
+        for g in sorted(rep):
+            print(summary(g, rep[g]))
+        print(summary("all", [e for es in rep.values() for e in es]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
