@@ -437,16 +437,6 @@ def _tp_comm_overlap(job: Job) -> str | None:
     return None
 
 
-def _grad_reduce_in_bf16(job: Job) -> str | None:
-    tr = job.training
-    if not tr.grad_reduce_in_bf16:
-        return None
-    if tr.framework is not MEGATRON or tr.precision is Precision.FP16:
-        return (f"grad_reduce_in_bf16 is Megatron's --grad-reduce-in-bf16 for bf16 or fp8 runs "
-                f"(framework={tr.framework}, precision={tr.precision}); drop it")
-    return None
-
-
 # TrainingSpec switches that describe one framework's code (nanotron's is priced as a Megatron job)
 NANOTRON_SWITCHES = ("grads_kept_through_backward", "ddp_buckets", "loss_shift_out_of_place", "eager_swiglu",
                      "zero1_blocking_sync", "qkv_copy_kept", "tp_gather_buffers", "tp_scatter_inputs_pending")
@@ -691,6 +681,9 @@ def _fsdp2_megatron(job: Job) -> str | None:
 # model, so no layout can help (PROBLEM_RULES). Fuller sources: the fields' citations in
 # cost_models/training.py.
 SWITCH_RULES: tuple[Rule, ...] = (
+    _needs_rule("grad_reduce_in_bf16", MEGATRON, "training.precision", {Precision.BF16, Precision.FP8},
+                "is Megatron's --grad-reduce-in-bf16 for bf16 or fp8 runs", "drop it",
+                source="Megatron-LM@d98e8a64 arguments.py:1204-1217, 3053"),
     Rule("megatron_grad_flags", ALL, _megatron_grad_flags, "Megatron-LM@d98e8a64 arguments.py:2944-2948, 3121-3122"),
     Rule("ddp_bucket_size", ALL, _ddp_bucket_size, "Megatron-LM@d98e8a64 megatron/training/training.py:2179-2194"),
     Rule("apex_framework", ALL, _apex_framework,
@@ -726,6 +719,7 @@ SWITCH_RULES: tuple[Rule, ...] = (
     Rule("nccl_max_ctas", ALL, _nccl_max_ctas, "Megatron-LM@d98e8a64 megatron/core/parallel_state.py:168-195 get_nccl_options"),
     Rule("decoupled_adamw", frozenset({MEGATRON, DEEPSPEED}), _decoupled_adamw,
          "mosaicml/composer@v0.16.4 composer/optim/decoupled_weight_decay.py"),
+    Rule("moe_dispatch", ALL, _moe_dispatch, "Megatron-LM@23e00ed0 arguments.py:2889 (--overlap-moe-expert-parallel-comm)"),
 )
 
 
@@ -768,7 +762,6 @@ RULES: tuple[Rule, ...] = (
     Rule("sinks_backend", frozenset({MEGATRON}), _sinks_backend,
          "TransformerEngine@d0067d0d transformer_engine/pytorch/attention/dot_product_attention/utils.py L1113-1124"),
     Rule("cp_flash", ALL, _cp_flash, "ring attention (Megatron/TE, torch context_parallel) uses fused attention"),
-    Rule("grad_reduce_in_bf16", ALL, _grad_reduce_in_bf16, "Megatron-LM@d98e8a64 arguments.py:1204-1217, 3053"),
     *SWITCH_RULES,
     Rule("switch_layout", ALL, _switch_layout,
          "the TrainingSpec fields' own citations: NeMo 1 distributed_fused_adam (zero 1); nanotron@c2528430 "
@@ -776,7 +769,6 @@ RULES: tuple[Rule, ...] = (
     Rule("fp8_param_gather", ALL, _fp8_param_gather, "Megatron-LM@d98e8a64 arguments.py:1095-1098, 2016-2018"),
     Rule("align_param_gather", ALL, _align_param_gather,
          "Megatron-LM@d98e8a64 megatron/core/distributed/distributed_data_parallel.py:542-550, param_and_grad_buffer.py:555-573"),
-    Rule("moe_dispatch", ALL, _moe_dispatch, "Megatron-LM@23e00ed0 arguments.py:2889 (--overlap-moe-expert-parallel-comm)"),
 )
 
 

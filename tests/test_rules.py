@@ -141,6 +141,9 @@ def test_one_frameworks_switches_are_refused_for_another(training, needle):
     (dict(framework="torchtitan", nccl_max_ctas={"dp": 8}), "nccl_max_ctas"),
     (dict(framework="deepspeed", cross_entropy_unfused=True), "cross_entropy_unfused"),
     (dict(framework="torchtitan", bf16_params=True, precision="fp16"), "bf16_params"),
+    (dict(framework="torchtitan", grad_reduce_in_bf16=True), "grad_reduce_in_bf16"),
+    (dict(framework="megatron", grad_reduce_in_bf16=True, precision="fp16"), "grad_reduce_in_bf16"),
+    (dict(framework="torchtitan", moe_dispatch="overlap"), "moe_dispatch"),
 ])
 def test_a_framework_switch_breaks_the_problem_whatever_the_layout(training, rule):
     # each reads only the training spec, so the problem check names it (and only it) before any search
