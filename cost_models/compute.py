@@ -947,7 +947,7 @@ def te_casts_separate(job: Job) -> bool:
 def te_transposes(gpu: GPUSpec) -> int:
     """1 where a cast also writes the transposed fp8 copy (fp8 GEMMs TN-only: before compute
     capability 10, and 12.x), else 0 (TE_CAST_BYTES)."""
-    cc = gpu.compute_capability or ((10, 0) if not gpu.before_blackwell else (9, 0))
+    cc = gpu.compute_capability
     return 0 if (10, 0) <= cc < (12, 0) or cc >= (13, 0) else 1
 
 

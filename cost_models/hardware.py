@@ -71,7 +71,7 @@ class GPUSpec(_SIFromHuman):
     architecture: str = ""
     # CUDA compute capability (major, minor), as torch.cuda.get_device_capability reports it; frameworks
     # branch on its major version (Megatron-LM's get_device_arch_version: 8 Ampere, 9 Hopper, 10 Blackwell)
-    compute_capability: tuple[int, int] | None = None
+    compute_capability: tuple[int, int]
     hbm_bytes: HbmBytes  # capacity a framework can allocate from (see presets for what each counts)
     hbm_bandwidth_bytes_per_s: Bandwidth
     peak_flop_per_s: PeakFlops
@@ -87,12 +87,8 @@ class GPUSpec(_SIFromHuman):
     def before_blackwell(self) -> bool:
         """Compute capability major below 10, Megatron-LM's test for the CUDA_DEVICE_MAX_CONNECTIONS=1
         requirement of tp and cp (Megatron-LM@d98e8a64 arguments.py L1453-1454, get_device_arch_version
-        in training/utils/common_utils.py L527-529). A GPU without a compute capability takes its
-        generation's ("blackwell" is 10); one of neither is counted before Blackwell, where the
-        requirement holds."""
-        if self.compute_capability is not None:
-            return self.compute_capability[0] < 10
-        return self.architecture != "blackwell"
+        in training/utils/common_utils.py L527-529)."""
+        return self.compute_capability[0] < 10
 
 
 class NetworkTier(_SIFromHuman):

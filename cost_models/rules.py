@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
+from operator import attrgetter
 
 from cost_models import mamba_shard
 from cost_models.enums import AttentionBackend, AttentionKernel, Fp8Recipe, Framework, MoEDispatch, OptimizerKind, PositionKind, Precision, Recompute, Schedule, Zero
@@ -435,16 +437,6 @@ def _tp_comm_overlap(job: Job) -> str | None:
     return None
 
 
-def _grad_reduce_in_bf16(job: Job) -> str | None:
-    tr = job.training
-    if not tr.grad_reduce_in_bf16:
-        return None
-    if tr.framework is not MEGATRON or tr.precision is Precision.FP16:
-        return (f"grad_reduce_in_bf16 is Megatron's --grad-reduce-in-bf16 for bf16 or fp8 runs "
-                f"(framework={tr.framework}, precision={tr.precision}); drop it")
-    return None
-
-
 # TrainingSpec switches that describe one framework's code (nanotron's is priced as a Megatron job)
 NANOTRON_SWITCHES = ("grads_kept_through_backward", "ddp_buckets", "loss_shift_out_of_place", "eager_swiglu",
                      "zero1_blocking_sync", "qkv_copy_kept", "tp_gather_buffers", "tp_scatter_inputs_pending")
@@ -476,6 +468,36 @@ def _megatron_only(job: Job, field: str, what: str) -> str | None:
     return f"{field} {what} (framework={tr.framework}); drop it, or use framework megatron"
 
 
+@dataclass(frozen=True)
+class SwitchNeeds:
+    """A TrainingSpec switch that describes `framework`'s code on a path that runs only where
+    `needs`, a job attribute such as "training.attention" or "model.qkv_bias", is one of `accepted`."""
+
+    field: str
+    framework: Framework
+    needs: str
+    accepted: frozenset[object]
+    describes: str  # what the switch is, said after its name
+    remedy: str
+
+
+def _switch_needs(switch: SwitchNeeds, job: Job) -> str | None:
+    """The message for `switch` set on another framework or where its path does not run; None where
+    it is off or holds."""
+    tr, have = job.training, attrgetter(switch.needs)(job)
+    if not _switched(tr, (switch.field,)) or (tr.framework is switch.framework and have in switch.accepted):
+        return None
+    return (f"{switch.field} {switch.describes} (framework={tr.framework}, {switch.needs.rpartition('.')[2]}={have}); "
+            f"{switch.remedy}")
+
+
+def _needs_rule(field: str, framework: Framework, needs: str, accepted: frozenset[object] | set[object],
+                describes: str, remedy: str, *, source: str) -> Rule:
+    """The SWITCH_RULES rule, named after its field, that checks one SwitchNeeds."""
+    switch = SwitchNeeds(field, framework, needs, frozenset(accepted), describes, remedy)
+    return Rule(field, ALL, partial(_switch_needs, switch), source)
+
+
 def _ddp_bucket_size(job: Job) -> str | None:
     return _megatron_only(job, "ddp_bucket_size", "is Megatron's --ddp-bucket-size")
 
@@ -492,15 +514,6 @@ def _param_buffer_init_copy(job: Job) -> str | None:
 
 def _bda_mask_kept(job: Job) -> str | None:
     return _megatron_only(job, "bda_mask_kept", "describes Megatron's TorchScript bias-dropout-add")
-
-
-def _loss_shift_beside_fp32_copy(job: Job) -> str | None:
-    tr = job.training
-    if tr.loss_shift_beside_fp32_copy and (tr.framework is not MEGATRON or tr.loss_shift_out_of_place):
-        return (f"loss_shift_beside_fp32_copy describes Megatron's vocab-parallel cross entropy before 9634c0e4 "
-                f"(framework={tr.framework}, loss_shift_out_of_place={tr.loss_shift_out_of_place}); use framework "
-                "megatron without loss_shift_out_of_place, or drop it")
-    return None
 
 
 def _nanotron_switches(job: Job) -> str | None:
@@ -541,30 +554,6 @@ def _compile_whole_model(job: Job) -> str | None:
     tr = job.training
     if tr.compile_whole_model and not tr.compile:
         return "compile_whole_model describes how torch.compile wraps the model; it needs compile=True"
-    return None
-
-
-def _qkv_bias_unfused(job: Job) -> str | None:
-    tr = job.training
-    if tr.qkv_bias_unfused and (tr.framework is not MEGATRON or not job.model.qkv_bias):
-        return (f"qkv_bias_unfused describes Megatron's local linear_qkv bias add (framework={tr.framework}, "
-                f"qkv_bias={job.model.qkv_bias}); drop it, or use framework megatron with a qkv bias")
-    return None
-
-
-def _qkv_bshd_copies(job: Job) -> str | None:
-    tr = job.training
-    if tr.qkv_bshd_copies and (tr.framework is not MEGATRON or tr.attention is not AttentionKernel.FLASH):
-        return (f"qkv_bshd_copies describes Megatron core's q, k, v copies for Transformer Engine's flash attention "
-                f"(framework={tr.framework}, attention={tr.attention}); drop it, or use framework megatron with flash attention")
-    return None
-
-
-def _local_attention_copies(job: Job) -> str | None:
-    tr = job.training
-    if tr.local_attention_copies and (tr.framework is not MEGATRON or tr.attention is not AttentionKernel.EAGER):
-        return (f"local_attention_copies describes Megatron's local unfused attention (framework={tr.framework}, "
-                f"attention={tr.attention}); drop it, or use framework megatron with eager attention")
     return None
 
 
@@ -692,6 +681,9 @@ def _fsdp2_megatron(job: Job) -> str | None:
 # model, so no layout can help (PROBLEM_RULES). Fuller sources: the fields' citations in
 # cost_models/training.py.
 SWITCH_RULES: tuple[Rule, ...] = (
+    _needs_rule("grad_reduce_in_bf16", MEGATRON, "training.precision", {Precision.BF16, Precision.FP8},
+                "is Megatron's --grad-reduce-in-bf16 for bf16 or fp8 runs", "drop it",
+                source="Megatron-LM@d98e8a64 arguments.py:1204-1217, 3053"),
     Rule("megatron_grad_flags", ALL, _megatron_grad_flags, "Megatron-LM@d98e8a64 arguments.py:2944-2948, 3121-3122"),
     Rule("ddp_bucket_size", ALL, _ddp_bucket_size, "Megatron-LM@d98e8a64 megatron/training/training.py:2179-2194"),
     Rule("apex_framework", ALL, _apex_framework,
@@ -699,8 +691,10 @@ SWITCH_RULES: tuple[Rule, ...] = (
     Rule("param_buffer_init_copy", ALL, _param_buffer_init_copy,
          "NVIDIA/Megatron-LM@0609f27f megatron/optimizer/distrib_optimizer.py:354-423"),
     Rule("bda_mask_kept", ALL, _bda_mask_kept, "NVIDIA/Megatron-LM@0609f27f megatron/model/transformer.py:717-737"),
-    Rule("loss_shift_beside_fp32_copy", ALL, _loss_shift_beside_fp32_copy,
-         "NVIDIA/Megatron-LM@0609f27f megatron/core/tensor_parallel/cross_entropy.py:24"),
+    _needs_rule("loss_shift_beside_fp32_copy", MEGATRON, "training.loss_shift_out_of_place", {False},
+                "describes Megatron's vocab-parallel cross entropy before 9634c0e4",
+                "use framework megatron without loss_shift_out_of_place, or drop it",
+                source="NVIDIA/Megatron-LM@0609f27f megatron/core/tensor_parallel/cross_entropy.py:24"),
     Rule("nanotron_switches", ALL, _nanotron_switches,
          "huggingface/nanotron@c2528430, as each switch's TrainingSpec field cites it"),
     Rule("grads_kept_through_backward", ALL, _grads_kept_through_backward,
@@ -709,18 +703,23 @@ SWITCH_RULES: tuple[Rule, ...] = (
     Rule("loss_on_16bit_logits", ALL, _loss_on_16bit_logits, "KempnerInstitute/KempnerForge@01b461a scripts/train.py:294-297"),
     Rule("compile_whole_model", ALL, _compile_whole_model,
          "KempnerInstitute/KempnerForge@01b461a kempnerforge/distributed/parallel.py:214-216"),
-    Rule("qkv_bias_unfused", ALL, _qkv_bias_unfused,
-         "sail-sg/zero-bubble-pipeline-parallelism@77b9eed9 megatron/core/tensor_parallel/layers.py:337-340"),
-    Rule("qkv_bshd_copies", ALL, _qkv_bshd_copies,
-         "sail-sg/VocabularyParallelism@4dca7d20 megatron/core/transformer/custom_layers/transformer_engine.py:503-524"),
-    Rule("local_attention_copies", ALL, _local_attention_copies,
-         "sail-sg/zero-bubble-pipeline-parallelism@77b9eed9 megatron/model/transformer.py:368-373, 421-422"),
+    _needs_rule("qkv_bias_unfused", MEGATRON, "model.qkv_bias", {True},
+                "describes Megatron's local linear_qkv bias add", "drop it, or use framework megatron with a qkv bias",
+                source="sail-sg/zero-bubble-pipeline-parallelism@77b9eed9 megatron/core/tensor_parallel/layers.py:337-340"),
+    _needs_rule("qkv_bshd_copies", MEGATRON, "training.attention", {AttentionKernel.FLASH},
+                "describes Megatron core's q, k, v copies for Transformer Engine's flash attention",
+                "drop it, or use framework megatron with flash attention",
+                source="sail-sg/VocabularyParallelism@4dca7d20 megatron/core/transformer/custom_layers/transformer_engine.py:503-524"),
+    _needs_rule("local_attention_copies", MEGATRON, "training.attention", {AttentionKernel.EAGER},
+                "describes Megatron's local unfused attention", "drop it, or use framework megatron with eager attention",
+                source="sail-sg/zero-bubble-pipeline-parallelism@77b9eed9 megatron/model/transformer.py:368-373, 421-422"),
     Rule("cross_entropy_unfused", ALL, _cross_entropy_unfused,
          "sail-sg/VocabularyParallelism@4dca7d20 megatron/training/arguments.py:1169-1171"),
     Rule("bf16_params", ALL, _bf16_params, "KempnerInstitute/KempnerForge@01b461a kempnerforge/distributed/parallel.py:205-212"),
     Rule("nccl_max_ctas", ALL, _nccl_max_ctas, "Megatron-LM@d98e8a64 megatron/core/parallel_state.py:168-195 get_nccl_options"),
     Rule("decoupled_adamw", frozenset({MEGATRON, DEEPSPEED}), _decoupled_adamw,
          "mosaicml/composer@v0.16.4 composer/optim/decoupled_weight_decay.py"),
+    Rule("moe_dispatch", ALL, _moe_dispatch, "Megatron-LM@23e00ed0 arguments.py:2889 (--overlap-moe-expert-parallel-comm)"),
 )
 
 
@@ -763,7 +762,6 @@ RULES: tuple[Rule, ...] = (
     Rule("sinks_backend", frozenset({MEGATRON}), _sinks_backend,
          "TransformerEngine@d0067d0d transformer_engine/pytorch/attention/dot_product_attention/utils.py L1113-1124"),
     Rule("cp_flash", ALL, _cp_flash, "ring attention (Megatron/TE, torch context_parallel) uses fused attention"),
-    Rule("grad_reduce_in_bf16", ALL, _grad_reduce_in_bf16, "Megatron-LM@d98e8a64 arguments.py:1204-1217, 3053"),
     *SWITCH_RULES,
     Rule("switch_layout", ALL, _switch_layout,
          "the TrainingSpec fields' own citations: NeMo 1 distributed_fused_adam (zero 1); nanotron@c2528430 "
@@ -771,7 +769,6 @@ RULES: tuple[Rule, ...] = (
     Rule("fp8_param_gather", ALL, _fp8_param_gather, "Megatron-LM@d98e8a64 arguments.py:1095-1098, 2016-2018"),
     Rule("align_param_gather", ALL, _align_param_gather,
          "Megatron-LM@d98e8a64 megatron/core/distributed/distributed_data_parallel.py:542-550, param_and_grad_buffer.py:555-573"),
-    Rule("moe_dispatch", ALL, _moe_dispatch, "Megatron-LM@23e00ed0 arguments.py:2889 (--overlap-moe-expert-parallel-comm)"),
 )
 
 

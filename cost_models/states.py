@@ -15,18 +15,25 @@ from cost_models.enums import Framework, MixerKind, OptimizerKind, PositionKind,
 from cost_models.job import Job
 from cost_models.params import mamba_params, mla_params, mlp_params, norm_params
 
-# Megatron pads the vocabulary to a multiple of this x tp (--make-vocab-size-divisible-by,
-# megatron/training/arguments.py L2441; padding in megatron/training/tokenizer/tokenizer.py
-# _vocab_size_with_padding).
+# Megatron pads the vocabulary to a multiple of this x tp: --make-vocab-size-divisible-by's default
+# (Megatron-LM@d98e8a64 megatron/training/arguments.py L2441; the padding: megatron_padded_vocab).
 MEGATRON_VOCAB_DIVISOR = 128
 
 
+def megatron_padded_vocab(vocab: int, tp: int, divisible_by: int = MEGATRON_VOCAB_DIVISOR) -> int:
+    """`vocab` rounded up to a multiple of divisible_by·tp, as Megatron pads it for
+    --make-vocab-size-divisible-by (Megatron-LM@d98e8a64 megatron/training/vocab_utils.py L58-59,
+    megatron/core/tokenizers/utils/build_tokenizer.py L138-139)."""
+    multiple = divisible_by * tp
+    return -(-vocab // multiple) * multiple
+
+
 def padded_vocab(job: Job) -> int:
+    """The vocabulary the job's embedding holds: Megatron's default padding, none elsewhere."""
     v = job.model.vocab_size
     if job.training.framework is not Framework.MEGATRON:
         return v
-    multiple = MEGATRON_VOCAB_DIVISOR * job.layout.tp
-    return -(-v // multiple) * multiple
+    return megatron_padded_vocab(v, job.layout.tp)
 
 
 def local_kv_heads(job: Job) -> int:

@@ -417,8 +417,8 @@ def test_megatron_fsdp_with_tp_before_blackwell_exposes_the_backward_tp_collecti
 
 def test_the_one_queue_rule_follows_the_compute_capability_not_the_architecture_name():
     # Megatron tests get_device_arch_version() < 10 (arguments.py L1453-1454): a later generation
-    # whose name the presets do not know, given its compute capability, is past the rule, and a
-    # Blackwell part named only by its architecture is too; a GPU of neither keeps the rule.
+    # whose name the presets do not know, given its compute capability, is past the rule, and a part
+    # named "blackwell" that reports 9.0 keeps it.
     from cost_models.hardware import Cluster, ClusterSpec
     from cost_models.layout import Layout
     from cost_models.rules import resolve
@@ -435,8 +435,7 @@ def test_the_one_queue_rule_follows_the_compute_capability_not_the_architecture_
 
     assert queues() and queues(compute_capability=(9, 0))
     assert not queues(architecture="rubin", compute_capability=(12, 0))
-    assert not queues(architecture="blackwell", compute_capability=None)
-    assert queues(architecture="", compute_capability=None)
+    assert queues(architecture="blackwell", compute_capability=(9, 0))
 
 
 def test_interleaved_megatron_overlaps_pipeline_transfers_and_others_wait_for_them():

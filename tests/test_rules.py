@@ -126,6 +126,8 @@ def test_global_batch_defaults_to_legal_microbatches():
     (dict(framework="megatron", attention="eager", qkv_bshd_copies=True), "attention=eager"),
     (dict(framework="torchtitan", cross_entropy_unfused=True), "cross_entropy_unfused describes Megatron's vocab-parallel"),
     (dict(framework="megatron", attention="flash", local_attention_copies=True), "local_attention_copies describes Megatron's local"),
+    (dict(framework="megatron", loss_shift_out_of_place=True, loss_shift_beside_fp32_copy=True),
+     r"loss_shift_out_of_place=True\); use framework megatron without loss_shift_out_of_place"),
     (dict(framework="megatron", optimizer="decoupled_adamw"), "decoupled_adamw is Composer's DecoupledAdamW"),
     (dict(framework="deepspeed", optimizer="decoupled_adamw"), "decoupled_adamw is Composer's DecoupledAdamW"),
 ])
@@ -139,6 +141,9 @@ def test_one_frameworks_switches_are_refused_for_another(training, needle):
     (dict(framework="torchtitan", nccl_max_ctas={"dp": 8}), "nccl_max_ctas"),
     (dict(framework="deepspeed", cross_entropy_unfused=True), "cross_entropy_unfused"),
     (dict(framework="torchtitan", bf16_params=True, precision="fp16"), "bf16_params"),
+    (dict(framework="torchtitan", grad_reduce_in_bf16=True), "grad_reduce_in_bf16"),
+    (dict(framework="megatron", grad_reduce_in_bf16=True, precision="fp16"), "grad_reduce_in_bf16"),
+    (dict(framework="torchtitan", moe_dispatch="overlap"), "moe_dispatch"),
 ])
 def test_a_framework_switch_breaks_the_problem_whatever_the_layout(training, rule):
     # each reads only the training spec, so the problem check names it (and only it) before any search

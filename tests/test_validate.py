@@ -82,6 +82,14 @@ def test_one_rank_share_has_the_plans_per_gpu_layer_shapes():
     assert local_layer_params(s.job, 0) == local_layer_params(plan, 0)
 
 
+def test_one_rank_share_keeps_the_whole_vocabulary_where_every_tp_rank_holds_it():
+    # tp_replicated_vocab: every tp rank holds the 128256-row embedding and takes the loss over the
+    # whole vocabulary (states.local_vocab), so the share has all of it, not 128256 / 8
+    plan = make_job("llama-3.1-70b", gpus=64, tp=8, pp=4, training={"framework": "torchtitan", "seq_len": 8192,
+                                                                     "global_batch_size": 64, "tp_replicated_vocab": True})
+    assert choose_slice(plan, 4).job.model.vocab_size == 128256
+
+
 def test_megatron_plans_run_as_pytorch_native_jobs():
     job, notes = native_job(presets.models()["llama-3.1-8b"], presets.clusters()["dgx-h100"], 8,
                             {"seq_len": 4096}, {"tp": 2, "zero": 1})

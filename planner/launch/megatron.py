@@ -19,6 +19,7 @@ from cost_models.enums import (
 from cost_models.errors import LayoutError, SpecError
 from cost_models.job import Job
 from cost_models.model_spec import ModelSpec
+from cost_models.states import MEGATRON_VOCAB_DIVISOR, megatron_padded_vocab
 from planner.launch.shell import Raw, Word, command
 from planner.launch.slurm import environment_lines, script_head, torchrun_head
 from planner.launch.target import CHECKPOINT_DIR_LINE, MegatronFsdp, Target, save_interval_lines
@@ -26,10 +27,6 @@ from planner.launch.target import CHECKPOINT_DIR_LINE, MegatronFsdp, Target, sav
 VERSION = "Megatron-LM main (core 0.19 spellings; checked against commit d98e8a64)"
 
 Flag = tuple[Word, ...]
-
-# Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by·tp
-# (megatron/training/vocab_utils.py L58); its default is 128 (ARG L2441).
-MAX_VOCAB_DIVISOR = 128
 
 # --use-rope-scaling applies Llama 3.1's scaling with low_freq_factor 1, high_freq_factor 4 and an
 # original length of 8192 fixed (megatron/core/models/common/embeddings/rotary_pos_embedding.py
@@ -48,19 +45,20 @@ DISTRIBUTED_TIMEOUT_MINUTES = 10
 
 
 def vocab_divisor(vocab: int, tp: int) -> int:
-    """The largest power of two up to 128 with vocab % (d·tp) == 0, so the embedding is not padded;
-    128 (Megatron's default) when no such d exists."""
-    d = MAX_VOCAB_DIVISOR
+    """The largest power of two up to Megatron's default make_vocab_size_divisible_by (128, ARG L2441)
+    with vocab % (d·tp) == 0, so the embedding is not padded; 128 when no such d exists."""
+    d = MEGATRON_VOCAB_DIVISOR
     while d >= 1:
         if vocab % (d * tp) == 0:
             return d
         d //= 2
-    return MAX_VOCAB_DIVISOR
+    return MEGATRON_VOCAB_DIVISOR
 
 
 def padded_vocab(vocab: int, tp: int) -> int:
-    multiple = vocab_divisor(vocab, tp) * tp
-    return -(-vocab // multiple) * multiple
+    """The rows --padded-vocab-size gives: Megatron's padding (cost_models.states.megatron_padded_vocab)
+    with vocab_divisor's divisor, so only a vocabulary no power of two times tp divides is padded."""
+    return megatron_padded_vocab(vocab, tp, vocab_divisor(vocab, tp))
 
 
 def fsdp_kind(job: Job, target: Target) -> MegatronFsdp | None:

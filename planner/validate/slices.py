@@ -33,6 +33,7 @@ from cost_models.job import Job
 from cost_models.layout import Layout
 from cost_models.model_spec import MambaSpec, ModelSpec, MoESpec
 from cost_models.rules import resolve
+from cost_models.states import local_vocab
 from cost_models.training import TrainingSpec
 from planner.errors import spec_error
 
@@ -333,7 +334,9 @@ def _one_rank(plan: Job) -> Slice:
         "num_kv_heads": max(1, m.kv_heads // tp),
         "head_dim": m.head_size,
         "ffn_hidden_size": max(1, m.ffn_hidden_size // tp),
-        "vocab_size": -(-m.vocab_size // tp),
+        # the rank's share as the cost model counts it: the native (torchtitan) job pads nothing, so
+        # ceil(vocab / tp), or the whole vocabulary under tp_replicated_vocab
+        "vocab_size": local_vocab(plan),
         "name": f"{m.name} (one rank's share)",
     }
     if moe is not None:
