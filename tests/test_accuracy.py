@@ -1,7 +1,9 @@
 """Regression guards for the accuracy benchmarks.
 
 Memory (benchmarks/memory_accuracy.py): torchtitan's median |error| and its largest within today's figures plus
-half a point; Zero Bubble's and Vocabulary Parallelism's rows all within 10%.
+half a point; Zero Bubble's and Vocabulary Parallelism's rows all within 10%. The fragmentation fraction is
+the all-source fit the benchmark prints, and each source predicted with the fraction fitted on the others
+stays within today's figures.
 
 Step time (benchmarks/time_accuracy.py), out of sample: each source predicted with the mechanism
 constants fitted on the other sources. The bounds are today's figures (docs/accuracy.md) plus one
@@ -209,3 +211,61 @@ def test_step_time_out_of_sample():
     # across nodes (presets/clusters.toml hf-science-p5; 66.8% before) and measured by the tok/s/gpu
     # the playbook prints (47.3% before): p90 44.2% today, plus a point
     assert time_accuracy.stats(by_source["nanotron_ultrascale"])[1] <= 0.452
+
+
+def _case(family: str, measured_gib: float, dynamic_gib: float) -> memory_accuracy.Case:
+    # one stage: 10 GiB outside the fragmentation line, `dynamic_gib` that the fraction multiplies
+    return memory_accuracy.Case(f"{family}-{measured_gib}", family, measured_gib, memory_accuracy.Ranks.MAX,
+                                ((10 * GiB, dynamic_gib * GiB),))
+
+
+def test_fragmentation_leave_one_source_out_by_hand():
+    # Families a and b read 10.5 GiB on 10 GiB dynamic (fraction 0.05), c reads 12 GiB on 20 GiB (0.10);
+    # an allocated-peak row (nothing dynamic) is outside the fit set. Within 10%: a and b for fractions
+    # up to 0.155, c from 0.04 to 0.16. All together, every row is within 10% from 0.04 to 0.15, and
+    # the family mean of |log error|, (2 |log((10 + 10 f) / 10.5)| + |log((10 + 20 f) / 12)|) / 3,
+    # rises from 0.05 on (20/(10 + 10 f) > 20/(10 + 20 f)): 0.05. Without c: 0.05. Without a (or b),
+    # |log((10 + 10 f) / 10.5)| + |log((10 + 20 f) / 12)| falls up to 0.10 (1/(1 + f) < 2/(1 + 2 f)),
+    # where c is exact: 0.10.
+    allocated = memory_accuracy.Case("x", "x", 10.0, memory_accuracy.Ranks.FIRST, ((10 * GiB, 0),))
+    cs = [_case(f, m, d) for f, m, d in (("a", 10.5, 10), ("b", 10.5, 10), ("c", 12.0, 20)) for _ in range(3)]
+    assert not allocated.informs and all(c.informs for c in cs)
+    assert memory_accuracy.fit_fragmentation([*cs, allocated]) == 0.05
+    loso = {out.family: out for out in memory_accuracy.leave_one_source_out([*cs, allocated])}
+    assert sorted(loso) == ["a", "b", "c"]
+    assert (loso["a"].fraction, loso["b"].fraction, loso["c"].fraction) == (0.10, 0.10, 0.05)
+    # c predicted at 0.05: 10 + 20·0.05 = 11 GiB against 12, -8.3%; a at 0.10: 11 against 10.5, +4.8%
+    assert loso["c"].cases[0].error(loso["c"].fraction) == pytest.approx(11 / 12 - 1)
+    assert loso["a"].cases[0].error(loso["a"].fraction) == pytest.approx(11 / 10.5 - 1)
+    # a fraction only one family informs, or fewer than 5 rows, stays at its prior (0.10, not a's 0.05)
+    assert memory_accuracy.fit_fragmentation([*cs[:3], *cs[:3], allocated]) == memory_accuracy.FRAGMENTATION_PRIOR
+    assert memory_accuracy.fit_fragmentation(cs[:4]) == memory_accuracy.FRAGMENTATION_PRIOR
+    assert memory_accuracy.fit_fragmentation(cs[:5]) == 0.05
+
+
+def test_fragmentation_is_the_all_source_fit_and_transfers():
+    from cost_models.memory import FRAGMENTATION
+
+    cs = memory_accuracy.cases()
+    by_id = {r.id: r for r in memory_accuracy.rows()}
+    assert len(cs) == len(by_id) == 128
+    # a Case predicts what `rows` does at the model's fraction
+    assert all(c.predicted_gib(FRAGMENTATION) == by_id[c.id].predicted_gib for c in cs)
+    # the fit set: every reserved-peak row, four families; KempnerForge's allocated peaks leave it out
+    informed = memory_accuracy.fit_set(cs)
+    assert len(informed) == 107 and not [c for c in informed if c.family == "kempnerforge"]
+    assert {c.family for c in informed} == {"torchtitan", "fp8lm", "sail_pipeline", "nanotron_ultrascale"}
+    assert memory_accuracy.fit_fragmentation(cs) == FRAGMENTATION
+    # leave-one-source-out: each family with the fraction fitted on the other three (0.10 to 0.11
+    # today, the all-source fit 0.10); today's median |error| plus half a point, today's rows within
+    # 10% (docs/accuracy.md), and the fits within 0.05 of the all-source one
+    today = {"fp8lm": (0.071, 4), "nanotron_ultrascale": (0.046, 21), "sail_pipeline": (0.012, 55), "torchtitan": (0.038, 19)}
+    loso = memory_accuracy.leave_one_source_out(cs)
+    assert sorted(out.family for out in loso) == sorted(today)
+    for out in loso:
+        median, within = today[out.family]
+        errors = [abs(c.error(out.fraction)) for c in out.cases]
+        assert abs(out.fraction - FRAGMENTATION) <= 0.05, out.family
+        assert statistics.median(errors) <= median + 0.005, out.family
+        assert sum(e <= 0.10 for e in errors) >= within, out.family
+    assert sum(abs(c.error(out.fraction)) <= 0.10 for out in loso for c in out.cases) >= 99
