@@ -143,6 +143,7 @@ def _mfu_band(p: Point) -> tuple[float, str]:
 # Each group: (sort key, label) of a point.
 GROUPS = {
     "model": lambda p: (float(p.params_b), f"{p.params_b}B"),
+    "nodes": lambda p: (p.nodes, f"{p.nodes} nodes"),
     "ZeRO stage": lambda p: (p.zero, f"ZeRO-{p.zero}"),
     "pipeline": lambda p: (p.pp > 1, "pp > 1" if p.pp > 1 else "pp = 1"),
     "tensor parallel": lambda p: (1, "tp = 1") if p.tp == 1 else (2, "tp 2-8 (within a node)") if p.tp <= 8 else (3, "tp 16-32 (across nodes)"),
@@ -327,7 +328,9 @@ def term_table(timed: list[Timed]) -> str:
     return "\n".join(lines)
 
 
-SLOT_COLUMNS = ((False, 1), (False, 4), (True, 1), (True, 4), (True, 16))  # (pp > 1, mbs)
+# (pp > 1, mbs, on 64 nodes): the 64-node runs apart, they are slower at every tp (the nodes rows above)
+SLOT_COLUMNS = ((False, 1, False), (False, 4, False), (True, 1, False), (True, 4, False), (True, 16, False), (True, 1, True))
+BIGGEST = 64
 
 
 def slot_ms(t: Timed) -> tuple[float, float]:
@@ -344,15 +347,16 @@ def slot_table(timed: list[Timed]) -> str:
     """Time per layer and micro-batch slot by tp, with and without a pipeline: where the measured time
     stays flat as the micro-batch grows while the predicted time grows with it, the step is held by a
     floor per layer and micro-batch that the model does not have."""
-    by: dict[tuple[int, bool, int], list[tuple[float, float]]] = defaultdict(list)
+    by: dict[tuple[int, bool, int, bool], list[tuple[float, float]]] = defaultdict(list)
     for t in timed:
-        by[(t.point.tp, t.point.pp > 1, t.point.mbs)].append(slot_ms(t))
-    head = " | ".join(f"{'pp > 1' if pp else 'pp = 1'}, mbs {mbs}" for pp, mbs in SLOT_COLUMNS)
+        by[(t.point.tp, t.point.pp > 1, t.point.mbs, t.point.nodes == BIGGEST)].append(slot_ms(t))
+    head = " | ".join(f"{'pp > 1' if pp else 'pp = 1'}, mbs {mbs}, {f'{BIGGEST} nodes' if big else f'1-{BIGGEST // 2} nodes'}"
+                      for pp, mbs, big in SLOT_COLUMNS)
     lines = [f"| tp | {head} |", "|---:|" + "---:|" * len(SLOT_COLUMNS)]
     for tp in sorted({k[0] for k in by}):
         cells = []
-        for pp, mbs in SLOT_COLUMNS:
-            xs = by.get((tp, pp, mbs), [])
+        for col in SLOT_COLUMNS:
+            xs = by.get((tp, *col), [])
             cells.append(f"{statistics.median(m for m, _ in xs):.1f} ({statistics.median(q for _, q in xs):.1f}), {len(xs)}" if xs else "—")
         lines.append(f"| {tp} | {' | '.join(cells)} |")
     return "\n".join(lines)
@@ -407,7 +411,7 @@ def report(timed: list[Timed], unbuilt: list[tuple[Point, str]], ps: list[Proble
         "Where the error sits, by ZeRO stage, pipeline and tensor parallelism:\n\n" + term_table(timed),
         "One knob turned (pairs of configurations of one problem):\n\n" + knob_table(ps),
         "Time per decoder layer and micro-batch slot, ms, measured (predicted), points; median over every model "
-        "size and node count:\n\n" + slot_table(timed),
+        "size:\n\n" + slot_table(timed),
     ])
 
 
