@@ -150,6 +150,12 @@ GROUPS = {
     "micro-batch": lambda p: (p.mbs, f"mbs {p.mbs}"),
     "ZeRO, pp, tp": lambda p: (p.group, p.group),
     "measured MFU": _mfu_band,
+    # the figure's reserved GiB of rank 0, near the H100's 79.6 GiB (presets/gpus.toml) or not: near capacity
+    # torch's caching allocator frees its cache and retries a failed cudaMalloc (torch.cuda.memory_stats
+    # num_alloc_retries counts them), which the time model does not price
+    "measured memory": lambda p: (0, "reserved < 70 GiB") if (p.memory_gib or 0) < 70 else (1, "reserved >= 70 GiB"),
+    "measured memory, tp = 1": lambda p: (2, f"tp = 1, reserved {'<' if (p.memory_gib or 0) < 70 else '>='} 70 GiB") if p.tp == 1
+    else (3, "tp > 1"),
 }
 
 
