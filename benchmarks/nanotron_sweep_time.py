@@ -402,10 +402,21 @@ def knob_table(ps: list[Problem]) -> str:
     return "\n".join(lines)
 
 
+# What the playbook says of its own sweep (vinjn/nanotron-ultrascale-playbook@e3bcfc5c index.html, "Benchmarking
+# thousands of configurations" and "Lessons learned on benchmarking"), paraphrased.
+PROVENANCE = ("The sweep's authors report that which of tensor and pipeline parallelism ran faster depended on the "
+              "state of nanotron's code as they benchmarked (tensor parallelism until they optimised the pipeline code, "
+              "pipeline parallelism after), that they had to improve "
+              "pipeline performance across nodes and saw runs take hours instead of minutes, and that layouts close to "
+              "the memory limit ran slowly (the 80B model on 4 nodes). The figure does not say which code or which "
+              "state of the cluster each point ran with.")
+
+
 def report(timed: list[Timed], unbuilt: list[tuple[Point, str]], ps: list[Problem], held: str) -> str:
     med, p90, _ = stats([t.error for t in timed])
     return "\n\n".join([
         f"Constants: {held}.",
+        PROVENANCE,
         f"Step time on {len(timed)} of the {len(timed) + len(unbuilt)} points that ran: median |error| {med:.1%}, p90 {p90:.1%} "
         "(error = predicted / measured tok/s/GPU − 1):\n\n" + error_table(timed),
         "Points whose figures disagree, and points not predicted (all kept above but the last):\n\n" + disagreeing(timed, unbuilt),
