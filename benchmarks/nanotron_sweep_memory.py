@@ -62,6 +62,8 @@ class Point:
     grad_acc: int
     zero: int
     memory_gib: float | None  # None: the run crashed (nan in the figure)
+    tok_s_per_gpu: float | None = None  # the figure's tok/s/gpu; None where it prints nan
+    mfu_pct: float | None = None
 
     @property
     def group(self) -> str:
@@ -88,7 +90,7 @@ def extract(html: str) -> list[dict[str, str]]:
 def points(path: Path = SWEEP) -> list[Point]:
     with path.open() as f:
         return [Point(r["params_b"], int(r["nodes"]), int(r["dp"]), int(r["tp"]), int(r["pp"]), int(r["mbs"]),
-                      int(r["grad_acc"]), int(r["zero"]), None if r["memory_gib"] == "nan" else float(r["memory_gib"]))
+                      int(r["grad_acc"]), int(r["zero"]), *(None if r[k] == "nan" else float(r[k]) for k in ("memory_gib", "tok_s_per_gpu", "mfu_pct")))
                 for r in csv.DictReader(f)]
 
 
