@@ -738,4 +738,25 @@ def memory_estimate(job: Job, *, headroom: float = DEFAULT_HEADROOM) -> MemoryEs
     check_headroom(headroom)
     costs = layer_costs(job)
     stages = tuple(stage_memory(job, r, costs) for r in range(job.layout.pp))
+    usable = int(job.cluster.gpu.hbm_bytes * (1 - headroom))
+    stages = tuple(reclaimed_pending(s, usable) for s in stages)
     return MemoryEstimate(stages=stages, capacity_bytes=job.cluster.gpu.hbm_bytes, headroom=headroom)
+
+
+def reclaimed_pending(stage: StageMemory, usable: int) -> StageMemory:
+    """The stage with its pending reduce-scatter inputs (pending_scatter_bytes) held only up to the
+    usable memory: blocks freed with uses recorded on another stream are never what runs a device
+    out of memory. When no cached block fits and cudaMalloc fails, the caching allocator frees its
+    cached blocks and retries, and release_cached_blocks first waits for every outstanding event so
+    that the blocks still held for another stream return to the pool (pytorch/pytorch@eb42ad6e
+    c10/cuda/CUDACachingAllocator.cpp, DeviceCachingAllocator::malloc's retries and
+    release_cached_blocks' synchronize_and_free_events). So those blocks stay reserved only while
+    the rest of the stage leaves room for them, and whether a stage fits never depends on them."""
+    pending = int(stage.breakdown.value("overhead/pending_collectives"))
+    room = max(0, usable - (stage.peak_bytes - pending))
+    if pending <= room:
+        return stage
+    overhead = Breakdown.of("bytes", **{name: room if name == "pending_collectives" else v
+                                        for name, v in stage.breakdown["overhead"]})
+    breakdown = Breakdown.of("bytes", **{name: overhead if name == "overhead" else v for name, v in stage.breakdown})
+    return StageMemory(rank=stage.rank, layers=stage.layers, inflight=stage.inflight, breakdown=breakdown)

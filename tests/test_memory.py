@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cost_models.activations import layer_backward_workspace, loss_workspace
-from cost_models.memory import inflight_microbatches, memory_estimate, pending_scatter_bytes
+from cost_models.memory import inflight_microbatches, memory_estimate, pending_scatter_bytes, reclaimed_pending
 from cost_models.states import rank_params
 from cost_models.units import GiB
 from helpers import GPT_TINY, LLAMA_TINY, make_job
@@ -266,6 +266,24 @@ def test_pending_reduce_scatter_inputs_by_hand():
     assert pending_scatter_bytes(make_job(LLAMA_TINY, gpus=2, tp=2, sp=False, training=training), 0) == 0
     plain = make_job(LLAMA_TINY, gpus=2, tp=2, sp=True, training=dict(seq_len=128, global_batch_size=1, **NANOTRON))
     assert memory_estimate(plain).stages[0].breakdown.value("overhead/pending_collectives") == 0
+
+
+def test_pending_reduce_scatter_inputs_reclaimed_before_out_of_memory():
+    # the job of test_pending_reduce_scatter_inputs_by_hand: 260,096 bytes pending beyond the rest
+    # of its peak. The allocator waits for them before a cudaMalloc would fail, so they are held only
+    # up to the usable memory: 100,000 bytes of room keep 100,000 of them; a stage already over the
+    # usable memory on its own keeps none and still does not fit; room for all changes nothing.
+    training = dict(seq_len=128, global_batch_size=1, tp_scatter_inputs_pending=True, **NANOTRON)
+    stage = memory_estimate(make_job(LLAMA_TINY, gpus=2, tp=2, sp=True, training=training)).stages[0]
+    assert stage.breakdown.value("overhead/pending_collectives") == 260_096
+    rest = stage.peak_bytes - 260_096
+    capped = reclaimed_pending(stage, rest + 100_000)
+    assert capped.breakdown.value("overhead/pending_collectives") == 100_000
+    assert capped.peak_bytes == rest + 100_000
+    assert capped.breakdown.value("activations") == stage.breakdown.value("activations")
+    over = reclaimed_pending(stage, rest - 1)
+    assert over.breakdown.value("overhead/pending_collectives") == 0 and over.peak_bytes == rest
+    assert reclaimed_pending(stage, rest + 260_096) is stage
 
 
 def test_pending_reduce_scatter_inputs_synced_per_stage_by_hand():
