@@ -534,7 +534,7 @@ def stage_buffers(job: Job, rank: int) -> Breakdown:
     )
 
 
-def pending_scatter_bytes(job: Job, rank: int) -> int:
+def pending_scatter_bytes(job: Job, rank: int, *, backward_end: bool = False) -> int:
     """TrainingSpec.tp_scatter_inputs_pending: the freed row-parallel outputs the caching allocator
     still holds for the NCCL stream when the host reaches the stage's peak, two whole 16-bit
     [mbs·seq, hidden] outputs per decoder layer whose reduce-scatter the GPU has not run yet.
@@ -548,10 +548,19 @@ def pending_scatter_bytes(job: Job, rank: int) -> int:
     before train_step_logs' torch.cuda.synchronize (trainer.py:597-598), and the host stops only
     when the stream's launch queue is full, the GPU then at most STREAM_LAUNCH_QUEUE /
     NANOTRON_LAYER_LAUNCHES layers behind it. The model takes that bound, the host as far ahead as
-    the queue lets it: a host slower than the GPU holds fewer."""
+    the queue lets it: a host slower than the GPU holds fewer.
+
+    At the end of a backward (`backward_end`) the pending blocks are the backward's own: each layer's
+    two column-parallel input gradients, whole [mbs·seq, hidden] tensors reduce-scattered and freed
+    (parallel/tensor_parallel/functional.py:118-262). With a pipeline the stage's backward starts
+    behind a sync (its first node receives the output gradient, p2p.py:229, 266), so they reach back to
+    the stage's first layer; without one nothing syncs between the forward and the backward
+    (engine.py:276-297, no send or receive at pp 1), and the GPU may still be behind on the forward's
+    last layers as well: up to twice the stage's layers, within the same launch-queue bound."""
     if not (job.training.tp_scatter_inputs_pending and job.layout.tp > 1 and job.sp):
         return 0
-    ahead = min(len(job.stage_layer_ids(rank)), STREAM_LAUNCH_QUEUE // NANOTRON_LAYER_LAUNCHES)
+    layers = len(job.stage_layer_ids(rank)) * (2 if backward_end and job.layout.pp == 1 else 1)
+    ahead = min(layers, STREAM_LAUNCH_QUEUE // NANOTRON_LAYER_LAUNCHES)
     d = act.dims(job)
     return 2 * ahead * d.t * d.h * act.ACT_BYTES
 
@@ -628,7 +637,7 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
         last = rank == job.layout.pp - 1
         held = activations.total + (act.loss_workspace(job) if last else 0) + scatter
         if end is not None:
-            held = max(held, sum(part.total for part in end) + scatter)
+            held = max(held, sum(part.total for part in end) + pending_scatter_bytes(job, rank, backward_end=True))
     if end is not None:
         activations, transient = _larger(end, (activations, transient))
     if _whole_graph_gradients(job):

@@ -302,15 +302,20 @@ def test_pending_reduce_scatter_inputs_synced_per_stage_by_hand():
 def test_pending_reduce_scatter_inputs_at_the_backward_end_by_hand():
     # 16 tokens at tp 2, nanotron's gradients kept through the backward: its end, with every 16-bit
     # gradient of the stage (2 bytes · 1,648,896 parameters on the rank = 3,297,792), is the peak;
-    # the backward's own reduce-scatter inputs, 2 · 4 layers · 16 tokens · 256 · 2 bytes = 65,536,
-    # are held beside it
+    # without a pipeline nothing syncs the host between the forward and the backward, so the GPU may
+    # still owe the forward's 4 layers and the backward's 4 (8, within the queue's 31): 2 · 8 layers ·
+    # 16 tokens · 256 · 2 bytes = 131,072 are held beside it
     training = dict(seq_len=16, global_batch_size=1, tp_scatter_inputs_pending=True, grads_kept_through_backward=True,
                     **NANOTRON)
     job = make_job(LLAMA_TINY, gpus=2, tp=2, sp=True, training=training)
     b = memory_estimate(job).stages[0].breakdown
     assert rank_params(job, 0).total == 1_648_896
     assert b.value("transient/stage_gradients") == 3_297_792
-    assert b.value("overhead/pending_collectives") == 65_536
+    assert b.value("overhead/pending_collectives") == 131_072
+    assert pending_scatter_bytes(job, 0) == 65_536 and pending_scatter_bytes(job, 0, backward_end=True) == 131_072
+    # with a pipeline the stage's backward starts behind the receive's sync: its own 2 layers only
+    piped = make_job(LLAMA_TINY, gpus=4, tp=2, pp=2, sp=True, training={**training, "global_batch_size": 2})
+    assert pending_scatter_bytes(piped, 0, backward_end=True) == pending_scatter_bytes(piped, 0) == 32_768
 
 
 def test_eager_swiglu_keeps_one_more_ffn_wide_tensor_by_hand():
