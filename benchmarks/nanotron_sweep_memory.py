@@ -126,9 +126,9 @@ def evaluate(pts: list[Point], rows: dict[str, dict], *, replay: bool = False) -
     for p in pts:
         try:
             run = job(p, rows)
-        except (AssertionError, Skip) as err:  # a split nanotron would not make, or a layout the model rejects
+        except (AssertionError, Skip) as err:  # a layout nanotron or the model rejects
             if p.memory_gib is not None:
-                ev.unbuilt.append(re.sub(r"rank \d+ of \d+", "a rank before the last", str(err)))
+                ev.unbuilt.append(str(err))
             continue
         est = memory_estimate(run.job())
         ev.fits[p.memory_gib is not None, est.fits] += 1

@@ -684,6 +684,13 @@ def _nanotron(entry: dict) -> Mapped:
         stages = ["t" * n for n in counts]
         layout = layout.model_copy(update={"pp_layout": "|".join(["E" + stages[0], *stages[1:-1], stages[-1] + "L"])})
         notes.append(f"pipeline split by nanotron's compute costs (build_model): {counts} decoder layers per stage")
+        output = nanotron_output_rank(model, lay["pp"])
+        if output < lay["pp"] - 1:
+            # the layout's L is the output layer with the loss, on the last stage: nanotron runs the output layer
+            # on an earlier rank and only the fp32 cast and the loss after it, so the stages before it are exact
+            # and the last stage carries both ranks' work
+            notes.append(f"nanotron's output layer is on rank {output}, its fp32 cast and loss on the ranks after it; "
+                         f"priced with the output layer on the last rank (the ranks before {output} as nanotron has them)")
     notes.append("cluster: Hugging Face's science cluster (AWS p5, EFA) with the playbook's own collective measurements "
                  "across nodes (presets/clusters.toml hf-science-p5)")
     return model, _nanotron_cluster(entry), training, layout, notes
@@ -697,26 +704,38 @@ def _nanotron_cluster(entry: dict) -> Cluster:
     return Cluster(spec=presets.clusters()["hf-science-p5"], num_gpus=entry["hardware"]["gpu_count"])
 
 
-def nanotron_pp_layers(model: ModelSpec, pp: int) -> list[int]:
-    """Decoder layers per pipeline rank as nanotron places them: every block costs 4·heads·d_head·h
-    + 3·ffn·h (a decoder layer) or vocab·h (the output layer), 0 otherwise; blocks go in order to the
-    current rank, which moves on after the block whose running cost first exceeds (r + 1)/pp of the
-    total (huggingface/nanotron@c2528430 src/nanotron/models/base.py:216-231 build_model,
-    models/llama.py:913-925 get_block_compute_costs). The output layer lands on the last rank."""
+def nanotron_block_ranks(model: ModelSpec, pp: int) -> list[int]:
+    """The pipeline rank of each of nanotron's Llama pipeline blocks, in model order: the embedding, the
+    decoder layers, the final norm, the output layer, the fp32 cast and the loss (huggingface/nanotron@c2528430
+    src/nanotron/models/llama.py:811-874, 991). A decoder layer costs 4·heads·d_head·h + 3·ffn·h, the output
+    layer vocab·h, every other block 0 (llama.py:913-925 get_block_compute_costs); each block goes to the
+    current rank, which moves on by one after a block whose running cost exceeds (rank + 1)/pp of the total
+    (models/base.py:216-235 build_model). So the output layer lands before the last rank where the decoder
+    layers already pass its threshold, and the zero-cost blocks after it move on one rank each."""
     h, heads = model.hidden_size, model.num_attention_heads
     layer = 4 * heads * (h // heads) * h + 3 * model.ffn_hidden_size * h
-    costs = [layer] * model.num_layers + [model.vocab_size * h]
+    costs = [0] + [layer] * model.num_layers + [0, model.vocab_size * h, 0, 0]
     total = sum(costs)
-    counts, rank, running = [0] * pp, 0, 0
-    for i, cost in enumerate(costs):
+    ranks, rank, running = [], 0, 0
+    for cost in costs:
+        assert rank < pp, f"nanotron's build_model places a block past rank {pp - 1}"
+        ranks.append(rank)
         running += cost
-        if i < model.num_layers:
-            counts[rank] += 1
-        else:
-            assert rank == pp - 1, f"nanotron would place the output layer on rank {rank} of {pp}"
         if running > total * (rank + 1) / pp:
             rank += 1
-    return counts
+    return ranks
+
+
+def nanotron_pp_layers(model: ModelSpec, pp: int) -> list[int]:
+    """Decoder layers per pipeline rank as nanotron places them (nanotron_block_ranks)."""
+    ranks = nanotron_block_ranks(model, pp)[1:1 + model.num_layers]
+    return [ranks.count(r) for r in range(pp)]
+
+
+def nanotron_output_rank(model: ModelSpec, pp: int) -> int:
+    """The pipeline rank nanotron places the output layer on (nanotron_block_ranks): the last one, or an
+    earlier one whose successors hold only the fp32 cast and the loss."""
+    return nanotron_block_ranks(model, pp)[model.num_layers + 2]
 
 
 # Megatron --ddp-bucket-size of each MLPerf Llama-3.1 submission: the NeMo code passes its

@@ -539,7 +539,7 @@ def stage_buffers(job: Job, rank: int) -> Breakdown:
     )
 
 
-def pending_scatter_bytes(job: Job, rank: int) -> int:
+def pending_scatter_bytes(job: Job, rank: int, *, backward_end: bool = False) -> int:
     """TrainingSpec.tp_scatter_inputs_pending: the freed row-parallel outputs the caching allocator
     still holds for the NCCL stream when the host reaches the stage's peak, two whole 16-bit
     [mbs·seq, hidden] outputs per decoder layer whose reduce-scatter the GPU has not run yet.
@@ -553,10 +553,19 @@ def pending_scatter_bytes(job: Job, rank: int) -> int:
     before train_step_logs' torch.cuda.synchronize (trainer.py:597-598), and the host stops only
     when the stream's launch queue is full, the GPU then at most STREAM_LAUNCH_QUEUE /
     NANOTRON_LAYER_LAUNCHES layers behind it. The model takes that bound, the host as far ahead as
-    the queue lets it: a host slower than the GPU holds fewer."""
+    the queue lets it: a host slower than the GPU holds fewer.
+
+    At the end of a backward (`backward_end`) the pending blocks are the backward's own: each layer's
+    two column-parallel input gradients, whole [mbs·seq, hidden] tensors reduce-scattered and freed
+    (parallel/tensor_parallel/functional.py:118-262). With a pipeline the stage's backward starts
+    behind a sync (its first node receives the output gradient, p2p.py:229, 266), so they reach back to
+    the stage's first layer; without one nothing syncs between the forward and the backward
+    (engine.py:276-297, no send or receive at pp 1), and the GPU may still be behind on the forward's
+    last layers as well: up to twice the stage's layers, within the same launch-queue bound."""
     if not (job.training.tp_scatter_inputs_pending and job.layout.tp > 1 and job.sp):
         return 0
-    ahead = min(len(job.stage_layer_ids(rank)), STREAM_LAUNCH_QUEUE // NANOTRON_LAYER_LAUNCHES)
+    layers = len(job.stage_layer_ids(rank)) * (2 if backward_end and job.layout.pp == 1 else 1)
+    ahead = min(layers, STREAM_LAUNCH_QUEUE // NANOTRON_LAYER_LAUNCHES)
     d = act.dims(job)
     return 2 * ahead * d.t * d.h * act.ACT_BYTES
 
@@ -633,7 +642,7 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
         last = rank == job.layout.pp - 1
         held = activations.total + (act.loss_workspace(job) if last else 0) + scatter
         if end is not None:
-            held = max(held, sum(part.total for part in end) + scatter)
+            held = max(held, sum(part.total for part in end) + pending_scatter_bytes(job, rank, backward_end=True))
     if end is not None:
         activations, transient = _larger(end, (activations, transient))
     if _whole_graph_gradients(job):
@@ -744,4 +753,25 @@ def memory_estimate(job: Job, *, headroom: float = DEFAULT_HEADROOM) -> MemoryEs
     check_headroom(headroom)
     costs = layer_costs(job)
     stages = tuple(stage_memory(job, r, costs) for r in range(job.layout.pp))
+    usable = int(job.cluster.gpu.hbm_bytes * (1 - headroom))
+    stages = tuple(reclaimed_pending(s, usable) for s in stages)
     return MemoryEstimate(stages=stages, capacity_bytes=job.cluster.gpu.hbm_bytes, headroom=headroom)
+
+
+def reclaimed_pending(stage: StageMemory, usable: int) -> StageMemory:
+    """The stage with its pending reduce-scatter inputs (pending_scatter_bytes) held only up to the
+    usable memory: blocks freed with uses recorded on another stream are never what runs a device
+    out of memory. When no cached block fits and cudaMalloc fails, the caching allocator frees its
+    cached blocks and retries, and release_cached_blocks first waits for every outstanding event so
+    that the blocks still held for another stream return to the pool (pytorch/pytorch@eb42ad6e
+    c10/cuda/CUDACachingAllocator.cpp, DeviceCachingAllocator::malloc's retries and
+    release_cached_blocks' synchronize_and_free_events). So those blocks stay reserved only while
+    the rest of the stage leaves room for them, and whether a stage fits never depends on them."""
+    pending = int(stage.breakdown.value("overhead/pending_collectives"))
+    room = max(0, usable - (stage.peak_bytes - pending))
+    if pending <= room:
+        return stage
+    overhead = Breakdown.of("bytes", **{name: room if name == "pending_collectives" else v
+                                        for name, v in stage.breakdown["overhead"]})
+    breakdown = Breakdown.of("bytes", **{name: overhead if name == "overhead" else v for name, v in stage.breakdown})
+    return StageMemory(rank=stage.rank, layers=stage.layers, inflight=stage.inflight, breakdown=breakdown)

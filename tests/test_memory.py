@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cost_models.activations import layer_backward_workspace, loss_workspace
-from cost_models.memory import inflight_microbatches, memory_estimate, pending_scatter_bytes
+from cost_models.memory import inflight_microbatches, memory_estimate, pending_scatter_bytes, reclaimed_pending
 from cost_models.states import rank_params
 from cost_models.units import GiB
 from helpers import GPT_TINY, LLAMA_TINY, make_job
@@ -268,6 +268,24 @@ def test_pending_reduce_scatter_inputs_by_hand():
     assert memory_estimate(plain).stages[0].breakdown.value("overhead/pending_collectives") == 0
 
 
+def test_pending_reduce_scatter_inputs_reclaimed_before_out_of_memory():
+    # the job of test_pending_reduce_scatter_inputs_by_hand: 260,096 bytes pending beyond the rest
+    # of its peak. The allocator waits for them before a cudaMalloc would fail, so they are held only
+    # up to the usable memory: 100,000 bytes of room keep 100,000 of them; a stage already over the
+    # usable memory on its own keeps none and still does not fit; room for all changes nothing.
+    training = dict(seq_len=128, global_batch_size=1, tp_scatter_inputs_pending=True, **NANOTRON)
+    stage = memory_estimate(make_job(LLAMA_TINY, gpus=2, tp=2, sp=True, training=training)).stages[0]
+    assert stage.breakdown.value("overhead/pending_collectives") == 260_096
+    rest = stage.peak_bytes - 260_096
+    capped = reclaimed_pending(stage, rest + 100_000)
+    assert capped.breakdown.value("overhead/pending_collectives") == 100_000
+    assert capped.peak_bytes == rest + 100_000
+    assert capped.breakdown.value("activations") == stage.breakdown.value("activations")
+    over = reclaimed_pending(stage, rest - 1)
+    assert over.breakdown.value("overhead/pending_collectives") == 0 and over.peak_bytes == rest
+    assert reclaimed_pending(stage, rest + 260_096) is stage
+
+
 def test_pending_reduce_scatter_inputs_synced_per_stage_by_hand():
     # pp 2: each stage's 2 layers pend 2 · 2 · 65,536 = 262,144 bytes, since nanotron's pipeline
     # syncs the host at every send and receive. Rank 0 ends its forward with 2 micro-batches in
@@ -284,15 +302,20 @@ def test_pending_reduce_scatter_inputs_synced_per_stage_by_hand():
 def test_pending_reduce_scatter_inputs_at_the_backward_end_by_hand():
     # 16 tokens at tp 2, nanotron's gradients kept through the backward: its end, with every 16-bit
     # gradient of the stage (2 bytes · 1,648,896 parameters on the rank = 3,297,792), is the peak;
-    # the backward's own reduce-scatter inputs, 2 · 4 layers · 16 tokens · 256 · 2 bytes = 65,536,
-    # are held beside it
+    # without a pipeline nothing syncs the host between the forward and the backward, so the GPU may
+    # still owe the forward's 4 layers and the backward's 4 (8, within the queue's 31): 2 · 8 layers ·
+    # 16 tokens · 256 · 2 bytes = 131,072 are held beside it
     training = dict(seq_len=16, global_batch_size=1, tp_scatter_inputs_pending=True, grads_kept_through_backward=True,
                     **NANOTRON)
     job = make_job(LLAMA_TINY, gpus=2, tp=2, sp=True, training=training)
     b = memory_estimate(job).stages[0].breakdown
     assert rank_params(job, 0).total == 1_648_896
     assert b.value("transient/stage_gradients") == 3_297_792
-    assert b.value("overhead/pending_collectives") == 65_536
+    assert b.value("overhead/pending_collectives") == 131_072
+    assert pending_scatter_bytes(job, 0) == 65_536 and pending_scatter_bytes(job, 0, backward_end=True) == 131_072
+    # with a pipeline the stage's backward starts behind the receive's sync: its own 2 layers only
+    piped = make_job(LLAMA_TINY, gpus=4, tp=2, pp=2, sp=True, training={**training, "global_batch_size": 2})
+    assert pending_scatter_bytes(piped, 0, backward_end=True) == pending_scatter_bytes(piped, 0) == 32_768
 
 
 def test_eager_swiglu_keeps_one_more_ffn_wide_tensor_by_hand():

@@ -190,6 +190,18 @@ def test_nanotron_splits_the_pipeline_by_its_block_costs():
     assert sum(counts) == 80 and len(counts) == 32
 
 
+def test_nanotron_places_the_output_layer_before_the_last_rank_at_pp8():
+    # 1.34B over pp 8, in units of a decoder layer (the output layer is 4): 16 + 4 = 20, 2.5 per rank.
+    # Layers 1-3 pass 2.5 on rank 0, 4-6 pass 5 on rank 1, 7-8 pass 7.5, 9-11 pass 10, 12-13 pass 12.5,
+    # 14-16 pass 15 on rank 5; the final norm (16) and the output layer (20 > 17.5) go to rank 6, the
+    # fp32 cast and the loss (20, not above 20) to rank 7. Priced with the output layer on the last stage.
+    model = BY_ID["nanotron-usp-1p34b-1nodes-dp4-tp1-pp2-mbs4"].model
+    assert published.nanotron_pp_layers(model, 8) == [3, 3, 2, 3, 2, 3, 0, 0]
+    assert published.nanotron_output_rank(model, 8) == 6
+    assert published.nanotron_block_ranks(model, 8)[-2:] == [7, 7]
+    assert published.nanotron_output_rank(model, 2) == 1
+
+
 # The sweep figure prints MFU to 0.01% (0.1% of its smallest cell, 5.25%), the interactive figure
 # tok/s/gpu to 1 (0.18% of the 80B cells' 285): a cell's FLOP count comes back to within 0.3%, while
 # the two counts nanotron's figures used differ by 6hV, 1.3-16.7% of get_flops, so exactly one fits.
