@@ -16,7 +16,7 @@ _nanotron; sequence parallel at tp > 1, nanotron's REDUCE_SCATTER mode), with th
 and ZeRO stage of the point. With --replay the points with a pipeline are also replayed through
 benchmarks/nanotron_allocator_replay.py (no capacity), which the cost model does not use.
 
-Run: python benchmarks/nanotron_sweep_memory.py [--replay] [--extract benchmarks_interactive.html]
+Run: python benchmarks/nanotron_sweep_memory.py [--replay] [--write docs/accuracy.md] [--extract benchmarks_interactive.html]
 """
 
 from __future__ import annotations
@@ -37,11 +37,12 @@ from cost_models.memory import memory_estimate
 from cost_models.units import GiB
 
 sys.path.insert(0, str(Path(__file__).parent))
-from memory_accuracy import Metric, allocator_bytes, measured_gib  # noqa: E402
+from memory_accuracy import Metric, allocator_bytes, measured_gib, write_section  # noqa: E402
 from nanotron_allocator_replay import replay  # noqa: E402
 from published import Skip, _run, entries, nanotron_pp_layers  # noqa: E402
 
 SWEEP = Path(__file__).parent / "data" / "nanotron_usp_sweep.csv"
+SECTION = "## nanotron's sweep against the memory model"
 GLOBAL_BATCH = 256  # every point's GBS (sequences) in the figure
 # The figure's subplot axes and the published row whose model and hardware each size shares.
 SUBPLOTS = {"x": "1.34", "x2": "3.57", "x3": "8.86", "x4": "80.0"}
@@ -169,6 +170,7 @@ def published_cells(pts: list[Point], rows: dict[str, dict]) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--replay", action="store_true", help="also replay the pipeline points through the allocator model")
+    parser.add_argument("--write", type=Path, help="also write the tables into this markdown file")
     parser.add_argument("--extract", type=Path, help="rewrite the csv from the playbook's benchmarks_interactive.html")
     args = parser.parse_args()
     if args.extract:
@@ -181,27 +183,34 @@ def main() -> int:
     pts = points()
     rows = {e["id"]: e for e in entries()}
     ran = [p for p in pts if p.memory_gib is not None]
-    print(f"{len(pts)} points, {len(ran)} with a memory; published cells not found in the sweep: "
-          f"{published_cells(pts, rows) or 'none'}")
     ev = evaluate(pts, rows, replay=args.replay)
     cost, rep, fits, unbuilt = ev.cost, ev.replay, ev.fits, ev.unbuilt
-    print(f"{len(unbuilt)} points with a memory not predicted:",
-          *(f"{n}: {why}" for why, n in Counter(unbuilt).most_common()), sep="\n  ")
-    print(f"\nfit (every stage's peak within the usable memory): ran {fits[True, True]} predicted to fit, "
-          f"{fits[True, False]} not; crashed (nan; any cause) {fits[False, False]} predicted not to fit, "
-          f"{fits[False, True]} to fit")
-    print("\nerror = predicted / measured - 1 (reserved GiB of global rank 0)\n")
-    print("| points | n | cost model median error | median |error| | within 10% |")
-    print("|---|---:|---:|---:|---:|")
-    for g in sorted(cost):
-        print(summary(g, cost[g]))
-    print(summary("all", [e for es in cost.values() for e in es]))
+    lines = [f"{len(pts)} points, {len(ran)} with a memory; published cells not found in the sweep: "
+             f"{published_cells(pts, rows) or 'none'}.",
+             f"{len(unbuilt)} points with a memory not predicted" + "".join(
+                 f"; {n}: {why}" for why, n in Counter(unbuilt).most_common()) + ".",
+             f"Fit (every stage's peak within the usable memory): ran {fits[True, True]} predicted to fit, "
+             f"{fits[True, False]} not; crashed (nan; any cause) {fits[False, False]} predicted not to fit, "
+             f"{fits[False, True]} to fit.",
+             "Error = predicted / measured − 1 (reserved GiB of global rank 0):",
+             "| points | n | cost model median error | median |error| | within 10% |\n|---|---:|---:|---:|---:|\n"
+             + "\n".join([summary(g, cost[g]) for g in sorted(cost)]
+                         + [summary("all", [e for es in cost.values() for e in es])])]
     if args.replay:
-        print("\n| pipeline points | n | allocator replay median error | median |error| | within 10% |")
-        print("|---|---:|---:|---:|---:|")
-        for g in sorted(rep):
-            print(summary(g, rep[g]))
-        print(summary("all", [e for es in rep.values() for e in es]))
+        lines.append("| pipeline points | n | allocator replay median error | median |error| | within 10% |\n"
+                     "|---|---:|---:|---:|---:|\n"
+                     + "\n".join([summary(g, rep[g]) for g in sorted(rep)]
+                                 + [summary("all", [e for es in rep.values() for e in es])]))
+    text = "\n\n".join(lines)
+    print(text)
+    if args.write:
+        if args.replay:
+            raise SystemExit("--write: the section holds the cost model's table only; run it without --replay")
+        intro = ("Produced by `python benchmarks/nanotron_sweep_memory.py --write docs/accuracy.md`. Every configuration\n"
+                 "of nanotron's Ultra-Scale Playbook sweep (benchmarks/data/nanotron_usp_sweep.csv) against the memory\n"
+                 "model, predicted as its published row of the same model size is; the 26 published rows are the best\n"
+                 "cell of each (model, nodes), every other point is held out. A crashed point's cause is not given.\n\n")
+        write_section(args.write, text, SECTION, intro)
     return 0
 
 
