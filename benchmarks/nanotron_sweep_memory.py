@@ -189,7 +189,7 @@ def main() -> int:
              f"{published_cells(pts, rows) or 'none'}.",
              f"{len(unbuilt)} points with a memory not predicted" + "".join(
                  f"; {n}: {why}" for why, n in Counter(unbuilt).most_common()) + ".",
-             f"Fit (every stage's peak within the usable memory): ran {fits[True, True]} predicted to fit, "
+             f"Fit (every stage's peak, less its pending reduce-scatter inputs, within the usable memory): ran {fits[True, True]} predicted to fit, "
              f"{fits[True, False]} not; crashed (nan; any cause) {fits[False, False]} predicted not to fit, "
              f"{fits[False, True]} to fit.",
              "Error = predicted / measured − 1 (reserved GiB of global rank 0):",

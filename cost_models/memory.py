@@ -11,8 +11,9 @@ breakdown is the one of that moment (`step_peak`).
 
 from __future__ import annotations
 
+
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cost_models import activations as act
 from cost_models.breakdown import Breakdown
@@ -118,8 +119,14 @@ class MemoryEstimate:
         return int(self.capacity_bytes * (1 - self.headroom))
 
     @property
+    def required_bytes(self) -> int:
+        """The largest stage peak less its pending reduce-scatter inputs, which the caching allocator
+        frees before a device runs out (reclaimed_pending): what must fit in the usable memory."""
+        return max(s.peak_bytes - int(s.breakdown.value("overhead/pending_collectives")) for s in self.stages)
+
+    @property
     def fits(self) -> bool:
-        return self.peak_bytes <= self.usable_bytes
+        return self.required_bytes <= self.usable_bytes
 
 
 def inflight_microbatches(job: Job, rank: int) -> tuple[int, ...]:
@@ -753,25 +760,25 @@ def memory_estimate(job: Job, *, headroom: float = DEFAULT_HEADROOM) -> MemoryEs
     check_headroom(headroom)
     costs = layer_costs(job)
     stages = tuple(stage_memory(job, r, costs) for r in range(job.layout.pp))
-    usable = int(job.cluster.gpu.hbm_bytes * (1 - headroom))
-    stages = tuple(reclaimed_pending(s, usable) for s in stages)
+    stages = tuple(reclaimed_pending(s, job.cluster.gpu.hbm_bytes) for s in stages)
     return MemoryEstimate(stages=stages, capacity_bytes=job.cluster.gpu.hbm_bytes, headroom=headroom)
 
 
-def reclaimed_pending(stage: StageMemory, usable: int) -> StageMemory:
+def reclaimed_pending(stage: StageMemory, capacity: int) -> StageMemory:
     """The stage with its pending reduce-scatter inputs (pending_scatter_bytes) held only up to the
-    usable memory: blocks freed with uses recorded on another stream are never what runs a device
+    device's capacity: blocks freed with uses recorded on another stream are never what runs a device
     out of memory. When no cached block fits and cudaMalloc fails, the caching allocator frees its
     cached blocks and retries, and release_cached_blocks first waits for every outstanding event so
     that the blocks still held for another stream return to the pool (pytorch/pytorch@eb42ad6e
     c10/cuda/CUDACachingAllocator.cpp, DeviceCachingAllocator::malloc's retries and
     release_cached_blocks' synchronize_and_free_events). So those blocks stay reserved only while
-    the rest of the stage leaves room for them, and whether a stage fits never depends on them."""
+    the rest of the stage leaves room for them, and whether a stage fits never depends on them
+    (MemoryEstimate.required_bytes)."""
     pending = int(stage.breakdown.value("overhead/pending_collectives"))
-    room = max(0, usable - (stage.peak_bytes - pending))
+    room = max(0, capacity - (stage.peak_bytes - pending))
     if pending <= room:
         return stage
     overhead = Breakdown.of("bytes", **{name: room if name == "pending_collectives" else v
                                         for name, v in stage.breakdown["overhead"]})
     breakdown = Breakdown.of("bytes", **{name: overhead if name == "overhead" else v for name, v in stage.breakdown})
-    return StageMemory(rank=stage.rank, layers=stage.layers, inflight=stage.inflight, breakdown=breakdown)
+    return replace(stage, breakdown=breakdown)

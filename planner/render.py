@@ -102,6 +102,11 @@ def render_memory(report: Any, console: Console) -> None:
             f"(usable {_gib(est.usable_bytes)} at {est.headroom:.0%} headroom): {verdict}"
         )
     )
+    if est.required_bytes < est.peak_bytes:
+        console.print(
+            f"  the fit is judged on {_gib(est.required_bytes)} GiB: the caching allocator frees the pending "
+            "reduce-scatter inputs in the peak before the device runs out"
+        )
 
 
 def presets_json(models: dict, gpus: dict, clusters: dict) -> dict[str, Any]:

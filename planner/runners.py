@@ -72,6 +72,7 @@ class MemoryReport:
                 "peak_bytes": est.peak_bytes,
                 "capacity_bytes": est.capacity_bytes,
                 "usable_bytes": est.usable_bytes,
+                "required_bytes": est.required_bytes,
                 "headroom": est.headroom,
                 "fits": est.fits,
                 "peak_stage": est.peak_stage.rank,

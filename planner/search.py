@@ -174,7 +174,7 @@ def evaluate(problem: Problem, layout: Layout, *, headroom: float = DEFAULT_HEAD
     mem = memory_estimate(job, headroom=headroom)
     if not mem.fits:
         gib = 1024**3
-        return Rejected(layout, f"needs {mem.peak_bytes / gib:.1f} GiB > {mem.usable_bytes / gib:.1f} GiB usable")
+        return Rejected(layout, f"needs {mem.required_bytes / gib:.1f} GiB > {mem.usable_bytes / gib:.1f} GiB usable")
     return Plan(job=job, memory=mem, time=time_estimate(job, calibration=calibration))
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from cost_models.activations import layer_backward_workspace, loss_workspace
@@ -271,8 +273,8 @@ def test_pending_reduce_scatter_inputs_by_hand():
 def test_pending_reduce_scatter_inputs_reclaimed_before_out_of_memory():
     # the job of test_pending_reduce_scatter_inputs_by_hand: 260,096 bytes pending beyond the rest
     # of its peak. The allocator waits for them before a cudaMalloc would fail, so they are held only
-    # up to the usable memory: 100,000 bytes of room keep 100,000 of them; a stage already over the
-    # usable memory on its own keeps none and still does not fit; room for all changes nothing.
+    # up to the device's capacity: 100,000 bytes of room keep 100,000 of them; a stage already over
+    # the capacity on its own keeps none; room for all changes nothing.
     training = dict(seq_len=128, global_batch_size=1, tp_scatter_inputs_pending=True, **NANOTRON)
     stage = memory_estimate(make_job(LLAMA_TINY, gpus=2, tp=2, sp=True, training=training)).stages[0]
     assert stage.breakdown.value("overhead/pending_collectives") == 260_096
@@ -281,9 +283,27 @@ def test_pending_reduce_scatter_inputs_reclaimed_before_out_of_memory():
     assert capped.breakdown.value("overhead/pending_collectives") == 100_000
     assert capped.peak_bytes == rest + 100_000
     assert capped.breakdown.value("activations") == stage.breakdown.value("activations")
+    assert capped.dynamic_bytes == stage.dynamic_bytes > 0  # what the fragmentation fraction multiplies
     over = reclaimed_pending(stage, rest - 1)
     assert over.breakdown.value("overhead/pending_collectives") == 0 and over.peak_bytes == rest
     assert reclaimed_pending(stage, rest + 260_096) is stage
+
+
+def test_pending_reduce_scatter_inputs_never_decide_the_fit_nor_move_with_headroom():
+    # The same job on a device 100,000 bytes larger than the rest of its peak: the pending inputs
+    # (260,096 bytes) fill the capacity beyond the rest, since the allocator frees them before failing,
+    # whatever the headroom. The fit is judged without them: it fits with no headroom, and at 5% the
+    # rest alone is above the usable memory.
+    training = dict(seq_len=128, global_batch_size=1, tp_scatter_inputs_pending=True, **NANOTRON)
+    job = make_job(LLAMA_TINY, gpus=2, tp=2, sp=True, training=training)
+    rest = memory_estimate(job).stages[0].peak_bytes - 260_096
+    small = job.cluster.spec.gpu.model_copy(update={"hbm_bytes": rest + 100_000})
+    spec = job.cluster.spec.model_copy(update={"gpu": small})
+    tight = dataclasses.replace(job, cluster=job.cluster.model_copy(update={"spec": spec}))
+    at0, at5 = memory_estimate(tight, headroom=0.0), memory_estimate(tight)
+    assert at0.required_bytes == at5.required_bytes == rest
+    assert at0.peak_bytes == at5.peak_bytes == rest + 100_000
+    assert at0.fits and not at5.fits
 
 
 def test_pending_reduce_scatter_inputs_synced_per_stage_by_hand():
