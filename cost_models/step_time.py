@@ -501,7 +501,8 @@ def float8_amax_reductions(job: Job, blocks: tuple[Block, ...]) -> tuple[int, in
     (NoopFwToFloat8BwDynamic in both parallel styles, float8_tensor_parallel.py:83-87, 146-150).
     The weight's re-cast for the dgrad (float8_linear.py:177-185) repeats the forward's on the same
     tensor, which the compiled joint graph computes once (the fake dependency of lines 162-170
-    exists to stop that reuse for axiswise scaling only). Each reduction is a latency-bound NCCL
+    exists to stop that reuse for axiswise scaling only); run eagerly, it reduces its amax again: one
+    more per module in the backward. Each reduction is a latency-bound NCCL
     all-reduce the cast kernel waits for; torchtitan's float8 notes name the same overhead for the
     sharded inputs and weights under TP (pytorch/torchtitan@820504e2 docs/float8.md:48)."""
     if not float8_tp(job):
@@ -510,13 +511,13 @@ def float8_amax_reductions(job: Job, blocks: tuple[Block, ...]) -> tuple[int, in
     for b in blocks:
         modules = len(linear_modules(job, b.col)) + 1  # the column linears and the row linear
         fwd += 2 + modules
-        bwd += modules
+        bwd += modules if job.training.compile else 2 * modules
     return fwd, bwd
 
 
 def float8_amax_seconds(job: Job, blocks: tuple[Block, ...]) -> tuple[float, float]:
-    """(forward, backward) seconds of float8_amax_reductions: each a 16-bit scalar all-reduce over
-    the tp group, exposed."""
+    """(forward, backward) seconds of float8_amax_reductions: each a scalar all-reduce over the tp
+    group (latency-bound; priced at 2 bytes), exposed."""
     fwd, bwd = float8_amax_reductions(job, blocks)
     if not fwd + bwd:
         return 0.0, 0.0

@@ -328,11 +328,15 @@ def test_torchtitan_float8_tp_waits_for_one_amax_all_reduce_per_dtensor_cast(mon
     monkeypatch.setattr("cost_models.step_time.float8_amax_seconds", lambda job, blocks: (0.0, 0.0))
     without = layer_pass(job, LayerKind(), mode=Recompute.FULL, cal=DEFAULT).comm["tp"]
     assert base - without == pytest.approx((2 * 11 + 7) * one)
+    # eager, each module's weight is cast again for its dgrad: 7 more in the backward
+    eager = make_job("llama-3.1-8b", gpus=8, tp=8, mbs=1, training={**tt, "compile": False})
+    assert float8_amax_reductions(eager, tp_blocks(eager, LayerKind(), cal=DEFAULT)) == (11, 14)
     # rowwise recipes keep plain TP (casts inside the Float8Linears on local tensors), bf16 has no
     # casts, and one GPU has no DTensor
     rowwise = make_job("llama-3.1-8b", gpus=8, tp=8, mbs=1, training={**tt, "fp8_recipe": "rowwise"})
     bf16 = make_job("llama-3.1-8b", gpus=8, tp=8, mbs=1, training={**tt, "precision": "bf16"})
-    for other in (rowwise, bf16):
+    one_gpu = make_job("llama-3.1-8b", gpus=1, mbs=1, training=tt)
+    for other in (rowwise, bf16, one_gpu):
         assert float8_amax_reductions(other, tp_blocks(other, LayerKind(), cal=DEFAULT)) == (0, 0)
 
 
