@@ -614,8 +614,11 @@ def _fp8_recipe(job: Job) -> str | None:
         return f"fp8_recipe {recipe} needs precision fp8 (precision={tr.precision})"
     if recipe is Fp8Recipe.ROWWISE and tr.framework is not TITAN:
         return f"fp8_recipe rowwise is torchao's (torchtitan); {tr.framework} uses tensorwise or mxfp8"
-    if recipe is Fp8Recipe.MXFP8 and job.cluster.gpu.architecture != "blackwell":
-        return f"fp8_recipe mxfp8 needs Blackwell tensor cores ({job.cluster.gpu.name} is {job.cluster.gpu.architecture}); use tensorwise"
+    gpu = job.cluster.gpu
+    if recipe is Fp8Recipe.MXFP8 and gpu.before_blackwell:
+        cc = ".".join(map(str, gpu.compute_capability))
+        return (f"fp8_recipe mxfp8 needs Blackwell tensor cores, compute capability 10.0 or later "
+                f"({gpu.name} is {gpu.architecture}, {cc}); use tensorwise")
     return None
 
 

@@ -219,7 +219,7 @@ FLAGS = [
     (["memory", M, "--cluster", "dgx-a100-40gb", "--gpus", "8", "--dtype", "fp8"], "A100-40GB (ampere) has none"),
     (["plan", M, "--cluster", "dgx-a100-80gb", "--gpus", "8", "--dtype", "fp8"], "no layout of llama-3.1-8b can run: precision fp8 needs fp8 tensor cores"),
     (["sweep", M, "--cluster", "dgx-a100-80gb", "--gpus", "8", "--dtype", "fp8"], "precision fp8 needs fp8 tensor cores"),
-    (["estimate", M, *H100, "--dtype", "fp8", "--fp8-recipe", "mxfp8"], "fp8_recipe mxfp8 needs Blackwell tensor cores (H100-SXM is hopper)"),
+    (["estimate", M, *H100, "--dtype", "fp8", "--fp8-recipe", "mxfp8"], "fp8_recipe mxfp8 needs Blackwell tensor cores, compute capability 10.0 or later (H100-SXM is hopper, 9.0)"),
     # expert axes on a dense model
     (["estimate", M, *H100, "--tp", "2", "--etp", "2"], "--etp(2) is the tensor-parallel size of expert layers; llama-3.1-8b is dense"),
     (["memory", M, *H100, "--etp", "1"], "--etp(1) is the tensor-parallel size of expert layers"),
