@@ -25,6 +25,13 @@ def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     return []
 
 
+# What to give for a required key a hand-written spec is likely to lack.
+_MISSING_HINTS = {
+    "compute_capability": "give [major, minor] as torch.cuda.get_device_capability() reports it, e.g. [9, 0] "
+                          "for an H100 (developer.nvidia.com/cuda-gpus)",
+}
+
+
 def spec_error(e: ValidationError, model: type[BaseModel], where: str) -> SpecError:
     """One line: where, the field, what is wrong, and what is accepted."""
     err = e.errors()[0]
@@ -37,7 +44,8 @@ def spec_error(e: ValidationError, model: type[BaseModel], where: str) -> SpecEr
         allowed = _fields_at(model, loc[:-1])
         text = f"unknown key {field!r}; allowed keys: {', '.join(allowed)}"
     elif kind == "missing":
-        text = f"missing required key {field!r}"
+        hint = _MISSING_HINTS.get(str(loc[-1]))
+        text = f"missing required key {field!r}" + (f"; {hint}" if hint else "")
     elif field:
         value = err.get("input")
         shown = f" = {value!r}" if not isinstance(value, (dict, list)) else ""

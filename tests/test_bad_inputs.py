@@ -102,7 +102,7 @@ CLUSTER_FILES = [
     ("cluster_unknown_gpu.toml", "unknown GPU preset 'H100-SMX'; closest: H100-SXM"),
     ("cluster_gpu_number.toml", "gpu = 100: Input should be a valid dictionary"),
     ("cluster_inline_gpu_incomplete.toml", "missing required key 'gpu.hbm_bandwidth_bytes_per_s'"),
-    ("cluster_gpu_no_compute_capability.toml", "missing required key 'gpu.compute_capability'"),
+    ("cluster_gpu_no_compute_capability.toml", "missing required key 'gpu.compute_capability'; give [major, minor] as torch.cuda.get_device_capability() reports it"),
     ("cluster_domain_mismatch.toml", "scaleup_domain_gpus(12) and gpus_per_node(8) must divide one another"),
     ("cluster_negative_nic.toml", "nic_bandwidth_gbit_per_s: must be a finite number >= 0, got -400"),
     ("cluster_zero_gpus_per_node.toml", "gpus_per_node = 0: Input should be greater than 0"),
