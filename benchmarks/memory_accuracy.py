@@ -210,10 +210,11 @@ def table(results: list[Row], fragmentation: str = "") -> str:
 # figure bars. Per dynamic byte a fraction f of the pool is f / (1 - f) x active / dynamic, and
 # neither paper gives its runs' dynamic share of the active peak. So the prior stays at 0.10, the
 # value the model carried before this fit (then fitted on torchtitan's 20 rows alone), not a
-# measurement; the grid runs from none to 0.30, GMLake's largest fragmentation, taken per dynamic byte.
+# measurement. The grid, none to 0.30, is a chosen range, not a converted one: 0.30 is GMLake's largest
+# whole-pool figure, which per dynamic byte is at least 0.30 / 0.70 = 0.43 by the conversion above.
 FRAGMENTATION_PRIOR = 0.10
 FRAGMENTATION_GRID = tuple(i / 100 for i in range(31))
-# issue 20: no constant is fitted on fewer than 5 runs or on a single source (as benchmarks/time_accuracy.py)
+# no constant is fitted on fewer than 5 runs or on a single source (as benchmarks/time_accuracy.py)
 MIN_RUNS = 5
 MIN_FAMILIES = 2
 INFORMS = 0.005  # a row informs the fraction if its prediction moves by more than 0.5% across the grid
