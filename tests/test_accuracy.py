@@ -192,7 +192,7 @@ def test_step_time_out_of_sample():
         assert getattr(DEFAULT, name) == pytest.approx(getattr(fitted, name), rel=1e-3), name
     rows, _ = time_accuracy.leave_one_source_out(grid)
     errors = [abs(r.error) for r in rows]
-    assert statistics.median(errors) <= 0.038  # 3.6% today; issue 20's target is 6%
+    assert statistics.median(errors) <= 0.038  # 3.6% today; the out-of-sample target is 6%
     by_source: dict[str, list[float]] = defaultdict(list)
     for r in rows:
         by_source[r.family].append(abs(r.error))
