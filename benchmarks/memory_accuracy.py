@@ -12,8 +12,9 @@ for the step-time comparison; rows it cannot build are listed with the reason.
 The memory model's one fitted constant, the caching allocator's overhead per byte that comes and goes
 during a step (cost_models.memory.FRAGMENTATION), is fitted here and judged out of sample
 (`fit_fragmentation`): on a grid, over the rows whose prediction it moves (the reserved counters), to
-the most rows within 10% (the memory target: every measured row within 10%), ties to the smaller mean over source families of
-the mean |log(predicted / measured)| (benchmarks/time_accuracy.py's objective). Leave-one-source-out:
+the most rows within 10% (the memory target is every measured row within 10%), ties to the smaller
+mean over source families of the mean |log(predicted / measured)| (benchmarks/time_accuracy.py's
+objective). Leave-one-source-out:
 each source family predicted with the fraction fitted on the others only, or the prior where fewer than
 MIN_RUNS rows of MIN_FAMILIES families remain.
 
