@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
-import re
 import statistics
 import sys
 import time
@@ -120,8 +119,8 @@ def predict(pts: list[Point], rows: dict[str, dict], cal: Calibration) -> tuple[
             continue
         try:
             run = job(p, rows)
-        except (AssertionError, Skip) as err:  # a split nanotron would not make, or a layout the model rejects
-            unbuilt.append((p, re.sub(r"rank \d+ of \d+", "a rank before the last", str(err))))
+        except (AssertionError, Skip) as err:  # a layout nanotron or the model rejects
+            unbuilt.append((p, str(err)))
             continue
         j = run.job()
         t = time_estimate(j, calibration=cal)
