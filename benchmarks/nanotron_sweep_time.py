@@ -178,9 +178,10 @@ def error_table(timed: list[Timed]) -> str:
 def disagreeing(timed: list[Timed], unbuilt: list[tuple[Point, str]]) -> str:
     """The points whose own figures disagree, and those not predicted: listed, not left out."""
     out = []
-    why = Counter(w for _, w in unbuilt)
-    out.append(f"- {len(unbuilt)} points that ran are not predicted: " + "; ".join(f"{n}: {w}" for w, n in why.most_common())
-               + " (" + ", ".join(sorted({f"{p.params_b}B pp{p.pp}" for p, _ in unbuilt})) + ")")
+    if unbuilt:
+        why = Counter(w for _, w in unbuilt)
+        out.append(f"- {len(unbuilt)} points that ran are not predicted: " + "; ".join(f"{n}: {w}" for w, n in why.most_common())
+                   + " (" + ", ".join(sorted({f"{p.params_b}B pp{p.pp}" for p, _ in unbuilt})) + ")")
     odd = [t for t in timed if t.point.dp * t.point.mbs * t.point.grad_acc != GLOBAL_BATCH]
     if odd:
         out.append(f"- {len(odd)} points whose dp·mbs·grad_acc is not the figure's global batch of {GLOBAL_BATCH} sequences "
@@ -197,8 +198,8 @@ def disagreeing(timed: list[Timed], unbuilt: list[tuple[Point, str]]) -> str:
                    + ", ".join(f"{_name(ts[0])} " + "/".join(f"{t.measured:,.0f}" for t in ts) for ts in repeats))
     low = [t for t in timed if (t.point.mfu_pct or 0) < 1]
     out.append(f"- {len(low)} of {len(timed)} predicted points ran below 1% MFU (the figure's own MFU); "
-               f"median error {statistics.median(t.error for t in low):+.0%}; "
-               f"below 10% MFU: {sum((t.point.mfu_pct or 0) < 10 for t in timed)}")
+               + (f"median error {statistics.median(t.error for t in low):+.0%}; " if low else "")
+               + f"below 10% MFU: {sum((t.point.mfu_pct or 0) < 10 for t in timed)}")
     return "\n".join(out)
 
 

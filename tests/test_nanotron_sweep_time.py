@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
-from benchmarks.nanotron_sweep_time import Problem, predict, problems  # noqa: E402
+from benchmarks.nanotron_sweep_time import Problem, disagreeing, predict, problems  # noqa: E402
 from cost_models.calibration import DEFAULT  # noqa: E402
 from nanotron_sweep_memory import points  # noqa: E402
 from published import entries  # noqa: E402
@@ -41,3 +41,12 @@ def test_the_pick_for_3p57b_on_16_nodes_is_measured_as_good_as_the_best_and_so_i
     rest = [t for t in p.candidates if t is not p.best]
     best_rest = max(t.measured for t in rest)
     assert rest[0].measured >= (1 - TIED) * best_rest, (rest[0].config, rest[0].measured, best_rest)
+
+
+def test_the_list_of_disagreeing_points_names_only_what_is_there():
+    # 3.57B on 16 nodes without its runs below 1% MFU: 121 points, every one predicted, none below 1%
+    # and 50 below 10% (the csv's mfu_pct column); none is measured twice or at another global batch
+    pts = [p for p in points() if (p.params_b, p.nodes) == ("3.57", 16) and (p.mfu_pct or 0) >= 1]
+    timed, unbuilt = predict(pts, {e["id"]: e for e in entries()}, DEFAULT)
+    assert disagreeing(timed, unbuilt) == ("- 0 of 121 predicted points ran below 1% MFU (the figure's own MFU); "
+                                           "below 10% MFU: 50")
