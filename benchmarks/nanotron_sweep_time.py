@@ -46,8 +46,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchmarks.memory_accuracy import write_section  # noqa: E402
 from benchmarks.order_accuracy import RESOLUTION, Pair, tau  # noqa: E402
 from benchmarks.plan_quality import deltas, seconds  # noqa: E402
-from benchmarks.published import family, load  # noqa: E402
-from benchmarks.time_accuracy import Grid, Row, stats, terms  # noqa: E402
+from benchmarks.published import load  # noqa: E402
+from benchmarks.time_accuracy import Grid, Row, fit_without, stats, terms  # noqa: E402
 from cost_models.calibration import DEFAULT, MECHANISMS, Calibration  # noqa: E402
 from cost_models.memory import DEFAULT_HEADROOM, memory_estimate  # noqa: E402
 from cost_models.step_time import time_estimate  # noqa: E402
@@ -94,8 +94,7 @@ def held_out_calibration() -> tuple[Calibration, str]:
     runs, _ = load()
     cases = [(r, r.job()) for r in runs]
     grid = Grid.build(cases)
-    keep = [k for k, (r, _) in enumerate(cases) if family(r.group) != NANOTRON]
-    cal = grid.fit(keep)
+    cal, keep = fit_without(grid, NANOTRON)
     said = []
     for name, prior in MECHANISMS.items():
         value = getattr(cal, name)
