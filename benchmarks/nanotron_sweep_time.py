@@ -51,8 +51,8 @@ from benchmarks.time_accuracy import Grid, Row, fit_without, stats, terms  # noq
 from cost_models.calibration import DEFAULT, MECHANISMS, Calibration  # noqa: E402
 from cost_models.memory import DEFAULT_HEADROOM, memory_estimate  # noqa: E402
 from cost_models.step_time import time_estimate  # noqa: E402
-from nanotron_sweep_memory import GLOBAL_BATCH, Point, job, points  # noqa: E402
-from published import Skip, entries  # noqa: E402
+from nanotron_sweep_memory import GLOBAL_BATCH, Point, build, points  # noqa: E402
+from published import entries  # noqa: E402
 
 SECTION = "## nanotron's sweep: step time and the planner's order"
 NANOTRON = "nanotron_ultrascale"
@@ -116,10 +116,9 @@ def predict(pts: list[Point], rows: dict[str, dict], cal: Calibration) -> tuple[
     for p in pts:
         if p.tok_s_per_gpu is None:
             continue
-        try:
-            run = job(p, rows)
-        except (AssertionError, Skip) as err:  # a layout nanotron or the model rejects
-            unbuilt.append((p, str(err)))
+        run, why = build(p, rows)
+        if run is None:
+            unbuilt.append((p, why))
             continue
         j = run.job()
         t = time_estimate(j, calibration=cal)
