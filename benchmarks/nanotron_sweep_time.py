@@ -41,18 +41,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchmarks.memory_accuracy import write_section  # noqa: E402
 from benchmarks.order_accuracy import RESOLUTION, Pair, tau  # noqa: E402
 from benchmarks.plan_quality import deltas, seconds  # noqa: E402
-from benchmarks.published import load  # noqa: E402
+from benchmarks.nanotron_sweep_memory import GLOBAL_BATCH, Point, build, points  # noqa: E402
+from benchmarks.published import entries, load  # noqa: E402
 from benchmarks.time_accuracy import Grid, Row, fit_without, stats, terms  # noqa: E402
 from cost_models.calibration import DEFAULT, MECHANISMS, Calibration  # noqa: E402
 from cost_models.memory import DEFAULT_HEADROOM, memory_estimate  # noqa: E402
 from cost_models.step_time import time_estimate  # noqa: E402
-from nanotron_sweep_memory import GLOBAL_BATCH, Point, build, points  # noqa: E402
-from published import entries  # noqa: E402
 
 SECTION = "## nanotron's sweep: step time and the planner's order"
 NANOTRON = "nanotron_ultrascale"

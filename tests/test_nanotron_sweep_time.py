@@ -7,11 +7,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
-sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+from benchmarks.nanotron_sweep_memory import points  # noqa: E402
 from benchmarks.nanotron_sweep_time import Problem, disagreeing, predict, problems  # noqa: E402
+from benchmarks.published import entries  # noqa: E402
 from cost_models.calibration import DEFAULT  # noqa: E402
-from nanotron_sweep_memory import points  # noqa: E402
-from published import entries  # noqa: E402
 
 # plan_quality.CLOSE: within 3% the planner counts two layouts as tied
 TIED = 0.03
