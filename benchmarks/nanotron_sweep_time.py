@@ -265,7 +265,7 @@ def problems(timed: list[Timed]) -> list[Problem]:
 
 def problem_table(ps: list[Problem]) -> str:
     lines = ["| model | nodes | ran | fit (memory model) | measured best (tok/s/GPU) | its rank in the model's order | "
-             "model's pick, measured (predicted) | regret | pairs > 3% apart ordered right | tau |",
+             f"model's pick, measured (predicted) | regret | pairs > {RESOLUTION:.0%} apart ordered right | tau |",
              "|---|---:|---:|---:|---|---:|---|---:|---:|---:|"]
     for p in ps:
         judged = [x for x in p.pairs() if x.judged]
@@ -380,7 +380,7 @@ def knob_table(ps: list[Problem]) -> str:
     was predicted, fit or not): how the measured and the predicted throughput move when it turns, and
     the terms the model moves most (after − before, per step; a step carries the same tokens)."""
     lines = ["| knob | pairs | measured after / before, median | predicted, median | predicted / measured ratio, median | "
-             "direction right (pairs > 3% apart) | terms the model moves most (median, after − before) |",
+             f"direction right (pairs > {RESOLUTION:.0%} apart) | terms the model moves most (median, after − before) |",
              "|---|---:|---:|---:|---:|---:|---|"]
     for knob, same in KNOBS.items():
         found = [(a, b) for p in ps for a in p.configs for b in p.configs if same(a.config, b.config)]
