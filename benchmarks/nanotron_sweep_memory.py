@@ -39,7 +39,7 @@ from cost_models.units import GiB
 sys.path.insert(0, str(Path(__file__).parent))
 from memory_accuracy import Metric, allocator_bytes, measured_gib, write_section  # noqa: E402
 from nanotron_allocator_replay import replay  # noqa: E402
-from published import Skip, _run, entries, nanotron_pp_layers  # noqa: E402
+from published import PublishedRun, Skip, _run, entries, nanotron_pp_layers  # noqa: E402
 
 SWEEP = Path(__file__).parent / "data" / "nanotron_usp_sweep.csv"
 SECTION = "## nanotron's sweep against the memory model"
@@ -105,6 +105,14 @@ def job(p: Point, rows: dict[str, dict]):  # type: ignore[no-untyped-def]
     return _run(entry)
 
 
+def build(p: Point, rows: dict[str, dict]) -> tuple[PublishedRun | None, str]:
+    """(the point's run, "") or (None, why the mapping cannot build it: a layout nanotron or the model rejects)."""
+    try:
+        return job(p, rows), ""
+    except (AssertionError, Skip) as err:
+        return None, str(err)
+
+
 def replayed_gib(run) -> float:  # type: ignore[no-untyped-def]
     j, m = run.job(), run.model
     a = replay(vocab=m.vocab_size, h=m.hidden_size, f=m.ffn_hidden_size, layers=nanotron_pp_layers(m, j.layout.pp)[0],
@@ -125,11 +133,10 @@ def evaluate(pts: list[Point], rows: dict[str, dict], *, replay: bool = False) -
     """Every point predicted: its rank 0's reserved error by group, and whether the model has it fit."""
     ev = Evaluation()
     for p in pts:
-        try:
-            run = job(p, rows)
-        except (AssertionError, Skip) as err:  # a layout nanotron or the model rejects
+        run, why = build(p, rows)
+        if run is None:
             if p.memory_gib is not None:
-                ev.unbuilt.append(str(err))
+                ev.unbuilt.append(why)
             continue
         est = memory_estimate(run.job())
         ev.fits[p.memory_gib is not None, est.fits] += 1

@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
-import re
 import statistics
 import sys
 import time
@@ -42,18 +41,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchmarks.memory_accuracy import write_section  # noqa: E402
 from benchmarks.order_accuracy import RESOLUTION, Pair, tau  # noqa: E402
 from benchmarks.plan_quality import deltas, seconds  # noqa: E402
-from benchmarks.published import family, load  # noqa: E402
-from benchmarks.time_accuracy import Grid, Row, stats, terms  # noqa: E402
+from benchmarks.nanotron_sweep_memory import GLOBAL_BATCH, Point, build, points  # noqa: E402
+from benchmarks.published import entries, load  # noqa: E402
+from benchmarks.time_accuracy import Grid, Row, fit_without, stats, terms  # noqa: E402
 from cost_models.calibration import DEFAULT, MECHANISMS, Calibration  # noqa: E402
 from cost_models.memory import DEFAULT_HEADROOM, memory_estimate  # noqa: E402
 from cost_models.step_time import time_estimate  # noqa: E402
-from nanotron_sweep_memory import GLOBAL_BATCH, Point, job, points  # noqa: E402
-from published import Skip, entries  # noqa: E402
 
 SECTION = "## nanotron's sweep: step time and the planner's order"
 NANOTRON = "nanotron_ultrascale"
@@ -95,8 +92,7 @@ def held_out_calibration() -> tuple[Calibration, str]:
     runs, _ = load()
     cases = [(r, r.job()) for r in runs]
     grid = Grid.build(cases)
-    keep = [k for k, (r, _) in enumerate(cases) if family(r.group) != NANOTRON]
-    cal = grid.fit(keep)
+    cal, keep = fit_without(grid, NANOTRON)
     said = []
     for name, prior in MECHANISMS.items():
         value = getattr(cal, name)
@@ -118,10 +114,9 @@ def predict(pts: list[Point], rows: dict[str, dict], cal: Calibration) -> tuple[
     for p in pts:
         if p.tok_s_per_gpu is None:
             continue
-        try:
-            run = job(p, rows)
-        except (AssertionError, Skip) as err:  # a split nanotron would not make, or a layout the model rejects
-            unbuilt.append((p, re.sub(r"rank \d+ of \d+", "a rank before the last", str(err))))
+        run, why = build(p, rows)
+        if run is None:
+            unbuilt.append((p, why))
             continue
         j = run.job()
         t = time_estimate(j, calibration=cal)
@@ -179,9 +174,10 @@ def error_table(timed: list[Timed]) -> str:
 def disagreeing(timed: list[Timed], unbuilt: list[tuple[Point, str]]) -> str:
     """The points whose own figures disagree, and those not predicted: listed, not left out."""
     out = []
-    why = Counter(w for _, w in unbuilt)
-    out.append(f"- {len(unbuilt)} points that ran are not predicted: " + "; ".join(f"{n}: {w}" for w, n in why.most_common())
-               + " (" + ", ".join(sorted({f"{p.params_b}B pp{p.pp}" for p, _ in unbuilt})) + ")")
+    if unbuilt:
+        why = Counter(w for _, w in unbuilt)
+        out.append(f"- {len(unbuilt)} points that ran are not predicted: " + "; ".join(f"{n}: {w}" for w, n in why.most_common())
+                   + " (" + ", ".join(sorted({f"{p.params_b}B pp{p.pp}" for p, _ in unbuilt})) + ")")
     odd = [t for t in timed if t.point.dp * t.point.mbs * t.point.grad_acc != GLOBAL_BATCH]
     if odd:
         out.append(f"- {len(odd)} points whose dp·mbs·grad_acc is not the figure's global batch of {GLOBAL_BATCH} sequences "
@@ -198,8 +194,8 @@ def disagreeing(timed: list[Timed], unbuilt: list[tuple[Point, str]]) -> str:
                    + ", ".join(f"{_name(ts[0])} " + "/".join(f"{t.measured:,.0f}" for t in ts) for ts in repeats))
     low = [t for t in timed if (t.point.mfu_pct or 0) < 1]
     out.append(f"- {len(low)} of {len(timed)} predicted points ran below 1% MFU (the figure's own MFU); "
-               f"median error {statistics.median(t.error for t in low):+.0%}; "
-               f"below 10% MFU: {sum((t.point.mfu_pct or 0) < 10 for t in timed)}")
+               + (f"median error {statistics.median(t.error for t in low):+.0%}; " if low else "")
+               + f"below 10% MFU: {sum((t.point.mfu_pct or 0) < 10 for t in timed)}")
     return "\n".join(out)
 
 
@@ -269,7 +265,7 @@ def problems(timed: list[Timed]) -> list[Problem]:
 
 def problem_table(ps: list[Problem]) -> str:
     lines = ["| model | nodes | ran | fit (memory model) | measured best (tok/s/GPU) | its rank in the model's order | "
-             "model's pick, measured (predicted) | regret | pairs > 3% apart ordered right | tau |",
+             f"model's pick, measured (predicted) | regret | pairs > {RESOLUTION:.0%} apart ordered right | tau |",
              "|---|---:|---:|---:|---|---:|---|---:|---:|---:|"]
     for p in ps:
         judged = [x for x in p.pairs() if x.judged]
@@ -341,10 +337,12 @@ BIGGEST = 64
 
 def slot_ms(t: Timed) -> tuple[float, float]:
     """Measured and predicted time per layer and micro-batch slot, in ms: the step over the (m + pp − 1)
-    micro-batch slots of the 1F1B critical path times the decoder layers of a stage; the measured step is
-    the global batch's tokens over tok/s/GPU × GPUs."""
+    micro-batch slots of the 1F1B critical path times the decoder layers of the largest stage (nanotron's
+    split is uneven: 1.34B over pp 8 holds [3, 3, 2, 3, 2, 3, 0, 0]); the measured step is the global
+    batch's tokens over tok/s/GPU × GPUs."""
     j = t.row.estimate.job
-    slots = (j.num_microbatches + j.layout.pp - 1) * j.model.num_layers / j.layout.pp
+    layers = max(len(j.stage_layer_ids(r)) for r in range(j.layout.pp))
+    slots = (j.num_microbatches + j.layout.pp - 1) * layers
     measured_s = j.training.global_batch_size * j.training.seq_len / (t.measured * j.gpus)
     return measured_s / slots * 1e3, t.row.estimate.step_s / slots * 1e3
 
@@ -382,7 +380,7 @@ def knob_table(ps: list[Problem]) -> str:
     was predicted, fit or not): how the measured and the predicted throughput move when it turns, and
     the terms the model moves most (after − before, per step; a step carries the same tokens)."""
     lines = ["| knob | pairs | measured after / before, median | predicted, median | predicted / measured ratio, median | "
-             "direction right (pairs > 3% apart) | terms the model moves most (median, after − before) |",
+             f"direction right (pairs > {RESOLUTION:.0%} apart) | terms the model moves most (median, after − before) |",
              "|---|---:|---:|---:|---:|---:|---|"]
     for knob, same in KNOBS.items():
         found = [(a, b) for p in ps for a in p.configs for b in p.configs if same(a.config, b.config)]
@@ -427,8 +425,8 @@ def report(timed: list[Timed], unbuilt: list[tuple[Point, str]], ps: list[Proble
         "Worst problems:\n\n" + worst(ps),
         "Where the error sits, by ZeRO stage, pipeline and tensor parallelism:\n\n" + term_table(timed),
         "One knob turned (pairs of configurations of one problem):\n\n" + knob_table(ps),
-        "Time per decoder layer and micro-batch slot, ms, measured (predicted), points; median over every model "
-        "size:\n\n" + slot_table(timed),
+        "Time per decoder layer of the largest stage and micro-batch slot, ms, measured (predicted), points; "
+        "median over every model size:\n\n" + slot_table(timed),
     ])
 
 

@@ -43,13 +43,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.memory_accuracy import write_section  # noqa: E402
-from benchmarks.plan_quality import CLOSE, deltas, seconds, short  # noqa: E402
+from benchmarks.plan_quality import CLOSE, SAME, deltas, seconds, short  # noqa: E402
 from benchmarks.published import PublishedRun, family, load  # noqa: E402
 from benchmarks.time_accuracy import Grid, Row, evaluate, leave_one_source_out  # noqa: E402
 from cost_models.job import Job  # noqa: E402
 
 RESOLUTION = CLOSE
-SAME = 1e-9  # predicted ratios within this of 1 are a predicted tie
 SECTION = "## Order of measured layouts"
 
 
@@ -141,8 +140,8 @@ def source_table(ps: list[Pair]) -> str:
     by: dict[str, list[Pair]] = defaultdict(list)
     for p in ps:
         by[p.source].append(p)
-    lines = ["| source | problems | pairs | judged (> 3% apart) | ordered right, left out | tau, left out | "
-             "ordered right, all sources | tau, all sources | right but predicted within 3% (left out) | "
+    lines = [f"| source | problems | pairs | judged (> {RESOLUTION:.0%} apart) | ordered right, left out | tau, left out | "
+             f"ordered right, all sources | tau, all sources | right but predicted within {RESOLUTION:.0%} (left out) | "
              "predicted / measured ratio − 1, median (range), left out |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for src, members in [*sorted(by.items()), ("all", ps)]:
@@ -168,7 +167,7 @@ def pair_table(ps: list[Pair]) -> str:
     lines = ["| faster as measured | slower as measured | layouts (faster; slower) | batch held | measured ratio | "
              "predicted, left out | predicted, all sources | order |", "|---|---|---|---|---:|---:|---:|---|"]
     for p in ps:
-        verdict = ("tie (within 3%)" if not p.judged else "right" if p.right() else "INVERTED" if p.wrong() else "predicted tie")
+        verdict = (f"tie (within {RESOLUTION:.0%})" if not p.judged else "right" if p.right() else "INVERTED" if p.wrong() else "predicted tie")
         lines.append(f"| {p.fast.run.id} | {p.slow.run.id} | {_layout(p.fast.estimate.job)}; {_layout(p.slow.estimate.job)} | "
                      f"{p.batch} | {p.measured:.3f} | {p.predicted():.3f} | {p.predicted(loso=False):.3f} | {verdict} |")
     return "\n".join(lines)
@@ -204,7 +203,7 @@ def close_calls(ps: list[Pair]) -> list[tuple[str, Pair]]:
 
 def inversions(ps: list[Pair]) -> str:
     calls = close_calls(ps)
-    head = ("None measured more than 3% apart is predicted in the other order, left out or with the all-source fit.\n\n"
+    head = (f"None measured more than {RESOLUTION:.0%} apart is predicted in the other order, left out or with the all-source fit.\n\n"
             if not inverted(ps, True) and not inverted(ps, False) else "")
     if not calls:
         return head.strip()
@@ -256,7 +255,7 @@ def report(ps: list[Pair], runs: list[PublishedRun]) -> str:
     return "\n\n".join([
         head,
         "Per source:\n\n" + source_table(ps) + unpaired(ps, runs),
-        "Pairs the model inverts, or orders within 3%, or orders against a measured tie:\n\n" + inversions(ps),
+        f"Pairs the model inverts, or orders within {RESOLUTION:.0%}, or orders against a measured tie:\n\n" + inversions(ps),
         "Every pair:\n\n" + pair_table(ps),
         "Rows of one model, GPU count, sequence and global batch not compared: run with different training settings "
         "(precision, compile, overlap, software versions), or the same layout run again:\n\n" + apart(runs),

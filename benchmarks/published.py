@@ -710,15 +710,17 @@ def nanotron_block_ranks(model: ModelSpec, pp: int) -> list[int]:
     src/nanotron/models/llama.py:811-874, 991). A decoder layer costs 4·heads·d_head·h + 3·ffn·h, the output
     layer vocab·h, every other block 0 (llama.py:913-925 get_block_compute_costs); each block goes to the
     current rank, which moves on by one after a block whose running cost exceeds (rank + 1)/pp of the total
-    (models/base.py:216-235 build_model). So the output layer lands before the last rank where the decoder
-    layers already pass its threshold, and the zero-cost blocks after it move on one rank each."""
+    (models/base.py:216-235 build_model): one rank at most per block, and never past the last, where the
+    running cost would have to exceed the whole. So the output layer lands before the last rank where the
+    decoder layers already pass its threshold; its running cost is then the whole, so each zero-cost block
+    after it goes one rank further until the last rank, which takes the rest (1.34B over pp 8: the output
+    layer on rank 6, the fp32 cast and the loss both on rank 7)."""
     h, heads = model.hidden_size, model.num_attention_heads
     layer = 4 * heads * (h // heads) * h + 3 * model.ffn_hidden_size * h
     costs = [0] + [layer] * model.num_layers + [0, model.vocab_size * h, 0, 0]
     total = sum(costs)
     ranks, rank, running = [], 0, 0
     for cost in costs:
-        assert rank < pp, f"nanotron's build_model places a block past rank {pp - 1}"
         ranks.append(rank)
         running += cost
         if running > total * (rank + 1) / pp:
@@ -1034,9 +1036,14 @@ def _run(entry: dict) -> PublishedRun:
                         measured_tokens_per_s_per_gpu=measured[0], measured_from=measured[1], assumptions=tuple(notes))
 
 
-@cache
 def entries(path: Path = DATA) -> list[dict[str, Any]]:
-    """The yaml's entries, parsed once (the C loader where PyYAML has it: 0.1 s instead of 0.8 s)."""
+    """The yaml's entries, parsed once per file (entries() and entries(DATA) share one parse)."""
+    return _parsed(path)
+
+
+@cache
+def _parsed(path: Path) -> list[dict[str, Any]]:
+    """The C loader where PyYAML has it: 0.1 s instead of 0.8 s."""
     return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 

@@ -152,15 +152,20 @@ def calibration_at(names: tuple[str, ...], point: tuple[float, ...]) -> Calibrat
     return DEFAULT.with_values(**dict(zip(names, point)))
 
 
+def fit_without(grid: Grid, fam: str) -> tuple[Calibration, list[int]]:
+    """The constants fitted on every family but one, and the cases (indices into grid.cases) they were fitted on."""
+    keep = [k for k, (r, _) in enumerate(grid.cases) if family(r.group) != fam]
+    return grid.fit(keep), keep
+
+
 def leave_one_source_out(grid: Grid) -> tuple[list[Row], dict[str, Calibration]]:
     """Each family predicted by constants fitted on the others, from the priors."""
     rows: list[Row] = []
     fitted: dict[str, Calibration] = {}
     cases = grid.cases
     for fam in sorted({family(r.group) for r, _ in cases}):
-        train = [k for k, c in enumerate(cases) if family(c[0].group) != fam]
         test = [c for c in cases if family(c[0].group) == fam]
-        cal = grid.fit(train)
+        cal, _ = fit_without(grid, fam)
         fitted[fam] = cal
         rows += evaluate(test, cal)
     return rows, fitted
