@@ -75,6 +75,7 @@ BEYOND_AXES = {
     "mamba_tp": ("hybrid", {"framework": "megatron"}, {"tp": 2}),
     "mamba_cp": ("hybrid", {"framework": "megatron"}, {"cp": 2}),
     "hybrid_selective": ("hybrid", {"framework": "megatron"}, {"recompute": "selective"}),
+    "tp_replicated_vocab": ("llama", {"framework": "torchtitan", "tp_replicated_vocab": True}, {"tp": 2}),
 }
 
 

@@ -208,6 +208,8 @@ REFUSALS = (
     Refusal("hybrid_selective", "hybrid (Mamba-2) models run with recompute none or full in the worker; use --recompute full",
             lambda j: j.model.hybrid_pattern is not None and j.layout.recompute is Recompute.SELECTIVE),
     Refusal("cp_hsdp", "cp > 1 runs without HSDP (dp_shard = dp)", lambda j: j.layout.cp > 1 and j.layout.dp_shard != j.dp),
+    Refusal("tp_replicated_vocab", "the worker splits the embedding and the output layer over tp; drop "
+            "tp_replicated_vocab or use tp 1", lambda j: j.training.tp_replicated_vocab and j.layout.tp > 1),
 )
 
 
