@@ -827,10 +827,10 @@ def fp8_casts_separate(job: Job) -> bool:
     return tr.precision is Precision.FP8 and tr.framework is Framework.TORCHTITAN and job.cluster.gpu.peak_flop_per_s.fp8 is not None
 
 
-# Making an fp8 operand column-major for torch._scaled_mm: a copy that reads and writes 1 byte per
-# element (torchao's preprocess_addmm: a_data.contiguous() for a transposed left operand,
+# An fp8 transpose copy reads and writes 1 byte per element: torchao making an operand column-major
+# for torch._scaled_mm (preprocess_addmm: a_data.contiguous() for a transposed left operand,
 # b_data.t().contiguous().t() for a row-major right one; pytorch/ao@62430408
-# torchao/float8/float8_ops.py:329-332)
+# torchao/float8/float8_ops.py:329-332), Transformer Engine's transposes by hand (te_cast_bytes)
 FP8_TRANSPOSE_BYTES = 2
 
 # The (column-parallel, row-parallel) GEMM pairs of flops.layer_gemms that tp splits, one per block:
@@ -925,7 +925,7 @@ TE_CAST_BYTES = 3
 # transformer_engine/pytorch/module/layernorm_linear.py:197-218 with_quantized_norm). Under sequence
 # parallelism that fp8 output is gathered row-wise only (L186-193) and, on TN-only GPUs, transposed by
 # hand in backward for the wgrad (L649-659, "we compute FP8 transposes manually"): one fp8 read and
-# one fp8 write per element.
+# one fp8 write per element (FP8_TRANSPOSE_BYTES).
 TE_NORM_FED = frozenset({"qkv", "mlp_fc1"})
 # The row-parallel linears (ROW_PARALLEL; Megatron builds them as TERowParallelLinear,
 # gpt_layer_specs.py:147, 531): under sequence parallelism their output gradient arrives as the
@@ -977,13 +977,13 @@ def te_cast_bytes(job: Job, kind: LayerKind) -> tuple[float, float, int, int]:
             fwd += cast * g.m * g.k * g.count
             fwd_kernels += 1
         if g.name in ROW_PARALLEL and job.sp and job.layout.tp > 1:
-            bwd += TE_CAST_BYTES * g.m * g.n * g.count / job.layout.tp + 2 * t * g.m * g.n * g.count
+            bwd += TE_CAST_BYTES * g.m * g.n * g.count / job.layout.tp + FP8_TRANSPOSE_BYTES * t * g.m * g.n * g.count
             bwd_kernels += 1 + t
         else:
             bwd += cast * g.m * g.n * g.count
             bwd_kernels += 1
         if norm_fed and t:
-            bwd += 2 * g.m * g.k * g.count
+            bwd += FP8_TRANSPOSE_BYTES * g.m * g.k * g.count
             bwd_kernels += 1
     return fwd, bwd, fwd_kernels, bwd_kernels
 
@@ -994,11 +994,12 @@ def te_weight_cast_bytes(job: Job, kind: LayerKind) -> tuple[float, int]:
     Megatron hands TE is_first_microbatch (Megatron-LM@d98e8a64
     megatron/core/extensions/transformer_engine.py:1336-1345, pipeline_parallel/schedules.py:496-497;
     TransformerEngine@40c69e75 module/layernorm_linear.py:280-296 get_weight_workspace); with fp8
-    parameters the weight already is fp8 and only its transpose is written (2 bytes, TN-only GPUs)."""
+    parameters the weight already is fp8 and only its transpose is written (FP8_TRANSPOSE_BYTES,
+    TN-only GPUs)."""
     if not te_casts_separate(job):
         return 0.0, 0
     t = te_transposes(job.cluster.gpu)
-    per_element = 2 * t if job.training.fp8_param_gather else TE_CAST_BYTES + t
+    per_element = FP8_TRANSPOSE_BYTES * t if job.training.fp8_param_gather else TE_CAST_BYTES + t
     gemms = [g for g in layer_gemms(job, kind) if g.name != "router"]
     kernels = len(gemms) if per_element else 0
     return sum(per_element * g.k * g.n * g.count for g in gemms), kernels
