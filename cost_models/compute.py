@@ -865,7 +865,7 @@ def tp_gather_bytes(job: Job) -> int:
     return 1 if float8_tp(job) else ACT_BYTES
 
 
-def _float8_tp_cast_elements(g: Gemm, tp: int) -> tuple[float, float]:
+def _float8_tp_cast_bytes(g: Gemm, tp: int) -> tuple[float, float]:
     """(forward, backward) bytes one GEMM's fp8 casts and transposes move under float8_tp, the
     GEMM's m rows being the gathered tokens (fp8_cast_bytes)."""
     m, k, n = g.m, g.k, g.n
@@ -900,12 +900,13 @@ def fp8_cast_bytes(job: Job, kind: LayerKind) -> tuple[float, float]:
     input backward (2mn + kn + mk): torchao's Float8Linear saves its 16-bit input and weight and
     casts each operand of each GEMM itself (pytorch/ao@62430408 torchao/float8/float8_linear.py:
     76-114, 126-246). Under float8_tp the tp plan casts the inputs and output gradients at the
-    module boundaries instead, where they are shards or saved in fp8 (_float8_tp_cast_elements).
+    module boundaries instead, where they are shards or saved in fp8 (_float8_tp_cast_bytes).
     The scalar amax all-reduce over tp each DTensor cast waits for is step_time.float8_amax_reductions."""
     if not fp8_casts_separate(job) or rowwise_linears(job):  # rowwise casts are in linear_factor
         return 0.0, 0.0
     gemms = layer_gemms(job, kind)
-    parts = [_float8_tp_cast_elements(g, job.layout.tp) if float8_tp(job) else _linear_cast_bytes(g) for g in gemms]
+    in_tp_plan = float8_tp(job)
+    parts = [_float8_tp_cast_bytes(g, job.layout.tp) if in_tp_plan else _linear_cast_bytes(g) for g in gemms]
     return sum(f for f, _ in parts), sum(b for _, b in parts)
 
 
