@@ -841,7 +841,7 @@ ROW_PARALLEL = frozenset(row for _, row in TP_PAIRS)
 # The pairs torchtitan's float8 tp plan swaps in Float8ColwiseParallel / Float8RowwiseParallel for:
 # the dense Llama block's attention and feed-forward (float8_tp's citation)
 FLOAT8_TP_COLUMN = frozenset({"qkv", "mlp_fc1"})
-FLOAT8_TP_ROW = frozenset({"out_proj", "mlp_fc2"})
+FLOAT8_TP_ROW = frozenset(row for col, row in TP_PAIRS if col in FLOAT8_TP_COLUMN)
 
 
 def float8_tp(job: Job) -> bool:
