@@ -292,14 +292,14 @@ def collective_time(op: Collective, size_bytes: float, where: Placement, cluster
         across = (n - k) / n * size_bytes / (nic_busbw(cluster, where.span_gpus) * CROSS_NODE_ALL_TO_ALL_FRACTION)
         return max(floor, max(inside, across) / share)
     moved = bus_factor(op, n) * size_bytes
-    plateau = bus_bandwidth(op, where, cluster, flat=flat)
-    busbw = plateau * share
+    plateau_bytes_per_s = bus_bandwidth(op, where, cluster, flat=flat)
+    busbw = plateau_bytes_per_s * share
     measured = measured_busbw(op, size_bytes, nodes, cluster) if k < n else None
     return max(floor, moved / (busbw if measured is None else min(busbw, measured)),
-               ring_fill_seconds(op, moved, plateau, where, cluster))
+               ring_fill_seconds(op, moved, plateau_bytes_per_s, where, cluster))
 
 
-def ring_fill_seconds(op: Collective, moved_bytes: float, plateau: float, where: Placement, cluster: ClusterSpec) -> float:
+def ring_fill_seconds(op: Collective, moved_bytes: float, plateau_bytes_per_s: float, where: Placement, cluster: ClusterSpec) -> float:
     """A ring reduce-scatter or all-gather across scale-up domains, as NCCL prices it: the ring's
     latency, per-step latencies over its n − 1 steps (_latency, Simple), plus the bytes at the plateau
     bus bandwidth (NVIDIA/nccl v2.30.7-1 src/graph/tuning.cc:411-412 ring latency, :653 ncclTopoGetAlgoTime
@@ -312,7 +312,7 @@ def ring_fill_seconds(op: Collective, moved_bytes: float, plateau: float, where:
     n, k = where.n, where.per_domain
     if op not in (Collective.REDUCE_SCATTER, Collective.ALL_GATHER) or k >= n or k < 2:
         return 0.0
-    return _latency(op, where, cluster, "simple", False) + moved_bytes / plateau
+    return _latency(op, where, cluster, "simple", False) + moved_bytes / plateau_bytes_per_s
 
 
 def nccl_sm_share(cluster: ClusterSpec, where: Placement, sms: int) -> float:
