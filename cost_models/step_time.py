@@ -76,11 +76,12 @@ from cost_models.compute import (
     layer_time,
     linear_seconds,
     loss_time,
+    linear_modules,
     main_grad_bytes,
     memory_seconds,
-    linear_modules,
     optimizer_time,
     rowwise_linears,
+    te_casts_separate,
     te_weight_cast_bytes,
     titan_linears,
     tp_blocks,
@@ -179,6 +180,8 @@ def te_weight_cast_seconds(job: Job, rank: int, cal: Calibration) -> float:
     """Per micro-batch, the 1/m share of the rank's Transformer Engine weight casts, which run once
     per step (compute.te_weight_cast_bytes) on the rank's decoder layers: memory-bound kernels at
     the stream fraction of HBM bandwidth, each paying a launch."""
+    if not te_casts_separate(job):  # every layer's te_weight_cast_bytes is 0
+        return 0.0
     moved, kernels = 0.0, 0
     for _, layer_id in stage_layers(job, rank):
         b, k = te_weight_cast_bytes(job, job.model.layer_kind(layer_id))
