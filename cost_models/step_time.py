@@ -828,7 +828,7 @@ def fsdp1_bytes_per_param(job: Job) -> float:
     postdivision of the shard, 2·g/n; n the shard group, g the reduce dtype's bytes."""
     n, g = job.dense_shard_group, _grad_bytes(job)
     cast = ACT_BYTES + g if g != ACT_BYTES else 0
-    return 2 * (4 + ACT_BYTES) / n + cast + 2 * g + 2 * g / n
+    return 2 * (FP32 + ACT_BYTES) / n + cast + 2 * g + 2 * g / n
 
 
 def _gather_bytes(job: Job) -> int:
