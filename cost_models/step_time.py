@@ -698,8 +698,9 @@ def layer_pass(job: Job, kind: LayerKind, *, mode: Recompute, cal: Calibration) 
     pruned = pruned_block_output(job, kind, mode, cal)
     forward = tp_exposure(job, blocks, backward=False, cal=cal)
     # the recomputed forward: the forward's collectives again, less fc2's where it is pruned
-    again = Exposure() if fwd_passes == 1 else forward if pruned is None else \
-        tp_exposure(job, blocks, backward=False, cal=cal, without_row=pruned.row.name)
+    again = Exposure()
+    if mode is Recompute.FULL:
+        again = forward if pruned is None else tp_exposure(job, blocks, backward=False, cal=cal, without_row=pruned.row.name)
     tp = forward + again + tp_exposure(job, blocks, backward=True, cal=cal)
     amax_f, amax_b = float8_amax_seconds(job, blocks)
     tp += Exposure(amax_f * fwd_passes + amax_b)
