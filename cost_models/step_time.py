@@ -1114,12 +1114,6 @@ def dp_tail(job: Job, rank: int, cal: Calibration) -> tuple[float, float]:
     return total, first
 
 
-def _bucket_reduction_seconds(job: Job, op: Collective, params: int, fp32: int, where: Placement) -> float:
-    """One gradient bucket's reduction, `fp32` of its `params` gradients in fp32
-    (apex_fp32_grad_params), the rest at _grad_bytes."""
-    return bucket_collective_seconds(job, op, params, _grad_bytes(job), where, fp32)
-
-
 def megatron_bucket_seconds(job: Job, rank: int, kind: str, where: Placement) -> tuple[float, float]:
     """(seconds, seconds that cannot hide) of Megatron DDP's end-of-step traffic for one buffer of a
     rank: each bucket reduced by its own collective when its last gradient is ready, priced at its
@@ -1140,7 +1134,7 @@ def megatron_bucket_seconds(job: Job, rank: int, kind: str, where: Placement) ->
         return total, collective_time(Collective.ALL_REDUCE, last * gb, where, cl)
     rs = sum(bucket_collective_seconds(job, Collective.REDUCE_SCATTER, b, gb, where) for c in chunks for b in c)
     fp32 = apex_fp32_grad_params(job, rank, kind)
-    rs_last = _bucket_reduction_seconds(job, Collective.REDUCE_SCATTER, last, fp32, where)
+    rs_last = bucket_collective_seconds(job, Collective.REDUCE_SCATTER, last, gb, where, fp32)
     rs += rs_last - bucket_collective_seconds(job, Collective.REDUCE_SCATTER, last, gb, where)
     if job.training.overlap_grad_reduce:
         ag = bucket_collective_seconds(job, Collective.ALL_GATHER, last, _gather_bytes(job), where)
@@ -1210,7 +1204,7 @@ def interleaved_grad_sync_chunks(job: Job, rank: int) -> tuple[tuple[tuple[float
             t = sum(bucket_collective_seconds(job, op, b, gb, where) for b in sizes)
             if v == first and fp32:
                 b = sizes[-1]
-                t += _bucket_reduction_seconds(job, op, b, fp32, where) - bucket_collective_seconds(job, op, b, gb, where)
+                t += bucket_collective_seconds(job, op, b, gb, where, fp32) - bucket_collective_seconds(job, op, b, gb, where)
             seconds.append(t)
         per_group.append(tuple(seconds))
         if job.zero is Zero.OPTIMIZER:
