@@ -213,6 +213,14 @@ def embedding_grad_seconds(job: Job, rank: int, cal: Calibration) -> float:
     return memory_seconds(job, elements * per_element, cal)
 
 
+def rank_memory_seconds(job: Job, rank: int, cal: Calibration) -> float:
+    """Per micro-batch, the rank's memory-bound kernels outside its layer passes: the main-grad
+    accumulation without its fusion, the embedding's dense gradient, the fp8 weight casts (counted
+    as elementwise work by stage_time and compute_by_kernel alike)."""
+    return (unfused_grad_accumulation_seconds(job, rank, cal) + embedding_grad_seconds(job, rank, cal)
+            + te_weight_cast_seconds(job, rank, cal))
+
+
 def _sms(job: Job) -> int:
     return K.sm_count(job.cluster.gpu)
 
@@ -1590,8 +1598,7 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[LayerKi
             p = local_layer_params(job, layer_id)
             layer_params.append(p.dense + p.expert)
             parts["sharding"] += fsdp_copy_seconds(job, layer_id, cal)
-    parts["elementwise"] += (unfused_grad_accumulation_seconds(job, rank, cal) + embedding_grad_seconds(job, rank, cal)
-                             + te_weight_cast_seconds(job, rank, cal))
+    parts["elementwise"] += rank_memory_seconds(job, rank, cal)
     if fsdp and gathers:
         counts = pipelined_gathers(job, rank) if _pipelined_fsdp(job) else (1.0, 1.0)
         exposure = _fsdp_exposure(job, gathers, reduces, fwd_compute, bwd_compute, layer_params, cal, counts)
@@ -1809,8 +1816,7 @@ def compute_by_kernel(est: TimeEstimate) -> Breakdown:
         memory += lt.elementwise + lt.elementwise_backward + lt.fp8_cast + lt.fp8_cast_backward + rm
         if fsdp:
             memory += fsdp_copy_seconds(job, layer_id, cal)
-    memory += (unfused_grad_accumulation_seconds(job, crit.rank, cal) + embedding_grad_seconds(job, crit.rank, cal)
-               + te_weight_cast_seconds(job, crit.rank, cal))
+    memory += rank_memory_seconds(job, crit.rank, cal)
     if crit.rank == job.layout.pp - 1:
         heads = 1 + job.model.mtp_layers  # the output layer and loss again per MTP module (stage_time)
         gemm += heads * (head_time(job, cal) + head_backward_time(job, cal)) + sum(mtp_merge_seconds(job, cal))
