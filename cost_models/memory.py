@@ -11,12 +11,11 @@ breakdown is the one of that moment (`step_peak`).
 
 from __future__ import annotations
 
-
 import functools
 from dataclasses import dataclass, replace
 
 from cost_models import activations as act
-from cost_models.breakdown import Breakdown
+from cost_models.breakdown import Breakdown, Part
 from cost_models.enums import Framework, Precision, Recompute, Schedule, Zero
 from cost_models.errors import SpecError
 from cost_models.flops import layer_gemms
@@ -636,7 +635,7 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
     transient, buffers, cached, states = job.memo[key]
     buffers = Breakdown.of("bytes", **dict(buffers), pipeline_recv=pipeline_recv_bytes(job, rank, inflight))
     if chunk_grads is not None:
-        buffers = Breakdown.of("bytes", **{name: chunk_grads if name == "unsharded_grads" else v for name, v in buffers})
+        buffers = _with_part(buffers, "unsharded_grads", chunk_grads)
     end = _backward_end(job, rank, chunks, inflight) if job.training.grads_kept_through_backward else None
     # the moments with reduce-scatter inputs pending (pending_scatter_bytes): the end of the stage's
     # forward (with the loss on the last stage), every micro-batch in flight, and the end of the
@@ -658,7 +657,7 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
     if step_peak(activations.total + transient.total, step_grads):
         activations, transient = activations.scaled(0), transient.scaled(0)
     else:
-        states = Breakdown.of("bytes", **{name: 0 if name == "fp32_gradients" else v for name, v in states})
+        states = _with_part(states, "fp32_gradients", 0)
         step_grads = 0
     # reserved, not allocated: what those moments with the pending blocks need beyond the peak
     pending = max(0, int(held - (activations.total + transient.total + step_grads)))
@@ -778,7 +777,11 @@ def reclaimed_pending(stage: StageMemory, capacity: int) -> StageMemory:
     room = max(0, capacity - (stage.peak_bytes - pending))
     if pending <= room:
         return stage
-    overhead = Breakdown.of("bytes", **{name: room if name == "pending_collectives" else v
-                                        for name, v in stage.breakdown["overhead"]})
-    breakdown = Breakdown.of("bytes", **{name: overhead if name == "overhead" else v for name, v in stage.breakdown})
-    return replace(stage, breakdown=breakdown)
+    return replace(stage, breakdown=_with_part(stage.breakdown, "overhead/pending_collectives", room))
+
+
+def _with_part(breakdown: Breakdown, path: str, part: Part) -> Breakdown:
+    """`breakdown` with the part at `path` ("overhead/pending_collectives") replaced by `part`."""
+    head, _, rest = path.partition("/")
+    return Breakdown(breakdown.unit, tuple((name, (_with_part(p, rest, part) if rest else part) if name == head else p)
+                                           for name, p in breakdown))
