@@ -67,6 +67,7 @@ def reserved_only_bytes(breakdown: Breakdown) -> int:
     """Bytes of a stage's breakdown that are reserved but not allocated (RESERVED_ONLY)."""
     return sum(int(breakdown.value(line)) for line in RESERVED_ONLY)
 
+
 # Operations one CUDA stream queues before the host's next launch on it blocks until the GPU
 # catches up: "the buffer size is about 1000 kernels", each of 3 streams taking 1000 (measured on one
 # GPU: https://stackoverflow.com/questions/53970187, also forums.developer.nvidia.com/t/68937).
@@ -92,7 +93,7 @@ class StageMemory:
     layers: tuple[int, ...]  # decoder layer ids it holds
     inflight: tuple[int, ...]  # micro-batches in flight per model chunk at the peak
     breakdown: Breakdown  # bytes
-    dynamic_bytes: float = 0  # the bytes that come and go during a step, which FRAGMENTATION multiplies
+    dynamic_bytes: float  # the bytes that come and go during a step, which FRAGMENTATION multiplies
 
     @property
     def peak_bytes(self) -> int:
@@ -266,8 +267,13 @@ def kept_pipeline_outputs(job: Job, rank: int, inflight: tuple[int, ...], done: 
     return total
 
 
+# One backward's start under interleaved 1F1B: forwards run per model chunk, micro-batches in flight
+# per chunk, and the chunks that have run a backward (interleaved_backward_moments).
+Moment = tuple[tuple[int, ...], tuple[int, ...], frozenset[int]]
+
+
 @functools.lru_cache(maxsize=256)
-def interleaved_backward_moments(pp: int, v: int, m: int, rank: int) -> tuple[tuple[tuple[int, ...], tuple[int, ...], frozenset[int]], ...]:
+def interleaved_backward_moments(pp: int, v: int, m: int, rank: int) -> tuple[Moment, ...]:
     """Each backward of one rank under interleaved 1F1B, at its start: the forwards run per model
     chunk, the micro-batches in flight per chunk, and the chunks that have run a backward (this
     one's included).
@@ -322,7 +328,7 @@ def grads_by_chunk(job: Job) -> bool:
 
 
 @functools.lru_cache(maxsize=256)
-def _peak_candidates(pp: int, v: int, m: int, rank: int) -> tuple[tuple[tuple[int, ...], tuple[int, ...], frozenset[int]], ...]:
+def _peak_candidates(pp: int, v: int, m: int, rank: int) -> tuple[Moment, ...]:
     """The moments of interleaved_backward_moments that can hold the most: of those with the same
     micro-batches in flight per chunk, the last. Forwards run and chunks begun only grow from one
     backward to the next, and what a moment holds grows with both (kept outputs per forward run,
@@ -763,7 +769,7 @@ def memory_estimate(job: Job, *, headroom: float = DEFAULT_HEADROOM) -> MemoryEs
     return MemoryEstimate(stages=stages, capacity_bytes=job.cluster.gpu.hbm_bytes, headroom=headroom)
 
 
-def reclaimed_pending(stage: StageMemory, capacity: int) -> StageMemory:
+def reclaimed_pending(stage: StageMemory, capacity_bytes: int) -> StageMemory:
     """The stage with its pending reduce-scatter inputs (pending_scatter_bytes) held only up to the
     device's capacity: blocks freed with uses recorded on another stream are never what runs a device
     out of memory. When no cached block fits and cudaMalloc fails, the caching allocator frees its
@@ -774,7 +780,7 @@ def reclaimed_pending(stage: StageMemory, capacity: int) -> StageMemory:
     the rest of the stage leaves room for them, and whether a stage fits never depends on them
     (MemoryEstimate.required_bytes)."""
     pending = int(stage.breakdown.value("overhead/pending_collectives"))
-    room = max(0, capacity - (stage.peak_bytes - pending))
+    room = max(0, capacity_bytes - (stage.peak_bytes - pending))
     if pending <= room:
         return stage
     return replace(stage, breakdown=_with_part(stage.breakdown, "overhead/pending_collectives", room))
