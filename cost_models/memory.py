@@ -341,16 +341,17 @@ def _peak_candidates(pp: int, v: int, m: int, rank: int) -> tuple[Moment, ...]:
     return tuple(moments[j] for j in sorted(last.values()))
 
 
-def _interleaved_peak(job: Job, rank: int, chunks: list[Breakdown]) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+def _interleaved_peak(job: Job, rank: int, chunks: list[Breakdown], states: Breakdown) -> tuple[tuple[int, ...], tuple[int, ...], int]:
     """Under grads_by_chunk: the backward start holding the most activations, kept outputs and fp32
     unsharded gradients together (interleaved_backward_moments), as (forwards run per chunk,
     micro-batches in flight per chunk, the unsharded_grads line then). The first backward holds
     the most micro-batches but only its own chunk's gradients; the first chunk's first backward
     holds every chunk's gradients and the first chunk's micro-batches only. As in stage_buffers,
-    the sharded gradients (model states) do not exist until the step's last backward."""
+    the sharded gradients (`states`, the rank's model states) do not exist until the step's last
+    backward."""
     lay = job.layout
     grads = [4 * _chunk_params(job, rank, c) for c in range(lay.vpp)]
-    sharded = int(rank_state_bytes(job, rank).value("gradients"))
+    sharded = int(states.value("gradients"))
     best, out = -1, None
     for done, inflight, started in _peak_candidates(lay.pp, lay.vpp, job.num_microbatches, rank):
         alive = max(0, sum(grads[c] for c in started) - sharded)
@@ -622,9 +623,13 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
     costs = costs or layer_costs(job)
     inflight = inflight_microbatches(job, rank)
     chunks = [_chunk_activations(job, rank, c, costs) for c in range(job.layout.vpp)]
+    key = ("stage_fixed", job.rank_signature(rank))  # what does not depend on the in-flight count
+    if key not in job.memo:
+        job.memo[key] = (*_transient(job, rank, costs, stage_buffers(job, rank)), rank_state_bytes(job, rank))
+    transient, buffers, cached, states = job.memo[key]
     done, chunk_grads = None, None
     if grads_by_chunk(job):
-        done, inflight, chunk_grads = _interleaved_peak(job, rank, chunks)
+        done, inflight, chunk_grads = _interleaved_peak(job, rank, chunks, states)
     activations = Breakdown.of(
         "bytes",
         **{
@@ -635,10 +640,6 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
     kept = kept_pipeline_outputs(job, rank, inflight, done)
     if kept:
         activations = Breakdown.of("bytes", **dict(activations), kept_outputs=kept)
-    key = ("stage_fixed", job.rank_signature(rank))  # what does not depend on the in-flight count
-    if key not in job.memo:
-        job.memo[key] = (*_transient(job, rank, costs, stage_buffers(job, rank)), rank_state_bytes(job, rank))
-    transient, buffers, cached, states = job.memo[key]
     buffers = Breakdown.of("bytes", **dict(buffers), pipeline_recv=pipeline_recv_bytes(job, rank, inflight))
     if chunk_grads is not None:
         buffers = _with_part(buffers, "unsharded_grads", chunk_grads)
