@@ -272,7 +272,6 @@ def kept_pipeline_outputs(job: Job, rank: int, inflight: tuple[int, ...], done: 
 Moment = tuple[tuple[int, ...], tuple[int, ...], frozenset[int]]
 
 
-@functools.lru_cache(maxsize=256)
 def interleaved_backward_moments(pp: int, v: int, m: int, rank: int) -> tuple[Moment, ...]:
     """Each backward of one rank under interleaved 1F1B, at its start: the forwards run per model
     chunk, the micro-batches in flight per chunk, and the chunks that have run a backward (this
@@ -333,7 +332,8 @@ def _peak_candidates(pp: int, v: int, m: int, rank: int) -> tuple[Moment, ...]:
     micro-batches in flight per chunk, the last. Forwards run and chunks begun only grow from one
     backward to the next, and what a moment holds grows with both (kept outputs per forward run,
     gradients per chunk begun), so the last of each such group holds at least as much as the
-    others; a schedule has few distinct in-flight patterns, against m·v moments."""
+    others; a schedule has few distinct in-flight patterns, against m·v moments. Cached here, the
+    one caller of interleaved_backward_moments outside the tests, so only the candidates are kept."""
     last: dict[tuple[int, ...], int] = {}
     moments = interleaved_backward_moments(pp, v, m, rank)
     for j, (_, inflight, _) in enumerate(moments):
