@@ -99,6 +99,12 @@ class StageMemory:
     def peak_bytes(self) -> int:
         return int(self.breakdown.total)
 
+    @property
+    def required_bytes(self) -> int:
+        """The peak less its pending reduce-scatter inputs, which the caching allocator frees before a
+        device runs out (reclaimed_pending)."""
+        return self.peak_bytes - int(self.breakdown.value("overhead/pending_collectives"))
+
 
 @dataclass(frozen=True)
 class MemoryEstimate:
@@ -120,9 +126,8 @@ class MemoryEstimate:
 
     @property
     def required_bytes(self) -> int:
-        """The largest stage peak less its pending reduce-scatter inputs, which the caching allocator
-        frees before a device runs out (reclaimed_pending): what must fit in the usable memory."""
-        return max(s.peak_bytes - int(s.breakdown.value("overhead/pending_collectives")) for s in self.stages)
+        """The largest stage's StageMemory.required_bytes: what must fit in the usable memory."""
+        return max(s.required_bytes for s in self.stages)
 
     @property
     def fits(self) -> bool:
@@ -781,7 +786,7 @@ def reclaimed_pending(stage: StageMemory, capacity_bytes: int) -> StageMemory:
     the rest of the stage leaves room for them, and whether a stage fits never depends on them
     (MemoryEstimate.required_bytes)."""
     pending = int(stage.breakdown.value("overhead/pending_collectives"))
-    room = max(0, capacity_bytes - (stage.peak_bytes - pending))
+    room = max(0, capacity_bytes - stage.required_bytes)
     if pending <= room:
         return stage
     return replace(stage, breakdown=_with_part(stage.breakdown, "overhead/pending_collectives", room))
