@@ -11,12 +11,11 @@ breakdown is the one of that moment (`step_peak`).
 
 from __future__ import annotations
 
-
 import functools
 from dataclasses import dataclass, replace
 
 from cost_models import activations as act
-from cost_models.breakdown import Breakdown
+from cost_models.breakdown import Breakdown, Part
 from cost_models.enums import Framework, Precision, Recompute, Schedule, Zero
 from cost_models.errors import SpecError
 from cost_models.flops import layer_gemms
@@ -68,6 +67,7 @@ def reserved_only_bytes(breakdown: Breakdown) -> int:
     """Bytes of a stage's breakdown that are reserved but not allocated (RESERVED_ONLY)."""
     return sum(int(breakdown.value(line)) for line in RESERVED_ONLY)
 
+
 # Operations one CUDA stream queues before the host's next launch on it blocks until the GPU
 # catches up: "the buffer size is about 1000 kernels", each of 3 streams taking 1000 (measured on one
 # GPU: https://stackoverflow.com/questions/53970187, also forums.developer.nvidia.com/t/68937).
@@ -93,11 +93,17 @@ class StageMemory:
     layers: tuple[int, ...]  # decoder layer ids it holds
     inflight: tuple[int, ...]  # micro-batches in flight per model chunk at the peak
     breakdown: Breakdown  # bytes
-    dynamic_bytes: float = 0  # the bytes that come and go during a step, which FRAGMENTATION multiplies
+    dynamic_bytes: float  # the bytes that come and go during a step, which FRAGMENTATION multiplies
 
     @property
     def peak_bytes(self) -> int:
         return int(self.breakdown.total)
+
+    @property
+    def required_bytes(self) -> int:
+        """The peak less its pending reduce-scatter inputs, which the caching allocator frees before a
+        device runs out (reclaimed_pending)."""
+        return self.peak_bytes - int(self.breakdown.value("overhead/pending_collectives"))
 
 
 @dataclass(frozen=True)
@@ -120,9 +126,8 @@ class MemoryEstimate:
 
     @property
     def required_bytes(self) -> int:
-        """The largest stage peak less its pending reduce-scatter inputs, which the caching allocator
-        frees before a device runs out (reclaimed_pending): what must fit in the usable memory."""
-        return max(s.peak_bytes - int(s.breakdown.value("overhead/pending_collectives")) for s in self.stages)
+        """The largest stage's StageMemory.required_bytes: what must fit in the usable memory."""
+        return max(s.required_bytes for s in self.stages)
 
     @property
     def fits(self) -> bool:
@@ -267,8 +272,12 @@ def kept_pipeline_outputs(job: Job, rank: int, inflight: tuple[int, ...], done: 
     return total
 
 
-@functools.lru_cache(maxsize=256)
-def interleaved_backward_moments(pp: int, v: int, m: int, rank: int) -> tuple[tuple[tuple[int, ...], tuple[int, ...], frozenset[int]], ...]:
+# One backward's start under interleaved 1F1B: forwards run per model chunk, micro-batches in flight
+# per chunk, and the chunks that have run a backward (interleaved_backward_moments).
+Moment = tuple[tuple[int, ...], tuple[int, ...], frozenset[int]]
+
+
+def interleaved_backward_moments(pp: int, v: int, m: int, rank: int) -> tuple[Moment, ...]:
     """Each backward of one rank under interleaved 1F1B, at its start: the forwards run per model
     chunk, the micro-batches in flight per chunk, and the chunks that have run a backward (this
     one's included).
@@ -323,12 +332,13 @@ def grads_by_chunk(job: Job) -> bool:
 
 
 @functools.lru_cache(maxsize=256)
-def _peak_candidates(pp: int, v: int, m: int, rank: int) -> tuple[tuple[tuple[int, ...], tuple[int, ...], frozenset[int]], ...]:
+def _peak_candidates(pp: int, v: int, m: int, rank: int) -> tuple[Moment, ...]:
     """The moments of interleaved_backward_moments that can hold the most: of those with the same
     micro-batches in flight per chunk, the last. Forwards run and chunks begun only grow from one
     backward to the next, and what a moment holds grows with both (kept outputs per forward run,
     gradients per chunk begun), so the last of each such group holds at least as much as the
-    others; a schedule has few distinct in-flight patterns, against m·v moments."""
+    others; a schedule has few distinct in-flight patterns, against m·v moments. Cached here, the
+    one caller of interleaved_backward_moments outside the tests, so only the candidates are kept."""
     last: dict[tuple[int, ...], int] = {}
     moments = interleaved_backward_moments(pp, v, m, rank)
     for j, (_, inflight, _) in enumerate(moments):
@@ -336,16 +346,17 @@ def _peak_candidates(pp: int, v: int, m: int, rank: int) -> tuple[tuple[tuple[in
     return tuple(moments[j] for j in sorted(last.values()))
 
 
-def _interleaved_peak(job: Job, rank: int, chunks: list[Breakdown]) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+def _interleaved_peak(job: Job, rank: int, chunks: list[Breakdown], states: Breakdown) -> tuple[tuple[int, ...], tuple[int, ...], int]:
     """Under grads_by_chunk: the backward start holding the most activations, kept outputs and fp32
     unsharded gradients together (interleaved_backward_moments), as (forwards run per chunk,
     micro-batches in flight per chunk, the unsharded_grads line then). The first backward holds
     the most micro-batches but only its own chunk's gradients; the first chunk's first backward
     holds every chunk's gradients and the first chunk's micro-batches only. As in stage_buffers,
-    the sharded gradients (model states) do not exist until the step's last backward."""
+    the sharded gradients (`states`, the rank's model states) do not exist until the step's last
+    backward."""
     lay = job.layout
     grads = [4 * _chunk_params(job, rank, c) for c in range(lay.vpp)]
-    sharded = int(rank_state_bytes(job, rank).value("gradients"))
+    sharded = int(states.value("gradients"))
     best, out = -1, None
     for done, inflight, started in _peak_candidates(lay.pp, lay.vpp, job.num_microbatches, rank):
         alive = max(0, sum(grads[c] for c in started) - sharded)
@@ -617,9 +628,13 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
     costs = costs or layer_costs(job)
     inflight = inflight_microbatches(job, rank)
     chunks = [_chunk_activations(job, rank, c, costs) for c in range(job.layout.vpp)]
+    key = ("stage_fixed", job.rank_signature(rank))  # what does not depend on the in-flight count
+    if key not in job.memo:
+        job.memo[key] = (*_transient(job, rank, costs, stage_buffers(job, rank)), rank_state_bytes(job, rank))
+    transient, buffers, cached, states = job.memo[key]
     done, chunk_grads = None, None
     if grads_by_chunk(job):
-        done, inflight, chunk_grads = _interleaved_peak(job, rank, chunks)
+        done, inflight, chunk_grads = _interleaved_peak(job, rank, chunks, states)
     activations = Breakdown.of(
         "bytes",
         **{
@@ -630,13 +645,9 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
     kept = kept_pipeline_outputs(job, rank, inflight, done)
     if kept:
         activations = Breakdown.of("bytes", **dict(activations), kept_outputs=kept)
-    key = ("stage_fixed", job.rank_signature(rank))  # what does not depend on the in-flight count
-    if key not in job.memo:
-        job.memo[key] = (*_transient(job, rank, costs, stage_buffers(job, rank)), rank_state_bytes(job, rank))
-    transient, buffers, cached, states = job.memo[key]
     buffers = Breakdown.of("bytes", **dict(buffers), pipeline_recv=pipeline_recv_bytes(job, rank, inflight))
     if chunk_grads is not None:
-        buffers = Breakdown.of("bytes", **{name: chunk_grads if name == "unsharded_grads" else v for name, v in buffers})
+        buffers = _with_part(buffers, "unsharded_grads", chunk_grads)
     end = _backward_end(job, rank, chunks, inflight) if job.training.grads_kept_through_backward else None
     # the moments with reduce-scatter inputs pending (pending_scatter_bytes): the end of the stage's
     # forward (with the loss on the last stage), every micro-batch in flight, and the end of the
@@ -658,7 +669,7 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
     if step_peak(activations.total + transient.total, step_grads):
         activations, transient = activations.scaled(0), transient.scaled(0)
     else:
-        states = Breakdown.of("bytes", **{name: 0 if name == "fp32_gradients" else v for name, v in states})
+        states = _with_part(states, "fp32_gradients", 0)
         step_grads = 0
     # reserved, not allocated: what those moments with the pending blocks need beyond the peak
     pending = max(0, int(held - (activations.total + transient.total + step_grads)))
@@ -764,7 +775,7 @@ def memory_estimate(job: Job, *, headroom: float = DEFAULT_HEADROOM) -> MemoryEs
     return MemoryEstimate(stages=stages, capacity_bytes=job.cluster.gpu.hbm_bytes, headroom=headroom)
 
 
-def reclaimed_pending(stage: StageMemory, capacity: int) -> StageMemory:
+def reclaimed_pending(stage: StageMemory, capacity_bytes: int) -> StageMemory:
     """The stage with its pending reduce-scatter inputs (pending_scatter_bytes) held only up to the
     device's capacity: blocks freed with uses recorded on another stream are never what runs a device
     out of memory. When no cached block fits and cudaMalloc fails, the caching allocator frees its
@@ -775,10 +786,14 @@ def reclaimed_pending(stage: StageMemory, capacity: int) -> StageMemory:
     the rest of the stage leaves room for them, and whether a stage fits never depends on them
     (MemoryEstimate.required_bytes)."""
     pending = int(stage.breakdown.value("overhead/pending_collectives"))
-    room = max(0, capacity - (stage.peak_bytes - pending))
+    room = max(0, capacity_bytes - stage.required_bytes)
     if pending <= room:
         return stage
-    overhead = Breakdown.of("bytes", **{name: room if name == "pending_collectives" else v
-                                        for name, v in stage.breakdown["overhead"]})
-    breakdown = Breakdown.of("bytes", **{name: overhead if name == "overhead" else v for name, v in stage.breakdown})
-    return replace(stage, breakdown=breakdown)
+    return replace(stage, breakdown=_with_part(stage.breakdown, "overhead/pending_collectives", room))
+
+
+def _with_part(breakdown: Breakdown, path: str, part: Part) -> Breakdown:
+    """`breakdown` with the part at `path` ("overhead/pending_collectives") replaced by `part`."""
+    head, _, rest = path.partition("/")
+    return Breakdown(breakdown.unit, tuple((name, (_with_part(p, rest, part) if rest else part) if name == head else p)
+                                           for name, p in breakdown))

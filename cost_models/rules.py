@@ -459,13 +459,19 @@ def _megatron_grad_flags(job: Job) -> str | None:
     return None
 
 
-def _megatron_only(job: Job, field: str, what: str) -> str | None:
+def _megatron_only(field: str, what: str, job: Job) -> str | None:
     """The message for a TrainingSpec switch that describes Megatron's code, set away from its
     default on another framework; None where it is not."""
     tr = job.training
     if tr.framework is MEGATRON or not _switched(tr, (field,)):
         return None
     return f"{field} {what} (framework={tr.framework}); drop it, or use framework megatron"
+
+
+def _megatron_rule(field: str, what: str, *, source: str) -> Rule:
+    """The SWITCH_RULES rule, named after its field, that checks one switch of Megatron's code
+    (_megatron_only)."""
+    return Rule(field, ALL, partial(_megatron_only, field, what), source)
 
 
 @dataclass(frozen=True)
@@ -498,22 +504,10 @@ def _needs_rule(field: str, framework: Framework, needs: str, accepted: frozense
     return Rule(field, ALL, partial(_switch_needs, switch), source)
 
 
-def _ddp_bucket_size(job: Job) -> str | None:
-    return _megatron_only(job, "ddp_bucket_size", "is Megatron's --ddp-bucket-size")
-
-
 def _apex_framework(job: Job) -> str | None:
     if job.training.apex_distributed_adam and job.training.framework is not MEGATRON:
         return _apex_distributed_adam(job)
     return None
-
-
-def _param_buffer_init_copy(job: Job) -> str | None:
-    return _megatron_only(job, "param_buffer_init_copy", "describes Megatron's distributed optimizer")
-
-
-def _bda_mask_kept(job: Job) -> str | None:
-    return _megatron_only(job, "bda_mask_kept", "describes Megatron's TorchScript bias-dropout-add")
 
 
 def _nanotron_switches(job: Job) -> str | None:
@@ -555,11 +549,6 @@ def _compile_whole_model(job: Job) -> str | None:
     if tr.compile_whole_model and not tr.compile:
         return "compile_whole_model describes how torch.compile wraps the model; it needs compile=True"
     return None
-
-
-def _cross_entropy_unfused(job: Job) -> str | None:
-    return _megatron_only(job, "cross_entropy_unfused",
-                          "describes Megatron's vocab-parallel cross entropy without --cross-entropy-loss-fusion")
 
 
 def _bf16_params(job: Job) -> str | None:
@@ -688,12 +677,14 @@ SWITCH_RULES: tuple[Rule, ...] = (
                 "is Megatron's --grad-reduce-in-bf16 for bf16 or fp8 runs", "drop it",
                 source="Megatron-LM@d98e8a64 arguments.py:1204-1217, 3053"),
     Rule("megatron_grad_flags", ALL, _megatron_grad_flags, "Megatron-LM@d98e8a64 arguments.py:2944-2948, 3121-3122"),
-    Rule("ddp_bucket_size", ALL, _ddp_bucket_size, "Megatron-LM@d98e8a64 megatron/training/training.py:2179-2194"),
+    _megatron_rule("ddp_bucket_size", "is Megatron's --ddp-bucket-size",
+                   source="Megatron-LM@d98e8a64 megatron/training/training.py:2179-2194"),
     Rule("apex_framework", ALL, _apex_framework,
          "NeMo 1 as vendored in mlcommons/training_results_v4.0@6fe95437 megatron_gpt_model.py:547-580"),
-    Rule("param_buffer_init_copy", ALL, _param_buffer_init_copy,
-         "NVIDIA/Megatron-LM@0609f27f megatron/optimizer/distrib_optimizer.py:354-423"),
-    Rule("bda_mask_kept", ALL, _bda_mask_kept, "NVIDIA/Megatron-LM@0609f27f megatron/model/transformer.py:717-737"),
+    _megatron_rule("param_buffer_init_copy", "describes Megatron's distributed optimizer",
+                   source="NVIDIA/Megatron-LM@0609f27f megatron/optimizer/distrib_optimizer.py:354-423"),
+    _megatron_rule("bda_mask_kept", "describes Megatron's TorchScript bias-dropout-add",
+                   source="NVIDIA/Megatron-LM@0609f27f megatron/model/transformer.py:717-737"),
     _needs_rule("loss_shift_beside_fp32_copy", MEGATRON, "training.loss_shift_out_of_place", {False},
                 "describes Megatron's vocab-parallel cross entropy before 9634c0e4",
                 "use framework megatron without loss_shift_out_of_place, or drop it",
@@ -716,8 +707,9 @@ SWITCH_RULES: tuple[Rule, ...] = (
     _needs_rule("local_attention_copies", MEGATRON, "training.attention", {AttentionKernel.EAGER},
                 "describes Megatron's local unfused attention", "drop it, or use framework megatron with eager attention",
                 source="sail-sg/zero-bubble-pipeline-parallelism@77b9eed9 megatron/model/transformer.py:368-373, 421-422"),
-    Rule("cross_entropy_unfused", ALL, _cross_entropy_unfused,
-         "sail-sg/VocabularyParallelism@4dca7d20 megatron/training/arguments.py:1169-1171"),
+    _megatron_rule("cross_entropy_unfused", "describes Megatron's vocab-parallel cross entropy without "
+                   "--cross-entropy-loss-fusion",
+                   source="sail-sg/VocabularyParallelism@4dca7d20 megatron/training/arguments.py:1169-1171"),
     Rule("bf16_params", ALL, _bf16_params, "KempnerInstitute/KempnerForge@01b461a kempnerforge/distributed/parallel.py:205-212"),
     Rule("nccl_max_ctas", ALL, _nccl_max_ctas, "Megatron-LM@d98e8a64 megatron/core/parallel_state.py:168-195 get_nccl_options"),
     Rule("decoupled_adamw", frozenset({MEGATRON, DEEPSPEED}), _decoupled_adamw,

@@ -112,15 +112,14 @@ def vocab_split(job: Job, *, output_layer: bool = False) -> int:
     return job.layout.tp
 
 
-def local_vocab(job: Job, *, output_layer: bool = False) -> int:
-    """Padded vocabulary entries on this rank: of the word embedding and of the logits the loss
-    takes, or (`output_layer`) the output layer's weight columns."""
-    return -(-padded_vocab(job) // vocab_split(job, output_layer=output_layer))
+def local_vocab(job: Job) -> int:
+    """Padded vocabulary entries on this rank of the word embedding and of the logits the loss takes."""
+    return -(-padded_vocab(job) // vocab_split(job))
 
 
 def output_layer_vocab(job: Job) -> int:
     """Vocabulary columns of the output layer's weight (and of the logits it writes) on this rank."""
-    return local_vocab(job, output_layer=True)
+    return -(-padded_vocab(job) // vocab_split(job, output_layer=True))
 
 
 def embedding_params_local(job: Job) -> int:

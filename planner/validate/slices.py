@@ -337,9 +337,8 @@ def _one_rank(plan: Job) -> Slice:
         "head_dim": m.head_size,
         "ffn_hidden_size": max(1, m.ffn_hidden_size // tp),
         # the rank's share as the cost model counts it: the native (torchtitan) job pads nothing, so
-        # ceil(vocab / tp), or the whole vocabulary under tp_replicated_vocab (where, without a
-        # pipeline, the output layer's weight alone stays split over tp, output_layer_vocab; one
-        # vocabulary size cannot carry both, so the share's output layer is then tp times too wide)
+        # ceil(vocab / tp); tp_replicated_vocab at tp > 1, whose output layer alone may stay split
+        # (output_layer_vocab), never reaches here (REFUSALS)
         "vocab_size": local_vocab(plan),
         "name": f"{m.name} (one rank's share)",
     }
