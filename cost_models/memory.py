@@ -60,7 +60,9 @@ FRAGMENTATION = 0.10
 DEFAULT_HEADROOM = 0.05  # margin left free for what no line models (allocator spikes, other libraries)
 
 # The overhead lines the caching allocator reserves but torch.cuda.max_memory_allocated does not count.
-RESERVED_ONLY = ("overhead/fragmentation", "overhead/cached_blocks", "overhead/pending_collectives")
+# Reduce-scatter inputs freed ahead of the GPU (pending_scatter_bytes), reserved until their collective runs.
+PENDING = "overhead/pending_collectives"
+RESERVED_ONLY = ("overhead/fragmentation", "overhead/cached_blocks", PENDING)
 
 
 def reserved_only_bytes(breakdown: Breakdown) -> int:
@@ -103,7 +105,7 @@ class StageMemory:
     def required_bytes(self) -> int:
         """The peak less its pending reduce-scatter inputs, which the caching allocator frees before a
         device runs out (reclaimed_pending)."""
-        return self.peak_bytes - int(self.breakdown.value("overhead/pending_collectives"))
+        return self.peak_bytes - int(self.breakdown.value(PENDING))
 
 
 @dataclass(frozen=True)
@@ -785,15 +787,15 @@ def reclaimed_pending(stage: StageMemory, capacity_bytes: int) -> StageMemory:
     release_cached_blocks' synchronize_and_free_events). So those blocks stay reserved only while
     the rest of the stage leaves room for them, and whether a stage fits never depends on them
     (MemoryEstimate.required_bytes)."""
-    pending = int(stage.breakdown.value("overhead/pending_collectives"))
+    pending = int(stage.breakdown.value(PENDING))
     room = max(0, capacity_bytes - stage.required_bytes)
     if pending <= room:
         return stage
-    return replace(stage, breakdown=_with_part(stage.breakdown, "overhead/pending_collectives", room))
+    return replace(stage, breakdown=_with_part(stage.breakdown, PENDING, room))
 
 
 def _with_part(breakdown: Breakdown, path: str, part: Part) -> Breakdown:
-    """`breakdown` with the part at `path` ("overhead/pending_collectives") replaced by `part`."""
+    """`breakdown` with the part at `path` (e.g. PENDING) replaced by `part`."""
     head, _, rest = path.partition("/")
     return Breakdown(breakdown.unit, tuple((name, (_with_part(p, rest, part) if rest else part) if name == head else p)
                                            for name, p in breakdown))
