@@ -30,7 +30,6 @@ Run: python benchmarks/nanotron_sweep_time.py [--write docs/accuracy.md]
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import math
 import statistics
@@ -42,7 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.memory_accuracy import write_section  # noqa: E402
+from benchmarks.memory_accuracy import write_option, write_section  # noqa: E402
 from benchmarks.order_accuracy import RESOLUTION, Pair, tau  # noqa: E402
 from benchmarks.plan_quality import deltas, seconds  # noqa: E402
 from benchmarks.nanotron_sweep_memory import GLOBAL_BATCH, Point, build, points  # noqa: E402
@@ -431,23 +430,21 @@ def report(timed: list[Timed], unbuilt: list[tuple[Point, str]], ps: list[Proble
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", type=Path, help="also write the tables into this markdown file")
-    args = parser.parse_args()
+    path = write_option(__doc__.splitlines()[0])
     started = time.perf_counter()
     cal, held = held_out_calibration()
     timed, unbuilt = predict(points(), {e["id"]: e for e in entries()}, cal)
     text = report(timed, unbuilt, problems(timed), held)
     print(text)
     print(f"\n{time.perf_counter() - started:.0f} s")
-    if args.write:
+    if path:
         intro = (
             "Produced by `python benchmarks/nanotron_sweep_time.py --write docs/accuracy.md`. Every configuration of\n"
             "nanotron's Ultra-Scale Playbook sweep that ran (benchmarks/data/nanotron_usp_sweep.csv), predicted with\n"
             "the mechanism constants refitted without the 26 nanotron rows; the 26 rows are the best cell of each\n"
             "(model, nodes), every other point is held out.\n\n"
         )
-        write_section(args.write, text, SECTION, intro)
+        write_section(path, text, SECTION, intro)
     return 0
 
 
