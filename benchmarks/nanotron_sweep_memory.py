@@ -32,14 +32,13 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cost_models.enums import Zero
 from cost_models.memory import memory_estimate
 from cost_models.units import GiB
 
 sys.path.insert(0, str(Path(__file__).parent))
 from memory_accuracy import Metric, allocator_bytes, measured_gib, write_section  # noqa: E402
-from nanotron_allocator_replay import replay  # noqa: E402
-from published import PublishedRun, Skip, _run, entries, nanotron_pp_layers  # noqa: E402
+from nanotron_allocator_replay import replay_run  # noqa: E402
+from published import PublishedRun, Skip, _run, entries  # noqa: E402
 
 SWEEP = Path(__file__).parent / "data" / "nanotron_usp_sweep.csv"
 SECTION = "## nanotron's sweep against the memory model"
@@ -113,14 +112,6 @@ def build(p: Point, rows: dict[str, dict]) -> tuple[PublishedRun | None, str]:
         return None, str(err)
 
 
-def replayed_gib(run) -> float:  # type: ignore[no-untyped-def]
-    j, m = run.job(), run.model
-    a = replay(vocab=m.vocab_size, h=m.hidden_size, f=m.ffn_hidden_size, layers=nanotron_pp_layers(m, j.layout.pp)[0],
-               tokens=j.layout.mbs * j.training.seq_len, pp=j.layout.pp, microbatches=j.num_microbatches, dp=j.dp,
-               tp=j.layout.tp, zero1=j.zero is Zero.OPTIMIZER)
-    return a.reserved / GiB
-
-
 @dataclass
 class Evaluation:
     cost: dict[str, list[float]] = field(default_factory=dict)  # Point.group -> cost-model errors
@@ -144,7 +135,7 @@ def evaluate(pts: list[Point], rows: dict[str, dict], *, replay: bool = False) -
             continue
         ev.cost.setdefault(p.group, []).append(allocator_bytes(est, Metric.RESERVED)[0] / GiB / p.memory_gib - 1)
         if replay and p.pp > 1:
-            ev.replay.setdefault(p.group, []).append(replayed_gib(run) / p.memory_gib - 1)
+            ev.replay.setdefault(p.group, []).append(replay_run(run).reserved / GiB / p.memory_gib - 1)
     return ev
 
 
