@@ -147,6 +147,13 @@ def summary(name: str, errors: list[float]) -> str:
             f"{sum(e <= 0.10 for e in mags)}/{len(mags)} |")
 
 
+def error_table(points: str, predictor: str, errors: dict[str, list[float]]) -> str:
+    """The errors of each group (Point.group) and of all, one summary row each."""
+    return (f"| {points} | n | {predictor} median error | median |error| | within 10% |\n|---|---:|---:|---:|---:|\n"
+            + "\n".join([summary(g, errors[g]) for g in sorted(errors)]
+                        + [summary("all", [e for es in errors.values() for e in es])]))
+
+
 def published_cells(pts: list[Point], rows: dict[str, dict]) -> list[str]:
     """The published rows whose layout and memory the sweep does not print (an empty list: all agree)."""
     by_key: dict[tuple, list[float]] = {}
@@ -191,14 +198,9 @@ def main() -> int:
              f"{fits[True, False]} not; crashed (nan; any cause) {fits[False, False]} predicted not to fit, "
              f"{fits[False, True]} to fit.",
              "Error = predicted / measured − 1 (reserved GiB of global rank 0):",
-             "| points | n | cost model median error | median |error| | within 10% |\n|---|---:|---:|---:|---:|\n"
-             + "\n".join([summary(g, cost[g]) for g in sorted(cost)]
-                         + [summary("all", [e for es in cost.values() for e in es])])]
+             error_table("points", "cost model", cost)]
     if args.replay:
-        lines.append("| pipeline points | n | allocator replay median error | median |error| | within 10% |\n"
-                     "|---|---:|---:|---:|---:|\n"
-                     + "\n".join([summary(g, rep[g]) for g in sorted(rep)]
-                                 + [summary("all", [e for es in rep.values() for e in es])]))
+        lines.append(error_table("pipeline points", "allocator replay", rep))
     text = "\n\n".join(lines)
     print(text)
     if args.write:
