@@ -134,6 +134,16 @@ def _mfu_band(p: Point) -> tuple[float, str]:
     return next((top, name) for top, name in MFU_BANDS if (p.mfu_pct or 0.0) < top)
 
 
+# Where the "measured memory" groups split the figure's reserved GiB: a chosen band below the H100's
+# 79.6 GiB (presets/gpus.toml), not a measured threshold.
+NEAR_CAPACITY_GIB = 70
+
+
+def _below(p: Point) -> bool:
+    """The point's reserved GiB is below NEAR_CAPACITY_GIB (one with no memory in the figure counts as below)."""
+    return (p.memory_gib or 0) < NEAR_CAPACITY_GIB
+
+
 # Each group: (sort key, label) of a point.
 GROUPS = {
     "model": lambda p: (float(p.params_b), f"{p.params_b}B"),
@@ -147,8 +157,8 @@ GROUPS = {
     # the figure's reserved GiB of rank 0, near the H100's 79.6 GiB (presets/gpus.toml) or not: near capacity
     # torch's caching allocator frees its cache and retries a failed cudaMalloc (torch.cuda.memory_stats
     # num_alloc_retries counts them), which the time model does not price
-    "measured memory": lambda p: (0, "reserved < 70 GiB") if (p.memory_gib or 0) < 70 else (1, "reserved >= 70 GiB"),
-    "measured memory, tp = 1": lambda p: (2, f"tp = 1, reserved {'<' if (p.memory_gib or 0) < 70 else '>='} 70 GiB") if p.tp == 1
+    "measured memory": lambda p: (0, f"reserved < {NEAR_CAPACITY_GIB} GiB") if _below(p) else (1, f"reserved >= {NEAR_CAPACITY_GIB} GiB"),
+    "measured memory, tp = 1": lambda p: (2, f"tp = 1, reserved {'<' if _below(p) else '>='} {NEAR_CAPACITY_GIB} GiB") if p.tp == 1
     else (3, "tp > 1"),
 }
 
