@@ -382,13 +382,11 @@ def fit_table(fits: list[Fit]) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", type=Path, help="also write the table into this markdown file")
-    args = parser.parse_args()
+    path = write_option(__doc__.splitlines()[0])
     text = table(rows(), fragmentation_table(cases()))
     fits = fit_table(fit_rows())
     print(text + "\n\n" + fits)
-    if args.write:
+    if path:
         intro = (
             "Produced by `python benchmarks/memory_accuracy.py --write docs/accuracy.md`. Measured = what each\n"
             "source's code logs (below); predicted = the model's stage peak minus the CUDA-context and NCCL lines,\n"
@@ -396,8 +394,8 @@ def main() -> int:
             "not allocated) where the source logs the allocated peak; the stage is the largest one, or pipeline\n"
             "rank 0 where only global rank 0 logs.\n\n"
         )
-        write_section(args.write, text, SECTION, intro)
-        write_section(args.write, fits, FIT_SECTION, (
+        write_section(path, text, SECTION, intro)
+        write_section(path, fits, FIT_SECTION, (
             "Produced by `python benchmarks/memory_accuracy.py --write docs/accuracy.md`. Every layout of the\n"
             "step-time table ran as published, so none should be predicted above its GPU's memory.\n\n"))
     return 0
@@ -410,14 +408,19 @@ FIT_SECTION = "## Published layouts that ran, against the memory model"
 def table_command(description: str, make_text, section: str, intro: str) -> int:  # type: ignore[no-untyped-def]
     """The command of a benchmark that prints one table and, with --write FILE, puts it into FILE as
     `section` under `intro`."""
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--write", type=Path, help="also write the table into this markdown file")
-    args = parser.parse_args()
+    path = write_option(description)
     text = make_text()
     print(text)
-    if args.write:
-        write_section(args.write, text, section, intro)
+    if path:
+        write_section(path, text, section, intro)
     return 0
+
+
+def write_option(description: str) -> Path | None:
+    """The one option of a benchmark that prints its tables: --write FILE, or None without it."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--write", type=Path, help="also write the tables into this markdown file")
+    return parser.parse_args().write
 
 
 def write_section(path: Path, text: str, section: str, intro: str) -> None:

@@ -203,16 +203,20 @@ def replay(*, vocab: int, h: int, f: int, layers: int, tokens: int, pp: int, mic
         a.release(w)
         return out
 
+    def embedding(nbytes: int) -> Block | None:
+        """A tensor of the vocabulary-parallel embedding, made at tp > 1 between its two whole tensors."""
+        if tp == 1:
+            return a.malloc(nbytes)
+        first = a.malloc(whole)
+        second = a.malloc(whole)
+        a.release(first)
+        out = a.malloc(nbytes)
+        a.release(second)
+        return out
+
     def forward() -> tuple[list[dict[str, Block | None]], Block | None]:
         saved = []
-        if tp > 1:  # vocabulary-parallel lookup, its masked product, reduce-scattered
-            lookup = a.malloc(whole)
-            masked = a.malloc(whole)
-            a.release(lookup)
-            x = a.malloc(th)
-            a.release(masked)
-        else:
-            x = a.malloc(th)  # the embedding's output
+        x = embedding(th)  # the embedding's output (at tp > 1 the lookup and its masked product, reduce-scattered)
         for _ in range(layers):
             n1 = a.malloc(th)
             qkv = a.malloc(3 * th)
@@ -238,6 +242,22 @@ def replay(*, vocab: int, h: int, f: int, layers: int, tokens: int, pp: int, mic
 
     def backward(saved: list[dict[str, Block | None]]) -> None:
         grads = []
+
+        def into_residual(g_in: Block | None, weight_grad_bytes: int, normed: Block | None, g_residual: Block | None,
+                          residual: Block | None) -> Block | None:
+            """The backward of a column-parallel projection's input (`g_in` its output gradient, `normed` its saved
+            input), of the RMSNorm before it and of the residual sum around both: the residual stream's gradient."""
+            g_normed = scattered()
+            grads.append(a.malloc(weight_grad_bytes))
+            a.release(g_in)
+            a.release(normed)
+            g_norm = a.malloc(th)
+            a.release(g_normed)
+            g_out = a.malloc(th)
+            for t in (g_norm, g_residual, residual):
+                a.release(t)
+            return g_out
+
         g = a.malloc(th)  # received from rank 1
         for s in reversed(saved):
             g_prod = a.malloc(tf)
@@ -251,15 +271,7 @@ def replay(*, vocab: int, h: int, f: int, layers: int, tokens: int, pp: int, mic
             g_gate_up = a.malloc(2 * tf)
             for t in (g_gate, g_up, s["gate_up"]):
                 a.release(t)
-            g_n2 = scattered()
-            grads.append(a.malloc(BF16 * 2 * f * h // tp))
-            a.release(g_gate_up)
-            a.release(s["n2"])
-            g_norm = a.malloc(th)
-            a.release(g_n2)
-            g_r1 = a.malloc(th)
-            for t in (g_norm, g, s["r1"]):
-                a.release(t)
+            g_r1 = into_residual(g_gate_up, BF16 * 2 * f * h // tp, s["n2"], g, s["r1"])
             g_o = a.malloc(th)
             grads.append(a.malloc(BF16 * h * h // tp))
             dq, dk, dv = a.malloc(th), a.malloc(th), a.malloc(th)
@@ -274,24 +286,9 @@ def replay(*, vocab: int, h: int, f: int, layers: int, tokens: int, pp: int, mic
                 a.release(t)
             g_qkv = a.malloc(3 * th)
             a.release(g_c3)
-            g_n1 = scattered()
-            grads.append(a.malloc(BF16 * 3 * h * h // tp))
-            a.release(g_qkv)
-            a.release(s["n1"])
-            g_norm = a.malloc(th)
-            a.release(g_n1)
-            g_next = a.malloc(th)
-            for t in (g_norm, g_r1, s["x"]):
-                a.release(t)
-            g = g_next
-        if tp > 1:  # the all-gathered gradient and the masked product's
-            gathered = a.malloc(whole)
-            unmasked = a.malloc(whole)
-            a.release(gathered)
-            grads.append(a.malloc(BF16 * vocab * h // tp))  # the embedding shard's dense gradient
-            a.release(unmasked)
-        else:
-            grads.append(a.malloc(BF16 * vocab * h))  # the embedding's dense gradient
+            g = into_residual(g_qkv, BF16 * 3 * h * h // tp, s["n1"], g_r1, s["x"])
+        # the embedding shard's dense gradient (at tp > 1 the all-gathered gradient and the masked product's)
+        grads.append(embedding(BF16 * vocab * h // tp))
         a.release(g)
         for t in reversed(grads):  # the accumulator's loop, embedding first
             a.release(t)
@@ -319,6 +316,15 @@ def replay(*, vocab: int, h: int, f: int, layers: int, tokens: int, pp: int, mic
     return a
 
 
+def replay_run(run, *, iterations: int = 3, capacity_bytes: int | None = None) -> CachingAllocator:  # type: ignore[no-untyped-def]
+    """`replay` of a published run (benchmarks/published.py) of nanotron's."""
+    job, m = run.job(), run.model
+    return replay(vocab=m.vocab_size, h=m.hidden_size, f=m.ffn_hidden_size, layers=nanotron_pp_layers(m, job.layout.pp)[0],
+                  tokens=job.layout.mbs * job.training.seq_len, pp=job.layout.pp, microbatches=job.num_microbatches,
+                  dp=job.dp, tp=job.layout.tp, zero1=job.zero is Zero.OPTIMIZER, iterations=iterations,
+                  capacity_bytes=capacity_bytes)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=3)
@@ -335,13 +341,9 @@ def main() -> None:
             continue
         if run.layout.pp == 1 and not (args.zero1_without_pipeline and run.job().zero is Zero.OPTIMIZER):
             continue
-        job, m = run.job(), run.model
         row = predicted[run.id]
         try:
-            a = replay(vocab=m.vocab_size, h=m.hidden_size, f=m.ffn_hidden_size,
-                       layers=nanotron_pp_layers(m, run.layout.pp)[0], tokens=job.layout.mbs * job.training.seq_len,
-                       pp=run.layout.pp, microbatches=job.num_microbatches, dp=job.dp, tp=run.layout.tp,
-                       zero1=job.zero is Zero.OPTIMIZER, iterations=args.iterations, capacity_bytes=cap)
+            a = replay_run(run, iterations=args.iterations, capacity_bytes=cap)
         except MemoryError:
             print(f"| {run.id} | {row.measured_gib:.1f} | {row.predicted_gib:.1f} | out of memory | | |")
             continue

@@ -32,14 +32,13 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cost_models.enums import Zero
 from cost_models.memory import memory_estimate
 from cost_models.units import GiB
 
 sys.path.insert(0, str(Path(__file__).parent))
 from memory_accuracy import Metric, allocator_bytes, measured_gib, write_section  # noqa: E402
-from nanotron_allocator_replay import replay  # noqa: E402
-from published import PublishedRun, Skip, _run, entries, nanotron_pp_layers  # noqa: E402
+from nanotron_allocator_replay import replay_run  # noqa: E402
+from published import PublishedRun, Skip, _nanotron_cluster, _run, entries  # noqa: E402
 
 SWEEP = Path(__file__).parent / "data" / "nanotron_usp_sweep.csv"
 SECTION = "## nanotron's sweep against the memory model"
@@ -113,14 +112,6 @@ def build(p: Point, rows: dict[str, dict]) -> tuple[PublishedRun | None, str]:
         return None, str(err)
 
 
-def replayed_gib(run) -> float:  # type: ignore[no-untyped-def]
-    j, m = run.job(), run.model
-    a = replay(vocab=m.vocab_size, h=m.hidden_size, f=m.ffn_hidden_size, layers=nanotron_pp_layers(m, j.layout.pp)[0],
-               tokens=j.layout.mbs * j.training.seq_len, pp=j.layout.pp, microbatches=j.num_microbatches, dp=j.dp,
-               tp=j.layout.tp, zero1=j.zero is Zero.OPTIMIZER)
-    return a.reserved / GiB
-
-
 @dataclass
 class Evaluation:
     cost: dict[str, list[float]] = field(default_factory=dict)  # Point.group -> cost-model errors
@@ -144,7 +135,7 @@ def evaluate(pts: list[Point], rows: dict[str, dict], *, replay: bool = False) -
             continue
         ev.cost.setdefault(p.group, []).append(allocator_bytes(est, Metric.RESERVED)[0] / GiB / p.memory_gib - 1)
         if replay and p.pp > 1:
-            ev.replay.setdefault(p.group, []).append(replayed_gib(run) / p.memory_gib - 1)
+            ev.replay.setdefault(p.group, []).append(replay_run(run).reserved / GiB / p.memory_gib - 1)
     return ev
 
 
@@ -154,6 +145,13 @@ def summary(name: str, errors: list[float]) -> str:
     mags = sorted(abs(e) for e in errors)
     return (f"| {name} | {len(errors)} | {statistics.median(errors):+.1%} | {statistics.median(mags):.1%} | "
             f"{sum(e <= 0.10 for e in mags)}/{len(mags)} |")
+
+
+def error_table(points: str, predictor: str, errors: dict[str, list[float]]) -> str:
+    """The errors of each group (Point.group) and of all, one summary row each."""
+    return (f"| {points} | n | {predictor} median error | median |error| | within 10% |\n|---|---:|---:|---:|---:|\n"
+            + "\n".join([summary(g, errors[g]) for g in sorted(errors)]
+                        + [summary("all", [e for es in errors.values() for e in es])]))
 
 
 def published_cells(pts: list[Point], rows: dict[str, dict]) -> list[str]:
@@ -166,9 +164,10 @@ def published_cells(pts: list[Point], rows: dict[str, dict]) -> list[str]:
     for rid, e in rows.items():
         if e.get("group") != "nanotron_ultrascale":
             continue
-        lay = e["layout"]
-        key = (SIZES[float(e["model"]["params_b"])], e["hardware"]["gpu_count"] // 8, lay["dp"], lay["tp"], lay["pp"], lay["micro_batch"],
-               int("ZeRO-1" in (lay.get("zero") or "")))
+        lay, cluster = e["layout"], _nanotron_cluster(e)
+        # the figure prints the memory to 0.1 GiB, so a published cell matches a point within half of that
+        key = (SIZES[float(e["model"]["params_b"])], cluster.num_gpus // cluster.spec.gpus_per_node, lay["dp"], lay["tp"],
+               lay["pp"], lay["micro_batch"], int("ZeRO-1" in (lay.get("zero") or "")))
         if not any(abs(m - measured_gib(e)) <= 0.05 + 1e-9 for m in by_key.get(key, [])):
             bad.append(rid)
     return bad
@@ -200,14 +199,9 @@ def main() -> int:
              f"{fits[True, False]} not; crashed (nan; any cause) {fits[False, False]} predicted not to fit, "
              f"{fits[False, True]} to fit.",
              "Error = predicted / measured − 1 (reserved GiB of global rank 0):",
-             "| points | n | cost model median error | median |error| | within 10% |\n|---|---:|---:|---:|---:|\n"
-             + "\n".join([summary(g, cost[g]) for g in sorted(cost)]
-                         + [summary("all", [e for es in cost.values() for e in es])])]
+             error_table("points", "cost model", cost)]
     if args.replay:
-        lines.append("| pipeline points | n | allocator replay median error | median |error| | within 10% |\n"
-                     "|---|---:|---:|---:|---:|\n"
-                     + "\n".join([summary(g, rep[g]) for g in sorted(rep)]
-                                 + [summary("all", [e for es in rep.values() for e in es])]))
+        lines.append(error_table("pipeline points", "allocator replay", rep))
     text = "\n\n".join(lines)
     print(text)
     if args.write:

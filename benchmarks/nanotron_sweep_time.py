@@ -30,7 +30,6 @@ Run: python benchmarks/nanotron_sweep_time.py [--write docs/accuracy.md]
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import math
 import statistics
@@ -42,7 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.memory_accuracy import write_section  # noqa: E402
+from benchmarks.memory_accuracy import write_option, write_section  # noqa: E402
 from benchmarks.order_accuracy import RESOLUTION, Pair, tau  # noqa: E402
 from benchmarks.plan_quality import deltas, seconds  # noqa: E402
 from benchmarks.nanotron_sweep_memory import GLOBAL_BATCH, Point, build, points  # noqa: E402
@@ -135,6 +134,16 @@ def _mfu_band(p: Point) -> tuple[float, str]:
     return next((top, name) for top, name in MFU_BANDS if (p.mfu_pct or 0.0) < top)
 
 
+# Where the "measured memory" groups split the figure's reserved GiB: a chosen band below the H100's
+# 79.6 GiB (presets/gpus.toml), not a measured threshold.
+NEAR_CAPACITY_GIB = 70
+
+
+def _below(p: Point) -> bool:
+    """The point's reserved GiB is below NEAR_CAPACITY_GIB (one with no memory in the figure counts as below)."""
+    return (p.memory_gib or 0) < NEAR_CAPACITY_GIB
+
+
 # Each group: (sort key, label) of a point.
 GROUPS = {
     "model": lambda p: (float(p.params_b), f"{p.params_b}B"),
@@ -148,8 +157,8 @@ GROUPS = {
     # the figure's reserved GiB of rank 0, near the H100's 79.6 GiB (presets/gpus.toml) or not: near capacity
     # torch's caching allocator frees its cache and retries a failed cudaMalloc (torch.cuda.memory_stats
     # num_alloc_retries counts them), which the time model does not price
-    "measured memory": lambda p: (0, "reserved < 70 GiB") if (p.memory_gib or 0) < 70 else (1, "reserved >= 70 GiB"),
-    "measured memory, tp = 1": lambda p: (2, f"tp = 1, reserved {'<' if (p.memory_gib or 0) < 70 else '>='} 70 GiB") if p.tp == 1
+    "measured memory": lambda p: (0, f"reserved < {NEAR_CAPACITY_GIB} GiB") if _below(p) else (1, f"reserved >= {NEAR_CAPACITY_GIB} GiB"),
+    "measured memory, tp = 1": lambda p: (2, f"tp = 1, reserved {'<' if _below(p) else '>='} {NEAR_CAPACITY_GIB} GiB") if p.tp == 1
     else (3, "tp > 1"),
 }
 
@@ -431,23 +440,21 @@ def report(timed: list[Timed], unbuilt: list[tuple[Point, str]], ps: list[Proble
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", type=Path, help="also write the tables into this markdown file")
-    args = parser.parse_args()
+    path = write_option(__doc__.splitlines()[0])
     started = time.perf_counter()
     cal, held = held_out_calibration()
     timed, unbuilt = predict(points(), {e["id"]: e for e in entries()}, cal)
     text = report(timed, unbuilt, problems(timed), held)
     print(text)
     print(f"\n{time.perf_counter() - started:.0f} s")
-    if args.write:
+    if path:
         intro = (
             "Produced by `python benchmarks/nanotron_sweep_time.py --write docs/accuracy.md`. Every configuration of\n"
             "nanotron's Ultra-Scale Playbook sweep that ran (benchmarks/data/nanotron_usp_sweep.csv), predicted with\n"
             "the mechanism constants refitted without the 26 nanotron rows; the 26 rows are the best cell of each\n"
             "(model, nodes), every other point is held out.\n\n"
         )
-        write_section(args.write, text, SECTION, intro)
+        write_section(path, text, SECTION, intro)
     return 0
 
 

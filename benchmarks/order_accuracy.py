@@ -31,7 +31,6 @@ Run: python benchmarks/order_accuracy.py [--write docs/accuracy.md]
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import statistics
 import sys
@@ -42,7 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.memory_accuracy import write_section  # noqa: E402
+from benchmarks.memory_accuracy import write_option, write_section  # noqa: E402
 from benchmarks.plan_quality import CLOSE, SAME, deltas, seconds, short  # noqa: E402
 from benchmarks.published import PublishedRun, family, load  # noqa: E402
 from benchmarks.time_accuracy import Grid, Row, evaluate, leave_one_source_out  # noqa: E402
@@ -263,9 +262,7 @@ def report(ps: list[Pair], runs: list[PublishedRun]) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", type=Path, help="also write the tables into this markdown file")
-    args = parser.parse_args()
+    path = write_option(__doc__.splitlines()[0])
     started = time.perf_counter()
     runs, _ = load()
     cases = [(r, r.job()) for r in runs]
@@ -276,7 +273,7 @@ def main() -> int:
     text = report(ps, runs)
     print(text)
     print(f"\n{len(runs)} runs, {len({family(r.group) for r in runs})} sources; {time.perf_counter() - started:.0f} s")
-    if args.write:
+    if path:
         intro = (
             "Produced by `python benchmarks/order_accuracy.py --write docs/accuracy.md`. Where one source measured\n"
             "several layouts of one problem (same source group, model, GPU type and count, sequence, training settings,\n"
@@ -286,7 +283,7 @@ def main() -> int:
             "Ratios are the faster-measured row's tokens/s/GPU over the slower's; left out = leave-one-source-out\n"
             "(as in \"Step time out of sample\").\n\n"
         )
-        write_section(args.write, text, SECTION, intro)
+        write_section(path, text, SECTION, intro)
     return 0
 
 

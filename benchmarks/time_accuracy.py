@@ -27,7 +27,6 @@ that they agree).
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import math
 import statistics
@@ -39,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.memory_accuracy import write_section  # noqa: E402
+from benchmarks.memory_accuracy import write_option, write_section  # noqa: E402
 from benchmarks.published import PublishedRun, family, load  # noqa: E402
 from cost_models.calibration import DEFAULT, MECHANISMS, Calibration  # noqa: E402
 from cost_models.job import Job  # noqa: E402
@@ -273,9 +272,7 @@ SECTION = "## Step time out of sample"
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", type=Path, help="also write the tables into this markdown file")
-    args = parser.parse_args()
+    path = write_option(__doc__.splitlines()[0])
     started = time.perf_counter()
     runs, skipped = load()
     cases = [(r, r.job()) for r in runs]
@@ -297,7 +294,7 @@ def main() -> int:
     text = "\n\n".join(parts)
     print(text)
     print(f"\n{len(runs)} runs from {len({family(r.group) for r in runs})} sources, {len(skipped)} entries left out; {time.perf_counter() - started:.0f} s")
-    if args.write:
+    if path:
         left_out = "\n".join(f"- {i}: {why}" for i, why in skipped)
         intro = (
             "Produced by `python benchmarks/time_accuracy.py --write docs/accuracy.md`. Measured = each source's\n"
@@ -306,7 +303,7 @@ def main() -> int:
             "predicted/measured − 1. A source is a family of runs measured by one team on one code base\n"
             "(benchmarks/published.py `family`).\n\n"
         )
-        write_section(args.write, text + "\n\nLeft out, and why:\n\n" + left_out, SECTION, intro)
+        write_section(path, text + "\n\nLeft out, and why:\n\n" + left_out, SECTION, intro)
     return 0
 
 

@@ -31,7 +31,7 @@ def test_the_one_node_1p34b_layout_at_every_micro_batch_as_the_figure_prints_it(
 
 def test_held_out_memory_errors_on_the_sweep_do_not_grow():
     # today (benchmarks/nanotron_sweep_memory.py): every one of the 1758 points with a memory predicted,
-    # 941 of them within 10% of the figure, 88 of the 123 ZeRO-1 pipeline points at tp = 1 (the layouts of
+    # 939 of them within 10% of the figure, 88 of the 123 ZeRO-1 pipeline points at tp = 1 (the layouts of
     # the four published misses), and 12 of the points that ran predicted not to fit (11 of them measured
     # within 6% of the prediction, at 70.8-77.1 GiB). A change to the memory model may improve these, not worsen them.
     ev = evaluate(points(), {e["id"]: e for e in entries()})
