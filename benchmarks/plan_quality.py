@@ -284,8 +284,9 @@ def changes(ours: Job, theirs: Job) -> list[str]:
 
 
 def deltas(ours: TimeEstimate, theirs: TimeEstimate, scale: float = 1.0) -> list[tuple[str, float]]:
-    """Per term of the step breakdown, our #1 minus the published layout, largest first; `scale`
-    multiplies the published layout's terms (a step of other tokens brought to ours)."""
+    """Per term of the step breakdown, `ours` minus `theirs` (here our #1 minus the published layout;
+    order_accuracy and nanotron_sweep_time pass the two layouts of a pair), largest first; `scale`
+    multiplies `theirs`' terms (a step of other tokens brought to ours)."""
     a, b = ours.breakdown.flat(), theirs.breakdown.flat()
     d = {k: float(a.get(k, 0.0)) - scale * float(b.get(k, 0.0)) for k in a | b}
     return sorted(((k, v) for k, v in d.items() if abs(v) > 5e-4), key=lambda kv: -abs(kv[1]))
