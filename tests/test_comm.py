@@ -83,7 +83,10 @@ def test_a_ring_reduce_scatter_across_many_nodes_pays_its_steps():
     ring = 8.4e-6 + 168 * 3.4e-6 + 167 * 14e-6 + 335 / 336 * size / 94e9
     assert collective_time(Collective.REDUCE_SCATTER, size, where, H100) == pytest.approx(ring, rel=1e-9)
     assert collective_time(Collective.ALL_GATHER, size, where, H100) == pytest.approx(ring, rel=1e-9)
-    assert comm.ring_fill_seconds(Collective.REDUCE_SCATTER, size, 94e9, where, H100) > 0
+    # ring_fill_seconds is that latency plus the bytes it is given at the plateau it is given
+    latency = 8.4e-6 + 168 * 3.4e-6 + 167 * 14e-6
+    assert comm.ring_fill_seconds(Collective.REDUCE_SCATTER, size, 94e9, where, H100) == pytest.approx(
+        latency + size / 94e9, rel=1e-9)
     # not for an all-reduce (tree across nodes), one member a node (PAT), or inside one node
     for op, w in ((Collective.ALL_REDUCE, where), (Collective.REDUCE_SCATTER, placement(H100, 336, 8)),
                   (Collective.REDUCE_SCATTER, placement(H100, 8, 1))):
