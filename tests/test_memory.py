@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 from cost_models.activations import layer_backward_workspace, loss_workspace
+from cost_models.enums import Schedule
 from cost_models.memory import inflight_microbatches, memory_estimate, pending_scatter_bytes, reclaimed_pending
 from cost_models.states import rank_params
 from cost_models.units import GiB
@@ -40,6 +41,34 @@ def test_interleaved_inflight_by_hand():
     job = _job(pp=4, vpp=2, training=dict(global_batch_size=16))
     assert inflight_microbatches(job, 0) == (7, 4)
     assert inflight_microbatches(job, 3) == (4, 1)
+
+
+def test_interleaved_inflight_when_pp_does_not_divide_microbatches_by_hand():
+    # torch's ScheduleInterleaved1F1B takes max(1, m // pp) rounds of r = m // rounds micro-batches;
+    # warm-up (vpp-1)·r + 2·(pp-1-rank) forwards, at most m·vpp, then one more before the first
+    # backward; forward k runs chunk (k // r) % vpp. pp 4, vpp 2, m 6: one round of r = 6. Rank 0
+    # warms up with min(6 + 6, 12) = 12 forwards, all of them: 6 on each chunk (rounds of pp would
+    # put k = 0-3 and 8-10 on chunk 0, 7 micro-batches of 6). Rank 3: 6 + 0 warm-up, 7 forwards,
+    # k = 0-5 on chunk 0 and k = 6 on chunk 1.
+    from cost_models.memory import inflight_counts, interleaved_backward_moments
+
+    def counts(pp, v, m, rank):
+        return inflight_counts(pp, v, m, rank, Schedule.INTERLEAVED)
+
+    assert counts(4, 2, 6, 0) == (6, 6)
+    assert counts(4, 2, 6, 3) == (6, 1)
+    job = _job(pp=4, vpp=2, training=dict(global_batch_size=6, framework="torchtitan"))
+    assert inflight_microbatches(job, 0) == (6, 6)
+    # pp 4, vpp 2, m 10: two rounds of r = 5. Rank 0: 5 + 6 = 11 warm-up, 12 forwards: k = 0-4 and
+    # 10-11 on chunk 0, 5-9 on chunk 1: (7, 5). Rank 3: 5 warm-up, 6 forwards: (5, 1).
+    assert counts(4, 2, 10, 0) == (7, 5)
+    assert counts(4, 2, 10, 3) == (5, 1)
+    # the same as the first backward's moment of the full schedule, and never above m, on every
+    # micro-batch count torch accepts (m a multiple of its rounds)
+    for pp, v, m in [(p, v, m) for p in (2, 3, 4) for v in (2, 3) for m in range(1, 13) if m % max(1, m // p) == 0]:
+        for rank in range(pp):
+            assert counts(pp, v, m, rank) == interleaved_backward_moments(pp, v, m, rank)[0][1]
+            assert max(counts(pp, v, m, rank)) <= m
 
 
 def test_gpipe_keeps_every_microbatch():
