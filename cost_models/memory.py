@@ -322,13 +322,17 @@ def interleaved_backward_moments(pp: int, v: int, m: int, rank: int) -> tuple[Mo
 
 def _chunk_params(job: Job, rank: int, chunk: int) -> int:
     """Parameters on this rank of one model chunk: its decoder layers, and the embedding on the
-    first chunk of the first rank or the output layer on the last chunk of the last rank."""
+    first chunk of the first rank or, on the last chunk of the last rank, the output layer and the
+    multi-token prediction modules, which rank_params counts with the last stage's layers
+    (step_time.stage_time runs them after its last decoder layer): the chunks sum to rank_params."""
     lay, params = job.layout, rank_params(job, rank)
     total = sum(local_layer_params(job, i).total for i in job.stage_chunks[rank][chunk])
     if rank == 0 and chunk == 0:
         total += int(params.value("embedding"))
     if rank == lay.pp - 1 and chunk == lay.vpp - 1:
-        total += int(params.value("head"))
+        decoder = sum(local_layer_params(job, i).total for i in job.stage_layer_ids(rank))
+        mtp = int(params.value("layers") + params.value("experts")) - decoder
+        total += int(params.value("head")) + mtp
     return total
 
 

@@ -583,6 +583,30 @@ def test_interleaved_fsdp_gradients_come_chunk_by_chunk_by_hand():
     assert last.breakdown.value("buffers/unsharded_grads") == 4 * 948_992 - 3_283_456
 
 
+def test_interleaved_fsdp_gradients_of_the_last_chunk_count_the_mtp_modules_by_hand():
+    # DeepSeek-V3 (h 7168, MTP depth 1) under torchtitan's FSDP2, pp 2, vpp 2 (15, 15, 15 and 16
+    # decoder layers), ep 16, dp 16, 4 micro-batches. The MTP module sits on the last chunk of the last
+    # rank: one decoder layer of layer 60's kind, the h x 2h eh_proj (2·7168² = 102,760,448) and three
+    # RMSNorms (3·7168 = 21,504). With it the chunks sum to the rank's parameters, and rank 1's peak,
+    # the first chunk's first backward with every chunk's fp32 gradients, holds 4 bytes of each less
+    # the sharded gradients: 4·31,033,946,112 - 92,315,655,168 (without the module, 4·1,040,421,888
+    # bytes less).
+    from cost_models.memory import _chunk_params
+    from cost_models.states import local_layer_params
+
+    job = make_job("deepseek-v3", gpus=32, pp=2, ep=16, zero=3, recompute="full", pp_layout="Et*15|t*15|t*15|t*16L",
+                   training=dict(TITAN, seq_len=4096, global_batch_size=64))
+    decoder = sum(local_layer_params(job, i).total for i in job.stage_chunks[1][1])
+    head = int(rank_params(job, 1).value("head"))
+    assert _chunk_params(job, 1, 1) - decoder - head == local_layer_params(job, 60).total + 102_760_448 + 21_504
+    for rank in range(2):
+        assert _chunk_params(job, rank, 0) + _chunk_params(job, rank, 1) == rank_params(job, rank).total
+    stage = memory_estimate(job).stages[1]
+    assert rank_params(job, 1).total == 31_033_946_112
+    assert stage.breakdown.value("model_states/gradients") == 92_315_655_168
+    assert stage.breakdown.value("buffers/unsharded_grads") == 4 * 31_033_946_112 - 92_315_655_168
+
+
 def test_the_last_stage_keeps_each_in_flight_micro_batchs_mtp_activations():
     # An MTP module on the last pipeline stage runs, per micro-batch, one more decoder layer, the 2h-wide
     # eh_proj input and one more output layer and loss; their activations stay alive until that
