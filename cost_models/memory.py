@@ -140,9 +140,11 @@ def inflight_microbatches(job: Job, rank: int) -> tuple[int, ...]:
     """Micro-batches whose activations a rank holds per model chunk when its first backward starts.
 
     1F1B: pp - rank (Megatron get_num_warmup_microbatches; torch Schedule1F1B warm-up), at most m.
-    Interleaved: warm-up (pp - rank - 1)·2 + (vpp - 1)·pp forwards plus one, at most m·vpp, where
-    forward k runs chunk (k // pp) % vpp (Megatron schedules.py with microbatch group = pp; torch
-    ScheduleInterleaved1F1B uses the same warm-up). GPipe: all m on every chunk.
+    Interleaved: the first backward's moment of interleaved_backward_moments, W + 1 forwards, at most
+    m·vpp, with W = (pp - rank - 1)·2 + (vpp - 1)·r warm-up forwards, forward k running chunk
+    (k // r) % vpp, and r micro-batches per round (interleaved_round: pp where pp divides m, the
+    only case Megatron's interleaved schedule runs with its default microbatch group of pp). Never
+    more than m on a chunk. GPipe: all m on every chunk.
     """
     lay = job.layout
     return inflight_counts(lay.pp, lay.vpp, job.num_microbatches, rank, job.schedule)
@@ -156,8 +158,20 @@ def inflight_counts(pp: int, v: int, m: int, rank: int, schedule: Schedule) -> t
         return (m,) * v
     if schedule is Schedule.ONE_F_ONE_B:
         return (min(pp - rank, m),)
-    forwards = min((pp - rank - 1) * 2 + (v - 1) * pp + 1, m * v)
-    return tuple(sum(1 for k in range(forwards) if (k // pp) % v == c) for c in range(v))
+    r = interleaved_round(pp, m)
+    forwards = min((pp - rank - 1) * 2 + (v - 1) * r + 1, m * v)
+    return tuple(sum(1 for k in range(forwards) if (k // r) % v == c) for c in range(v))
+
+
+def interleaved_round(pp: int, m: int) -> int:
+    """Micro-batches per round of torch's ScheduleInterleaved1F1B: m // max(1, m // pp), so pp where
+    pp divides m and m itself where m < pp; m must be a multiple of the max(1, m // pp) rounds
+    (rules._pipeline_titan). Its warm-up is (vpp - 1)·r + 2·(pp - 1 - rank) forwards, at most m·vpp,
+    forward k runs local chunk (k // r) % vpp and backward j chunk vpp - 1 - (j // r) % vpp; in the
+    steady state each forward runs before its backward (pytorch/pytorch@cf30153c, torch 2.13.0,
+    torch/distributed/pipelining/schedules.py:2872-2888 _get_warmup_ops, :2935-2942 rounds,
+    :2981-2993 forward_stage_index and backward_stage_index, :2793-2808 _get_1f1b_rank_ops)."""
+    return m // max(1, m // pp)
 
 
 @dataclass(frozen=True)
@@ -286,13 +300,10 @@ def interleaved_backward_moments(pp: int, v: int, m: int, rank: int) -> tuple[Mo
 
     torch's ScheduleInterleaved1F1B (the order inflight_counts also follows): W warm-up forwards,
     then a forward before each backward until all m·v forwards have run, then the remaining
-    backwards; micro-batches go in rounds of r = m // max(1, m // pp) (pp where pp divides m),
-    forward k runs chunk (k // r) % v and backward k chunk v - 1 - (k // r) % v, so every rank runs
-    all the backwards of its last chunk's first r micro-batches before its first chunk's first
-    backward (pytorch/pytorch torch/distributed/pipelining/schedules.py,
-    ScheduleInterleaved1F1B: microbatches_per_round, _calculate_single_rank_operations,
-    forward_stage_index, backward_stage_index and _get_1f1b_rank_ops)."""
-    total, r = m * v, m // max(1, m // pp)
+    backwards; micro-batches go in rounds of r (interleaved_round), forward k runs chunk
+    (k // r) % v and backward k chunk v - 1 - (k // r) % v, so every rank runs all the backwards of
+    its last chunk's first r micro-batches before its first chunk's first backward."""
+    total, r = m * v, interleaved_round(pp, m)
     warmup = min((pp - rank - 1) * 2 + (v - 1) * r, total)
     fwd_chunk = [(k // r) % v for k in range(total)]
     bwd_chunk = [v - 1 - (k // r) % v for k in range(total)]
@@ -311,13 +322,17 @@ def interleaved_backward_moments(pp: int, v: int, m: int, rank: int) -> tuple[Mo
 
 def _chunk_params(job: Job, rank: int, chunk: int) -> int:
     """Parameters on this rank of one model chunk: its decoder layers, and the embedding on the
-    first chunk of the first rank or the output layer on the last chunk of the last rank."""
+    first chunk of the first rank or, on the last chunk of the last rank, the output layer and the
+    multi-token prediction modules, which rank_params counts with the last stage's layers
+    (step_time.stage_time runs them after its last decoder layer): the chunks sum to rank_params."""
     lay, params = job.layout, rank_params(job, rank)
     total = sum(local_layer_params(job, i).total for i in job.stage_chunks[rank][chunk])
     if rank == 0 and chunk == 0:
         total += int(params.value("embedding"))
     if rank == lay.pp - 1 and chunk == lay.vpp - 1:
-        total += int(params.value("head"))
+        decoder = sum(local_layer_params(job, i).total for i in job.stage_layer_ids(rank))
+        mtp = int(params.value("layers") + params.value("experts")) - decoder
+        total += int(params.value("head")) + mtp
     return total
 
 

@@ -1008,13 +1008,18 @@ def bucket_collective_seconds(job: Job, op: Collective, params: int, bytes_per_p
     collectives over its channels (NVIDIA/nccl v2.21.5-1 src/enqueue.cc:830-845 scheduleCollTasksToPlan:
     each channel takes maxBytesPerChannel, the group's total over the usable channels; v2.18.5-1 src/enqueue.cc:483-580 gives each collective
     of 100 MiB ceil(100 MiB / 32 MiB) channels of its own, so there the group costs at least this)."""
-    cl = job.cluster.spec
+    return collective_time(op, bucket_message_bytes(job, params, bytes_per_param, where.n, fp32), where, job.cluster.spec)
+
+
+def bucket_message_bytes(job: Job, params: int, bytes_per_param: int, n: int, fp32: int = 0) -> int:
+    """Bytes one gradient bucket's collective over n ranks moves (bucket_collective_seconds): its
+    parameters' bytes under Megatron's DDP; under Apex DistributedFusedAdam whole buckets of
+    apex_bucket_elements, the fp32 gradients in buckets of their own."""
     rest = params - fp32
     if not job.training.apex_distributed_adam:
-        return collective_time(op, rest * bytes_per_param + fp32 * FP32, where, cl)
-    e = apex_bucket_elements(job, where.n)
-    padded = sum(-(-count // e) * e * size for count, size in ((rest, bytes_per_param), (fp32, FP32)) if count > 0)
-    return collective_time(op, padded, where, cl)
+        return rest * bytes_per_param + fp32 * FP32
+    e = apex_bucket_elements(job, n)
+    return sum(-(-count // e) * e * size for count, size in ((rest, bytes_per_param), (fp32, FP32)) if count > 0)
 
 
 def hidden_param_gather(job: Job, rank: int) -> float:
@@ -1147,7 +1152,15 @@ def megatron_bucket_seconds(job: Job, rank: int, kind: str, where: Placement) ->
     if job.training.overlap_grad_reduce:
         ag = bucket_collective_seconds(job, Collective.ALL_GATHER, last, _gather_bytes(job), where)
     else:
-        ag = collective_time(Collective.ALL_GATHER, sum(b for c in chunks for b in c) * _gather_bytes(job), where, cl)
+        # every bucket at once, whole buckets under Apex: its blocking param_sync copies all the
+        # parameters out of a contiguous_param_buffer (NeMo's GPT-3 config sets it) in one
+        # _param_copy, which starts every bucket's all-gather of its padded shard·n buffer in one
+        # coalescing group (NVIDIA/apex@d571f3ee apex/contrib/optimizers/distributed_fused_adam.py:
+        # 1834-1836 step, 1574-1577 param_sync, 1140-1164 _param_copy, 1484-1518
+        # _start_bucket_param_sync; mlcommons/training_results_v4.0@6fe95437 NVIDIA/benchmarks/gpt3/
+        # implementations/nemo/conf/optim/distributed_fused_adam.yaml:6)
+        size = sum(bucket_message_bytes(job, b, _gather_bytes(job), where.n) for c in chunks for b in c)
+        ag = collective_time(Collective.ALL_GATHER, size, where, cl)
     return rs + ag, rs_last + ag
 
 

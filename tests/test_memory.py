@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 from cost_models.activations import layer_backward_workspace, loss_workspace
+from cost_models.enums import Schedule
 from cost_models.memory import inflight_microbatches, memory_estimate, pending_scatter_bytes, reclaimed_pending
 from cost_models.states import rank_params
 from cost_models.units import GiB
@@ -40,6 +41,34 @@ def test_interleaved_inflight_by_hand():
     job = _job(pp=4, vpp=2, training=dict(global_batch_size=16))
     assert inflight_microbatches(job, 0) == (7, 4)
     assert inflight_microbatches(job, 3) == (4, 1)
+
+
+def test_interleaved_inflight_when_pp_does_not_divide_microbatches_by_hand():
+    # torch's ScheduleInterleaved1F1B takes max(1, m // pp) rounds of r = m // rounds micro-batches;
+    # warm-up (vpp-1)·r + 2·(pp-1-rank) forwards, at most m·vpp, then one more before the first
+    # backward; forward k runs chunk (k // r) % vpp. pp 4, vpp 2, m 6: one round of r = 6. Rank 0
+    # warms up with min(6 + 6, 12) = 12 forwards, all of them: 6 on each chunk (rounds of pp would
+    # put k = 0-3 and 8-10 on chunk 0, 7 micro-batches of 6). Rank 3: 6 + 0 warm-up, 7 forwards,
+    # k = 0-5 on chunk 0 and k = 6 on chunk 1.
+    from cost_models.memory import inflight_counts, interleaved_backward_moments
+
+    def counts(pp, v, m, rank):
+        return inflight_counts(pp, v, m, rank, Schedule.INTERLEAVED)
+
+    assert counts(4, 2, 6, 0) == (6, 6)
+    assert counts(4, 2, 6, 3) == (6, 1)
+    job = _job(pp=4, vpp=2, training=dict(global_batch_size=6, framework="torchtitan"))
+    assert inflight_microbatches(job, 0) == (6, 6)
+    # pp 4, vpp 2, m 10: two rounds of r = 5. Rank 0: 5 + 6 = 11 warm-up, 12 forwards: k = 0-4 and
+    # 10-11 on chunk 0, 5-9 on chunk 1: (7, 5). Rank 3: 5 warm-up, 6 forwards: (5, 1).
+    assert counts(4, 2, 10, 0) == (7, 5)
+    assert counts(4, 2, 10, 3) == (5, 1)
+    # the same as the first backward's moment of the full schedule, and never above m, on every
+    # micro-batch count torch accepts (m a multiple of its rounds)
+    for pp, v, m in [(p, v, m) for p in (2, 3, 4) for v in (2, 3) for m in range(1, 13) if m % max(1, m // p) == 0]:
+        for rank in range(pp):
+            assert counts(pp, v, m, rank) == interleaved_backward_moments(pp, v, m, rank)[0][1]
+            assert max(counts(pp, v, m, rank)) <= m
 
 
 def test_gpipe_keeps_every_microbatch():
@@ -552,6 +581,30 @@ def test_interleaved_fsdp_gradients_come_chunk_by_chunk_by_hand():
     last = memory_estimate(job).stages[1]
     assert last.inflight == (2, 1)
     assert last.breakdown.value("buffers/unsharded_grads") == 4 * 948_992 - 3_283_456
+
+
+def test_interleaved_fsdp_gradients_of_the_last_chunk_count_the_mtp_modules_by_hand():
+    # DeepSeek-V3 (h 7168, MTP depth 1) under torchtitan's FSDP2, pp 2, vpp 2 (15, 15, 15 and 16
+    # decoder layers), ep 16, dp 16, 4 micro-batches. The MTP module sits on the last chunk of the last
+    # rank: one decoder layer of layer 60's kind, the h x 2h eh_proj (2·7168² = 102,760,448) and three
+    # RMSNorms (3·7168 = 21,504). With it the chunks sum to the rank's parameters, and rank 1's peak,
+    # the first chunk's first backward with every chunk's fp32 gradients, holds 4 bytes of each less
+    # the sharded gradients: 4·31,033,946,112 - 92,315,655,168 (without the module, 4·1,040,421,888
+    # bytes less).
+    from cost_models.memory import _chunk_params
+    from cost_models.states import local_layer_params
+
+    job = make_job("deepseek-v3", gpus=32, pp=2, ep=16, zero=3, recompute="full", pp_layout="Et*15|t*15|t*15|t*16L",
+                   training=dict(TITAN, seq_len=4096, global_batch_size=64))
+    decoder = sum(local_layer_params(job, i).total for i in job.stage_chunks[1][1])
+    head = int(rank_params(job, 1).value("head"))
+    assert _chunk_params(job, 1, 1) - decoder - head == local_layer_params(job, 60).total + 102_760_448 + 21_504
+    for rank in range(2):
+        assert _chunk_params(job, rank, 0) + _chunk_params(job, rank, 1) == rank_params(job, rank).total
+    stage = memory_estimate(job).stages[1]
+    assert rank_params(job, 1).total == 31_033_946_112
+    assert stage.breakdown.value("model_states/gradients") == 92_315_655_168
+    assert stage.breakdown.value("buffers/unsharded_grads") == 4 * 31_033_946_112 - 92_315_655_168
 
 
 def test_the_last_stage_keeps_each_in_flight_micro_batchs_mtp_activations():

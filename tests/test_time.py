@@ -966,6 +966,33 @@ def test_apex_distributed_adam_reduces_embedding_gradients_in_fp32():
     assert tail1 == pytest.approx(rs(2 * bucket * 2 + bucket * 4) + ag1, rel=1e-12)
 
 
+def test_apex_distributed_adam_gathers_whole_buckets_without_overlap():
+    # Without overlapped gathers (overlap_grad_reduce=False) Apex's blocking param_sync all-gathers
+    # every bucket at once, each its whole padded buffer, as the overlapped gathers do bucket by
+    # bucket. GPT_TINY pp2 dp2, buckets of 1 MiB of bf16 (524,288 elements): rank 0's two layer
+    # groups, 789,760 and 789,760 + 524,288 embedding parameters, fill 2 + 3 = 5 buckets, so the
+    # gather moves 5·524,288·2 = 5,242,880 bytes, not the parameters' 2,103,808·2 = 4,207,616.
+    from cost_models.comm import Collective, collective_time
+    from cost_models.step_time import _dense_group, bucket_message_bytes, megatron_bucket_seconds
+    from tests.helpers import GPT_TINY
+
+    def job(overlap: bool):
+        return make_job(GPT_TINY, gpus=4, pp=2, zero=1,
+                        training=dict(seq_len=512, global_batch_size=8, apex_bucket_cap_mb=1, apex_distributed_adam=True,
+                                      grad_reduce_in_bf16=True, overlap_grad_reduce=overlap))
+
+    bucket = 524_288
+    j = job(False)
+    where, cl = _dense_group(j), j.cluster.spec
+    # the first forward layer's group reduce-scatters 2 bf16 buckets and the embeddings' fp32 one
+    rs_last = collective_time(Collective.REDUCE_SCATTER, 2 * bucket * 2 + bucket * 4, where, cl)
+    ag = collective_time(Collective.ALL_GATHER, 5 * bucket * 2, where, cl)
+    _, tail = megatron_bucket_seconds(j, 0, "dense", where)
+    assert tail == pytest.approx(rs_last + ag, rel=1e-12)
+    # the overlapped path gathers the same 5 buckets, 2 and 3 a group
+    assert [bucket_message_bytes(job(True), n, 2, 2) for n in (789_760, 789_760 + 524_288)] == [2 * bucket * 2, 3 * bucket * 2]
+
+
 def test_apex_distributed_adam_communicates_whole_buckets():
     # Apex DistributedFusedAdam: a bucket is bucket_cap_mb MiB of bf16 gradients cut into dp shards
     # rounded down to 64 elements (128 bytes), times dp (distributed_fused_adam.py:518-525); every
