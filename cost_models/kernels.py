@@ -10,7 +10,9 @@ GEMM. A GEMM of (m x k)·(k x n) runs at the GPU's tensor-core ceiling times two
   time of k0 = out_bytes·R/(2·B) extra steps of its k loop (R the SM's share of the matmul rate, B its
   share of HBM bandwidth: a tile of a·b outputs runs 2·a·b FLOPs per step of k and writes
   out_bytes·a·b once), giving k/(k + k0). On H100 this is 237 steps for bf16 and 419 for fp8; the
-  fp8 value reproduces DeepGEMM's measured fall-off with K (tests/test_kernels.py). A GEMM that
+  fp8 value reproduces DeepGEMM's measured fall-off with K and cuBLASLt's rise from 4096^3 to
+  16384^3 on H100 and H200 (Azure's tables; a free fit of k0 to the H100 rows gives 400), and
+  A100 cuBLAS loses more than its k0 gives (tests/test_kernels.py). A GEMM that
   accumulates into its output (D = A·B + C, beta = 1) reads each output tile in the same epilogue
   before it writes it back: out_bytes counts both, twice the output's element size.
 The ceiling is anchored on the GPU's published GEMM timings: each timing divided by these two
