@@ -747,11 +747,11 @@ def bias_grad_seconds(job: Job, kind: LayerKind, cal: Calibration) -> float:
     return sum(memory_seconds(job, w * ACT_BYTES, cal, launches=1) for w in widths)
 
 
-def qkv_elements(job: Job) -> float:
+def qkv_elements(job: Job, *, kv: bool = True) -> float:
     """Elements of a rank's linear_qkv output: the whole sequence of its tokens (column-parallel)
-    over its q, k and v heads, width / tp."""
+    over its q, k and v heads, width / tp; over its q heads only where not `kv`."""
     m = job.model
-    return tokens(job) * (m.q_width + 2 * m.kv_width) / job.layout.tp
+    return tokens(job) * (m.q_width + (2 * m.kv_width if kv else 0)) / job.layout.tp
 
 
 # Megatron's local linear_qkv bias per output element: forward `output + bias` reads the GEMM's
@@ -793,7 +793,7 @@ def local_attention_copy_seconds(job: Job, kind: LayerKind, *, backward: bool, c
     not counted)."""
     if not (job.training.local_attention_copies and kind.mixer is MixerKind.ATTENTION):
         return 0.0
-    q = tokens(job) * job.model.q_width / job.layout.tp
+    q = qkv_elements(job, kv=False)
     if not backward:
         return memory_seconds(job, q * QKV_COPY_BYTES, cal, launches=1)
     return memory_seconds(job, (qkv_elements(job) + 2 * q) * QKV_COPY_BYTES, cal, launches=3)
