@@ -1010,7 +1010,15 @@ def tokens_from_flop_rate(entry: dict, model: ModelSpec, *, tp: int) -> tuple[fl
         return tokens_from_flops(meas["mfu"] * 312, per_token), "mfu x 312 TFLOP/s / the authors' artifact FLOPs per token"
     if entry["group"] == "nanotron_ultrascale" and meas.get("mfu"):
         # the figure's MFU is in percent, over 989 TFLOP/s (H100 SXM bf16), by the count most of its
-        # cells use (nanotron_figure_flop_per_token); every row also has its tok/s/gpu as printed
+        # cells use (nanotron_figure_flop_per_token); every row also has its tok/s/gpu as printed.
+        # Neither the playbook nor the nanotron that ran the sweep states the peak: nanotron@c2528430
+        # logs model TFLOP/s and tok/s/gpu only (src/nanotron/helpers.py:588-611) and reads its MFU
+        # from a csv made elsewhere (scripts/scaling_benchmarks.py:484). nanotron's own MFU log, added
+        # later, divides by 989 (huggingface/nanotron@55488bd4 src/nanotron/helpers.py:857-872,
+        # trainer.py:765-767); Hugging Face's nanotron benchmark harness by 1979 / 2 = 989.5
+        # (huggingface/bench_cluster@f55b5e5e bench_cluster/report.py:232-255, 342). They differ by
+        # 0.05%, inside the 0.3% to which tests/test_published.py recovers each cell's count
+        # (NANOTRON_COUNT_TOLERANCE), so the figure does not tell them apart
         per_token = nanotron_figure_flop_per_token(m, seq_len=s)
         return tokens_from_flops(meas["mfu"] / 100 * 989, per_token), "mfu x 989 TFLOP/s / (nanotron get_flops + 6hV)"
     if entry["group"] == "mpt" and meas.get("mfu"):

@@ -64,10 +64,9 @@ MECHANISMS: dict[str, Prior] = {
     # slows the kernels beside it too (NVIDIA/nccl#1428: a GEMM 1.76x slower beside an NVLink
     # all-gather on A100). Bounds: arXiv 2507.03114 measured overlapped compute on A100 and H100
     # 18.9% slower on average and at most 40% (about 1x and 2x the SM share).
-    # Not fitted: the published runs do not pin it. Their all-source fit moved over the whole grid
-    # (0.59 to 1.68) as mechanisms unrelated to overlap changed a few rows, and its leave-one-source-out
-    # fits spread from 0.6 to 1.7, with grid points scoring alike (1.0 and 1.19 at 0.064093 and
-    # 0.064098 of the objective in one refit), so which one won decided other sources' errors.
+    # Not fitted: the published runs do not pin it. Fitted, it moved over the grid as mechanisms
+    # unrelated to overlap changed a few rows, its leave-one-source-out fits spread over much of the
+    # range and neighbouring grid points scored alike, so which one won decided other sources' errors.
     "contention_scale": Prior(1.0, 0.5, 2.0, "1: an NCCL channel holds one SM (src/device/common.h); 2507.03114: 18.9% mean, 40% max slowdown",
                               unpinned="the runs leave it unpinned: fits anywhere from 0.6 to 1.7 score alike"),
     # Spread of the sustained compute speed across the GPUs of a job (silicon lottery and uneven

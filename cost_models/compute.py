@@ -51,6 +51,9 @@ class Impl(StrEnum):
     TORCH = "torch"  # torch's native single-kernel op (nn.LayerNorm)
     COMPILE = "compile"  # torch.compile's generated kernels
     MEGATRON = "megatron"  # Megatron's own fused kernels (bias-SwiGLU, vocab-parallel cross entropy)
+    # Megatron's vocab-parallel cross entropy without --cross-entropy-loss-fusion, its separate eager
+    # kernels (TrainingSpec.cross_entropy_unfused), priced at their measured rate
+    MEGATRON_UNFUSED = "megatron.unfused"
     EAGER = "eager"  # eager PyTorch: one kernel per arithmetic op
     # eager PyTorch on strided views of one merged tensor (the halves torch.split or torch.chunk
     # cut from a fused [gate|up] output): priced at the op's measured rate where the generation has
@@ -89,14 +92,16 @@ def _impl(job: Job, op: str) -> Impl:
     """The implementation of a memory-bound op (norm, act, rope, loss, permute) in the job's framework.
 
     Megatron with Transformer Engine: fused norms (LayerNormLinear), its own fused bias-SwiGLU
-    (megatron/core/fusions/fused_bias_swiglu.py) and vocab-parallel cross entropy, TE's fused rope.
-    torch.compile (torchtitan --compile) fuses elementwise chains. Eager torchtitan and DeepSpeed
+    (megatron/core/fusions/fused_bias_swiglu.py) and vocab-parallel cross entropy (its unfused
+    kernels under TrainingSpec.cross_entropy_unfused), TE's fused rope. torch.compile (torchtitan --compile) fuses elementwise chains. Eager torchtitan and DeepSpeed
     run torchtitan's/Hugging Face's RMSNorm, rope and SwiGLU as chains of elementwise kernels
     (EAGER), torch's native nn.LayerNorm, and F.cross_entropy."""
     tr = job.training
     if op == "act" and tr.eager_swiglu and job.model.mlp.gated:
         return Impl.SPLIT  # TrainingSpec.eager_swiglu: nanotron's silu(gate) * up on the fused output's halves
     if tr.framework is Framework.MEGATRON:
+        if op == "loss" and tr.cross_entropy_unfused:
+            return Impl.MEGATRON_UNFUSED
         return {"act": Impl.MEGATRON, "loss": Impl.MEGATRON, "permute": Impl.TORCH}.get(op, Impl.FUSED)
     if op == "loss":
         return Impl.COMPILE if tr.compiles_loss else Impl.EAGER
@@ -747,11 +752,11 @@ def bias_grad_seconds(job: Job, kind: LayerKind, cal: Calibration) -> float:
     return sum(memory_seconds(job, w * ACT_BYTES, cal, launches=1) for w in widths)
 
 
-def qkv_elements(job: Job) -> float:
+def qkv_elements(job: Job, *, kv: bool = True) -> float:
     """Elements of a rank's linear_qkv output: the whole sequence of its tokens (column-parallel)
-    over its q, k and v heads, width / tp."""
+    over its q, k and v heads, width / tp; over its q heads only where not `kv`."""
     m = job.model
-    return tokens(job) * (m.q_width + 2 * m.kv_width) / job.layout.tp
+    return tokens(job) * (m.q_width + (2 * m.kv_width if kv else 0)) / job.layout.tp
 
 
 # Megatron's local linear_qkv bias per output element: forward `output + bias` reads the GEMM's
@@ -793,7 +798,7 @@ def local_attention_copy_seconds(job: Job, kind: LayerKind, *, backward: bool, c
     not counted)."""
     if not (job.training.local_attention_copies and kind.mixer is MixerKind.ATTENTION):
         return 0.0
-    q = tokens(job) * job.model.q_width / job.layout.tp
+    q = qkv_elements(job, kv=False)
     if not backward:
         return memory_seconds(job, q * QKV_COPY_BYTES, cal, launches=1)
     return memory_seconds(job, (qkv_elements(job) + 2 * q) * QKV_COPY_BYTES, cal, launches=3)
@@ -1153,9 +1158,8 @@ def loss_time(job: Job, cal: Calibration) -> float:
     (ColwiseParallel output_layouts=Replicate(), KempnerInstitute/KempnerForge@601aba9
     kempnerforge/distributed/tensor_parallel.py:157-164) or, on pipeline stages, computed whole."""
     vocab = local_vocab(job)
-    op = {Impl.MEGATRON: "loss.megatron", Impl.COMPILE: "loss.fused"}.get(_impl(job, "loss"), "loss.eager")
-    if op == "loss.megatron" and job.training.cross_entropy_unfused:
-        op = "loss.megatron.unfused"  # TrainingSpec.cross_entropy_unfused: the eager kernels' measured rate
+    op = {Impl.MEGATRON: "loss.megatron", Impl.MEGATRON_UNFUSED: "loss.megatron.unfused",
+          Impl.COMPILE: "loss.fused"}.get(_impl(job, "loss"), "loss.eager")
     per_logit = LOSS_16BIT_BYTES_PER_LOGIT if job.training.loss_on_16bit_logits else LOSS_BYTES_PER_LOGIT
     moved = tokens(job) * vocab * per_logit
     # forward log-softmax and nll, their two backward kernels

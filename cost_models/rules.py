@@ -437,12 +437,26 @@ def _tp_comm_overlap(job: Job) -> str | None:
     return None
 
 
-# TrainingSpec switches that describe one framework's code (nanotron's is priced as a Megatron job)
-NANOTRON_SWITCHES = ("grads_kept_through_backward", "ddp_buckets", "loss_shift_out_of_place", "eager_swiglu",
-                     "zero1_blocking_sync", "qkv_copy_kept", "tp_gather_buffers", "tp_scatter_inputs_pending")
-TITAN_SWITCHES = ("fsdp_reshard_after_forward", "tp_gather_per_projection", "bf16_params", "fsdp_sync_last_microbatch",
-                  "tp_replicated_vocab", "loss_on_16bit_logits", "compile_whole_model", "pipeline_keeps_outputs",
-                  "fsdp_reduce_in_bf16", "fsdp_flat_params")
+@dataclass(frozen=True)
+class FrameworkSwitches:
+    """TrainingSpec switches that describe one framework's code, priced only as a `framework` job;
+    `message` is a str.format template with {names} (those set) and {framework} (the job's)."""
+
+    fields: tuple[str, ...]
+    framework: Framework
+    message: str
+
+
+# nanotron's switches: nanotron is priced as a Megatron job
+NANOTRON_SWITCHES = FrameworkSwitches(
+    ("grads_kept_through_backward", "ddp_buckets", "loss_shift_out_of_place", "eager_swiglu",
+     "zero1_blocking_sync", "qkv_copy_kept", "tp_gather_buffers", "tp_scatter_inputs_pending"),
+    MEGATRON, "{names} describe nanotron's code, priced as a Megatron job (framework={framework}); drop it")
+TITAN_SWITCHES = FrameworkSwitches(
+    ("fsdp_reshard_after_forward", "tp_gather_per_projection", "bf16_params", "fsdp_sync_last_microbatch",
+     "tp_replicated_vocab", "loss_on_16bit_logits", "compile_whole_model", "pipeline_keeps_outputs",
+     "fsdp_reduce_in_bf16", "fsdp_flat_params"),
+    TITAN, "{names} describe an FSDP2/DTensor plan (framework torchtitan), not framework={framework}; drop it")
 
 
 def _switched(tr: TrainingSpec, names: tuple[str, ...]) -> list[str]:
@@ -504,18 +518,19 @@ def _needs_rule(field: str, framework: Framework, needs: str, accepted: frozense
     return Rule(field, ALL, partial(_switch_needs, switch), source)
 
 
-def _apex_framework(job: Job) -> str | None:
-    if job.training.apex_distributed_adam and job.training.framework is not MEGATRON:
-        return _apex_distributed_adam(job)
+def _framework_switches(switches: FrameworkSwitches, job: Job) -> str | None:
+    """The message for `switches` set on a job of another framework; None where none is set or the
+    framework is theirs."""
+    tr = job.training
+    names = _switched(tr, switches.fields)
+    if names and tr.framework is not switches.framework:
+        return switches.message.format(names=" and ".join(names), framework=tr.framework)
     return None
 
 
-def _nanotron_switches(job: Job) -> str | None:
-    tr = job.training
-    nanotron = _switched(tr, NANOTRON_SWITCHES)
-    if nanotron and tr.framework is not MEGATRON:
-        return (f"{' and '.join(nanotron)} describe nanotron's code, priced as a Megatron job "
-                f"(framework={tr.framework}); drop it")
+def _apex_framework(job: Job) -> str | None:
+    if job.training.apex_distributed_adam and job.training.framework is not MEGATRON:
+        return _apex_distributed_adam(job)
     return None
 
 
@@ -524,15 +539,6 @@ def _grads_kept_through_backward(job: Job) -> str | None:
     if tr.grads_kept_through_backward and tr.grad_accumulation_fusion:
         return ("grads_kept_through_backward describes 16-bit gradients written outside the GEMMs; "
                 "it needs grad_accumulation_fusion=False")
-    return None
-
-
-def _titan_switches(job: Job) -> str | None:
-    tr = job.training
-    titan = _switched(tr, TITAN_SWITCHES)
-    if titan and tr.framework is not TITAN:
-        return (f"{' and '.join(titan)} describe an FSDP2/DTensor plan (framework torchtitan), not "
-                f"framework={tr.framework}; drop it")
     return None
 
 
@@ -689,11 +695,11 @@ SWITCH_RULES: tuple[Rule, ...] = (
                 "describes Megatron's vocab-parallel cross entropy before 9634c0e4",
                 "use framework megatron without loss_shift_out_of_place, or drop it",
                 source="NVIDIA/Megatron-LM@0609f27f megatron/core/tensor_parallel/cross_entropy.py:24"),
-    Rule("nanotron_switches", ALL, _nanotron_switches,
+    Rule("nanotron_switches", ALL, partial(_framework_switches, NANOTRON_SWITCHES),
          "huggingface/nanotron@c2528430, as each switch's TrainingSpec field cites it"),
     Rule("grads_kept_through_backward", ALL, _grads_kept_through_backward,
          "huggingface/nanotron@c2528430 src/nanotron/optim/gradient_accumulator.py:204-223"),
-    Rule("titan_switches", ALL, _titan_switches, "torch fully_shard reshard_after_forward, DTensor ColwiseParallel"),
+    Rule("titan_switches", ALL, partial(_framework_switches, TITAN_SWITCHES), "torch fully_shard reshard_after_forward, DTensor ColwiseParallel"),
     Rule("loss_on_16bit_logits", ALL, _loss_on_16bit_logits, "KempnerInstitute/KempnerForge@01b461a scripts/train.py:294-297"),
     Rule("compile_whole_model", ALL, _compile_whole_model,
          "KempnerInstitute/KempnerForge@01b461a kempnerforge/distributed/parallel.py:214-216"),

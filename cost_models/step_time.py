@@ -87,7 +87,7 @@ from cost_models.compute import (
     tp_blocks,
     tp_gather_bytes,
 )
-from cost_models.enums import Framework, MixerKind, MoEDispatch, PositionKind, Precision, Recompute, Schedule, Zero
+from cost_models.enums import Framework, MixerKind, MoEDispatch, Precision, Recompute, Schedule, Zero
 from cost_models.flops import (
     GEMM_BACKWARD_FACTOR,
     Gemm,
@@ -106,7 +106,7 @@ from cost_models.model_spec import LayerKind, ModelSpec
 from cost_models.memory import DEEPSPEED_BUCKET_ELEMENTS, DEEPSPEED_PREFETCH_ELEMENTS, torch_pipelining
 from cost_models.units import MiB
 from cost_models.params import norm_params
-from cost_models.states import dense_params, local_kv_heads, local_layer_params, local_vocab, output_layer_vocab, padded_vocab, rank_params
+from cost_models.states import dense_params, embedding_params_local, local_kv_heads, local_layer_params, local_vocab, output_layer_vocab, padded_vocab, rank_params
 
 # Megatron's default DDP bucket: max(40M, 1M x dp·cp) parameters, the data-parallel group counted
 # with context parallelism (Megatron-LM@d98e8a64 megatron/training/training.py:2179-2194
@@ -173,7 +173,7 @@ def unfused_grad_accumulation_seconds(job: Job, rank: int, cal: Calibration) -> 
     if job.training.framework is not Framework.MEGATRON or job.training.grad_accumulation_fusion:
         return 0.0
     params = float(rank_params(job, rank).total)
-    return memory_seconds(job, params * (ACT_BYTES + 2 * _grad_bytes(job)), cal)
+    return memory_seconds(job, params * (ACT_BYTES + 2 * main_grad_bytes(job)), cal)
 
 
 def te_weight_cast_seconds(job: Job, rank: int, cal: Calibration) -> float:
@@ -203,12 +203,12 @@ def embedding_grad_seconds(job: Job, rank: int, cal: Calibration) -> float:
     too. With gradient accumulation fusion, which covers only the wgrad GEMMs, DDP's hook then adds
     it to the main grad, main_grad.add_(param.grad) (distributed_data_parallel.py:575-579 there):
     read 16-bit and main grad, write main grad; without the fusion that pass is already
-    unfused_grad_accumulation_seconds'. The scatter itself moves tokens x h and is not priced."""
-    m = job.model
+    unfused_grad_accumulation_seconds'. The scatter itself moves tokens x h and is not priced. A norm
+    after the embedding (states.embedding_params_local counts it; Megatron has no flag for one) writes
+    its 16-bit weight gradient too, and the same hook adds it to the main grad."""
     if rank != 0 or job.training.framework is not Framework.MEGATRON:
         return 0.0
-    h = m.hidden_size
-    elements = local_vocab(job) * h + (m.max_position_embeddings * h if m.position_embedding is PositionKind.LEARNED else 0)
+    elements = embedding_params_local(job)
     per_element = ACT_BYTES + (ACT_BYTES + 2 * main_grad_bytes(job) if job.training.grad_accumulation_fusion else 0)
     return memory_seconds(job, elements * per_element, cal)
 

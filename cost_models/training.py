@@ -246,9 +246,13 @@ class TrainingSpec(Spec):
     # reduce dtype where they differ (_runtime_utils.py _post_backward_hook, L759-764), and the in-place
     # divisions of the unsharded gradient before the reduce-scatter and of the shard after it
     # (_reduce_grad L852, L879; predivide factor > 1 for any world size >= 2,
-    # algorithms/_comm_hooks/default_hooks.py L38-42), as read in torch 2.13.0; llm-foundry's MPT
-    # benchmark image ran torch 2.1.0 (mosaicml/pytorch:2.1.0, sweep.sh@b2a43a147), whose copy of
-    # these files was not read here. Framework torchtitan only.
+    # algorithms/_comm_hooks/default_hooks.py L38-42), as read in torch 2.13.0 (pytorch/pytorch@cf30153c).
+    # llm-foundry's MPT benchmark image ran torch 2.1.0 (mosaicml/pytorch:2.1.0, sweep.sh@b2a43a147),
+    # where each step stands the same at pytorch/pytorch@7bcf7da3 (v2.1.0, torch/distributed/): the
+    # shard's cast in fsdp/flat_param.py:1211-1228 _use_low_precision_shard, the gradient's in
+    # fsdp/_runtime_utils.py:773-780 _post_backward_hook, the divisions at :852 and :872 (_reduce_grad),
+    # the predivide factor from the data-parallel world size at fsdp/_init_utils.py:118-128 and
+    # algorithms/_comm_hooks/default_hooks.py:38-43. Framework torchtitan only.
     fsdp_flat_params: bool = False
     # FSDP2's gradient reduction turned off on every micro-batch but the last
     # (set_requires_gradient_sync(False), training/grad.py:16-40, around each micro-batch at
