@@ -68,7 +68,7 @@ MECHANISMS: dict[str, Prior] = {
     # unrelated to overlap changed a few rows, its leave-one-source-out fits spread over much of the
     # range and neighbouring grid points scored alike, so which one won decided other sources' errors.
     "contention_scale": Prior(1.0, 0.5, 2.0, "1: an NCCL channel holds one SM (src/device/common.h); 2507.03114: 18.9% mean, 40% max slowdown",
-                              unpinned="the runs leave it unpinned: fits anywhere from 0.6 to 1.7 score alike"),
+                              unpinned="the runs leave it unpinned"),
     # Spread of the sustained compute speed across the GPUs of a job (silicon lottery and uneven
     # cooling: each die settles at its own clock under the power limit), as a coefficient of
     # variation. Every GPU waits for the slowest at each synchronisation (step_time.straggler_s).
