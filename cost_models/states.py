@@ -28,12 +28,30 @@ def megatron_padded_vocab(vocab: int, tp: int, divisible_by: int = MEGATRON_VOCA
     return -(-vocab // multiple) * multiple
 
 
+def vocab_divisor(vocab: int, tp: int) -> int:
+    """The planner's own --make-vocab-size-divisible-by (TrainingSpec.vocab_divisible_by None): the
+    largest power of two up to Megatron's default, 128, with vocab % (d·tp) == 0, so the embedding is
+    not padded; 128 when no such d exists."""
+    d = MEGATRON_VOCAB_DIVISOR
+    while d >= 1:
+        if vocab % (d * tp) == 0:
+            return d
+        d //= 2
+    return MEGATRON_VOCAB_DIVISOR
+
+
 def padded_vocab(job: Job) -> int:
-    """The vocabulary the job's embedding holds: Megatron's default padding, none elsewhere."""
-    v = job.model.vocab_size
+    """Rows of the job's word embedding and output layer. Megatron: the vocabulary padded to a
+    multiple of TrainingSpec.vocab_divisible_by·tp, or of vocab_divisor's divisor·tp where that is
+    None; the --padded-vocab-size `planner launch` writes is this number (planner.launch.megatron).
+    torchtitan and DeepSpeed: the vocabulary as it is, since the model their launch files build
+    takes vocab_size unpadded (torchtitan's Embedding and lm_head of vocab_size rows,
+    planner/launch/torchtitan.py; the Hugging Face config.json's vocab_size, planner/launch/hf_config.py)."""
+    v, tp = job.model.vocab_size, job.layout.tp
     if job.training.framework is not Framework.MEGATRON:
         return v
-    return megatron_padded_vocab(v, job.layout.tp)
+    d = job.training.vocab_divisible_by
+    return megatron_padded_vocab(v, tp, vocab_divisor(v, tp) if d is None else d)
 
 
 def local_kv_heads(job: Job) -> int:
