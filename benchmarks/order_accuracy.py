@@ -51,11 +51,16 @@ RESOLUTION = CLOSE
 SECTION = "## Order of measured layouts"
 
 
+# The framework, and the vocabulary padding that only Megatron's --make-vocab-size-divisible-by sets
+# (TrainingSpec.vocab_divisible_by): a choice of framework, not of the problem.
+FRAMEWORK_FIELDS = {"framework", "vocab_divisible_by"}
+
+
 def problem(run: PublishedRun) -> tuple[str, str, str, int, int, str]:
     """Everything a pair must share but the batch: source group, model, GPU type and count,
     sequence length, and the training settings other than the framework and the batch."""
     t = run.training
-    return (*_same_shape(run), t.seq_len, t.model_dump_json(exclude={"framework", "global_batch_size"}))
+    return (*_same_shape(run), t.seq_len, t.model_dump_json(exclude=FRAMEWORK_FIELDS | {"global_batch_size"}))
 
 
 def _same_shape(run: PublishedRun) -> tuple[str, str, str, int]:
@@ -223,7 +228,7 @@ def apart(runs: list[PublishedRun]) -> str:
         by[(*_same_shape(r), r.training.seq_len, r.training.global_batch_size)].append(r)
     lines = []
     for rows in by.values():
-        dumps = [r.training.model_dump(exclude={"framework", "global_batch_size"}) for r in rows]
+        dumps = [r.training.model_dump(exclude=FRAMEWORK_FIELDS | {"global_batch_size"}) for r in rows]
         fields = sorted(k for k in dumps[0] if len({repr(d[k]) for d in dumps}) > 1)
         choices: dict[tuple, list[str]] = defaultdict(list)
         for r in rows:

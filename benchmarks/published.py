@@ -42,6 +42,7 @@ from cost_models.layout import Layout
 from cost_models.memory import memory_estimate
 from cost_models.model_spec import ModelSpec
 from cost_models.rules import resolve
+from cost_models.states import MEGATRON_VOCAB_DIVISOR
 from cost_models.training import NcclCtas, TrainingSpec
 from planner import presets
 from planner.space import generated_split
@@ -289,6 +290,29 @@ def _measured_tokens(entry: dict, gbs: int, seq_len: int) -> tuple[float, str] |
 Mapped = tuple[ModelSpec, Cluster, TrainingSpec, Layout, list[str]]
 
 
+# --make-vocab-size-divisible-by as the Megatron-family runs used it (TrainingSpec.vocab_divisible_by).
+# None of their scripts passes the flag, so Megatron's default, 128, pads the vocabulary to a multiple
+# of 128·tp: NVIDIA/Megatron-LM@0609f27f megatron/arguments.py:589, megatron/tokenizer/tokenizer.py:53-66
+# (the Megatron of FP8-LM's MS-AMP-Examples; its gpt3/pretrain_*_megatron.sh at @b646e282 pass no such flag,
+# nor do the sc21 scripts of the Narayanan et al. runs, Megatron-LM@d98e8a64
+# examples/academic_paper_scripts/sc21/); sail-sg/zero-bubble-pipeline-parallelism@77b9eed9
+# megatron/arguments.py:656, megatron/tokenizer/tokenizer.py:56-64; sail-sg/VocabularyParallelism@4dca7d20
+# megatron/training/arguments.py:828, megatron/training/tokenizer/tokenizer.py:86-99 (pretrain_gpt.sh passes
+# none). NeMo pads the same way: NeMo 1's make_vocab_size_divisible_by: 128 (mlcommons/training_results_v3.0
+# @63e326c4 NVIDIA/benchmarks/gpt3/implementations/pytorch/conf/megatron_gpt_config.yaml:80) and NeMo 2's
+# GPTConfig.make_vocab_size_divisible_by = 128 handed to get_vocab_size (NVIDIA/NeMo@v2.2.0
+# nemo/collections/llm/gpt/model/base.py:176, 228; nemo/lightning/base.py:37-50), whose log in the MLPerf
+# Llama-3.1 405B runs reads "Padded vocab_size: 32256, original vocab_size: 32000" at tp 4
+# (mlcommons/training_results_v5.0@0fdc28f0 Nebius/results/nebius_soperator_8xH200_n128_ngc25.01_nemo/
+# llama31_405b/result_1.txt:5996).
+MEGATRON_RUNS_VOCAB_DIVISOR = MEGATRON_VOCAB_DIVISOR
+# nanotron pads to a multiple of its config's model.make_vocab_size_divisible_by·tp, 1 by default
+# (huggingface/nanotron@c2528430 src/nanotron/config/config.py:221, trainer.py:680-685, helpers.py:50-55),
+# and the bench config of the playbook's sweep sets 1 (huggingface/nanotron@67c5ebb6, branch nouamane/bench2,
+# examples/config_tiny_llama_bench.yaml:34).
+NANOTRON_VOCAB_DIVISOR = 1
+
+
 def _megatron_papers(entry: dict) -> Mapped:
     """narayanan2021 and korthikanti2022: Megatron-LM on Selene (DGX A100 80GB)."""
     lay, m = entry["layout"], entry["model"]
@@ -314,7 +338,8 @@ def _megatron_papers(entry: dict) -> Mapped:
     if "assumes" in lay["recompute"]:
         notes.append("full recompute: the paper does not say; its FLOP count (eq. 3) assumes recomputation")
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.FP16,
-                            framework=framework, attention=AttentionKernel.EAGER)
+                            framework=framework, attention=AttentionKernel.EAGER,
+                            vocab_divisible_by=None if zero3 else MEGATRON_RUNS_VOCAB_DIVISOR)
     layout = Layout(tp=lay["tp"], pp=lay["pp"], vpp=vpp, cp=lay.get("cp") or 1, mbs=lay["micro_batch"], sp=bool(lay.get("sp")),
                     zero=zero, recompute=_recompute(lay["recompute"]))
     return model, _cluster(entry), training, layout, notes
@@ -494,7 +519,7 @@ def _fp8lm(entry: dict) -> Mapped:
                             precision=Precision.FP8 if fp8 else Precision.BF16, framework=Framework.MEGATRON,
                             attention=AttentionKernel.FLASH, attention_backend=AttentionBackend.FA1,
                             grad_accumulation_fusion=False, overlap_grad_reduce=False, param_buffer_init_copy=True,
-                            bda_mask_kept=True, loss_shift_beside_fp32_copy=True)
+                            bda_mask_kept=True, loss_shift_beside_fp32_copy=True, vocab_divisible_by=MEGATRON_RUNS_VOCAB_DIVISOR)
     layout = _layout(entry, zero=Zero.OPTIMIZER, recompute=Recompute.NONE)
     return _gpt_model(entry, vocab=50257, tied=False, rope=True), _cluster(entry), training, layout, notes
 
@@ -557,7 +582,7 @@ def _sail_pipeline(entry: dict) -> Mapped:
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.FP16,
                             framework=Framework.MEGATRON, attention=attention, attention_backend=backend,
                             overlap_grad_reduce=False, qkv_bias_unfused=zb, qkv_bshd_copies=not zb,
-                            cross_entropy_unfused=True, local_attention_copies=zb)
+                            cross_entropy_unfused=True, local_attention_copies=zb, vocab_divisible_by=MEGATRON_RUNS_VOCAB_DIVISOR)
     layout = _layout(entry, zero=Zero.NONE if zb else Zero.OPTIMIZER, recompute=Recompute.NONE,
                      schedule=Schedule.ONE_F_ONE_B, first=first, last=last)
     model = _gpt_model(entry, vocab=vocab, tied=zb).model_copy(update=dict(attention_dropout=dropout, hidden_dropout=dropout))
@@ -672,7 +697,8 @@ def _nanotron(entry: dict) -> Mapped:
                             framework=Framework.MEGATRON, attention=AttentionKernel.FLASH, attention_backend=AttentionBackend.FA2,
                             grad_accumulation_fusion=False, grads_kept_through_backward=True, ddp_buckets=ddp,
                             loss_shift_out_of_place=True, eager_swiglu=True, qkv_copy_kept=True, tp_gather_buffers=True,
-                            tp_scatter_inputs_pending=True, zero1_blocking_sync=zero is Zero.OPTIMIZER)
+                            tp_scatter_inputs_pending=True, zero1_blocking_sync=zero is Zero.OPTIMIZER,
+                            vocab_divisible_by=NANOTRON_VOCAB_DIVISOR)
     if zero is Zero.OPTIMIZER:
         notes.append("ZeRO-1: the fp32 gradients all-reduced after the backward and the bf16 parameters all-gathered "
                      "after the optimizer step, both blocking (huggingface/nanotron@c2528430 src/nanotron/trainer.py:509-518, "
@@ -955,7 +981,7 @@ def _mlperf(entry: dict) -> Mapped:
                             ddp_bucket_size=bucket[0] if bucket else None, apex_distributed_adam=gpt3,
                             **({"apex_bucket_cap_mb": apex_cap[0]} if apex_cap else {}),
                             ub_ring_exchange_rs=ring[0] if ring else frozenset(), nccl_max_ctas=ctas[0] if ctas else None,
-                            align_param_gather=align is not None)
+                            align_param_gather=align is not None, vocab_divisible_by=MEGATRON_RUNS_VOCAB_DIVISOR)
     first = last = None
     accounted = m["layers"] == 126 and lay["pp"] > 1 and ("account_for_embedding" in tech or "ASYM_PP_EMBED" in tech)
     if accounted:

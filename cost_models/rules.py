@@ -721,6 +721,8 @@ SWITCH_RULES: tuple[Rule, ...] = (
     Rule("decoupled_adamw", frozenset({MEGATRON, DEEPSPEED}), _decoupled_adamw,
          "mosaicml/composer@v0.16.4 composer/optim/decoupled_weight_decay.py"),
     Rule("moe_dispatch", ALL, _moe_dispatch, "Megatron-LM@23e00ed0 arguments.py:2889 (--overlap-moe-expert-parallel-comm)"),
+    _megatron_rule("vocab_divisible_by", "is Megatron's --make-vocab-size-divisible-by",
+                   source="Megatron-LM@d98e8a64 megatron/training/vocab_utils.py:44-59"),
 )
 
 

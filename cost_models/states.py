@@ -28,12 +28,36 @@ def megatron_padded_vocab(vocab: int, tp: int, divisible_by: int = MEGATRON_VOCA
     return -(-vocab // multiple) * multiple
 
 
+def vocab_divisor(vocab: int, tp: int) -> int:
+    """The planner's own --make-vocab-size-divisible-by (TrainingSpec.vocab_divisible_by None): the
+    largest power of two up to Megatron's default, 128, with vocab % (d·tp) == 0, so the embedding is
+    not padded; 128 when no such d exists."""
+    d = MEGATRON_VOCAB_DIVISOR
+    while d >= 1:
+        if vocab % (d * tp) == 0:
+            return d
+        d //= 2
+    return MEGATRON_VOCAB_DIVISOR
+
+
 def padded_vocab(job: Job) -> int:
-    """The vocabulary the job's embedding holds: Megatron's default padding, none elsewhere."""
-    v = job.model.vocab_size
+    """Rows of the job's word embedding and output layer. Megatron: the vocabulary padded to a
+    multiple of TrainingSpec.vocab_divisible_by·tp, or of vocab_divisor's divisor·tp where that is
+    None; the --padded-vocab-size `planner launch` writes is this number (planner.launch.megatron).
+    torchtitan and DeepSpeed: the vocabulary as it is, since the models their launch files build
+    take vocab_size unpadded: torchtitan's tok_embeddings and lm_head have vocab_size rows
+    (pytorch/torchtitan@b5bcd76c torchtitan/models/llama3/__init__.py:155-168, an nn.Embedding of
+    num_embeddings rows, models/common/embedding.py:24-36; planner/launch/torchtitan.py writes the
+    model's vocab_size), and the Hugging Face model DeepSpeed trains has nn.Embedding(config.vocab_size,
+    ...) (huggingface/transformers@5dd4a635 models/llama/modeling_llama.py LlamaModel.__init__) with
+    config.json's vocab_size the model's (planner/launch/hf_config.py). Megatron-DeepSpeed, which the
+    planner does not launch, pads as Megatron does (microsoft/Megatron-DeepSpeed@b3405e15
+    megatron/tokenizer/tokenizer.py _vocab_size_with_padding): price it as framework megatron."""
+    v, tp = job.model.vocab_size, job.layout.tp
     if job.training.framework is not Framework.MEGATRON:
         return v
-    return megatron_padded_vocab(v, job.layout.tp)
+    d = job.training.vocab_divisible_by
+    return megatron_padded_vocab(v, tp, vocab_divisor(v, tp) if d is None else d)
 
 
 def local_kv_heads(job: Job) -> int:

@@ -156,6 +156,13 @@ class TrainingSpec(Spec):
     # Per-communicator NCCL CTA caps (NcclCtas): the SMs an overlapped collective holds
     # (cost_models.step_time._share). Megatron framework only.
     nccl_max_ctas: NcclCtas | None = None
+    # Megatron --make-vocab-size-divisible-by as the run used it: the word embedding and output layer
+    # get the vocabulary rounded up to a multiple of this·tp (Megatron-LM@d98e8a64
+    # megatron/training/vocab_utils.py L44-59; default 128, megatron/training/arguments.py L2441).
+    # None: the planner's own choice, the largest power of two up to 128 that pads nothing where one
+    # exists (cost_models.states.vocab_divisor), which `planner launch` writes as --padded-vocab-size.
+    # Megatron framework only.
+    vocab_divisible_by: Count | None = None
     # The model wrapped in torch DistributedDataParallel besides the framework's own gradient buffer:
     # nanotron wraps it when dp > 1 unless it accumulates in fp32 under ZeRO-1 (huggingface/nanotron
     # @c2528430 src/nanotron/trainer.py:786-788, 843-852). DDP's reducer allocates a flat gradient

@@ -87,6 +87,7 @@ PpLast = Annotated[IntOpt, typer.Option("--pp-last-layers", help="Decoder layers
 AccountEmb = Annotated[Optional[bool], typer.Option("--account-for-embedding", help="Count the embedding as a pipeline layer of the first stage (Megatron --account-for-embedding-in-pipeline-split).", show_default=False)]
 AccountLoss = Annotated[Optional[bool], typer.Option("--account-for-loss", help="Count the loss as a pipeline layer of the last stage (Megatron --account-for-loss-in-pipeline-split).", show_default=False)]
 GradBf16 = Annotated[Optional[bool], typer.Option("--grad-reduce-in-bf16", help="Megatron: keep and reduce gradients in bf16 instead of fp32 main grads (2 bytes per parameter).", show_default=False)]
+VocabDivisibleBy = Annotated[IntOpt, typer.Option("--vocab-divisible-by", help="Megatron: the --make-vocab-size-divisible-by the run uses; the embedding and output layer get the vocabulary rounded up to a multiple of this·tp (default: the largest power of two up to 128 that pads nothing, as launch writes).", show_default=False)]
 PpLayout = Annotated[Optional[str], typer.Option("--pp-layout", help="Every stage's layers in Megatron's --pipeline-model-parallel-layout grammar, e.g. 'Et*3|(tt|)*29|tL'; sets vpp.")]
 SeqLen = Annotated[IntOpt, typer.Option("--seq-len", help="Sequence length (default 4096).")]
 GlobalBatch = Annotated[IntOpt, typer.Option("--global-batch-size", help="Sequences per step (default: mbs·dp, ×4·pp with a pipeline).")]
@@ -124,7 +125,7 @@ def _specs(
     *, tp, pp, vpp, cp, ep, etp, mbs, sp, zero, dp_shard, recompute, recompute_layers, schedule, pp_first, pp_last,
     account_for_embedding, account_for_loss, pp_layout,
     seq_len, global_batch_size, framework, dtype, fp8_recipe, optimizer, attention, compile, tp_comm_overlap,
-    attention_backend, moe_dispatch, moe_load_factor, fp8_param_gather, grad_reduce_in_bf16,
+    attention_backend, moe_dispatch, moe_load_factor, fp8_param_gather, grad_reduce_in_bf16, vocab_divisible_by,
 ) -> tuple[dict, dict]:  # type: ignore[no-untyped-def]
     """(training, layout) field dicts from the shared flags; None = derive."""
     layout = dict(
@@ -137,20 +138,20 @@ def _specs(
         seq_len=seq_len, global_batch_size=global_batch_size, framework=framework, dtype=dtype, fp8_recipe=fp8_recipe,
         optimizer=optimizer, attention=attention, compile=compile, tp_comm_overlap=tp_comm_overlap,
         attention_backend=attention_backend, moe_dispatch=moe_dispatch, moe_load_factor=moe_load_factor,
-        fp8_param_gather=fp8_param_gather, grad_reduce_in_bf16=grad_reduce_in_bf16,
+        fp8_param_gather=fp8_param_gather, grad_reduce_in_bf16=grad_reduce_in_bf16, vocab_divisible_by=vocab_divisible_by,
     )
     return training, layout
 
 
 def _training(*, seq_len, global_batch_size, framework, dtype, fp8_recipe, optimizer, attention, compile, tp_comm_overlap,
               attention_backend=None, moe_dispatch=None, moe_load_factor=None, fp8_param_gather=None,
-              grad_reduce_in_bf16=None) -> dict:  # type: ignore[no-untyped-def]
+              grad_reduce_in_bf16=None, vocab_divisible_by=None) -> dict:  # type: ignore[no-untyped-def]
     """TrainingSpec fields from the training flags; None = default."""
     return dict(
         seq_len=seq_len, global_batch_size=global_batch_size, framework=framework, precision=dtype,
         fp8_recipe=fp8_recipe, optimizer=optimizer, attention=attention, compile=compile, tp_comm_overlap=tp_comm_overlap,
         attention_backend=attention_backend, moe_dispatch=moe_dispatch, moe_load_factor=moe_load_factor,
-        fp8_param_gather=fp8_param_gather, grad_reduce_in_bf16=grad_reduce_in_bf16,
+        fp8_param_gather=fp8_param_gather, grad_reduce_in_bf16=grad_reduce_in_bf16, vocab_divisible_by=vocab_divisible_by,
     )
 
 
@@ -180,7 +181,7 @@ def memory(
     seq_len: SeqLen = None, global_batch_size: GlobalBatch = None, framework: FrameworkOpt = None, dtype: Dtype = None,
     fp8_recipe: Fp8RecipeOpt = None, optimizer: OptimizerOpt = None, attention: AttentionOpt = None, compile: Compile = None, tp_comm_overlap: TpOverlap = None,
     attention_backend: AttnBackendOpt = None, moe_dispatch: MoeDispatchOpt = None, moe_load_factor: MoeLoadOpt = None,
-    fp8_param_gather: Fp8ParamsOpt = None, grad_reduce_in_bf16: GradBf16 = None,
+    fp8_param_gather: Fp8ParamsOpt = None, grad_reduce_in_bf16: GradBf16 = None, vocab_divisible_by: VocabDivisibleBy = None,
     headroom: Headroom = None, as_json: AsJson = False,
     png: Annotated[Optional[Path], typer.Option("--png", help="Also draw each stage's memory by component into this PNG (needs the plots extra).")] = None,
 ) -> None:
@@ -253,7 +254,7 @@ def plan(
     framework: FrameworkOpt = None, dtype: Dtype = None, fp8_recipe: Fp8RecipeOpt = None, optimizer: OptimizerOpt = None,
     attention: AttentionOpt = None, compile: Compile = None, tp_comm_overlap: TpOverlap = None,
     attention_backend: AttnBackendOpt = None, moe_dispatch: MoeDispatchOpt = None, moe_load_factor: MoeLoadOpt = None,
-    fp8_param_gather: Fp8ParamsOpt = None, grad_reduce_in_bf16: GradBf16 = None,
+    fp8_param_gather: Fp8ParamsOpt = None, grad_reduce_in_bf16: GradBf16 = None, vocab_divisible_by: VocabDivisibleBy = None,
     top: Annotated[int, typer.Option("--top", help="How many plans to list.")] = 10,
     fix: Annotated[Optional[list[str]], typer.Option("--fix", help="Pin an axis, e.g. --fix tp=8 --fix recompute=full.")] = None,
     allow_cross_node_tp: Annotated[bool, typer.Option("--allow-cross-node-tp", help="Let tp span scale-up domains.")] = False,
@@ -280,6 +281,7 @@ def plan(
             fp8_recipe=fp8_recipe, optimizer=optimizer, attention=attention, compile=compile,
             tp_comm_overlap=tp_comm_overlap, attention_backend=attention_backend, moe_dispatch=moe_dispatch,
             moe_load_factor=moe_load_factor, fp8_param_gather=fp8_param_gather, grad_reduce_in_bf16=grad_reduce_in_bf16,
+            vocab_divisible_by=vocab_divisible_by,
         )
         cal = load_calibration(calibration) if calibration else DEFAULT
         status = None
@@ -367,7 +369,7 @@ def validate(
     seq_len: SeqLen = None, global_batch_size: GlobalBatch = None, framework: FrameworkOpt = None, dtype: Dtype = None,
     fp8_recipe: Fp8RecipeOpt = None, optimizer: OptimizerOpt = None, attention: AttentionOpt = None, compile: Compile = None, tp_comm_overlap: TpOverlap = None,
     attention_backend: AttnBackendOpt = None, moe_dispatch: MoeDispatchOpt = None, moe_load_factor: MoeLoadOpt = None,
-    fp8_param_gather: Fp8ParamsOpt = None, grad_reduce_in_bf16: GradBf16 = None,
+    fp8_param_gather: Fp8ParamsOpt = None, grad_reduce_in_bf16: GradBf16 = None, vocab_divisible_by: VocabDivisibleBy = None,
     nproc_per_node: Annotated[IntOpt, typer.Option("--nproc-per-node", help="Ranks to start on this node (default: the plan's GPUs, at most the GPUs or CPU cores present).")] = None,
     steps: Annotated[int, typer.Option("--steps", help="Timed training steps after the warm-up.")] = 10,
     warmup: Annotated[int, typer.Option("--warmup", help="Untimed steps first.")] = 3,
@@ -432,7 +434,7 @@ def sweep(
     framework: FrameworkOpt = None, dtype: Dtype = None, fp8_recipe: Fp8RecipeOpt = None, optimizer: OptimizerOpt = None,
     attention: AttentionOpt = None, compile: Compile = None, tp_comm_overlap: TpOverlap = None,
     attention_backend: AttnBackendOpt = None, moe_dispatch: MoeDispatchOpt = None, moe_load_factor: MoeLoadOpt = None,
-    fp8_param_gather: Fp8ParamsOpt = None, grad_reduce_in_bf16: GradBf16 = None,
+    fp8_param_gather: Fp8ParamsOpt = None, grad_reduce_in_bf16: GradBf16 = None, vocab_divisible_by: VocabDivisibleBy = None,
     fix: Annotated[Optional[list[str]], typer.Option("--fix", help="Pin an axis at every count, e.g. --fix pp=1.")] = None,
     allow_cross_node_tp: Annotated[bool, typer.Option("--allow-cross-node-tp", help="Let tp span scale-up domains.")] = False,
     headroom: Headroom = None,
@@ -454,6 +456,7 @@ def sweep(
             fp8_recipe=fp8_recipe, optimizer=optimizer, attention=attention, compile=compile,
             tp_comm_overlap=tp_comm_overlap, attention_backend=attention_backend, moe_dispatch=moe_dispatch,
             moe_load_factor=moe_load_factor, fp8_param_gather=fp8_param_gather, grad_reduce_in_bf16=grad_reduce_in_bf16,
+            vocab_divisible_by=vocab_divisible_by,
         )
         rows = run_sweep(model, cluster, counts, training=training, fixes=fix or [], headroom=headroom,
                          allow_cross_node_tp=allow_cross_node_tp,

@@ -25,11 +25,12 @@ import pytest
 from typer.testing import CliRunner
 
 from cost_models.errors import SpecError
+from cost_models.states import embedding_params_local, megatron_padded_vocab, vocab_divisor
+from helpers import LLAMA_TINY
 from launch_cases import BY_NAME, CASES, GOLDEN, after, run_train_sh, write
 from planner import presets
 from planner.cli import app
 from planner.launch.build import LaunchOptions, run_launch, write_launch
-from planner.launch.megatron import padded_vocab, vocab_divisor
 from planner.launch.shell import slug
 
 runner = CliRunner()
@@ -136,7 +137,56 @@ def test_megatron_on_blackwell_leaves_the_queues_alone():
 ])
 def test_vocab_padding(vocab, tp, divisor, padded):
     assert vocab_divisor(vocab, tp) == divisor
-    assert padded_vocab(vocab, tp) == padded
+    assert megatron_padded_vocab(vocab, tp, divisor) == padded
+
+
+def _launched_rows(model: str, training: dict) -> tuple[int, int]:
+    """(--padded-vocab-size of the Megatron train.sh at tp 8, the estimate's word-embedding parameters on a rank)."""
+    files = run_launch(model, "dgx-h100", 8, training=training, layout={"tp": 8})
+    rows = re.search(r"--padded-vocab-size (\d+)", files.files["train.sh"].text)
+    assert rows is not None
+    return int(rows.group(1)), embedding_params_local(files.report.job)
+
+
+@pytest.mark.parametrize(("training", "rows"), [
+    # 128256 = 2^8·501: 32·8 = 256 divides it, so the planner pads nothing
+    ({}, 128256),
+    # Megatron's own default 128 (--make-vocab-size-divisible-by): up to a multiple of 128·8 = 1024, 126·1024
+    ({"vocab_divisible_by": 128}, 129024),
+])
+def test_launch_writes_the_vocabulary_the_estimate_prices(training, rows):
+    # Llama 3.1 8B at tp 8 (hidden 4096, rotary positions, no embedding norm): each rank's word embedding
+    # is rows·4096/8 parameters, and train.sh gives Megatron the same rows
+    padded, embedding = _launched_rows("llama-3.1-8b", training)
+    assert padded == rows
+    assert embedding == rows * 4096 // 8
+
+
+@pytest.mark.parametrize(("vocab", "training", "rows"), [
+    (50257, {}, 51200),  # odd: no power of two times 8 divides it, so Megatron's 128: 50·1024
+    (50257, {"vocab_divisible_by": 1}, 50264),  # a multiple of 1·8: 6283·8
+    (1000, {}, 1000),  # 1000 = 8·125: divisor 1 pads nothing
+    (1000, {"vocab_divisible_by": 128}, 1024),  # up to a multiple of 1024
+])
+def test_padded_vocabulary_of_a_spec_file(tmp_path, vocab, training, rows):
+    # llama-tiny (hidden 256) at tp 8: each rank's word embedding is rows·256/8 parameters
+    spec = tmp_path / "model.json"
+    spec.write_text(LLAMA_TINY.model_copy(update={"vocab_size": vocab}).model_dump_json())
+    padded, embedding = _launched_rows(str(spec), training)
+    assert padded == rows
+    assert embedding == rows * 256 // 8
+
+
+def test_vocab_divisible_by_is_megatrons_flag():
+    result = runner.invoke(app, ["estimate", "llama-3.1-8b", "-c", "dgx-h100", "-g", "8", "--tp", "8",
+                                 "--framework", "torchtitan", "--vocab-divisible-by", "128"])
+    assert result.exit_code == 2
+    assert "vocab_divisible_by is Megatron's --make-vocab-size-divisible-by (framework=torchtitan)" in result.output
+    assert "Traceback" not in result.output
+    result = runner.invoke(app, ["estimate", "llama-3.1-8b", "-c", "dgx-h100", "-g", "8", "--tp", "8",
+                                 "--vocab-divisible-by", "0"])
+    assert result.exit_code == 2
+    assert "vocab_divisible_by" in result.output and "Traceback" not in result.output
 
 
 def test_slurm_options_and_nodes_file(tmp_path):

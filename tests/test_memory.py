@@ -189,7 +189,9 @@ def test_megatron_fp16_gradient_copy_lives_in_the_step_only():
     # no activation is held. llama-tiny on one GPU: vocabulary padded to 1024 (embedding and output
     # 1024·256 each), 4 layers of 2 norms 2·256 + qkv 256·(256 + 2·64) + out 256·256 + SwiGLU
     # 3·256·688 = 692,736, final norm 256: n = 3,295,488.
-    long = make_job(LLAMA_TINY, gpus=1, training=dict(precision="fp16", seq_len=256, global_batch_size=8), mbs=8)
+    # (Megatron's default --make-vocab-size-divisible-by 128, set as vocab_divisible_by)
+    long = make_job(LLAMA_TINY, gpus=1, training=dict(precision="fp16", seq_len=256, global_batch_size=8, vocab_divisible_by=128),
+                    mbs=8)
     n = int(rank_params(long, 0).total)
     assert n == 3_295_488
     stage = memory_estimate(long).stages[0].breakdown
@@ -199,7 +201,8 @@ def test_megatron_fp16_gradient_copy_lives_in_the_step_only():
     assert stage.value("model_states/fp32_gradients") == 0
     # one 16-token sequence holds far less than 4n: the peak is the step's, with the copy and
     # without activations
-    short = make_job(LLAMA_TINY, gpus=1, training=dict(precision="fp16", seq_len=16, global_batch_size=1), mbs=1)
+    short = make_job(LLAMA_TINY, gpus=1, training=dict(precision="fp16", seq_len=16, global_batch_size=1, vocab_divisible_by=128),
+                     mbs=1)
     stage = memory_estimate(short).stages[0].breakdown
     assert stage.value("model_states") == 20 * n
     assert stage.value("activations") == 0 and stage.value("transient") == 0
@@ -214,9 +217,10 @@ def test_bf16_trained_megatron_has_no_step_copy():
 
 # nanotron's switches (TrainingSpec.grads_kept_through_backward, ddp_buckets, loss_shift_out_of_place).
 # LLAMA_TINY by hand: a layer is q, o 256·256 + k, v 256·64 + w1, w2, w3 3·256·688 + 2 norms of 256
-# = 692,736 parameters; the vocabulary pads to 1024 (tp 1): embedding and output layer 262,144 each,
-# final norm 256; 4 layers: 3,295,488 in all.
-NANOTRON = dict(grad_accumulation_fusion=False)
+# = 692,736 parameters; the vocabulary pads to 1024 (tp 1, Megatron's default --make-vocab-size-divisible-by
+# 128, set as vocab_divisible_by): embedding and output layer 262,144 each, final norm 256; 4 layers:
+# 3,295,488 in all.
+NANOTRON = dict(grad_accumulation_fusion=False, vocab_divisible_by=128)
 
 
 def test_gradients_kept_through_backward_end_the_first_backward_by_hand():
@@ -249,7 +253,7 @@ def test_ddp_buckets_and_out_of_place_loss_shift_by_hand():
     # logits' block, too small for either fp32 tensor, stays reserved: 2 bytes per logit, 262,144.
     # A layer's backward, (2·128·256 + 3·128·688)·2 = 659,456 bytes, is the larger moment; the
     # loss's blocks beyond it stay cached: 524,288 + 262,144 - 659,456 = 126,976
-    training = dict(seq_len=128, global_batch_size=2)
+    training = dict(seq_len=128, global_batch_size=2, vocab_divisible_by=128)
     job = make_job(LLAMA_TINY, gpus=2, training={**training, "ddp_buckets": True, "loss_shift_out_of_place": True})
     b = memory_estimate(job).stages[0].breakdown
     assert b.value("buffers/zero_buckets") == 6_590_976
@@ -480,7 +484,7 @@ def test_distributed_optimizer_construction_transient_by_hand():
     # torch.tensor(storage) allocates the grad buffer's 4n again before pointing at it:
     # 6,590,976 + 2·13,181,952 + 1,647,744 = 34,602,624 bytes, above training's states
     # (2n + 4n + 12n/8 = 24,716,160) plus 16 tokens' activations
-    training = dict(seq_len=16, global_batch_size=8)
+    training = dict(seq_len=16, global_batch_size=8, vocab_divisible_by=128)
     plain = memory_estimate(make_job(LLAMA_TINY, gpus=8, zero=1, training=training)).stages[0].breakdown
     init = memory_estimate(make_job(LLAMA_TINY, gpus=8, zero=1, training={**training, "param_buffer_init_copy": True})).stages[0].breakdown
     assert plain.value("model_states") == 24_716_160
@@ -697,8 +701,9 @@ def test_megatron_2023_loss_shift_beside_its_fp32_copy_by_hand():
     # tp 2, mbs 2, seq 64: t = 128 tokens, the vocabulary padded to 1024 (a multiple of 128·tp), 512
     # columns per rank, 65,536 logits. Beside the saved fp32 softmax the loss's forward holds the
     # 16-bit logits (2 bytes) and their fp32 copy (4): 65,536 x 6 = 393,216 bytes, where the in-place
-    # cross entropy has the 16-bit ones only, 65,536 x 2 = 131,072.
-    training = dict(seq_len=64, global_batch_size=8)
+    # cross entropy has the 16-bit ones only, 65,536 x 2 = 131,072. (Megatron's default padding,
+    # --make-vocab-size-divisible-by 128, set as vocab_divisible_by.)
+    training = dict(seq_len=64, global_batch_size=8, vocab_divisible_by=128)
 
     def workspace(shift: bool) -> int:
         return loss_workspace(make_job(GPT_TINY, gpus=2, tp=2, sp=True, mbs=2,

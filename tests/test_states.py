@@ -117,8 +117,9 @@ def test_one_rank_holds_every_parameter_of_the_new_layer_types(name):
 
 
 def test_tensor_parallel_split_by_hand():
-    # Llama-3.1-8B, tp=8, megatron (vocab padded to a multiple of 128·8 = 1024: 128256 -> 126 x 1024 = 129024).
-    job = make_job("llama-3.1-8b", gpus=8, tp=8, training=dict(seq_len=4096, global_batch_size=8))
+    # Llama-3.1-8B, tp=8, megatron with its default --make-vocab-size-divisible-by 128 (vocab padded to a
+    # multiple of 128·8 = 1024: 128256 -> 126 x 1024 = 129024).
+    job = make_job("llama-3.1-8b", gpus=8, tp=8, training=dict(seq_len=4096, global_batch_size=8, vocab_divisible_by=128))
     assert padded_vocab(job) == 129024
     h, f, q, kv = 4096, 14336, 4096, 1024
     layer = h * (q + 2 * kv) // 8 + q * h // 8 + 3 * h * f // 8 + 2 * h  # attention/tp, mlp/tp, 2 RMSNorms replicated

@@ -465,13 +465,13 @@ def test_unfused_gradient_accumulation_adds_a_ten_byte_pass_per_parameter_and_mi
     # bf16 grad read (2) + fp32 main grad read and write (4 + 4) = 10 bytes. LLAMA_TINY at tp 1 on
     # one GPU: 4 layers x (qkv 256x384 98,304 + out 256x256 65,536 + fc1 256x1376 352,256 + fc2
     # 688x256 176,128 + 2 norms 512) = 4 x 692,736 = 2,770,944; embedding and head over the vocabulary
-    # padded to 1024 (Megatron: a multiple of 128) 262,144 each; final norm 256: 3,295,488 parameters
-    # -> 32,954,880 bytes per micro-batch.
+    # padded to 1024 (Megatron's default --make-vocab-size-divisible-by, a multiple of 128) 262,144 each;
+    # final norm 256: 3,295,488 parameters -> 32,954,880 bytes per micro-batch.
     from cost_models import kernels as K
     from cost_models.step_time import unfused_grad_accumulation_seconds
 
-    fused = make_job(LLAMA_TINY, gpus=1, training=dict(seq_len=128))
-    unfused = make_job(LLAMA_TINY, gpus=1, training=dict(seq_len=128, grad_accumulation_fusion=False))
+    fused = make_job(LLAMA_TINY, gpus=1, training=dict(seq_len=128, vocab_divisible_by=128))
+    unfused = make_job(LLAMA_TINY, gpus=1, training=dict(seq_len=128, grad_accumulation_fusion=False, vocab_divisible_by=128))
     assert int(rank_params(unfused, 0).total) == 3_295_488
     expected = K.memory_seconds(32_954_880, unfused.cluster.gpu)
     assert unfused_grad_accumulation_seconds(unfused, 0, DEFAULT) == pytest.approx(expected)
@@ -490,28 +490,29 @@ def test_megatron_embedding_gradient_is_a_dense_table_zeroed_and_added_to_the_ma
     # F.embedding's backward zeroes a dense vocab x h gradient (16-bit write, 2 bytes) and, with
     # gradient accumulation fusion, DDP's hook adds it to the main grad (read 2 + main grad read and
     # write 2 x 4 in bf16, 2 x 2 in fp16). GPT_TINY on one GPU: word table over the vocabulary padded
-    # to 1024 (256 x 1024 = 262,144) + learned positions 1024 x 256 = 262,144: 524,288 elements.
+    # to 1024 (Megatron's default --make-vocab-size-divisible-by 128; 256 x 1024 = 262,144) + learned
+    # positions 1024 x 256 = 262,144: 524,288 elements.
     from cost_models import kernels as K
     from cost_models.step_time import embedding_grad_seconds
 
-    bf16 = make_job(GPT_TINY, gpus=1, training=dict(seq_len=128))
+    bf16 = make_job(GPT_TINY, gpus=1, training=dict(seq_len=128, vocab_divisible_by=128))
     gpu = bf16.cluster.gpu
     assert embedding_grad_seconds(bf16, 0, DEFAULT) == pytest.approx(K.memory_seconds(524_288 * 12, gpu))
-    fp16 = make_job(GPT_TINY, gpus=1, training=dict(seq_len=128, precision="fp16"))
+    fp16 = make_job(GPT_TINY, gpus=1, training=dict(seq_len=128, precision="fp16", vocab_divisible_by=128))
     assert embedding_grad_seconds(fp16, 0, DEFAULT) == pytest.approx(K.memory_seconds(524_288 * 8, gpu))
     # without the fusion the add is unfused_grad_accumulation_seconds' (every parameter): the zeroing only
-    unfused = make_job(GPT_TINY, gpus=1, training=dict(seq_len=128, grad_accumulation_fusion=False))
+    unfused = make_job(GPT_TINY, gpus=1, training=dict(seq_len=128, vocab_divisible_by=128, grad_accumulation_fusion=False))
     assert embedding_grad_seconds(unfused, 0, DEFAULT) == pytest.approx(K.memory_seconds(524_288 * 2, gpu))
     # tp 2 halves the word table only (256 x 512 + 262,144 = 393,216); LLaMA's rotary adds no table
-    tp2 = make_job(GPT_TINY, gpus=2, tp=2, training=dict(seq_len=128))
+    tp2 = make_job(GPT_TINY, gpus=2, tp=2, training=dict(seq_len=128, vocab_divisible_by=128))
     assert embedding_grad_seconds(tp2, 0, DEFAULT) == pytest.approx(K.memory_seconds(393_216 * 12, gpu))
-    llama = make_job(LLAMA_TINY, gpus=1, training=dict(seq_len=128))
+    llama = make_job(LLAMA_TINY, gpus=1, training=dict(seq_len=128, vocab_divisible_by=128))
     assert embedding_grad_seconds(llama, 0, DEFAULT) == pytest.approx(K.memory_seconds(262_144 * 12, gpu))
     # a LayerNorm after the embedding (states.embedding_params_local) adds its weight and bias, 2 x 256
     normed = make_job(GPT_TINY.model_copy(update=dict(embedding_norm=True)), gpus=1, training=dict(seq_len=128))
     assert embedding_grad_seconds(normed, 0, DEFAULT) == pytest.approx(K.memory_seconds(524_800 * 12, gpu))
     # only the first pipeline rank holds the embeddings; other frameworks are not priced here
-    pp2 = make_job(GPT_TINY, gpus=2, pp=2, training=dict(seq_len=128))
+    pp2 = make_job(GPT_TINY, gpus=2, pp=2, training=dict(seq_len=128, vocab_divisible_by=128))
     assert embedding_grad_seconds(pp2, 1, DEFAULT) == 0 < embedding_grad_seconds(pp2, 0, DEFAULT)
     titan = make_job(GPT_TINY, gpus=1, training=dict(seq_len=128, framework="torchtitan"))
     assert embedding_grad_seconds(titan, 0, DEFAULT) == 0
@@ -601,7 +602,7 @@ def test_nanotron_zero1_all_reduces_fp32_gradients_and_gathers_parameters_expose
     # 106.9 ms at the plateau. Messages of 2-4 GB reach 0.93-1.0 of it (comm.size_share), hence the range.
     from cost_models.step_time import dp_tail
 
-    base = dict(global_batch_size=2)
+    base = dict(global_batch_size=2, vocab_divisible_by=128)  # Megatron's default padding: 129,024 rows
     nanotron = make_job("llama-3.1-8b", gpus=16, tp=8, zero=1, training={**base, "zero1_blocking_sync": True})
     megatron = make_job("llama-3.1-8b", gpus=16, tp=8, zero=1, training=base)
     p = 1_004_802_048
@@ -630,7 +631,8 @@ def test_nanotron_zero1_gather_copies_one_slice_per_parameter_tensor_and_dp_rank
     # Tied on one rank, the output layer is the embedding's tensor: 6·4 + 1 + 2 − 1 = 26.
     from cost_models.step_time import nanotron_param_tensors, zero1_blocking_sync_seconds, zero1_gather_copy_seconds
 
-    job = make_job(LLAMA_TINY, gpus=4, pp=2, zero=1, training=dict(global_batch_size=16, zero1_blocking_sync=True))
+    job = make_job(LLAMA_TINY, gpus=4, pp=2, zero=1, training=dict(global_batch_size=16, zero1_blocking_sync=True,
+                                                                    vocab_divisible_by=128))  # 1000 rows -> 1024
     assert job.dp == 2 and [nanotron_param_tensors(job, r) for r in range(2)] == [13, 14]
     tied = make_job(LLAMA_TINY.model_copy(update=dict(tie_embeddings=True)), gpus=2, zero=1,
                     training=dict(global_batch_size=2, zero1_blocking_sync=True))
@@ -660,7 +662,8 @@ def test_nanotron_ddp_all_reduces_fp32_buckets_of_25_mib_of_bf16_gradients():
     from cost_models.step_time import dp_tail
 
     nanotron = make_job("llama-3.1-8b", gpus=16, tp=8, training=dict(global_batch_size=2, ddp_buckets=True,
-                                                                      grad_accumulation_fusion=False))
+                                                                      grad_accumulation_fusion=False,
+                                                                      vocab_divisible_by=128))  # 129,024 rows
     p = rank_params(nanotron, 0)
     assert (p.value("layers"), p.value("head"), p.value("embedding")) == (872_677_376, 66_064_384, 66_060_288)
 
@@ -678,7 +681,7 @@ def test_nanotron_ddp_all_reduces_fp32_buckets_of_25_mib_of_bf16_gradients():
     # buffer would reach 0.98 of the plateau (87 ms), these smaller messages less of it
     from cost_models.step_time import megatron_buckets
 
-    megatron = make_job("llama-3.1-8b", gpus=16, tp=8, training=dict(global_batch_size=2))
+    megatron = make_job("llama-3.1-8b", gpus=16, tp=8, training=dict(global_batch_size=2, vocab_divisible_by=128))
     buckets = (66_060_288, 49_295_360, *[54_542_336] * 15, 71_311_360)
     assert megatron_buckets(megatron, 0) == (buckets,) and sum(buckets) == p.total
     assert dp_tail(megatron, 0, DEFAULT) == pytest.approx((sum(ar(b) for b in buckets), ar(71_311_360)))
@@ -752,7 +755,8 @@ def test_megatron_buckets_follow_ddp_bucket_size_tensor_by_tensor():
     from cost_models.step_time import megatron_buckets, megatron_layer_tensors
     from tests.helpers import GPT_TINY
 
-    job = make_job(GPT_TINY, gpus=2, zero=1, training=dict(seq_len=512, global_batch_size=8, ddp_bucket_size=1))
+    job = make_job(GPT_TINY, gpus=2, zero=1, training=dict(seq_len=512, global_batch_size=8, ddp_bucket_size=1,
+                                                           vocab_divisible_by=128))  # Megatron's default padding
     layer = (65_536, 256, 256, 256, 196_608, 768, 256, 256, 262_144, 1_024, 262_144, 256)
     assert megatron_layer_tensors(job, 0) == layer and sum(layer) == 789_760
     (buckets,) = megatron_buckets(job, 0)
@@ -762,7 +766,7 @@ def test_megatron_buckets_follow_ddp_bucket_size_tensor_by_tensor():
     # (527,360) with layer 1's fc2 and fc1 closes the second at 1,052,928; layer 1's rest (264,192)
     # with layer 0 up to its qkv weight the third at 987,648; layer 0's qkv norm and linear_proj
     # (66,304) and both embeddings (524,288) are the last, 590,592
-    big = make_job(GPT_TINY, gpus=2, zero=1, training=dict(seq_len=512, global_batch_size=8, ddp_bucket_size=800_000))
+    big = make_job(GPT_TINY, gpus=2, zero=1, training=dict(seq_len=512, global_batch_size=8, ddp_bucket_size=800_000, vocab_divisible_by=128))
     assert megatron_buckets(big, 0) == ((1_052_672, 1_052_928, 987_648, 590_592),)
 
 
@@ -925,7 +929,8 @@ def test_apex_distributed_adam_buckets_one_layer_on_every_pipeline_rank():
 
     def job(vpp: int, apex: bool):
         return make_job(GPT_TINY, gpus=4, pp=2, vpp=vpp, zero=1,
-                        training=dict(seq_len=512, global_batch_size=8, apex_distributed_adam=apex))
+                        training=dict(seq_len=512, global_batch_size=8, apex_distributed_adam=apex,
+                                      vocab_divisible_by=128))  # 1000 rows -> 1024, Megatron's default padding
 
     layer = 789_760
     assert megatron_buckets(job(1, True), 0) == ((layer, layer + 524_288),)
@@ -950,7 +955,8 @@ def test_apex_distributed_adam_reduces_embedding_gradients_in_fp32():
     # layer's 789,760 parameters fill two whole buckets, the embeddings' 524,288 fp32 gradients one
     # bucket of their own dtype (apex_bucket_elements, bucket_collective_seconds).
     job = make_job(GPT_TINY, gpus=4, pp=2, zero=1, training=dict(seq_len=512, global_batch_size=8, apex_bucket_cap_mb=1,
-                                                                 apex_distributed_adam=True, grad_reduce_in_bf16=True))
+                                                                 apex_distributed_adam=True, grad_reduce_in_bf16=True,
+                                                                 vocab_divisible_by=128))  # 1000 rows -> 1024
     where, cl = _dense_group(job), job.cluster.spec
     bucket = 524_288
 
@@ -1142,9 +1148,9 @@ def test_megatron_unfused_cross_entropy_runs_at_the_unfused_kernels_measured_rat
 
     def job(unfused):
         return make_job(GPT_TINY, gpus=1, cluster="dgx-a100-80gb",
-                        training=dict(seq_len=512, global_batch_size=1, cross_entropy_unfused=unfused))
+                        training=dict(seq_len=512, global_batch_size=1, cross_entropy_unfused=unfused, vocab_divisible_by=128))
 
-    # 512 tokens x 1024 logits (1000 padded to a multiple of 128) x 16 bytes = 8,388,608 bytes: at
+    # 512 tokens x 1024 logits (1000 padded to a multiple of 128, Megatron's default) x 16 bytes = 8,388,608 bytes: at
     # Megatron's unfused cross entropy's 0.25 of A100's 2.039 TB/s 16.457 µs, at the fused kernels'
     # 0.29 14.187 µs, each with 4 launches of 2.6 µs. rel 1e-4: the hand arithmetic's rounding
     assert loss_time(job(True), DEFAULT) == pytest.approx(16.457e-6 + 4 * 2.6e-6, rel=1e-4)

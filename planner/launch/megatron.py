@@ -19,7 +19,7 @@ from cost_models.enums import (
 from cost_models.errors import LayoutError, SpecError
 from cost_models.job import Job
 from cost_models.model_spec import ModelSpec
-from cost_models.states import MEGATRON_VOCAB_DIVISOR, megatron_padded_vocab
+from cost_models.states import padded_vocab
 from planner.launch.shell import Raw, Word, command
 from planner.launch.slurm import environment_lines, script_head, torchrun_head
 from planner.launch.target import CHECKPOINT_DIR_LINE, MegatronFsdp, Target, save_interval_lines
@@ -42,23 +42,6 @@ QUICK_GELU_ALPHA = 1.702
 # torch.distributed's timeout, minutes: Megatron's default (DistributedInitConfig.distributed_timeout_minutes,
 # CC L77), written out so train.sh says what runs.
 DISTRIBUTED_TIMEOUT_MINUTES = 10
-
-
-def vocab_divisor(vocab: int, tp: int) -> int:
-    """The largest power of two up to Megatron's default make_vocab_size_divisible_by (128, ARG L2441)
-    with vocab % (d·tp) == 0, so the embedding is not padded; 128 when no such d exists."""
-    d = MEGATRON_VOCAB_DIVISOR
-    while d >= 1:
-        if vocab % (d * tp) == 0:
-            return d
-        d //= 2
-    return MEGATRON_VOCAB_DIVISOR
-
-
-def padded_vocab(vocab: int, tp: int) -> int:
-    """The rows --padded-vocab-size gives: Megatron's padding (cost_models.states.megatron_padded_vocab)
-    with vocab_divisor's divisor, so only a vocabulary no power of two times tp divides is padded."""
-    return megatron_padded_vocab(vocab, tp, vocab_divisor(vocab, tp))
 
 
 def fsdp_kind(job: Job, target: Target) -> MegatronFsdp | None:
@@ -402,9 +385,10 @@ def _model(job: Job) -> list[Flag]:
     # .vocab_size is len(tokenizer), megatron/core/tokenizers/text/libraries/huggingface_tokenizer.py L343-345)
     # padded to a multiple of make_vocab_size_divisible_by·tp (build_tokenizer.py L133-152), which is
     # not the model's vocabulary when the tokenizer has fewer tokens than the embedding has rows.
-    # TokenizerConfig.padded_vocab_size (TRC L682, a generated flag, ARG L3246) sets the rows;
-    # padded_vocab keeps them divisible by tp, as the vocab-parallel embedding needs.
-    out.append(("--padded-vocab-size", padded_vocab(m.vocab_size, job.layout.tp)))
+    # TokenizerConfig.padded_vocab_size (TRC L682, a generated flag, ARG L3246) sets the rows: the
+    # ones the estimate prices (cost_models.states.padded_vocab, TrainingSpec.vocab_divisible_by),
+    # divisible by tp, as the vocab-parallel embedding needs.
+    out.append(("--padded-vocab-size", padded_vocab(job)))
     if job.training.attention is AttentionKernel.EAGER:
         out.append(("--attention-backend", "unfused"))  # TC attention_backend (AttnBackend)
     if m.moe is not None:
