@@ -571,6 +571,7 @@ def stage_buffers(job: Job, rank: int) -> Breakdown:
         zero_buckets=buckets,
         fp8_weight_cache=fp8_cache,
         tp_gather=tp_gather_buffer_bytes(job),
+        tp_userbuffers=tp_userbuffers_bytes(job),
     )
 
 
@@ -613,6 +614,46 @@ def tp_gather_buffer_bytes(job: Job) -> int:
         return 0
     d = act.dims(job)
     return 2 * d.t * d.h * act.ACT_BYTES
+
+
+# Transformer Engine's userbuffers (Megatron --tp-comm-overlap): initialize_ub registers one
+# communicator per overlapped GEMM of a transformer layer, each with its own buffer of the input
+# shape: six for the all-gathers (qkv/fc1 fprop and dgrad, proj/fc2 dgrad) and four for the
+# reduce-scatters (proj/fc2 fprop, qkv/fc1 wgrad's bulk dgrad reduce-scatter)
+# (TransformerEngine@8e5f00f2, release_v0.8, transformer_engine/pytorch/module.py:152-240;
+# @9e4091e7, v1.6rc1, pytorch/module/base.py:64-228, and @f05f12c9, v2.5: the same ten names).
+# TransformerEngine 077e26c31 (2025-08-08, in release_v2.8) adds proj_wgrad and fc2_wgrad buffers
+# for the MXFP8 wgrad all-gathers; those two are not counted here.
+UB_ALL_GATHER_BUFFERS = 6
+UB_REDUCE_SCATTER_BUFFERS = 4
+
+
+def tp_userbuffers_bytes(job: Job) -> int:
+    """TrainingSpec.tp_comm_overlap under Megatron: the userbuffers Transformer Engine allocates once
+    for the run, outside torch's caching allocator, and keeps.
+
+    Shape: Megatron and NeMo hand initialize_ub [seq·mbs/cp, hidden], the whole tp group's sequence
+    (Megatron-LM@d98e8a64 megatron/training/initialize.py:223-226; NVIDIA/NeMo@0b4c3dbf, the MLPerf
+    v3.0 GPT-3 code, nemo/collections/nlp/models/language_modeling/megatron_gpt_model.py:336-339, and
+    @4068955b, v4.1, 751-756 with the /cp). Each communicator's buffer is a cudaMalloc of
+    numel·element_size of that shape inside register_user_buffer_collective, not a torch allocation
+    (TransformerEngine@8e5f00f2 pytorch/csrc/comm_gemm_overlap.h:65-68, 349-353;
+    userbuffers/userbuffers-host.cpp:302-309); the torch.empty sample it is sized from is freed on
+    return. Dtype: the all-gather buffers are uint8 under an fp8 recipe ("AllGather buffers use fp8
+    when using fp8 recipe", module.py:168-171 at 8e5f00f2; base.py:81-83, 152-155 at 9e4091e7), the
+    reduce-scatter buffers the 16-bit activation dtype. A reduce-scatter run as a ring exchange
+    (TrainingSpec.ub_ring_exchange_rs) holds 2·tp − 1 chunks of seq·mbs/(cp·tp) rows for the received
+    partial outputs instead of tp (TransformerEngine@9e4091e7 pytorch/csrc/comm_gemm_overlap.h:572-581;
+    common/comm_gemm_overlap/comm_gemm_overlap.cpp:670-681 at 40c69e75)."""
+    tr, lay = job.training, job.layout
+    if not (tr.framework is Framework.MEGATRON and tr.tp_comm_overlap and lay.tp > 1 and job.sp):
+        return 0
+    d = act.dims(job)
+    buffer = d.t * d.h  # elements of one [seq·mbs/cp, hidden] buffer
+    gather_bytes = 1 if tr.precision is Precision.FP8 and job.cluster.gpu.peak_flop_per_s.fp8 else act.ACT_BYTES
+    ring = len(tr.ub_ring_exchange_rs)  # of the two forward reduce-scatters (proj, fc2)
+    scatter_elements = (UB_REDUCE_SCATTER_BUFFERS - ring) * buffer + ring * buffer // lay.tp * (2 * lay.tp - 1)
+    return UB_ALL_GATHER_BUFFERS * buffer * gather_bytes + scatter_elements * act.ACT_BYTES
 
 
 def _process_groups(job: Job) -> int:

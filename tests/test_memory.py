@@ -714,3 +714,28 @@ def test_megatron_2023_loss_shift_beside_its_fp32_copy_by_hand():
 
     with pytest.raises(SpecError, match="loss_shift_beside_fp32_copy describes Megatron's vocab-parallel cross entropy"):
         make_job(GPT_TINY, gpus=2, tp=2, training={**training, "framework": "torchtitan", "loss_shift_beside_fp32_copy": True})
+
+
+def test_tp_userbuffers_by_hand():
+    # Megatron --tp-comm-overlap at tp 4 with sequence parallel, 128 tokens of hidden 256: Transformer
+    # Engine's ten userbuffers, each [128, 256] = 32,768 elements. fp8: six all-gather buffers of
+    # uint8 (196,608 bytes) and four bf16 reduce-scatter buffers (262,144 bytes) = 458,752 bytes.
+    training = dict(seq_len=128, global_batch_size=4, framework="megatron", tp_comm_overlap=True)
+    fp8 = make_job(LLAMA_TINY, gpus=4, tp=4, sp=True, training={**training, "precision": "fp8"})
+    assert memory_estimate(fp8).stages[0].breakdown.value("buffers/tp_userbuffers") == 458_752
+    # bf16: all ten in bf16, 10 · 32,768 · 2
+    bf16 = make_job(LLAMA_TINY, gpus=4, tp=4, sp=True, training=training)
+    assert memory_estimate(bf16).stages[0].breakdown.value("buffers/tp_userbuffers") == 655_360
+    # fc2's forward reduce-scatter as a ring exchange: its buffer holds 2·4 − 1 = 7 chunks of 32 rows,
+    # 7 · 8,192 · 2 = 114,688 bytes instead of 65,536
+    ring = make_job(LLAMA_TINY, gpus=4, tp=4, sp=True,
+                    training={**training, "precision": "fp8", "ub_ring_exchange_rs": ["fc2"]})
+    assert memory_estimate(ring).stages[0].breakdown.value("buffers/tp_userbuffers") == 458_752 - 65_536 + 114_688
+    # context parallel 2: each rank's buffers hold its 64 tokens, half as many bytes
+    cp = make_job(LLAMA_TINY, gpus=8, tp=4, cp=2, sp=True, training={**training, "precision": "fp8"})
+    assert memory_estimate(cp).stages[0].breakdown.value("buffers/tp_userbuffers") == 458_752 // 2
+    # no overlap, no buffers; torchtitan's async TP is not Transformer Engine's
+    plain = make_job(LLAMA_TINY, gpus=4, tp=4, sp=True, training={**training, "tp_comm_overlap": False})
+    assert memory_estimate(plain).stages[0].breakdown.value("buffers/tp_userbuffers") == 0
+    titan = make_job(LLAMA_TINY, gpus=2, tp=2, sp=True, training={**training, "framework": "torchtitan"})
+    assert memory_estimate(titan).stages[0].breakdown.value("buffers/tp_userbuffers") == 0

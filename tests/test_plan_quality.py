@@ -140,6 +140,35 @@ def test_torchtitan_of_december_2024_has_no_gradient_accumulation(judged) -> Non
     assert outside_space(narrowed, run.job()) == ()
 
 
+def test_mlperf_submissions_get_the_split_cp_and_fsdp_their_nemo_had(judged) -> None:  # type: ignore[no-untyped-def]
+    from cost_models.enums import Zero
+    from planner.space import cp_values, shardings, stages
+
+    runs, _, judging = judged
+
+    def spaces(run_id):  # type: ignore[no-untyped-def]
+        run = next(r for r in runs if r.id == run_id)
+        return (Problem(run.model, run.cluster, run.training),
+                Problem(run.model, run.cluster, run.training, allowed=judging[run_id].allowed))
+
+    def kinds(problem):  # type: ignore[no-untyped-def]
+        return {split_kind(st.first, st.last, st.layers) for st in stages(problem)}
+
+    # GPT-3 on NeMo 1.17's own transformer: even split, no context parallelism, no FSDP
+    free, v30 = spaces("mlperf-v3.0-nvidia-gpt3-dgxh100-64x8")
+    assert cp_values(free) != [1] and Zero.PARAMETERS in {sh.zero for sh in shardings(free)}
+    assert cp_values(v30) == [1] and {sh.zero for sh in shardings(v30)} == {Zero.NONE, Zero.OPTIMIZER}
+    assert kinds(v30) == {"even"}
+    # GPT-3 on Megatron-core 0.7 (May 2024): context parallelism and FSDP open, the split still even
+    _, v40 = spaces("mlperf-v4.0-nvidia-gpt3-dgxh100-64x8")
+    assert cp_values(v40) == cp_values(free) and kinds(v40) == {"even"}
+    # Llama 3.1 405B on Megatron-core 0.11 (Feb 2025): uneven ends, no --pipeline-model-parallel-layout
+    free, v50 = spaces("mlperf-v5.0-nvidia-llama405b-hgxh100-256x8")
+    assert "layout" in kinds(free) and kinds(v50) == {"even", "ends"}
+    # v5.1 (Megatron-core of Oct 2025) has every axis: the software is read, nothing narrowed
+    assert judging["mlperf-v5.1-nvidia-llama8b-gb200-18x4"].software and not judging["mlperf-v5.1-nvidia-llama8b-gb200-18x4"].allowed
+
+
 def test_every_chosen_published_layout_is_inside_its_software_options(judged) -> None:  # type: ignore[no-untyped-def]
     runs, _, judging = judged
     for run in runs:
