@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from cost_models.memory import DEFAULT_HEADROOM, MemoryEstimate, memory_estimate, reserved_only_bytes
+from cost_models.memory import DEFAULT_HEADROOM, OUTSIDE_ALLOCATOR, MemoryEstimate, memory_estimate, reserved_only_bytes
 from cost_models.units import GiB
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -116,12 +116,13 @@ class Row:
 
 
 def allocator_bytes(est: MemoryEstimate, metric: Metric) -> list[int]:
-    """What the caching allocator counts on each stage: the peak less the CUDA context and NCCL's
-    buffers, and for the allocated peak less the fragmentation and cached-blocks lines as well."""
+    """What the caching allocator counts on each stage: the peak less the lines allocated outside it
+    (memory.OUTSIDE_ALLOCATOR: the CUDA context, NCCL's buffers, Transformer Engine's userbuffers), and
+    for the allocated peak less the fragmentation and cached-blocks lines as well."""
     out = []
     for s in est.stages:
         b = s.breakdown
-        outside = b.value("overhead/cuda_context") + b.value("overhead/nccl")
+        outside = sum(b.value(line) for line in OUTSIDE_ALLOCATOR)
         if metric is Metric.ALLOCATED:
             outside += reserved_only_bytes(b)
         out.append(int(s.peak_bytes - outside))
@@ -389,8 +390,8 @@ def main() -> int:
     if path:
         intro = (
             "Produced by `python benchmarks/memory_accuracy.py --write docs/accuracy.md`. Measured = what each\n"
-            "source's code logs (below); predicted = the model's stage peak minus the CUDA-context and NCCL lines,\n"
-            "which the caching allocator does not see, and minus the fragmentation and cached-blocks lines (reserved,\n"
+            "source's code logs (below); predicted = the model's stage peak minus the CUDA-context, NCCL and\n"
+            "Transformer Engine userbuffer lines, which the caching allocator does not see, and minus the fragmentation and cached-blocks lines (reserved,\n"
             "not allocated) where the source logs the allocated peak; the stage is the largest one, or pipeline\n"
             "rank 0 where only global rank 0 logs.\n\n"
         )

@@ -63,6 +63,9 @@ DEFAULT_HEADROOM = 0.05  # margin left free for what no line models (allocator s
 # Reduce-scatter inputs freed ahead of the GPU (pending_scatter_bytes), reserved until their collective runs.
 PENDING = "overhead/pending_collectives"
 RESERVED_ONLY = ("overhead/fragmentation", "overhead/cached_blocks", PENDING)
+# The lines allocated outside torch's caching allocator, which neither of its counters sees: the CUDA
+# context, NCCL's buffers and Transformer Engine's userbuffers (cudaMalloc, tp_userbuffers_bytes).
+OUTSIDE_ALLOCATOR = ("overhead/cuda_context", "overhead/nccl", "buffers/tp_userbuffers")
 
 
 def reserved_only_bytes(breakdown: Breakdown) -> int:

@@ -162,6 +162,15 @@ def test_an_allocated_peak_leaves_out_the_fragmentation_and_rank_0_is_the_first_
         assert r == stage.peak_bytes - b.value("overhead/cuda_context") - b.value("overhead/nccl")
         assert a == (r - b.value("overhead/fragmentation") - b.value("overhead/cached_blocks")
                      - b.value("overhead/pending_collectives"))
+    # Transformer Engine's userbuffers (MLPerf GPT-3 runs --tp-comm-overlap) are cudaMalloc'd outside the
+    # caching allocator too: 14 bytes x 2048 x 12288 per GPU at fp8, tp 4, mbs 1 (six 1-byte all-gather
+    # buffers and four 2-byte reduce-scatter buffers of seq x hidden)
+    mlperf = memory_accuracy.memory_estimate(runs["mlperf-v3.0-nvidia-gpt3-dgxh100-64x8"].job())
+    stage = mlperf.stages[0]
+    assert stage.breakdown.value("buffers/tp_userbuffers") == 14 * 2048 * 12288
+    assert memory_accuracy.allocator_bytes(mlperf, memory_accuracy.Metric.RESERVED)[0] == (
+        stage.peak_bytes - 14 * 2048 * 12288 - stage.breakdown.value("overhead/cuda_context")
+        - stage.breakdown.value("overhead/nccl"))
     # KempnerForge logs rank 0's peak: for the 13B at tp 4, pp 2 the last stage (output layer and
     # loss) is the larger one, and the first is compared
     kempner = runs["kempnerforge-cfgval-13b-32gpu-tp4-pp2"]
