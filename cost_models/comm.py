@@ -285,7 +285,10 @@ def collective_time(op: Collective, size_bytes: float, where: Placement, cluster
     nodes = max(1, n // k)
     share = size_share(size_bytes, nodes)
     trees = (False, True) if op is Collective.ALL_REDUCE and k < n else (False,)
-    floor = min(_latency(op, where, cluster, protocol, tree) for protocol in BASE_LATENCY_S for tree in trees)
+    # NCCL's start-up per algorithm and protocol; the first, the Simple ring's (trees and
+    # BASE_LATENCY_S both start there), is also ring_fill_seconds' latency
+    latency = [_latency(op, where, cluster, protocol, tree) for tree in trees for protocol in BASE_LATENCY_S]
+    floor = min(latency)
     if op is Collective.ALL_TO_ALL and k < n:
         # (k−1)/n of what a rank sends stays on NVLink, (n−k)/n leaves through its NIC, at once
         inside = (k - 1) / n * size_bytes / (nvlink_all_to_all_busbw(cluster) * domain_link_share(cluster, k))
@@ -296,10 +299,11 @@ def collective_time(op: Collective, size_bytes: float, where: Placement, cluster
     busbw = plateau_bytes_per_s * share
     measured = measured_busbw(op, size_bytes, nodes, cluster) if k < n else None
     return max(floor, moved / (busbw if measured is None else min(busbw, measured)),
-               ring_fill_seconds(op, moved, plateau_bytes_per_s, where, cluster))
+               ring_fill_seconds(op, moved, plateau_bytes_per_s, where, cluster, latency_s=latency[0]))
 
 
-def ring_fill_seconds(op: Collective, moved_bytes: float, plateau_bytes_per_s: float, where: Placement, cluster: ClusterSpec) -> float:
+def ring_fill_seconds(op: Collective, moved_bytes: float, plateau_bytes_per_s: float, where: Placement, cluster: ClusterSpec,
+                      *, latency_s: float | None = None) -> float:
     """A ring reduce-scatter or all-gather across scale-up domains, as NCCL prices it: the ring's
     latency, per-step latencies over its n − 1 steps (_latency, Simple), plus the bytes at the plateau
     bus bandwidth (NVIDIA/nccl v2.30.7-1 src/graph/tuning.cc:411-412 ring latency, :653 ncclTopoGetAlgoTime
@@ -308,11 +312,14 @@ def ring_fill_seconds(op: Collective, moved_bytes: float, plateau_bytes_per_s: f
     members in each domain has no other algorithm for these two collectives (tuning.cc:295-297 leaves
     them PAT, ring, NVLS and CollNet; PAT needs one GPU per node, :220; NVLS across nodes and CollNet
     need CollNet (SHARP) enabled, :503-506), so its time is at least this. 0 for other collectives,
-    within one domain, and for one member per domain."""
+    within one domain, and for one member per domain. `latency_s`: that ring latency where the caller
+    has it (collective_time)."""
     n, k = where.n, where.per_domain
     if op not in (Collective.REDUCE_SCATTER, Collective.ALL_GATHER) or k >= n or k < 2:
         return 0.0
-    return _latency(op, where, cluster, "simple", False) + moved_bytes / plateau_bytes_per_s
+    if latency_s is None:
+        latency_s = _latency(op, where, cluster, "simple", False)
+    return latency_s + moved_bytes / plateau_bytes_per_s
 
 
 def nccl_sm_share(cluster: ClusterSpec, where: Placement, sms: int) -> float:

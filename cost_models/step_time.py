@@ -663,13 +663,18 @@ def recompute_kernels(job: Job, kind: LayerKind, lt: LayerTime, mode: Recompute,
     layer_pass's `recompute`: the recomputed share of the forward GEMMs (their fp8 casts counted as
     memory-bound) and of the mixer kernels; under full recompute the whole forward's elementwise ops
     too, less the block-output GEMM a compiled recomputation leaves out (pruned_block_output)."""
+    return _recomputed(job, kind, lt, mode, pruned_block_output(job, kind, mode, cal))
+
+
+def _recomputed(job: Job, kind: LayerKind, lt: LayerTime, mode: Recompute, pruned: Block | None) -> tuple[float, float, float]:
+    """recompute_kernels with the layer's pruned_block_output given."""
     share_gemm, share_attn = recomputed_share(job, mode, kind)
-    pruned = pruned_block_output(job, kind, mode, cal)
     return (share_gemm * lt.gemm - (pruned.row_fwd if pruned else 0.0), share_attn * lt.attention,
             share_gemm * lt.fp8_cast + (lt.elementwise if mode is Recompute.FULL else 0.0))
 
 
-def pruned_block_output(job: Job, kind: LayerKind, mode: Recompute, cal: Calibration) -> Block | None:
+def pruned_block_output(job: Job, kind: LayerKind, mode: Recompute, cal: Calibration,
+                        blocks: tuple[Block, ...] | None = None) -> Block | None:
     """The MLP block whose row GEMM (fc2) a full recomputation inside a torch.compile graph does not
     run again, or None. Under torch.compile the checkpointed block is traced into the joint graph with
     every node tagged for recomputation (TagActivationCheckpoint.tag_nodes, pytorch/pytorch@0109d12a
@@ -688,22 +693,23 @@ def pruned_block_output(job: Job, kind: LayerKind, mode: Recompute, cal: Calibra
     kempnerforge/distributed/parallel.py:196-216); torchtitan wraps each block, then compiles it
     ("per-TransformerBlock compile after AC wrapping", pytorch/torchtitan@820504e2
     torchtitan/models/llama3/parallelize_llama.py:76-80, @9dec370 torchtitan/parallelisms/
-    parallelize_llama.py:68-77). Dense MLP layers only."""
+    parallelize_llama.py:68-77). Dense MLP layers only. `blocks`: the layer's tp_blocks where the
+    caller has them."""
     tr = job.training
     if not (mode is Recompute.FULL and tr.compile and tr.framework is Framework.TORCHTITAN and kind.mlp and not kind.moe):
         return None
-    return next((b for b in tp_blocks(job, kind, cal=cal) if b.row.name == "mlp_fc2"), None)
+    return next((b for b in (tp_blocks(job, kind, cal=cal) if blocks is None else blocks) if b.row.name == "mlp_fc2"), None)
 
 
 def layer_pass(job: Job, kind: LayerKind, *, mode: Recompute, cal: Calibration) -> LayerPass:
     lt = layer_time(job, kind, cal=cal)
     flops = layer_flops(job, kind, mode=mode)
-    recompute = sum(recompute_kernels(job, kind, lt, mode, cal))
+    blocks = tp_blocks(job, kind, cal=cal)
+    pruned = pruned_block_output(job, kind, mode, cal, blocks)
+    recompute = sum(_recomputed(job, kind, lt, mode, pruned))
     # passes that run the layer's forward collectives: forward, and forward again under full
     # recompute (selective recompute repeats local work only)
     fwd_passes = 2 if mode is Recompute.FULL else 1
-    blocks = tp_blocks(job, kind, cal=cal)
-    pruned = pruned_block_output(job, kind, mode, cal)
     forward = tp_exposure(job, blocks, backward=False, cal=cal)
     # the recomputed forward: the forward's collectives again, less fc2's where it is pruned
     again = Exposure()

@@ -50,7 +50,7 @@ from cost_models.memory import (
 )
 from cost_models.model_spec import ModelSpec
 from cost_models.pipeline_split import virtual_stage_layers
-from cost_models.rules import fill_defaults, resolve
+from cost_models.rules import PROBLEM_RULES, fill_defaults, problem_violations, resolve
 from cost_models.states import embedding_params_local, local_layer_params, state_parts
 from cost_models.step_time import (
     TimeEstimate,
@@ -158,10 +158,12 @@ class SearchResult:
     timed_out: bool = False  # stopped by the time limit before the top k was proven
 
 
-def evaluate(problem: Problem, layout: Layout, *, headroom: float = DEFAULT_HEADROOM, calibration: Calibration = DEFAULT) -> Plan | Rejected:
-    """The exact model on one layout, as `planner estimate` runs it."""
+def evaluate(problem: Problem, layout: Layout, *, headroom: float = DEFAULT_HEADROOM, calibration: Calibration = DEFAULT,
+             waive: frozenset[str] = frozenset()) -> Plan | Rejected:
+    """The exact model on one layout, as `planner estimate` runs it. `waive`: rules not checked,
+    the caller having checked them (problem_waiver)."""
     try:
-        job = resolve(problem.model, problem.cluster, problem.training, layout)
+        job = resolve(problem.model, problem.cluster, problem.training, layout, waive)
     except SpecError as e:
         return Rejected(layout, str(e).removeprefix("layout: "))
     from planner.launch.build import launch_refusal
@@ -176,6 +178,13 @@ def evaluate(problem: Problem, layout: Layout, *, headroom: float = DEFAULT_HEAD
         gib = 1024**3
         return Rejected(layout, f"needs {mem.required_bytes / gib:.1f} GiB > {mem.usable_bytes / gib:.1f} GiB usable")
     return Plan(job=job, memory=mem, time=time_estimate(job, calibration=calibration))
+
+
+def problem_waiver(problem: Problem) -> frozenset[str]:
+    """The rules every layout of the problem may skip: PROBLEM_RULES read only the model, the
+    cluster and the training spec, so where the problem passes them once every layout does (and
+    where it breaks one, each layout is checked in full, to be refused as before)."""
+    return frozenset() if problem_violations(problem.model, problem.cluster, problem.training) else PROBLEM_RULES
 
 
 def cp_model():  # type: ignore[no-untyped-def]
@@ -784,6 +793,7 @@ def search(
     space = Space(problem, cal=calibration, usable=usable)
     feasible = space.legal & (space.mem <= usable)
     bounds = np.sort(space.lb[feasible])
+    waive = problem_waiver(problem)
     plans: list[Plan] = []
     rejected: list[Rejected] = []
     scored = 0
@@ -816,7 +826,7 @@ def search(
                 complete = False
                 break
             scored += 1
-            out = evaluate(problem, space.layout(cell, zi), headroom=headroom, calibration=calibration)
+            out = evaluate(problem, space.layout(cell, zi), headroom=headroom, calibration=calibration, waive=waive)
             (plans if isinstance(out, Plan) else rejected).append(out)  # type: ignore[arg-type]
         if progress is not None:
             progress(f"{scored} layouts scored, bound ≤ {hi / NS:.3g} s, best {plans and min(p.time.step_s for p in plans) or 0:.3g} s")
@@ -846,6 +856,7 @@ def brute_force(problem: Problem, *, top: int = 10, headroom: float = DEFAULT_HE
     rejected: list[Rejected] = []
     scored = 0
     shs = shardings(problem)
+    waive = problem_waiver(problem)
     for shard in shards(problem):
         for st in stages(problem):
             dp = degrees_ok(problem, shard, st)
@@ -855,7 +866,7 @@ def brute_force(problem: Problem, *, top: int = 10, headroom: float = DEFAULT_HE
                 if not sharding_ok(problem, st.pp, sh, dp):
                     continue
                 scored += 1
-                out = evaluate(problem, layout_of(shard, st, sh, dp), headroom=headroom, calibration=calibration)
+                out = evaluate(problem, layout_of(shard, st, sh, dp), headroom=headroom, calibration=calibration, waive=waive)
                 (plans if isinstance(out, Plan) else rejected).append(out)  # type: ignore[arg-type]
     plans = ranked(plans)
     return SearchResult(plans[:top], time.perf_counter() - start, scored, True, "brute-force", rejected)

@@ -87,6 +87,9 @@ def test_a_ring_reduce_scatter_across_many_nodes_pays_its_steps():
     latency = 8.4e-6 + 168 * 3.4e-6 + 167 * 14e-6
     assert comm.ring_fill_seconds(Collective.REDUCE_SCATTER, size, 94e9, where, H100) == pytest.approx(
         latency + size / 94e9, rel=1e-9)
+    # collective_time hands it the latency it already has: a latency given is taken as it is
+    assert comm.ring_fill_seconds(Collective.REDUCE_SCATTER, size, 94e9, where, H100, latency_s=1e-3) == pytest.approx(
+        1e-3 + size / 94e9, rel=1e-9)
     # not for an all-reduce (tree across nodes), one member a node (PAT), or inside one node
     for op, w in ((Collective.ALL_REDUCE, where), (Collective.REDUCE_SCATTER, placement(H100, 336, 8)),
                   (Collective.REDUCE_SCATTER, placement(H100, 8, 1))):

@@ -17,7 +17,7 @@ from cost_models.model_spec import ModelSpec
 from cost_models.training import TrainingSpec
 from planner import presets
 from planner.cli import app
-from planner.search import Rejected, Space, brute_force, evaluate, search
+from planner.search import Rejected, Space, brute_force, evaluate, problem_waiver, search
 from planner.space import Problem, parse_fixes
 from tests.helpers import GPT_TINY, LLAMA_TINY
 
@@ -452,6 +452,25 @@ def test_ties_go_to_memory_slack_then_fewer_axes_and_equivalents_fold():
     # b, c and a differ only in cp and tie: one row; d differs in tp, pp and cp; e does not tie
     rows = folded([b, c, d, a, e])
     assert [(plan, folds) for plan, folds in rows] == [(b, {"cp": [2, 4, 1]}), (d, {}), (e, {})]
+
+
+def test_the_problem_rules_are_checked_once_and_still_refuse_as_before():
+    # PROBLEM_RULES read no layout: a problem that passes them lets every layout of its search skip
+    # them, and the layout rules still refuse as resolve without a waiver does (mbs 3 does not
+    # divide a global batch of 8 over dp 4)
+    from cost_models.rules import PROBLEM_RULES
+
+    clean = problem(LLAMA_TINY, 4, gbs=8)
+    assert problem_waiver(clean) == PROBLEM_RULES
+    odd = Layout(mbs=3)
+    waived, full = evaluate(clean, odd, waive=PROBLEM_RULES), evaluate(clean, odd)
+    assert isinstance(waived, Rejected) and waived.reason == full.reason and "global_batch_size" in waived.reason
+    # a problem that breaks one (compile on Megatron) waives nothing: every layout is refused by it
+    compiled = Problem(LLAMA_TINY, clean.cluster, clean.training.model_copy(update={"compile": True}))
+    assert problem_waiver(compiled) == frozenset()
+    result = brute_force(compiled, top=3)
+    assert not result.plans and result.rejected
+    assert {r.reason for r in result.rejected} == {"compile is modelled for torchtitan jobs only, not megatron [megatron]"}
 
 
 def test_tp_that_does_not_divide_the_mamba_groups_is_never_priced():

@@ -886,6 +886,22 @@ def test_compiled_full_recompute_leaves_out_the_mlp_output_gemm_by_hand():
     assert eager_flop - layer_pass(j, kind, mode=Recompute.FULL, cal=DEFAULT).recompute_flop == fc2.flop
 
 
+def test_a_layer_pass_prices_its_tp_blocks_once(monkeypatch):
+    # a compiled full recomputation (the pruned fc2 above): layer_pass prices the layer's tp blocks
+    # once and hands them, with the block pruned_block_output finds in them, to the recomputed
+    # kernels, whose sum is its recompute term as recompute_kernels gives it (rel 1e-12: the same sums)
+    import cost_models.step_time as st
+
+    j = make_job(LLAMA_TINY, gpus=2, tp=2, mbs=2, recompute="full",
+                 training=dict(framework="torchtitan", seq_len=64, global_batch_size=2, compile=True))
+    kind, real, calls = LayerKind(), st.tp_blocks, []
+    expected = sum(st.recompute_kernels(j, kind, st.layer_time(j, kind, cal=DEFAULT), Recompute.FULL, DEFAULT))
+    monkeypatch.setattr(st, "tp_blocks", lambda *a, **k: calls.append(1) or real(*a, **k))
+    p = st.layer_pass(j, kind, mode=Recompute.FULL, cal=DEFAULT)
+    assert len(calls) == 1
+    assert p.compute.value("recompute") == pytest.approx(expected, rel=1e-12) and expected > 0
+
+
 def test_replicated_vocabulary_prices_the_whole_vocabulary_on_every_tp_rank_by_hand():
     # TrainingSpec.tp_replicated_vocab (KempnerForge's tp plan), LLAMA_TINY unpadded (torchtitan):
     # V = 1000, h = 256, 16-token micro-batches (mbs 1, seq 16).
