@@ -509,7 +509,7 @@ def test_megatron_embedding_gradient_is_a_dense_table_zeroed_and_added_to_the_ma
     llama = make_job(LLAMA_TINY, gpus=1, training=dict(seq_len=128, vocab_divisible_by=128))
     assert embedding_grad_seconds(llama, 0, DEFAULT) == pytest.approx(K.memory_seconds(262_144 * 12, gpu))
     # a LayerNorm after the embedding (states.embedding_params_local) adds its weight and bias, 2 x 256
-    normed = make_job(GPT_TINY.model_copy(update=dict(embedding_norm=True)), gpus=1, training=dict(seq_len=128))
+    normed = make_job(GPT_TINY.model_copy(update=dict(embedding_norm=True)), gpus=1, training=dict(seq_len=128, vocab_divisible_by=128))
     assert embedding_grad_seconds(normed, 0, DEFAULT) == pytest.approx(K.memory_seconds(524_800 * 12, gpu))
     # only the first pipeline rank holds the embeddings; other frameworks are not priced here
     pp2 = make_job(GPT_TINY, gpus=2, pp=2, training=dict(seq_len=128, vocab_divisible_by=128))
