@@ -50,8 +50,10 @@ MODEL_FILES = [
     ("model_layers_float.json", "num_layers = 4.5: Input should be a valid integer, got a number with a fractional part"),
     ("model_layers_list.yaml", "num_layers: Input should be a valid integer"),
     ("model_bool_layers.json", "num_layers = True: expected a whole number > 0, got true"),
-    ("model_unknown_key.yaml", "unknown key 'hidden_sise'; allowed keys: name, num_layers, hidden_size"),
+    ("model_unknown_key.yaml", "unknown key 'hidden_sise' (did you mean 'hidden_size'?); allowed keys: name, num_layers, hidden_size"),
     ("model_unknown_moe_key.toml", "unknown key 'moe.experts_per_token'; allowed keys: num_experts, top_k"),
+    # a misspelt required key is named as the typo it is, with the key meant, not as the key then missing
+    ("model_misspelt_required_key.yaml", "unknown key 'ffn_hiden_size' (did you mean 'ffn_hidden_size'?); allowed keys: name,"),
     ("model_missing_hidden.json", "missing required key 'hidden_size'"),
     ("model_missing_moe_field.yaml", "missing required key 'moe.top_k'"),
     ("model_zero_layers.toml", "num_layers = 0: Input should be greater than 0"),
