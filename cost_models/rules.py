@@ -257,8 +257,14 @@ def _split_hint(n: int, pp: int, vpp: int) -> str:
 def _global_batch(job: Job) -> str | None:
     b, mbs, dp = job.training.global_batch_size, job.layout.mbs, job.dp
     if b % (mbs * dp):
-        return f"global_batch_size({b}) is not divisible by mbs({mbs})·dp({dp}) = {mbs * dp}"
+        return f"global_batch_size({b}) is not divisible by mbs({mbs})·dp({dp}) = {mbs * dp}; {_nearest_batches(b, mbs * dp)}"
     return None
+
+
+def _nearest_batches(b: int, step: int) -> str:
+    """The global batches either side of b that `step` (mbs·dp) divides."""
+    near = [n for n in ((b // step) * step, (b // step + 1) * step) if n > 0]
+    return f"the nearest multiple{'s' if len(near) > 1 else ''} of {step}: --global-batch-size {' or '.join(map(str, near))}"
 
 
 def _interleaved_megatron(job: Job) -> str | None:

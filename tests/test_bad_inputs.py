@@ -168,7 +168,9 @@ FLAGS = [
     (["estimate", M, *H100, "--zero", "-1"], "zero = -1: Input should be 0, 1, 2 or 3"),
     (["estimate", M, *H100, "--seq-len", "-1"], "seq_len = -1: Input should be greater than 0"),
     (["plan", M, *H100, "--seq-len", "0"], "seq_len = 0: Input should be greater than 0"),
-    (["estimate", M, *H100, "--global-batch-size", "7"], "global_batch_size(7) is not divisible by mbs(1)·dp(8) = 8"),
+    (["estimate", M, *H100, "--global-batch-size", "7"], "global_batch_size(7) is not divisible by mbs(1)·dp(8) = 8; the nearest multiple of 8: --global-batch-size 8 ["),
+    # mbs(4)·dp(8) = 32: 130 lies between 4·32 = 128 and 5·32 = 160
+    (["estimate", M, *H100, "--global-batch-size", "130", "--mbs", "4"], "= 32; the nearest multiples of 32: --global-batch-size 128 or 160 ["),
     (["plan", M, *H100, "--global-batch-size", "0"], "global_batch_size = 0: Input should be greater than 0"),
     (["plan", M, *H100, "--seq-len", str(2**24), "--global-batch-size", str(2**24)], "tokens per step exceeds 68,719,476,736 (2^36)"),
     (["estimate", M, *H100, "--mbs", "0"], "mbs = 0: Input should be greater than 0"),
