@@ -323,6 +323,9 @@ def run_plan(
     broken = problem_violations(model_spec, cluster_obj, spec)
     if broken:
         raise SpecError(f"no layout of {model_spec.name} can run: {broken[0][1]} [{spec.framework}]")
+    off_grid = _fix_off_grid(problem)
+    if off_grid:
+        raise NoLayout(off_grid)  # about this GPU count and batch: a sweep goes on to the next count
     headroom = check_headroom(DEFAULT_HEADROOM if headroom is None else headroom)
     result = search(problem, top=top, headroom=headroom, calibration=calibration, progress=progress)
     if not result.plans:
@@ -331,6 +334,42 @@ def run_plan(
         hint = _what_fits(problem, headroom, calibration, batch_given=training.get("global_batch_size") is not None) if hints else ""
         raise NoLayout(_no_plan(problem, result) + hint)
     return PlanReport(problem=problem, result=result, headroom=headroom, outlook=outlook)
+
+
+def _fix_off_grid(problem: Any) -> str | None:
+    """A pinned tp, pp, cp, ep, mbs or dp that no layout of the problem takes, with the rule and the
+    values that it does take (planner.space's per-axis generators, the other pins lifted)."""
+    from cost_models.enums import Framework
+    from planner.space import MAX_MBS, MIN_CP_TOKENS, cp_values, ep_values, mbs_values, tp_values
+
+    m, g, b, s = problem.model, problem.gpus, problem.global_batch, problem.training.seq_len
+    domain = problem.cluster.spec.scaleup_domain_gpus
+    rules = {
+        "tp": (tp_values, f"tp must divide num_attention_heads({m.num_attention_heads}) and gpus({g})"
+               + ("" if m.mamba is None else f", the Mamba heads({m.mamba.num_heads}) and groups({m.mamba.num_groups})")
+               + ("" if problem.allow_cross_node_tp else f" and stay within the {domain}-GPU scale-up domain (--allow-cross-node-tp lifts that)")),
+        "pp": (lambda p: [d for d in range(1, g + 1) if g % d == 0 and d <= m.num_layers],
+               f"pp must divide gpus({g}) and be at most num_layers({m.num_layers})"),
+        "cp": (cp_values, "the search runs DeepSpeed without context parallelism" if problem.framework is Framework.DEEPSPEED
+               else f"cp must divide gpus({g}), and seq_len({s}) must split into 2·cp equal chunks with at least "
+                    f"{MIN_CP_TOKENS} tokens per rank"),
+        "ep": (ep_values, f"ep must divide gpus({g})" + ("" if m.moe is None else f" and num_experts({m.moe.num_experts})")),
+        "mbs": (mbs_values, f"mbs must divide global_batch_size({b}) and be at most {MAX_MBS}"),
+        "dp": (lambda p: [d for d in range(1, g + 1) if g % d == 0 and b % d == 0],
+               f"dp must divide gpus({g}) and global_batch_size({b})"),
+    }
+    for axis, (values_of, rule) in rules.items():
+        if axis not in problem.fixed:
+            continue
+        values = values_of(replace(problem, fixed={k: v for k, v in problem.fixed.items() if k != axis}))
+        if problem.fixed[axis] not in values:
+            text = f"--fix {axis}={problem.fixed[axis]}: {rule}; {axis} in {', '.join(map(str, values))}"
+            if axis == "dp" and g % int(problem.fixed[axis]) == 0:  # type: ignore[call-overload]
+                from cost_models.rules import nearest_batches
+
+                text += f"; or {nearest_batches(b, int(problem.fixed[axis]))}"  # type: ignore[call-overload]
+            return text
+    return None
 
 
 def _what_fits(problem: Any, headroom: float, calibration: Calibration, *, batch_given: bool, budget_s: float = 6.0) -> str:

@@ -188,6 +188,13 @@ FLAGS = [
     (["plan", M, *H100, "--fix", "foo=1"], "--fix 'foo=1': expected AXIS=VALUE with AXIS one of tp, sp, pp"),
     (["plan", M, *H100, "--fix", "zero=7"], "--fix zero=7: must be 0, 1, 2 or 3"),
     (["plan", M, *H100, "--fix", "recompute=most"], "--fix recompute=most: must be none, selective or full"),
+    # a pinned value no layout takes names its rule and the values that are taken, not the memory bound
+    (["plan", M, *H100, "--fix", "tp=3"], "--fix tp=3: tp must divide num_attention_heads(32) and gpus(8) and stay within the 8-GPU scale-up domain (--allow-cross-node-tp lifts that); tp in 1, 2, 4, 8"),
+    (["plan", M, *H100, "--fix", "cp=3"], "--fix cp=3: cp must divide gpus(8), and seq_len(4096) must split into 2·cp equal chunks with at least 1024 tokens per rank; cp in 1, 2, 4"),
+    (["plan", M, *H100, "--fix", "pp=64"], "--fix pp=64: pp must divide gpus(8) and be at most num_layers(32); pp in 1, 2, 4, 8"),
+    # 13 is prime: only dp 1 divides it; 8 and 16 are the multiples of dp 8 either side
+    (["plan", M, *H100, "--global-batch-size", "13", "--fix", "dp=8"], "--fix dp=8: dp must divide gpus(8) and global_batch_size(13); dp in 1; or the nearest multiples of 8: --global-batch-size 8 or 16"),
+    (["plan", M, *H100, "--global-batch-size", "24", "--fix", "mbs=32"], "--fix mbs=32: mbs must divide global_batch_size(24) and be at most 16; mbs in 1, 2, 3, 4, 6, 8, 12"),
     (["plan", M, *H100, "--top", "0"], "--top(0) must be at least 1"),
     (["plan", "llama-4-8b", *H100], "unknown model preset 'llama-4-8b'; closest: llama-3.1-8b"),
     (["plan", M, "--cluster", "dgx-h1000", "--gpus", "8"], "unknown cluster preset 'dgx-h1000'; closest: dgx-h100"),
