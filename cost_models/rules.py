@@ -200,9 +200,17 @@ def _pipeline_split(job: Job) -> str | None:
     if pp == 1:
         given = [name for name, on in (("pp_first/last_stage_layers", first is not None or last is not None),
                                        ("account_for_embedding/loss", accounted), ("pp_layout", lay.pp_layout is not None)) if on]
+        if given == ["pp_layout"]:
+            try:
+                count = len(parse_pp_layout(lay.pp_layout))  # type: ignore[arg-type]
+            except ValueError as e:
+                return f"pp_layout: {e}"
+            depths = [d for d in range(2, count + 1) if count % d == 0]
+            return (f"pp_layout needs pp > 1: give --pp {' or '.join(map(str, depths))} for its {count} stages"
+                    if depths else "pp_layout needs pp > 1: it has 1 stage; separate the stages with '|'")
         if given:
             return f"{' and '.join(given)} need pp > 1"
-        return None if vpp == 1 else f"vpp({vpp}) needs pp > 1"
+        return None if vpp == 1 else f"vpp({vpp}) needs pp > 1; give --pp too, or drop --vpp"
     if lay.pp_layout is not None:
         # transformer_config.py L2244-2260: the layout excludes the other split arguments
         if first is not None or last is not None or accounted:
@@ -257,11 +265,11 @@ def _split_hint(n: int, pp: int, vpp: int) -> str:
 def _global_batch(job: Job) -> str | None:
     b, mbs, dp = job.training.global_batch_size, job.layout.mbs, job.dp
     if b % (mbs * dp):
-        return f"global_batch_size({b}) is not divisible by mbs({mbs})·dp({dp}) = {mbs * dp}; {_nearest_batches(b, mbs * dp)}"
+        return f"global_batch_size({b}) is not divisible by mbs({mbs})·dp({dp}) = {mbs * dp}; {nearest_batches(b, mbs * dp)}"
     return None
 
 
-def _nearest_batches(b: int, step: int) -> str:
+def nearest_batches(b: int, step: int) -> str:
     """The global batches either side of b that `step` (mbs·dp) divides."""
     near = [n for n in ((b // step) * step, (b // step + 1) * step) if n > 0]
     return f"the nearest multiple{'s' if len(near) > 1 else ''} of {step}: --global-batch-size {' or '.join(map(str, near))}"

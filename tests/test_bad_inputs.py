@@ -174,7 +174,10 @@ FLAGS = [
     (["plan", M, *H100, "--global-batch-size", "0"], "global_batch_size = 0: Input should be greater than 0"),
     (["plan", M, *H100, "--seq-len", str(2**24), "--global-batch-size", str(2**24)], "tokens per step exceeds 68,719,476,736 (2^36)"),
     (["estimate", M, *H100, "--mbs", "0"], "mbs = 0: Input should be greater than 0"),
-    (["estimate", M, *H100, "--vpp", "2"], "vpp(2) needs pp > 1"),
+    (["estimate", M, *H100, "--vpp", "2"], "vpp(2) needs pp > 1; give --pp too, or drop --vpp"),
+    # a layout of 4 stages runs on pp 2 (vpp 2) or pp 4 (vpp 1)
+    (["estimate", M, *H100, "--pp-layout", "Et*8|t*8|t*8|t*8L"], "pp_layout needs pp > 1: give --pp 2 or 4 for its 4 stages"),
+    (["estimate", M, *H100, "--pp", "2", "--pp-layout", "Et*16|(t*16L"], "pp_layout: a '(' must close with ')*n' (n repeats, no nesting)"),
     (["estimate", M, *H100, "--ep", "2"], "--ep(2) > 1 needs a mixture-of-experts model; llama-3.1-8b is dense"),
     (["estimate", M, *H100, "--recompute", "selective", "--recompute-layers", "2"], "recompute_layers applies to full recompute only"),
     (["estimate", M, "--cluster", "dgx-h100", "--gpus", "24", "--pp", "3"], "num_layers(32) is not divisible by pp(3); pp in 1, 2, 4, 8, 16, 32"),
