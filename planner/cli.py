@@ -267,6 +267,9 @@ def plan(
     )] = False,
     torchtitan_version: TitanVersionOpt = TitanVersion.V03, torchtitan_model: TitanModelOpt = None,
     megatron_fsdp: MegatronFsdpOpt = MegatronFsdp.MEGATRON,
+    time_limit: Annotated[FloatOpt, typer.Option(
+        "--time-limit", help="Seconds the search may run (default 30); it then ranks the plans scored so far, not proven the fastest.",
+    )] = None,
 ) -> None:
     """Search every layout (tp/sp, pp/vpp, dp and sharding, cp, ep/etp, mbs, recompute) and rank the fastest that fit."""
     with _user_errors():
@@ -296,6 +299,7 @@ def plan(
                 outlook=_outlook(tokens, gpu_hour_cost, ckpt_write_gbps, gpu_mtbf_hours),
                 launch=LaunchOptions(torchtitan_version=torchtitan_version, torchtitan_model=torchtitan_model,
                                      megatron_fsdp=megatron_fsdp),
+                **({} if time_limit is None else {"time_limit_s": time_limit}),
             )
         finally:
             if status is not None:

@@ -137,6 +137,10 @@ class Outlook:
                             "give --tokens too, e.g. --tokens 15e12")
 
 
+# The search's time limit unless --time-limit gives another (planner.search.search's default).
+SEARCH_TIME_LIMIT_S = 30.0
+
+
 class NoLayout(SpecError):
     """The search found no layout that fits: an answer about this GPU count, not bad input."""
 
@@ -302,14 +306,18 @@ def run_plan(
     hints: bool = True,
     outlook: Outlook = Outlook(),
     launch: LaunchOptions = LaunchOptions(),
+    time_limit_s: float = SEARCH_TIME_LIMIT_S,
 ) -> PlanReport:
     """The search's report. `launch`: the options `planner launch` will run with, so that no ranked
-    layout is one that launch refuses with them (a torchtitan 0.2 model without pipelining, say)."""
+    layout is one that launch refuses with them (a torchtitan 0.2 model without pipelining, say).
+    `time_limit_s`: the search stops there with the best plans scored so far, not proven optimal."""
     from planner.search import search
     from planner.space import Problem, default_global_batch, parse_fixes
 
     if top < 1:
         raise SpecError(f"--top({top}) must be at least 1")
+    if not 0 < time_limit_s < float("inf"):
+        raise SpecError(f"--time-limit({time_limit_s:g}) must be a positive finite number of seconds, e.g. {SEARCH_TIME_LIMIT_S:g}")
     outlook.check()
     model_spec, cluster_obj, spec = load_specs(model, cluster, gpus, training)
     if spec.global_batch_size is None:
@@ -327,12 +335,12 @@ def run_plan(
     if off_grid:
         raise NoLayout(off_grid)  # about this GPU count and batch: a sweep goes on to the next count
     headroom = check_headroom(DEFAULT_HEADROOM if headroom is None else headroom)
-    result = search(problem, top=top, headroom=headroom, calibration=calibration, progress=progress)
+    result = search(problem, top=top, headroom=headroom, calibration=calibration, progress=progress, time_limit_s=time_limit_s)
     if not result.plans:
         if result.timed_out:  # not an answer about this GPU count: nothing was proven
-            raise SpecError(_no_plan(problem, result))
+            raise SpecError(_no_plan(problem, result, time_limit_s))
         hint = _what_fits(problem, headroom, calibration, batch_given=training.get("global_batch_size") is not None) if hints else ""
-        raise NoLayout(_no_plan(problem, result) + hint)
+        raise NoLayout(_no_plan(problem, result, time_limit_s) + hint)
     return PlanReport(problem=problem, result=result, headroom=headroom, outlook=outlook)
 
 
@@ -409,13 +417,15 @@ def _what_fits(problem: Any, headroom: float, calibration: Calibration, *, batch
     return f" ({'; '.join(out)})" if out else ""
 
 
-def _no_plan(problem: Any, result: Any) -> str:
+def _no_plan(problem: Any, result: Any, time_limit_s: float = SEARCH_TIME_LIMIT_S) -> str:
     """One line: why nothing fits, and the closest thing that was tried."""
     where = f"{problem.model.name} on {problem.gpus}x {problem.cluster.gpu.name}"
     fixed = f" with --fix {' '.join(f'{k}={v}' for k, v in problem.fixed.items())}" if problem.fixed else ""
     if result.timed_out:
-        return (f"the search of {where}{fixed} ran out of its {result.seconds:.0f} s time limit after scoring "
-                f"{result.candidates} layouts, none of which fits; this is not a proof that none does: pin axes with --fix")
+        scored = (f"after scoring {result.candidates} layouts, none of which fits" if result.candidates
+                  else "before scoring any layout, so none fits so far")
+        return (f"the search of {where}{fixed} ran out of its {time_limit_s:g} s time limit {scored}; this is not a "
+                f"proof that none does: raise --time-limit or pin axes with --fix")
     memory = [r for r in result.rejected if r.reason.startswith("needs ")]
     if memory:
         closest = min(memory, key=lambda r: float(r.reason.split()[1]))

@@ -199,6 +199,10 @@ FLAGS = [
     (["plan", M, *H100, "--global-batch-size", "13", "--fix", "dp=8"], "--fix dp=8: dp must divide gpus(8) and global_batch_size(13); dp in 1; or the nearest multiples of 8: --global-batch-size 8 or 16"),
     (["plan", M, *H100, "--global-batch-size", "24", "--fix", "mbs=32"], "--fix mbs=32: mbs must divide global_batch_size(24) and be at most 16; mbs in 1, 2, 3, 4, 6, 8, 12"),
     (["plan", M, *H100, "--top", "0"], "--top(0) must be at least 1"),
+    # the search's tables take far longer than a microsecond: it stops before scoring a layout, and says so
+    (["plan", M, *H100, "--time-limit", "1e-6"], "ran out of its 1e-06 s time limit before scoring any layout, so none fits so far; this is not a proof that none does: raise --time-limit"),
+    (["plan", M, *H100, "--time-limit", "0"], "--time-limit(0) must be a positive finite number of seconds, e.g. 30"),
+    (["plan", M, *H100, "--time-limit", "nan"], "--time-limit(nan) must be a positive finite number of seconds"),
     (["plan", "llama-4-8b", *H100], "unknown model preset 'llama-4-8b'; closest: llama-3.1-8b"),
     (["plan", M, "--cluster", "dgx-h1000", "--gpus", "8"], "unknown cluster preset 'dgx-h1000'; closest: dgx-h100"),
     (["estimate", M, "--cluster", str(BAD), "--gpus", "8"], "is a directory, expected a file"),
