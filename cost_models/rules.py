@@ -380,7 +380,7 @@ def _recompute_layers(job: Job) -> str | None:
     if lay.recompute_layers is None:
         return None
     if lay.recompute is not Recompute.FULL:
-        return "recompute_layers applies to full recompute only"
+        return f"recompute_layers applies to full recompute only (recompute={lay.recompute}); add --recompute full or drop --recompute-layers"
     fewest = min(len(job.stage_layer_ids(r)) for r in range(lay.pp))
     if lay.recompute_layers > fewest:
         return f"recompute_layers({lay.recompute_layers}) exceeds the {fewest} layers of the smallest stage"
