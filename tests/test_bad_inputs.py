@@ -189,6 +189,7 @@ FLAGS = [
     (["estimate", "gpt2", *H100, "--seq-len", "2048"], "seq_len(2048) exceeds max_position_embeddings(1024)"),
     # --fix, --top, presets, --cluster
     (["plan", M, *H100, "--fix", "pp=0"], "--fix pp=0: must be a positive integer"),
+    (["plan", M, *H100, "--fix", "tp=8", "--fix", "tp=4"], "--fix tp is given twice (tp=8 and tp=4); pin each axis once"),
     (["plan", M, *H100, "--fix", "foo=1"], "--fix 'foo=1': expected AXIS=VALUE with AXIS one of tp, sp, pp"),
     (["plan", M, *H100, "--fix", "zero=7"], "--fix zero=7: must be 0, 1, 2 or 3"),
     (["plan", M, *H100, "--fix", "recompute=most"], "--fix recompute=most: must be none, selective or full"),
