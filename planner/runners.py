@@ -346,9 +346,10 @@ def run_plan(
 
 def _fix_off_grid(problem: Any) -> str | None:
     """A pinned tp, pp, cp, ep, mbs or dp that no layout of the problem takes, with the rule and the
-    values that it does take (planner.space's per-axis generators, the other pins lifted)."""
+    values that it does take (planner.space's per-axis generators, the other pins lifted); or pinned
+    pipeline axes that leave no pipeline split."""
     from cost_models.enums import Framework
-    from planner.space import MAX_MBS, MIN_CP_TOKENS, cp_values, ep_values, mbs_values, tp_values
+    from planner.space import MAX_MBS, MAX_VPP, MIN_CP_TOKENS, cp_values, ep_values, mbs_values, stages, tp_values
 
     m, g, b, s = problem.model, problem.gpus, problem.global_batch, problem.training.seq_len
     domain = problem.cluster.spec.scaleup_domain_gpus
@@ -377,6 +378,12 @@ def _fix_off_grid(problem: Any) -> str | None:
 
                 text += f"; or {nearest_batches(b, int(problem.fixed[axis]))}"  # type: ignore[call-overload]
             return text
+    pins = {k: v for k, v in problem.fixed.items() if k in ("pp", "vpp", "pp_split", "recompute", "recompute_layers")}
+    if pins and next(stages(problem), None) is None:  # the search's pipeline splits (planner.space.stages)
+        vpps = "1" if problem.framework is Framework.DEEPSPEED else f"1 to {MAX_VPP}"
+        return (f"--fix {' '.join(f'{k}={v}' for k, v in pins.items())}: no pipeline split of the {m.num_layers} layers "
+                f"takes it (vpp in {vpps}, each rank's layers in vpp chunks; recompute_layers below a chunk's layers); "
+                f"relax --fix")
     return None
 
 

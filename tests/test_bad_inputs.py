@@ -199,6 +199,9 @@ FLAGS = [
     (["plan", M, *H100, "--fix", "pp=64"], "--fix pp=64: pp must divide gpus(8) and be at most num_layers(32); pp in 1, 2, 4, 8"),
     # 13 is prime: only dp 1 divides it; 8 and 16 are the multiples of dp 8 either side
     (["plan", M, *H100, "--global-batch-size", "13", "--fix", "dp=8"], "--fix dp=8: dp must divide gpus(8) and global_batch_size(13); dp in 1; or the nearest multiples of 8: --global-batch-size 8 or 16"),
+    # pinned pipeline axes that leave no split of the 32 layers: was a traceback from the search's tables
+    (["plan", M, *H100, "--fix", "vpp=9"], "--fix vpp=9: no pipeline split of the 32 layers takes it (vpp in 1 to 8"),
+    (["plan", M, *H100, "--fix", "recompute=full", "--fix", "recompute_layers=40"], "--fix recompute=full recompute_layers=40: no pipeline split"),
     (["plan", M, *H100, "--global-batch-size", "24", "--fix", "mbs=32"], "--fix mbs=32: mbs must divide global_batch_size(24) and be at most 16; mbs in 1, 2, 3, 4, 6, 8, 12"),
     (["plan", M, *H100, "--top", "0"], "--top(0) must be at least 1"),
     # the search's tables take far longer than a microsecond: it stops before scoring a layout, and says so
