@@ -349,7 +349,7 @@ def _fix_off_grid(problem: Any) -> str | None:
     values that it does take (planner.space's per-axis generators, the other pins lifted); or pinned
     pipeline axes that leave no pipeline split."""
     from cost_models.enums import Framework
-    from planner.space import MAX_MBS, MAX_VPP, MIN_CP_TOKENS, cp_values, ep_values, mbs_values, stages, tp_values
+    from planner.space import MAX_MBS, MAX_VPP, MIN_CP_TOKENS, cp_values, ep_values, mbs_values, shardings, stages, tp_values
 
     m, g, b, s = problem.model, problem.gpus, problem.global_batch, problem.training.seq_len
     domain = problem.cluster.spec.scaleup_domain_gpus
@@ -366,6 +366,7 @@ def _fix_off_grid(problem: Any) -> str | None:
         "mbs": (mbs_values, f"mbs must divide global_batch_size({b}) and be at most {MAX_MBS}"),
         "dp": (lambda p: [d for d in range(1, g + 1) if g % d == 0 and b % d == 0],
                f"dp must divide gpus({g}) and global_batch_size({b})"),
+        "zero": (lambda p: sorted({sh.zero for sh in shardings(p)}), f"the search shards {problem.framework} layouts at these ZeRO stages only"),
     }
     for axis, (values_of, rule) in rules.items():
         if axis not in problem.fixed:
@@ -444,4 +445,17 @@ def _no_plan(problem: Any, result: Any, time_limit_s: float = SEARCH_TIME_LIMIT_
         return f"no layout of {where}{fixed} is legal: {result.rejected[0].reason}; relax --fix or change --global-batch-size"
     return (f"no layout of {where}{fixed} passes the memory bound (states and activations alone exceed "
             f"{problem.cluster.gpu.hbm_bytes / 2**30:.0f} GiB) or divides --global-batch-size({problem.global_batch}); "
-            f"add GPUs, shorten --seq-len, change --global-batch-size or relax --fix")
+            f"add GPUs, shorten --seq-len, change --global-batch-size or relax --fix{_pins_refused(problem)}")
+
+
+def _pins_refused(problem: Any) -> str:
+    """The framework's rule that refuses the pinned axes with every other axis at its default, if one
+    does: the likeliest reason a pinned search has no candidate (a hint; other values may be refused too)."""
+    fields = {k: v for k, v in problem.fixed.items() if k in Layout.model_fields}
+    if not fields:
+        return ""
+    try:
+        resolve(problem.model, problem.cluster, problem.training, Layout.model_validate(fields))
+    except (SpecError, ValidationError) as e:
+        return f" (with the other axes at their defaults the pins are refused: {str(e).removeprefix('layout: ')})"
+    return ""

@@ -202,6 +202,10 @@ FLAGS = [
     # pinned pipeline axes that leave no split of the 32 layers: was a traceback from the search's tables
     (["plan", M, *H100, "--fix", "vpp=9"], "--fix vpp=9: no pipeline split of the 32 layers takes it (vpp in 1 to 8"),
     (["plan", M, *H100, "--fix", "recompute=full", "--fix", "recompute_layers=40"], "--fix recompute=full recompute_layers=40: no pipeline split"),
+    (["plan", M, *H100, "--fix", "zero=2"], "--fix zero=2: the search shards megatron layouts at these ZeRO stages only; zero in 0, 1, 3"),
+    # pins legal one by one that the framework refuses together: the rule that refuses them at the other axes' defaults
+    (["plan", M, *H100, "--fix", "zero=3", "--fix", "pp=2"], "(with the other axes at their defaults the pins are refused: Megatron's fully sharded data parallel (zero 3) runs with pp = 1"),
+    (["plan", M, *H100, "--fix", "tp=8", "--fix", "cp=2"], "(with the other axes at their defaults the pins are refused: tp(8)·pp(1)·cp(2) = 16 does not divide gpus(8))"),
     (["plan", M, *H100, "--global-batch-size", "24", "--fix", "mbs=32"], "--fix mbs=32: mbs must divide global_batch_size(24) and be at most 16; mbs in 1, 2, 3, 4, 6, 8, 12"),
     (["plan", M, *H100, "--top", "0"], "--top(0) must be at least 1"),
     # the search's tables take far longer than a microsecond: it stops before scoring a layout, and says so
