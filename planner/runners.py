@@ -348,7 +348,7 @@ def _fix_off_grid(problem: Any) -> str | None:
     """A pinned tp, pp, cp, ep, mbs or dp that no layout of the problem takes, with the rule and the
     values that it does take (planner.space's per-axis generators, the other pins lifted); or pinned
     pipeline axes that leave no pipeline split."""
-    from cost_models.enums import Framework
+    from cost_models.enums import Framework, Recompute
     from planner.space import MAX_MBS, MAX_VPP, MIN_CP_TOKENS, cp_values, ep_values, mbs_values, shardings, stages, tp_values
 
     m, g, b, s = problem.model, problem.gpus, problem.global_batch, problem.training.seq_len
@@ -379,6 +379,13 @@ def _fix_off_grid(problem: Any) -> str | None:
 
                 text += f"; or {nearest_batches(b, int(problem.fixed[axis]))}"  # type: ignore[call-overload]
             return text
+    if "recompute_layers" in problem.fixed:  # planner.space.stages: full recompute of the first k layers, Megatron only
+        if problem.framework is not Framework.MEGATRON:
+            return (f"--fix recompute_layers={problem.fixed['recompute_layers']}: the search offers full recompute of the "
+                    f"first layers of each chunk with Megatron only (--recompute-num-layers), not {problem.framework}; drop it")
+        if problem.fixed.get("recompute", Recompute.FULL) is not Recompute.FULL:
+            return (f"--fix recompute_layers={problem.fixed['recompute_layers']}: applies to full recompute only "
+                    f"(--fix recompute={problem.fixed['recompute']}); pin recompute=full or drop recompute_layers")
     pins = {k: v for k, v in problem.fixed.items() if k in ("pp", "vpp", "pp_split", "recompute", "recompute_layers")}
     if pins and next(stages(problem), None) is None:  # the search's pipeline splits (planner.space.stages)
         vpps = "1" if problem.framework is Framework.DEEPSPEED else f"1 to {MAX_VPP}"
