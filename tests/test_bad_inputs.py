@@ -212,6 +212,7 @@ FLAGS = [
     (["plan", M, *H100, "--top", "0"], "--top(0) must be at least 1"),
     # the search's tables take far longer than a microsecond: it stops before scoring a layout, and says so
     (["plan", M, *H100, "--time-limit", "1e-6"], "ran out of its 1e-06 s time limit before scoring any layout, so none fits so far; this is not a proof that none does: raise --time-limit"),
+    (["sweep", M, "--cluster", "dgx-h100", "--gpus", "8,16", "--time-limit", "1e-6"], "ran out of its 1e-06 s time limit before scoring any layout"),
     (["plan", M, *H100, "--time-limit", "0"], "--time-limit(0) must be a positive finite number of seconds, e.g. 30"),
     (["plan", M, *H100, "--time-limit", "nan"], "--time-limit(nan) must be a positive finite number of seconds"),
     (["plan", "llama-4-8b", *H100], "unknown model preset 'llama-4-8b'; closest: llama-3.1-8b"),
@@ -312,6 +313,8 @@ OUT_CASES = [
     (["validate", M, *H100, "--etp", "2", "--backend", "gloo"], "--etp(2) is the tensor-parallel size of expert layers"),
     (["launch", M, *H100, "--fix", "pp=0"], "--fix pp=0: must be a positive integer"),
     (["launch", M, *H100, "--rank", "0"], "--rank(0) must be at least 1"),
+    (["launch", M, *H100, "--time-limit", "1e-6"], "ran out of its 1e-06 s time limit before scoring any layout"),
+    (["launch", M, *H100, "--tp", "8", "--time-limit", "5"], "--time-limit steers the search; it does not combine with layout flags (tp)"),
     (["launch", M, *H100, "--tp", "8", "--port", "70000"], "--port(70000) must be between 1 and 65535"),
     (["launch", "llama-3.1-405b", *H100], "no layout of llama-3.1-405b on 8x H100-SXM"),
     (["validate", M, *H100, "--tp", "3"], "does not divide gpus(8)"),
