@@ -367,6 +367,9 @@ def _fix_off_grid(problem: Any) -> str | None:
         "dp": (lambda p: [d for d in range(1, g + 1) if g % d == 0 and b % d == 0],
                f"dp must divide gpus({g}) and global_batch_size({b})"),
         "zero": (lambda p: sorted({sh.zero for sh in shardings(p)}), f"the search shards {problem.framework} layouts at these ZeRO stages only"),
+        # the modes planner.space.stages offers (none and full only for DeepSpeed)
+        "recompute": (lambda p: [Recompute.NONE, Recompute.FULL] + ([] if p.framework is Framework.DEEPSPEED else [Recompute.SELECTIVE]),
+                      f"the search recomputes {problem.framework} layouts in these modes only"),
     }
     for axis, (values_of, rule) in rules.items():
         if axis not in problem.fixed:

@@ -204,6 +204,7 @@ FLAGS = [
     (["plan", M, *H100, "--fix", "recompute=full", "--fix", "recompute_layers=40"], "--fix recompute=full recompute_layers=40: no pipeline split"),
     (["plan", M, *H100, "--fix", "recompute=selective", "--fix", "recompute_layers=2"], "--fix recompute_layers=2: applies to full recompute only (--fix recompute=selective); pin recompute=full or drop recompute_layers"),
     (["plan", M, *H100, "--framework", "torchtitan", "--fix", "recompute_layers=2"], "--fix recompute_layers=2: the search offers full recompute of the first layers of each chunk with Megatron only"),
+    (["plan", M, *H100, "--framework", "deepspeed", "--fix", "recompute=selective"], "--fix recompute=selective: the search recomputes deepspeed layouts in these modes only; recompute in none, full"),
     (["plan", M, *H100, "--fix", "zero=2"], "--fix zero=2: the search shards megatron layouts at these ZeRO stages only; zero in 0, 1, 3"),
     # pins legal one by one that the framework refuses together: the rule that refuses them at the other axes' defaults
     (["plan", M, *H100, "--fix", "zero=3", "--fix", "pp=2"], "(with the other axes at their defaults the pins are refused: Megatron's fully sharded data parallel (zero 3) runs with pp = 1"),
