@@ -183,7 +183,8 @@ def _seq_titan(job: Job) -> str | None:
 def _positions(job: Job) -> str | None:
     m, s = job.model, job.training.seq_len
     if m.position_embedding is PositionKind.LEARNED and s > m.max_position_embeddings:
-        return f"seq_len({s}) exceeds max_position_embeddings({m.max_position_embeddings}) of the learned position table"
+        return (f"seq_len({s}) exceeds max_position_embeddings({m.max_position_embeddings}) of the learned position table; "
+                f"use --seq-len {m.max_position_embeddings} or less")
     return None
 
 
@@ -205,11 +206,14 @@ def _pipeline_split(job: Job) -> str | None:
                 count = len(parse_pp_layout(lay.pp_layout))  # type: ignore[arg-type]
             except ValueError as e:
                 return f"pp_layout: {e}"
+            broken = layout_errors(parse_pp_layout(lay.pp_layout), n, count)  # type: ignore[arg-type]
+            if broken:  # wrong at any pp: say that first
+                return broken
             depths = [d for d in range(2, count + 1) if count % d == 0]
             return (f"pp_layout needs pp > 1: give --pp {' or '.join(map(str, depths))} for its {count} stages"
                     if depths else "pp_layout needs pp > 1: it has 1 stage; separate the stages with '|'")
         if given:
-            return f"{' and '.join(given)} need pp > 1"
+            return f"{' and '.join(given)} need pp > 1; give --pp too, or drop them"
         return None if vpp == 1 else f"vpp({vpp}) needs pp > 1; give --pp too, or drop --vpp"
     if lay.pp_layout is not None:
         # transformer_config.py L2244-2260: the layout excludes the other split arguments
@@ -279,7 +283,7 @@ def _interleaved_megatron(job: Job) -> str | None:
     lay, m = job.layout, job.num_microbatches
     if job.schedule is Schedule.INTERLEAVED:
         if lay.vpp == 1:
-            return "the interleaved schedule needs vpp > 1"
+            return "the interleaved schedule needs vpp > 1; give --vpp too, or another --schedule"
         if m % lay.pp:
             return f"interleaved 1F1B needs micro-batches({m}) divisible by pp({lay.pp}) (microbatch group = pp)"
     elif lay.vpp > 1:

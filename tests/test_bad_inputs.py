@@ -182,11 +182,14 @@ FLAGS = [
     (["estimate", M, *H100, "--recompute", "selective", "--recompute-layers", "2"], "recompute_layers applies to full recompute only (recompute=selective); add --recompute full or drop --recompute-layers"),
     (["estimate", M, *H100, "--recompute-layers", "2"], "recompute_layers applies to full recompute only (recompute=none); add --recompute full or drop --recompute-layers"),
     (["estimate", M, "--cluster", "dgx-h100", "--gpus", "24", "--pp", "3"], "num_layers(32) is not divisible by pp(3); pp in 1, 2, 4, 8, 16, 32"),
-    (["estimate", M, *H100, "--pp-first-layers", "4"], "pp_first/last_stage_layers need pp > 1"),
+    (["estimate", M, *H100, "--pp-first-layers", "4"], "pp_first/last_stage_layers need pp > 1; give --pp too, or drop them"),
+    (["estimate", M, *H100, "--schedule", "interleaved"], "the interleaved schedule needs vpp > 1; give --vpp too, or another --schedule"),
+    # no E and no L: wrong at any pp, so that comes before the missing --pp
+    (["estimate", M, *H100, "--pp-layout", "(t*8|)*4"], "pp_layout needs exactly one E (embedding) and one L (loss)"),
     (["estimate", M, *H100, "--dp-shard", "3"], "dp_shard(3) does not divide dp(8); dp_shard in 1, 2, 4, 8"),
     (["estimate", M, *H100, "--sp"], "sequence parallel needs tp > 1; drop --sp or raise tp"),
     (["estimate", "qwen2.5-7b", *H100, "--tp", "8"], "num_attention_heads(28) is not divisible by tp(8); tp must divide 28: one of 1, 2, 4, 7, 14, 28"),
-    (["estimate", "gpt2", *H100, "--seq-len", "2048"], "seq_len(2048) exceeds max_position_embeddings(1024)"),
+    (["estimate", "gpt2", *H100, "--seq-len", "2048"], "seq_len(2048) exceeds max_position_embeddings(1024) of the learned position table; use --seq-len 1024 or less"),
     # --fix, --top, presets, --cluster
     (["plan", M, *H100, "--fix", "pp=0"], "--fix pp=0: must be a positive integer"),
     (["plan", M, *H100, "--fix", "tp=8", "--fix", "tp=4"], "--fix tp is given twice (tp=8 and tp=4); pin each axis once"),
