@@ -45,13 +45,15 @@ def parse_pp_layout(text: str) -> tuple[str, ...]:
                 raise ValueError(f"unrolls to more than {MAX_LAYOUT_CHARS} characters (repeat {n})")
             return m.group(1) * n
         s = pattern.sub(unroll, s)
+    if "(" in s or ")" in s:  # a group the pattern did not unroll: unbalanced, nested, or without its *n
+        raise ValueError("a '(' must close with ')*n' (n repeats, no nesting), e.g. '(tt|)*4'")
     stages = s.split("|")
     for stage in stages:
         bad = sorted(set(stage) - set(LAYER_CHARS))
         if bad:
             raise ValueError(
                 f"unknown layer character {bad[0]!r} in stage {stage!r}; use E (embedding), t (decoder layer), "
-                f"L (loss), m (multi-token prediction), '|' between stages, '(…)*n' or 'x*n' to repeat"
+                f"L (loss), m (multi-token prediction), '|' between stages, 't*n' or '(…)*n' to repeat"
             )
     return tuple(stages)
 

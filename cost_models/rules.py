@@ -183,7 +183,8 @@ def _seq_titan(job: Job) -> str | None:
 def _positions(job: Job) -> str | None:
     m, s = job.model, job.training.seq_len
     if m.position_embedding is PositionKind.LEARNED and s > m.max_position_embeddings:
-        return f"seq_len({s}) exceeds max_position_embeddings({m.max_position_embeddings}) of the learned position table"
+        return (f"seq_len({s}) exceeds max_position_embeddings({m.max_position_embeddings}) of the learned position table; "
+                f"use --seq-len {m.max_position_embeddings} or less")
     return None
 
 
@@ -200,9 +201,20 @@ def _pipeline_split(job: Job) -> str | None:
     if pp == 1:
         given = [name for name, on in (("pp_first/last_stage_layers", first is not None or last is not None),
                                        ("account_for_embedding/loss", accounted), ("pp_layout", lay.pp_layout is not None)) if on]
+        if given == ["pp_layout"]:
+            try:
+                count = len(parse_pp_layout(lay.pp_layout))  # type: ignore[arg-type]
+            except ValueError as e:
+                return f"pp_layout: {e}"
+            broken = layout_errors(parse_pp_layout(lay.pp_layout), n, count)  # type: ignore[arg-type]
+            if broken:  # wrong at any pp: say that first
+                return broken
+            depths = [d for d in range(2, count + 1) if count % d == 0]
+            return (f"pp_layout needs pp > 1: give --pp {' or '.join(map(str, depths))} for its {count} stages"
+                    if depths else "pp_layout needs pp > 1: it has 1 stage; separate the stages with '|'")
         if given:
-            return f"{' and '.join(given)} need pp > 1"
-        return None if vpp == 1 else f"vpp({vpp}) needs pp > 1"
+            return f"{' and '.join(given)} need pp > 1; give --pp too, or drop them"
+        return None if vpp == 1 else f"vpp({vpp}) needs pp > 1; give --pp too, or drop --vpp"
     if lay.pp_layout is not None:
         # transformer_config.py L2244-2260: the layout excludes the other split arguments
         if first is not None or last is not None or accounted:
@@ -257,15 +269,21 @@ def _split_hint(n: int, pp: int, vpp: int) -> str:
 def _global_batch(job: Job) -> str | None:
     b, mbs, dp = job.training.global_batch_size, job.layout.mbs, job.dp
     if b % (mbs * dp):
-        return f"global_batch_size({b}) is not divisible by mbs({mbs})·dp({dp}) = {mbs * dp}"
+        return f"global_batch_size({b}) is not divisible by mbs({mbs})·dp({dp}) = {mbs * dp}; {nearest_batches(b, mbs * dp)}"
     return None
+
+
+def nearest_batches(b: int, step: int) -> str:
+    """The global batches either side of b that `step` (mbs·dp) divides."""
+    near = [n for n in ((b // step) * step, (b // step + 1) * step) if n > 0]
+    return f"the nearest multiple{'s' if len(near) > 1 else ''} of {step}: --global-batch-size {' or '.join(map(str, near))}"
 
 
 def _interleaved_megatron(job: Job) -> str | None:
     lay, m = job.layout, job.num_microbatches
     if job.schedule is Schedule.INTERLEAVED:
         if lay.vpp == 1:
-            return "the interleaved schedule needs vpp > 1"
+            return "the interleaved schedule needs vpp > 1; give --vpp too, or another --schedule"
         if m % lay.pp:
             return f"interleaved 1F1B needs micro-batches({m}) divisible by pp({lay.pp}) (microbatch group = pp)"
     elif lay.vpp > 1:
@@ -366,7 +384,7 @@ def _recompute_layers(job: Job) -> str | None:
     if lay.recompute_layers is None:
         return None
     if lay.recompute is not Recompute.FULL:
-        return "recompute_layers applies to full recompute only"
+        return f"recompute_layers applies to full recompute only (recompute={lay.recompute}); add --recompute full or drop --recompute-layers"
     fewest = min(len(job.stage_layer_ids(r)) for r in range(lay.pp))
     if lay.recompute_layers > fewest:
         return f"recompute_layers({lay.recompute_layers}) exceeds the {fewest} layers of the smallest stage"

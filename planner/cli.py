@@ -113,6 +113,9 @@ GpuHourCost = Annotated[FloatOpt, typer.Option("--gpu-hour-cost", help="Price of
 CkptWrite = Annotated[FloatOpt, typer.Option("--ckpt-write-gbps", help="Aggregate checkpoint write bandwidth, GB/s (default: Llama 3's 2 TB/s over 16,384 GPUs, per GPU, times the GPUs).")]
 GpuMtbf = Annotated[FloatOpt, typer.Option("--gpu-mtbf-hours", help="Mean time between failures of one GPU, hours (default from Llama 3's 419 interruptions in 54 days on 16,384 GPUs).")]
 _OUTLOOK = {"tokens", "gpu_hour_cost", "ckpt_write_gbps", "gpu_mtbf_hours"}
+TimeLimit = Annotated[FloatOpt, typer.Option(
+    "--time-limit", help="Seconds the search may run (default 30); it then ranks the plans scored so far, not proven the fastest.",
+)]
 
 
 def _outlook(tokens, gpu_hour_cost, ckpt_write_gbps, gpu_mtbf_hours):  # type: ignore[no-untyped-def]
@@ -268,6 +271,7 @@ def plan(
     )] = False,
     torchtitan_version: TitanVersionOpt = TitanVersion.V03, torchtitan_model: TitanModelOpt = None,
     megatron_fsdp: MegatronFsdpOpt = MegatronFsdp.MEGATRON,
+    time_limit: TimeLimit = None,
 ) -> None:
     """Search every layout (tp/sp, pp/vpp, dp and sharding, cp, ep/etp, mbs, recompute) and rank the fastest that fit."""
     with _user_errors():
@@ -298,6 +302,7 @@ def plan(
                 outlook=_outlook(tokens, gpu_hour_cost, ckpt_write_gbps, gpu_mtbf_hours),
                 launch=LaunchOptions(torchtitan_version=torchtitan_version, torchtitan_model=torchtitan_model,
                                      megatron_fsdp=megatron_fsdp),
+                **({} if time_limit is None else {"time_limit_s": time_limit}),
             )
         finally:
             if status is not None:
@@ -330,6 +335,7 @@ def launch(
     job_name: Annotated[Optional[str], typer.Option("--job-name", help="Slurm job name (default: from the model name).")] = None,
     port: Annotated[int, typer.Option("--port", help="Rendezvous port on the first node.")] = DEFAULT_PORT,
     force: Annotated[bool, typer.Option("--force", help="Replace a non-empty --out directory.")] = False,
+    time_limit: Annotated[FloatOpt, typer.Option("--time-limit", help="Without layout flags: seconds the search may run (default 30).")] = None,
     **flags,  # type: ignore[no-untyped-def]
 ) -> None:
     """Write the files that run one plan: plan.json, README.md, train.sh and the framework's configs (job.sbatch for several nodes)."""
@@ -350,7 +356,7 @@ def launch(
             )
             cal = load_calibration(calibration) if calibration else DEFAULT
             files = run_launch(model, cluster, gpus, training=training, layout=layout, rank=rank, fixes=fix, options=options,
-                               headroom=headroom, calibration=cal, flags=True)
+                               headroom=headroom, calibration=cal, flags=True, time_limit_s=time_limit)
             written = write_launch(files, out, force=force)
     from planner.files import shown
 
@@ -441,6 +447,7 @@ def sweep(
     as_json: AsJson = False,
     png: Annotated[Optional[Path], typer.Option("--png", help="Also draw the sweep into this PNG (needs the plots extra).")] = None,
     tokens: Tokens = None, gpu_hour_cost: GpuHourCost = None, ckpt_write_gbps: CkptWrite = None, gpu_mtbf_hours: GpuMtbf = None,
+    time_limit: TimeLimit = None,
 ) -> None:
     """The best plan at each GPU count: tokens/s, tokens/s/GPU, MFU, layout, and strong-scaling efficiency."""
     with _user_errors():
@@ -460,7 +467,7 @@ def sweep(
         )
         rows = run_sweep(model, cluster, counts, training=training, fixes=fix or [], headroom=headroom,
                          allow_cross_node_tp=allow_cross_node_tp,
-                         outlook=_outlook(tokens, gpu_hour_cost, ckpt_write_gbps, gpu_mtbf_hours))
+                         outlook=_outlook(tokens, gpu_hour_cost, ckpt_write_gbps, gpu_mtbf_hours), time_limit_s=time_limit)
         if png is not None:
             from planner.plots import sweep_png
 

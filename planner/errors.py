@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -33,8 +34,10 @@ _MISSING_HINTS = {
 
 
 def spec_error(e: ValidationError, model: type[BaseModel], where: str) -> SpecError:
-    """One line: where, the field, what is wrong, and what is accepted."""
-    err = e.errors()[0]
+    """One line: where, the field, what is wrong, and what is accepted. An unknown key is named
+    before the rest: a misspelt key is also the required key that is then missing."""
+    errors = e.errors()
+    err = next((x for x in errors if x["type"] == "extra_forbidden"), errors[0])
     loc = tuple(err["loc"])
     field = ".".join(str(p) for p in loc)
     kind, msg = err["type"], err["msg"]
@@ -42,7 +45,9 @@ def spec_error(e: ValidationError, model: type[BaseModel], where: str) -> SpecEr
         msg = msg[len(_VALUE_ERROR) :]
     if kind == "extra_forbidden":
         allowed = _fields_at(model, loc[:-1])
-        text = f"unknown key {field!r}; allowed keys: {', '.join(allowed)}"
+        close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+        meant = f" (did you mean {'.'.join([*map(str, loc[:-1]), close[0]])!r}?)" if close else ""
+        text = f"unknown key {field!r}{meant}; allowed keys: {', '.join(allowed)}"
     elif kind == "missing":
         hint = _MISSING_HINTS.get(str(loc[-1]))
         text = f"missing required key {field!r}" + (f"; {hint}" if hint else "")
@@ -52,5 +57,5 @@ def spec_error(e: ValidationError, model: type[BaseModel], where: str) -> SpecEr
         text = f"{field}{shown}: {msg}"
     else:
         text = msg
-    more = len(e.errors()) - 1
+    more = len(errors) - 1
     return SpecError(f"{where}: {text}" + (f" (and {more} more)" if more else ""))

@@ -137,6 +137,10 @@ class Outlook:
                             "give --tokens too, e.g. --tokens 15e12")
 
 
+# The search's time limit unless --time-limit gives another (planner.search.search's default).
+SEARCH_TIME_LIMIT_S = 30.0
+
+
 class NoLayout(SpecError):
     """The search found no layout that fits: an answer about this GPU count, not bad input."""
 
@@ -302,14 +306,18 @@ def run_plan(
     hints: bool = True,
     outlook: Outlook = Outlook(),
     launch: LaunchOptions = LaunchOptions(),
+    time_limit_s: float = SEARCH_TIME_LIMIT_S,
 ) -> PlanReport:
     """The search's report. `launch`: the options `planner launch` will run with, so that no ranked
-    layout is one that launch refuses with them (a torchtitan 0.2 model without pipelining, say)."""
+    layout is one that launch refuses with them (a torchtitan 0.2 model without pipelining, say).
+    `time_limit_s`: the search stops there with the best plans scored so far, not proven optimal."""
     from planner.search import search
     from planner.space import Problem, default_global_batch, parse_fixes
 
     if top < 1:
         raise SpecError(f"--top({top}) must be at least 1")
+    if not 0 < time_limit_s < float("inf"):
+        raise SpecError(f"--time-limit({time_limit_s:g}) must be a positive finite number of seconds, e.g. {SEARCH_TIME_LIMIT_S:g}")
     outlook.check()
     model_spec, cluster_obj, spec = load_specs(model, cluster, gpus, training)
     if spec.global_batch_size is None:
@@ -323,14 +331,71 @@ def run_plan(
     broken = problem_violations(model_spec, cluster_obj, spec)
     if broken:
         raise SpecError(f"no layout of {model_spec.name} can run: {broken[0][1]} [{spec.framework}]")
+    off_grid = _fix_off_grid(problem)
+    if off_grid:
+        raise NoLayout(off_grid)  # about this GPU count and batch: a sweep goes on to the next count
     headroom = check_headroom(DEFAULT_HEADROOM if headroom is None else headroom)
-    result = search(problem, top=top, headroom=headroom, calibration=calibration, progress=progress)
+    result = search(problem, top=top, headroom=headroom, calibration=calibration, progress=progress, time_limit_s=time_limit_s)
     if not result.plans:
         if result.timed_out:  # not an answer about this GPU count: nothing was proven
-            raise SpecError(_no_plan(problem, result))
+            raise SpecError(_no_plan(problem, result, time_limit_s))
         hint = _what_fits(problem, headroom, calibration, batch_given=training.get("global_batch_size") is not None) if hints else ""
-        raise NoLayout(_no_plan(problem, result) + hint)
+        raise NoLayout(_no_plan(problem, result, time_limit_s) + hint)
     return PlanReport(problem=problem, result=result, headroom=headroom, outlook=outlook)
+
+
+def _fix_off_grid(problem: Any) -> str | None:
+    """A pinned tp, pp, cp, ep, mbs or dp that no layout of the problem takes, with the rule and the
+    values that it does take (planner.space's per-axis generators, the other pins lifted); or pinned
+    pipeline axes that leave no pipeline split."""
+    from cost_models.enums import Framework, Recompute
+    from planner.space import MAX_MBS, MAX_VPP, MIN_CP_TOKENS, cp_values, ep_values, mbs_values, shardings, stages, tp_values
+
+    m, g, b, s = problem.model, problem.gpus, problem.global_batch, problem.training.seq_len
+    domain = problem.cluster.spec.scaleup_domain_gpus
+    rules = {
+        "tp": (tp_values, f"tp must divide num_attention_heads({m.num_attention_heads}) and gpus({g})"
+               + ("" if m.mamba is None else f", the Mamba heads({m.mamba.num_heads}) and groups({m.mamba.num_groups})")
+               + ("" if problem.allow_cross_node_tp else f" and stay within the {domain}-GPU scale-up domain (--allow-cross-node-tp lifts that)")),
+        "pp": (lambda p: [d for d in range(1, g + 1) if g % d == 0 and d <= m.num_layers],
+               f"pp must divide gpus({g}) and be at most num_layers({m.num_layers})"),
+        "cp": (cp_values, "the search runs DeepSpeed without context parallelism" if problem.framework is Framework.DEEPSPEED
+               else f"cp must divide gpus({g}), and seq_len({s}) must split into 2·cp equal chunks with at least "
+                    f"{MIN_CP_TOKENS} tokens per rank"),
+        "ep": (ep_values, f"ep must divide gpus({g})" + ("" if m.moe is None else f" and num_experts({m.moe.num_experts})")),
+        "mbs": (mbs_values, f"mbs must divide global_batch_size({b}) and be at most {MAX_MBS}"),
+        "dp": (lambda p: [d for d in range(1, g + 1) if g % d == 0 and b % d == 0],
+               f"dp must divide gpus({g}) and global_batch_size({b})"),
+        "zero": (lambda p: sorted({sh.zero for sh in shardings(p)}), f"the search shards {problem.framework} layouts at these ZeRO stages only"),
+        # the modes planner.space.stages offers (none and full only for DeepSpeed)
+        "recompute": (lambda p: [Recompute.NONE, Recompute.FULL] + ([] if p.framework is Framework.DEEPSPEED else [Recompute.SELECTIVE]),
+                      f"the search recomputes {problem.framework} layouts in these modes only"),
+    }
+    for axis, (values_of, rule) in rules.items():
+        if axis not in problem.fixed:
+            continue
+        values = values_of(replace(problem, fixed={k: v for k, v in problem.fixed.items() if k != axis}))
+        if problem.fixed[axis] not in values:
+            text = f"--fix {axis}={problem.fixed[axis]}: {rule}; {axis} in {', '.join(map(str, values))}"
+            if axis == "dp" and g % int(problem.fixed[axis]) == 0:  # type: ignore[call-overload]
+                from cost_models.rules import nearest_batches
+
+                text += f"; or {nearest_batches(b, int(problem.fixed[axis]))}"  # type: ignore[call-overload]
+            return text
+    if "recompute_layers" in problem.fixed:  # planner.space.stages: full recompute of the first k layers, Megatron only
+        if problem.framework is not Framework.MEGATRON:
+            return (f"--fix recompute_layers={problem.fixed['recompute_layers']}: the search offers full recompute of the "
+                    f"first layers of each chunk with Megatron only (--recompute-num-layers), not {problem.framework}; drop it")
+        if problem.fixed.get("recompute", Recompute.FULL) is not Recompute.FULL:
+            return (f"--fix recompute_layers={problem.fixed['recompute_layers']}: applies to full recompute only "
+                    f"(--fix recompute={problem.fixed['recompute']}); pin recompute=full or drop recompute_layers")
+    pins = {k: v for k, v in problem.fixed.items() if k in ("pp", "vpp", "pp_split", "recompute", "recompute_layers")}
+    if pins and next(stages(problem), None) is None:  # the search's pipeline splits (planner.space.stages)
+        vpps = "1" if problem.framework is Framework.DEEPSPEED else f"1 to {MAX_VPP}"
+        return (f"--fix {' '.join(f'{k}={v}' for k, v in pins.items())}: no pipeline split of the {m.num_layers} layers "
+                f"takes it (vpp in {vpps}, each rank's layers in vpp chunks; recompute_layers below a chunk's layers); "
+                f"relax --fix")
+    return None
 
 
 def _what_fits(problem: Any, headroom: float, calibration: Calibration, *, batch_given: bool, budget_s: float = 6.0) -> str:
@@ -370,13 +435,15 @@ def _what_fits(problem: Any, headroom: float, calibration: Calibration, *, batch
     return f" ({'; '.join(out)})" if out else ""
 
 
-def _no_plan(problem: Any, result: Any) -> str:
+def _no_plan(problem: Any, result: Any, time_limit_s: float = SEARCH_TIME_LIMIT_S) -> str:
     """One line: why nothing fits, and the closest thing that was tried."""
     where = f"{problem.model.name} on {problem.gpus}x {problem.cluster.gpu.name}"
     fixed = f" with --fix {' '.join(f'{k}={v}' for k, v in problem.fixed.items())}" if problem.fixed else ""
     if result.timed_out:
-        return (f"the search of {where}{fixed} ran out of its {result.seconds:.0f} s time limit after scoring "
-                f"{result.candidates} layouts, none of which fits; this is not a proof that none does: pin axes with --fix")
+        scored = (f"after scoring {result.candidates} layouts, none of which fits" if result.candidates
+                  else "before scoring any layout, so none fits so far")
+        return (f"the search of {where}{fixed} ran out of its {time_limit_s:g} s time limit {scored}; this is not a "
+                f"proof that none does: raise --time-limit or pin axes with --fix")
     memory = [r for r in result.rejected if r.reason.startswith("needs ")]
     if memory:
         closest = min(memory, key=lambda r: float(r.reason.split()[1]))
@@ -388,4 +455,17 @@ def _no_plan(problem: Any, result: Any) -> str:
         return f"no layout of {where}{fixed} is legal: {result.rejected[0].reason}; relax --fix or change --global-batch-size"
     return (f"no layout of {where}{fixed} passes the memory bound (states and activations alone exceed "
             f"{problem.cluster.gpu.hbm_bytes / 2**30:.0f} GiB) or divides --global-batch-size({problem.global_batch}); "
-            f"add GPUs, shorten --seq-len, change --global-batch-size or relax --fix")
+            f"add GPUs, shorten --seq-len, change --global-batch-size or relax --fix{_pins_refused(problem)}")
+
+
+def _pins_refused(problem: Any) -> str:
+    """The framework's rule that refuses the pinned axes with every other axis at its default, if one
+    does: the likeliest reason a pinned search has no candidate (a hint; other values may be refused too)."""
+    fields = {k: v for k, v in problem.fixed.items() if k in Layout.model_fields}
+    if not fields:
+        return ""
+    try:
+        resolve(problem.model, problem.cluster, problem.training, Layout.model_validate(fields))
+    except (SpecError, ValidationError) as e:
+        return f" (with the other axes at their defaults the pins are refused: {str(e).removeprefix('layout: ')})"
+    return ""

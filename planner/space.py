@@ -159,6 +159,8 @@ def parse_fixes(items: list[str]) -> dict[str, object]:
         if not sep or key not in FIXABLE:
             raise SpecError(f"--fix {item!r}: expected AXIS=VALUE with AXIS one of {', '.join(FIXABLE)}")
         value = value.strip()
+        if key in out:
+            raise SpecError(f"--fix {key} is given twice ({key}={out[key]} and {key}={value}); pin each axis once")
         try:
             if key == "recompute":
                 out[key] = Recompute(value)

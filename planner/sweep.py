@@ -100,7 +100,7 @@ def _shares(report: Any) -> dict[str, float]:
 def run_sweep(
     model: str, cluster: str, counts: list[int], *, training: dict[str, Any], fixes: list[str],
     headroom: float | None = None, allow_cross_node_tp: bool = False, calibration: Calibration = DEFAULT,
-    progress: Callable[[str], None] | None = None, outlook: Any = None,
+    progress: Callable[[str], None] | None = None, outlook: Any = None, time_limit_s: float | None = None,
 ) -> list[SweepRow]:
     from planner.runners import NoLayout, Outlook, run_plan
 
@@ -112,7 +112,8 @@ def run_sweep(
         try:
             report = run_plan(model, cluster, n, training=training, fixes=fixes, top=1, headroom=headroom,
                               allow_cross_node_tp=allow_cross_node_tp, calibration=calibration, hints=False,
-                              outlook=outlook or Outlook()).plans[0]
+                              outlook=outlook or Outlook(),
+                              **({} if time_limit_s is None else {"time_limit_s": time_limit_s})).plans[0]
         except NoLayout as e:  # an infeasible count; any other SpecError is bad input and propagates
             rows.append(SweepRow(n, None, str(e).removeprefix("error: ")))
             continue

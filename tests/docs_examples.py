@@ -5,7 +5,8 @@ A code block may hold several examples: a line starting `$ planner ` (continued 
 An output holding a line that starts with `...` (maybe followed by a remark) is an excerpt: its other lines must appear, in order, in the real output.
 Commands that write under `/tmp/` write under a fresh directory instead, named back in the output.
 The examples of `planner validate` that run a job show one machine's measurement and are not re-run;
-its error examples are.
+its error examples are. A line `$ cat /tmp/DIR/FILE` shows a file an earlier example of the page wrote
+there (its README, its train.sh), whole or as an excerpt.
 
     python tests/docs_examples.py            # list the examples that differ
     python tests/docs_examples.py --write    # rewrite every full output from a fresh run, and the numbers of excerpts
@@ -31,6 +32,7 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROO
 COLUMNS = 120
 ENV = {"COLUMNS": str(COLUMNS), "NO_COLOR": "1", "TERM": "dumb"}
 ELIDED = "..."
+COMMANDS = ("$ planner ", "$ cat /tmp/")  # the lines that start an example
 # wall-clock figures a page cannot hold fixed: the search's own time on the status line
 TIMING = [(re.compile(r"^search: \d+\.\d+ s · "), "search: … s · ")]
 
@@ -68,7 +70,7 @@ def examples(page: Path) -> list[Example]:
             in_block = not in_block
             i += 1
             continue
-        if not (in_block and lines[i].startswith("$ planner ")):
+        if not (in_block and lines[i].startswith(COMMANDS)):
             i += 1
             continue
         first = i
@@ -78,9 +80,10 @@ def examples(page: Path) -> list[Example]:
             command = command[:-1] + " " + lines[i].strip()
         i += 1
         start = i
-        while i < len(lines) and not lines[i].startswith("```") and not lines[i].startswith("$ planner "):
+        while i < len(lines) and not lines[i].startswith("```") and not lines[i].startswith(COMMANDS):
             i += 1
-        found.append(Example(page, first + 1, shlex.split(command)[1:], lines[start:i], start, i))
+        words = shlex.split(command)
+        found.append(Example(page, first + 1, words if words[0] == "cat" else words[1:], lines[start:i], start, i))
     return found
 
 
@@ -102,6 +105,9 @@ def run(example: Example, scratch: Path) -> list[str]:
 
     tmp = "/tmp/"
     argv = [a.replace(tmp, f"{scratch}/", 1) if a.startswith(tmp) else a for a in example.argv]
+    if argv[0] == "cat":  # a file an earlier example wrote
+        path = Path(argv[1])
+        return path.read_text().split("\n") if path.is_file() else [f"cat: {example.argv[1]}: No such file or directory"]
     out = io.StringIO()
     with (mock.patch.object(sys, "argv", ["planner", *argv]), mock.patch.dict(os.environ, ENV),
           contextlib.redirect_stdout(out), contextlib.redirect_stderr(out), contextlib.suppress(SystemExit)):

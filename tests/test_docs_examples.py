@@ -49,3 +49,19 @@ def test_write_renews_an_excerpts_numbers_and_leaves_one_whose_lines_are_gone(tm
     gone = "```text\n$ planner presets\n...\n no-such-model 1 2 3\n```\n"
     page.write_text(gone)
     assert write(page, check_page(page)) == 0 and page.read_text() == gone
+
+
+def test_cat_shows_a_file_an_earlier_example_wrote(tmp_path):
+    launch = "$ planner launch llama-3.1-8b --cluster dgx-h100 --gpus 8 --tp 8 --framework megatron --out /tmp/l8\n"
+    head = "# Launch: llama-3.1-8b on 8x H100-SXM (megatron)"
+    page = tmp_path / "page.md"
+    for shown, stale in ((head, False), (head.replace("8x", "16x"), True), ("tp 8 (sp), pp 2", True)):
+        page.write_text("```text\n" + launch + "wrote 3 files to /tmp/l8: README.md, plan.json, train.sh\n"
+                        "$ cat /tmp/l8/README.md\n" + shown + "\n...\n```\n")
+        [(ex_launch, _, launch_diff), (ex_cat, _, diff)] = check_page(page)
+        assert launch_diff is None and ex_cat.argv == ["cat", "/tmp/l8/README.md"] and ex_cat.excerpt
+        assert (diff is not None) == stale, diff
+    # a file no example wrote is not there
+    page.write_text("```text\n$ cat /tmp/nowhere/README.md\n" + head + "\n```\n")
+    [(_, actual, diff)] = check_page(page)
+    assert actual == ["cat: /tmp/nowhere/README.md: No such file or directory"] and diff

@@ -219,7 +219,7 @@ def test_plan_json_gives_each_plan_as_estimate_does():
         (["--fix", "zero=5"], "--fix zero=5: must be 0, 1, 2 or 3"),
         (["--fix", "grad_accumulation=maybe"], "--fix grad_accumulation=maybe: must be true or false"),
         (["--top", "0"], "--top(0) must be at least 1"),
-        (["--fix", "tp=3"], "no layout of llama-3.1-8b"),
+        (["--fix", "tp=3"], "--fix tp=3: tp must divide num_attention_heads(32) and gpus(8)"),
     ],
 )
 def test_plan_bad_input_is_one_line_and_exit_2(args, message):

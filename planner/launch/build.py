@@ -337,18 +337,19 @@ def run_launch(
     headroom: float | None = None,
     calibration: Any = None,
     flags: bool = False,
+    time_limit_s: float | None = None,
 ) -> LaunchFiles:
     """Layout flags given: exactly that layout. None given: the search's plan #rank (default 1),
-    with the axes in `fixes` pinned as `planner plan --fix` pins them. `flags`: as for
-    planner.runners.build_job."""
+    with the axes in `fixes` pinned as `planner plan --fix` pins them, within `time_limit_s` (None: the
+    search's default). `flags`: as for planner.runners.build_job."""
     from cost_models.calibration import DEFAULT
     from planner.runners import run_estimate, run_plan
 
     cal = calibration or DEFAULT
     given = sorted(k for k, v in layout.items() if v is not None)
     if given:
-        if rank is not None or fixes:
-            what = "--rank" if rank is not None else "--fix"
+        if rank is not None or fixes or time_limit_s is not None:
+            what = "--rank" if rank is not None else "--fix" if fixes else "--time-limit"
             raise SpecError(f"{what} steers the search; it does not combine with layout flags ({', '.join(given)})")
         report = run_estimate(model, cluster, gpus, training=training, layout=layout, headroom=headroom, calibration=cal,
                               flags=flags)
@@ -357,7 +358,7 @@ def run_launch(
     if k < 1:
         raise SpecError(f"--rank({k}) must be at least 1")
     found = run_plan(model, cluster, gpus, training=training, fixes=fixes or [], top=k, headroom=headroom, calibration=cal,
-                     launch=options)
+                     launch=options, **({} if time_limit_s is None else {"time_limit_s": time_limit_s}))
     plans = found.plans
     if len(plans) < k:
         raise SpecError(f"--rank({k}): the search found only {len(plans)} layout(s) that fit; use --rank 1 to {len(plans)}")
