@@ -395,7 +395,7 @@ def test_memory_splits_move_layers_to_the_ranks_with_fewer_micro_batches_in_flig
 def test_a_memory_split_fits_without_recompute_where_even_and_end_splits_cannot(monkeypatch):
     # Llama-3.1-70B in torchtitan on 64 H100s at tp 2 · cp 4 · pp 8 · mbs 1 (dp 1, 128 micro-batches).
     # Under 1F1B rank r holds 8 − r micro-batches in flight, so the even split's rank 0 keeps 8 × 10
-    # layers' activations (30 GiB; its peak 82.9 GiB > 75.7 usable) and the even and end splits fit
+    # layers' activations (30 GiB; its peak 80.5 GiB > 75.7 usable) and the even and end splits fit
     # only with recompute. Fewer layers on the first ranks and more on the later ones fit without:
     # the slowest stage grows from 10 to 11 layers (+10%), less than recompute costs.
     import planner.space as space
