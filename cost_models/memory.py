@@ -631,6 +631,16 @@ UB_ALL_GATHER_BUFFERS = 6
 UB_REDUCE_SCATTER_BUFFERS = 4
 
 
+def ub_gather_bytes(job: Job) -> int:
+    """Bytes per element of what TE userbuffers all-gather: under fp8 the all-gather buffers hold
+    the fp8-cast tensors (initialize_ub's layers_all_gather_overlap, qkv/fc1 fprop and dgrad,
+    proj/fc2 dgrad: "AllGather buffers use fp8 when using fp8 recipe", a uint8 userbuffer;
+    TransformerEngine@40c69e75 transformer_engine/pytorch/module/base.py:289-299, 344, 414-417, 476-480,
+    since TransformerEngine@7d8ef9bf). The reduce-scatters stay in the 16-bit output dtype."""
+    fp8 = job.training.precision is Precision.FP8 and job.cluster.gpu.peak_flop_per_s.fp8
+    return 1 if fp8 else act.ACT_BYTES
+
+
 def tp_userbuffers_bytes(job: Job) -> int:
     """TrainingSpec.tp_comm_overlap under Megatron: the userbuffers Transformer Engine allocates once
     for the run, outside torch's caching allocator, and keeps.
@@ -653,10 +663,9 @@ def tp_userbuffers_bytes(job: Job) -> int:
         return 0
     d = act.dims(job)
     buffer = d.t * d.h  # elements of one [seq·mbs/cp, hidden] buffer
-    gather_bytes = 1 if tr.precision is Precision.FP8 and job.cluster.gpu.peak_flop_per_s.fp8 else act.ACT_BYTES
     ring = len(tr.ub_ring_exchange_rs)  # of the two forward reduce-scatters (proj, fc2)
     scatter_elements = (UB_REDUCE_SCATTER_BUFFERS - ring) * buffer + ring * buffer // lay.tp * (2 * lay.tp - 1)
-    return UB_ALL_GATHER_BUFFERS * buffer * gather_bytes + scatter_elements * act.ACT_BYTES
+    return UB_ALL_GATHER_BUFFERS * buffer * ub_gather_bytes(job) + scatter_elements * act.ACT_BYTES
 
 
 def _process_groups(job: Job) -> int:

@@ -103,7 +103,7 @@ from cost_models.hardware import ClusterSpec
 from cost_models.job import Job
 from cost_models.mamba_shard import all_to_all_widths
 from cost_models.model_spec import LayerKind, ModelSpec
-from cost_models.memory import DEEPSPEED_BUCKET_ELEMENTS, DEEPSPEED_PREFETCH_ELEMENTS, torch_pipelining
+from cost_models.memory import DEEPSPEED_BUCKET_ELEMENTS, DEEPSPEED_PREFETCH_ELEMENTS, torch_pipelining, ub_gather_bytes
 from cost_models.units import MiB
 from cost_models.params import norm_params
 from cost_models.states import dense_params, embedding_params_local, local_kv_heads, local_layer_params, local_vocab, output_layer_vocab, padded_vocab, rank_params
@@ -341,16 +341,6 @@ def column_inputs(job: Job, b: Block) -> int:
 def _userbuffers(job: Job) -> bool:
     """Megatron --tp-comm-overlap: Transformer Engine's userbuffers run the tp collectives."""
     return job.training.framework is Framework.MEGATRON and job.training.tp_comm_overlap and job.sp
-
-
-def ub_gather_bytes(job: Job) -> int:
-    """Bytes per element of what TE userbuffers all-gather: under fp8 the all-gather buffers hold
-    the fp8-cast tensors (initialize_ub's layers_all_gather_overlap, qkv/fc1 fprop and dgrad,
-    proj/fc2 dgrad: "AllGather buffers use fp8 when using fp8 recipe", a uint8 userbuffer;
-    TransformerEngine@40c69e75 transformer_engine/pytorch/module/base.py:289-299, 344, 414-417, 476-480,
-    since TransformerEngine@7d8ef9bf). The reduce-scatters stay in the 16-bit output dtype."""
-    fp8 = job.training.precision is Precision.FP8 and job.cluster.gpu.peak_flop_per_s.fp8
-    return 1 if fp8 else ACT_BYTES
 
 
 def ub_ring_chunk_seconds(job: Job, chunk_bytes: float) -> float:
