@@ -21,7 +21,7 @@ from cost_models.errors import SpecError
 from cost_models.flops import layer_gemms
 from cost_models.job import Job
 from cost_models.model_spec import LayerKind
-from cost_models.states import local_layer_params, rank_params, rank_state_bytes
+from cost_models.states import local_layer_params, mtp_module_params, rank_params, rank_state_bytes
 from cost_models.units import MiB
 
 # --- runtime constants (outside the models, each with its source) --------------------------------
@@ -333,9 +333,7 @@ def _chunk_params(job: Job, rank: int, chunk: int) -> int:
     if rank == 0 and chunk == 0:
         total += int(params.value("embedding"))
     if rank == lay.pp - 1 and chunk == lay.vpp - 1:
-        decoder = sum(local_layer_params(job, i).total for i in job.stage_layer_ids(rank))
-        mtp = int(params.value("layers") + params.value("experts")) - decoder
-        total += int(params.value("head")) + mtp
+        total += int(params.value("head")) + mtp_module_params(job).total * job.model.mtp_layers
     return total
 
 
