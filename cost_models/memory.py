@@ -629,6 +629,12 @@ UB_ALL_GATHER_BUFFERS = 6
 UB_REDUCE_SCATTER_BUFFERS = 4
 
 
+def userbuffers(job: Job) -> bool:
+    """Megatron --tp-comm-overlap: Transformer Engine's userbuffers run the tp collectives (the rule
+    tp_comm_overlap holds it to tp > 1 with sequence parallel)."""
+    return job.training.framework is Framework.MEGATRON and job.training.tp_comm_overlap and job.sp
+
+
 def ub_gather_bytes(job: Job) -> int:
     """Bytes per element of what TE userbuffers all-gather: under fp8 the all-gather buffers hold
     the fp8-cast tensors (initialize_ub's layers_all_gather_overlap, qkv/fc1 fprop and dgrad,
@@ -657,7 +663,7 @@ def tp_userbuffers_bytes(job: Job) -> int:
     partial outputs instead of tp (TransformerEngine@9e4091e7 pytorch/csrc/comm_gemm_overlap.h:572-581;
     common/comm_gemm_overlap/comm_gemm_overlap.cpp:670-681 at 40c69e75)."""
     tr, lay = job.training, job.layout
-    if not (tr.framework is Framework.MEGATRON and tr.tp_comm_overlap and lay.tp > 1 and job.sp):
+    if not userbuffers(job):
         return 0
     d = act.dims(job)
     buffer = d.t * d.h  # elements of one [seq·mbs/cp, hidden] buffer
