@@ -21,7 +21,7 @@ from cost_models.errors import SpecError
 from cost_models.flops import layer_gemms
 from cost_models.job import Job
 from cost_models.model_spec import LayerKind
-from cost_models.states import local_layer_params, rank_params, rank_state_bytes
+from cost_models.states import local_layer_params, mtp_module_params, rank_params, rank_state_bytes
 from cost_models.units import MiB
 
 # --- runtime constants (outside the models, each with its source) --------------------------------
@@ -333,9 +333,7 @@ def _chunk_params(job: Job, rank: int, chunk: int) -> int:
     if rank == 0 and chunk == 0:
         total += int(params.value("embedding"))
     if rank == lay.pp - 1 and chunk == lay.vpp - 1:
-        decoder = sum(local_layer_params(job, i).total for i in job.stage_layer_ids(rank))
-        mtp = int(params.value("layers") + params.value("experts")) - decoder
-        total += int(params.value("head")) + mtp
+        total += int(params.value("head")) + mtp_module_params(job).total * job.model.mtp_layers
     return total
 
 
@@ -631,6 +629,22 @@ UB_ALL_GATHER_BUFFERS = 6
 UB_REDUCE_SCATTER_BUFFERS = 4
 
 
+def userbuffers(job: Job) -> bool:
+    """Megatron --tp-comm-overlap: Transformer Engine's userbuffers run the tp collectives (the rule
+    tp_comm_overlap holds it to tp > 1 with sequence parallel)."""
+    return job.training.framework is Framework.MEGATRON and job.training.tp_comm_overlap and job.sp
+
+
+def ub_gather_bytes(job: Job) -> int:
+    """Bytes per element of what TE userbuffers all-gather: under fp8 the all-gather buffers hold
+    the fp8-cast tensors (initialize_ub's layers_all_gather_overlap, qkv/fc1 fprop and dgrad,
+    proj/fc2 dgrad: "AllGather buffers use fp8 when using fp8 recipe", a uint8 userbuffer;
+    TransformerEngine@40c69e75 transformer_engine/pytorch/module/base.py:289-299, 344, 414-417, 476-480,
+    since TransformerEngine@7d8ef9bf). The reduce-scatters stay in the 16-bit output dtype."""
+    fp8 = job.training.precision is Precision.FP8 and job.cluster.gpu.peak_flop_per_s.fp8
+    return 1 if fp8 else act.ACT_BYTES
+
+
 def tp_userbuffers_bytes(job: Job) -> int:
     """TrainingSpec.tp_comm_overlap under Megatron: the userbuffers Transformer Engine allocates once
     for the run, outside torch's caching allocator, and keeps.
@@ -649,14 +663,13 @@ def tp_userbuffers_bytes(job: Job) -> int:
     partial outputs instead of tp (TransformerEngine@9e4091e7 pytorch/csrc/comm_gemm_overlap.h:572-581;
     common/comm_gemm_overlap/comm_gemm_overlap.cpp:670-681 at 40c69e75)."""
     tr, lay = job.training, job.layout
-    if not (tr.framework is Framework.MEGATRON and tr.tp_comm_overlap and lay.tp > 1 and job.sp):
+    if not userbuffers(job):
         return 0
     d = act.dims(job)
     buffer = d.t * d.h  # elements of one [seq·mbs/cp, hidden] buffer
-    gather_bytes = 1 if tr.precision is Precision.FP8 and job.cluster.gpu.peak_flop_per_s.fp8 else act.ACT_BYTES
     ring = len(tr.ub_ring_exchange_rs)  # of the two forward reduce-scatters (proj, fc2)
     scatter_elements = (UB_REDUCE_SCATTER_BUFFERS - ring) * buffer + ring * buffer // lay.tp * (2 * lay.tp - 1)
-    return UB_ALL_GATHER_BUFFERS * buffer * gather_bytes + scatter_elements * act.ACT_BYTES
+    return UB_ALL_GATHER_BUFFERS * buffer * ub_gather_bytes(job) + scatter_elements * act.ACT_BYTES
 
 
 def _process_groups(job: Job) -> int:

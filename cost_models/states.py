@@ -172,16 +172,22 @@ def rank_params(job: Job, rank: int) -> Breakdown:
     return job.memo[key]
 
 
+def mtp_module_params(job: Job) -> LayerParams:
+    """Parameters of one multi-token prediction module on a rank of the last stage
+    (step_time.stage_time runs them after its last decoder layer): a decoder layer of the last
+    layer's kind, with three replicated norms and the column-parallel h x 2h eh_proj."""
+    m = job.model
+    h = m.hidden_size
+    extra = 3 * norm_params(m, h) + 2 * h * h // job.layout.tp
+    last = local_layer_params(job, m.num_layers - 1)
+    return LayerParams(dense=last.dense + extra, expert=last.expert)
+
+
 def _rank_params(job: Job, rank: int) -> Breakdown:
     layers = [local_layer_params(job, i) for i in job.stage_layer_ids(rank)]
     m = job.model
     if rank == job.layout.pp - 1 and m.mtp_layers:
-        # the MTP modules on the last stage (step_time.stage_time): a decoder layer of the last
-        # layer's kind each, with three replicated norms and the column-parallel h x 2h eh_proj
-        h = m.hidden_size
-        extra = 3 * norm_params(m, h) + 2 * h * h // job.layout.tp
-        last = local_layer_params(job, m.num_layers - 1)
-        layers += [LayerParams(dense=last.dense + extra, expert=last.expert)] * m.mtp_layers
+        layers += [mtp_module_params(job)] * m.mtp_layers
     return Breakdown.of(
         "params",
         embedding=embedding_params_local(job) if rank == 0 else 0,

@@ -103,7 +103,7 @@ from cost_models.hardware import ClusterSpec
 from cost_models.job import Job
 from cost_models.mamba_shard import all_to_all_widths
 from cost_models.model_spec import LayerKind, ModelSpec
-from cost_models.memory import DEEPSPEED_BUCKET_ELEMENTS, DEEPSPEED_PREFETCH_ELEMENTS, torch_pipelining
+from cost_models.memory import DEEPSPEED_BUCKET_ELEMENTS, DEEPSPEED_PREFETCH_ELEMENTS, torch_pipelining, ub_gather_bytes, userbuffers
 from cost_models.units import MiB
 from cost_models.params import norm_params
 from cost_models.states import dense_params, embedding_params_local, local_kv_heads, local_layer_params, local_vocab, output_layer_vocab, padded_vocab, rank_params
@@ -319,7 +319,7 @@ def _row_forward(job: Job, b: Block, rows_total: int, rs_s: float, cal: Calibrat
     exchange where the job names the GEMM (TrainingSpec.ub_ring_exchange_rs), its partials in the
     16-bit output dtype, else the pipelined split."""
     name = {"out_proj": "proj", "mlp_fc2": "fc2"}.get(b.row.name)
-    if _userbuffers(job) and name in job.training.ub_ring_exchange_rs:
+    if userbuffers(job) and name in job.training.ub_ring_exchange_rs:
         partial = ub_ring_chunk_seconds(job, rows_total // job.layout.tp * b.row.n * ACT_BYTES)
         return _ring_exchange_rs(job, b.row, rows_total, b.row_fwd, partial, cal)
     return _pipelined_rs(job, b.row, rows_total, b.row_fwd, rs_s, cal)
@@ -336,21 +336,6 @@ def column_inputs(job: Job, b: Block) -> int:
     if b.col.name in ("mlp_fc1", "shared_fc1") and job.model.mlp.gated:
         return 2
     return 1
-
-
-def _userbuffers(job: Job) -> bool:
-    """Megatron --tp-comm-overlap: Transformer Engine's userbuffers run the tp collectives."""
-    return job.training.framework is Framework.MEGATRON and job.training.tp_comm_overlap and job.sp
-
-
-def ub_gather_bytes(job: Job) -> int:
-    """Bytes per element of what TE userbuffers all-gather: under fp8 the all-gather buffers hold
-    the fp8-cast tensors (initialize_ub's layers_all_gather_overlap, qkv/fc1 fprop and dgrad,
-    proj/fc2 dgrad: "AllGather buffers use fp8 when using fp8 recipe", a uint8 userbuffer;
-    TransformerEngine@40c69e75 transformer_engine/pytorch/module/base.py:289-299, 344, 414-417, 476-480,
-    since TransformerEngine@7d8ef9bf). The reduce-scatters stay in the 16-bit output dtype."""
-    fp8 = job.training.precision is Precision.FP8 and job.cluster.gpu.peak_flop_per_s.fp8
-    return 1 if fp8 else ACT_BYTES
 
 
 def ub_ring_chunk_seconds(job: Job, chunk_bytes: float) -> float:
@@ -414,7 +399,7 @@ def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Cal
     out = Exposure()
     h = job.model.hidden_size
 
-    ub = _userbuffers(job)
+    ub = userbuffers(job)
 
     def collectives(width: int) -> tuple[float, float, float, float]:
         """(all-gather, reduce-scatter, all-reduce, one ring-exchange chunk) of t x width activations;

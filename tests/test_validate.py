@@ -95,6 +95,12 @@ def test_megatron_plans_run_as_pytorch_native_jobs():
                             {"seq_len": 4096}, {"tp": 2, "zero": 1})
     assert str(job.training.framework) == "torchtitan" and int(job.zero) == 2
     assert any("zero 1 runs as FSDP2" in n for n in notes)
+    # Megatron's vocabulary padding (vocab_divisible_by, as `planner plan --vocab-divisible-by` writes it)
+    # is no field of the native job, whose embedding has the model's 128256 rows: dropped, not refused
+    job, notes = native_job(presets.models()["llama-3.1-8b"], presets.clusters()["dgx-h100"], 8,
+                            {"framework": "megatron", "vocab_divisible_by": 64}, {"tp": 2})
+    assert job.training.vocab_divisible_by is None and job.model.vocab_size == 128256
+    assert any("vocab_divisible_by dropped" in n for n in notes)
 
 
 def test_layouts_the_worker_lacks_are_refused_with_the_reason():

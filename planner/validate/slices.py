@@ -153,6 +153,9 @@ def native_job(model: ModelSpec, cluster: ClusterSpec, gpus: int, training: dict
             lay["zero"] = Zero.GRADIENTS
         if "etp" in lay:
             lay["etp"] = 1
+        if tr.pop("vocab_divisible_by", None) is not None:
+            # Megatron's padding (states.padded_vocab): the native job's embedding has the model's rows
+            notes.append("vocab_divisible_by dropped: the PyTorch-native model has the vocabulary unpadded")
         tr["framework"] = Framework.TORCHTITAN
     try:
         spec = TrainingSpec.model_validate(tr)
