@@ -101,6 +101,12 @@ def test_megatron_plans_run_as_pytorch_native_jobs():
                             {"framework": "megatron", "vocab_divisible_by": 64}, {"tp": 2})
     assert job.training.vocab_divisible_by is None and job.model.vocab_size == 128256
     assert any("vocab_divisible_by dropped" in n for n in notes)
+    # so is Megatron's --grad-reduce-in-bf16 (any switch whose rule holds as planned and breaks natively),
+    # said in the rule's words
+    job, notes = native_job(presets.models()["llama-3.1-8b"], presets.clusters()["dgx-h100"], 8,
+                            {"framework": "megatron", "grad_reduce_in_bf16": True}, {"tp": 2})
+    assert not job.training.grad_reduce_in_bf16
+    assert any(n.startswith("grad_reduce_in_bf16 dropped: grad_reduce_in_bf16 is Megatron's") for n in notes), notes
 
 
 def test_layouts_the_worker_lacks_are_refused_with_the_reason():

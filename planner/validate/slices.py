@@ -32,7 +32,7 @@ from cost_models.hardware import Cluster, ClusterSpec
 from cost_models.job import Job
 from cost_models.layout import Layout
 from cost_models.model_spec import MambaSpec, ModelSpec, MoESpec
-from cost_models.rules import resolve
+from cost_models.rules import fill_defaults, resolve, violations
 from cost_models.states import local_vocab
 from cost_models.training import TrainingSpec
 from planner.errors import spec_error
@@ -134,6 +134,20 @@ def read_plan(plan_dir: Path) -> tuple[ModelSpec, ClusterSpec, int, dict[str, An
 NATIVE_WAIVED = frozenset({"hybrid_framework"})
 
 
+def _without_foreign_switches(model: ModelSpec, cl: Cluster, spec: TrainingSpec, layout: Layout, planned: Framework,
+                              planned_layout: Layout, notes: list[str]) -> TrainingSpec:
+    """The native job's training spec less the switches that describe the plan's own framework's
+    code (rules named after a TrainingSpec field, e.g. Megatron's vocab_divisible_by,
+    grad_reduce_in_bf16, fp8_param_gather) which hold for the plan as planned and break for the
+    native job: the native job runs without them, each said in a note with the rule's own words."""
+    own = {name for name, _ in violations(fill_defaults(model, cl, spec.model_copy(update={"framework": planned}), planned_layout))}
+    broken = [(name, message) for name, message in violations(fill_defaults(model, cl, spec, layout))
+              if name in TrainingSpec.model_fields and name not in own]
+    for name, message in broken:
+        notes.append(f"{name} dropped: {message.split(';')[0]}")
+    return spec.model_copy(update={name: TrainingSpec.model_fields[name].default for name, _ in broken})
+
+
 def native_job(model: ModelSpec, cluster: ClusterSpec, gpus: int, training: dict[str, Any], layout: dict[str, Any]) -> tuple[Job, list[str]]:
     """The plan resolved as the PyTorch-native job validate runs, and notes on what changed."""
     notes: list[str] = []
@@ -153,15 +167,15 @@ def native_job(model: ModelSpec, cluster: ClusterSpec, gpus: int, training: dict
             lay["zero"] = Zero.GRADIENTS
         if "etp" in lay:
             lay["etp"] = 1
-        if tr.pop("vocab_divisible_by", None) is not None:
-            # Megatron's padding (states.padded_vocab): the native job's embedding has the model's rows
-            notes.append("vocab_divisible_by dropped: the PyTorch-native model has the vocabulary unpadded")
         tr["framework"] = Framework.TORCHTITAN
     try:
         spec = TrainingSpec.model_validate(tr)
         lay_spec = Layout.model_validate(lay)
     except ValidationError as e:
         raise spec_error(e, TrainingSpec, "training") from None
+    if framework is not Framework.TORCHTITAN:
+        planned_layout = Layout.model_validate({k: v for k, v in layout.items() if v is not None})
+        spec = _without_foreign_switches(model, cl, spec, lay_spec, framework, planned_layout, notes)
     try:
         job = resolve(model, cl, spec, lay_spec, NATIVE_WAIVED)
     except SpecError as e:
