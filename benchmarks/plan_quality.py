@@ -174,7 +174,7 @@ def outside_space(problem: Problem, job: Job) -> tuple[tuple[str, str], ...]:
     if (lay.pp, lay.vpp, counts, lay.recompute, lay.recompute_layers) not in made:
         splits = sorted({c for pp, vpp, c, _, _ in made if (pp, vpp) == (lay.pp, lay.vpp)})
         if lay.vpp > MAX_VPP:
-            why.append(("vpp", f"vpp {lay.vpp} > {MAX_VPP}"))
+            why.append(("vpp", f"vpp {lay.vpp} > {MAX_VPP} without an even split"))
         elif not splits:
             why.append(("vpp", f"vpp {lay.vpp} at pp {lay.pp} is not searched"))
         elif counts not in splits:

@@ -20,7 +20,10 @@ Bounds of the search, beyond the frameworks' rules:
   flight; --pipeline-model-parallel-layout, where the framework can launch it);
 - torchtitan also takes the split it generates where none is given (generated_split), whose
   chunks on one rank may differ;
-- vpp is at most MAX_VPP;
+- vpp is at most MAX_VPP, or above it where the layers split evenly into pp·vpp chunks (the even
+  split only: NVIDIA's MLPerf GPT-3 175B runs 96 layers at pp 8 · vpp 12, one layer a chunk,
+  mlcommons training_results_v3.0 NVIDIA/benchmarks/gpt3/implementations/pytorch/config_common.sh
+  INTERLEAVED_PIPELINE=12);
 - HSDP shard groups are powers of two from 8 to 256 data-parallel ranks.
 
 A Problem may pin an axis (`fixed`, what `plan --fix` sets) or narrow it to a set of values
@@ -485,6 +488,13 @@ def _uneven_ends(counts: tuple[int, ...]) -> tuple[int | None, int | None] | Non
     return (None if counts[0] == mid else counts[0]), (None if counts[-1] == mid else counts[-1])
 
 
+def vpp_values(num_layers: int, pp: int) -> list[int]:
+    """The virtual stages a pipeline depth is searched with: 1 to MAX_VPP, and each larger vpp whose
+    pp·vpp chunks split the layers evenly."""
+    even = num_layers // pp if num_layers % pp == 0 else 0
+    return [*range(1, MAX_VPP + 1), *(v for v in range(MAX_VPP + 1, even + 1) if even % v == 0)]
+
+
 def splits(problem: Problem, pp: int, head: float) -> list[Split]:
     """(vpp, first, last, layers) of a pipeline depth: per vpp, the even split where the layers
     divide; the CP-SAT split (_split) as Megatron's --decoder-first/last-pipeline-num-layers, None
@@ -495,7 +505,7 @@ def splits(problem: Problem, pp: int, head: float) -> list[Split]:
     n, fw = problem.model.num_layers, problem.framework
     if pp == 1:
         return [(1, None, None, None)]
-    vpps = [1] if fw is Framework.DEEPSPEED else list(range(1, MAX_VPP + 1))
+    vpps = [1] if fw is Framework.DEEPSPEED else vpp_values(n, pp)
     out: dict[tuple[int, tuple[int, ...]], Split] = {}  # (vpp, per-rank counts) -> the split
 
     def add(vpp: int, first: int | None, last: int | None, layers: tuple[int, ...] | None = None) -> None:
@@ -507,6 +517,8 @@ def splits(problem: Problem, pp: int, head: float) -> list[Split]:
     for vpp in _fixed(problem, "vpp", vpps):
         if n % pp == 0 and (n // pp) % vpp == 0:
             add(vpp, None, None)
+        if vpp > MAX_VPP:
+            continue
         best = _split(n, pp, vpp, head)
         if best is None:
             continue

@@ -562,3 +562,22 @@ def test_torchtitan_searches_its_generated_pipeline_split():
         ["layers.0"], ["layers.1", "layers.2"], ["layers.3", "layers.4"], ["layers.5"]]
     # Megatron has no such default: its space holds equal chunks per rank only
     assert all(st.chunks is None for st in stages(problem(model, 4, gbs=8, tp=1, cp=1, pp=2, vpp=2, mbs=1)))
+
+
+def test_vpp_above_eight_is_searched_where_the_layers_split_evenly():
+    # GPT-3 175B's 96 layers at pp 8 are 12 a rank: vpp 12 (one layer a chunk, NVIDIA's MLPerf GPT-3
+    # layout) splits evenly, 9 to 11 do not; Llama-3.1-405B's 126 layers do not divide by 8 at all
+    from planner.space import vpp_values
+
+    assert vpp_values(96, 8) == [1, 2, 3, 4, 5, 6, 7, 8, 12]
+    assert vpp_values(126, 8) == list(range(1, 9))
+    assert vpp_values(80, 4) == [*range(1, 9), 10, 20]
+    args = ["gpt3-175b", "--cluster", "dgx-h100", "--gpus", "512", "--seq-len", "2048", "--global-batch-size", "1536",
+            "--dtype", "fp8", "--tp-comm-overlap"]
+    res = runner.invoke(app, ["plan", *args, "--top", "1", "--json", "--fix", "tp=4", "--fix", "pp=8", "--fix", "vpp=12"])
+    assert res.exit_code == 0, res.output
+    best = json.loads(res.output)["plans"][0]
+    assert (best["layout"]["pp"], best["layout"]["vpp"]) == (8, 12)
+    # an uneven vpp above eight stays out: --fix vpp=10 at pp 8 has no split
+    res = runner.invoke(app, ["plan", *args, "--fix", "pp=8", "--fix", "vpp=10"])
+    assert res.exit_code == 2 and "no pipeline split" in res.output, res.output
