@@ -361,6 +361,8 @@ def launch(
     from planner.files import shown
 
     print(f"wrote {len(written)} files to {shown(out)}: {', '.join(p.name for p in written)}")
+    if files.unproven:
+        print(f"plan #{files.rank} is not proven the fastest: {files.unproven}", file=sys.stderr)
 
 
 @app.command()

@@ -713,3 +713,23 @@ def test_megatron_passes_the_ddp_bucket_size_it_priced():
     assert ("--ddp-bucket-size", 64) in _sharding(job, Target(job))
     default = make_job("llama-3.1-8b", gpus=16, zero=1, training=dict(global_batch_size=64))
     assert not [f for f in _sharding(default, Target(default)) if f[0] == "--ddp-bucket-size"]
+
+
+def test_a_plan_the_search_did_not_prove_is_launched_saying_so(monkeypatch, tmp_path):
+    # A search stopped by its time limit ranks the layouts scored so far: the launch takes #1 of those,
+    # and its README.md and the command say that a faster layout may exist
+    import dataclasses
+
+    import planner.search as search
+
+    real = search.search
+    monkeypatch.setattr(search, "search", lambda *a, **k: dataclasses.replace(real(*a, **k), optimal=False, timed_out=True))
+    files = run_launch("llama-3.1-8b", "dgx-h100", 8, training={}, layout={}, time_limit_s=5)
+    assert files.unproven.startswith("the search stopped at its 5 s time limit after scoring")
+    assert "Not proven: the search stopped at its 5 s time limit" in files.files["README.md"].text
+    res = CliRunner().invoke(app, ["launch", "llama-3.1-8b", "--cluster", "dgx-h100", "--gpus", "8", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0 and "plan #1 is not proven the fastest" in res.output, res.output
+    # a proven search says nothing of the kind
+    monkeypatch.setattr(search, "search", real)
+    proven = run_launch("llama-3.1-8b", "dgx-h100", 8, training={}, layout={})
+    assert proven.unproven == "" and "Not proven" not in proven.files["README.md"].text

@@ -38,6 +38,7 @@ class LaunchFiles:
     files: dict[str, File]
     report: EstimateReport
     rank: int | None  # the plan's rank in the search, None for a layout given by flags
+    unproven: str = ""  # why the search's rank is not proven (it stopped at its time limit), "" where it is
 
 
 def _targets(target: Target) -> str:
@@ -105,8 +106,10 @@ def single_axes(job: Job, options: LaunchOptions = LaunchOptions()) -> dict[str,
     return {} if emitter is None else emitter.single_axes(target)
 
 
-def build_launch(report: EstimateReport, options: LaunchOptions = LaunchOptions(), *, rank: int | None = None) -> LaunchFiles:
-    """All files in memory; raises SpecError for a plan the framework cannot run or express."""
+def build_launch(report: EstimateReport, options: LaunchOptions = LaunchOptions(), *, rank: int | None = None,
+                 unproven: str = "") -> LaunchFiles:
+    """All files in memory; raises SpecError for a plan the framework cannot run or express. `unproven`:
+    why plan #rank is not proven to be that (LaunchFiles.unproven), said in README.md."""
     check_hf_source(report.job)
     steps, minutes = checkpoint_steps(report)
     target = Target(report.job, options, save_interval=steps, checkpoint_minutes=minutes)
@@ -124,8 +127,8 @@ def build_launch(report: EstimateReport, options: LaunchOptions = LaunchOptions(
 
     doc = finite_json(plan_document(target, report, rank, sorted(files) + ["README.md", "plan.json"]))
     files["plan.json"] = File(json.dumps(doc, indent=2, allow_nan=False) + "\n")
-    files["README.md"] = File(readme(target, report, rank, files))
-    return LaunchFiles(files=dict(sorted(files.items())), report=report, rank=rank)
+    files["README.md"] = File(readme(target, report, rank, files, unproven))
+    return LaunchFiles(files=dict(sorted(files.items())), report=report, rank=rank, unproven=unproven)
 
 
 def plan_document(target: Target, report: EstimateReport, rank: int | None, names: list[str]) -> dict[str, Any]:
@@ -192,7 +195,7 @@ _ABOUT = {
 }
 
 
-def readme(target: Target, report: EstimateReport, rank: int | None, files: dict[str, File]) -> str:
+def readme(target: Target, report: EstimateReport, rank: int | None, files: dict[str, File], unproven: str = "") -> str:
     job, doc = target.job, report.to_json()
     fw = job.training.framework
     t, thr, mem = doc["time"], doc["throughput"], doc["memory"]
@@ -201,7 +204,7 @@ def readme(target: Target, report: EstimateReport, rank: int | None, files: dict
     lines = [
         f"# Launch: {name} on {job.gpus}x {job.cluster.gpu.name} ({fw})",
         "",
-        f"Written by `planner launch` from {origin}, for {_targets(target)}.",
+        f"Written by `planner launch` from {origin}, for {_targets(target)}." + (f" Not proven: {unproven}." if unproven else ""),
         "",
         "## Layout",
         "",
@@ -343,7 +346,7 @@ def run_launch(
     with the axes in `fixes` pinned as `planner plan --fix` pins them, within `time_limit_s` (None: the
     search's default). `flags`: as for planner.runners.build_job."""
     from cost_models.calibration import DEFAULT
-    from planner.runners import run_estimate, run_plan
+    from planner.runners import SEARCH_TIME_LIMIT_S, run_estimate, run_plan
 
     cal = calibration or DEFAULT
     given = sorted(k for k, v in layout.items() if v is not None)
@@ -362,8 +365,12 @@ def run_launch(
     plans = found.plans
     if len(plans) < k:
         raise SpecError(f"--rank({k}): the search found only {len(plans)} layout(s) that fit; use --rank 1 to {len(plans)}")
+    r = found.result
+    unproven = "" if r.optimal else (
+        f"the search stopped at its {time_limit_s or SEARCH_TIME_LIMIT_S:g} s time limit after scoring {r.candidates} "
+        f"layouts, so a faster one may exist; raise --time-limit or pin axes with --fix")
     try:
-        return build_launch(plans[k - 1], options, rank=k)
+        return build_launch(plans[k - 1], options, rank=k, unproven=unproven)
     except SpecError as e:
         raise SpecError(f"plan #{k} of the search cannot be launched: {e}; steer the search with --fix "
                         f"(e.g. --fix pp=1) or pick another --rank") from None
