@@ -516,7 +516,8 @@ def render_sweep(rows: list[Any], console: Console) -> None:
     best = max((r.report.time.tokens_per_s_per_gpu for r in rows if r.report is not None), default=0.0)
     for r in rows:
         if r.report is None:
-            table.add_row(str(r.gpus), "[red]no layout fits[/]", *[""] * (len(table.columns) - 2))
+            what = "[yellow]search timed out: no answer[/]" if r.timed_out else "[red]no layout fits[/]"
+            table.add_row(str(r.gpus), what, *[""] * (len(table.columns) - 2))
             continue
         t = r.report.time
         bar = Text("█" * max(1, round(bar_width * t.tokens_per_s_per_gpu / best)), style="cyan")
@@ -524,7 +525,8 @@ def render_sweep(rows: list[Any], console: Console) -> None:
         if costs:
             c = r.report.cost
             extra = [f"{c.days:,.1f}", f"{c.gpu_hours:,.0f}", "" if c.cost is None else f"{c.cost:,.0f}"]
-        table.add_row(str(r.gpus), Text(short_layout(r.report.job)), f"{t.tokens_per_s:,.0f}", f"{t.tokens_per_s_per_gpu:,.0f}",
+        layout = short_layout(r.report.job) + (" (not proven: timed out)" if r.timed_out else "")
+        table.add_row(str(r.gpus), Text(layout), f"{t.tokens_per_s:,.0f}", f"{t.tokens_per_s_per_gpu:,.0f}",
                       bar, f"{t.mfu:.1%}", f"{r.efficiency:.0%}", r.grew or "", *extra)
     _print_table(console, table)
     console.print("scaling: tokens/s relative to the smallest count that fits, times the GPU ratio (strong scaling at a "

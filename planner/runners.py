@@ -145,6 +145,11 @@ class NoLayout(SpecError):
     """The search found no layout that fits: an answer about this GPU count, not bad input."""
 
 
+class SearchTimedOut(SpecError):
+    """The search stopped at its time limit before it scored a layout that fits: no answer about this
+    GPU count either way, and not bad input."""
+
+
 # Ranges of the outlook numbers: far beyond any real run on both sides, so that the days, costs and
 # checkpoint intervals derived from them stay finite numbers.
 OUTLOOK_RANGES = {
@@ -338,7 +343,7 @@ def run_plan(
     result = search(problem, top=top, headroom=headroom, calibration=calibration, progress=progress, time_limit_s=time_limit_s)
     if not result.plans:
         if result.timed_out:  # not an answer about this GPU count: nothing was proven
-            raise SpecError(_no_plan(problem, result, time_limit_s))
+            raise SearchTimedOut(_no_plan(problem, result, time_limit_s))
         hint = _what_fits(problem, headroom, calibration, batch_given=training.get("global_batch_size") is not None) if hints else ""
         raise NoLayout(_no_plan(problem, result, time_limit_s) + hint)
     return PlanReport(problem=problem, result=result, headroom=headroom, outlook=outlook)

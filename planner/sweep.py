@@ -65,19 +65,24 @@ def parse_gpus(text: str) -> list[int]:
 class SweepRow:
     gpus: int
     report: Any | None  # planner.runners.EstimateReport of the best plan, or None
-    reason: str | None  # why nothing fits at this count
+    reason: str | None  # why nothing fits at this count, or why the search gave no answer
     efficiency: float | None = None  # strong-scaling efficiency vs the smallest count that fits
     grew: str | None = None  # the term whose share of the step grew most since that count
     grew_shares: tuple[float, float] | None = None  # that term's share of the step there, and here
+    # the search stopped at its time limit: with no report, no answer (not "nothing fits"); with one,
+    # the best layout scored so far, not proven the fastest
+    timed_out: bool = False
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"gpus": self.gpus}
         if self.report is None:
-            return {**doc, "fits": False, "reason": self.reason}
+            return {**doc, "fits": None, "timed_out": True, "reason": self.reason} if self.timed_out else \
+                {**doc, "fits": False, "reason": self.reason}
         t = self.report.time
         return {
             **doc,
             "fits": True,
+            "proven": not self.timed_out,
             "layout": self.report.to_json()["layout"],
             "step_s": t.step_s,
             "tokens_per_s": t.tokens_per_s,
@@ -102,7 +107,7 @@ def run_sweep(
     headroom: float | None = None, allow_cross_node_tp: bool = False, calibration: Calibration = DEFAULT,
     progress: Callable[[str], None] | None = None, outlook: Any = None, time_limit_s: float | None = None,
 ) -> list[SweepRow]:
-    from planner.runners import NoLayout, Outlook, run_plan
+    from planner.runners import NoLayout, Outlook, SearchTimedOut, run_plan
 
     rows: list[SweepRow] = []
     base = None
@@ -110,20 +115,24 @@ def run_sweep(
         if progress is not None:
             progress(f"searching {n} GPUs")
         try:
-            report = run_plan(model, cluster, n, training=training, fixes=fixes, top=1, headroom=headroom,
-                              allow_cross_node_tp=allow_cross_node_tp, calibration=calibration, hints=False,
-                              outlook=outlook or Outlook(),
-                              **({} if time_limit_s is None else {"time_limit_s": time_limit_s})).plans[0]
+            found = run_plan(model, cluster, n, training=training, fixes=fixes, top=1, headroom=headroom,
+                             allow_cross_node_tp=allow_cross_node_tp, calibration=calibration, hints=False,
+                             outlook=outlook or Outlook(),
+                             **({} if time_limit_s is None else {"time_limit_s": time_limit_s}))
         except NoLayout as e:  # an infeasible count; any other SpecError is bad input and propagates
             rows.append(SweepRow(n, None, str(e).removeprefix("error: ")))
             continue
+        except SearchTimedOut as e:  # no answer at this count; the sweep goes on
+            rows.append(SweepRow(n, None, str(e).removeprefix("error: "), timed_out=True))
+            continue
+        report, unproven = found.plans[0], not found.result.optimal
         if base is None:
             base = (n, report)
         n0, r0 = base
         eff = report.time.tokens_per_s / (r0.time.tokens_per_s * n / n0)
         s0, s1 = _shares(r0), _shares(report)
         grew = max(s1, key=lambda k: s1[k] - s0.get(k, 0.0)) if n != n0 else None
-        rows.append(SweepRow(n, report, None, eff, grew, None if grew is None else (s0.get(grew, 0.0), s1[grew])))
+        rows.append(SweepRow(n, report, None, eff, grew, None if grew is None else (s0.get(grew, 0.0), s1[grew]), unproven))
     return rows
 
 
@@ -139,6 +148,7 @@ class ScalingLimit:
     threshold: float
     last_good: int | None  # the largest count before it that stays at or above the threshold
     row: SweepRow | None  # None: every count that fits stays at or above it
+    unanswered: bool = False  # some count's search stopped at its time limit with nothing that fits
 
     def to_json(self) -> dict[str, Any]:
         r = self.row
@@ -154,7 +164,8 @@ class ScalingLimit:
 
     def line(self) -> str:
         if self.last_good is None:
-            return "no GPU count of the sweep has a layout"
+            return ("no GPU count of the sweep has a layout found within the search's time limit" if self.unanswered
+                    else "no GPU count of the sweep has a layout")
         if self.row is None:
             return f"scaling stays at or above {self.threshold:.0%} through {self.last_good:,} GPUs"
         r = self.row
@@ -173,4 +184,4 @@ def scaling_limit(rows: list[SweepRow], threshold: float = SCALING_LIMIT_EFFICIE
         if r.efficiency < threshold:  # type: ignore[operator]
             return ScalingLimit(threshold, last_good, r)
         last_good = r.gpus
-    return ScalingLimit(threshold, last_good, None)
+    return ScalingLimit(threshold, last_good, None, any(r.report is None and r.timed_out for r in rows))

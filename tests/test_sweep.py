@@ -128,3 +128,41 @@ def test_sweep_json_is_the_same_twice():
     assert first.exit_code == 0 and first.stdout == second.stdout
     doc = json.loads(first.stdout)
     assert [r["gpus"] for r in doc["sweep"]] == [8, 16, 32] and doc["scaling_limit"]["threshold"] == 0.9
+
+
+def test_a_count_whose_search_times_out_is_no_answer_and_the_sweep_goes_on(monkeypatch):
+    # A search stopped by its time limit is not a proof: with nothing scored that fits, the count is "no
+    # answer" (fits null, timed_out), never "no layout fits"; with a layout scored, it is that layout,
+    # not proven. Either way the sweep goes on to the next count.
+    import dataclasses
+
+    import planner.search as search
+
+    real = search.search
+
+    def stopped(problem, **kw):
+        result = real(problem, **kw)
+        if problem.gpus == 8:
+            return dataclasses.replace(result, plans=[], optimal=False, timed_out=True)
+        if problem.gpus == 16:
+            return dataclasses.replace(result, optimal=False, timed_out=True)
+        return result
+
+    monkeypatch.setattr(search, "search", stopped)
+    rows = run_sweep("llama-3.1-8b", "dgx-h100", [8, 16, 32], training={}, fixes=[])
+    assert [r.gpus for r in rows] == [8, 16, 32]
+    none, unproven, proven = (r.to_json() for r in rows)
+    assert none["fits"] is None and none["timed_out"] and "not a proof that none does" in none["reason"]
+    assert unproven["fits"] and unproven["proven"] is False
+    assert proven["fits"] and proven["proven"] is True
+
+
+def test_a_sweep_whose_every_search_times_out_says_no_answer_per_count():
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    res = CliRunner().invoke(app, ["sweep", "llama-3.1-8b", "--cluster", "dgx-h100", "--gpus", "8,16", "--time-limit", "1e-6"])
+    assert res.exit_code == 0, res.output
+    assert res.output.count("search timed out: no answer") == 2 and "no layout fits" not in res.output
+    assert "no GPU count of the sweep has a layout found within the search's time limit" in res.output
