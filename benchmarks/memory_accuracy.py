@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from cost_models.memory import DEFAULT_HEADROOM, OUTSIDE_ALLOCATOR, MemoryEstimate, memory_estimate, reserved_only_bytes
+from cost_models.memory import DEFAULT_HEADROOM, MemoryEstimate, allocator_counters, memory_estimate
 from cost_models.units import GiB
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -119,14 +119,7 @@ def allocator_bytes(est: MemoryEstimate, metric: Metric) -> list[int]:
     """What the caching allocator counts on each stage: the peak less the lines allocated outside it
     (memory.OUTSIDE_ALLOCATOR: the CUDA context, NCCL's buffers, Transformer Engine's userbuffers), and
     for the allocated peak less the fragmentation and cached-blocks lines as well."""
-    out = []
-    for s in est.stages:
-        b = s.breakdown
-        outside = sum(b.value(line) for line in OUTSIDE_ALLOCATOR)
-        if metric is Metric.ALLOCATED:
-            outside += reserved_only_bytes(b)
-        out.append(int(s.peak_bytes - outside))
-    return out
+    return [allocator_counters(s.breakdown)[metric is Metric.ALLOCATED] for s in est.stages]
 
 
 def predict(run, measured_gib: float) -> Row:  # type: ignore[no-untyped-def]

@@ -73,6 +73,14 @@ def reserved_only_bytes(breakdown: Breakdown) -> int:
     return sum(int(breakdown.value(line)) for line in RESERVED_ONLY)
 
 
+def allocator_counters(breakdown: Breakdown) -> tuple[int, int]:
+    """What torch's caching allocator counts of a stage's peak: (reserved, allocated), i.e.
+    torch.cuda.max_memory_reserved's and max_memory_allocated's share. Reserved leaves out the lines
+    allocated outside it (OUTSIDE_ALLOCATOR); allocated leaves out the reserved-only lines as well."""
+    reserved = int(breakdown.total) - sum(int(breakdown.value(line)) for line in OUTSIDE_ALLOCATOR)
+    return reserved, reserved - reserved_only_bytes(breakdown)
+
+
 # Operations one CUDA stream queues before the host's next launch on it blocks until the GPU
 # catches up: "the buffer size is about 1000 kernels", each of 3 streams taking 1000 (measured on one
 # GPU: https://stackoverflow.com/questions/53970187, also forums.developer.nvidia.com/t/68937).

@@ -739,3 +739,18 @@ def test_tp_userbuffers_by_hand():
     assert memory_estimate(plain).stages[0].breakdown.value("buffers/tp_userbuffers") == 0
     titan = make_job(LLAMA_TINY, gpus=2, tp=2, sp=True, training={**training, "framework": "torchtitan"})
     assert memory_estimate(titan).stages[0].breakdown.value("buffers/tp_userbuffers") == 0
+
+
+def test_allocator_counters_leave_out_what_the_allocator_does_not_hold():
+    # A torchtitan pipeline (FSDP2 gathers, pipelining's receive buffers): allocated = model states +
+    # activations + transient + every buffer; reserved adds fragmentation, cached blocks and pending
+    # reduce-scatter inputs; neither counts the CUDA context or NCCL's buffers
+    from cost_models.memory import allocator_counters
+
+    job = make_job(LLAMA_TINY, gpus=8, pp=2, training=dict(framework="torchtitan", seq_len=256, global_batch_size=16))
+    b = memory_estimate(job).stages[0].breakdown
+    assert b.value("buffers/pipeline_recv") > 0
+    allocated = b.value("model_states") + b.value("activations") + b.value("transient") + b.value("buffers")
+    reserved = allocated + b.value("overhead/fragmentation") + b.value("overhead/cached_blocks") + b.value("overhead/pending_collectives")
+    assert allocator_counters(b) == (reserved, allocated)
+    assert b.total - reserved == b.value("overhead/cuda_context") + b.value("overhead/nccl")

@@ -17,7 +17,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from cost_models.memory import memory_estimate, reserved_only_bytes
+from cost_models.memory import allocator_counters, memory_estimate
 from cost_models.step_time import COMM_KINDS, TimeEstimate, compute_by_kernel
 from planner.validate.slices import Slice
 
@@ -196,11 +196,9 @@ def rows(slice_: Slice, time: TimeEstimate, measured: Measured, *, device: str, 
                     + stage.value("buffers/unsharded_grads"))
     peak = measured.peak.get(rank, {})
     if device == "cuda" and peak.get("max_allocated_bytes") is not None:
-        states = float(stage.value("model_states"))
-        alloc = states + dynamic + float(stage.value("buffers/zero_buckets") + stage.value("buffers/pipeline_recv"))
-        out.append(Row("memory peak allocated", "bytes", alloc, float(peak["max_allocated_bytes"]), "torch.cuda.max_memory_allocated"))
-        reserved = alloc + float(reserved_only_bytes(stage))
-        out.append(Row("memory peak reserved", "bytes", reserved, float(peak["max_reserved_bytes"]), "torch.cuda.max_memory_reserved"))
+        reserved, alloc = allocator_counters(stage)
+        out.append(Row("memory peak allocated", "bytes", float(alloc), float(peak["max_allocated_bytes"]), "torch.cuda.max_memory_allocated"))
+        out.append(Row("memory peak reserved", "bytes", float(reserved), float(peak["max_reserved_bytes"]), "torch.cuda.max_memory_reserved"))
     elif peak.get("profiler_peak_bytes") is not None:
         fp32 = f"; ran in {dtype}, predicted for {job.training.precision}" if dtype == "float32" else ""
         out.append(Row("memory peak in step", "bytes", dynamic, float(peak["profiler_peak_bytes"]),
