@@ -311,16 +311,19 @@ def run_plan(
     hints: bool = True,
     outlook: Outlook = Outlook(),
     launch: LaunchOptions = LaunchOptions(),
-    time_limit_s: float = SEARCH_TIME_LIMIT_S,
+    time_limit_s: float | None = None,
 ) -> PlanReport:
     """The search's report. `launch`: the options `planner launch` will run with, so that no ranked
     layout is one that launch refuses with them (a torchtitan 0.2 model without pipelining, say).
-    `time_limit_s`: the search stops there with the best plans scored so far, not proven optimal."""
+    `time_limit_s` (None: SEARCH_TIME_LIMIT_S): the search stops there with the best plans scored so
+    far, not proven optimal."""
     from planner.search import search
     from planner.space import Problem, default_global_batch, parse_fixes
 
     if top < 1:
         raise SpecError(f"--top({top}) must be at least 1")
+    if time_limit_s is None:
+        time_limit_s = SEARCH_TIME_LIMIT_S
     if not 0 < time_limit_s < float("inf"):
         raise SpecError(f"--time-limit({time_limit_s:g}) must be a positive finite number of seconds, e.g. {SEARCH_TIME_LIMIT_S:g}")
     outlook.check()

@@ -117,8 +117,7 @@ def run_sweep(
         try:
             found = run_plan(model, cluster, n, training=training, fixes=fixes, top=1, headroom=headroom,
                              allow_cross_node_tp=allow_cross_node_tp, calibration=calibration, hints=False,
-                             outlook=outlook or Outlook(),
-                             **({} if time_limit_s is None else {"time_limit_s": time_limit_s}))
+                             outlook=outlook or Outlook(), time_limit_s=time_limit_s)
         except NoLayout as e:  # an infeasible count; any other SpecError is bad input and propagates
             rows.append(SweepRow(n, None, str(e).removeprefix("error: ")))
             continue
