@@ -76,8 +76,8 @@ class SweepRow:
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"gpus": self.gpus}
         if self.report is None:
-            return {**doc, "fits": None, "timed_out": True, "reason": self.reason} if self.timed_out else \
-                {**doc, "fits": False, "reason": self.reason}
+            gave = {"fits": None, "timed_out": True} if self.timed_out else {"fits": False}
+            return {**doc, **gave, "reason": self.reason}
         t = self.report.time
         return {
             **doc,
