@@ -302,7 +302,7 @@ def plan(
                 outlook=_outlook(tokens, gpu_hour_cost, ckpt_write_gbps, gpu_mtbf_hours),
                 launch=LaunchOptions(torchtitan_version=torchtitan_version, torchtitan_model=torchtitan_model,
                                      megatron_fsdp=megatron_fsdp),
-                **({} if time_limit is None else {"time_limit_s": time_limit}),
+                time_limit_s=time_limit,
             )
         finally:
             if status is not None:

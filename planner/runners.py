@@ -311,16 +311,19 @@ def run_plan(
     hints: bool = True,
     outlook: Outlook = Outlook(),
     launch: LaunchOptions = LaunchOptions(),
-    time_limit_s: float = SEARCH_TIME_LIMIT_S,
+    time_limit_s: float | None = None,
 ) -> PlanReport:
     """The search's report. `launch`: the options `planner launch` will run with, so that no ranked
     layout is one that launch refuses with them (a torchtitan 0.2 model without pipelining, say).
-    `time_limit_s`: the search stops there with the best plans scored so far, not proven optimal."""
+    `time_limit_s` (None: SEARCH_TIME_LIMIT_S): the search stops there with the best plans scored so
+    far, not proven optimal."""
     from planner.search import search
     from planner.space import Problem, default_global_batch, parse_fixes
 
     if top < 1:
         raise SpecError(f"--top({top}) must be at least 1")
+    if time_limit_s is None:
+        time_limit_s = SEARCH_TIME_LIMIT_S
     if not 0 < time_limit_s < float("inf"):
         raise SpecError(f"--time-limit({time_limit_s:g}) must be a positive finite number of seconds, e.g. {SEARCH_TIME_LIMIT_S:g}")
     outlook.check()
@@ -354,7 +357,10 @@ def _fix_off_grid(problem: Any) -> str | None:
     values that it does take (planner.space's per-axis generators, the other pins lifted); or pinned
     pipeline axes that leave no pipeline split."""
     from cost_models.enums import Framework, Recompute
-    from planner.space import MAX_MBS, MAX_VPP, MIN_CP_TOKENS, cp_values, ep_values, mbs_values, shardings, stages, tp_values
+    from planner.space import (
+        MAX_MBS, MAX_VPP, MIN_CP_TOKENS, cp_values, ep_values, mbs_values, pp_values, recompute_values, shardings, stages,
+        tp_values,
+    )
 
     m, g, b, s = problem.model, problem.gpus, problem.global_batch, problem.training.seq_len
     domain = problem.cluster.spec.scaleup_domain_gpus
@@ -362,8 +368,7 @@ def _fix_off_grid(problem: Any) -> str | None:
         "tp": (tp_values, f"tp must divide num_attention_heads({m.num_attention_heads}) and gpus({g})"
                + ("" if m.mamba is None else f", the Mamba heads({m.mamba.num_heads}) and groups({m.mamba.num_groups})")
                + ("" if problem.allow_cross_node_tp else f" and stay within the {domain}-GPU scale-up domain (--allow-cross-node-tp lifts that)")),
-        "pp": (lambda p: [d for d in range(1, g + 1) if g % d == 0 and d <= m.num_layers],
-               f"pp must divide gpus({g}) and be at most num_layers({m.num_layers})"),
+        "pp": (pp_values, f"pp must divide gpus({g}) and be at most num_layers({m.num_layers})"),
         "cp": (cp_values, "the search runs DeepSpeed without context parallelism" if problem.framework is Framework.DEEPSPEED
                else f"cp must divide gpus({g}), and seq_len({s}) must split into 2·cp equal chunks with at least "
                     f"{MIN_CP_TOKENS} tokens per rank"),
@@ -372,9 +377,7 @@ def _fix_off_grid(problem: Any) -> str | None:
         "dp": (lambda p: [d for d in range(1, g + 1) if g % d == 0 and b % d == 0],
                f"dp must divide gpus({g}) and global_batch_size({b})"),
         "zero": (lambda p: sorted({sh.zero for sh in shardings(p)}), f"the search shards {problem.framework} layouts at these ZeRO stages only"),
-        # the modes planner.space.stages offers (none and full only for DeepSpeed)
-        "recompute": (lambda p: [Recompute.NONE, Recompute.FULL] + ([] if p.framework is Framework.DEEPSPEED else [Recompute.SELECTIVE]),
-                      f"the search recomputes {problem.framework} layouts in these modes only"),
+        "recompute": (recompute_values, f"the search recomputes {problem.framework} layouts in these modes only"),
     }
     for axis, (values_of, rule) in rules.items():
         if axis not in problem.fixed:

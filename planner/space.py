@@ -290,6 +290,17 @@ def mbs_values(problem: Problem) -> list[int]:
     return _fixed(problem, "mbs", out)
 
 
+def pp_values(problem: Problem) -> list[int]:
+    """Pipeline depths: divisors of the GPUs, at most one layer a stage."""
+    return _fixed(problem, "pp", [p for p in _divisors(problem.gpus) if p <= problem.model.num_layers])
+
+
+def recompute_values(problem: Problem) -> list[Recompute]:
+    """The recompute modes searched: none and full only for DeepSpeed."""
+    modes = [Recompute.NONE, Recompute.FULL] + ([] if problem.framework is Framework.DEEPSPEED else [Recompute.SELECTIVE])
+    return _fixed(problem, "recompute", modes)
+
+
 def shards(problem: Problem) -> Iterator[Shard]:
     s = problem.training.seq_len
     for tp in tp_values(problem):
@@ -552,9 +563,7 @@ def splits(problem: Problem, pp: int, head: float) -> list[Split]:
 def stages(problem: Problem) -> Iterator[Stages]:
     """Pipeline splits with their recompute plans."""
     n, fw = problem.model.num_layers, problem.framework
-    pps = _fixed(problem, "pp", [p for p in _divisors(problem.gpus) if p <= n])
-    modes = [Recompute.NONE, Recompute.FULL] + ([] if fw is Framework.DEEPSPEED else [Recompute.SELECTIVE])
-    modes = _fixed(problem, "recompute", modes)
+    pps, modes = pp_values(problem), recompute_values(problem)
     head = head_in_layers(problem) if any(p > 1 for p in pps) else 0.0
     for pp in pps:
         for vpp, first, last, layers in splits(problem, pp, head):

@@ -76,8 +76,8 @@ class SweepRow:
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"gpus": self.gpus}
         if self.report is None:
-            return {**doc, "fits": None, "timed_out": True, "reason": self.reason} if self.timed_out else \
-                {**doc, "fits": False, "reason": self.reason}
+            gave = {"fits": None, "timed_out": True} if self.timed_out else {"fits": False}
+            return {**doc, **gave, "reason": self.reason}
         t = self.report.time
         return {
             **doc,
@@ -117,8 +117,7 @@ def run_sweep(
         try:
             found = run_plan(model, cluster, n, training=training, fixes=fixes, top=1, headroom=headroom,
                              allow_cross_node_tp=allow_cross_node_tp, calibration=calibration, hints=False,
-                             outlook=outlook or Outlook(),
-                             **({} if time_limit_s is None else {"time_limit_s": time_limit_s}))
+                             outlook=outlook or Outlook(), time_limit_s=time_limit_s)
         except NoLayout as e:  # an infeasible count; any other SpecError is bad input and propagates
             rows.append(SweepRow(n, None, str(e).removeprefix("error: ")))
             continue

@@ -361,7 +361,7 @@ def run_launch(
     if k < 1:
         raise SpecError(f"--rank({k}) must be at least 1")
     found = run_plan(model, cluster, gpus, training=training, fixes=fixes or [], top=k, headroom=headroom, calibration=cal,
-                     launch=options, **({} if time_limit_s is None else {"time_limit_s": time_limit_s}))
+                     launch=options, time_limit_s=time_limit_s)
     plans = found.plans
     if len(plans) < k:
         raise SpecError(f"--rank({k}): the search found only {len(plans)} layout(s) that fit; use --rank 1 to {len(plans)}")
