@@ -353,9 +353,9 @@ def _one_rank(plan: Job) -> Slice:
         "num_kv_heads": max(1, m.kv_heads // tp),
         "head_dim": m.head_size,
         "ffn_hidden_size": max(1, m.ffn_hidden_size // tp),
-        # the rank's share as the cost model counts it: the native (torchtitan) job pads nothing, so
-        # ceil(vocab / tp); tp_replicated_vocab at tp > 1, whose output layer alone may stay split
-        # (output_layer_vocab), never reaches here (REFUSALS)
+        # the rank's share as the cost model counts it (states.local_vocab): the native (torchtitan)
+        # job pads nothing, so ceil(vocab / tp), or the whole vocabulary under tp_replicated_vocab;
+        # the worker itself refuses tp_replicated_vocab at tp > 1 (REFUSALS), not this share
         "vocab_size": local_vocab(plan),
         "name": f"{m.name} (one rank's share)",
     }
