@@ -179,6 +179,8 @@ def main() -> int:
     parser.add_argument("--write", type=Path, help="also write the tables into this markdown file")
     parser.add_argument("--extract", type=Path, help="rewrite the csv from the playbook's benchmarks_interactive.html")
     args = parser.parse_args()
+    if args.write and args.replay:
+        parser.error("--write: the section holds the cost model's table only; run it without --replay")
     if args.extract:
         extracted = extract(args.extract.read_text())
         with SWEEP.open("w", newline="") as f:
@@ -205,8 +207,6 @@ def main() -> int:
     text = "\n\n".join(lines)
     print(text)
     if args.write:
-        if args.replay:
-            raise SystemExit("--write: the section holds the cost model's table only; run it without --replay")
         intro = ("Produced by `python benchmarks/nanotron_sweep_memory.py --write docs/accuracy.md`. Every configuration\n"
                  "of nanotron's Ultra-Scale Playbook sweep (benchmarks/data/nanotron_usp_sweep.csv) against the memory\n"
                  "model, predicted as its published row of the same model size is; the 26 published rows are the best\n"

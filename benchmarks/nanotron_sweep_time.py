@@ -209,8 +209,7 @@ def disagreeing(timed: list[Timed], unbuilt: list[tuple[Point, str]]) -> str:
 
 
 def _name(t: Timed) -> str:
-    p = t.point
-    return f"{p.params_b}B {p.nodes}n dp{p.dp} tp{p.tp} pp{p.pp} mbs{p.mbs} z{p.zero}"
+    return f"{t.point.params_b}B {t.point.nodes}n {_layout(t)}"
 
 
 def _layout(t: Timed) -> str:

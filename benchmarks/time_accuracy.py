@@ -151,9 +151,14 @@ def calibration_at(names: tuple[str, ...], point: tuple[float, ...]) -> Calibrat
     return DEFAULT.with_values(**dict(zip(names, point)))
 
 
+def without(grid: Grid, fam: str) -> list[int]:
+    """The cases (indices into grid.cases) of every family but one."""
+    return [k for k, (r, _) in enumerate(grid.cases) if family(r.group) != fam]
+
+
 def fit_without(grid: Grid, fam: str) -> tuple[Calibration, list[int]]:
     """The constants fitted on every family but one, and the cases (indices into grid.cases) they were fitted on."""
-    keep = [k for k, (r, _) in enumerate(grid.cases) if family(r.group) != fam]
+    keep = without(grid, fam)
     return grid.fit(keep), keep
 
 
@@ -190,7 +195,7 @@ def free_scan(grid: Grid, cal: Calibration, name: str) -> FreeScan:
         return min(points, key=lambda v: scan.objective(keep, (v,)))
 
     families = sorted({family(r.group) for r, _ in grid.cases})
-    left_out = tuple(best([k for k, (r, _) in enumerate(grid.cases) if family(r.group) != fam]) for fam in families)
+    left_out = tuple(best(without(grid, fam)) for fam in families)
     fitted = best(grid.every)
     prior = MECHANISMS[name].value
     return FreeScan(fitted, scan.objective(grid.every, (fitted,)), scan.objective(grid.every, (prior,)), left_out)
