@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.memory_accuracy import write_option, write_section  # noqa: E402
 from benchmarks.published import PublishedRun, family, load  # noqa: E402
-from cost_models.calibration import DEFAULT, MECHANISMS, Calibration  # noqa: E402
+from cost_models.calibration import DEFAULT, MECHANISMS, Calibration, Prior  # noqa: E402
 from cost_models.job import Job  # noqa: E402
 from cost_models.step_time import TimeEstimate, time_estimate  # noqa: E402
 from planner.render import split_tag  # noqa: E402
@@ -187,6 +187,8 @@ class FreeScan:
 
 
 def free_scan(grid: Grid, cal: Calibration, name: str) -> FreeScan:
+    """Constant `name` fitted alone over its whole axis (even where Prior.unpinned holds it), the other
+    constants at `cal`: on every source and with each family left out."""
     points = axis(name, free=True)
     predicted = {v: tuple(r.predicted for r in evaluate(grid.cases, cal.with_values(**{name: v}))) for v in points}
     scan = Grid(grid.cases, (name,), tuple((v,) for v in points), {(v,): p for v, p in predicted.items()})
@@ -218,7 +220,7 @@ def summary(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def _unpinned(prior, scan: FreeScan | None) -> str:
+def _unpinned(prior: Prior, scan: FreeScan | None) -> str:
     if scan is None:
         return f"prior, not fitted ({prior.unpinned})"
     return (f"prior, not fitted ({prior.unpinned}: fitted alone on its own grid it lands at {scan.fitted:.3g}, "
