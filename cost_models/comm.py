@@ -285,10 +285,9 @@ def collective_time(op: Collective, size_bytes: float, where: Placement, cluster
     nodes = max(1, n // k)
     share = size_share(size_bytes, nodes)
     trees = (False, True) if op is Collective.ALL_REDUCE and k < n else (False,)
-    # NCCL's start-up per algorithm and protocol; the first, the Simple ring's (trees and
-    # BASE_LATENCY_S both start there), is also ring_fill_seconds' latency
-    latency = [_latency(op, where, cluster, protocol, tree) for tree in trees for protocol in BASE_LATENCY_S]
-    floor = min(latency)
+    # NCCL's start-up per (tree, protocol); the Simple ring's is also ring_fill_seconds' latency
+    latency = {(tree, protocol): _latency(op, where, cluster, protocol, tree) for tree in trees for protocol in BASE_LATENCY_S}
+    floor = min(latency.values())
     if op is Collective.ALL_TO_ALL and k < n:
         # (k−1)/n of what a rank sends stays on NVLink, (n−k)/n leaves through its NIC, at once
         inside = (k - 1) / n * size_bytes / (nvlink_all_to_all_busbw(cluster) * domain_link_share(cluster, k))
@@ -299,7 +298,7 @@ def collective_time(op: Collective, size_bytes: float, where: Placement, cluster
     busbw = plateau_bytes_per_s * share
     measured = measured_busbw(op, size_bytes, nodes, cluster) if k < n else None
     return max(floor, moved / (busbw if measured is None else min(busbw, measured)),
-               ring_fill_seconds(op, moved, plateau_bytes_per_s, where, cluster, latency_s=latency[0]))
+               ring_fill_seconds(op, moved, plateau_bytes_per_s, where, cluster, latency_s=latency[False, "simple"]))
 
 
 def ring_fill_seconds(op: Collective, moved_bytes: float, plateau_bytes_per_s: float, where: Placement, cluster: ClusterSpec,

@@ -68,17 +68,17 @@ RESERVED_ONLY = ("overhead/fragmentation", "overhead/cached_blocks", PENDING)
 OUTSIDE_ALLOCATOR = ("overhead/cuda_context", "overhead/nccl", "buffers/tp_userbuffers")
 
 
-def reserved_only_bytes(breakdown: Breakdown) -> int:
-    """Bytes of a stage's breakdown that are reserved but not allocated (RESERVED_ONLY)."""
-    return sum(int(breakdown.value(line)) for line in RESERVED_ONLY)
+def _lines_bytes(breakdown: Breakdown, lines: tuple[str, ...]) -> int:
+    """Bytes of a stage's breakdown on the given lines (RESERVED_ONLY, OUTSIDE_ALLOCATOR)."""
+    return sum(int(breakdown.value(line)) for line in lines)
 
 
 def allocator_counters(breakdown: Breakdown) -> tuple[int, int]:
     """What torch's caching allocator counts of a stage's peak: (reserved, allocated), i.e.
     torch.cuda.max_memory_reserved's and max_memory_allocated's share. Reserved leaves out the lines
     allocated outside it (OUTSIDE_ALLOCATOR); allocated leaves out the reserved-only lines as well."""
-    reserved = int(breakdown.total) - sum(int(breakdown.value(line)) for line in OUTSIDE_ALLOCATOR)
-    return reserved, reserved - reserved_only_bytes(breakdown)
+    reserved = int(breakdown.total) - _lines_bytes(breakdown, OUTSIDE_ALLOCATOR)
+    return reserved, reserved - _lines_bytes(breakdown, RESERVED_ONLY)
 
 
 # Operations one CUDA stream queues before the host's next launch on it blocks until the GPU

@@ -203,10 +203,11 @@ def _pipeline_split(job: Job) -> str | None:
                                        ("account_for_embedding/loss", accounted), ("pp_layout", lay.pp_layout is not None)) if on]
         if given == ["pp_layout"]:
             try:
-                count = len(parse_pp_layout(lay.pp_layout))  # type: ignore[arg-type]
+                parsed = parse_pp_layout(lay.pp_layout)  # type: ignore[arg-type]
             except ValueError as e:
                 return f"pp_layout: {e}"
-            broken = layout_errors(parse_pp_layout(lay.pp_layout), n, count)  # type: ignore[arg-type]
+            count = len(parsed)
+            broken = layout_errors(parsed, n, count)
             if broken:  # wrong at any pp: say that first
                 return broken
             depths = [d for d in range(2, count + 1) if count % d == 0]
