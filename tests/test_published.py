@@ -302,7 +302,7 @@ def test_fp8lm_runs_flash_attention_1():
     job = BY_ID["fp8lm-gpt7b-bf16-mbs2"].job()
     assert job.training.attention_backend is AttentionBackend.FA1
     one = 3.5 * 4 * 64 * 2048**2 * 128 / 2 / (108e12 * compute_scale(job.cluster.gpu)) + 4 * 2.4e-6
-    assert 2.3e-3 < one < 2.4e-3  # FA2's 265 TFLOP/s would give 0.96 ms
+    assert 2.5e-3 < one < 2.6e-3  # FA2's 265 TFLOP/s would give 1.03 ms
     # rel 1e-6: the same arithmetic in another order
     assert time_estimate(job).breakdown.value("compute/attention") == pytest.approx(32 * 32 * one, rel=1e-6)
 
