@@ -660,11 +660,22 @@ class Stage(nn.Module):
         self.layers = nn.ModuleDict({str(i): block(m, i, run) for i in layer_ids})
         self.norm = _norm(h, m) if last else None
         self.output = nn.Linear(h, m["vocab"], bias=False) if last else None
-        if last and first and m["tie"]:
-            self.output.weight = self.embed.weight
+        self.tied = last and first and m["tie"]  # refused with a pipeline or tp (slices.REFUSALS)
+        self.tie()
         self.dropout = m.get("hidden_dropout", 0.0)
         self.cp_positions = None
         self.autocast_dtype = None  # the compute dtype when autocast runs (no FSDP mixed precision)
+
+    def tie(self) -> None:
+        """The output layer uses the embedding's parameter. Module.to_empty gives a plain parameter
+        on the meta device a new Parameter in each module that holds it (torch 2.13.0
+        torch/nn/modules/module.py Module._apply L957-1004: a meta and a device tensor are not of
+        compatible shallow-copy types), so a model built on the meta device is re-tied after it, as
+        torchtitan re-ties before initialising (pytorch/torchtitan@b5bcd76c
+        torchtitan/models/common/decoder.py:261-273, after to_empty in torchtitan/trainer.py:461-466
+        and 489-493). FSDP2's DTensor parameters are swapped in place by the same _apply and stay tied."""
+        if self.tied and self.output.weight is not self.embed.weight:
+            self.output.weight = self.embed.weight
 
     def forward(self, x):
         # autocast here, inside the module, and not around the caller: a pipeline schedule calls
@@ -1126,6 +1137,7 @@ def run_one(job: dict, run: dict, out: str, progress: Progress, device) -> dict:
         if not full_init:
             for st in stages:
                 st.to_empty(device=device)
+                st.tie()
                 init_local(st, run["seed"] * 1_000_003 + rank)
 
     full_layers = set(run["recompute"]["full_layers"])
