@@ -130,6 +130,29 @@ def test_run_description_names_the_checkpointed_layers():
     assert run["microbatches"] == plan.num_microbatches and run["dtype"] == "bfloat16"
 
 
+def test_the_worker_runs_the_optimizer_implementation_of_the_framework():
+    """AdamW as torchtitan runs it by default, fused (one kernel per group of tensors), as Megatron's
+    and DeepSpeed's FusedAdam do; Composer's DecoupledAdamW one tensor and one op at a time; SGD as
+    Megatron (FusedSGD) and DeepSpeed (torch.optim.SGD's default, foreach on CUDA) run it."""
+    import torch
+
+    from cost_models.training import TrainingSpec
+    from planner.validate.slices import optimizer_implementation
+
+    tiny = load_model(TINY)
+    run = run_doc(make_job(tiny, gpus=2, training=TRAINING), name="x", steps=1, warmup=0)
+    assert run["optimizer"]["implementation"] == "fused"
+    opt = worker.make_optimizer([torch.nn.Parameter(torch.zeros(4))], run["optimizer"])
+    assert type(opt) is torch.optim.AdamW and opt.defaults["fused"] is True
+    run = run_doc(make_job(tiny, gpus=2, training={**TRAINING, "optimizer": "decoupled_adamw"}), name="x", steps=1, warmup=0)
+    opt = worker.make_optimizer([torch.nn.Parameter(torch.zeros(4))], run["optimizer"])
+    assert run["optimizer"]["implementation"] == "for-loop" and opt.defaults["foreach"] is False and not opt.defaults["fused"]
+    for framework, want in (("megatron", "fused"), ("deepspeed", "fused"), ("torchtitan", "fused")):
+        assert optimizer_implementation(TrainingSpec(framework=framework, optimizer="adamw")) == want
+    assert optimizer_implementation(TrainingSpec(framework="megatron", optimizer="sgd")) == "fused"
+    assert optimizer_implementation(TrainingSpec(framework="deepspeed", optimizer="sgd")) == "foreach"
+
+
 def test_every_norm_of_a_fresh_model_scales_by_one():
     """After init_parameters every norm is the plain norm of its input: a (1 + w) RMSNorm (Gemma)
     starts at w = 0, not at w = 1 (which would double every normed activation), and a zero-centered
@@ -410,6 +433,8 @@ def test_validate_measures_every_term(validated):
     for part in ("weights", "gradients", "optimizer_states"):
         assert terms[f"memory {part}"]["error"] == 0.0
     assert doc["states_exact"] == {"ok": True, "mismatches": []}
+    # the optimizer torchtitan runs by default, recorded from the optimizer the worker built
+    assert doc["measured"]["optimizer"] == {"class": "AdamW", "implementation": "fused", "fused": True, "foreach": None}
     for rank in (0, 1):  # the job, its worker and a Chrome trace per rank stay for the user
         assert "traceEvents" in json.loads((out / "job" / "validate" / f"trace_rank{rank}.json").read_text())
     assert (out / "job" / "worker.py").read_text() == Path(worker.__file__).read_text()

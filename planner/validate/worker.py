@@ -47,7 +47,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 INIT_STD = 0.02  # GPT-2/Megatron init: N(0, 0.02) for every matrix (Radford et al. 2019; Megatron init_method_std)
 
 # --------------------------------------------------------------------------------------------------
@@ -774,18 +774,25 @@ def loss_fn(logits, targets):
     return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
 
 
+# torch.optim's arguments for each implementation slices.OPTIMIZER_IMPLEMENTATION names
+IMPLEMENTATION_ARGS = {"fused": {"fused": True}, "foreach": {"foreach": True}, "for-loop": {"foreach": False}}
+
+
 def make_optimizer(params, opt: dict):
+    """The optimizer of opt["kind"], run by the implementation opt["implementation"] (the one the
+    plan's framework runs)."""
+    impl = IMPLEMENTATION_ARGS[opt["implementation"]]
     if opt["kind"] == "sgd":
-        return torch.optim.SGD(params, lr=opt["lr"], momentum=opt.get("momentum", 0.9), weight_decay=opt["weight_decay"])
+        return torch.optim.SGD(params, lr=opt["lr"], momentum=opt.get("momentum", 0.9), weight_decay=opt["weight_decay"], **impl)
     if opt["kind"] == "decoupled_adamw":
         # Composer's DecoupledAdamW updates one tensor and one op at a time: torch's single-tensor
         # AdamW (foreach=False) runs the same per-tensor ops. Composer decays by wd·lr/initial_lr
         # (composer@v0.16.4 composer/optim/decoupled_weight_decay.py L243-246), torch by lr·wd':
         # wd' = wd/lr gives the same decay at the worker's constant learning rate
         return torch.optim.AdamW(params, lr=opt["lr"], betas=tuple(opt["betas"]), eps=opt["eps"],
-                                 weight_decay=opt["weight_decay"] / opt["lr"], foreach=False)
+                                 weight_decay=opt["weight_decay"] / opt["lr"], **impl)
     cls = torch.optim.AdamW if opt["kind"] == "adamw" else torch.optim.Adam
-    return cls(params, lr=opt["lr"], betas=tuple(opt["betas"]), eps=opt["eps"], weight_decay=opt["weight_decay"])
+    return cls(params, lr=opt["lr"], betas=tuple(opt["betas"]), eps=opt["eps"], weight_decay=opt["weight_decay"], **impl)
 
 
 def reference(run: dict) -> dict:
@@ -1346,7 +1353,19 @@ def run_one(job: dict, run: dict, out: str, progress: Progress, device) -> dict:
         "trace": os.path.basename(trace_path) if prof_ctx is not None else None,
         "check": check,
         "linear_dtypes": linear_dtypes,
+        "optimizer": {"class": type(optimizer).__name__, "implementation": run["optimizer"]["implementation"],
+                      "fused": bool(optimizer.defaults.get("fused")), "foreach": optimizer.defaults.get("foreach")},
+        "device": device_info(device),
     }
+
+
+def device_info(device) -> dict:
+    """The device this rank ran on, as torch reports it (the name nvidia-smi shows, e.g. 'NVIDIA H200')."""
+    if device.type != "cuda":
+        return {"type": device.type, "name": None}
+    p = torch.cuda.get_device_properties(device)
+    return {"type": "cuda", "name": p.name, "total_memory_bytes": p.total_memory, "sm_count": p.multi_processor_count,
+            "capability": f"{p.major}.{p.minor}", "torch": torch.__version__, "cuda": torch.version.cuda}
 
 
 def watch_linear_dtypes(stages, counts: dict) -> list:
