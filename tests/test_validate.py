@@ -153,6 +153,33 @@ def test_the_worker_runs_the_optimizer_implementation_of_the_framework():
     assert optimizer_implementation(TrainingSpec(framework="deepspeed", optimizer="sgd")) == "foreach"
 
 
+def test_a_run_on_another_gpu_is_predicted_for_the_gpu_that_ran():
+    """The worker records the device's name (torch.cuda.get_device_name); a GPU preset that names it
+    takes over the prediction, with a note naming both GPUs; the plan's own GPU, or a CPU run, keeps
+    the slice; an unknown GPU keeps the plan's with a note that the times are not comparable."""
+    from cost_models.step_time import time_estimate
+    from planner.validate.device import match_device
+    from planner.validate.slices import Slice
+
+    plan, _ = native_job(presets.models()["megatron-gpt-1.7b"], presets.clusters()["dgx-h100"], 1,
+                         {"framework": "torchtitan", "seq_len": 2048}, {"mbs": 4, "recompute": "none"})
+    whole = Slice(plan, plan, "full", "", ())
+    gpus = presets.gpus()
+    h200 = match_device(whole, {"type": "cuda", "name": "NVIDIA H200"}, gpus)
+    assert h200.slice.job.cluster.gpu.name == "H200" and h200.slice.plan.cluster.gpu.name == "H100-SXM"
+    assert h200.note == "ran on NVIDIA H200 (GPU preset H200), not the plan's H100-SXM: predicted for the H200"
+    # the H200's 4.8 TB/s against the H100's 3.35 (presets/gpus.toml) prices the memory-bound optimizer step
+    # 3.35/4.8 as long: both at the same fraction of peak bandwidth
+    before, after = time_estimate(plan).stages[0].optimizer_s, time_estimate(h200.slice.job).stages[0].optimizer_s
+    assert after == pytest.approx(before * 3.35 / 4.8, rel=1e-9)
+    for same in ({"type": "cuda", "name": "NVIDIA H100 80GB HBM3"}, {"type": "cpu", "name": None}, None):
+        m = match_device(whole, same, gpus)
+        assert m.slice is whole and m.note is None, same
+    unknown = match_device(whole, {"type": "cuda", "name": "NVIDIA Imaginary 1"}, gpus)
+    assert unknown.slice is whole and unknown.note.startswith("ran on NVIDIA Imaginary 1, which no GPU preset names")
+    assert unknown.note.endswith("predicted for the plan's H100-SXM: the times are not comparable")
+
+
 def test_every_norm_of_a_fresh_model_scales_by_one():
     """After init_parameters every norm is the plain norm of its input: a (1 + w) RMSNorm (Gemma)
     starts at w = 0, not at w = 1 (which would double every normed activation), and a zero-centered
