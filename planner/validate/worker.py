@@ -778,10 +778,22 @@ def loss_fn(logits, targets):
 IMPLEMENTATION_ARGS = {"fused": {"fused": True}, "foreach": {"foreach": True}, "for-loop": {"foreach": False}}
 
 
+def param_groups(params) -> list[dict]:
+    """The parameters in one group per mesh (plain tensors in a group of their own): torch's fused and
+    foreach kernels take a group's tensors in one call, which refuses plain tensors beside DTensors
+    (a norm that tp without sp leaves whole, beside tp-sharded matrices). torchtitan's plans make
+    every parameter a DTensor of one mesh; the worker's split keeps the same kernels per tensor."""
+    groups: dict = {}
+    for p in params:
+        groups.setdefault(getattr(p, "device_mesh", None), []).append(p)
+    return [{"params": ps} for ps in groups.values()]
+
+
 def make_optimizer(params, opt: dict):
     """The optimizer of opt["kind"], run by the implementation opt["implementation"] (the one the
     plan's framework runs)."""
     impl = IMPLEMENTATION_ARGS[opt["implementation"]]
+    params = param_groups(params)
     if opt["kind"] == "sgd":
         return torch.optim.SGD(params, lr=opt["lr"], momentum=opt.get("momentum", 0.9), weight_decay=opt["weight_decay"], **impl)
     if opt["kind"] == "decoupled_adamw":
