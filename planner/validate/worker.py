@@ -781,8 +781,8 @@ IMPLEMENTATION_ARGS = {"fused": {"fused": True}, "foreach": {"foreach": True}, "
 def param_groups(params) -> list[dict]:
     """The parameters in one group per mesh (plain tensors in a group of their own): torch's fused and
     foreach kernels take a group's tensors in one call, which refuses plain tensors beside DTensors
-    (a norm that tp without sp leaves whole, beside tp-sharded matrices). torchtitan's plans make
-    every parameter a DTensor of one mesh; the worker's split keeps the same kernels per tensor."""
+    (a norm that tp without sp leaves whole, beside tp-sharded matrices). Each tensor is updated by
+    the same kernel either way; only the launches are split by group."""
     groups: dict = {}
     for p in params:
         groups.setdefault(getattr(p, "device_mesh", None), []).append(p)
