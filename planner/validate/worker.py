@@ -1149,7 +1149,7 @@ def run_one(job: dict, run: dict, out: str, progress: Progress, device) -> dict:
             st = Stage(m, run["stages"][pp_rank][v], run, first=sid == 0, last=sid == n_stages - 1)
         if full_init:
             init_parameters(st, run["seed"], (ms["ep"], ep_rank) if ms["ep"] > 1 else None)
-            st = st.to(device)
+            st = st.to(device)  # moves each parameter in place (Module._apply's set_data path): still tied
         stages.append(st)
 
     def materialize():
