@@ -493,6 +493,34 @@ def test_calibration_lowers_the_held_out_error_and_feeds_estimate(validated):
     assert doc["time"]["step_s"] > time_estimate(report.slice.job).step_s  # CPU-fitted constants: slower
 
 
+def test_validate_predicts_for_the_gpu_the_worker_reports(tmp_path, monkeypatch):
+    """Through run_validate, with the launch replaced by one rank's result whose device is an H200
+    (the worker's device_info on such a GPU): the prediction, the note and validate.json name the
+    H200, while the plan stays the H100-SXM it was planned on."""
+    from planner.validate import command
+    from planner.validate.runner import LaunchResult
+
+    comm = {k: {"busy_s": 0.0, "exposed_s": 0.0} for k in ("tp", "cp", "ep", "dp", "pp", "unattributed")}
+    step = {"step_s": 0.2, "compute_s": 0.15, "optimizer_s": 0.03, "other_s": 0.02, "comm": comm,
+            "classes": {"gemm_s": 0.1, "attention_s": 0.02, "elementwise_s": 0.03}}
+    rank = {"rank": 0, "coord": {"pp": 0, "dp_replicate": 0, "dp_shard": 0, "cp": 0, "tp": 0}, "stage_ids": [0],
+            "step_times_s": [0.2], "losses": [4.8], "state_bytes": {"weights": 0, "gradients": 0, "optimizer_states": 0},
+            "peak_memory": {}, "split": {"steps": [step]}, "trace": None, "check": {}, "linear_dtypes": {},
+            "optimizer": {"class": "AdamW", "implementation": "fused", "fused": True, "foreach": None},
+            "device": {"type": "cuda", "name": "NVIDIA H200", "total_memory_bytes": 150109880320, "sm_count": 132}}
+    monkeypatch.setattr(command, "launch", lambda *a, **k: LaunchResult(
+        ok=True, cause=None, returncode=0, wall_s=1.0, launch_id="fake", command=[], results={command.RUN_NAME: [rank]}))
+    report = run_validate(TINY, cluster="dgx-h100", gpus=1, training=TRAINING, layout={}, out_dir=tmp_path / "v",
+                          options=Options(steps=1, warmup=0, backend="gloo", nproc=1))
+    assert report.slice.plan.cluster.gpu.name == "H100-SXM" and report.slice.job.cluster.gpu.name == "H200"
+    assert report.notes[-1] == "ran on NVIDIA H200 (GPU preset H200), not the plan's H100-SXM: predicted for the H200"
+    assert report.prediction.time.step_s == pytest.approx(time_estimate(report.slice.job).step_s)
+    doc = json.loads((tmp_path / "v" / "validate.json").read_text())
+    assert doc["run"]["gpu"] == {"planned": "H100-SXM", "predicted_for": "H200", "ran_on": "NVIDIA H200"}
+    assert doc["measured"]["device"]["name"] == "NVIDIA H200"
+    assert next(r for r in doc["comparison"] if r["term"] == "MFU")["note"].startswith("of H200's")
+
+
 def _alive_with_marker(launch_id: str) -> list[int]:
     return find_processes(launch_id)
 
