@@ -81,6 +81,9 @@ class GPUSpec(_SIFromHuman):
     # published GEMM timings (cost_models.kernels anchors every GEMM on them); a GPU without them
     # takes its generation's reference GPU's ratio of tensor-core ceiling to datasheet peak
     matmul: tuple[MatmulMeasurement, ...] = ()
+    # the names the device reports for this GPU (torch.cuda.get_device_name, NVML's product name as
+    # nvidia-smi prints it): how planner validate knows which preset a run's GPU is
+    device_names: tuple[Annotated[str, Field(min_length=1, max_length=256)], ...] = ()
     source: str = ""
 
     @property

@@ -130,6 +130,56 @@ def test_run_description_names_the_checkpointed_layers():
     assert run["microbatches"] == plan.num_microbatches and run["dtype"] == "bfloat16"
 
 
+def test_the_worker_runs_the_optimizer_implementation_of_the_framework():
+    """AdamW as torchtitan runs it by default, fused (one kernel per group of tensors), as Megatron's
+    and DeepSpeed's FusedAdam do; Composer's DecoupledAdamW one tensor and one op at a time; SGD as
+    Megatron (FusedSGD) and DeepSpeed (torch.optim.SGD's default, foreach on CUDA) run it."""
+    import torch
+
+    from cost_models.training import TrainingSpec
+    from planner.validate.slices import optimizer_implementation
+
+    tiny = load_model(TINY)
+    run = run_doc(make_job(tiny, gpus=2, training=TRAINING), name="x", steps=1, warmup=0)
+    assert run["optimizer"]["implementation"] == "fused"
+    opt = worker.make_optimizer([torch.nn.Parameter(torch.zeros(4))], run["optimizer"])
+    assert type(opt) is torch.optim.AdamW and opt.defaults["fused"] is True
+    run = run_doc(make_job(tiny, gpus=2, training={**TRAINING, "optimizer": "decoupled_adamw"}), name="x", steps=1, warmup=0)
+    opt = worker.make_optimizer([torch.nn.Parameter(torch.zeros(4))], run["optimizer"])
+    assert run["optimizer"]["implementation"] == "for-loop" and opt.defaults["foreach"] is False and not opt.defaults["fused"]
+    for framework, want in (("megatron", "fused"), ("deepspeed", "fused"), ("torchtitan", "fused")):
+        assert optimizer_implementation(TrainingSpec(framework=framework, optimizer="adamw")) == want
+    assert optimizer_implementation(TrainingSpec(framework="megatron", optimizer="sgd")) == "fused"
+    assert optimizer_implementation(TrainingSpec(framework="deepspeed", optimizer="sgd")) == "foreach"
+
+
+def test_a_run_on_another_gpu_is_predicted_for_the_gpu_that_ran():
+    """The worker records the device's name (torch.cuda.get_device_name); a GPU preset that names it
+    takes over the prediction, with a note naming both GPUs; the plan's own GPU, or a CPU run, keeps
+    the slice; an unknown GPU keeps the plan's with a note that the times are not comparable."""
+    from cost_models.step_time import time_estimate
+    from planner.validate.device import match_device
+    from planner.validate.slices import Slice
+
+    plan, _ = native_job(presets.models()["megatron-gpt-1.7b"], presets.clusters()["dgx-h100"], 1,
+                         {"framework": "torchtitan", "seq_len": 2048}, {"mbs": 4, "recompute": "none"})
+    whole = Slice(plan, plan, "full", "", ())
+    gpus = presets.gpus()
+    h200 = match_device(whole, {"type": "cuda", "name": "NVIDIA H200"}, gpus)
+    assert h200.slice.job.cluster.gpu.name == "H200" and h200.slice.plan.cluster.gpu.name == "H100-SXM"
+    assert h200.note == "ran on NVIDIA H200 (GPU preset H200), not the plan's H100-SXM: predicted for the H200"
+    # the H200's 4.8 TB/s against the H100's 3.35 (presets/gpus.toml) prices the memory-bound optimizer step
+    # 3.35/4.8 as long: both at the same fraction of peak bandwidth
+    before, after = time_estimate(plan).stages[0].optimizer_s, time_estimate(h200.slice.job).stages[0].optimizer_s
+    assert after == pytest.approx(before * 3.35 / 4.8, rel=1e-9)
+    for same in ({"type": "cuda", "name": "NVIDIA H100 80GB HBM3"}, {"type": "cpu", "name": None}, None):
+        m = match_device(whole, same, gpus)
+        assert m.slice is whole and m.note is None, same
+    unknown = match_device(whole, {"type": "cuda", "name": "NVIDIA Imaginary 1"}, gpus)
+    assert unknown.slice is whole and unknown.note.startswith("ran on NVIDIA Imaginary 1, which no GPU preset names")
+    assert unknown.note.endswith("predicted for the plan's H100-SXM: the times are not comparable")
+
+
 def test_every_norm_of_a_fresh_model_scales_by_one():
     """After init_parameters every norm is the plain norm of its input: a (1 + w) RMSNorm (Gemma)
     starts at w = 0, not at w = 1 (which would double every normed activation), and a zero-centered
@@ -410,6 +460,8 @@ def test_validate_measures_every_term(validated):
     for part in ("weights", "gradients", "optimizer_states"):
         assert terms[f"memory {part}"]["error"] == 0.0
     assert doc["states_exact"] == {"ok": True, "mismatches": []}
+    # the optimizer torchtitan runs by default, recorded from the optimizer the worker built
+    assert doc["measured"]["optimizer"] == {"class": "AdamW", "implementation": "fused", "fused": True, "foreach": None}
     for rank in (0, 1):  # the job, its worker and a Chrome trace per rank stay for the user
         assert "traceEvents" in json.loads((out / "job" / "validate" / f"trace_rank{rank}.json").read_text())
     assert (out / "job" / "worker.py").read_text() == Path(worker.__file__).read_text()
@@ -439,6 +491,34 @@ def test_calibration_lowers_the_held_out_error_and_feeds_estimate(validated):
     doc = json.loads(est.stdout)
     assert doc["time"]["calibration"]["gemm_scale"]["hopper"] == pytest.approx(f.calibration.gemm_scale["hopper"])
     assert doc["time"]["step_s"] > time_estimate(report.slice.job).step_s  # CPU-fitted constants: slower
+
+
+def test_validate_predicts_for_the_gpu_the_worker_reports(tmp_path, monkeypatch):
+    """Through run_validate, with the launch replaced by one rank's result whose device is an H200
+    (the worker's device_info on such a GPU): the prediction, the note and validate.json name the
+    H200, while the plan stays the H100-SXM it was planned on."""
+    from planner.validate import command
+    from planner.validate.runner import LaunchResult
+
+    comm = {k: {"busy_s": 0.0, "exposed_s": 0.0} for k in ("tp", "cp", "ep", "dp", "pp", "unattributed")}
+    step = {"step_s": 0.2, "compute_s": 0.15, "optimizer_s": 0.03, "other_s": 0.02, "comm": comm,
+            "classes": {"gemm_s": 0.1, "attention_s": 0.02, "elementwise_s": 0.03}}
+    rank = {"rank": 0, "coord": {"pp": 0, "dp_replicate": 0, "dp_shard": 0, "cp": 0, "tp": 0}, "stage_ids": [0],
+            "step_times_s": [0.2], "losses": [4.8], "state_bytes": {"weights": 0, "gradients": 0, "optimizer_states": 0},
+            "peak_memory": {}, "split": {"steps": [step]}, "trace": None, "check": {}, "linear_dtypes": {},
+            "optimizer": {"class": "AdamW", "implementation": "fused", "fused": True, "foreach": None},
+            "device": {"type": "cuda", "name": "NVIDIA H200", "total_memory_bytes": 150109880320, "sm_count": 132}}
+    monkeypatch.setattr(command, "launch", lambda *a, **k: LaunchResult(
+        ok=True, cause=None, returncode=0, wall_s=1.0, launch_id="fake", command=[], results={command.RUN_NAME: [rank]}))
+    report = run_validate(TINY, cluster="dgx-h100", gpus=1, training=TRAINING, layout={}, out_dir=tmp_path / "v",
+                          options=Options(steps=1, warmup=0, backend="gloo", nproc=1))
+    assert report.slice.plan.cluster.gpu.name == "H100-SXM" and report.slice.job.cluster.gpu.name == "H200"
+    assert report.notes[-1] == "ran on NVIDIA H200 (GPU preset H200), not the plan's H100-SXM: predicted for the H200"
+    assert report.prediction.time.step_s == pytest.approx(time_estimate(report.slice.job).step_s)
+    doc = json.loads((tmp_path / "v" / "validate.json").read_text())
+    assert doc["run"]["gpu"] == {"planned": "H100-SXM", "predicted_for": "H200", "ran_on": "NVIDIA H200"}
+    assert doc["measured"]["device"]["name"] == "NVIDIA H200"
+    assert next(r for r in doc["comparison"] if r["term"] == "MFU")["note"].startswith("of H200's")
 
 
 def _alive_with_marker(launch_id: str) -> list[int]:

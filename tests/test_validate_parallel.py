@@ -110,6 +110,13 @@ RUNS_2_BF16 = {
     "pp_bf16": _job(pp=2, mbs=2),
     "dp_bf16": _job(zero=0, mbs=2),
 }
+# built on the meta device and allocated by to_empty, as every run without `check` is (the timing
+# runs on a GPU): the tied embedding must stay one parameter there too, without FSDP (DDP's
+# materialisation is the one-rank path's) and under FSDP2
+RUNS_2_META = {
+    "gpt_dp_meta": _job(TINY_GPT, zero=0),
+    "gpt_fsdp_meta": _job(TINY_GPT, zero=3),
+}
 PROFILED = {"cp"}  # the ring's trace: test_ring_transfers_overlap_the_attention_steps
 RUNS_4 = {
     "pp_layout_empty_ends": _job(gpus=4, pp=2, pp_layout="E|tt|tt|L"),  # vpp 2 from the layout; chunks without decoder layers
@@ -117,11 +124,12 @@ RUNS_4 = {
 }
 
 
-def _batch(tmp_path_factory, name: str, runs: dict, nproc: int, bf16: dict | None = None):
+def _batch(tmp_path_factory, name: str, runs: dict, nproc: int, bf16: dict | None = None, meta: dict | None = None):
     out = tmp_path_factory.mktemp(name)
     docs = [run_doc(job, name=n, steps=STEPS, warmup=WARMUP, fp32=True, check=True, lr=LR, profile=n in PROFILED)
             for n, job in runs.items()]
     docs += [run_doc(job, name=n, steps=STEPS, warmup=WARMUP, fp32=False, check=False, lr=LR, profile=False) for n, job in (bf16 or {}).items()]
+    docs += [run_doc(job, name=n, steps=STEPS, warmup=WARMUP, fp32=True, check=False, lr=LR, profile=False) for n, job in (meta or {}).items()]
     emit(out, job_doc(docs, backend="gloo", device="cpu", step_timeout_s=60))
     result = launch(out, nproc, timeout_s=240, step_timeout_s=60)
     assert result.ok, result.cause
@@ -130,7 +138,7 @@ def _batch(tmp_path_factory, name: str, runs: dict, nproc: int, bf16: dict | Non
 
 @pytest.fixture(scope="module")
 def two(tmp_path_factory):
-    return _batch(tmp_path_factory, "two", RUNS_2, 2, RUNS_2_BF16)
+    return _batch(tmp_path_factory, "two", RUNS_2, 2, RUNS_2_BF16, RUNS_2_META)
 
 
 @pytest.fixture(scope="module")
@@ -195,6 +203,25 @@ def test_states_are_sharded_as_the_layout_says(two, four):
     assert b["dp"]["optimizer_states"] == 2 * 4 * params  # AdamW: exp_avg and exp_avg_sq in fp32
     norms = 4 * 2 * 64 + 64  # replicated over tp
     assert b["tp_sp"]["weights"] == 4 * ((params - norms) // 2 + norms)
+
+
+def test_tied_embedding_is_one_parameter_when_built_on_meta(two):
+    """A tied output layer shares the embedding's parameter in the runs built on the meta device,
+    whose modules to_empty allocates one by one: one matrix of weights, gradients and optimizer
+    state, as the memory model counts."""
+    _, _, result = two
+    # tiny-gpt: embedding 128x64 (the output layer's too), positions 64x64, 2 layers x (2 LayerNorms
+    # 2x64, qkv 3x(64x64 + 64), out 64x64 + 64, fc1 64x256 + 256, fc2 256x64 + 64) = 2 x 49,984, final
+    # LayerNorm 128: 8,192 + 4,096 + 99,968 + 128 = 112,384 parameters, 4 bytes each in fp32; an
+    # untied output layer would add 128x64
+    params = 128 * 64 + 64 * 64 + 2 * (2 * 128 + 3 * (64 * 64 + 64) + 64 * 64 + 64 + 64 * 256 + 256 + 256 * 64 + 64) + 128
+    b = {name: result.results[name][0]["state_bytes"] for name in RUNS_2_META}
+    assert b["gpt_dp_meta"]["weights"] == 4 * params
+    assert b["gpt_dp_meta"]["optimizer_states"] == 2 * 4 * params
+    assert b["gpt_fsdp_meta"]["weights"] == 4 * params // 2
+    for name, job in RUNS_2_META.items():
+        states = check_states(Slice(job, job, "full", "", ()), measure(result.results[name]))
+        assert states.ok, (name, states.mismatches)
 
 
 def test_bf16_is_computed_in_bf16_on_every_path(two):

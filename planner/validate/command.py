@@ -14,9 +14,11 @@ from cost_models.calibration import DEFAULT, Calibration
 from cost_models.errors import SpecError
 from cost_models.memory import DEFAULT_HEADROOM, memory_estimate
 from cost_models.step_time import time_estimate
+from planner import presets
 from planner.runners import EstimateReport, MemoryReport
 from planner.validate import calibrate as cal_mod
 from planner.validate.compare import Measured, Row, StateCheck, check_states, measure, rows
+from planner.validate.device import match_device
 from planner.validate.runner import LaunchResult, emit, launch
 from planner.validate.slices import Slice, choose_slice, job_doc, native_job, read_plan, run_doc
 
@@ -105,7 +107,9 @@ class ValidateReport:
             "run": {"backend": self.backend, "device": self.device, "dtype": self.dtype, "output_dir": str(self.out_dir),
                     "command": self.launch.command, "wall_s": self.launch.wall_s, "returncode": self.launch.returncode,
                     "steps_done_per_rank": self.launch.steps_done, "killed_after_teardown": self.launch.killed,
-                    "worker": "worker.py", "job": "job.json", "traces": f"{RUN_NAME}/trace_rank*.json"},
+                    "worker": "worker.py", "job": "job.json", "traces": f"{RUN_NAME}/trace_rank*.json",
+                    "gpu": {"planned": plan.cluster.gpu.name, "predicted_for": job.cluster.gpu.name,
+                            "ran_on": self.measured.device.get("name") if self.measured else None}},
             "prediction": self.prediction.to_json(),
             "measured": self.measured.to_json() if self.measured else None,
             "comparison": [r.to_json() for r in self.rows],
@@ -195,15 +199,21 @@ def run_validate(
     emit(out_dir, doc)
     result = launch(out_dir, slice_.ranks, timeout_s=options.timeout_s, step_timeout_s=options.step_timeout_s,
                     on_progress=on_progress)
+    measured = states = fit = None
+    if result.ok:
+        measured = measure(result.results[RUN_NAME])
+        # the prediction is for the GPU that ran where a preset names it (planner/validate/device.py)
+        matched = match_device(slice_, measured.device, presets.gpus())
+        slice_ = matched.slice
+        if matched.note:
+            notes = [*notes, matched.note]
     job = slice_.job
     prediction = EstimateReport(
         memory=MemoryReport(job=job, estimate=memory_estimate(job, headroom=DEFAULT_HEADROOM)),
         time=time_estimate(job, calibration=options.calibration),
     )
-    measured = states = fit = None
     table: list[Row] = []
-    if result.ok:
-        measured = measure(result.results[RUN_NAME])
+    if measured is not None:
         table = rows(slice_, prediction.time, measured, device=device, dtype=run["dtype"])
         states = check_states(slice_, measured)
         if options.calibrate is not None:

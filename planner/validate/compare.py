@@ -57,6 +57,8 @@ class Measured:
     stage_of_rank: dict[int, int]  # rank -> pipeline rank
     peak: dict[int, dict[str, Any]]
     world: int
+    optimizer: dict[str, Any]  # the critical rank's optimizer: class and implementation (worker.make_optimizer)
+    device: dict[str, Any]  # the device the critical rank ran on (worker.device_info)
 
     @property
     def step_s(self) -> float:
@@ -72,6 +74,8 @@ class Measured:
             "state_bytes": {str(r): v for r, v in self.state_bytes.items()},
             "peak_memory": {str(r): v for r, v in self.peak.items()},
             "ranks": self.world,
+            "optimizer": self.optimizer,
+            "device": self.device,
         }
 
 
@@ -105,6 +109,8 @@ def measure(results: list[dict[str, Any]]) -> Measured:
         stage_of_rank={rank: r["coord"]["pp"] for rank, r in by_rank.items()},
         peak={rank: r.get("peak_memory") or {} for rank, r in sorted(by_rank.items())},
         world=len(results),
+        optimizer=by_rank[critical]["optimizer"],
+        device=by_rank[critical]["device"],
     )
 
 

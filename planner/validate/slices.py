@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from cost_models.enums import AttentionKernel, Framework, PositionKind, Precision, Recompute, Zero
+from cost_models.enums import AttentionKernel, Framework, OptimizerKind, PositionKind, Precision, Recompute, Zero
 from cost_models.errors import SpecError
 from cost_models.hardware import Cluster, ClusterSpec
 from cost_models.job import Job
@@ -37,13 +37,38 @@ from cost_models.states import local_vocab
 from cost_models.training import TrainingSpec
 from planner.errors import spec_error
 
-WORKER_FORMAT = 1  # planner/validate/worker.py FORMAT_VERSION
+WORKER_FORMAT = 2  # planner/validate/worker.py FORMAT_VERSION
 
 # Optimizer settings of the measured job: torchtitan's llama3 defaults (lr 8e-4 for 8B; AdamW
 # betas (0.9, 0.95), eps 1e-8, weight decay 0.1). Step time does not depend on them.
 OPTIMIZER = {"lr": 8e-4, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1, "momentum": 0.9}
 
 DTYPE_NAME = {Precision.BF16: "bfloat16", Precision.FP16: "float16"}
+
+# The optimizer implementation a framework runs by default, in torch.optim's terms: "fused" (one
+# kernel updates a group of tensors, fused=True), "foreach" (torch's multi-tensor ops, one kernel
+# per op and group, foreach=True) or "for-loop" (one tensor and one op at a time, foreach=False).
+# Adam(W): torchtitan's optimizer.implementation defaults to "fused" (pytorch/torchtitan@820504e2
+# torchtitan/config_manager.py:139, passed as fused=/foreach= by torchtitan/components/optimizer.py:
+# 275-288); Megatron runs Transformer Engine's or apex's FusedAdam (NVIDIA/Megatron-LM@d98e8a64
+# megatron/core/optimizer/__init__.py:13-21, 558-562), DeepSpeed its FusedAdam unless torch_adam is
+# set (deepspeedai/DeepSpeed@edaa7221 deepspeed/runtime/engine.py:2095-2139). SGD: Megatron's is TE's
+# or apex's FusedSGD (__init__.py:13-21, 621-627); DeepSpeed builds torch.optim.SGD with torch's
+# defaults (engine.py:2236-2238), foreach on CUDA tensors; torchtitan builds Adam and AdamW only
+# (optimizer.py:290-296). Composer's DecoupledAdamW updates one tensor and one op at a time
+# (worker.make_optimizer).
+FUSED_ADAM = {Framework.TORCHTITAN: "fused", Framework.MEGATRON: "fused", Framework.DEEPSPEED: "fused"}
+OPTIMIZER_IMPLEMENTATION: dict[OptimizerKind, dict[Framework, str]] = {
+    OptimizerKind.ADAMW: FUSED_ADAM,
+    OptimizerKind.ADAM: FUSED_ADAM,
+    OptimizerKind.SGD: {Framework.MEGATRON: "fused", Framework.DEEPSPEED: "foreach", Framework.TORCHTITAN: "foreach"},
+    OptimizerKind.DECOUPLED_ADAMW: {f: "for-loop" for f in Framework},
+}
+
+
+def optimizer_implementation(training: TrainingSpec) -> str:
+    """The implementation of the training's optimizer its framework runs (OPTIMIZER_IMPLEMENTATION)."""
+    return OPTIMIZER_IMPLEMENTATION[training.optimizer][training.framework]
 
 
 # --- the plan --------------------------------------------------------------------------------------
@@ -437,7 +462,7 @@ def run_doc(job: Job, *, name: str, steps: int, warmup: int, fp32: bool = False,
         lid for chunks in job.stage_chunks for chunk in chunks for pos, lid in enumerate(chunk)
         if job.recompute_mode(pos) is Recompute.FULL
     ]
-    opt = dict(OPTIMIZER, kind=str(job.training.optimizer))
+    opt = dict(OPTIMIZER, kind=str(job.training.optimizer), implementation=optimizer_implementation(job.training))
     if lr is not None:
         opt["lr"] = lr
     return {

@@ -47,7 +47,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 INIT_STD = 0.02  # GPT-2/Megatron init: N(0, 0.02) for every matrix (Radford et al. 2019; Megatron init_method_std)
 
 # --------------------------------------------------------------------------------------------------
@@ -660,11 +660,22 @@ class Stage(nn.Module):
         self.layers = nn.ModuleDict({str(i): block(m, i, run) for i in layer_ids})
         self.norm = _norm(h, m) if last else None
         self.output = nn.Linear(h, m["vocab"], bias=False) if last else None
-        if last and first and m["tie"]:
-            self.output.weight = self.embed.weight
+        self.tied = last and first and m["tie"]  # refused with a pipeline or tp (slices.REFUSALS)
+        self.tie()
         self.dropout = m.get("hidden_dropout", 0.0)
         self.cp_positions = None
         self.autocast_dtype = None  # the compute dtype when autocast runs (no FSDP mixed precision)
+
+    def tie(self) -> None:
+        """The output layer uses the embedding's parameter. Module.to_empty gives a plain parameter
+        on the meta device a new Parameter in each module that holds it (torch 2.13.0
+        torch/nn/modules/module.py Module._apply L957-1004: a meta and a device tensor are not of
+        compatible shallow-copy types), so a model built on the meta device is re-tied after it, as
+        torchtitan re-ties before initialising (pytorch/torchtitan@b5bcd76c
+        torchtitan/models/common/decoder.py:261-273, after to_empty in torchtitan/trainer.py:461-466
+        and 489-493). FSDP2's DTensor parameters are swapped in place by the same _apply and stay tied."""
+        if self.tied and self.output.weight is not self.embed.weight:
+            self.output.weight = self.embed.weight
 
     def forward(self, x):
         # autocast here, inside the module, and not around the caller: a pipeline schedule calls
@@ -763,18 +774,37 @@ def loss_fn(logits, targets):
     return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
 
 
+# torch.optim's arguments for each implementation slices.OPTIMIZER_IMPLEMENTATION names
+IMPLEMENTATION_ARGS = {"fused": {"fused": True}, "foreach": {"foreach": True}, "for-loop": {"foreach": False}}
+
+
+def param_groups(params) -> list[dict]:
+    """The parameters in one group per mesh (plain tensors in a group of their own): torch's fused and
+    foreach kernels take a group's tensors in one call, which refuses plain tensors beside DTensors
+    (a norm that tp without sp leaves whole, beside tp-sharded matrices). Each tensor is updated by
+    the same kernel either way; only the launches are split by group."""
+    groups: dict = {}
+    for p in params:
+        groups.setdefault(getattr(p, "device_mesh", None), []).append(p)
+    return [{"params": ps} for ps in groups.values()]
+
+
 def make_optimizer(params, opt: dict):
+    """The optimizer of opt["kind"], run by the implementation opt["implementation"] (the one the
+    plan's framework runs)."""
+    impl = IMPLEMENTATION_ARGS[opt["implementation"]]
+    params = param_groups(params)
     if opt["kind"] == "sgd":
-        return torch.optim.SGD(params, lr=opt["lr"], momentum=opt.get("momentum", 0.9), weight_decay=opt["weight_decay"])
+        return torch.optim.SGD(params, lr=opt["lr"], momentum=opt.get("momentum", 0.9), weight_decay=opt["weight_decay"], **impl)
     if opt["kind"] == "decoupled_adamw":
         # Composer's DecoupledAdamW updates one tensor and one op at a time: torch's single-tensor
         # AdamW (foreach=False) runs the same per-tensor ops. Composer decays by wd·lr/initial_lr
         # (composer@v0.16.4 composer/optim/decoupled_weight_decay.py L243-246), torch by lr·wd':
         # wd' = wd/lr gives the same decay at the worker's constant learning rate
         return torch.optim.AdamW(params, lr=opt["lr"], betas=tuple(opt["betas"]), eps=opt["eps"],
-                                 weight_decay=opt["weight_decay"] / opt["lr"], foreach=False)
+                                 weight_decay=opt["weight_decay"] / opt["lr"], **impl)
     cls = torch.optim.AdamW if opt["kind"] == "adamw" else torch.optim.Adam
-    return cls(params, lr=opt["lr"], betas=tuple(opt["betas"]), eps=opt["eps"], weight_decay=opt["weight_decay"])
+    return cls(params, lr=opt["lr"], betas=tuple(opt["betas"]), eps=opt["eps"], weight_decay=opt["weight_decay"], **impl)
 
 
 def reference(run: dict) -> dict:
@@ -1119,13 +1149,14 @@ def run_one(job: dict, run: dict, out: str, progress: Progress, device) -> dict:
             st = Stage(m, run["stages"][pp_rank][v], run, first=sid == 0, last=sid == n_stages - 1)
         if full_init:
             init_parameters(st, run["seed"], (ms["ep"], ep_rank) if ms["ep"] > 1 else None)
-            st = st.to(device)
+            st = st.to(device)  # moves each parameter in place (Module._apply's set_data path): still tied
         stages.append(st)
 
     def materialize():
         if not full_init:
             for st in stages:
                 st.to_empty(device=device)
+                st.tie()
                 init_local(st, run["seed"] * 1_000_003 + rank)
 
     full_layers = set(run["recompute"]["full_layers"])
@@ -1334,7 +1365,19 @@ def run_one(job: dict, run: dict, out: str, progress: Progress, device) -> dict:
         "trace": os.path.basename(trace_path) if prof_ctx is not None else None,
         "check": check,
         "linear_dtypes": linear_dtypes,
+        "optimizer": {"class": type(optimizer).__name__, "implementation": run["optimizer"]["implementation"],
+                      "fused": bool(optimizer.defaults.get("fused")), "foreach": optimizer.defaults.get("foreach")},
+        "device": device_info(device),
     }
+
+
+def device_info(device) -> dict:
+    """The device this rank ran on, as torch reports it (the name nvidia-smi shows, e.g. 'NVIDIA H200')."""
+    if device.type != "cuda":
+        return {"type": device.type, "name": None}
+    p = torch.cuda.get_device_properties(device)
+    return {"type": "cuda", "name": p.name, "total_memory_bytes": p.total_memory, "sm_count": p.multi_processor_count,
+            "capability": f"{p.major}.{p.minor}", "torch": torch.__version__, "cuda": torch.version.cuda}
 
 
 def watch_linear_dtypes(stages, counts: dict) -> list:
