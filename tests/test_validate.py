@@ -130,6 +130,52 @@ def test_run_description_names_the_checkpointed_layers():
     assert run["microbatches"] == plan.num_microbatches and run["dtype"] == "bfloat16"
 
 
+def _ops_in_backward(spec, selective: bool):
+    """aten ops the backward of one forward of the whole model runs, by name."""
+    import collections
+
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from planner.validate.slices import model_doc
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = collections.Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.seen[func.overloadpacket.__name__] += 1
+            return func(*args, **(kwargs or {}))
+
+    m = model_doc(spec)
+    run = {"attention": "flash", "recompute": {"selective": selective, "full_layers": []}, "mesh": {"ep": 1}}
+    stage = worker.Stage(m, range(m["layers"]), run, first=True, last=True)
+    worker.init_parameters(stage, 0)
+    worker.apply_recompute(stage, set(), selective)
+    loss = stage(torch.randint(0, m["vocab"], (1, 8), generator=torch.Generator().manual_seed(0))).float().square().mean()
+    with Count() as count:
+        loss.backward()
+    return count.seen
+
+
+def test_selective_recompute_reruns_every_second_matmul_and_no_attention():
+    """torchtitan's per-op policy in the worker: of a SwiGLU layer's 7 matmuls in forward order (wq wk
+    wv wo w1 w3 w2) the 2nd, 4th and 6th run again in backward, 3 per layer; the attention kernel
+    does not. An MoE layer reruns wk, wo, the router (forced) and every routed expert's 3 matmuls
+    (torchtitan's grouped GEMM is not saved): 2 + 1 + 4 x 3 = 15. A GPT-style layer's linears all have
+    biases (addmm, always saved): nothing reruns."""
+    from tests.test_validate_parallel import TINY as TINY_LLAMA
+    from tests.test_validate_parallel import TINY_GPT, TINY_MOE
+
+    flash = "_scaled_dot_product_flash_attention_for_cpu"
+    for spec, extra in ((TINY_LLAMA, 4 * 3), (TINY_MOE, 2 * 3 + 2 * 15), (TINY_GPT, 0)):
+        plain, sac = _ops_in_backward(spec, False), _ops_in_backward(spec, True)
+        assert sac["mm"] - plain["mm"] == extra, spec.name
+        assert sac[flash] == plain[flash] == 0 and sac[flash + "_backward"] == spec.num_layers, spec.name
+        assert sac["addmm"] == plain["addmm"], spec.name
+
+
 def test_every_norm_of_a_fresh_model_scales_by_one():
     """After init_parameters every norm is the plain norm of its input: a (1 + w) RMSNorm (Gemma)
     starts at w = 0, not at w = 1 (which would double every normed activation), and a zero-centered
