@@ -130,8 +130,8 @@ def test_run_description_names_the_checkpointed_layers():
     assert run["microbatches"] == plan.num_microbatches and run["dtype"] == "bfloat16"
 
 
-def _ops_in_backward(spec, selective: bool):
-    """aten ops the backward of one forward of the whole model runs, by name."""
+def _ops_in_passes(spec):
+    """aten ops of one forward and of its backward of the whole model under selective recompute, by name."""
     import collections
 
     import torch
@@ -149,31 +149,33 @@ def _ops_in_backward(spec, selective: bool):
             return func(*args, **(kwargs or {}))
 
     m = model_doc(spec)
-    run = {"attention": "flash", "recompute": {"selective": selective, "full_layers": []}, "mesh": {"ep": 1}}
+    run = {"attention": "flash", "recompute": {"selective": True, "full_layers": []}, "mesh": {"ep": 1}}
     stage = worker.Stage(m, range(m["layers"]), run, first=True, last=True)
     worker.init_parameters(stage, 0)
-    worker.apply_recompute(stage, set(), selective)
-    loss = stage(torch.randint(0, m["vocab"], (1, 8), generator=torch.Generator().manual_seed(0))).float().square().mean()
-    with Count() as count:
+    worker.apply_recompute(stage, set(), True)
+    tokens = torch.randint(0, m["vocab"], (1, 8), generator=torch.Generator().manual_seed(0))
+    with Count() as forward:
+        loss = stage(tokens).float().square().mean()
+    with Count() as backward:
         loss.backward()
-    return count.seen
+    return forward.seen, backward.seen
 
 
 def test_selective_recompute_reruns_every_second_matmul_and_no_attention():
-    """torchtitan's per-op policy in the worker: of a SwiGLU layer's 7 matmuls in forward order (wq wk
-    wv wo w1 w3 w2) the 2nd, 4th and 6th run again in backward, 3 per layer; the attention kernel
-    does not. An MoE layer reruns wk, wo, the router (forced) and every routed expert's 3 matmuls
-    (torchtitan's grouped GEMM is not saved): 2 + 1 + 4 x 3 = 15. A GPT-style layer's linears all have
-    biases (addmm, always saved): nothing reruns."""
-    from tests.test_validate_parallel import TINY as TINY_LLAMA
+    """torchtitan's per-op policy in the worker. Without recompute the backward runs two matmuls per
+    forward one (data and weight gradients); on top of those, of a SwiGLU layer's 7 matmuls in
+    forward order (wq wk wv wo w1 w3 w2) the 2nd, 4th and 6th run again, 3 per layer, and the
+    attention kernel does not. An MoE layer reruns wk, wo, the router (forced) and every routed
+    expert's 3 matmuls (torchtitan's grouped GEMM is not saved): 2 + 1 + 4 x 3 = 15. A GPT-style
+    layer's linears all have biases (addmm, always saved): nothing reruns."""
     from tests.test_validate_parallel import TINY_GPT, TINY_MOE
 
     flash = "_scaled_dot_product_flash_attention_for_cpu"
-    for spec, extra in ((TINY_LLAMA, 4 * 3), (TINY_MOE, 2 * 3 + 2 * 15), (TINY_GPT, 0)):
-        plain, sac = _ops_in_backward(spec, False), _ops_in_backward(spec, True)
-        assert sac["mm"] - plain["mm"] == extra, spec.name
-        assert sac[flash] == plain[flash] == 0 and sac[flash + "_backward"] == spec.num_layers, spec.name
-        assert sac["addmm"] == plain["addmm"], spec.name
+    # tiny-moe: layers 1 and 3 of 4 are MoE layers
+    for spec, extra in ((TINY_MOE, 2 * 3 + 2 * 15), (TINY_GPT, 0)):
+        forward, backward = _ops_in_passes(spec)
+        assert backward["mm"] + backward["addmm"] == 2 * (forward["mm"] + forward["addmm"]) + extra, spec.name
+        assert backward[flash] == 0 and backward[flash + "_backward"] == forward[flash] == spec.num_layers, spec.name
 
 
 def test_every_norm_of_a_fresh_model_scales_by_one():
