@@ -326,57 +326,101 @@ def layer_items(job: Job, layer_id: int, conv: Convention | None = None) -> Brea
 
 
 def _per_op_sac(job: Job, d: Dims, layer_id: int) -> Breakdown:
-    """torchtitan's op-level selective checkpointing (torchtitan/distributed/activation_checkpoint.py
-    `_custom_policy`): keep the layer input, the outputs of the attention kernel and of reduce-scatters,
-    and the output of every odd-numbered matmul of the layer (wq, wv, w1, w2 for SwiGLU in forward
-    order wq wk wv wo w1 w3 w2; wq, wv, w1 for GELU); recompute the rest."""
-    t, moe = d.t, job.model.moe
+    """torchtitan's op-level selective checkpointing (pytorch/torchtitan@b5bcd76c
+    torchtitan/distributed/activation_checkpoint.py L243-276 SelectiveAC, saved set L31-94): keep
+    the layer input, the outputs of the attention kernel and of reduce-scatters, and of the layer's
+    matmuls those _sac_kept keeps (wq, wv, w1, w2 of a SwiGLU layer in forward order wq wk wv wo w1
+    w3 w2; wq, wv, w1 for GELU); recompute the rest. An MoE layer keeps its router's top-k and,
+    under ep, the all-to-alls' outputs (_sac_moe)."""
+    t = d.t
     assert job.model.hybrid_pattern is None, "torchtitan runs no hybrid model (rules: hybrid_framework)"
-    if job.model.is_moe_layer(layer_id):
-        assert moe is not None
-        width, tokens = moe.expert_ffn_hidden_size // job.etp, expert_tokens(job, d)
-    else:
-        width, tokens = d.f, t
     if job.model.mla is not None:
-        return _per_op_sac_mla(job, d, width, tokens)
-    swiglu = job.model.mlp.gated
+        return _per_op_sac_mla(job, d, layer_id)
+    m = job.model
+    mms = [("wq_output", t * d.q, m.qkv_bias), ("wk_output", t * d.kv, m.qkv_bias), ("wv_output", t * d.kv, m.qkv_bias),
+           ("wo_output", t * d.h, m.out_bias)]
     items = {
         "layer_input": d.residual * ACT_BYTES,
-        "wq_output": t * d.q * ACT_BYTES,
-        "wv_output": t * d.kv * ACT_BYTES,
+        **_sac_kept(mms + _sac_mlp(job, d, layer_id)),
         "attention_output": t * d.q * ACT_BYTES,
         "softmax_lse": d.b * d.heads * d.s * FP32,
-        "w1_output": tokens * width * ACT_BYTES,
-        "w2_output": tokens * d.h * ACT_BYTES if swiglu else 0,
+        **_sac_moe(job, d, layer_id),
         "reduce_scatter_outputs": 2 * d.residual * ACT_BYTES if d.tp > 1 else 0,
     }
     return Breakdown.of("bytes", **items)
 
 
-def _per_op_sac_mla(job: Job, d: Dims, width: int, tokens: int) -> Breakdown:
+def _sac_mlp(job: Job, d: Dims, layer_id: int) -> list[tuple[str, int, bool]]:
+    """The MLP's linears in forward order, (output name, elements, has a bias): w1, w3 (gated), w2; in
+    an MoE layer those of the shared experts only (one MLP of their summed width, torchtitan's
+    shared_experts), the routed experts' grouped GEMM being outside the saved set."""
+    m = job.model
+    if m.is_moe_layer(layer_id):
+        assert m.moe is not None
+        if not m.moe.num_shared_experts:
+            return []
+        width = m.moe.num_shared_experts * m.moe.shared_width // d.tp
+    else:
+        width = d.f
+    t = d.t
+    out = [("w1_output", t * width, m.mlp_bias)]
+    if m.mlp.gated:  # w3, the up projection of a gated MLP (SwiGLU, GeGLU)
+        out.append(("w3_output", t * width, m.mlp_bias))
+    return out + [("w2_output", t * d.h, m.mlp_bias)]
+
+
+def _sac_kept(mms: list[tuple[str, int, bool]]) -> dict[str, int]:
+    """Bytes of the matmul outputs the policy keeps, from (name, elements, bias) in forward order: it
+    counts aten.mm and recomputes the even-numbered ones; a linear with a bias runs as addmm, kept
+    always and not counted."""
+    kept, count = {}, 0
+    for name, n, bias in mms:
+        if not bias:
+            count += 1
+            if count % 2 == 0:
+                continue
+        kept[name] = n * ACT_BYTES
+    return kept
+
+
+def _sac_moe(job: Job, d: Dims, layer_id: int) -> dict[str, int]:
+    """What an MoE layer's routing keeps under the policy: topk's values (fp32 scores) and int64
+    indices (topk is in the saved set), and the token dispatch's and combine's all-to-all outputs
+    under ep (all_to_all_single is). The router's matmul is forced to recompute (its shape is in
+    force_recompute_mm_shapes_by_fqns, L196-198) unless a bias makes it an addmm."""
+    m = job.model
+    if not m.is_moe_layer(layer_id):
+        return {}
+    moe = m.moe
+    assert moe is not None
+    local = d.t // d.sp_div
+    out = {"router_topk": local * moe.top_k * (FP32 + 8)}
+    if moe.router_bias:
+        out["router_output"] = local * moe.num_experts * ACT_BYTES
+    if job.layout.ep > 1:
+        out["all_to_all_outputs"] = 2 * expert_tokens(job, d) * d.h * ACT_BYTES
+    return out
+
+
+def _per_op_sac_mla(job: Job, d: Dims, layer_id: int) -> Breakdown:
     """The same policy over an MLA layer's matmuls in forward order (torchtitan
-    models/deepseek_v3 Attention: wq_a, wq_b or one wq, wkv_a, wkv_b, wo; then w1, w3, w2, or the
-    GELU/squared-ReLU pair): the odd-numbered ones keep their outputs."""
+    models/deepseek_v3 Attention: wq_a, wq_b or one wq, wkv_a, wkv_b, wo; then the MLP's)."""
     m, t = job.model, d.t
     a = m.mla
     assert a is not None
     v_out = d.heads * m.v_head_size
-    mms: list[tuple[str, int]] = []
+    mms: list[tuple[str, int, bool]] = []
     if a.q_lora_rank is not None:
-        mms.append(("wq_a_output", t * a.q_lora_rank))
-    mms += [("wq_output", t * d.q), ("wkv_a_output", t * (a.kv_lora_rank + a.qk_rope_head_dim)),
-            ("wkv_b_output", t * d.heads * (a.qk_nope_head_dim + m.v_head_size)), ("wo_output", t * d.h)]
-    mms.append(("w1_output", tokens * width))
-    if m.mlp.gated:  # w3, the up projection of a gated MLP (SwiGLU, GeGLU)
-        mms.append(("w3_output", tokens * width))
-    mms.append(("w2_output", tokens * d.h))
-    items = {name: n * ACT_BYTES for i, (name, n) in enumerate(mms) if i % 2 == 0}
+        mms.append(("wq_a_output", t * a.q_lora_rank, m.qkv_bias))
+    mms += [("wq_output", t * d.q, False), ("wkv_a_output", t * (a.kv_lora_rank + a.qk_rope_head_dim), m.qkv_bias),
+            ("wkv_b_output", t * d.heads * (a.qk_nope_head_dim + m.v_head_size), False), ("wo_output", t * d.h, m.out_bias)]
     return Breakdown.of(
         "bytes",
         layer_input=d.residual * ACT_BYTES,
-        **items,
+        **_sac_kept(mms + _sac_mlp(job, d, layer_id)),
         attention_output=t * v_out * ACT_BYTES,
         softmax_lse=d.b * d.heads * d.s * FP32,
+        **_sac_moe(job, d, layer_id),
         reduce_scatter_outputs=2 * d.residual * ACT_BYTES if d.tp > 1 else 0,
     )
 

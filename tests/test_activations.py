@@ -208,3 +208,28 @@ def test_scripted_bias_dropout_add_keeps_a_mask_at_zero_dropout():
         torch._C._jit_set_profiling_mode(old_mode)
         torch._C._jit_set_profiling_executor(old_executor)
     assert saved(bda) == []
+
+
+def test_torchtitan_selective_keeps_the_matmuls_its_policy_keeps():
+    """torchtitan's per-op policy counts aten.mm in forward order and keeps the odd ones; a linear
+    with a bias is an addmm, kept and not counted. llama-tiny (h 256, 8 heads of 32, 2 kv heads,
+    ffn 688), 128 tokens, bf16: wq, wv, w1, w2 kept; with q/k/v biases wq, wk, wv, then wo (1st
+    mm), w3 (3rd). An MoE layer keeps no routed expert's output: its top-k (fp32 values and int64
+    indices) and, under ep, the two all-to-alls' outputs."""
+    from cost_models.model_spec import MoESpec
+
+    t, h, f, q, kv = 128, 256, 688, 256, 64
+    def kept(spec, gpus: int = 1, **layout) -> dict[str, int]:
+        tt = dict(framework="torchtitan", seq_len=t, global_batch_size=gpus)
+        job = make_job(spec, gpus=gpus, recompute="selective", training=tt, **layout)
+        return {n: p for n, p in layer_activations(job, 0, Recompute.SELECTIVE) if n.startswith(("w", "router", "all_to"))}
+
+    assert kept(LLAMA_TINY) == {"wq_output": t * q * 2, "wv_output": t * kv * 2, "w1_output": t * f * 2, "w2_output": t * h * 2}
+    biased = LLAMA_TINY.model_copy(update={"qkv_bias": True})
+    assert kept(biased) == {"wq_output": t * q * 2, "wk_output": t * kv * 2, "wv_output": t * kv * 2,
+                            "wo_output": t * h * 2, "w3_output": t * f * 2}
+    moe = LLAMA_TINY.model_copy(update={"moe": MoESpec(num_experts=4, top_k=2, expert_ffn_hidden_size=128)})
+    topk = t * 2 * (4 + 8)
+    assert kept(moe) == {"wq_output": t * q * 2, "wv_output": t * kv * 2, "router_topk": topk}
+    assert kept(moe, gpus=2, ep=2) == {"wq_output": t * q * 2, "wv_output": t * kv * 2, "router_topk": topk,
+                                       "all_to_all_outputs": 2 * t * 2 * h * 2}

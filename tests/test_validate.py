@@ -180,6 +180,54 @@ def test_a_run_on_another_gpu_is_predicted_for_the_gpu_that_ran():
     assert unknown.note.endswith("predicted for the plan's H100-SXM: the times are not comparable")
 
 
+def _ops_in_passes(spec):
+    """aten ops of one forward and of its backward of the whole model under selective recompute, by name."""
+    import collections
+
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from planner.validate.slices import model_doc
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = collections.Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.seen[func.overloadpacket.__name__] += 1
+            return func(*args, **(kwargs or {}))
+
+    m = model_doc(spec)
+    run = {"attention": "flash", "recompute": {"selective": True, "full_layers": []}, "mesh": {"ep": 1}}
+    stage = worker.Stage(m, range(m["layers"]), run, first=True, last=True)
+    worker.init_parameters(stage, 0)
+    worker.apply_recompute(stage, set(), True)
+    tokens = torch.randint(0, m["vocab"], (1, 8), generator=torch.Generator().manual_seed(0))
+    with Count() as forward:
+        loss = stage(tokens).float().square().mean()
+    with Count() as backward:
+        loss.backward()
+    return forward.seen, backward.seen
+
+
+def test_selective_recompute_reruns_every_second_matmul_and_no_attention():
+    """torchtitan's per-op policy in the worker. Without recompute the backward runs two matmuls per
+    forward one (data and weight gradients); on top of those, of a SwiGLU layer's 7 matmuls in
+    forward order (wq wk wv wo w1 w3 w2) the 2nd, 4th and 6th run again, 3 per layer, and the
+    attention kernel does not. An MoE layer reruns wk, wo, the router (forced) and every routed
+    expert's 3 matmuls (torchtitan's grouped GEMM is not saved): 2 + 1 + 4 x 3 = 15. A GPT-style
+    layer's linears all have biases (addmm, always saved): nothing reruns."""
+    from tests.test_validate_parallel import TINY_GPT, TINY_MOE
+
+    flash = "_scaled_dot_product_flash_attention_for_cpu"
+    # tiny-moe: layers 1 and 3 of 4 are MoE layers
+    for spec, extra in ((TINY_MOE, 2 * 3 + 2 * 15), (TINY_GPT, 0)):
+        forward, backward = _ops_in_passes(spec)
+        assert backward["mm"] + backward["addmm"] == 2 * (forward["mm"] + forward["addmm"]) + extra, spec.name
+        assert backward[flash] == 0 and backward[flash + "_backward"] == forward[flash] == spec.num_layers, spec.name
+
+
 def test_every_norm_of_a_fresh_model_scales_by_one():
     """After init_parameters every norm is the plain norm of its input: a (1 + w) RMSNorm (Gemma)
     starts at w = 0, not at w = 1 (which would double every normed activation), and a zero-centered

@@ -93,7 +93,7 @@ def _native(model, gpus=2, **layout):
 RUNS_2 = {
     "dp": _job(zero=0, mbs=2),  # DDP, 2 micro-batches of gradient accumulation
     "fsdp": _job(zero=3, mbs=2, recompute="full", recompute_layers=2),  # FSDP2, 2 of 4 layers checkpointed
-    "tp_sp": _job(tp=2, recompute="selective"),  # tensor + sequence parallel, core attention recomputed
+    "tp_sp": _job(tp=2, recompute="selective"),  # tensor + sequence parallel, torchtitan's per-op selective recompute
     "pp_1f1b": _job(pp=2, mbs=2),  # 2 stages, 4 micro-batches
     "pp_layout": _job(pp=2, mbs=2, pp_layout="Et|tttL"),  # Megatron's layout grammar: 1 layer, then 3
     "cp": _job(cp=2),  # ring attention over 2 ranks

@@ -20,8 +20,8 @@ layout with PyTorch's own distributed APIs and measures it:
   attention and MLP layers, one norm and one block per layer;
 - context parallel: ring attention with one flash kernel per step, the next K/V block's transfer
   overlapped with the current step, log-sum-exp merge (load-balanced chunks, torch's CP scheme);
-- recompute: `checkpoint_wrapper` on the planned layers (full), or checkpointed core attention
-  (selective, Korthikanti et al. 2022).
+- recompute: `checkpoint_wrapper` on the planned layers (full), or on every block with torchtitan's
+  per-op selective policy (selective: matmul outputs saved but every second one, attention saved).
 
 Per rank it writes progress lines, a result file (step times, the profiler's time split, state bytes,
 peak memory) and a Chrome trace, or an error file with the cause when it fails.
@@ -261,10 +261,10 @@ def attention_core(q, k, v, *, eager: bool, scale: float, dropout: float, traini
 
 
 class Attention(nn.Module):
-    def __init__(self, m: dict, attention: str, selective: bool, layer_id: int = 0):
+    def __init__(self, m: dict, attention: str, layer_id: int = 0):
         super().__init__()
         h, d = m["hidden"], m["head_dim"]
-        self.head_dim, self.kind, self.selective = d, attention, selective
+        self.head_dim, self.kind = d, attention
         self.rope = m["positions"] == "rope" and layer_id not in m.get("nope_layers", ())
         local = layer_id in m.get("local_layers", ())
         self.window = m.get("window") if local else None
@@ -307,10 +307,7 @@ class Attention(nn.Module):
         rep = q.shape[1] // k.shape[1]
         if rep > 1:
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        if self.selective:
-            out = torch.utils.checkpoint.checkpoint(self._core, q, k, v, use_reentrant=False)
-        else:
-            out = self._core(q, k, v)
+        out = self._core(q, k, v)
         return self.wo(out.transpose(1, 2).reshape(b, s, -1))
 
 
@@ -319,10 +316,10 @@ class MLAttention(nn.Module):
     wq_b (or one wq), wkv_a (the latent and the rope key shared by all heads), kv_norm, wkv_b (each
     head's key part without rope and its value), wo; rotary on the rope parts only."""
 
-    def __init__(self, m: dict, attention: str, selective: bool):
+    def __init__(self, m: dict, attention: str):
         super().__init__()
         a, h, n = m["mla"], m["hidden"], m["heads"]
-        self.a, self.kind, self.selective, self.heads = a, attention, selective, n
+        self.a, self.kind, self.heads = a, attention, n
         self.qk = a["nope"] + a["rope"]
         if a["q_lora"] is None:
             self.wq = nn.Linear(h, n * self.qk, bias=False)
@@ -354,10 +351,7 @@ class MLAttention(nn.Module):
         q = torch.cat([q_nope, q_rope], dim=-1).transpose(1, 2)
         k = torch.cat([k_nope, k_rope.expand(b, s, n, a["rope"])], dim=-1).transpose(1, 2)
         v = v.transpose(1, 2)
-        if self.selective:
-            out = torch.utils.checkpoint.checkpoint(self._core, q, k, v, use_reentrant=False)
-        else:
-            out = self._core(q, k, v)
+        out = self._core(q, k, v)
         return self.wo(out.transpose(1, 2).reshape(b, s, -1))
 
 
@@ -411,6 +405,8 @@ class MLP(nn.Module):
 class Experts(nn.Module):
     """The routed experts held by one ep rank, stacked: w1/w3 (E_local, h, ffn), w2 (E_local, ffn, h)."""
 
+    running = False  # inside forward: sac_policy recomputes these matmuls as torchtitan's grouped GEMM
+
     def __init__(self, n: int, h: int, ffn: int, act: str, bias: bool, clamp: tuple[float, float] | None = None):
         super().__init__()
         self.act, self.clamp = act, clamp
@@ -426,13 +422,17 @@ class Experts(nn.Module):
         """Token rows grouped by local expert (`splits` rows each) -> each expert's output, same order.
         A module call, so FSDP's hooks gather the stacked weights around it."""
         outs = []
-        for e, xe in enumerate(x.split(splits)):
-            a = xe @ self.w1[e] + (self.b1[e] if self.b1 is not None else 0)
-            if self.w3 is not None:
-                a = glu(a, xe @ self.w3[e] + (self.b3[e] if self.b3 is not None else 0), self.act, self.clamp)
-            else:
-                a = activation(a, self.act)
-            outs.append(a @ self.w2[e] + (self.b2[e] if self.b2 is not None else 0))
+        Experts.running = True
+        try:
+            for e, xe in enumerate(x.split(splits)):
+                a = xe @ self.w1[e] + (self.b1[e] if self.b1 is not None else 0)
+                if self.w3 is not None:
+                    a = glu(a, xe @ self.w3[e] + (self.b3[e] if self.b3 is not None else 0), self.act, self.clamp)
+                else:
+                    a = activation(a, self.act)
+                outs.append(a @ self.w2[e] + (self.b2[e] if self.b2 is not None else 0))
+        finally:
+            Experts.running = False
         return torch.cat(outs)
 
 
@@ -603,7 +603,7 @@ class HybridBlock(nn.Module):
         if kind == "M":
             self.mixer = Mamba2(m["hidden"], m["mamba"], m.get("norm_eps", 1e-5))
         elif kind == "*":
-            self.mixer = Attention(m, run.get("attention", "flash"), run["recompute"]["selective"], layer_id)
+            self.mixer = Attention(m, run.get("attention", "flash"), layer_id)
         elif kind == "E":
             self.mixer = MoE(m, run["mesh"]["ep"])
         else:
@@ -622,9 +622,9 @@ class Block(nn.Module):
         self.dropout = m.get("hidden_dropout", 0.0)
         self.attn_norm = _norm(m["hidden"], m)
         if m.get("mla"):
-            self.attn = MLAttention(m, run.get("attention", "flash"), run["recompute"]["selective"])
+            self.attn = MLAttention(m, run.get("attention", "flash"))
         else:
-            self.attn = Attention(m, run.get("attention", "flash"), run["recompute"]["selective"], layer_id)
+            self.attn = Attention(m, run.get("attention", "flash"), layer_id)
         self.mlp_norm = _norm(m["hidden"], m)
         if layer_id in m["moe_layers"]:
             self.mlp = MoE(m, run["mesh"]["ep"])
@@ -973,12 +973,85 @@ def keep_grad_layout(module: nn.Module) -> None:
             p.register_post_accumulate_grad_hook(hook)
 
 
-def apply_recompute(stage: Stage, full_layers: set[int]) -> None:
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+def sac_save_ops() -> set:
+    """The ops whose outputs torchtitan's per-op selective checkpointing saves (pytorch/torchtitan@b5bcd76c
+    torchtitan/distributed/activation_checkpoint.py L31-94 _get_default_save_ops): the partitioner's
+    compute-intensive ops (get_default_op_list, torch/_functorch/partitioners.py L2971-2983 in torch
+    2.13.0, listed here: importing the partitioner takes seconds), cuDNN and math SDPA, max, linear,
+    topk, flex attention, and the reduce-scatter and all-to-all collectives. Ops absent from this
+    torch build are skipped, as there. The CPU flash kernel, which SDPA runs in place of the CUDA
+    flash kernel on CPU, is saved as that kernel is."""
+    aten, funcol = torch.ops.aten, torch.ops._c10d_functional
+    named = [(aten, n) for n in (
+        # get_default_op_list().compute_intensive_ops
+        "mm", "convolution", "convolution_backward", "bmm", "addmm", "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_efficient_attention", "_flash_attention_forward", "_efficient_attention_forward",
+        "upsample_bilinear2d", "_scaled_mm",
+        # torchtitan's own
+        "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_attention_math",
+        "_scaled_dot_product_fused_attention_overrideable", "max", "linear", "topk",
+        "_scaled_dot_product_flash_attention_for_cpu")]
+    named += [(funcol, "reduce_scatter_tensor"), (funcol, "all_to_all_single")]
+    ops = set()
+    for owner, name in named:
+        try:
+            ops.add(getattr(owner, name).default)
+        except AttributeError:
+            pass
+    ops.add(torch._higher_order_ops.flex_attention)
+    return ops
 
+
+def sac_policy(save_ops: set, forced: set):
+    """A fresh policy for one checkpointed forward, torchtitan's SelectiveAC (L243-276 there): save the
+    outputs of `save_ops` except every second mm (counted in forward order through the block, the
+    recomputation keeping its own count), recompute everything else; an mm whose weight has a shape in
+    `forced` (the MoE router's, torchtitan's default force_recompute_mm_shapes_by_fqns
+    ["moe.router.gate"], L196-198) is recomputed and not counted; device-to-host copies are saved.
+    The routed experts' matmuls are recomputed and not counted: torchtitan runs them as one
+    torch._grouped_mm (torchtitan/models/common/moe.py L110-120), an op outside the saved set."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    mm_ops = (torch.ops.aten.mm.default, torch.ops.aten.linear.default)
+    count = {False: 0, True: 0}  # ctx.is_recompute -> matmuls seen
+
+    def policy(ctx, func, *args, **kwargs):
+        if (func == torch.ops.aten._to_copy.default and "cuda" in str(args[0].device)
+                and str(kwargs.get("device", "")) == "cpu"):
+            return CheckpointPolicy.MUST_SAVE
+        if func in mm_ops:
+            w = args[1].shape
+            if func == torch.ops.aten.linear.default:
+                w = torch.Size((w[1], w[0]))  # linear's weight is (out, in), an mm's operand (in, out)
+            if w in forced or Experts.running:
+                return CheckpointPolicy.PREFER_RECOMPUTE
+            count[ctx.is_recompute] += 1
+        if func in save_ops:
+            if func in mm_ops and count[ctx.is_recompute] % 2 == 0:
+                return CheckpointPolicy.PREFER_RECOMPUTE
+            return CheckpointPolicy.MUST_SAVE
+        return CheckpointPolicy.PREFER_RECOMPUTE
+
+    return policy
+
+
+def apply_recompute(stage: Stage, full_layers: set[int], selective: bool) -> None:
+    """Full recompute of the planned layers; selective: every block under torchtitan's per-op policy
+    (sac_policy), wrapped as torchtitan wraps it (checkpoint_wrapper with a context_fn, RNG state
+    preserved, no early stop: activation_checkpoint.py L278-287 at the commit above)."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+    save_ops = sac_save_ops() if selective else set()
     for key in list(stage.layers.keys()):
+        block = stage.layers[key]
         if int(key) in full_layers:
-            stage.layers[key] = checkpoint_wrapper(stage.layers[key], preserve_rng_state=False)
+            stage.layers[key] = checkpoint_wrapper(block, preserve_rng_state=False)
+        elif selective:
+            forced = {torch.Size((m.router.in_features, m.router.out_features)) for m in block.modules() if isinstance(m, MoE)}
+            stage.layers[key] = checkpoint_wrapper(
+                block, context_fn=lambda forced=forced: create_selective_checkpoint_contexts(sac_policy(save_ops, forced)),
+                preserve_rng_state=True, early_stop=False)
 
 
 def apply_fsdp(stage: Stage, fsdp_mesh, expert_mesh, run: dict, dtype: torch.dtype) -> None:
@@ -1183,7 +1256,7 @@ def run_one(job: dict, run: dict, out: str, progress: Progress, device) -> dict:
         for st in stages:
             apply_tp(st, mesh["tp"], run["sp"])
     for st in stages:
-        apply_recompute(st, full_layers)
+        apply_recompute(st, full_layers, run["recompute"]["selective"])
     dp_total = ms["dp_replicate"] * ms["dp_shard"]
     shard_size = ms["dp_shard"] * ms["cp"]
     ddp, sharded = None, False
