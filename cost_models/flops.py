@@ -283,20 +283,79 @@ def recomputed_share(job: Job, mode: Recompute, kind: LayerKind = LayerKind()) -
     """(share of GEMM FLOPs, share of token-mixer FLOPs) a layer repeats in backward.
 
     Full: the whole forward. Selective: Megatron recomputes core attention only (Korthikanti et al.
-    2022, Sec. 5; --recompute-granularity selective); torchtitan's per-op policy saves every other
-    matmul output and the attention kernel's (torchtitan/distributed/activation_checkpoint.py
-    `_custom_policy`), so half the GEMMs run again; DeepSpeed has no selective mode of its own and
-    is counted like Megatron. Megatron's selective default recomputes core attention only
-    (--recompute-modules default ["core_attn"], Megatron-LM@d98e8a64 arguments.py), so a Mamba or
-    MLP-only layer repeats nothing under it.
+    2022, Sec. 5; --recompute-granularity selective); torchtitan's per-op policy saves the attention
+    kernel's output and every other matmul's (sac_recomputed_gemm); DeepSpeed has no selective mode
+    of its own and is counted like Megatron. Megatron's selective default recomputes core attention
+    only (--recompute-modules default ["core_attn"], Megatron-LM@d98e8a64 arguments.py), so a Mamba
+    or MLP-only layer repeats nothing under it.
     """
     if mode is Recompute.NONE:
         return 0.0, 0.0
     if mode is Recompute.FULL:
         return 1.0, 1.0
     if job.training.framework is Framework.TORCHTITAN:
-        return 0.5, 0.0
+        gemms = layer_gemms(job, kind)
+        total = sum(g.flop for g in gemms)
+        return (sac_recomputed_gemm(job, kind) / total if total else 0.0), 0.0
     return 0.0, 1.0 if kind.mixer is MixerKind.ATTENTION else 0.0
+
+
+def sac_matmuls(job: Job, kind: LayerKind) -> tuple[tuple[float, str], ...]:
+    """A layer's matmuls in torchtitan's forward order as its per-op selective policy sees them,
+    each (forward FLOPs, how): "mm" counted by the policy, "kept" an addmm (a linear with a bias),
+    "rerun" recomputed and not counted. The policy (pytorch/torchtitan@b5bcd76c
+    torchtitan/distributed/activation_checkpoint.py L243-276 SelectiveAC._get_custom_policy, saved
+    set L31-94) counts aten.mm through one block's forward and recomputes the even-numbered ones;
+    addmm is in the saved set and not counted; the MoE router's shape is forced to recompute
+    (force_recompute_mm_shapes_by_fqns default ["moe.router.gate"], L196-198), unless a bias makes
+    it an addmm; the routed experts run as torch._grouped_mm (torchtitan/models/common/moe.py
+    L110-120), outside the saved set. torchtitan runs q, k and v (wq wk wv) and a gated MLP's gate
+    and up (w1 w3) as separate linears, which layer_gemms fuses; MLA as wq_a, wq_b (or wq), wkv_a,
+    wkv_b, wo; the shared experts as one MLP. fp8 linears are counted as their 16-bit selves: their
+    torch._scaled_mm is in the saved set at this commit and was recomputed, uncounted, before
+    pytorch/torchtitan@114151ad4 (2026-03, the per-model _save_list of aten.mm alone)."""
+    m = job.model
+    gated = m.mlp.gated
+
+    def linear(bias: bool) -> str:
+        return "kept" if bias else "mm"
+
+    out: list[tuple[float, str]] = []
+    for g in layer_gemms(job, kind):
+        if g.name == "qkv" and m.mla is None:
+            q, kv = m.q_width // job.layout.tp, local_kv_heads(job) * m.head_size
+            out += [(g.flop * w / (q + 2 * kv), linear(m.qkv_bias)) for w in (q, kv, kv)]
+        elif g.name in ("q_down", "kv_down"):
+            out.append((g.flop, linear(m.qkv_bias)))
+        elif g.name == "out_proj":
+            out.append((g.flop, linear(m.out_bias)))
+        elif g.name == "router":
+            out.append((g.flop, "kept" if m.moe is not None and m.moe.router_bias else "rerun"))
+        elif g.name.startswith("experts_"):
+            out.append((g.flop, "rerun"))
+        elif g.name in ("mlp_fc1", "shared_fc1") and gated:
+            out += [(g.flop / 2, linear(m.mlp_bias))] * 2
+        elif g.name in ("mlp_fc1", "shared_fc1", "mlp_fc2", "shared_fc2"):
+            out.append((g.flop, linear(m.mlp_bias)))
+        else:
+            out.append((g.flop, "mm"))
+    return tuple(out)
+
+
+def sac_recomputed_gemm(job: Job, kind: LayerKind) -> float:
+    """Forward GEMM FLOPs of one layer that torchtitan's per-op selective checkpointing runs again
+    in backward (sac_matmuls): every second counted mm, and the uncounted recomputed ones. A SwiGLU
+    GQA layer reruns wk, wo and w3: for llama-3.1-8b (h 4096, kv width 1024, ffn 14336)
+    (1024 + 4096 + 14336) / (4096 + 2·1024 + 4096 + 3·14336) = 36.5% of its GEMM FLOPs."""
+    counted, rerun = 0, 0.0
+    for flop, how in sac_matmuls(job, kind):
+        if how == "mm":
+            counted += 1
+            if counted % 2 == 0:
+                rerun += flop
+        elif how == "rerun":
+            rerun += flop
+    return rerun
 
 
 def mixer_flops(job: Job, kind: LayerKind) -> float:

@@ -646,16 +646,32 @@ def ep_exposure(job: Job, passes: int, compute_s: float, cal: Calibration) -> Ex
 def recompute_kernels(job: Job, kind: LayerKind, lt: LayerTime, mode: Recompute, cal: Calibration) -> tuple[float, float, float]:
     """(GEMM, token-mixer, memory-bound) seconds of one layer's recomputed forward, whose sum is
     layer_pass's `recompute`: the recomputed share of the forward GEMMs (their fp8 casts counted as
-    memory-bound) and of the mixer kernels; under full recompute the whole forward's elementwise ops
-    too, less the block-output GEMM a compiled recomputation leaves out (pruned_block_output)."""
+    memory-bound) and of the mixer kernels; the whole forward's elementwise ops and casts too where
+    reruns_forward_elementwise says so; less the block-output GEMM a compiled recomputation leaves
+    out (pruned_block_output)."""
     return _recomputed(job, kind, lt, mode, pruned_block_output(job, kind, mode, cal))
 
 
 def _recomputed(job: Job, kind: LayerKind, lt: LayerTime, mode: Recompute, pruned: Block | None) -> tuple[float, float, float]:
     """recompute_kernels with the layer's pruned_block_output given."""
     share_gemm, share_attn = recomputed_share(job, mode, kind)
-    return (share_gemm * lt.gemm - (pruned.row_fwd if pruned else 0.0), share_attn * lt.attention,
-            share_gemm * lt.fp8_cast + (lt.elementwise if mode is Recompute.FULL else 0.0))
+    memory = lt.elementwise + lt.fp8_cast if reruns_forward_elementwise(job, mode) else share_gemm * lt.fp8_cast
+    return share_gemm * lt.gemm - (pruned.row_fwd if pruned else 0.0), share_attn * lt.attention, memory
+
+
+def reruns_forward_elementwise(job: Job, mode: Recompute) -> bool:
+    """Whether the recomputation runs every memory-bound op of the layer's forward again: under full
+    recompute, and under eager torchtitan's per-op selective checkpointing, which re-runs the block's
+    forward, handing back the saved outputs (matmuls, attention) from its cache while every op its
+    policy leaves to PREFER_RECOMPUTE, the norms, rope, activation and fp8 casts among them, runs
+    again (torch.utils.checkpoint _CachingTorchDispatchMode / _CachedTorchDispatchMode; the policy
+    pytorch/torchtitan@b5bcd76c torchtitan/distributed/activation_checkpoint.py L243-276, with no
+    early stop, L285). Compiled, the partitioner recomputes only what the backward reads, fused into
+    the backward's kernels, as it may without checkpointing: no forward kernel runs again as such."""
+    if mode is Recompute.FULL:
+        return True
+    tr = job.training
+    return mode is Recompute.SELECTIVE and tr.framework is Framework.TORCHTITAN and not tr.compile
 
 
 def pruned_block_output(job: Job, kind: LayerKind, mode: Recompute, cal: Calibration,

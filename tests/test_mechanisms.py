@@ -281,6 +281,43 @@ def test_torchtitan_selective_checkpointing_gathers_each_blocks_input_again():
     assert attn > 0.9 * big and mlp < 0.5 * big
 
 
+def test_torchtitan_selective_checkpointing_reruns_every_second_matmul_and_the_elementwise_ops():
+    from cost_models.compute import layer_time
+    from cost_models.flops import recomputed_share
+    from cost_models.model_spec import MoESpec
+
+    tt = dict(seq_len=8192, framework="torchtitan")
+    llama = presets.models()["llama-3.1-8b"]
+    # Llama-3.1-8B, tp 8: per rank wq 4096x512, wk and wv 4096x128, wo 512x4096, w1 and w3 4096x1792,
+    # w2 1792x4096; the policy reruns the 2nd, 4th and 6th matmul: wk, wo, w3
+    job = make_job(llama, gpus=8, tp=8, mbs=1, recompute="selective", training=tt)
+    assert recomputed_share(job, Recompute.SELECTIVE) == pytest.approx(((128 + 512 + 1792) / (512 + 128 + 128 + 512 + 3 * 1792), 0.0))
+    # q, k, v with biases are addmms, kept and not counted: wo, w1, w3, w2 count, w1 and w2 rerun
+    biased = make_job(llama.model_copy(update={"qkv_bias": True}), gpus=8, tp=8, mbs=1, recompute="selective", training=tt)
+    assert recomputed_share(biased, Recompute.SELECTIVE)[0] == pytest.approx((1792 + 1792) / (512 + 128 + 128 + 512 + 3 * 1792))
+    # every linear with a bias (GPT-2 style): nothing reruns
+    gpt = make_job(llama.model_copy(update={"qkv_bias": True, "out_bias": True, "mlp_bias": True}), gpus=8, tp=8, mbs=1,
+                   recompute="selective", training=tt)
+    assert recomputed_share(gpt, Recompute.SELECTIVE) == (0.0, 0.0)
+    # an MoE layer (8 experts of 1792, top 2, no tp): wk, wo, the router (forced) and the routed experts
+    # (a grouped GEMM, not saved) rerun; per token 4096 x (4096 wq, 1024 wk, 1024 wv, 8 router),
+    # 4096 x 4096 wo, 2 x 3 x 4096 x 1792 experts
+    moe = llama.model_copy(update={"moe": MoESpec(num_experts=8, top_k=2, expert_ffn_hidden_size=1792)})
+    mjob = make_job(moe, gpus=8, ep=8, mbs=1, recompute="selective", training=tt)
+    kind = mjob.model.layer_kind(0)
+    total = 4096 * (4096 + 1024 + 1024 + 8 + 4096 + 2 * 3 * 1792)
+    assert recomputed_share(mjob, Recompute.SELECTIVE, kind)[0] == pytest.approx(4096 * (1024 + 4096 + 8 + 2 * 3 * 1792) / total)
+    # eager, the recomputed forward runs all its memory-bound ops again; compiled, only the casts of
+    # the recomputed fp8 matmuls; Megatron's selective recompute (core attention) none of them
+    for training in (tt, dict(tt, compile=True, precision="fp8"), dict(seq_len=8192)):
+        j = make_job(llama, gpus=8, tp=8, mbs=1, recompute="selective", training=training)
+        lt = layer_time(j, LayerKind(), cal=DEFAULT)
+        gemm, attention = recomputed_share(j, Recompute.SELECTIVE)
+        again = layer_pass(j, LayerKind(), mode=Recompute.SELECTIVE, cal=DEFAULT).compute.value("recompute")
+        memory = lt.elementwise + lt.fp8_cast if training is tt else gemm * lt.fp8_cast
+        assert again == pytest.approx(gemm * lt.gemm + attention * lt.attention + memory), training
+
+
 def test_torch_async_tp_fuses_only_gathers_read_by_matmuls_and_scatters_of_one_matmul():
     # Llama-3.1-8B, tp 8, 8192 tokens, torchtitan async TP. Backward: the row outputs' gradient
     # gather feeds the dgrad matmul (fused, a ring exchange); the column inputs' gradient is the sum
