@@ -210,10 +210,12 @@ def test_step_time_out_of_sample():
     # median held (3.6%), the p90 (15.1 -> 14.6%) and the no-fit median (5.2 -> 4.4%) fell, and the
     # sources moved both ways: kempnerforge 3.7 -> 4.9, torchtitan 4.5 -> 5.0, torchtitan_docs_2024
     # 2.2 -> 3.2, nanotron 5.6 -> 6.3, mpt 4.1 -> 4.3, mlperf 4.2 -> 4.3; fp8lm 3.3 -> 2.5,
-    # korthikanti2022 6.0 -> 5.1, narayanan2021 2.8 -> 2.1
+    # korthikanti2022 6.0 -> 5.1, narayanan2021 2.8 -> 2.1; torchtitan's selective recompute priced from its
+    # policy (every second matmul of a block, and the block's elementwise ops, again) took torchtitan
+    # to 4.6 and torchtitan_docs_2024 to 2.0
     today = {"fp8lm": 0.025, "kempnerforge": 0.049, "korthikanti2022": 0.051, "mlperf": 0.043, "mpt": 0.043,
-             "nanotron_ultrascale": 0.063, "narayanan2021": 0.021, "sail_pipeline": 0.027, "torchtitan": 0.050,
-             "torchtitan_docs_2024": 0.032}
+             "nanotron_ultrascale": 0.063, "narayanan2021": 0.021, "sail_pipeline": 0.027, "torchtitan": 0.046,
+             "torchtitan_docs_2024": 0.020}
     for source, errs in by_source.items():
         if len(errs) >= 5:
             assert statistics.median(errs) <= today[source] + 0.01, source
