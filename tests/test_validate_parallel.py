@@ -105,7 +105,8 @@ RUNS_2 = {
     "hybrid_pp": _native(TINY_HYBRID, pp=2, mbs=2),  # a Mamba layer on each side of the pipeline cut
     "hybrid_ep": _native(TINY_HYBRID_MOE, ep=2),  # E layers' experts over 2 ranks, FSDP over the same 2
 }
-# bf16 as asked (not --fp32): a pipeline without FSDP, and DDP, both cast by autocast in the stage
+# bf16 as asked (not --fp32): a pipeline under FSDP2 on a data-parallel mesh of one rank, cast by its
+# MixedPrecisionPolicy, and DDP, cast by autocast in the stage
 RUNS_2_BF16 = {
     "pp_bf16": _job(pp=2, mbs=2),
     "dp_bf16": _job(zero=0, mbs=2),
@@ -238,9 +239,9 @@ def test_bf16_is_computed_in_bf16_on_every_path(two):
     # The same computation in bf16 by two paths: before any update the pipeline's loss and DDP's
     # differ only by the order bf16 partial results are summed (observed 0.0021 on a loss of 4.87,
     # bound 0.005), while bf16 against fp32 differs by more (observed 0.019 and 0.021 at step 0),
-    # which is what a pipeline computing in fp32 would show. Both stay within 0.05 of the fp32
-    # reference at every step (observed <= 0.021): a bound on bf16 rounding only; wrong training of
-    # these layouts is caught by their fp32 runs above (pp_1f1b, dp).
+    # which is what a pipeline computing in fp32 would show. Each bf16 run stays within 0.05 of the
+    # fp32 reference at every step (observed <= 0.021): a bound on bf16 rounding only; wrong training
+    # of these layouts is caught by their fp32 runs above (pp_1f1b, dp).
     ref = _reference(docs["pp_1f1b"])
     pp, dp = result.results["pp_bf16"][0]["losses"], result.results["dp_bf16"][0]["losses"]
     assert abs(pp[0] - dp[0]) <= 0.005, (pp, dp)

@@ -1258,7 +1258,6 @@ def run_one(job: dict, run: dict, out: str, progress: Progress, device) -> dict:
     for st in stages:
         apply_recompute(st, full_layers, run["recompute"]["selective"])
     dp_total = ms["dp_replicate"] * ms["dp_shard"]
-    shard_size = ms["dp_shard"] * ms["cp"]
     ddp, sharded = None, False
     if run["zero"] == 0 and dp_total * ms["cp"] > 1:
         from torch.nn.parallel import DistributedDataParallel
@@ -1267,7 +1266,11 @@ def run_one(job: dict, run: dict, out: str, progress: Progress, device) -> dict:
         assert len(stages) == 1 and ms["tp"] == 1 and ms["pp"] == 1, "DDP runs alone (torchtitan: zero 0 without tp/pp/cp/ep)"
         materialize()
         ddp = DistributedDataParallel(stages[0], process_group=dp_group)
-    elif run["zero"] > 0 and (shard_size > 1 or ms["dp_replicate"] > 1):
+    elif run["zero"] > 0:
+        # FSDP2 on a mesh of one rank too: torchtitan always applies it, for its
+        # MixedPrecisionPolicy (pytorch/torchtitan@b5bcd76c torchtitan/models/llama3/parallelize.py
+        # L57-58): 16-bit parameters gathered per block, a 16-bit residual stream, where autocast
+        # would keep a 16-bit copy of every weight through the forward and an fp32 residual stream
         if ms["dp_replicate"] > 1:
             fsdp_mesh = mesh["dp_replicate", "dp_shard"]
         elif ms["ep"] > 1 or ms["cp"] > 1:
@@ -1285,8 +1288,8 @@ def run_one(job: dict, run: dict, out: str, progress: Progress, device) -> dict:
     modules = stages
     params = [p for st in stages for p in st.parameters()]
     optimizer = make_optimizer(params, run["optimizer"])
-    # Mixed precision on every path: FSDP2 casts by its MixedPrecisionPolicy; otherwise (DDP, tp or a
-    # pipeline without FSDP, one rank) each stage runs its forward under autocast. torchtitan itself
+    # Mixed precision on every path: FSDP2 casts by its MixedPrecisionPolicy; otherwise (zero 0: DDP,
+    # or tp, a pipeline or one rank without data parallelism) each stage runs its forward under autocast. torchtitan itself
     # turns mixed precision off for tp or pp without FSDP (torchtitan/distributed/utils.py
     # maybe_enable_amp, commit 30b9ea0b) and trains those in fp32; validate computes in the dtype the
     # estimate prices.
