@@ -1039,10 +1039,18 @@ def apply_recompute(stage: Stage, full_layers: set[int], selective: bool) -> Non
     """Full recompute of the planned layers; selective: every block under torchtitan's per-op policy
     (sac_policy), wrapped as torchtitan wraps it (checkpoint_wrapper with a context_fn, RNG state
     preserved, no early stop: activation_checkpoint.py L278-287 at the commit above)."""
+    import torch.utils.checkpoint as checkpoint_module
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
     from torch.utils.checkpoint import create_selective_checkpoint_contexts
 
     save_ops = sac_save_ops() if selective else set()
+    # Profiler annotations are not computation: SAC replays ops by their count, and FSDP's hooks on
+    # a module inside the block (MoE experts over their own mesh) can annotate a recomputation a
+    # different number of times than the forward, which fails the replay (pytorch/torchtitan#3427);
+    # ignored as pytorch/pytorch#196862 proposes
+    if selective:
+        checkpoint_module.SAC_IGNORED_OPS.update({torch.ops.profiler._record_function_enter_new.default,
+                                                  torch.ops.profiler._record_function_exit._RecordFunction})
     for key in list(stage.layers.keys()):
         block = stage.layers[key]
         if int(key) in full_layers:
@@ -1348,6 +1356,8 @@ def run_one(job: dict, run: dict, out: str, progress: Progress, device) -> dict:
                     with torch.profiler.record_function("forward"):
                         out = model(xs[i])
                     lo = loss_fn(out, ys[i]) / mb
+                # the logits are freed before the backward (torchtitan@b5bcd76c trainer.py L795 `del pred`)
+                del out
                 with torch.profiler.record_function("backward"):
                     lo.backward()
                 total += lo.detach()
