@@ -1366,7 +1366,10 @@ def run_one(job: dict, run: dict, out: str, progress: Progress, device) -> dict:
         measured = state_bytes(modules, optimizer)
         with torch.profiler.record_function("optimizer"):
             optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            # zeroed in place, so the gradients stay allocated through the next step as torchtitan keeps
+            # them (pytorch/torchtitan@b5bcd76c trainer.py L845: set_to_none = training.disable_cuda_graphs,
+            # False by default, config/configs.py L75) and as the memory model counts them
+            optimizer.zero_grad(set_to_none=False)
         measured["optimizer_states"] = state_bytes(modules, optimizer)["optimizer_states"]
         return loss, grads, measured
 
