@@ -131,7 +131,18 @@ def predicted(report: str) -> dict[str, float]:
     return out
 
 
+# every stored H100 validate report: the model's memory-bound total against the worker's
+# elementwise_s (compute less GEMM and attention kernels, the optimizer outside it)
+REPORTS = ("h100-validate-llama8b-tp8-onerank-2026-11-27b.json", "h100-validate-llama8b-tp8-onerank-none-2026-11-27b.json",
+           "h100-validate-llama8b-tp8-onerank-full-2026-11-27b.json", "h100-validate-gpt1.7b-full-2026-11-27b.json")
+
+
 def main() -> None:
+    print(f"{'report':58s} {'model ms':>9s} {'measured ms':>12s}")
+    for report in REPORTS:
+        meas = json.loads((DATA / report).read_text())["measured"]["split"]["classes"]["elementwise_s"] * 1e3
+        print(f"{report:58s} {sum(predicted(report).values()):9.1f} {meas:12.1f}")
+    print()
     for title, trace, report in RUNS:
         meas, unmapped = measured(trace)
         pred = predicted(report)

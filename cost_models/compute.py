@@ -107,8 +107,8 @@ def _impl(job: Job, op: str) -> Impl:
         return Impl.COMPILE if tr.compiles_loss else Impl.EAGER
     if tr.compile:
         return Impl.COMPILE
-    if op == "norm" and job.model.norm is NormKind.LAYERNORM:
-        return Impl.TORCH
+    if op == "norm" and (job.model.norm is NormKind.LAYERNORM or tr.fused_rms_norm):
+        return Impl.TORCH  # nn.LayerNorm, or F.rms_norm's fused kernel (TrainingSpec.fused_rms_norm)
     return Impl.TORCH if op == "permute" else Impl.EAGER
 
 
