@@ -107,8 +107,8 @@ def _impl(job: Job, op: str) -> Impl:
         return Impl.COMPILE if tr.compiles_loss else Impl.EAGER
     if tr.compile:
         return Impl.COMPILE
-    if op == "norm" and job.model.norm is NormKind.LAYERNORM:
-        return Impl.TORCH
+    if op == "norm" and (job.model.norm is NormKind.LAYERNORM or tr.fused_rms_norm):
+        return Impl.TORCH  # nn.LayerNorm, or F.rms_norm's fused kernel (TrainingSpec.fused_rms_norm)
     return Impl.TORCH if op == "permute" else Impl.EAGER
 
 
@@ -682,6 +682,8 @@ def elementwise_seconds(job: Job, kind: LayerKind, *, backward: bool, cal: Calib
     # a gated GELU moves the bytes of SwiGLU; squared ReLU reads one f-wide input and writes one
     # output, as GELU: priced as the GELU op
     act = "swiglu" if m.mlp.gated else "gelu"
+    if backward:
+        total += dgrad_sum_seconds(job, kind, cal)
     if not kind.mlp:
         return total
     def activation(elements: float) -> float:
@@ -697,6 +699,23 @@ def elementwise_seconds(job: Job, kind: LayerKind, *, backward: bool, cal: Calib
     else:
         total += activation(m.ffn_hidden_size / lay.tp * t)
     return total
+
+
+def dgrad_sum_seconds(job: Job, kind: LayerKind, cal: Calibration) -> float:
+    """Autograd's sums of the input gradients of separate projections reading one input (wq, wk,
+    wv; w1 and w3 of a gated MLP; linear_modules): each further gradient arriving for the same
+    tensor is added to the first, old_var + var or old_var.add_(var), one kernel reading two and
+    writing one (pytorch/pytorch@4537ef6c torch/csrc/autograd/input_buffer.cpp accumulate, called
+    by InputBuffer::add). Over the layer input each tp rank holds whole, h per token."""
+    m = job.model
+    tr = job.training
+    fused = tr.fused_projections if tr.fused_projections is not None else tr.framework is not Framework.TORCHTITAN
+    if fused:
+        return 0.0
+    sums = 2 if kind.mixer is MixerKind.ATTENTION and m.mla is None else 0
+    if kind.mlp and not kind.moe and m.mlp.gated:
+        sums += 1
+    return sums * _op_seconds(job, "add", m.hidden_size * tokens(job), False, cal)
 
 
 def qkv_copy_bytes(q_width: float, kv_width: float, *, backward: bool) -> tuple[float, int]:

@@ -237,6 +237,16 @@ class TrainingSpec(Spec):
     # torch/optim/adam.py, Adam.step's lazy state initialisation): 2 + 2 + 2·2 bytes per parameter
     # and no fp32 copy anywhere. Framework torchtitan only.
     bf16_params: bool = False
+    # RMSNorm as torch's nn.RMSNorm / F.rms_norm with the weight in the input's dtype (FSDP2's bf16
+    # parameters), which runs the fused _fused_rms_norm kernel, one forward and two backward
+    # kernels (pytorch/pytorch@3de78edb aten/src/ATen/native/layer_norm.cpp rms_norm_symint; the
+    # rms_norm_composite chain only for channels-last, complex or mismatched dtypes): torchtitan's
+    # RMSNorm is nn.RMSNorm (pytorch/torchtitan@b5bcd76c torchtitan/models/common/nn_modules.py
+    # L134), and validate's worker calls F.rms_norm (planner/validate/worker.py Norm). Off: the
+    # eager chain of x.float(), pow, mean, rsqrt, mul, type_as, mul (KempnerForge's RMSNorm,
+    # KempnerInstitute/KempnerForge@5666d0d kempnerforge/model/norm.py L22-27, and torchtitan's own
+    # RMSNorm of 2024). Framework torchtitan only.
+    fused_rms_norm: bool = False
     # The FSDP gradient reduce-scatter in bf16 instead of fp32: torch FSDP's MixedPrecision with
     # reduce_dtype=bfloat16, as Composer's mixed_precision PURE builds it (param, reduce and buffer
     # dtypes all the 16-bit precision: mosaicml/composer@v0.16.4 composer/trainer/mosaic_fsdp_utils.py
