@@ -212,10 +212,12 @@ def test_step_time_out_of_sample():
     # 2.2 -> 3.2, nanotron 5.6 -> 6.3, mpt 4.1 -> 4.3, mlperf 4.2 -> 4.3; fp8lm 3.3 -> 2.5,
     # korthikanti2022 6.0 -> 5.1, narayanan2021 2.8 -> 2.1; torchtitan's selective recompute priced from its
     # policy (every second matmul of a block, and the block's elementwise ops, again) took torchtitan
-    # to 4.6 and torchtitan_docs_2024 to 2.0
-    today = {"fp8lm": 0.025, "kempnerforge": 0.049, "korthikanti2022": 0.051, "mlperf": 0.043, "mpt": 0.043,
-             "nanotron_ultrascale": 0.063, "narayanan2021": 0.021, "sail_pipeline": 0.027, "torchtitan": 0.046,
-             "torchtitan_docs_2024": 0.020}
+    # to 4.6 and torchtitan_docs_2024 to 2.0; autograd's sums of the separate projections' input
+    # gradients then took torchtitan to 5.3, kempnerforge to 5.5 and torchtitan_docs_2024 to 1.5
+    # while the p90 fell from 15.1 to 14.0%
+    today = {"fp8lm": 0.025, "kempnerforge": 0.055, "korthikanti2022": 0.051, "mlperf": 0.043, "mpt": 0.043,
+             "nanotron_ultrascale": 0.063, "narayanan2021": 0.021, "sail_pipeline": 0.027, "torchtitan": 0.053,
+             "torchtitan_docs_2024": 0.015}
     for source, errs in by_source.items():
         if len(errs) >= 5:
             assert statistics.median(errs) <= today[source] + 0.01, source
