@@ -105,8 +105,8 @@ RUNS_2 = {
     "hybrid_pp": _native(TINY_HYBRID, pp=2, mbs=2),  # a Mamba layer on each side of the pipeline cut
     "hybrid_ep": _native(TINY_HYBRID_MOE, ep=2),  # E layers' experts over 2 ranks, FSDP over the same 2
 }
-# bf16 as asked (not --fp32): a pipeline under FSDP2 on a data-parallel mesh of one rank, cast by its
-# MixedPrecisionPolicy, and DDP, cast by autocast in the stage
+# bf16 as asked (not --fp32): a pipeline without data parallelism, and DDP, both cast by autocast in
+# the stage
 RUNS_2_BF16 = {
     "pp_bf16": _job(pp=2, mbs=2),
     "dp_bf16": _job(zero=0, mbs=2),

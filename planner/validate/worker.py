@@ -1266,6 +1266,7 @@ def run_one(job: dict, run: dict, out: str, progress: Progress, device) -> dict:
     for st in stages:
         apply_recompute(st, full_layers, run["recompute"]["selective"])
     dp_total = ms["dp_replicate"] * ms["dp_shard"]
+    shard_size = ms["dp_shard"] * ms["cp"]
     ddp, sharded = None, False
     if run["zero"] == 0 and dp_total * ms["cp"] > 1:
         from torch.nn.parallel import DistributedDataParallel
@@ -1274,11 +1275,13 @@ def run_one(job: dict, run: dict, out: str, progress: Progress, device) -> dict:
         assert len(stages) == 1 and ms["tp"] == 1 and ms["pp"] == 1, "DDP runs alone (torchtitan: zero 0 without tp/pp/cp/ep)"
         materialize()
         ddp = DistributedDataParallel(stages[0], process_group=dp_group)
-    elif run["zero"] > 0:
-        # FSDP2 on a mesh of one rank too: torchtitan always applies it, for its
-        # MixedPrecisionPolicy (pytorch/torchtitan@b5bcd76c torchtitan/models/llama3/parallelize.py
-        # L57-58): 16-bit parameters gathered per block, a 16-bit residual stream, where autocast
-        # would keep a 16-bit copy of every weight through the forward and an fp32 residual stream
+    elif run["zero"] > 0 and (shard_size > 1 or ms["dp_replicate"] > 1 or world == 1):
+        # FSDP2 on a job of one rank too (validate's one-rank slices): torchtitan always applies it,
+        # for its MixedPrecisionPolicy (pytorch/torchtitan@b5bcd76c torchtitan/models/llama3/
+        # parallelize.py L57-58): 16-bit parameters gathered per block, a 16-bit residual stream,
+        # where autocast would keep a 16-bit copy of every weight through the forward and an fp32
+        # residual stream. With tp, pp or ep and no data parallelism the worker stays on autocast:
+        # FSDP2 over a mesh of one beside gloo tensor parallelism aborted a rank in backward on CPU
         if ms["dp_replicate"] > 1:
             fsdp_mesh = mesh["dp_replicate", "dp_shard"]
         elif ms["ep"] > 1 or ms["cp"] > 1:
@@ -1369,7 +1372,11 @@ def run_one(job: dict, run: dict, out: str, progress: Progress, device) -> dict:
             # zeroed in place, so the gradients stay allocated through the next step as torchtitan keeps
             # them (pytorch/torchtitan@b5bcd76c trainer.py L845: set_to_none = training.disable_cuda_graphs,
             # False by default, config/configs.py L75) and as the memory model counts them
-            optimizer.zero_grad(set_to_none=False)
+            # one tensor at a time: a foreach zero refuses a mix of DTensor (tp-sharded) and plain grads
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    if p.grad is not None:
+                        p.grad.detach_().zero_()
         measured["optimizer_states"] = state_bytes(modules, optimizer)["optimizer_states"]
         return loss, grads, measured
 
