@@ -209,13 +209,18 @@ def _converted(g: Gemm) -> bool:
     return g.n % 16 == 0 and g.k % 16 == 0 and not g.name.startswith("experts")
 
 
-def linear_modules(job: Job, g: Gemm) -> tuple[Gemm, ...]:
-    """The GEMMs a forward GEMM of flops.layer_gemms runs as (TrainingSpec.fused_projections):
-    separate q, k, v and gate, up modules (titan_linears), each its own kernel reading the shared
-    input again, or one fused GEMM."""
+def fused_projections(job: Job) -> bool:
+    """Whether q, k, v (and a gated MLP's gate and up) run as one fused GEMM: TrainingSpec.fused_projections,
+    by default every framework but torchtitan, whose Llama keeps them as separate modules."""
     tr = job.training
-    fused = tr.fused_projections if tr.fused_projections is not None else tr.framework is not Framework.TORCHTITAN
-    return (g,) if fused else titan_linears(job, g)
+    return tr.fused_projections if tr.fused_projections is not None else tr.framework is not Framework.TORCHTITAN
+
+
+def linear_modules(job: Job, g: Gemm) -> tuple[Gemm, ...]:
+    """The GEMMs a forward GEMM of flops.layer_gemms runs as (fused_projections): separate q, k, v
+    and gate, up modules (titan_linears), each its own kernel reading the shared input again, or one
+    fused GEMM."""
+    return (g,) if fused_projections(job) else titan_linears(job, g)
 
 
 def module_factor(job: Job, g: Gemm) -> float:
@@ -708,9 +713,7 @@ def dgrad_sum_seconds(job: Job, kind: LayerKind, cal: Calibration) -> float:
     writing one (pytorch/pytorch@4537ef6c torch/csrc/autograd/input_buffer.cpp accumulate, called
     by InputBuffer::add). Over the layer input each tp rank holds whole, h per token."""
     m = job.model
-    tr = job.training
-    fused = tr.fused_projections if tr.fused_projections is not None else tr.framework is not Framework.TORCHTITAN
-    if fused:
+    if fused_projections(job):
         return 0.0
     sums = 2 if kind.mixer is MixerKind.ATTENTION and m.mla is None else 0
     if kind.mlp and not kind.moe and m.mlp.gated:
