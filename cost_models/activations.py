@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from cost_models.breakdown import Breakdown
 from cost_models.enums import AttentionKernel, Framework, MixerKind, NormKind, Precision, Recompute
-from cost_models.flops import mamba_local
+from cost_models.flops import mamba_local, sac_recomputes
 from cost_models.job import Job
 from cost_models.states import local_kv_heads, local_vocab
 
@@ -370,17 +370,10 @@ def _sac_mlp(job: Job, d: Dims, layer_id: int) -> list[tuple[str, int, bool]]:
 
 
 def _sac_kept(mms: list[tuple[str, int, bool]]) -> dict[str, int]:
-    """Bytes of the matmul outputs the policy keeps, from (name, elements, bias) in forward order: it
-    counts aten.mm and recomputes the even-numbered ones; a linear with a bias runs as addmm, kept
-    always and not counted."""
-    kept, count = {}, 0
-    for name, n, bias in mms:
-        if not bias:
-            count += 1
-            if count % 2 == 0:
-                continue
-        kept[name] = n * ACT_BYTES
-    return kept
+    """Bytes of the matmul outputs the policy keeps (flops.sac_recomputes), from (name, elements, bias)
+    in forward order: a linear with a bias runs as addmm, kept always and not counted."""
+    again = sac_recomputes(["kept" if bias else "mm" for _, _, bias in mms])
+    return {name: n * ACT_BYTES for (name, n, _), rerun in zip(mms, again) if not rerun}
 
 
 def _sac_moe(job: Job, d: Dims, layer_id: int) -> dict[str, int]:

@@ -347,15 +347,20 @@ def sac_recomputed_gemm(job: Job, kind: LayerKind) -> float:
     in backward (sac_matmuls): every second counted mm, and the uncounted recomputed ones. A SwiGLU
     GQA layer reruns wk, wo and w3: for llama-3.1-8b (h 4096, kv width 1024, ffn 14336)
     (1024 + 4096 + 14336) / (4096 + 2·1024 + 4096 + 3·14336) = 36.5% of its GEMM FLOPs."""
-    counted, rerun = 0, 0.0
-    for flop, how in sac_matmuls(job, kind):
+    matmuls = sac_matmuls(job, kind)
+    return sum(flop for (flop, _), again in zip(matmuls, sac_recomputes([how for _, how in matmuls])) if again)
+
+
+def sac_recomputes(hows: list[str]) -> list[bool]:
+    """Which of a block's matmuls, in forward order, torchtitan's per-op policy runs again
+    (sac_matmuls' "mm", "kept", "rerun"): every second counted mm and every "rerun"; an addmm
+    ("kept") is saved and not counted."""
+    out, counted = [], 0
+    for how in hows:
         if how == "mm":
             counted += 1
-            if counted % 2 == 0:
-                rerun += flop
-        elif how == "rerun":
-            rerun += flop
-    return rerun
+        out.append(how == "rerun" or (how == "mm" and counted % 2 == 0))
+    return out
 
 
 def mixer_flops(job: Job, kind: LayerKind) -> float:
