@@ -21,25 +21,10 @@ import time
 
 import torch
 
-
-def nvml():
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-        return pynvml, pynvml.nvmlDeviceGetHandleByIndex(0)
-    except Exception:
-        return None, None
+from gpu_kernels import nvml_state
 
 
-def sample(pynvml, h) -> dict:
-    if pynvml is None:
-        return {}
-    return {"sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
-            "power_w": pynvml.nvmlDeviceGetPowerUsage(h) / 1000,
-            "temp_c": pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)}
-
-
-def run_setting(copies: int, seconds: float, a, b, src, dst, pynvml, h) -> dict:
+def run_setting(copies: int, seconds: float, a, b, src, dst) -> dict:
     gemm_ms, copy_ms, states = [], [], []
     start = time.time()
     last = 0.0
@@ -57,12 +42,12 @@ def run_setting(copies: int, seconds: float, a, b, src, dst, pynvml, h) -> dict:
             if copies:
                 copy_ms.append(e1.elapsed_time(e2) / copies)
         if time.time() - last > 0.5:
-            states.append(sample(pynvml, h))
+            states.append(nvml_state())
             last = time.time()
     g = statistics.median(gemm_ms)
     c = statistics.median(copy_ms) if copy_ms else 0.0
-    late = states[len(states) // 3:]
-    mean = {k: statistics.mean(s[k] for s in late) for k in late[0]} if late and late[0] else {}
+    late = [st for st in states[len(states) // 3:] if "nvml" not in st]  # NVML missing: no readings
+    mean = {k: statistics.mean(st[k] for st in late) for k in late[0]} if late else {}
     return {"copies_per_gemm": copies, "gemm_ms": g, "gemm_tflops": 2 * 8192**3 / (g * 1e-3) / 1e12,
             "copy_ms": c, "copy_tb_per_s": (2 * src.numel() * src.element_size() / (c * 1e-3) / 1e12) if c else None,
             "gemm_share": g / (g + copies * c), **{f"mean_{k}": v for k, v in mean.items()}}
@@ -76,7 +61,6 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("gpu_power: no CUDA GPU here", file=sys.stderr)
         return 2
-    pynvml, h = nvml()
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     src = torch.randn(2**29, device="cuda", dtype=torch.bfloat16)  # 1 GiB
@@ -87,7 +71,7 @@ def main() -> int:
     torch.cuda.synchronize()
     rows = []
     for copies in (8, 4, 2, 1, 0):  # GEMM share about 0.2, 0.35, 0.5, 0.7, 1
-        rows.append(run_setting(copies, args.seconds, a, b, src, dst, pynvml, h))
+        rows.append(run_setting(copies, args.seconds, a, b, src, dst))
         print(json.dumps(rows[-1]), flush=True)
     out = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "cuda": torch.version.cuda,
            "command": " ".join(["python"] + sys.argv), "rows": rows}

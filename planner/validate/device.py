@@ -19,10 +19,15 @@ class DeviceMatch:
     note: str | None  # one line when the GPU that ran is not the plan's
 
 
-def preset_named(name: str, gpus: dict[str, GPUSpec]) -> GPUSpec | None:
-    """The GPU preset whose device_names hold `name` (as torch.cuda.get_device_name reports it)."""
+def names(gpu: GPUSpec, name: str) -> bool:
+    """Whether the preset's device_names hold `name` (as torch.cuda.get_device_name reports it)."""
     want = name.strip().lower()
-    return next((g for g in gpus.values() if any(n.lower() == want for n in g.device_names)), None)
+    return any(n.lower() == want for n in gpu.device_names)
+
+
+def preset_named(name: str, gpus: dict[str, GPUSpec]) -> GPUSpec | None:
+    """The GPU preset whose device_names hold `name`."""
+    return next((g for g in gpus.values() if names(g, name)), None)
 
 
 def on_gpu(slice_: Slice, gpu: GPUSpec) -> Slice:
@@ -40,7 +45,7 @@ def match_device(slice_: Slice, device: dict[str, Any] | None, gpus: dict[str, G
     if not device or device.get("type") != "cuda" or not device.get("name"):
         return DeviceMatch(slice_, None)
     name, planned = device["name"], slice_.job.cluster.gpu
-    if any(n.lower() == name.strip().lower() for n in planned.device_names):
+    if names(planned, name):
         return DeviceMatch(slice_, None)
     found = preset_named(name, gpus)
     if found is None:
