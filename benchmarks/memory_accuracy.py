@@ -429,5 +429,16 @@ def write_section(path: Path, text: str, section: str, intro: str) -> None:
         path.write_text(old.rstrip() + "\n\n" + body)
 
 
+def write_block(path: Path, name: str, text: str) -> None:
+    """Replace the text between a page's `<!-- NAME -->` and `<!-- /NAME -->` markers, which a
+    hand-written page keeps around the part a script writes; a page without them is an error."""
+    start, end = f"<!-- {name} -->", f"<!-- /{name} -->"
+    old = path.read_text()
+    if start not in old or end not in old:
+        raise SystemExit(f"{path}: no '{start}' ... '{end}' block to write")
+    head, _, rest = old.partition(start)
+    path.write_text(f"{head}{start}\n{text}\n{end}{rest.partition(end)[2]}")
+
+
 if __name__ == "__main__":
     sys.exit(main())

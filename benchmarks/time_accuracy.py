@@ -38,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.memory_accuracy import write_option, write_section  # noqa: E402
+from benchmarks.memory_accuracy import write_block, write_option, write_section  # noqa: E402
 from benchmarks.published import PublishedRun, family, load  # noqa: E402
 from cost_models.calibration import DEFAULT, MECHANISMS, Calibration, Prior  # noqa: E402
 from cost_models.job import Job  # noqa: E402
@@ -245,6 +245,33 @@ def constants_table(grid: Grid, cal: Calibration, loso: dict[str, Calibration],
     return "\n".join(lines)
 
 
+def model_doc_constants(grid: Grid, cal: Calibration, loso: dict[str, Calibration]) -> str:
+    """The fitted-constants table of docs/performance-model.md: each constant's prior, bounds, all-source
+    fit and where that fit sits in its bounds."""
+    lines = ["| constant | prior | bounds | fitted on every source | leave-one-source-out fits | what it is | prior's source |",
+             "|---|---:|---|---:|---|---|---|"]
+    notes = []
+    for name, prior in MECHANISMS.items():
+        values = [getattr(c, name) for c in loso.values()]
+        spread = f"{min(values):.3g} to {max(values):.3g}" if values else "-"
+        if prior.unpinned:
+            shown = f"not fitted ({prior.value:.3g})"
+            notes.append(f"- `{name}` stays at its prior in every fit: {prior.unpinned}.")
+        elif not grid.fittable(grid.every, name):
+            shown = f"not fitted ({prior.value:.3g})"
+            notes.append(f"- `{name}` stays at its prior: too few runs or sources inform it.")
+        else:
+            fit = getattr(cal, name)
+            shown = f"{fit:.3g}"
+            where = ("at its lower bound" if math.isclose(fit, prior.low, abs_tol=1e-9) else
+                     "at its upper bound" if math.isclose(fit, prior.high, abs_tol=1e-9) else "inside its bounds")
+            at_bound = sum(1 for v in values if math.isclose(v, prior.low, abs_tol=1e-9) or math.isclose(v, prior.high, abs_tol=1e-9))
+            notes.append(f"- `{name}` fits at {fit:.3g} on every source, {where}; "
+                         f"{at_bound} of its {len(values)} leave-one-source-out fits sit on a bound.")
+        lines.append(f"| `{name}` | {prior.value:.3g} | {prior.low:.3g}–{prior.high:.3g} | {shown} | {spread} | {prior.what} | {prior.source} |")
+    return "\n".join(lines) + "\n\n" + "\n".join(notes)
+
+
 def _layout(job: Job) -> str:
     lay = job.layout
     parts = [f"tp{lay.tp}", f"pp{lay.pp}" + (f"v{lay.vpp}" if lay.vpp > 1 else "") + split_tag(lay), f"dp{job.dp}"]
@@ -347,6 +374,7 @@ def main() -> int:
             "(benchmarks/published.py `family`).\n\n"
         )
         write_section(path, text + "\n\nLeft out, and why:\n\n" + left_out, SECTION, intro)
+        write_block(path.parent / "performance-model.md", "fitted-constants", model_doc_constants(grid, cal, loso_fits))
     return 0
 
 

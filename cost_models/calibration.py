@@ -55,6 +55,7 @@ class Prior:
     high: float
     source: str
     unpinned: str = ""
+    what: str = ""  # the mechanism in a few words, for the docs' table
 
 
 MECHANISMS: dict[str, Prior] = {
@@ -68,7 +69,8 @@ MECHANISMS: dict[str, Prior] = {
     # unrelated to overlap changed a few rows, its leave-one-source-out fits spread over much of the
     # range and neighbouring grid points scored alike, so which one won decided other sources' errors.
     "contention_scale": Prior(1.0, 0.5, 2.0, "1: an NCCL channel holds one SM (src/device/common.h); 2507.03114: 18.9% mean, 40% max slowdown",
-                              unpinned="the runs leave it unpinned"),
+                              unpinned="the runs leave it unpinned",
+                              what="compute slowdown beside overlapped NCCL traffic, as a multiple of the SMs its channels hold"),
     # Spread of the sustained compute speed across the GPUs of a job (silicon lottery and uneven
     # cooling: each die settles at its own clock under the power limit), as a coefficient of
     # variation. Every GPU waits for the slowest at each synchronisation (step_time.straggler_s).
@@ -76,7 +78,8 @@ MECHANISMS: dict[str, Prior] = {
     # "5% and higher" spread of matmul TFLOPS between the GPUs of one 8-GPU node; the expected
     # range of 8 normal draws is 2.85 standard deviations, so cv = 0.05 / 2.85 = 0.0175. The fit may
     # go from none to twice that.
-    "gpu_speed_cv": Prior(0.0175, 0.0, 0.035, "ml-engineering 'Not all accelerators are created equal': 5%+ spread on one 8-GPU node (cv = 0.05 / 2.85)"),
+    "gpu_speed_cv": Prior(0.0175, 0.0, 0.035, "ml-engineering 'Not all accelerators are created equal': 5%+ spread on one 8-GPU node (cv = 0.05 / 2.85)",
+                          what="spread of sustained compute speed across a job's GPUs (coefficient of variation)"),
 }
 
 

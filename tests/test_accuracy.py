@@ -295,3 +295,23 @@ def test_fragmentation_is_the_all_source_fit_and_transfers():
         assert statistics.median(errors) <= median + 0.005, out.family
         assert sum(e <= 0.10 for e in errors) >= within, out.family
     assert sum(abs(c.error(out.fraction)) <= 0.10 for out in loso for c in out.cases) >= 99
+
+
+def test_performance_model_page_shows_the_constants_in_use():
+    # docs/performance-model.md's fitted-constants table is written by time_accuracy.py --write; a
+    # change of cost_models.calibration.FITTED without regenerating it leaves the page stale
+    page = (Path(__file__).parents[1] / "docs" / "performance-model.md").read_text()
+    block = page.partition("<!-- fitted-constants -->")[2].partition("<!-- /fitted-constants -->")[0]
+    for name, prior in MECHANISMS.items():
+        row = next(line for line in block.splitlines() if line.startswith(f"| `{name}` |"))
+        shown = f"not fitted ({prior.value:.3g})" if prior.unpinned else f"{getattr(DEFAULT, name):.3g}"
+        assert f"| {shown} |" in row, (name, row)
+
+
+def test_write_block_refuses_a_page_without_its_markers(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("# Page\n\n<!-- t -->\nold\n<!-- /t -->\n\nkept\n")
+    memory_accuracy.write_block(page, "t", "new")
+    assert page.read_text() == "# Page\n\n<!-- t -->\nnew\n<!-- /t -->\n\nkept\n"
+    with pytest.raises(SystemExit, match="no '<!-- u -->'"):
+        memory_accuracy.write_block(page, "u", "x")
