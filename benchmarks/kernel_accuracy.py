@@ -178,8 +178,70 @@ compare absolute rates on the rows no constant was set from (the bf16 ceiling is
 """
 
 
+# the family each measured torch SDPA backend is compared with: SDPA's flash backend against the
+# flash-attn package's FlashAttention-2 curves, its cuDNN backend against the cuDNN family
+SDPA_FAMILIES = {"flash": (AttentionBackend.FA2,), "cudnn": (AttentionBackend.CUDNN,)}
+
+
+def own_attention_rows() -> list[dict]:
+    """This project's torch SDPA timings (forward, and backward as fwd+bwd less fwd) against each
+    family SDPA_FAMILIES compares the backend with, priced at the burst clock the benchmark ran at
+    (the board stayed at 1905-1965 MHz through it: kernels.py, Clock). Sequence lengths beyond the
+    curves' grid (32k) are left out: the curves end at 16k."""
+    rows = []
+    for name, gpu_name in OWN_RUNS:
+        data = json.loads((MEASURED / name).read_text())
+        gpu = presets.gpus()[gpu_name]
+        seq_lens = K.table_for(gpu).seq_lens
+        for r in data["attention"]:
+            if "fwd_tflops" not in r or r["seq"] > seq_lens[-1]:
+                continue
+            flop = 4 * r["batch"] * r["seq"] ** 2 * r["heads"] * r["head_dim"] * (0.5 if r["causal"] else 1.0)
+            shape = dict(causal=r["causal"], head_dim=r["head_dim"], q_len=r["seq"], k_len=r["seq"],
+                         batch_heads=r["batch"] * r["heads"], rate_scale=K.isolated_scale(gpu))
+            for family in SDPA_FAMILIES[r["backend"]]:
+                for p, measured, work in ((K.Pass.FORWARD, r["fwd_tflops"], flop), (K.Pass.BACKWARD, r["bwd_tflops"], 2.5 * flop)):
+                    s = attention_seconds(gpu, family, p, **shape)
+                    rows.append({"gpu": gpu_name, "backend": r["backend"], "family": family.value, "pass": p.value,
+                                 "head_dim": r["head_dim"], "causal": r["causal"], "gqa": r["kv_heads"] != r["heads"],
+                                 "seq": r["seq"], "measured": measured, "predicted": work / s / 1e12})
+    return rows
+
+
+def own_attention_table(rows: list[dict]) -> str:
+    """Per GPU, SDPA backend, family priced, head dim, mask and pass: model / measured − 1 at each
+    sequence length (batch x seqlen = 16k tokens, heads x head_dim = 2048; GQA rows 32 query and 8
+    key/value heads), and the median over the row."""
+    seqs = sorted({r["seq"] for r in rows})
+    lines = ["| GPU | SDPA backend | priced as | head dim | mask | pass | " + " | ".join(str(s) for s in seqs) + " | median |",
+             "|---|---|---|---:|---|---|" + "---:|" * (len(seqs) + 1)]
+    keys = dict.fromkeys((r["gpu"], r["backend"], r["family"], r["head_dim"], r["causal"], r["gqa"], r["pass"]) for r in rows)
+    for gpu, backend, family, d, causal, gqa, p in keys:
+        at = {r["seq"]: r["predicted"] / r["measured"] - 1 for r in rows
+              if (r["gpu"], r["backend"], r["family"], r["head_dim"], r["causal"], r["gqa"], r["pass"]) == (gpu, backend, family, d, causal, gqa, p)}
+        mask = ("causal" if causal else "full") + (" GQA 32/8" if gqa else "")
+        cells = [f"{at[s]:+.1%}" if s in at else "" for s in seqs]
+        lines.append(f"| {gpu} | {backend} | {family} | {d} | {mask} | {p} | " + " | ".join(cells)
+                     + f" | {statistics.median(at.values()):+.1%} |")
+    return "\n".join(lines)
+
+
+OWN_ATTENTION_INTRO = """
+
+### Attention measured on this project's GPUs
+
+The same runs of `python benchmarks/gpu_kernels.py` timed torch's `F.scaled_dot_product_attention`
+(bf16, `sdpa_kernel` restricted to one backend) at the FlashAttention benchmark's shapes: SDPA's flash
+backend and its cuDNN backend, forward alone and forward + backward, backward being the difference.
+Each cell is the model's TFLOP/s over the measured one, minus one (positive: the model is faster),
+priced with the family named, at the burst clock the benchmark ran at.
+
+"""
+
+
 def report() -> str:
-    return table(checks()) + "\n" + OWN_INTRO + own_gemm_table(own_gemm_rows())
+    return (table(checks()) + "\n" + OWN_INTRO + own_gemm_table(own_gemm_rows())
+            + OWN_ATTENTION_INTRO + own_attention_table(own_attention_rows()))
 
 
 def main() -> int:
