@@ -178,9 +178,9 @@ compare absolute rates on the rows no constant was set from (the bf16 ceiling is
 """
 
 
-# the family each measured torch SDPA backend is compared with: SDPA's flash backend against the
-# flash-attn package's FlashAttention-2 curves, its cuDNN backend against the cuDNN family
-SDPA_FAMILIES = {"flash": (AttentionBackend.FA2,), "cudnn": (AttentionBackend.CUDNN,)}
+# the families each measured torch SDPA backend is compared with: SDPA's flash backend against the
+# flash-attn package's FlashAttention-2 curves and its own (sdpa_flash), its cuDNN backend against cuDNN
+SDPA_FAMILIES = {"flash": (AttentionBackend.FA2, AttentionBackend.SDPA_FLASH), "cudnn": (AttentionBackend.CUDNN,)}
 
 
 def own_attention_rows() -> list[dict]:

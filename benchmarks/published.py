@@ -124,10 +124,10 @@ def torchtitan_training(row: dict) -> TrainingSpec:
     # --training.compile also compiles the loss (TrainingSpec.compile_loss).
     compiled = "compile" in techniques
     return TrainingSpec(
-        # torch SDPA ran FlashAttention-2 kernels on H100 at these commits: the Dec 2024 and Jun 2025
-        # nightlies predate cuDNN attention becoming SDPA's default (opt-in since pytorch/pytorch#138522,
-        # default again only with cuDNN > 9.15 in torch 2.11)
-        attention_backend=AttentionBackend.FA2,
+        # torch SDPA's flash backend (flash-attn's FlashAttention-2 kernels in libtorch) on H100 at these
+        # commits: the Dec 2024 and Jun 2025 nightlies predate cuDNN attention becoming SDPA's default
+        # (opt-in since pytorch/pytorch#138522, default again only with cuDNN > 9.15 in torch 2.11)
+        attention_backend=AttentionBackend.SDPA_FLASH,
         compile=compiled,
         compile_loss=compiled and not row["id"].startswith("torchtitan-2412"),
         seq_len=row["model"]["seq_len"],
@@ -622,12 +622,12 @@ def _torch_native(entry: dict) -> Mapped:
     rc, rc_layers, note = _torch_recompute(lay.get("recompute") or "", m["layers"])
     if note:
         notes.append(note)
-    backend = AttentionBackend.FA2
+    backend = AttentionBackend.SDPA_FLASH
     if g.startswith("kempnerforge"):
         backend = AttentionBackend.CUDNN
         notes.append("SDPA on cuDNN: torch 2.11 (uv.lock) bundles a cuDNN newer than 9.15, where SDPA prefers it on sm90")
     else:
-        notes.append("SDPA on FlashAttention-2 kernels (torch before 2.11 on H100/A100; cuDNN attention was opt-in)")
+        notes.append("SDPA's flash backend, FlashAttention-2 kernels (torch before 2.11 on H100/A100; cuDNN attention was opt-in)")
     # KempnerForge keeps fully_shard's reshard_after_forward=True under its pipeline (apply_fsdp2's
     # default, KempnerInstitute/KempnerForge@601aba9 kempnerforge/distributed/parallel.py:110-153,
     # called without it at scripts/train.py:111,120); torchtitan's own default otherwise

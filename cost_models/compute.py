@@ -76,10 +76,20 @@ def attention_backend(job: Job) -> AttentionBackend:
     Attention sinks (softmax_type learnable) disable FlashAttention in Transformer Engine, leaving
     cuDNN's FusedAttention, which takes the sink logits in its kernels
     (TransformerEngine@d0067d0d .../dot_product_attention/utils.py L1113-1124; the "learnable" row of
-    its support table): a Megatron job with sinks runs cuDNN on every generation."""
+    its support table): a Megatron job with sinks runs cuDNN on every generation.
+
+    SDPA's flash backend (AttentionBackend.SDPA_FLASH) is priced from its own timings where a
+    generation has them (Hopper); elsewhere by the flash-attn FlashAttention-2 curves, the same
+    kernels (presets/kernels/hopper.toml [attention.sdpa_flash]: Ampere); a generation with neither
+    (Blackwell) prices it as cuDNN, the family SDPA prefers there."""
+    gpu = job.cluster.gpu
+    if job.training.attention_backend is AttentionBackend.SDPA_FLASH:
+        for family in (AttentionBackend.SDPA_FLASH, AttentionBackend.FA2, AttentionBackend.CUDNN):
+            if K.family_available(gpu, family):
+                return family
+        return next(iter(K.table_for(gpu).attention))
     if job.training.attention_backend is not None:
         return job.training.attention_backend
-    gpu = job.cluster.gpu
     prefer = AttentionBackend.CUDNN if gpu.architecture in ("hopper", "blackwell") else AttentionBackend.FA2
     if job.model.attention_sinks and job.training.framework is Framework.MEGATRON:
         prefer = AttentionBackend.CUDNN

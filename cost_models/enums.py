@@ -80,7 +80,10 @@ class AttentionBackend(StrEnum):
     """The fused attention kernel family a flash job runs (published curves in presets/kernels)."""
 
     FA1 = "fa1"  # FlashAttention-1 (flash-attn 1.x; llm-foundry's Triton FlashAttention priced as it)
-    FA2 = "fa2"  # FlashAttention-2 (flash-attn 2.x; PyTorch SDPA's flash backend)
+    FA2 = "fa2"  # FlashAttention-2 (the flash-attn 2.x package)
+    # PyTorch SDPA's flash backend: flash-attn's FlashAttention-2 kernels built into libtorch, priced
+    # from this project's own timings of it where measured (presets/kernels/hopper.toml)
+    SDPA_FLASH = "sdpa_flash"
     FA3 = "fa3"  # FlashAttention-3 (Hopper)
     FA4 = "fa4"  # FlashAttention-4 (Blackwell)
     CUDNN = "cudnn"  # cuDNN fused flash attention (Transformer Engine FusedAttention; SDPA's cuDNN backend)

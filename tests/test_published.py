@@ -288,6 +288,19 @@ def test_mpt_steps_composers_decoupled_adamw_over_its_shard():
     assert optimizer_s == pytest.approx(12_853_954_560 / 8 * 88 / (0.90 * 3.35e12), rel=1e-9)
 
 
+@pytest.mark.parametrize(("run_id", "family"), [
+    # torch SDPA's flash backend under the Dec 2024 and Jun 2025 nightlies, and torchtitan's 2024 docs
+    ("torchtitan-2412-8b-8gpu-fsdp", "sdpa_flash"), ("torchtitan-2506-8b-64gpu-bf16-asynctp", "sdpa_flash"),
+    ("torchtitan-docs-2408-llama31-405b-128xh100-bf16", "sdpa_flash"),
+    # KempnerForge's torch 2.11.0 with cuDNN 9.19 (uv.lock @5666d0d): SDPA prefers cuDNN on sm90
+    ("kempnerforge-cfgval-13b-32gpu-tp4-pp2", "cudnn"),
+])
+def test_torch_sdpa_runs_resolve_to_the_backend_their_torch_picks(run_id, family):
+    from cost_models.compute import attention_backend
+
+    assert attention_backend(BY_ID[run_id].job()).value == family
+
+
 def test_fp8lm_runs_flash_attention_1():
     # the authors' MS-AMP image pins flash-attn 1.0.9 (Azure/MS-AMP@b0ab69cf dockerfile): one 7B layer
     # of a micro-batch, b2 x 32 heads, 2048 tokens, head dim 128, causal, runs 4·64·2048²·128/2 =
