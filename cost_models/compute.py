@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from cost_models import kernels as K
+from cost_models.activations import CONVENTIONS
 from cost_models.calibration import Calibration
 from cost_models.enums import (
     AttentionBackend,
@@ -37,7 +38,7 @@ from cost_models.hardware import GPUSpec
 from cost_models.job import Job
 from cost_models.mamba_shard import all_to_all_widths
 from cost_models.model_spec import LayerKind
-from cost_models.states import convention, local_vocab
+from cost_models.states import convention, local_kv_heads, local_vocab
 
 ACT_BYTES = 2  # bf16/fp16 activations and GEMM operands (fp8 operands: 1)
 FP32 = 4
@@ -356,6 +357,68 @@ class AttentionKernels:
 ATTENTION_BACKWARD_KERNELS = 3
 
 
+@dataclass(frozen=True)
+class RingCopies:
+    """Bytes torch's ring attention (torch.distributed.tensor.experimental._attention, the context
+    parallel of torchtitan) moves around its kernels, per element of the rank's attention output (o)
+    and per element of one of K and V as the op is handed them (k): in each step after the first,
+    and once per pass. Forward and backward; `launches` counts the kernels of each."""
+
+    step_fwd_o: float
+    step_fwd_k: float
+    step_fwd_launches: int
+    pass_fwd_o: float
+    pass_fwd_k: float
+    pass_fwd_launches: int
+    step_bwd_o: float
+    step_bwd_k: float
+    step_bwd_launches: int
+    pass_bwd_o: float
+    pass_bwd_k: float
+    pass_bwd_launches: int
+
+
+# Read at pytorch/pytorch@0123248a torch/distributed/tensor/experimental/_attention.py (_SDPAMerger,
+# _partial_update, _templated_ring_attention, _templated_ring_attention_backward); the upstream side
+# of the merge conflict in ROCm/pytorch@10b22ea5's copy, the late-2024 file that still dispatches
+# through _sdpa_handler with a DeviceMesh argument, has the same merger and loops. convert_to_f32 is
+# on: the running output and lse are fp32 (_SDPAMerger.step), and the backward accumulates dQ, dK
+# and dV in fp32 (accum_dtype). The rotate method is torchtitan's default all-gather (cp_exposure):
+# one all-gather of the concatenated K and V per pass; dK/dV go to the next rank after every step
+# (ALL_TO_ALL rotater). Load balancing splits each later step's work between two kinds of rank: i <= rank
+# computes all local queries against the first half of the visiting K/V, i > rank the second half
+# of the queries (partial=True) against all of it; priced as the mean of the two, as the kernels are.
+#
+# Compiled (torchtitan compiles every block with fullgraph=True, pytorch/torchtitan@9dec370
+# torchtitan/parallelisms/parallelize_llama.py apply_compile, so the ring is traced into the block's
+# graph and its elementwise ops fused): what is left are the tensors the loop materialises.
+# Forward, each later step: the merge out - sigmoid(lse_b - lse)·(out - out_b) reads the fp32
+# running output (4) and the step's 16-bit output (2) and writes the fp32 one (4): 10 per o. Once
+# per pass: the send buffer torch.cat([key.flatten(), value.flatten()]), read 2 and write 2 per
+# element of K and of V (8 per k); the cats of later steps feed no collective under the all-gather
+# rotater (_AllGatherRotater.exchange_buffers gathers once) and the compiled graph drops them.
+# Backward, each later step: dQ accumulated in fp32, read 4 + 2 and write 4 (10 per o); dK and dV,
+# the received fp32 buffer plus the step's 16-bit gradients written into the next send buffer
+# torch.cat([grad_key.flatten(), grad_value.flatten()]) in fp32, (4 + 2 + 4) each (20 per k). Once
+# per pass: step 0's dK/dV send buffer (20 per k), the K/V all-gather buffer (8 per k), and the last
+# received dK/dV cast to 16 bits, read 4 and write 2 each (12 per k): 40 per k.
+RING_COPIES_COMPILED = RingCopies(10, 0, 1, 0, 8, 1, 10, 20, 2, 0, 40, 3)
+# Eager, every op its own kernel. Forward, each later step: a rank with the whole output (i <= rank)
+# casts the step's output to fp32 (read 2, write 4), then out - out_b (read 4 + 4, write 4),
+# sigmoid(...)·(...) (read 4, write 4), out - (...) (read 4 + 4, write 4): 38 per o; a partial rank
+# does the same over the second half (19) and _partial_update's torch.cat rewrites the whole fp32
+# output (read 4, write 4): 27; the mean, 32.5; and the K/V send buffer is concatenated before every
+# step but the last, cp - 1 times (8 per k). Once per pass: the first step's output cast to fp32 and
+# the result cast back (6 + 6 per o). Backward, each later step: dQ += in fp32 (10 per o) on a rank
+# with the whole gradient, 5 on the half plus a torch.cat of the whole (8) on a partial one: 11.5;
+# dK, dV += (10 each) where i > rank, and on the first half plus a torch.cat (5 + 8 each) where
+# i <= rank: 23 per k; their fp32 send buffer (read 8, write 8: 16 per k) and the K/V send buffer
+# (8 per k). Once per pass: the fp32 zeros of dQ, dK, dV (4 per o, 8 per k), step 0's dQ (10 per o)
+# and dK/dV (20 per k) +=, its dK/dV send buffer (16 per k), and the final casts of dQ (read 4,
+# write 2: 6 per o) and of dK/dV (12 per k): 20 per o and 56 per k.
+RING_COPIES_EAGER = RingCopies(32.5, 8, 5, 12, 0, 2, 11.5, 47, 6, 20, 56, 9)
+
+
 def attention_kernels(job: Job, cal: Calibration, kind: LayerKind = LayerKind()) -> AttentionKernels:
     """Flash attention, priced per kernel call.
 
@@ -367,7 +430,8 @@ def attention_kernels(job: Job, cal: Calibration, kind: LayerKind = LayerKind())
     (TransformerEngine@40c69e75 context_parallel.py AttnFuncWithCPAndKVP2P; torch 2.9
     _templated_ring_attention). Each step after the first merges its output into the running one by
     log-sum-exp in fp32: read the running output and the step's, write the running one; backward
-    accumulates dQ and the visiting dK/dV the same way.
+    accumulates dQ and the visiting dK/dV the same way. torch's ring also copies K/V and dK/dV into
+    the buffers its collectives send, and eagerly runs its merges op by op (RingCopies).
 
     A local layer's kernel (`kind.window` or `kind.chunk`) computes only the blocks its mask keeps
     (local_attention_seconds), except where the framework passes the mask as a tensor
@@ -410,6 +474,15 @@ def _fused_attention_kernels(job: Job, cal: Calibration, kind: LayerKind) -> Att
     step_f = (kernel(K.Pass.FORWARD, False, seq, half) + kernel(K.Pass.FORWARD, False, half, seq)) / 2
     step_b = (kernel(K.Pass.BACKWARD, False, seq, half) + kernel(K.Pass.BACKWARD, False, half, seq)) / 2
     out = heads * seq * d  # elements of a rank's attention output
+    if job.training.framework is Framework.TORCHTITAN:
+        # torch's ring: its merges and the copies around its collectives (RingCopies)
+        r = RING_COPIES_COMPILED if job.training.compile else RING_COPIES_EAGER
+        kv = out * (1 if CONVENTIONS[Framework.TORCHTITAN].gqa_expands_kv else local_kv_heads(job) / (heads // job.layout.mbs))
+        merge_f = memory_seconds(job, out * r.step_fwd_o + kv * r.step_fwd_k, cal, launches=r.step_fwd_launches)
+        merge_b = memory_seconds(job, out * r.step_bwd_o + kv * r.step_bwd_k, cal, launches=r.step_bwd_launches)
+        first_f += memory_seconds(job, out * r.pass_fwd_o + kv * r.pass_fwd_k, cal, launches=r.pass_fwd_launches)
+        first_b += memory_seconds(job, out * r.pass_bwd_o + kv * r.pass_bwd_k, cal, launches=r.pass_bwd_launches)
+        return AttentionKernels(first_f, first_b, cp, step_f, step_b, merge_f, merge_b)
     # per step, TE's log-sum-exp correction and the output rescale-and-accumulate: two kernels
     # (TransformerEngine@40c69e75 context_parallel.py:101-145, 1613-1660)
     merge_f = memory_seconds(job, out * (ACT_BYTES + 2 * FP32), cal, launches=2)

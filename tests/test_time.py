@@ -1195,3 +1195,36 @@ def test_megatron_local_attention_copies_the_context_forward_and_joins_and_scale
     # the layer's memory-bound kernels carry exactly that; nothing without the switch
     assert _elementwise_added(job(), job(False), kind) == pytest.approx((fwd, bwd), rel=1e-9)
     assert local_attention_copy_seconds(job(False), kind, backward=True, cal=DEFAULT) == 0.0
+
+
+def test_torchs_ring_prices_its_merges_and_send_buffers_by_hand():
+    # Llama 3.1 8B, torchtitan, cp 2 at 65,536 tokens on H100 SXM: a rank's attention output is
+    # 32 heads x 32,768 tokens x 128 = 134,217,728 elements, and torchtitan hands SDPA K and V
+    # expanded to the 32 query heads, each as large (RingCopies, k = o). Compiled, a later forward step
+    # merges 10 bytes per element in one kernel: 1.342e9 B at 0.90 of 3.35 TB/s = 0.4452 ms + 2.4 us;
+    # the backward's dQ (10 per o) and dK/dV send buffer (20 per k), 30 x o, in two kernels: 1.3355 ms
+    # + 4.8 us. Eager, the forward's four fp32 ops (38, or 27 on a partial rank, mean 32.5) and the
+    # K/V send buffer before the step (8): 40.5 x o = 1.8030 ms + 5 launches. Megatron (TE) merges in
+    # 10 and 20 bytes, two kernels each. rel 1e-9: float rounding
+    from cost_models.compute import attention_kernels
+
+    o, bw, launch = 32 * 32768 * 128, 0.90 * 3.35e12, 2.4e-6
+
+    def kernels(framework, compile):
+        return attention_kernels(make_job("llama-3.1-8b", gpus=2, cp=2, training=dict(
+            framework=framework, compile=compile, seq_len=65536, global_batch_size=1)), DEFAULT)
+
+    compiled, eager = kernels("torchtitan", True), kernels("torchtitan", False)
+    assert compiled.merge_fwd == pytest.approx(10 * o / bw + launch, rel=1e-9)
+    assert compiled.merge_bwd == pytest.approx(30 * o / bw + 2 * launch, rel=1e-9)
+    assert eager.merge_fwd == pytest.approx(40.5 * o / bw + 5 * launch, rel=1e-9)
+    # once per pass, compiled: the K/V all-gather buffer (8 per k) in forward; step 0's dK/dV send
+    # buffer, the K/V buffer again and dK/dV's final cast (20 + 8 + 12) in backward, on top of the
+    # first step's causal kernel, which cp 1 runs alone at 32,768 tokens
+    alone = attention_kernels(make_job("llama-3.1-8b", gpus=1, training=dict(
+        framework="torchtitan", compile=True, seq_len=32768, global_batch_size=1)), DEFAULT)
+    assert compiled.first_fwd - alone.first_fwd == pytest.approx(8 * o / bw + launch, rel=1e-6)
+    assert compiled.first_bwd - alone.first_bwd == pytest.approx(40 * o / bw + 3 * launch, rel=1e-6)
+    megatron = kernels("megatron", False)
+    assert megatron.merge_fwd == pytest.approx(10 * o / bw + 2 * launch, rel=1e-9)
+    assert megatron.merge_bwd == pytest.approx(20 * o / bw + 2 * launch, rel=1e-9)
