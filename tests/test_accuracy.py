@@ -201,7 +201,7 @@ def test_step_time_out_of_sample():
         assert getattr(DEFAULT, name) == pytest.approx(getattr(fitted, name), rel=1e-3), name
     rows, _ = time_accuracy.leave_one_source_out(grid)
     errors = [abs(r.error) for r in rows]
-    assert statistics.median(errors) <= 0.038  # 3.6% today; the out-of-sample target is 6%
+    assert statistics.median(errors) <= 0.037  # 3.5% today; the out-of-sample target is 6%
     by_source: dict[str, list[float]] = defaultdict(list)
     for r in rows:
         by_source[r.family].append(abs(r.error))
@@ -214,9 +214,12 @@ def test_step_time_out_of_sample():
     # policy (every second matmul of a block, and the block's elementwise ops, again) took torchtitan
     # to 4.6 and torchtitan_docs_2024 to 2.0; autograd's sums of the separate projections' input
     # gradients then took torchtitan to 5.3, kempnerforge to 5.5 and torchtitan_docs_2024 to 1.5
-    # while the p90 fell from 15.1 to 14.0%
+    # while the p90 fell from 15.1 to 14.0%; SDPA's flash backend priced from its own timing, torch's
+    # ring attention with its send buffers and merges, and the 500 W board's GEMMs at the rates FBGEMM
+    # timed at its limit took torchtitan to 3.3 (the median 3.6 -> 3.5%, the p90 14.0 -> 14.2%, the
+    # other sources unchanged)
     today = {"fp8lm": 0.025, "kempnerforge": 0.055, "korthikanti2022": 0.051, "mlperf": 0.043, "mpt": 0.043,
-             "nanotron_ultrascale": 0.063, "narayanan2021": 0.021, "sail_pipeline": 0.027, "torchtitan": 0.053,
+             "nanotron_ultrascale": 0.063, "narayanan2021": 0.021, "sail_pipeline": 0.027, "torchtitan": 0.033,
              "torchtitan_docs_2024": 0.015}
     for source, errs in by_source.items():
         if len(errs) >= 5:
