@@ -428,7 +428,7 @@ def measured(ours: Job, published: PublishedRun, theirs: Job, runs: list[tuple[P
         other = tuple(f"{k} {have[k]}" for k in AXES if k != "dp" and have[k] != mine[k])
         found.append(Measured(run, job, every, src, run.measured_tokens_per_s_per_gpu / published.measured_tokens_per_s_per_gpu,
                               other, scale))
-    return Evidence(published, changed, tuple(sorted(found, key=lambda m: (m.strength, -m.ratio))))
+    return Evidence(published, changed, tuple(sorted(found, key=lambda m: (m.strength, len(m.scale), -m.ratio))))
 
 
 def misses(rows: list[Row]) -> list[Row]:
@@ -455,12 +455,13 @@ def _measured_line(m: Measured, published: PublishedRun) -> str:
             + (f"; differs in {differs}" if differs else "") + ")")
 
 
-def evidence_counts(found: list[Evidence]) -> str:
-    """support a (same software b, ...), against c (...), tie d, mixed e, none f."""
+def evidence_counts(found: list[Evidence], every: bool = False) -> str:
+    """support a (same source, same software b, ...), against c (...), tie d, mixed e, none f; a
+    verdict no miss has is left out unless `every`."""
     parts = []
     for v in Verdict:
         members = [e for e in found if e.verdict is v]
-        if not members and v is not Verdict.NONE:
+        if not members and not every:
             continue
         by = Counter(e.found[0].source for e in members if e.found)
         parts.append(f"{v} {len(members)}" + (" (" + ", ".join(f"{s} {by[s]}" for s in Source if by[s]) + ")"
@@ -475,7 +476,7 @@ def evidence_report(found: dict[str, Evidence], rows: list[Row], shown: int = 3)
     ev = list(found.values())
     head = (f"Of {len(ev)} misses, published runs that measured our #1's choice (same model, GPU, sequence and "
             f"precision; our #1's value on every axis it changes but dp, else on the axis that saves most): "
-            f"{evidence_counts(ev)}. Support: such a run measured more than {CLOSE:.0%} faster than the published "
+            f"{evidence_counts(ev, every=True)}. Support: such a run measured more than {CLOSE:.0%} faster than the published "
             f"row; against: more than {CLOSE:.0%} slower; the strongest runs decide (every changed axis before the "
             "deciding one, the same source and software before other software or another source).")
     gain = {r.run.id: r.gain for r in rows}
@@ -485,9 +486,11 @@ def evidence_report(found: dict[str, Evidence], rows: list[Row], shown: int = 3)
             runs = "; ".join(_measured_line(m, e.run) for m in e.found[:shown])
             more = f"; {len(e.found) - shown} more" if len(e.found) > shown else ""
             lines.append(f"- {v}: {e.run.id} (our #1 {gain[e.run.id]:+.0%}; changes {', '.join(e.changed)}): {runs}{more}.")
-    against = [e.run.id for e in ev if e.verdict in (Verdict.AGAINST, Verdict.MIXED)]
-    tail = (f"\n\nAgainst the model (measured slower with our #1's choice), the errors to chase: {', '.join(against)}."
-            if against else "\n\nNo measured run of our #1's choice is slower than its published row.")
+    against = [e.run.id for e in ev if e.verdict is Verdict.AGAINST]
+    mixed = [e.run.id for e in ev if e.verdict is Verdict.MIXED]
+    tail = ((f"\n\nAgainst the model (our #1's choice measured slower than the published row), the errors to chase: "
+             f"{', '.join(against)}." if against else "\n\nNo miss has only slower measured runs of our #1's choice.")
+            + (f" Measured both ways by equally strong runs: {', '.join(mixed)}." if mixed else ""))
     return head + tail + ("\n\n" + "\n".join(lines) if lines else "")
 
 
@@ -577,9 +580,10 @@ MECHANISM = {
 }
 
 
-def causes(rows: list[Row]) -> str:
+def causes(rows: list[Row], found: dict[str, Evidence] | None = None) -> str:
     """The rows outside the top 5 and more than 3% behind our #1, grouped by the term of the step
-    breakdown our #1 saves most on (rejected layouts within 3% by time form their own group)."""
+    breakdown our #1 saves most on (rejected layouts within 3% by time form their own group); with
+    `found` (find_evidence), what published runs measured of our #1's choice, per group."""
     groups: dict[str, list[Row]] = defaultdict(list)
     for r in rows:
         if r.good or r.published_time is None or not r.result.plans:
@@ -618,6 +622,9 @@ def causes(rows: list[Row]) -> str:
             rejected = [r for r in members if isinstance(r.published, Rejected)]
             if rejected:
                 text += f" The memory model also rejects {len(rejected)} of these published layouts."
+            ev = [found[r.run.id] for r in members if found and r.run.id in found]
+            if ev:
+                text += f" Published runs that measured our #1's choice: {evidence_counts(ev)}."
         notes = Counter(a for r in members for a in r.run.assumptions
                         if "not modelled" in a or "modelled as" in a or (term == "compute/recompute" and "recompute" in a))
         if notes:
@@ -695,6 +702,7 @@ def main() -> int:
     runs, _ = load()
     options = load_options()
     judging = judge(runs, options)
+    every_run = runs
     runs = [r for r in runs if args.only in r.id]
     if not runs:
         parser.error(f"no run id contains {args.only!r}")
@@ -714,6 +722,8 @@ def main() -> int:
             print(f"[judged] {row.run.id} ({short_allowed(j.allowed)}): {progress(row)}", file=sys.stderr)
         judged.append(row)
     judged_wall = time.perf_counter() - started - wall
+    found_judged, found = find_evidence(judged, every_run, judging), find_evidence(rows, every_run, judging)
+    measured_head = "Published runs that measured our #1's choice, per miss (the model's direction, measured):\n\n"
     grouped = "Rows outside the top 5 and more than 3% behind our #1, grouped by the term of the step breakdown our #1 saves most on:\n\n"
     n_good, n_judged_good = sum(r.good for r in rows), sum(r.good for r in judged)
     lead = (
@@ -741,10 +751,12 @@ def main() -> int:
         "### Options each source's software had\n\n" + options_table(options, runs, judging),
         "### Judged: chosen rows, searched with their software's options\n\n" + judged_table(judged, judging),
         summary(judged, judged_wall, args.time_limit, searched=sum(1 for r in judged if judging[r.run.id].allowed)),
-        grouped + causes(judged),
+        grouped + causes(judged, found_judged),
+        measured_head + evidence_report(found_judged, judged),
         "### Unconstrained: every row, nothing fixed\n\n" + table(rows),
         summary(rows, wall, args.time_limit),
-        grouped + causes(rows),
+        grouped + causes(rows, found),
+        measured_head + evidence_report(found, rows),
     ])
     print(text)
     if args.write:
@@ -755,7 +767,9 @@ def main() -> int:
             "published layout is scored exactly as `planner estimate` scores it. Rank = 1 + our listed layouts\n"
             f"with a strictly smaller predicted step (\"> {TOP}\": slower than our #{TOP}); gain of #1 = published step /\n"
             "our #1 step − 1. Where the published layout is neither in the top 5 nor within 3%, the note names the\n"
-            "axes our #1 changes and the two terms of the step breakdown that differ most (our #1 minus published).\n\n"
+            "axes our #1 changes and the two terms of the step breakdown that differ most (our #1 minus published),\n"
+            "and the published runs (any source, any role) that measured our #1's choice on the same model, GPU,\n"
+            "sequence and precision say whether measurement agrees.\n\n"
         )
         write(args.write, text, intro)
     return 0
