@@ -306,14 +306,17 @@ def seconds(x: float) -> str:
 # published run may have measured that choice: the same model (its shape), GPU, sequence length and
 # precision, with our #1's value on every axis our #1 changes (dp and the GPU count may differ), or,
 # failing that, on the axis that saves the most. Measured more than CLOSE faster than the published row
-# it supports our #1's direction; more than CLOSE slower, it is evidence against the model. A run of the
-# same source family on the same software differs from the published row in the layout alone; other
-# software or another source can differ in kernels, overlap and tuning too.
+# it supports our #1's direction. Measured more than CLOSE slower, it is evidence against the model unless
+# the model too predicts it more than CLOSE slower: then its other differences (more GPUs, other axes)
+# are priced to outweigh our #1's choice and it says nothing against it. A run of the same source family
+# on the same software, GPU count and other axes differs from the published row in our #1's choice
+# alone; other software or another source can differ in kernels, overlap and tuning too.
 
 
 class Verdict(StrEnum):
     SUPPORT = "support"  # measured faster than the published row by more than CLOSE
-    AGAINST = "against"  # measured slower by more than CLOSE
+    AGAINST = "against"  # measured slower by more than CLOSE, not predicted so
+    EXPLAINED = "slower as predicted"  # measured and predicted slower by more than CLOSE: its other differences decide
     TIE = "tie"  # within CLOSE
     MIXED = "mixed"  # the strongest runs disagree
     NONE = "none"  # no published run measured our #1's choice
@@ -334,17 +337,23 @@ class Measured:
     every: bool  # our #1's value on every axis it changes (else on the deciding axis only)
     source: Source
     ratio: float  # its measured tokens/s/GPU over the published row's
+    predicted: float  # the same ratio as the time model predicts it
     other: tuple[str, ...]  # the axes where it differs from our #1 besides dp, as 'axis value'
     scale: tuple[str, ...]  # GPUs or global batch, where they differ from the published row's
 
     @property
     def verdict(self) -> Verdict:
-        return Verdict.SUPPORT if self.ratio > 1 + CLOSE else Verdict.AGAINST if self.ratio < 1 - CLOSE else Verdict.TIE
+        if self.ratio > 1 + CLOSE:
+            return Verdict.SUPPORT
+        if self.ratio < 1 - CLOSE:
+            return Verdict.AGAINST if self.predicted >= 1 - CLOSE else Verdict.EXPLAINED
+        return Verdict.TIE
 
     @property
-    def strength(self) -> tuple[bool, int, int]:
-        """Smaller is stronger: every changed axis matched, then the source, then the fewest other axes."""
-        return not self.every, list(Source).index(self.source), len(self.other)
+    def strength(self) -> tuple[bool, int, bool, int]:
+        """Smaller is stronger: every changed axis matched, the fewest other axes, the same GPU count
+        and batch, then the source."""
+        return not self.every, len(self.other), bool(self.scale), list(Source).index(self.source)
 
 
 @dataclass(frozen=True)
@@ -360,7 +369,7 @@ class Evidence:
         top = {m.verdict for m in self.found if m.strength == self.found[0].strength}
         if {Verdict.SUPPORT, Verdict.AGAINST} <= top:
             return Verdict.MIXED
-        return next(v for v in (Verdict.SUPPORT, Verdict.AGAINST, Verdict.TIE) if v in top)
+        return next(v for v in (Verdict.SUPPORT, Verdict.AGAINST, Verdict.EXPLAINED, Verdict.TIE) if v in top)
 
 
 def same_problem(a: PublishedRun, b: PublishedRun) -> bool:
@@ -413,6 +422,7 @@ def measured(ours: Job, published: PublishedRun, theirs: Job, runs: list[tuple[P
     `runs`: every published run with its job and software; `software`: the published row's."""
     changed = deciding(ours, theirs)
     mine, cut = axis_values(ours), changed[:1]
+    rate = time_estimate(theirs).tokens_per_s_per_gpu
     found = []
     for run, job, sw in runs:
         if run.id == published.id or not same_problem(run, published):
@@ -427,7 +437,7 @@ def measured(ours: Job, published: PublishedRun, theirs: Job, runs: list[tuple[P
             (f"batch {run.training.global_batch_size}",) if run.training.global_batch_size != published.training.global_batch_size else ())
         other = tuple(f"{k} {have[k]}" for k in AXES if k != "dp" and have[k] != mine[k])
         found.append(Measured(run, job, every, src, run.measured_tokens_per_s_per_gpu / published.measured_tokens_per_s_per_gpu,
-                              other, scale))
+                              time_estimate(job).tokens_per_s_per_gpu / rate, other, scale))
     return Evidence(published, changed, tuple(sorted(found, key=lambda m: (m.strength, len(m.scale), -m.ratio))))
 
 
@@ -451,7 +461,8 @@ def _measured_line(m: Measured, published: PublishedRun) -> str:
     match = "" if m.every else " (the deciding axis only)"
     differs = ", ".join(m.other + m.scale)
     return (f"{m.run.id} ({short(m.job)}) {m.run.measured_tokens_per_s_per_gpu:.0f} against "
-            f"{published.measured_tokens_per_s_per_gpu:.0f} tokens/s/GPU ({m.ratio - 1:+.1%}, {m.source}{match}"
+            f"{published.measured_tokens_per_s_per_gpu:.0f} tokens/s/GPU ({m.ratio - 1:+.1%}, predicted {m.predicted - 1:+.1%}; "
+            f"{m.source}{match}"
             + (f"; differs in {differs}" if differs else "") + ")")
 
 
@@ -477,18 +488,20 @@ def evidence_report(found: dict[str, Evidence], rows: list[Row], shown: int = 3)
     head = (f"Of {len(ev)} misses, published runs that measured our #1's choice (same model, GPU, sequence and "
             f"precision; our #1's value on every axis it changes but dp, else on the axis that saves most): "
             f"{evidence_counts(ev, every=True)}. Support: such a run measured more than {CLOSE:.0%} faster than the published "
-            f"row; against: more than {CLOSE:.0%} slower; the strongest runs decide (every changed axis before the "
-            "deciding one, the same source and software before other software or another source).")
+            f"row; against: more than {CLOSE:.0%} slower, the model not predicting it {CLOSE:.0%} slower; slower as predicted: the "
+            f"model too predicts it more than {CLOSE:.0%} slower, for what else differs (GPU count, other axes); the strongest runs decide (every "
+            "changed axis before the deciding one, then the fewest other axes, the same GPU count and batch, the same "
+            "source and software).")
     gain = {r.run.id: r.gain for r in rows}
     lines = []
-    for v in (Verdict.AGAINST, Verdict.MIXED, Verdict.SUPPORT, Verdict.TIE):
+    for v in (Verdict.AGAINST, Verdict.MIXED, Verdict.SUPPORT, Verdict.EXPLAINED, Verdict.TIE):
         for e in (e for e in ev if e.verdict is v):
             runs = "; ".join(_measured_line(m, e.run) for m in e.found[:shown])
             more = f"; {len(e.found) - shown} more" if len(e.found) > shown else ""
             lines.append(f"- {v}: {e.run.id} (our #1 {gain[e.run.id]:+.0%}; changes {', '.join(e.changed)}): {runs}{more}.")
     against = [e.run.id for e in ev if e.verdict is Verdict.AGAINST]
     mixed = [e.run.id for e in ev if e.verdict is Verdict.MIXED]
-    tail = ((f"\n\nAgainst the model (our #1's choice measured slower than the published row), the errors to chase: "
+    tail = ((f"\n\nAgainst the model (our #1's choice measured slower than the published row, not predicted so), the errors to chase: "
              f"{', '.join(against)}." if against else "\n\nNo miss has only slower measured runs of our #1's choice.")
             + (f" Measured both ways by equally strong runs: {', '.join(mixed)}." if mixed else ""))
     return head + tail + ("\n\n" + "\n".join(lines) if lines else "")
