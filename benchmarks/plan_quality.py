@@ -324,7 +324,7 @@ class Verdict(StrEnum):
 
 class Source(StrEnum):  # strongest first
     SAME_SOFTWARE = "same source, same software"
-    SAME_SOURCE = "same source, other software"
+    SAME_SOURCE = "same source, other or unstated software"
     OTHER = "other source"
 
 
@@ -457,8 +457,9 @@ def find_evidence(rows: list[Row], runs: list[PublishedRun], judging: dict[str, 
     return {r.run.id: measured(r.best.job, r.run, r.published_time.job, pool, judging[r.run.id].software) for r in misses(rows)}
 
 
-def _measured_line(m: Measured, published: PublishedRun) -> str:
-    match = "" if m.every else " (the deciding axis only)"
+def _measured_line(m: Measured, e: Evidence) -> str:
+    published = e.run
+    match = "" if m.every else f"; our #1's {e.changed[0]} only"
     differs = ", ".join(m.other + m.scale)
     return (f"{m.run.id} ({short(m.job)}) {m.run.measured_tokens_per_s_per_gpu:.0f} against "
             f"{published.measured_tokens_per_s_per_gpu:.0f} tokens/s/GPU ({m.ratio - 1:+.1%}, predicted {m.predicted - 1:+.1%}; "
@@ -491,12 +492,13 @@ def evidence_report(found: dict[str, Evidence], rows: list[Row], shown: int = 3)
             f"row; against: more than {CLOSE:.0%} slower, the model not predicting it {CLOSE:.0%} slower; slower as predicted: the "
             f"model too predicts it more than {CLOSE:.0%} slower, for what else differs (GPU count, other axes); the strongest runs decide (every "
             "changed axis before the deciding one, then the fewest other axes, the same GPU count and batch, the same "
-            "source and software).")
+            "source and software). Per miss: the gain of our #1, the axes it changes but dp (most time saved "
+            "first), and its strongest measured runs with what else differs.")
     gain = {r.run.id: r.gain for r in rows}
     lines = []
     for v in (Verdict.AGAINST, Verdict.MIXED, Verdict.SUPPORT, Verdict.EXPLAINED, Verdict.TIE):
         for e in (e for e in ev if e.verdict is v):
-            runs = "; ".join(_measured_line(m, e.run) for m in e.found[:shown])
+            runs = "; ".join(_measured_line(m, e) for m in e.found[:shown])
             more = f"; {len(e.found) - shown} more" if len(e.found) > shown else ""
             lines.append(f"- {v}: {e.run.id} (our #1 {gain[e.run.id]:+.0%}; changes {', '.join(e.changed)}): {runs}{more}.")
     against = [e.run.id for e in ev if e.verdict is Verdict.AGAINST]
