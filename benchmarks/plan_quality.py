@@ -385,11 +385,12 @@ def software_of(text: str | None) -> str | None:
     return None if not text or text.startswith("not published") else text.split(" (")[0]
 
 
-# the layout fields that set one axis; a new pipeline shape drops the published split and schedule
 _UNSPLIT = dict(pp_first_stage_layers=None, pp_last_stage_layers=None, pp_layout=None, schedule=None)
 
 
 def _one_axis(theirs: Job, ours: Job, axis: str) -> Layout:
+    """The published layout with one axis set as our #1 sets it: dp follows tp, pp and cp, and a new
+    pipeline shape drops the published split and schedule."""
     a = ours.layout
     update = {"tp": dict(tp=a.tp, dp=None), "sp": dict(sp=ours.sp), "pp": dict(pp=a.pp, dp=None, **_UNSPLIT),
               "vpp": dict(vpp=a.vpp, **_UNSPLIT), "cp": dict(cp=a.cp, dp=None), "ep": dict(ep=a.ep),
@@ -421,23 +422,24 @@ def measured(ours: Job, published: PublishedRun, theirs: Job, runs: list[tuple[P
     """The published runs (any role) that measured our #1's choice on the published row's problem.
     `runs`: every published run with its job and software; `software`: the published row's."""
     changed = deciding(ours, theirs)
-    mine, cut = axis_values(ours), changed[:1]
-    rate = time_estimate(theirs).tokens_per_s_per_gpu
+    if not changed:
+        return Evidence(published, changed, ())
+    mine, rate = axis_values(ours), time_estimate(theirs).tokens_per_s_per_gpu
     found = []
     for run, job, sw in runs:
         if run.id == published.id or not same_problem(run, published):
             continue
         have = axis_values(job)
         every = all(have[k] == mine[k] for k in changed)
-        if not changed or not (every or all(have[k] == mine[k] for k in cut)):
+        if not every and have[changed[0]] != mine[changed[0]]:
             continue
         src = (Source.OTHER if family(run.group) != family(published.group) else
                Source.SAME_SOFTWARE if software_of(sw) and software_of(sw) == software_of(software) else Source.SAME_SOURCE)
         scale = ((f"{run.cluster.num_gpus} GPUs",) if run.cluster.num_gpus != published.cluster.num_gpus else ()) + (
             (f"batch {run.training.global_batch_size}",) if run.training.global_batch_size != published.training.global_batch_size else ())
         other = tuple(f"{k} {have[k]}" for k in AXES if k != "dp" and have[k] != mine[k])
-        found.append(Measured(run, job, every, src, run.measured_tokens_per_s_per_gpu / published.measured_tokens_per_s_per_gpu,
-                              time_estimate(job).tokens_per_s_per_gpu / rate, other, scale))
+        ratio = run.measured_tokens_per_s_per_gpu / published.measured_tokens_per_s_per_gpu
+        found.append(Measured(run, job, every, src, ratio, time_estimate(job).tokens_per_s_per_gpu / rate, other, scale))
     return Evidence(published, changed, tuple(sorted(found, key=lambda m: (m.strength, len(m.scale), -m.ratio))))
 
 
@@ -476,8 +478,8 @@ def evidence_counts(found: list[Evidence], every: bool = False) -> str:
         if not members and not every:
             continue
         by = Counter(e.found[0].source for e in members if e.found)
-        parts.append(f"{v} {len(members)}" + (" (" + ", ".join(f"{s} {by[s]}" for s in Source if by[s]) + ")"
-                                              if v in (Verdict.SUPPORT, Verdict.AGAINST) and members else ""))
+        split = v in (Verdict.SUPPORT, Verdict.AGAINST) and members
+        parts.append(f"{v} {len(members)}" + (" (" + ", ".join(f"{s} {by[s]}" for s in Source if by[s]) + ")" if split else ""))
     return ", ".join(parts)
 
 
@@ -489,10 +491,10 @@ def evidence_report(found: dict[str, Evidence], rows: list[Row], shown: int = 3)
     head = (f"Of {len(ev)} misses, published runs that measured our #1's choice (same model, GPU, sequence and "
             f"precision; our #1's value on every axis it changes but dp, else on the axis that saves most): "
             f"{evidence_counts(ev, every=True)}. Support: such a run measured more than {CLOSE:.0%} faster than the published "
-            f"row; against: more than {CLOSE:.0%} slower, the model not predicting it {CLOSE:.0%} slower; slower as predicted: the "
-            f"model too predicts it more than {CLOSE:.0%} slower, for what else differs (GPU count, other axes); the strongest runs decide (every "
-            "changed axis before the deciding one, then the fewest other axes, the same GPU count and batch, the same "
-            "source and software). Per miss: the gain of our #1, the axes it changes but dp (most time saved "
+            f"row; against: more than {CLOSE:.0%} slower, the model not predicting it {CLOSE:.0%} slower; slower as "
+            f"predicted: the model too predicts it more than {CLOSE:.0%} slower, for what else differs (GPU count, other "
+            "axes); the strongest runs decide (every changed axis before the deciding one, then the fewest other axes, "
+            "the same GPU count and batch, the same source and software). Per miss: the gain of our #1, the axes it changes but dp (most time saved "
             "first), and its strongest measured runs with what else differs.")
     gain = {r.run.id: r.gain for r in rows}
     lines = []
@@ -503,8 +505,8 @@ def evidence_report(found: dict[str, Evidence], rows: list[Row], shown: int = 3)
             lines.append(f"- {v}: {e.run.id} (our #1 {gain[e.run.id]:+.0%}; changes {', '.join(e.changed)}): {runs}{more}.")
     against = [e.run.id for e in ev if e.verdict is Verdict.AGAINST]
     mixed = [e.run.id for e in ev if e.verdict is Verdict.MIXED]
-    tail = ((f"\n\nAgainst the model (our #1's choice measured slower than the published row, not predicted so), the errors to chase: "
-             f"{', '.join(against)}." if against else "\n\nNo miss has only slower measured runs of our #1's choice.")
+    tail = ((f"\n\nAgainst the model (our #1's choice measured slower than the published row, not predicted so), the "
+             f"errors to chase: {', '.join(against)}." if against else "\n\nNo measured run of our #1's choice is against the model.")
             + (f" Measured both ways by equally strong runs: {', '.join(mixed)}." if mixed else ""))
     return head + tail + ("\n\n" + "\n".join(lines) if lines else "")
 
@@ -738,7 +740,7 @@ def main() -> int:
         judged.append(row)
     judged_wall = time.perf_counter() - started - wall
     found_judged, found = find_evidence(judged, every_run, judging), find_evidence(rows, every_run, judging)
-    measured_head = "Published runs that measured our #1's choice, per miss (the model's direction, measured):\n\n"
+    measured_head = "Published runs that measured our #1's choice, per miss:\n\n"
     grouped = "Rows outside the top 5 and more than 3% behind our #1, grouped by the term of the step breakdown our #1 saves most on:\n\n"
     n_good, n_judged_good = sum(r.good for r in rows), sum(r.good for r in judged)
     lead = (
