@@ -12,6 +12,9 @@ the same memory headroom.
 - gain = published step / our #1 step − 1. The time model does not depend on memory, so a
   rejected layout keeps its gain.
 - outside the space: which bound of planner.space keeps the published layout out of the search.
+- measured: for each row behind our #1 by more than 3%, the published runs (any source, any role)
+  that measured our #1's choice on the same model, GPU, sequence and precision, and whether they
+  ran faster or slower than the published row (find_evidence).
 
 Judged count: benchmarks/data/software_options.yaml says, per source, which rows are the layout the
 source chose (the others are ablation arms or sweep points) and which layout options its software
@@ -311,6 +314,9 @@ def seconds(x: float) -> str:
 # are priced to outweigh our #1's choice and it says nothing against it. A run of the same source family
 # on the same software, GPU count and other axes differs from the published row in our #1's choice
 # alone; other software or another source can differ in kernels, overlap and tuning too.
+# benchmarks/order_accuracy.py orders the measured layouts of one problem (one source group, GPU count
+# and batch) whatever the planner picks; this starts from our #1's choice and crosses GPU counts,
+# batches and sources, saying so per run.
 
 
 class Verdict(StrEnum):
