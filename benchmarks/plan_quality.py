@@ -12,6 +12,9 @@ the same memory headroom.
 - gain = published step / our #1 step − 1. The time model does not depend on memory, so a
   rejected layout keeps its gain.
 - outside the space: which bound of planner.space keeps the published layout out of the search.
+- measured: for each row behind our #1 by more than 3%, the published runs (any source, any role)
+  that measured our #1's choice on the same model, GPU, sequence and precision, and whether they
+  ran faster or slower than the published row (find_evidence).
 
 Judged count: benchmarks/data/software_options.yaml says, per source, which rows are the layout the
 source chose (the others are ablation arms or sweep points) and which layout options its software
@@ -39,7 +42,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.memory_accuracy import write_section  # noqa: E402
-from benchmarks.published import PublishedRun, load  # noqa: E402
+from benchmarks.published import PublishedRun, family, load  # noqa: E402
 from cost_models.errors import SpecError  # noqa: E402
 from cost_models.job import Job  # noqa: E402
 from cost_models.layout import Layout  # noqa: E402
@@ -270,17 +273,21 @@ def short(job: Job) -> str:
     return " ".join(parts)
 
 
+AXES = ("tp", "sp", "pp", "vpp", "cp", "ep", "dp", "zero", "mbs", "recompute")
+
+
+def axis_values(job: Job) -> dict[str, object]:
+    """The layout axes `changes` compares, as printed: sp on/off, zero 0-3, recompute with its layer count."""
+    lay = job.layout
+    rc = lay.recompute.value + (f"({lay.recompute_layers})" if lay.recompute_layers else "")
+    return dict(tp=lay.tp, sp="on" if job.sp else "off", pp=lay.pp, vpp=lay.vpp, cp=lay.cp, ep=lay.ep, dp=job.dp,
+                zero=int(job.zero), mbs=lay.mbs, recompute=rc)
+
+
 def changes(ours: Job, theirs: Job) -> list[str]:
     """The axes our #1 sets differently, as 'axis published→ours'."""
-    a, b = ours.layout, theirs.layout
-
-    def rc(lay: Layout) -> str:
-        return lay.recompute.value + (f"({lay.recompute_layers})" if lay.recompute_layers else "")
-
-    pairs = [("tp", b.tp, a.tp), ("sp", "on" if theirs.sp else "off", "on" if ours.sp else "off"), ("pp", b.pp, a.pp),
-             ("vpp", b.vpp, a.vpp), ("cp", b.cp, a.cp), ("ep", b.ep, a.ep), ("dp", theirs.dp, ours.dp),
-             ("zero", int(theirs.zero), int(ours.zero)), ("mbs", b.mbs, a.mbs), ("recompute", rc(b), rc(a))]
-    return [f"{k} {x}→{y}" for k, x, y in pairs if x != y]
+    a, b = axis_values(ours), axis_values(theirs)
+    return [f"{k} {b[k]}→{a[k]}" for k in AXES if a[k] != b[k]]
 
 
 def deltas(ours: TimeEstimate, theirs: TimeEstimate, scale: float = 1.0) -> list[tuple[str, float]]:
@@ -294,6 +301,220 @@ def deltas(ours: TimeEstimate, theirs: TimeEstimate, scale: float = 1.0) -> list
 
 def seconds(x: float) -> str:
     return f"{x:+.3g} s".replace("-", "−")
+
+
+# --- measured runs of our #1's choice ------------------------------------------------------------
+#
+# A miss is a prediction: our #1 runs more than CLOSE faster than the layout the source chose. Another
+# published run may have measured that choice: the same model (its shape), GPU, sequence length and
+# precision, with our #1's value on every axis our #1 changes (dp and the GPU count may differ), or,
+# failing that, on the axis that saves the most. Measured more than CLOSE faster than the published row
+# it supports our #1's direction. Measured more than CLOSE slower, it is evidence against the model unless
+# the model too predicts it more than CLOSE slower: then its other differences (more GPUs, other axes)
+# are priced to outweigh our #1's choice and it says nothing against it. A run of the same source family
+# on the same software, GPU count and other axes differs from the published row in our #1's choice
+# alone; other software or another source can differ in kernels, overlap and tuning too.
+# benchmarks/order_accuracy.py orders the measured layouts of one problem (one source group, GPU count
+# and batch) whatever the planner picks; this starts from our #1's choice and crosses GPU counts,
+# batches and sources, saying so per run.
+
+
+class Verdict(StrEnum):
+    SUPPORT = "support"  # measured faster than the published row by more than CLOSE
+    AGAINST = "against"  # measured slower by more than CLOSE, not predicted so
+    EXPLAINED = "slower as predicted"  # measured and predicted slower by more than CLOSE: its other differences decide
+    TIE = "tie"  # within CLOSE
+    MIXED = "mixed"  # the strongest runs disagree
+    NONE = "none"  # no published run measured our #1's choice
+
+
+class Source(StrEnum):  # strongest first
+    SAME_SOFTWARE = "same source, same software"
+    SAME_SOURCE = "same source, other or unstated software"
+    OTHER = "other source"
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A published run with our #1's choice, against the published row of a miss."""
+
+    run: PublishedRun
+    job: Job
+    every: bool  # our #1's value on every axis it changes (else on the deciding axis only)
+    source: Source
+    ratio: float  # its measured tokens/s/GPU over the published row's
+    predicted: float  # the same ratio as the time model predicts it
+    other: tuple[str, ...]  # the axes where it differs from our #1 besides dp, as 'axis value'
+    scale: tuple[str, ...]  # GPUs or global batch, where they differ from the published row's
+
+    @property
+    def verdict(self) -> Verdict:
+        if self.ratio > 1 + CLOSE:
+            return Verdict.SUPPORT
+        if self.ratio < 1 - CLOSE:
+            return Verdict.AGAINST if self.predicted >= 1 - CLOSE else Verdict.EXPLAINED
+        return Verdict.TIE
+
+    @property
+    def strength(self) -> tuple[bool, int, bool, int]:
+        """Smaller is stronger: every changed axis matched, the fewest other axes, the same GPU count
+        and batch, then the source."""
+        return not self.every, len(self.other), bool(self.scale), list(Source).index(self.source)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    run: PublishedRun  # the published row of the miss
+    changed: tuple[str, ...]  # the axes our #1 changes, dp left out, most time saved first
+    found: tuple[Measured, ...]  # strongest first
+
+    @property
+    def verdict(self) -> Verdict:
+        if not self.found:
+            return Verdict.NONE
+        top = {m.verdict for m in self.found if m.strength == self.found[0].strength}
+        if {Verdict.SUPPORT, Verdict.AGAINST} <= top:
+            return Verdict.MIXED
+        return next(v for v in (Verdict.SUPPORT, Verdict.AGAINST, Verdict.EXPLAINED, Verdict.TIE) if v in top)
+
+
+def same_problem(a: PublishedRun, b: PublishedRun) -> bool:
+    """The same model (shape, whatever its name), GPU, sequence length and precision."""
+    return (a.model.model_dump_json(exclude={"name", "source"}) == b.model.model_dump_json(exclude={"name", "source"})
+            and a.cluster.spec.gpu.name == b.cluster.spec.gpu.name
+            and a.training.seq_len == b.training.seq_len and a.training.precision == b.training.precision)
+
+
+def software_of(text: str | None) -> str | None:
+    """The software's name and version, the options file's text before its first parenthesis; None
+    where the source did not publish it."""
+    return None if not text or text.startswith("not published") else text.split(" (")[0]
+
+
+_UNSPLIT = dict(pp_first_stage_layers=None, pp_last_stage_layers=None, pp_layout=None, schedule=None)
+
+
+def _one_axis(theirs: Job, ours: Job, axis: str) -> Layout:
+    """The published layout with one axis set as our #1 sets it: dp follows tp, pp and cp, and a new
+    pipeline shape drops the published split and schedule."""
+    a = ours.layout
+    update = {"tp": dict(tp=a.tp, dp=None), "sp": dict(sp=ours.sp), "pp": dict(pp=a.pp, dp=None, **_UNSPLIT),
+              "vpp": dict(vpp=a.vpp, **_UNSPLIT), "cp": dict(cp=a.cp, dp=None), "ep": dict(ep=a.ep),
+              "zero": dict(zero=ours.zero, dp_shard=a.dp_shard), "mbs": dict(mbs=a.mbs),
+              "recompute": dict(recompute=a.recompute, recompute_layers=a.recompute_layers)}[axis]
+    return Layout(**{**theirs.layout.model_dump(), **update})
+
+
+def deciding(ours: Job, theirs: Job) -> tuple[str, ...]:
+    """The axes our #1 changes but dp (which follows tp, pp and cp), most time saved first: the
+    published step minus its step with that one axis set as our #1 sets it. An axis that cannot be
+    set alone (the layout does not resolve) goes last."""
+    a, b = axis_values(ours), axis_values(theirs)
+    axes = [k for k in AXES if k != "dp" and a[k] != b[k]]
+    step = time_estimate(theirs).step_s
+
+    def saved(axis: str) -> float:
+        try:
+            job = resolve(theirs.model, theirs.cluster, theirs.training, _one_axis(theirs, ours, axis))
+        except (SpecError, ValueError):
+            return float("-inf")
+        return step - time_estimate(job).step_s
+
+    return tuple(sorted(axes, key=lambda k: -saved(k)))
+
+
+def measured(ours: Job, published: PublishedRun, theirs: Job, runs: list[tuple[PublishedRun, Job, str | None]],
+             software: str | None) -> Evidence:
+    """The published runs (any role) that measured our #1's choice on the published row's problem.
+    `runs`: every published run with its job and software; `software`: the published row's."""
+    changed = deciding(ours, theirs)
+    if not changed:
+        return Evidence(published, changed, ())
+    mine, rate = axis_values(ours), time_estimate(theirs).tokens_per_s_per_gpu
+    found = []
+    for run, job, sw in runs:
+        if run.id == published.id or not same_problem(run, published):
+            continue
+        have = axis_values(job)
+        every = all(have[k] == mine[k] for k in changed)
+        if not every and have[changed[0]] != mine[changed[0]]:
+            continue
+        src = (Source.OTHER if family(run.group) != family(published.group) else
+               Source.SAME_SOFTWARE if software_of(sw) and software_of(sw) == software_of(software) else Source.SAME_SOURCE)
+        scale = ((f"{run.cluster.num_gpus} GPUs",) if run.cluster.num_gpus != published.cluster.num_gpus else ()) + (
+            (f"batch {run.training.global_batch_size}",) if run.training.global_batch_size != published.training.global_batch_size else ())
+        other = tuple(f"{k} {have[k]}" for k in AXES if k != "dp" and have[k] != mine[k])
+        ratio = run.measured_tokens_per_s_per_gpu / published.measured_tokens_per_s_per_gpu
+        found.append(Measured(run, job, every, src, ratio, time_estimate(job).tokens_per_s_per_gpu / rate, other, scale))
+    return Evidence(published, changed, tuple(sorted(found, key=lambda m: (m.strength, len(m.scale), -m.ratio))))
+
+
+def misses(rows: list[Row]) -> list[Row]:
+    """Rows neither in our top 5 nor within CLOSE of our #1 by time."""
+    return [r for r in rows if not r.good and r.gain is not None and r.gain > CLOSE and r.result.plans]
+
+
+def find_evidence(rows: list[Row], runs: list[PublishedRun], judging: dict[str, Judging]) -> dict[str, Evidence]:
+    """Per miss (by run id), the measured runs of our #1's choice."""
+    pool = []
+    for run in runs:
+        try:
+            pool.append((run, run.job(), judging[run.id].software))
+        except SpecError:
+            continue
+    return {r.run.id: measured(r.best.job, r.run, r.published_time.job, pool, judging[r.run.id].software) for r in misses(rows)}
+
+
+def _measured_line(m: Measured, e: Evidence) -> str:
+    published = e.run
+    match = "" if m.every else f"; our #1's {e.changed[0]} only"
+    differs = ", ".join(m.other + m.scale)
+    return (f"{m.run.id} ({short(m.job)}) {m.run.measured_tokens_per_s_per_gpu:.0f} against "
+            f"{published.measured_tokens_per_s_per_gpu:.0f} tokens/s/GPU ({m.ratio - 1:+.1%}, predicted {m.predicted - 1:+.1%}; "
+            f"{m.source}{match}"
+            + (f"; differs in {differs}" if differs else "") + ")")
+
+
+def evidence_counts(found: list[Evidence], every: bool = False) -> str:
+    """support a (same source, same software b, ...), against c (...), tie d, mixed e, none f; a
+    verdict no miss has is left out unless `every`."""
+    parts = []
+    for v in Verdict:
+        members = [e for e in found if e.verdict is v]
+        if not members and not every:
+            continue
+        by = Counter(e.found[0].source for e in members if e.found)
+        split = v in (Verdict.SUPPORT, Verdict.AGAINST) and members
+        parts.append(f"{v} {len(members)}" + (" (" + ", ".join(f"{s} {by[s]}" for s in Source if by[s]) + ")" if split else ""))
+    return ", ".join(parts)
+
+
+def evidence_report(found: dict[str, Evidence], rows: list[Row], shown: int = 3) -> str:
+    """The summary over the misses, the runs against the model, then every miss with a measured run."""
+    if not found:
+        return "No misses."
+    ev = list(found.values())
+    head = (f"Of {len(ev)} misses, published runs that measured our #1's choice (same model, GPU, sequence and "
+            f"precision; our #1's value on every axis it changes but dp, else on the axis that saves most): "
+            f"{evidence_counts(ev, every=True)}. Support: such a run measured more than {CLOSE:.0%} faster than the published "
+            f"row; against: more than {CLOSE:.0%} slower, the model not predicting it {CLOSE:.0%} slower; slower as "
+            f"predicted: the model too predicts it more than {CLOSE:.0%} slower, for what else differs (GPU count, other "
+            "axes); the strongest runs decide (every changed axis before the deciding one, then the fewest other axes, "
+            "the same GPU count and batch, the same source and software). Per miss: the gain of our #1, the axes it changes but dp (most time saved "
+            "first), and its strongest measured runs with what else differs.")
+    gain = {r.run.id: r.gain for r in rows}
+    lines = []
+    for v in (Verdict.AGAINST, Verdict.MIXED, Verdict.SUPPORT, Verdict.EXPLAINED, Verdict.TIE):
+        for e in (e for e in ev if e.verdict is v):
+            runs = "; ".join(_measured_line(m, e) for m in e.found[:shown])
+            more = f"; {len(e.found) - shown} more" if len(e.found) > shown else ""
+            lines.append(f"- {v}: {e.run.id} (our #1 {gain[e.run.id]:+.0%}; changes {', '.join(e.changed)}): {runs}{more}.")
+    against = [e.run.id for e in ev if e.verdict is Verdict.AGAINST]
+    mixed = [e.run.id for e in ev if e.verdict is Verdict.MIXED]
+    tail = ((f"\n\nAgainst the model (our #1's choice measured slower than the published row, not predicted so), the "
+             f"errors to chase: {', '.join(against)}." if against else "\n\nNo measured run of our #1's choice is against the model.")
+            + (f" Measured both ways by equally strong runs: {', '.join(mixed)}." if mixed else ""))
+    return head + tail + ("\n\n" + "\n".join(lines) if lines else "")
 
 
 def note(row: Row) -> str:
@@ -382,9 +603,10 @@ MECHANISM = {
 }
 
 
-def causes(rows: list[Row]) -> str:
+def causes(rows: list[Row], found: dict[str, Evidence] | None = None) -> str:
     """The rows outside the top 5 and more than 3% behind our #1, grouped by the term of the step
-    breakdown our #1 saves most on (rejected layouts within 3% by time form their own group)."""
+    breakdown our #1 saves most on (rejected layouts within 3% by time form their own group); with
+    `found` (find_evidence), what published runs measured of our #1's choice, per group."""
     groups: dict[str, list[Row]] = defaultdict(list)
     for r in rows:
         if r.good or r.published_time is None or not r.result.plans:
@@ -423,6 +645,9 @@ def causes(rows: list[Row]) -> str:
             rejected = [r for r in members if isinstance(r.published, Rejected)]
             if rejected:
                 text += f" The memory model also rejects {len(rejected)} of these published layouts."
+            ev = [found[r.run.id] for r in members if found and r.run.id in found]
+            if ev:
+                text += f" Published runs that measured our #1's choice: {evidence_counts(ev)}."
         notes = Counter(a for r in members for a in r.run.assumptions
                         if "not modelled" in a or "modelled as" in a or (term == "compute/recompute" and "recompute" in a))
         if notes:
@@ -500,6 +725,7 @@ def main() -> int:
     runs, _ = load()
     options = load_options()
     judging = judge(runs, options)
+    every_run = runs
     runs = [r for r in runs if args.only in r.id]
     if not runs:
         parser.error(f"no run id contains {args.only!r}")
@@ -519,6 +745,8 @@ def main() -> int:
             print(f"[judged] {row.run.id} ({short_allowed(j.allowed)}): {progress(row)}", file=sys.stderr)
         judged.append(row)
     judged_wall = time.perf_counter() - started - wall
+    found_judged, found = find_evidence(judged, every_run, judging), find_evidence(rows, every_run, judging)
+    measured_head = "Published runs that measured our #1's choice, per miss:\n\n"
     grouped = "Rows outside the top 5 and more than 3% behind our #1, grouped by the term of the step breakdown our #1 saves most on:\n\n"
     n_good, n_judged_good = sum(r.good for r in rows), sum(r.good for r in judged)
     lead = (
@@ -546,10 +774,12 @@ def main() -> int:
         "### Options each source's software had\n\n" + options_table(options, runs, judging),
         "### Judged: chosen rows, searched with their software's options\n\n" + judged_table(judged, judging),
         summary(judged, judged_wall, args.time_limit, searched=sum(1 for r in judged if judging[r.run.id].allowed)),
-        grouped + causes(judged),
+        grouped + causes(judged, found_judged),
+        measured_head + evidence_report(found_judged, judged),
         "### Unconstrained: every row, nothing fixed\n\n" + table(rows),
         summary(rows, wall, args.time_limit),
-        grouped + causes(rows),
+        grouped + causes(rows, found),
+        measured_head + evidence_report(found, rows),
     ])
     print(text)
     if args.write:
@@ -560,7 +790,9 @@ def main() -> int:
             "published layout is scored exactly as `planner estimate` scores it. Rank = 1 + our listed layouts\n"
             f"with a strictly smaller predicted step (\"> {TOP}\": slower than our #{TOP}); gain of #1 = published step /\n"
             "our #1 step − 1. Where the published layout is neither in the top 5 nor within 3%, the note names the\n"
-            "axes our #1 changes and the two terms of the step breakdown that differ most (our #1 minus published).\n\n"
+            "axes our #1 changes and the two terms of the step breakdown that differ most (our #1 minus published),\n"
+            "and the published runs (any source, any role) that measured our #1's choice on the same model, GPU,\n"
+            "sequence and precision say whether measurement agrees.\n\n"
         )
         write(args.write, text, intro)
     return 0

@@ -219,3 +219,93 @@ def test_parse_allowed_rejects_bad_values_in_one_line(axes, message) -> None:  #
 
     with pytest.raises(SpecError, match=message):
         parse_allowed(axes)
+
+
+# --- measured runs of our #1's choice -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gpt3():  # type: ignore[no-untyped-def]
+    """MLPerf v3.0 NVIDIA GPT-3 175B on 64×8 H100 (tp4 pp8 vpp12 mbs1, no recompute) and its software."""
+    from benchmarks.plan_quality import judge, load_options
+
+    runs = load()[0]
+    run = next(r for r in runs if r.id == "mlperf-v3.0-nvidia-gpt3-dgxh100-64x8")
+    return run, judge([run], load_options())[run.id].software
+
+
+def _variant(run, run_id: str, tokens: float, **layout):  # type: ignore[no-untyped-def]
+    import dataclasses
+
+    return dataclasses.replace(run, id=run_id, layout=run.layout.model_copy(update=layout), measured_tokens_per_s_per_gpu=tokens)
+
+
+@pytest.mark.parametrize(("chosen_tokens", "other_tokens", "verdict"), [
+    (100.0, 120.0, "support"),  # our #1's mbs 2 measured 20% faster than the chosen mbs 1
+    (120.0, 100.0, "against"),  # ... and 17% slower
+    (100.0, 102.0, "tie"),  # 2% apart: inside the 3% band
+])
+def test_a_run_differing_only_in_mbs_is_measured_evidence(gpt3, chosen_tokens, other_tokens, verdict) -> None:  # type: ignore[no-untyped-def]
+    from benchmarks.plan_quality import Source, measured
+
+    run, software = gpt3
+    chosen, other = _variant(run, "chosen", chosen_tokens), _variant(run, "other", other_tokens, mbs=2)
+    pool = [(r, r.job(), software) for r in (chosen, other)]
+    ev = measured(other.job(), chosen, chosen.job(), pool, software)  # our #1 = the other run's layout
+    assert ev.changed == ("mbs",)
+    assert [m.run.id for m in ev.found] == ["other"]
+    m = ev.found[0]
+    assert m.every and m.source is Source.SAME_SOFTWARE and m.other == () and m.scale == ()
+    assert m.ratio == pytest.approx(other_tokens / chosen_tokens)
+    assert ev.verdict == verdict
+
+
+def test_another_family_or_software_is_weaker_evidence(gpt3) -> None:  # type: ignore[no-untyped-def]
+    import dataclasses
+
+    from benchmarks.plan_quality import Source, measured
+
+    run, software = gpt3
+    chosen = _variant(run, "chosen", 100.0)
+    other = dataclasses.replace(_variant(run, "other", 120.0, mbs=2), group="narayanan2021")
+    ours = other.job()
+    assert measured(ours, chosen, chosen.job(), [(other, other.job(), software)], software).found[0].source is Source.OTHER
+    other = dataclasses.replace(other, group="mlperf_smc")  # an MLPerf submitter: the same family, on NeMo 2.0
+    ev = measured(ours, chosen, chosen.job(), [(other, other.job(), "NeMo v2.0.0.rc0.beta (b2eccd270dd9)")], software)
+    assert ev.found[0].source is Source.SAME_SOURCE and ev.verdict == "support"
+
+
+def test_failing_every_changed_axis_the_axis_that_saves_most_decides(gpt3) -> None:  # type: ignore[no-untyped-def]
+    from benchmarks.plan_quality import measured
+    from cost_models.enums import Recompute
+
+    run, software = gpt3
+    # published: full recompute, mbs 1; our #1: no recompute, mbs 2. Dropping the recompute saves a
+    # forward pass, about a quarter of the compute (forward 1, backward 2, recompute 1); mbs 2 saves a
+    # few per cent of GEMM time: recompute decides.
+    chosen = _variant(run, "chosen", 100.0, recompute=Recompute.FULL)
+    ours = _variant(run, "ours", 0.0, mbs=2).job()
+    no_rc = _variant(run, "no-recompute", 80.0)  # our #1's recompute, the published mbs
+    mbs2 = _variant(run, "mbs2", 130.0, mbs=2, recompute=Recompute.FULL)  # our #1's mbs only: not the deciding axis
+    pool = [(r, r.job(), software) for r in (no_rc, mbs2)]
+    ev = measured(ours, chosen, chosen.job(), pool, software)
+    assert ev.changed == ("recompute", "mbs")
+    assert [m.run.id for m in ev.found] == ["no-recompute"]
+    assert not ev.found[0].every and ev.found[0].other == ("mbs 1",)
+    assert ev.verdict == "against"
+
+
+def test_a_slower_run_the_model_also_prices_slower_is_not_evidence_against(gpt3) -> None:  # type: ignore[no-untyped-def]
+    from benchmarks.plan_quality import measured
+    from cost_models.enums import Recompute
+
+    run, software = gpt3
+    chosen = _variant(run, "chosen", 100.0)
+    ours = _variant(run, "ours", 0.0, mbs=2).job()
+    # our #1's mbs 2, but with full recompute: one more forward pass per step, which the model prices
+    # at well over 3% of the step, so its measured 20% deficit is the recompute's, not the mbs's
+    other = _variant(run, "mbs2-full", 80.0, mbs=2, recompute=Recompute.FULL)
+    ev = measured(ours, chosen, chosen.job(), [(other, other.job(), software)], software)
+    m = ev.found[0]
+    assert m.every and m.other == ("recompute full",) and m.predicted < 0.97
+    assert ev.verdict == "slower as predicted"
