@@ -13,7 +13,17 @@ fixtures (the torchrun batches and the brute-force searches twice).
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# torch ops in the test processes on one thread each (before any test module imports torch): with
+# torch's default of one thread per core, the two workers' OpenMP threads outnumber the two cores and
+# every parallel region waits for a thread the other worker holds. test_hybrid's tiny model (hidden
+# 32) beside a running suite: 1.85 s a training step with 2 threads, 0.03 s with 1. Subprocesses
+# inherit it (torchrun's ranks set their own, planner.validate.worker: threads_per_rank). A value
+# the caller sets wins.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 TORCHRUN_MODULES = frozenset({"test_validate.py", "test_validate_parallel.py", "test_validate_grid.py"})
 TORCHRUN = "torchrun"
