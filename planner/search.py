@@ -28,6 +28,7 @@ hence its step, is larger): the top k is proven.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import itertools
 import sys
@@ -103,12 +104,15 @@ def ranked(plans: list[Plan]) -> list[Plan]:
     """Plans by step time, where a step within TIE_RESOLUTION of a group's fastest ties with it; a
     tie goes to more memory slack (lower peak over capacity), then fewer parallel axes."""
     rest = sorted(plans, key=lambda p: p.key)
+    # sorted by step first, so each group is the run from its fastest up to the tie's edge; the steps
+    # are read once (each read sums a breakdown), not once per group
+    steps = [p.time.step_s for p in rest]
     out: list[Plan] = []
-    while rest:
-        edge = rest[0].time.step_s * (1 + TIE_RESOLUTION)
-        group = [p for p in rest if p.time.step_s <= edge]
-        rest = [p for p in rest if p.time.step_s > edge]
-        out += sorted(group, key=lambda p: (p.memory.peak_bytes / p.memory.capacity_bytes, axes_in_use(p.job.layout), p.key))
+    start = 0
+    while start < len(rest):
+        end = bisect.bisect_right(steps, steps[start] * (1 + TIE_RESOLUTION), lo=start)
+        out += sorted(rest[start:end], key=lambda p: (p.memory.peak_bytes / p.memory.capacity_bytes, axes_in_use(p.job.layout), p.key))
+        start = end
     return out
 
 
