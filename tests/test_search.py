@@ -256,16 +256,17 @@ def test_explain_names_why_the_usual_alternatives_lost():
 
 
 def test_explain_takes_the_searchs_split_at_a_new_pipeline_depth():
-    # Llama-3.1-405B's 126 layers: #1 runs pp 32 with an uneven end; pp 64 and pp 16 need other ends
-    # (the even split is illegal at both), which the search has. Varying pp must try those splits, not
-    # drop the ends and report the divisibility rule the search never hit.
+    # Llama-3.1-405B's 126 layers, uneven ends only (the embedding and loss counted as layers, 128
+    # units, would carry over to pp 64 and 16 unchanged): #1 runs pp 32 with an uneven end; pp 64 and
+    # pp 16 need other ends (the even split is illegal at both), which the search has. Varying pp must
+    # try those splits, not drop the ends and report the divisibility rule the search never hit.
     import re
 
     from planner.render import suspect_lines
     from planner.runners import run_plan
 
     report = run_plan("llama-3.1-405b", "dgx-h100", 1024, training=dict(seq_len=4096, global_batch_size=1024),
-                      fixes=["pp=32"], top=3)
+                      fixes=["pp=32", "pp_split=ends"], top=3)
     top = report.plans[0].job.layout
     assert top.pp_first_stage_layers is not None or top.pp_last_stage_layers is not None
     lines = {line.split(" ", 1)[0]: line for line in suspect_lines(report)}
@@ -484,21 +485,23 @@ def test_tp_that_does_not_divide_the_mamba_groups_is_never_priced():
 
 def test_pp_split_keeps_the_search_to_one_kind_of_pipeline_split():
     # Megatron-LM before fa8bb5921b (2024-09-05) splits the layers evenly only: with --fix pp_split=even no
-    # plan has uneven ends or a layout, so Llama-3.1-405B's 126 layers on 1,024 GPUs leave pp 1 and 2
-    # (the divisors of 126 that divide 1,024); unconstrained, the search ranks uneven pipelines first.
+    # plan has uneven ends, the embedding or loss counted as layers, or a layout, so Llama-3.1-405B's 126
+    # layers on 1,024 GPUs leave pp 1 and 2 (the divisors of 126 that divide 1,024); unconstrained, the
+    # search ranks uneven pipelines first.
     from cost_models.errors import SpecError
     from planner.runners import run_plan
     from planner.space import parse_fixes
 
     free = run_plan("llama-3.1-405b", "dgx-h100", 1024, training=dict(seq_len=4096, global_batch_size=1024), fixes=[], top=3)
-    assert any(p.job.layout.pp_first_stage_layers or p.job.layout.pp_last_stage_layers for p in free.plans)
+    assert any(p.job.layout.pp_first_stage_layers or p.job.layout.pp_last_stage_layers or p.job.layout.account_for_loss
+               for p in free.plans)
     even = run_plan("llama-3.1-405b", "dgx-h100", 1024, training=dict(seq_len=4096, global_batch_size=1024),
                     fixes=["pp_split=even"], top=3)
     for p in even.plans:
         lay = p.job.layout
         assert lay.pp in (1, 2) and lay.pp_first_stage_layers is None and lay.pp_last_stage_layers is None
-        assert lay.pp_layout is None
-    with pytest.raises(SpecError, match=r"--fix pp_split=uneven: must be even, ends or layout"):
+        assert lay.pp_layout is None and not lay.account_for_embedding and not lay.account_for_loss
+    with pytest.raises(SpecError, match=r"--fix pp_split=uneven: must be even, ends, account or layout"):
         parse_fixes(["pp_split=uneven"])
 
 
