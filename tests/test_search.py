@@ -563,8 +563,63 @@ def test_torchtitan_searches_its_generated_pipeline_split():
     fqns = titan_split(ours[0].job, "lm_head").fqns
     assert fqns is not None and [[m for m in s if m.startswith("layers.")] for s in fqns] == [
         ["layers.0"], ["layers.1", "layers.2"], ["layers.3", "layers.4"], ["layers.5"]]
-    # Megatron has no such default: its space holds equal chunks per rank only
+    # Megatron has no such default: its space holds no generated split (the same 1/2/2/1 is there as the
+    # embedding and loss counted as layers, test_megatron_counts_the_embedding_and_loss_as_layers)
     assert all(st.chunks is None for st in stages(problem(model, 4, gbs=8, tp=1, cp=1, pp=2, vpp=2, mbs=1)))
+
+
+def test_megatron_counts_the_embedding_and_loss_as_layers():
+    # Megatron's --account-for-embedding/loss-in-pipeline-split (transformer_config.py L2370-2413 at
+    # d98e8a64): 6 layers + E + L = 8 units over pp 2 · vpp 2 are 2 a virtual stage, the first and the
+    # last building one decoder layer fewer: 1/2/2/1, beside the uneven ends 2/4 and 4/2 (each rank's
+    # layers in equal chunks: 1/2/1/2, 2/1/2/1); E or L alone leaves 7 units. CP-SAT and brute force
+    # rank the same layouts of them.
+    from planner.space import account_vpps, stages
+
+    # Llama-3.1-405B at pp 8: 16 units a rank, vpp 16 would leave the first and last stage no layer;
+    # E or L alone is 127 units, no multiple of 8; at pp 2, 64 a rank: above MAX_VPP where they divide
+    assert account_vpps(126, 8, True, True) == [1, 2, 4, 8] and account_vpps(126, 8, True, False) == []
+    assert account_vpps(126, 2, True, True) == [1, 2, 4, 8, 16, 32]
+    model = LLAMA_TINY_8.model_copy(update=dict(name="llama-tiny-6", num_layers=6))
+    p = problem(model, 4, gbs=8, tp=1, cp=1, pp=2, vpp=2, mbs=1)
+    assert {(st.embedding, st.loss, st.sizes(6)) for st in stages(p)} == {
+        (True, True, (1, 2, 2, 1)), (False, False, (1, 2, 1, 2)), (False, False, (2, 1, 2, 1))}
+    cpsat, brute = search(p, top=20), brute_force(p, top=20)
+    assert [x.key for x in cpsat.plans] == [x.key for x in brute.plans]
+    ours = [x for x in cpsat.plans if x.job.layout.account_for_embedding and x.job.layout.account_for_loss]
+    assert ours and [[len(c) for c in chunks] for chunks in ours[0].job.stage_chunks] == [[1, 2], [2, 1]]
+    only = problem(model, 4, gbs=8, tp=1, cp=1, pp=2, vpp=2, mbs=1, pp_split="account")
+    assert [x.key for x in search(only, top=5).plans] == [x.key for x in ours[:5]]
+    # DeepSpeed and torchtitan never get it (rules.deepspeed_axes; torchtitan places modules by its own split)
+    for fw in ("torchtitan", "deepspeed"):
+        assert not any(st.embedding or st.loss for st in stages(problem(model, 4, gbs=8, framework=fw, tp=1, cp=1, mbs=1)))
+
+
+# NVIDIA's MLPerf v5.0 Llama-3.1-405B layout: tp 8, pp 8, vpp 8, cp 2, both account flags
+MLPERF_405B = ["llama-3.1-405b", "--cluster", "dgx-h100", "--gpus", "512", "--seq-len", "8192",
+               "--fix", "tp=8", "--fix", "pp=8", "--fix", "vpp=8", "--fix", "cp=2"]
+
+
+def test_405b_at_pp8_vpp8_takes_the_embedding_and_loss_as_layers():
+    # At vpp 8 the 126 layers have one split: even needs 64 equal stages (126/64 is not whole); uneven
+    # ends and the memory splits put each rank's layers in 8 equal chunks (f + l + 6c = 126 with f, l,
+    # c multiples of 8 has no solution, 126 being no multiple of 8); E or L alone is 127 units, no
+    # multiple of 64; E and L are 128 = 64 stages of 2 units, the first and the last of 1 layer.
+    from planner.space import PP_SPLITS, stages
+
+    res = runner.invoke(app, ["plan", *MLPERF_405B, "--top", "3", "--json"])
+    assert res.exit_code == 0, res.output
+    plans = json.loads(res.output)["plans"]
+    assert plans and all(p["layout"]["account_for_embedding"] and p["layout"]["account_for_loss"] for p in plans)
+    # narrowed to the other kinds (Megatron-LM before ef490839e8, 2025-02-03), nothing is left
+    fixes = {"tp": 8, "pp": 8, "vpp": 8, "cp": 2}
+    old = problem(presets.models()["llama-3.1-405b"], 512, seq=8192, gbs=512, **fixes)
+    old = Problem(old.model, old.cluster, old.training, fixed=fixes,
+                  allowed={"pp_split": frozenset(k for k in PP_SPLITS if k != "account")})
+    assert next(stages(old), None) is None
+    res = runner.invoke(app, ["plan", *MLPERF_405B, "--fix", "pp_split=ends"])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert "no pipeline split of the 126 layers takes it" in res.output and len(res.output.strip().splitlines()) == 1
 
 
 def test_vpp_above_eight_is_searched_where_the_layers_split_evenly():
