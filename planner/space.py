@@ -4,7 +4,8 @@ same space from these generators.
 
 A layout is four choices and one derived degree:
 - a Shard: what one layer's work per GPU depends on (tp, sp, cp, ep, etp, mbs);
-- a Stages: the pipeline (pp, vpp, the first/last stage sizes or every rank's) with a recompute plan (Recompute);
+- a Stages: the pipeline (pp, vpp, the first/last stage sizes, every rank's, or the embedding and loss
+  counted as layers) with a recompute plan (Recompute);
 - a Sharding: how data-parallel ranks split model states (zero, dp_shard);
 - dp = gpus / (tp·cp·pp), and m = global batch / (mbs·dp) micro-batches.
 Every candidate is finally checked by cost_models.rules (the frameworks' own rules), so a
@@ -23,10 +24,10 @@ Bounds of the search, beyond the frameworks' rules:
   (account_vpps), each virtual stage keeping at least one decoder layer;
 - torchtitan also takes the split it generates where none is given (generated_split), whose
   chunks on one rank may differ;
-- vpp is at most MAX_VPP, or above it where the layers split evenly into pp·vpp chunks (the even
-  split only: NVIDIA's MLPerf GPT-3 175B runs 96 layers at pp 8 · vpp 12, one layer a chunk,
-  mlcommons training_results_v3.0 NVIDIA/benchmarks/gpt3/implementations/pytorch/config_common.sh
-  INTERLEAVED_PIPELINE=12);
+- vpp is at most MAX_VPP, or above it where the layers (or with the account flags, the units)
+  split evenly into pp·vpp chunks (the even and the account splits only: NVIDIA's MLPerf GPT-3
+  175B runs 96 layers at pp 8 · vpp 12, one layer a chunk, mlcommons training_results_v3.0
+  NVIDIA/benchmarks/gpt3/implementations/pytorch/config_common.sh INTERLEAVED_PIPELINE=12);
 - HSDP shard groups are powers of two from 8 to 256 data-parallel ranks.
 
 A Problem may pin an axis (`fixed`, what `plan --fix` sets) or narrow it to a set of values
@@ -534,7 +535,7 @@ def account_vpps(num_layers: int, pp: int, embedding: bool, loss: bool) -> list[
     """The vpp at which Megatron splits the decoder layers with the embedding and/or the loss counted
     as layers at depth pp: the units (layers + 1 for each) divide by pp and each rank's by vpp
     (Megatron-LM@d98e8a64 megatron/core/transformer/transformer_config.py L2370-2413;
-    transformer_block.py L147-200, get_num_layers_to_build, then builds one decoder layer fewer on the
+    transformer_block.py L147-203, get_num_layers_to_build, then builds one decoder layer fewer on the
     first and the last virtual stage). Any such vpp, above MAX_VPP too (the units split evenly, as
     vpp_values takes an even split above it), where every virtual stage keeps a decoder layer: Megatron
     accepts a stage of the embedding or the loss alone (the asserts allow 0 layers), which the search
