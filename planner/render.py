@@ -388,17 +388,18 @@ SPLIT_FIELDS = ("vpp", "pp_first_stage_layers", "pp_last_stage_layers", "account
 def _search_splits(report: Any, pp: int, vpp: int) -> list[dict[str, Any]]:
     """The pipeline splits the search uses at depth pp, as Layout fields, in the order a change of pp
     tries them: those of the ranked plans at that depth; then planner.space.splits' time-balanced
-    ones (even or uneven ends), #1's vpp first; then its memory splits (every rank's layers), which
-    trade the slowest stage for memory and are the search's choice only where memory binds."""
+    ones (even, uneven ends, or the embedding and/or loss counted as layers), #1's vpp first; then its
+    memory splits (every rank's layers), which trade the slowest stage for memory and are the search's
+    choice only where memory binds."""
     from planner.space import head_in_layers, split_pp_layout, splits
 
     out = [{k: getattr(p.job.layout, k) for k in SPLIT_FIELDS} for p in report.plans if p.job.layout.pp == pp]
     if pp > 1 and pp <= report.problem.model.num_layers:
         head = head_in_layers(report.problem)
         found = sorted(splits(report.problem, pp, head), key=lambda s: (s[3] is not None, s[0] != vpp))
-        out += [dict(vpp=v, pp_first_stage_layers=first, pp_last_stage_layers=last, account_for_embedding=False,
-                     account_for_loss=False, pp_layout=None if layers is None else split_pp_layout(layers, pp, v))
-                for v, first, last, layers in found]
+        out += [dict(vpp=v, pp_first_stage_layers=first, pp_last_stage_layers=last, account_for_embedding=embedding,
+                     account_for_loss=loss, pp_layout=None if layers is None else split_pp_layout(layers, pp, v))
+                for v, first, last, layers, (embedding, loss) in found]
     return out
 
 

@@ -399,7 +399,8 @@ def _fix_off_grid(problem: Any) -> str | None:
                     f"(--fix recompute={problem.fixed['recompute']}); pin recompute=full or drop recompute_layers")
     pins = {k: v for k, v in problem.fixed.items() if k in ("pp", "vpp", "pp_split", "recompute", "recompute_layers")}
     if pins and next(stages(problem), None) is None:  # the search's pipeline splits (planner.space.stages)
-        vpps = "1" if problem.framework is Framework.DEEPSPEED else f"1 to {MAX_VPP}, or more where the layers split evenly"
+        vpps = ("1" if problem.framework is Framework.DEEPSPEED else f"1 to {MAX_VPP}, or more where the layers split evenly"
+                + (" (or, with the embedding and/or loss counted as layers, the units)" if problem.framework is Framework.MEGATRON else ""))
         return (f"--fix {' '.join(f'{k}={v}' for k, v in pins.items())}: no pipeline split of the {m.num_layers} layers "
                 f"takes it (vpp in {vpps}, each rank's layers in vpp chunks; recompute_layers below a chunk's layers); "
                 f"relax --fix")

@@ -50,7 +50,6 @@ from cost_models.memory import (
     memory_estimate, process_groups, stage_buffers,
 )
 from cost_models.model_spec import ModelSpec
-from cost_models.pipeline_split import virtual_stage_layers
 from cost_models.rules import PROBLEM_RULES, fill_defaults, problem_violations, resolve
 from cost_models.states import embedding_params_local, local_layer_params, state_parts
 from cost_models.step_time import (
@@ -236,7 +235,7 @@ def shape_job(problem: Problem, shard: Shard, sharding: Sharding | None = None, 
         extra.update(zero=sharding.zero, dp_shard=sharding.dp_shard)
     if stages is not None:
         extra.update(pp=stages.pp, pp_first_stage_layers=stages.first, pp_last_stage_layers=stages.last,
-                     pp_layout=stages.pp_layout)
+                     pp_layout=stages.pp_layout, account_for_embedding=stages.embedding, account_for_loss=stages.loss)
     lay = Layout(tp=shard.tp, sp=shard.sp, cp=shard.cp, ep=shard.ep, etp=shard.etp, mbs=shard.mbs, **extra)
     return fill_defaults(problem.model, problem.cluster, problem.training, lay)
 
@@ -392,7 +391,7 @@ def rank_kinds(problem: Problem, st: Stages) -> RankKinds:
     """Job.stage_chunks and Job.recompute_mode for a Stages, counted per layer kind."""
     model = problem.model
     K = len(model.layer_kinds)
-    sizes = virtual_stage_layers(model.num_layers, st.pp, st.vpp, first=st.first, last=st.last, layout=st.pp_layout)
+    sizes = st.sizes(model.num_layers)
     starts = [sum(sizes[:i]) for i in range(len(sizes))]
     before = _kinds_before(model)
 
@@ -672,7 +671,8 @@ class Space:
                 continue
             shard, st = self.shards[self.cell_shard[c]], self.stages[self.cell_stages[c]]
             dp = int(self.dp[c])
-            key = (shard.tp, shard.cp, shard.ep, shard.etp, st.pp, st.vpp, st.first, st.last, st.layers, st.chunks, zi, dp)
+            key = (shard.tp, shard.cp, shard.ep, shard.etp, st.pp, st.vpp, st.first, st.last, st.layers, st.chunks,
+                   st.embedding, st.loss, zi, dp)
             if key not in self._tails:
                 job = shape_job(p, shard, self.shardings[zi], st)
                 assert job is not None  # the pair is legal

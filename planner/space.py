@@ -4,7 +4,8 @@ same space from these generators.
 
 A layout is four choices and one derived degree:
 - a Shard: what one layer's work per GPU depends on (tp, sp, cp, ep, etp, mbs);
-- a Stages: the pipeline (pp, vpp, the first/last stage sizes or every rank's) with a recompute plan (Recompute);
+- a Stages: the pipeline (pp, vpp, the first/last stage sizes, every rank's, or the embedding and loss
+  counted as layers) with a recompute plan (Recompute);
 - a Sharding: how data-parallel ranks split model states (zero, dp_shard);
 - dp = gpus / (tp·cp·pp), and m = global batch / (mbs·dp) micro-batches.
 Every candidate is finally checked by cost_models.rules (the frameworks' own rules), so a
@@ -18,12 +19,15 @@ Bounds of the search, beyond the frameworks' rules:
   --decoder-first/last-pipeline-num-layers are used for), and up to three memory splits of the
   CP-SAT model in `_memory_splits` (every rank's layers, fewer where more micro-batches are in
   flight; --pipeline-model-parallel-layout, where the framework can launch it);
+- Megatron also takes the embedding, the loss, or both counted as pipeline layers
+  (--account-for-embedding/loss-in-pipeline-split) at every vpp where the units split evenly
+  (account_vpps), each virtual stage keeping at least one decoder layer;
 - torchtitan also takes the split it generates where none is given (generated_split), whose
   chunks on one rank may differ;
-- vpp is at most MAX_VPP, or above it where the layers split evenly into pp·vpp chunks (the even
-  split only: NVIDIA's MLPerf GPT-3 175B runs 96 layers at pp 8 · vpp 12, one layer a chunk,
-  mlcommons training_results_v3.0 NVIDIA/benchmarks/gpt3/implementations/pytorch/config_common.sh
-  INTERLEAVED_PIPELINE=12);
+- vpp is at most MAX_VPP, or above it where the layers (or with the account flags, the units)
+  split evenly into pp·vpp chunks (the even and the account splits only: NVIDIA's MLPerf GPT-3
+  175B runs 96 layers at pp 8 · vpp 12, one layer a chunk, mlcommons training_results_v3.0
+  NVIDIA/benchmarks/gpt3/implementations/pytorch/config_common.sh INTERLEAVED_PIPELINE=12);
 - HSDP shard groups are powers of two from 8 to 256 data-parallel ranks.
 
 A Problem may pin an axis (`fixed`, what `plan --fix` sets) or narrow it to a set of values
@@ -42,7 +46,7 @@ from functools import cached_property
 from cost_models.enums import Framework, Recompute, Schedule, Zero
 from cost_models.errors import SpecError
 from cost_models.hardware import Cluster
-from cost_models.pipeline_split import format_pp_layout, format_stage_layers, stage_layer_counts
+from cost_models.pipeline_split import format_pp_layout, format_stage_layers, stage_layer_counts, virtual_stage_layers
 from cost_models.layout import Layout
 from cost_models.memory import inflight_counts
 from cost_models.mamba_shard import cp_error as mamba_cp_error
@@ -61,8 +65,10 @@ FIXABLE = ("tp", "sp", "pp", "vpp", "cp", "ep", "etp", "mbs", "dp", "zero", "dp_
            "pp_split", "grad_accumulation")
 # The kinds of pipeline split (splits): the same layers on every rank; Megatron's uneven ends
 # (--decoder-first/last-pipeline-num-layers, first in Megatron-LM fa8bb5921b, 2024-09-05); every
-# rank's own count (--pipeline-model-parallel-layout, first in 77732c3628, 2025-06-13).
-PP_SPLITS = ("even", "ends", "layout")
+# rank's own count (--pipeline-model-parallel-layout, first in 77732c3628, 2025-06-13); the embedding
+# and/or the loss counted as layers of an even split (--account-for-embedding-in-pipeline-split,
+# --account-for-loss-in-pipeline-split, first in Megatron-LM ef490839e8, 2025-02-03).
+PP_SPLITS = ("even", "ends", "account", "layout")
 
 
 @dataclass(frozen=True)
@@ -89,11 +95,22 @@ class Stages:
     # every virtual stage's decoder layers (order v·pp + r), where one rank's chunks differ
     # (torchtitan's generated split, generated_split); layers then holds their sums per rank
     chunks: tuple[int, ...] | None = None
+    # Megatron's --account-for-embedding/loss-in-pipeline-split: the embedding (loss) counts as a
+    # layer of the first (last) virtual stage of an even split (cost_models.pipeline_split)
+    embedding: bool = False
+    loss: bool = False
 
     def counts(self, num_layers: int) -> list[int]:
         if self.layers is not None:
             return list(self.layers)
+        if self.embedding or self.loss:
+            return list(rank_layers(self.sizes(num_layers), self.pp))
         return stage_layer_counts(num_layers, self.pp, self.first, self.last)
+
+    def sizes(self, num_layers: int) -> tuple[int, ...]:
+        """Every virtual stage's decoder layers, in Megatron's order v·pp + r."""
+        return tuple(virtual_stage_layers(num_layers, self.pp, self.vpp, first=self.first, last=self.last,
+                                          embedding=self.embedding, loss=self.loss, layout=self.pp_layout))
 
     @property
     def pp_layout(self) -> str | None:
@@ -474,9 +491,12 @@ def explicit_layouts_ok(problem: Problem) -> bool:
     return problem.framework is not Framework.DEEPSPEED and not problem.model.mtp_layers
 
 
-# (vpp, first, last, every rank's layers): pp counts, or pp·vpp (every virtual stage's, generated_split)
-# where one rank's chunks differ
-Split = tuple[int, int | None, int | None, tuple[int, ...] | None]
+# (vpp, first, last, every rank's layers, (embedding, loss) counted as layers): pp counts, or pp·vpp
+# (every virtual stage's, generated_split) where one rank's chunks differ
+Split = tuple[int, int | None, int | None, tuple[int, ...] | None, tuple[bool, bool]]
+NOT_COUNTED = (False, False)
+# Megatron's account-for flags, (embedding, loss): either alone or both
+ACCOUNTS = ((True, False), (False, True), (True, True))
 
 
 def split_pp_layout(layers: tuple[int, ...], pp: int, vpp: int) -> str:
@@ -485,9 +505,14 @@ def split_pp_layout(layers: tuple[int, ...], pp: int, vpp: int) -> str:
     return format_pp_layout(layers, vpp) if len(layers) == pp else format_stage_layers(layers)
 
 
-def split_kind(first: int | None, last: int | None, layers: object | None) -> str:
-    """Which of PP_SPLITS a split is: every rank's own count (a layout), uneven ends, or even."""
-    return "layout" if layers is not None else "even" if first is None and last is None else "ends"
+def split_kind(first: int | None, last: int | None, layers: object | None, accounted: bool = False) -> str:
+    """Which of PP_SPLITS a split is: every rank's own count (a layout), the embedding and/or loss
+    counted as layers (account), uneven ends, or even."""
+    if layers is not None:
+        return "layout"
+    if accounted:
+        return "account"
+    return "even" if first is None and last is None else "ends"
 
 
 def _uneven_ends(counts: tuple[int, ...]) -> tuple[int | None, int | None] | None:
@@ -506,24 +531,55 @@ def vpp_values(num_layers: int, pp: int) -> list[int]:
     return [*range(1, MAX_VPP + 1), *(v for v in range(MAX_VPP + 1, even + 1) if even % v == 0)]
 
 
+def account_vpps(num_layers: int, pp: int, embedding: bool, loss: bool) -> list[int]:
+    """The vpp at which Megatron splits the decoder layers with the embedding and/or the loss counted
+    as layers at depth pp: the units (layers + 1 for each) divide by pp and each rank's by vpp
+    (Megatron-LM@d98e8a64 megatron/core/transformer/transformer_config.py L2370-2413;
+    transformer_block.py L147-203, get_num_layers_to_build, then builds one decoder layer fewer on the
+    first and the last virtual stage). Any such vpp, above MAX_VPP too (the units split evenly, as
+    vpp_values takes an even split above it), where every virtual stage keeps a decoder layer: Megatron
+    accepts a stage of the embedding or the loss alone (the asserts allow 0 layers), which the search
+    leaves out (units / (pp·vpp) ≥ 2)."""
+    units = num_layers + int(embedding) + int(loss)
+    if units % pp:
+        return []
+    per_rank = units // pp
+    return [v for v in range(1, per_rank // 2 + 1) if per_rank % v == 0 and per_rank // v >= 2]
+
+
+def account_ok(problem: Problem) -> bool:
+    """Whether the embedding and loss may be counted as pipeline layers: Megatron's flags only
+    (DeepSpeed's PipelineModule has no such split, cost_models.rules deepspeed_axes; torchtitan places
+    modules by its own split), and not beside --hybrid-layer-pattern, whose `|` segments give every
+    stage (Megatron-LM@d98e8a64 megatron/training/arguments.py L829-838 refuses both flags with it)."""
+    return problem.framework is Framework.MEGATRON and problem.model.hybrid_pattern is None
+
+
 def splits(problem: Problem, pp: int, head: float) -> list[Split]:
-    """(vpp, first, last, layers) of a pipeline depth: per vpp, the even split where the layers
-    divide; the CP-SAT split (_split) as Megatron's --decoder-first/last-pipeline-num-layers, None
-    where an end holds as many layers as a middle stage; and the memory splits (_memory_splits)
-    whose per-rank counts neither of those has, as first/last where the middle ranks are equal,
-    else as every rank's layers (layers; first and last None). Only the kinds (PP_SPLITS) the
-    problem allows or fixes (pp_split) are offered."""
+    """(vpp, first, last, layers, (embedding, loss)) of a pipeline depth: per vpp, the even split
+    where the layers divide; the CP-SAT split (_split) as Megatron's
+    --decoder-first/last-pipeline-num-layers, None where an end holds as many layers as a middle
+    stage; the memory splits (_memory_splits) whose per-rank counts neither of those has, as
+    first/last where the middle ranks are equal, else as every rank's layers (layers; first and last
+    None); and for Megatron (account_ok) the embedding, the loss or both counted as layers at each vpp
+    of account_vpps, where no split before has the same per-rank counts (the embedding sits on the
+    first rank and the output layer and loss on the last either way, so the counts decide the price).
+    Only the kinds (PP_SPLITS) the problem allows or fixes (pp_split) are offered."""
     n, fw = problem.model.num_layers, problem.framework
     if pp == 1:
-        return [(1, None, None, None)]
+        return [(1, None, None, None, NOT_COUNTED)]
     vpps = [1] if fw is Framework.DEEPSPEED else vpp_values(n, pp)
     out: dict[tuple[int, tuple[int, ...]], Split] = {}  # (vpp, per-rank counts) -> the split
 
-    def add(vpp: int, first: int | None, last: int | None, layers: tuple[int, ...] | None = None) -> None:
-        if not _fixed(problem, "pp_split", [split_kind(first, last, layers)]):
+    def add(vpp: int, first: int | None, last: int | None, layers: tuple[int, ...] | None = None,
+            account: tuple[bool, bool] = NOT_COUNTED) -> None:
+        if not _fixed(problem, "pp_split", [split_kind(first, last, layers, any(account))]):
             return
-        counts = layers if layers is not None else tuple(stage_layer_counts(n, pp, first, last))
-        out.setdefault((vpp, counts), (vpp, first, last, layers))
+        if any(account):
+            counts = rank_layers(tuple(virtual_stage_layers(n, pp, vpp, embedding=account[0], loss=account[1])), pp)
+        else:
+            counts = layers if layers is not None else tuple(stage_layer_counts(n, pp, first, last))
+        out.setdefault((vpp, counts), (vpp, first, last, layers, account))
 
     for vpp in _fixed(problem, "vpp", vpps):
         if n % pp == 0 and (n // pp) % vpp == 0:
@@ -557,7 +613,11 @@ def splits(problem: Problem, pp: int, head: float) -> list[Split]:
                 add(vpp, *ends)
             else:
                 add(vpp, None, None, per_rank if vpp == 1 else chunks)
-    return sorted(out.values(), key=lambda s: (s[0], s[1] or 0, s[2] or 0, s[3] or ()))
+    if account_ok(problem):
+        for account in ACCOUNTS:
+            for vpp in _fixed(problem, "vpp", account_vpps(n, pp, *account)):
+                add(vpp, None, None, None, account)
+    return sorted(out.values(), key=lambda s: (s[0], s[1] or 0, s[2] or 0, s[3] or (), s[4]))
 
 
 def stages(problem: Problem) -> Iterator[Stages]:
@@ -566,21 +626,25 @@ def stages(problem: Problem) -> Iterator[Stages]:
     pps, modes = pp_values(problem), recompute_values(problem)
     head = head_in_layers(problem) if any(p > 1 for p in pps) else 0.0
     for pp in pps:
-        for vpp, first, last, layers in splits(problem, pp, head):
+        for vpp, first, last, layers, (embedding, loss) in splits(problem, pp, head):
             if vpp not in _fixed(problem, "vpp", [vpp]):
                 continue
             chunks = None
             if layers is not None and len(layers) != pp:  # every virtual stage's (generated_split)
                 chunks, layers = layers, rank_layers(layers, pp)
             counts = list(layers) if layers is not None else stage_layer_counts(n, pp, first, last)
+            # the fewest layers of a model chunk: a recompute depth k below it recomputes k layers of every chunk
+            fewest = min(counts) // vpp
+            if embedding or loss:
+                fewest = min(virtual_stage_layers(n, pp, vpp, embedding=embedding, loss=loss))
             for mode in modes:
                 ks: list[int | None] = [None]
                 if mode is Recompute.FULL and fw is Framework.MEGATRON:
-                    ks += list(range(1, min(counts) // vpp))
+                    ks += list(range(1, fewest))
                 ks = _fixed(problem, "recompute_layers", ks)
                 for k in ks:
                     yield Stages(pp=pp, vpp=vpp, first=first, last=last, recompute=mode, recompute_layers=k, layers=layers,
-                                 chunks=chunks)
+                                 chunks=chunks, embedding=embedding, loss=loss)
 
 
 def shardings(problem: Problem) -> list[Sharding]:
@@ -679,7 +743,7 @@ def layout_of(shard: Shard, st: Stages, sh: Sharding, dp: int) -> Layout:
     return Layout(
         tp=shard.tp, sp=shard.sp, cp=shard.cp, ep=shard.ep, etp=shard.etp, mbs=shard.mbs, dp=dp,
         pp=st.pp, vpp=st.vpp, pp_first_stage_layers=st.first, pp_last_stage_layers=st.last, pp_layout=st.pp_layout,
-        recompute=st.recompute, recompute_layers=st.recompute_layers,
+        account_for_embedding=st.embedding, account_for_loss=st.loss, recompute=st.recompute, recompute_layers=st.recompute_layers,
         schedule=Schedule.INTERLEAVED if st.vpp > 1 else Schedule.ONE_F_ONE_B,
         zero=sh.zero, dp_shard=sh.dp_shard or dp,
     )
@@ -694,5 +758,6 @@ def layout_key(lay: Layout) -> tuple:
     return (
         lay.tp, lay.pp, lay.vpp, lay.cp, lay.ep, lay.etp or 0, -lay.mbs, order[lay.recompute],
         -(lay.recompute_layers or 10**6), int(lay.zero or 0), -(lay.dp_shard or 0), not lay.sp,
-        lay.pp_first_stage_layers or 0, lay.pp_last_stage_layers or 0, lay.pp_layout or "",
+        lay.pp_first_stage_layers or 0, lay.pp_last_stage_layers or 0, lay.pp_layout or "", lay.account_for_embedding,
+        lay.account_for_loss,
     )

@@ -733,3 +733,16 @@ def test_a_plan_the_search_did_not_prove_is_launched_saying_so(monkeypatch, tmp_
     monkeypatch.setattr(search, "search", real)
     proven = run_launch("llama-3.1-8b", "dgx-h100", 8, training={}, layout={})
     assert proven.unproven == "" and "Not proven" not in proven.files["README.md"].text
+
+
+def test_launch_of_the_searched_405b_split_writes_both_account_flags(tmp_path):
+    # The search's #1 at tp 8 pp 8 vpp 8 cp 2 counts the embedding and the loss as layers (the only split
+    # of 126 layers at vpp 8, tests/test_search.py): Megatron is told so, and the virtual stages per rank,
+    # the form Megatron takes beside the account flags (ARG L954-998)
+    result = runner.invoke(app, ["launch", "llama-3.1-405b", "-c", "dgx-h100", "-g", "512", "--seq-len", "8192",
+                                 "--fix", "tp=8", "--fix", "pp=8", "--fix", "vpp=8", "--fix", "cp=2", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    train = (tmp_path / "o" / "train.sh").read_text()
+    assert "--account-for-embedding-in-pipeline-split" in train and "--account-for-loss-in-pipeline-split" in train
+    assert re.search(r"--num-virtual-stages-per-pipeline-rank[ =]8\b", train)
+    assert "--num-layers-per-virtual-pipeline-stage" not in train and "--pipeline-model-parallel-layout" not in train

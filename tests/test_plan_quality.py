@@ -152,7 +152,7 @@ def test_mlperf_submissions_get_the_split_cp_and_fsdp_their_nemo_had(judged) -> 
                 Problem(run.model, run.cluster, run.training, allowed=judging[run_id].allowed))
 
     def kinds(problem):  # type: ignore[no-untyped-def]
-        return {split_kind(st.first, st.last, st.layers) for st in stages(problem)}
+        return {split_kind(st.first, st.last, st.layers, st.embedding or st.loss) for st in stages(problem)}
 
     # GPT-3 on NeMo 1.17's own transformer: even split, no context parallelism, no FSDP
     free, v30 = spaces("mlperf-v3.0-nvidia-gpt3-dgxh100-64x8")
@@ -162,9 +162,10 @@ def test_mlperf_submissions_get_the_split_cp_and_fsdp_their_nemo_had(judged) -> 
     # GPT-3 on Megatron-core 0.7 (May 2024): context parallelism and FSDP open, the split still even
     _, v40 = spaces("mlperf-v4.0-nvidia-gpt3-dgxh100-64x8")
     assert cp_values(v40) == cp_values(free) and kinds(v40) == {"even"}
-    # Llama 3.1 405B on Megatron-core 0.11 (Feb 2025): uneven ends, no --pipeline-model-parallel-layout
+    # Llama 3.1 405B on Megatron-core 0.11 (Feb 2025): uneven ends and the embedding and loss counted as
+    # layers (Megatron-LM ef490839e8, 2025-02-03), no --pipeline-model-parallel-layout
     free, v50 = spaces("mlperf-v5.0-nvidia-llama405b-hgxh100-256x8")
-    assert "layout" in kinds(free) and kinds(v50) == {"even", "ends"}
+    assert "layout" in kinds(free) and kinds(v50) == {"even", "ends", "account"}
     # v5.1 (Megatron-core of Oct 2025) has every axis: the software is read, nothing narrowed
     assert judging["mlperf-v5.1-nvidia-llama8b-gb200-18x4"].software and not judging["mlperf-v5.1-nvidia-llama8b-gb200-18x4"].allowed
 
@@ -179,7 +180,8 @@ def test_every_chosen_published_layout_is_inside_its_software_options(judged) ->
         dp_shard = lay.dp_shard if lay.dp_shard and lay.dp_shard != job.dp else None
         have = dict(tp=lay.tp, pp=lay.pp, vpp=lay.vpp, cp=lay.cp, sp=job.sp, zero=job.zero, recompute=lay.recompute,
                     recompute_layers=lay.recompute_layers, dp_shard=dp_shard,
-                    pp_split=split_kind(lay.pp_first_stage_layers, lay.pp_last_stage_layers, lay.pp_layout))
+                    pp_split=split_kind(lay.pp_first_stage_layers, lay.pp_last_stage_layers, lay.pp_layout,
+                                        lay.account_for_embedding or lay.account_for_loss))
         for axis, values in j.allowed.items():
             if axis == "grad_accumulation":  # no field of the layout: its micro-batches at its pipeline depth
                 problem = Problem(run.model, run.cluster, run.training, allowed={axis: values})

@@ -274,16 +274,17 @@ def test_explain_names_why_the_usual_alternatives_lost():
 
 
 def test_explain_takes_the_searchs_split_at_a_new_pipeline_depth():
-    # Llama-3.1-405B's 126 layers: #1 runs pp 32 with an uneven end; pp 64 and pp 16 need other ends
-    # (the even split is illegal at both), which the search has. Varying pp must try those splits, not
-    # drop the ends and report the divisibility rule the search never hit.
+    # Llama-3.1-405B's 126 layers, uneven ends only (the embedding and loss counted as layers, 128
+    # units, would carry over to pp 64 and 16 unchanged): #1 runs pp 32 with an uneven end; pp 64 and
+    # pp 16 need other ends (the even split is illegal at both), which the search has. Varying pp must
+    # try those splits, not drop the ends and report the divisibility rule the search never hit.
     import re
 
     from planner.render import suspect_lines
     from planner.runners import run_plan
 
     report = run_plan("llama-3.1-405b", "dgx-h100", 1024, training=dict(seq_len=4096, global_batch_size=1024),
-                      fixes=["pp=32"], top=3)
+                      fixes=["pp=32", "pp_split=ends"], top=3)
     top = report.plans[0].job.layout
     assert top.pp_first_stage_layers is not None or top.pp_last_stage_layers is not None
     lines = {line.split(" ", 1)[0]: line for line in suspect_lines(report)}
@@ -502,21 +503,23 @@ def test_tp_that_does_not_divide_the_mamba_groups_is_never_priced():
 
 def test_pp_split_keeps_the_search_to_one_kind_of_pipeline_split():
     # Megatron-LM before fa8bb5921b (2024-09-05) splits the layers evenly only: with --fix pp_split=even no
-    # plan has uneven ends or a layout, so Llama-3.1-405B's 126 layers on 1,024 GPUs leave pp 1 and 2
-    # (the divisors of 126 that divide 1,024); unconstrained, the search ranks uneven pipelines first.
+    # plan has uneven ends, the embedding or loss counted as layers, or a layout, so Llama-3.1-405B's 126
+    # layers on 1,024 GPUs leave pp 1 and 2 (the divisors of 126 that divide 1,024); unconstrained, the
+    # search ranks uneven pipelines first.
     from cost_models.errors import SpecError
     from planner.runners import run_plan
     from planner.space import parse_fixes
 
     free = run_plan("llama-3.1-405b", "dgx-h100", 1024, training=dict(seq_len=4096, global_batch_size=1024), fixes=[], top=3)
-    assert any(p.job.layout.pp_first_stage_layers or p.job.layout.pp_last_stage_layers for p in free.plans)
+    assert any(p.job.layout.pp_first_stage_layers or p.job.layout.pp_last_stage_layers or p.job.layout.account_for_loss
+               for p in free.plans)
     even = run_plan("llama-3.1-405b", "dgx-h100", 1024, training=dict(seq_len=4096, global_batch_size=1024),
                     fixes=["pp_split=even"], top=3)
     for p in even.plans:
         lay = p.job.layout
         assert lay.pp in (1, 2) and lay.pp_first_stage_layers is None and lay.pp_last_stage_layers is None
-        assert lay.pp_layout is None
-    with pytest.raises(SpecError, match=r"--fix pp_split=uneven: must be even, ends or layout"):
+        assert lay.pp_layout is None and not lay.account_for_embedding and not lay.account_for_loss
+    with pytest.raises(SpecError, match=r"--fix pp_split=uneven: must be even, ends, account or layout"):
         parse_fixes(["pp_split=uneven"])
 
 
@@ -578,8 +581,63 @@ def test_torchtitan_searches_its_generated_pipeline_split():
     fqns = titan_split(ours[0].job, "lm_head").fqns
     assert fqns is not None and [[m for m in s if m.startswith("layers.")] for s in fqns] == [
         ["layers.0"], ["layers.1", "layers.2"], ["layers.3", "layers.4"], ["layers.5"]]
-    # Megatron has no such default: its space holds equal chunks per rank only
+    # Megatron has no such default: its space holds no generated split (the same 1/2/2/1 is there as the
+    # embedding and loss counted as layers, test_megatron_counts_the_embedding_and_loss_as_layers)
     assert all(st.chunks is None for st in stages(problem(model, 4, gbs=8, tp=1, cp=1, pp=2, vpp=2, mbs=1)))
+
+
+def test_megatron_counts_the_embedding_and_loss_as_layers():
+    # Megatron's --account-for-embedding/loss-in-pipeline-split (transformer_config.py L2370-2413 at
+    # d98e8a64): 6 layers + E + L = 8 units over pp 2 · vpp 2 are 2 a virtual stage, the first and the
+    # last building one decoder layer fewer: 1/2/2/1, beside the uneven ends 2/4 and 4/2 (each rank's
+    # layers in equal chunks: 1/2/1/2, 2/1/2/1); E or L alone leaves 7 units. CP-SAT and brute force
+    # rank the same layouts of them.
+    from planner.space import account_vpps, stages
+
+    # Llama-3.1-405B at pp 8: 16 units a rank, vpp 16 would leave the first and last stage no layer;
+    # E or L alone is 127 units, no multiple of 8; at pp 2, 64 a rank: above MAX_VPP where they divide
+    assert account_vpps(126, 8, True, True) == [1, 2, 4, 8] and account_vpps(126, 8, True, False) == []
+    assert account_vpps(126, 2, True, True) == [1, 2, 4, 8, 16, 32]
+    model = LLAMA_TINY_8.model_copy(update=dict(name="llama-tiny-6", num_layers=6))
+    p = problem(model, 4, gbs=8, tp=1, cp=1, pp=2, vpp=2, mbs=1)
+    assert {(st.embedding, st.loss, st.sizes(6)) for st in stages(p)} == {
+        (True, True, (1, 2, 2, 1)), (False, False, (1, 2, 1, 2)), (False, False, (2, 1, 2, 1))}
+    cpsat, brute = search(p, top=20), brute_force(p, top=20)
+    assert [x.key for x in cpsat.plans] == [x.key for x in brute.plans]
+    ours = [x for x in cpsat.plans if x.job.layout.account_for_embedding and x.job.layout.account_for_loss]
+    assert ours and [[len(c) for c in chunks] for chunks in ours[0].job.stage_chunks] == [[1, 2], [2, 1]]
+    only = problem(model, 4, gbs=8, tp=1, cp=1, pp=2, vpp=2, mbs=1, pp_split="account")
+    assert [x.key for x in search(only, top=5).plans] == [x.key for x in ours[:5]]
+    # DeepSpeed and torchtitan never get it (rules.deepspeed_axes; torchtitan places modules by its own split)
+    for fw in ("torchtitan", "deepspeed"):
+        assert not any(st.embedding or st.loss for st in stages(problem(model, 4, gbs=8, framework=fw, tp=1, cp=1, mbs=1)))
+
+
+# NVIDIA's MLPerf v5.0 Llama-3.1-405B layout: tp 8, pp 8, vpp 8, cp 2, both account flags
+MLPERF_405B = ["llama-3.1-405b", "--cluster", "dgx-h100", "--gpus", "512", "--seq-len", "8192",
+               "--fix", "tp=8", "--fix", "pp=8", "--fix", "vpp=8", "--fix", "cp=2"]
+
+
+def test_405b_at_pp8_vpp8_takes_the_embedding_and_loss_as_layers():
+    # At vpp 8 the 126 layers have one split: even needs 64 equal stages (126/64 is not whole); uneven
+    # ends and the memory splits put each rank's layers in 8 equal chunks (f + l + 6c = 126 with f, l,
+    # c multiples of 8 has no solution, 126 being no multiple of 8); E or L alone is 127 units, no
+    # multiple of 64; E and L are 128 = 64 stages of 2 units, the first and the last of 1 layer.
+    from planner.space import PP_SPLITS, stages
+
+    res = runner.invoke(app, ["plan", *MLPERF_405B, "--top", "3", "--json"])
+    assert res.exit_code == 0, res.output
+    plans = json.loads(res.output)["plans"]
+    assert plans and all(p["layout"]["account_for_embedding"] and p["layout"]["account_for_loss"] for p in plans)
+    # narrowed to the other kinds (Megatron-LM before ef490839e8, 2025-02-03), nothing is left
+    fixes = {"tp": 8, "pp": 8, "vpp": 8, "cp": 2}
+    old = problem(presets.models()["llama-3.1-405b"], 512, seq=8192, gbs=512, **fixes)
+    old = Problem(old.model, old.cluster, old.training, fixed=fixes,
+                  allowed={"pp_split": frozenset(k for k in PP_SPLITS if k != "account")})
+    assert next(stages(old), None) is None
+    res = runner.invoke(app, ["plan", *MLPERF_405B, "--fix", "pp_split=ends"])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert "no pipeline split of the 126 layers takes it" in res.output and len(res.output.strip().splitlines()) == 1
 
 
 def test_vpp_above_eight_is_searched_where_the_layers_split_evenly():
