@@ -202,7 +202,8 @@ def test_a_search_with_allowed_values_uses_only_those(row, judged) -> None:  # t
     allowed = judging[RUN].allowed
     assert allowed == {"zero": frozenset({Zero.NONE, Zero.PARAMETERS}), "grad_accumulation": frozenset({False}),
                        "sp": frozenset({True})}
-    assert row.best.job.zero is Zero.GRADIENTS  # free, our #1 keeps parameters gathered (zero 2)
+    # free, the top 5 keeps parameters gathered (zero 2) in some layout, which the allowed search must not
+    assert any(p.job.zero is Zero.GRADIENTS for p in row.result.plans)
     run = row.run
     result = search(Problem(run.model, run.cluster, run.training, allowed=allowed), top=5, time_limit_s=30.0)
     assert result.plans and all(p.job.zero in allowed["zero"] for p in result.plans)
