@@ -51,6 +51,11 @@ def pytest_xdist_make_scheduler(config, log):
         return None
     from xdist.scheduler import LoadScopeScheduling
 
+    # the two hooks below are LoadScopeScheduling's own (xdist 3.x); an xdist without them gets its
+    # default scheduler rather than an error
+    if not all(hasattr(LoadScopeScheduling, n) for n in ("_split_scope", "_assign_work_unit")):
+        return None
+
     class ModuleScheduling(LoadScopeScheduling):
         """One unit per module, the torchrun modules one unit together; SLOWEST_FIRST's units first."""
 
@@ -60,7 +65,9 @@ def pytest_xdist_make_scheduler(config, log):
 
         def _assign_work_unit(self, node) -> None:
             # min keeps the queue's order among equals
-            self.workqueue.move_to_end(min(self.workqueue, key=_order), last=False)
+            queue = getattr(self, "workqueue", None)
+            if queue and hasattr(queue, "move_to_end"):
+                queue.move_to_end(min(queue, key=_order), last=False)
             super()._assign_work_unit(node)
 
     return ModuleScheduling(config, log)
