@@ -66,11 +66,17 @@ def attention_fwd_bwd_seconds(gpu, backend: AttentionBackend, *, batch: int, hea
     return sum(attention_seconds(gpu, backend, p, **shape, rate_scale=K.isolated_scale(gpu)) for p in K.Pass)
 
 
+def attention_flop(row: dict) -> float:
+    """Forward FLOPs of an attention benchmark row in the FlashAttention benchmark's convention
+    (4·b·s²·h·d, halved when causal), as benchmarks/gpu_kernels.py counts them; backward is 2.5×."""
+    return 4 * row["batch"] * row["heads"] * row["seq"] ** 2 * row["head_dim"] * (0.5 if row["causal"] else 1.0)
+
+
 def _attention(row: dict) -> Check:
     gpu = presets.clusters()[row["cluster"]].gpu
     shape = {k: row[k] for k in ("batch", "heads", "head_dim", "seq", "causal")}
     s = attention_fwd_bwd_seconds(gpu, AttentionBackend(row["backend"]), **shape)
-    flop = 3.5 * 4 * row["batch"] * row["heads"] * row["seq"] ** 2 * row["head_dim"] * (0.5 if row["causal"] else 1.0)
+    flop = 3.5 * attention_flop(row)  # forward and backward
     what = f"{gpu.name} {row['backend']} b{row['batch']} h{row['heads']} d{row['head_dim']} s{row['seq']}{' causal' if row['causal'] else ''}"
     return Check("attention", what, "TFLOP/s fwd+bwd", flop / (row["ms"] * 1e-3) / 1e12, flop / s / 1e12, row["source"])
 
@@ -196,7 +202,7 @@ def own_attention_rows() -> list[dict]:
         for r in data["attention"]:
             if "fwd_tflops" not in r or r["seq"] > seq_lens[-1]:
                 continue
-            flop = 4 * r["batch"] * r["seq"] ** 2 * r["heads"] * r["head_dim"] * (0.5 if r["causal"] else 1.0)
+            flop = attention_flop(r)
             shape = dict(causal=r["causal"], head_dim=r["head_dim"], q_len=r["seq"], k_len=r["seq"],
                          batch_heads=r["batch"] * r["heads"], rate_scale=K.isolated_scale(gpu))
             for family in SDPA_FAMILIES[r["backend"]]:
