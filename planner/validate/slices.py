@@ -202,10 +202,10 @@ def native_job(model: ModelSpec, cluster: ClusterSpec, gpus: int, training: dict
         planned_layout = Layout.model_validate({k: v for k, v in layout.items() if v is not None})
         spec = _without_foreign_switches(model, cl, spec, lay_spec, framework, planned_layout, notes)
     try:
-        job = resolve(model, cl, spec, lay_spec, NATIVE_WAIVED)
-        if job.zero is not Zero.NONE and not spec.fused_rms_norm:
+        if fill_defaults(model, cl, spec, lay_spec).zero is not Zero.NONE:
             # the worker's Norm calls F.rms_norm on FSDP2's 16-bit parameters: torch's fused kernel
-            job = resolve(model, cl, spec.model_copy(update={"fused_rms_norm": True}), lay_spec, NATIVE_WAIVED)
+            spec = spec.model_copy(update={"fused_rms_norm": True})
+        job = resolve(model, cl, spec, lay_spec, NATIVE_WAIVED)
     except SpecError as e:
         raise SpecError(f"the plan cannot run as a PyTorch-native job: {e}") from None
     problem = unsupported(job)
