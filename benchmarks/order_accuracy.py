@@ -42,7 +42,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.memory_accuracy import write_option, write_section  # noqa: E402
-from benchmarks.plan_quality import CLOSE, SAME, deltas, seconds, short  # noqa: E402
+from benchmarks.plan_quality import CLOSE, SAME, deltas, model_shape, seconds, short  # noqa: E402
 from benchmarks.published import PublishedRun, family, load  # noqa: E402
 from benchmarks.time_accuracy import Grid, Row, evaluate, leave_one_source_out  # noqa: E402
 from cost_models.job import Job  # noqa: E402
@@ -65,7 +65,7 @@ def problem(run: PublishedRun) -> tuple[str, str, str, int, int, str]:
 
 def _same_shape(run: PublishedRun) -> tuple[str, str, str, int]:
     """Source group, model (its shape, not its name or source), GPU type and count."""
-    return run.group, run.model.model_dump_json(exclude={"name", "source"}), run.cluster.spec.name, run.cluster.num_gpus
+    return run.group, model_shape(run), run.cluster.spec.name, run.cluster.num_gpus
 
 
 def batch_held(a: Job, b: Job) -> str | None:

@@ -378,9 +378,14 @@ class Evidence:
         return next(v for v in (Verdict.SUPPORT, Verdict.AGAINST, Verdict.EXPLAINED, Verdict.TIE) if v in top)
 
 
+def model_shape(run: PublishedRun) -> str:
+    """The run's model as its shape alone: every field but its name and source."""
+    return run.model.model_dump_json(exclude={"name", "source"})
+
+
 def same_problem(a: PublishedRun, b: PublishedRun) -> bool:
     """The same model (shape, whatever its name), GPU, sequence length and precision."""
-    return (a.model.model_dump_json(exclude={"name", "source"}) == b.model.model_dump_json(exclude={"name", "source"})
+    return (model_shape(a) == model_shape(b)
             and a.cluster.spec.gpu.name == b.cluster.spec.gpu.name
             and a.training.seq_len == b.training.seq_len and a.training.precision == b.training.precision)
 
