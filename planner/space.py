@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from cost_models.enums import Framework, Recompute, Schedule, Zero
@@ -632,19 +632,15 @@ def stages(problem: Problem) -> Iterator[Stages]:
             chunks = None
             if layers is not None and len(layers) != pp:  # every virtual stage's (generated_split)
                 chunks, layers = layers, rank_layers(layers, pp)
-            counts = list(layers) if layers is not None else stage_layer_counts(n, pp, first, last)
-            # the fewest layers of a model chunk: a recompute depth k below it recomputes k layers of every chunk
-            fewest = min(counts) // vpp
-            if embedding or loss:
-                fewest = min(virtual_stage_layers(n, pp, vpp, embedding=embedding, loss=loss))
+            split = Stages(pp=pp, vpp=vpp, first=first, last=last, recompute=Recompute.NONE, recompute_layers=None,
+                           layers=layers, chunks=chunks, embedding=embedding, loss=loss)
             for mode in modes:
                 ks: list[int | None] = [None]
                 if mode is Recompute.FULL and fw is Framework.MEGATRON:
-                    ks += list(range(1, fewest))
-                ks = _fixed(problem, "recompute_layers", ks)
-                for k in ks:
-                    yield Stages(pp=pp, vpp=vpp, first=first, last=last, recompute=mode, recompute_layers=k, layers=layers,
-                                 chunks=chunks, embedding=embedding, loss=loss)
+                    # below the fewest layers of a model chunk, a depth k recomputes k layers of every chunk
+                    ks += list(range(1, min(split.sizes(n))))
+                for k in _fixed(problem, "recompute_layers", ks):
+                    yield replace(split, recompute=mode, recompute_layers=k)
 
 
 def shardings(problem: Problem) -> list[Sharding]:
