@@ -671,8 +671,7 @@ class Space:
                 continue
             shard, st = self.shards[self.cell_shard[c]], self.stages[self.cell_stages[c]]
             dp = int(self.dp[c])
-            key = (shard.tp, shard.cp, shard.ep, shard.etp, st.pp, st.vpp, st.first, st.last, st.layers, st.chunks,
-                   st.embedding, st.loss, zi, dp)
+            key = (shard.tp, shard.cp, shard.ep, shard.etp, st.split, zi, dp)
             if key not in self._tails:
                 job = shape_job(p, shard, self.shardings[zi], st)
                 assert job is not None  # the pair is legal

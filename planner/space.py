@@ -107,6 +107,11 @@ class Stages:
             return list(rank_layers(self.sizes(num_layers), self.pp))
         return stage_layer_counts(num_layers, self.pp, self.first, self.last)
 
+    @property
+    def split(self) -> Stages:
+        """The pipeline split alone, without the recompute plan."""
+        return replace(self, recompute=Recompute.NONE, recompute_layers=None)
+
     def sizes(self, num_layers: int) -> tuple[int, ...]:
         """Every virtual stage's decoder layers, in Megatron's order v·pp + r."""
         return tuple(virtual_stage_layers(num_layers, self.pp, self.vpp, first=self.first, last=self.last,
