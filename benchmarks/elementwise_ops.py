@@ -121,7 +121,7 @@ def predicted(report: str) -> dict[str, float]:
                                          for f in (C.qkv_bias_seconds, C.qkv_layout_copy_seconds,
                                                    C.qkv_copy_seconds, C.local_attention_copy_seconds)
                                          for b in (False, True)))
-        if S._fsdp_per_microbatch(job) and job.dense_shard_group > 1:
+        if S.fsdp_per_microbatch(job) and job.dense_shard_group > 1:
             put("FSDP2 copies (all)", S.fsdp_copy_seconds(job, layer_id, cal))
     put("rank memory (grad accumulation, embedding grad)", S.rank_memory_seconds(job, est.critical.rank, cal))
     if est.critical.rank == lay.pp - 1:

@@ -754,12 +754,33 @@ def _reshards_after_forward(job: Job) -> bool:
     return job.layout.pp == 1 or tr.framework is Framework.DEEPSPEED
 
 
-def _fsdp_per_microbatch(job: Job) -> bool:
+def fsdp2_zero2(job: Job) -> bool:
+    """Zero 2 under FSDP2: torchtitan's fully_shard with reshard_after_forward=False (its launch file
+    writes fsdp_reshard_after_forward = "never"). The parameters stay gathered from a layer's forward
+    to its backward, but the backward still reshards them (reshard_after_backward) and
+    reduce-scatters the gradients (reduce_grads), both on by default (torch 2.13.0, git cf30153c:
+    torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py:216, 223 and post_backward, 588-640);
+    torchtitan turns neither off for gradient accumulation, only for its chunked loss's output layer
+    (pytorch/torchtitan@b5bcd76c6 torchtitan/components/loss.py:664-705). So every micro-batch
+    gathers each layer once, before its forward, where zero 3 gathers again before its backward.
+    FSDP1's SHARD_GRAD_OP does the same: unshard before the forward, reshard after the backward."""
+    return job.zero is Zero.GRADIENTS and job.training.framework is Framework.TORCHTITAN
+
+
+def fsdp_per_microbatch(job: Job) -> bool:
     """Parameters gathered around every micro-batch: ZeRO-3, and FSDP2 where it reshards after
-    forward (torchtitan without a pipeline, KempnerForge with one too). Gradients are then
-    reduce-scattered around every micro-batch as well, except under torch's pipelining
-    (_pipelined_fsdp)."""
+    forward (torchtitan without a pipeline, KempnerForge with one too), or after the backward
+    (fsdp2_zero2, without a pipeline). Gradients are then reduce-scattered around every micro-batch
+    as well, except under torch's pipelining (_pipelined_fsdp)."""
+    if fsdp2_zero2(job):
+        return not torch_pipelining(job)
     return job.zero is Zero.PARAMETERS and _reshards_after_forward(job)
+
+
+def fsdp_gathers(job: Job) -> tuple[float, float]:
+    """(forward, backward) parameter gathers of a layer per micro-batch where FSDP gathers around
+    every micro-batch outside torch's pipelining: zero 2 keeps the forward's (fsdp2_zero2)."""
+    return (1.0, 0.0) if fsdp2_zero2(job) else (1.0, 1.0)
 
 
 def _pipelined_fsdp(job: Job) -> bool:
@@ -768,7 +789,7 @@ def _pipelined_fsdp(job: Job) -> bool:
     the last one (torch 2.13.0, git cf30153c: torch/distributed/pipelining/stage.py:843-847
     backward_maybe_with_nosync, 1164-1191 perform_reduce_grad; schedules.py:1177, Schedule1F1B calls
     it after its cool-down, 960 likewise for GPipe). Nothing of that stage computes beside it."""
-    return job.zero is Zero.PARAMETERS and torch_pipelining(job)
+    return (job.zero is Zero.PARAMETERS or fsdp2_zero2(job)) and torch_pipelining(job)
 
 
 def pipelined_gathers(job: Job, rank: int) -> tuple[float, float]:
@@ -831,9 +852,10 @@ def fsdp_copy_seconds(job: Job, layer_id: int, cal: Calibration) -> float:
         return 0.0
     p = local_layer_params(job, layer_id)
     params = p.dense + p.expert
+    gathers = sum(fsdp_gathers(job))
     if job.training.fsdp_flat_params:
-        return memory_seconds(job, params * fsdp1_bytes_per_param(job), cal, launches=5)
-    return memory_seconds(job, params * (2 * (2 + 2) + (2 + _grad_bytes(job))), cal, launches=3)
+        return memory_seconds(job, params * fsdp1_bytes_per_param(job), cal, launches=3 + gathers)
+    return memory_seconds(job, params * (gathers * (2 + 2) + (2 + _grad_bytes(job))), cal, launches=1 + gathers)
 
 
 def fsdp1_bytes_per_param(job: Job) -> float:
@@ -844,7 +866,7 @@ def fsdp1_bytes_per_param(job: Job) -> float:
     postdivision of the shard, 2·g/n; n the shard group, g the reduce dtype's bytes."""
     n, g = job.dense_shard_group, _grad_bytes(job)
     cast = ACT_BYTES + g if g != ACT_BYTES else 0
-    return 2 * (FP32 + ACT_BYTES) / n + cast + 2 * g + 2 * g / n
+    return sum(fsdp_gathers(job)) * (FP32 + ACT_BYTES) / n + cast + 2 * g + 2 * g / n
 
 
 def _gather_bytes(job: Job) -> int:
@@ -1092,15 +1114,15 @@ def dp_tail(job: Job, rank: int, cal: Calibration) -> tuple[float, float]:
         elif z is Zero.NONE:
             t = collective_time(Collective.ALL_REDUCE, params * gb, where, cl)
             tail = collective_time(Collective.ALL_REDUCE, one_bucket * gb, where, cl)
-        elif z is Zero.PARAMETERS:
+        elif z is Zero.PARAMETERS or fsdp2_zero2(job):
             if _pipelined_fsdp(job):
                 # torch's pipelining: every layer's reduce-scatter after the last backward, exposed
                 # (_pipelined_fsdp); the gather once before the first forward, all but the first
                 # layer's behind the forward, unless every micro-batch gathers (stage time)
                 rs = collective_time(Collective.REDUCE_SCATTER, params * gb, where, cl)
-                ag = 0.0 if _fsdp_per_microbatch(job) else collective_time(Collective.ALL_GATHER, params * ACT_BYTES, where, cl)
+                ag = 0.0 if fsdp_per_microbatch(job) else collective_time(Collective.ALL_GATHER, params * ACT_BYTES, where, cl)
                 t, tail = ag + rs, ag / max(1, len(job.stage_layer_ids(rank))) + rs
-            elif _fsdp_per_microbatch(job):
+            elif fsdp_per_microbatch(job):
                 t = tail = 0.0  # per micro-batch, in the stage time
             else:
                 # FSDP2 under a pipeline: gather once before the first forward, reduce-scatter
@@ -1593,7 +1615,7 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[LayerKi
     comm = {k: 0.0 for k in COMM_KINDS}
     flop = recompute_flop = 0.0
     backward_s = 0.0
-    fsdp = _fsdp_per_microbatch(job) and job.dense_shard_group > 1
+    fsdp = fsdp_per_microbatch(job) and job.dense_shard_group > 1
     gathers: list[float] = []
     reduces: list[float] = []
     fwd_compute: list[float] = []
@@ -1620,7 +1642,7 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[LayerKi
             parts["sharding"] += fsdp_copy_seconds(job, layer_id, cal)
     parts["elementwise"] += rank_memory_seconds(job, rank, cal)
     if fsdp and gathers:
-        counts = pipelined_gathers(job, rank) if _pipelined_fsdp(job) else (1.0, 1.0)
+        counts = pipelined_gathers(job, rank) if _pipelined_fsdp(job) else fsdp_gathers(job)
         exposure = _fsdp_exposure(job, gathers, reduces, fwd_compute, bwd_compute, layer_params, cal, counts)
         comm["dp"] += exposure.exposed
         parts["contention"] += exposure.contention
@@ -1826,7 +1848,7 @@ def compute_by_kernel(est: TimeEstimate) -> Breakdown:
     equals the breakdown's compute only when both count the same kernels."""
     job, cal, crit = est.job, est.calibration, est.critical
     gemm = attention = memory = 0.0
-    fsdp = _fsdp_per_microbatch(job) and job.dense_shard_group > 1
+    fsdp = fsdp_per_microbatch(job) and job.dense_shard_group > 1
     for pos, layer_id in stage_layers(job, crit.rank):
         kind = job.model.layer_kind(layer_id)
         lt = layer_time(job, kind, cal=cal)

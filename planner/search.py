@@ -58,7 +58,9 @@ from cost_models.step_time import (
     dense_share,
     dp_tail,
     expected_max_normal,
+    fsdp_gathers,
     fsdp_layer_comm,
+    fsdp_per_microbatch,
     interleaved_grad_sync_chunks,
     layer_pass,
     time_estimate,
@@ -327,19 +329,21 @@ def fsdp_ns(problem: Problem, shard: Shard, sharding: Sharding, table: ShardTabl
     a split at the first R recomputed layers reads two prefix sums); zeros where there is no FSDP."""
     n = problem.model.num_layers
     job = shape_job(problem, shard, sharding)
-    if job is None or sharding.zero is not Zero.PARAMETERS or job.dense_shard_group == 1:
+    if job is None or not fsdp_per_microbatch(job) or job.dense_shard_group == 1:
         return (0, [[0] * (n + 1) for _ in MODES])
     by_kind = {kind: fsdp_layer_comm(job, i) for kind, i in problem.model.layer_kinds.items()}
     g = [by_kind[kind][0] * NS for kind in problem.model.kinds_by_layer]
     r = [by_kind[kind][1] * NS for kind in problem.model.kinds_by_layer]
+    fg, bg = fsdp_gathers(job)  # zero 2 gathers in the forward only
     s = 0.0 if job.training.framework is Framework.DEEPSPEED else dense_share(job, cal)
     k = s / (1 - s)
-    fixed = g[0] + g[-1] + r[0] + sum(max(0.0, x - table.forward_ns) + k * min(x, table.forward_min_ns) for x in g[1:])
+    fixed = fg * g[0] + bg * g[-1] + r[0] + sum(max(0.0, fg * x - table.forward_ns) + k * min(fg * x, table.forward_min_ns)
+                                                for x in g[1:])
     cum = []
     for b, bmin in zip(table.backward_ns, table.backward_min_ns):
         total, out = 0.0, [0, 0]
         for j in range(1, n):
-            x = g[j - 1] + r[j]
+            x = bg * g[j - 1] + r[j]
             total += max(0.0, x - b) + k * min(x, bmin)
             out.append(int(total))
         cum.append(out[: n + 1])
@@ -638,7 +642,7 @@ class Space:
         # the FSDP term of every (cell, sharding) at pp = 1
         self.lb = np.repeat(self.cell_lb[:, None], Z, axis=1)
         for zi, z in enumerate(self.shardings):
-            if z.zero is Zero.PARAMETERS:
+            if z.zero >= Zero.GRADIENTS:  # fsdp_ns: zeros where FSDP does not work per micro-batch
                 L = problem.model.num_layers
                 f = [fsdp_ns(problem, self.shards[s], z, self.tables[s], cal) if s in priced and s in pp1
                      else (0, [[0] * (L + 1)] * 3) for s in range(S)]

@@ -744,6 +744,31 @@ def test_fsdp2_copies_are_priced_by_their_bytes_and_follow_memory_scale():
     assert fsdp_copy_seconds(make_job(LLAMA_TINY, gpus=8, zero=1, training=dict(seq_len=128)), 0, DEFAULT) == 0
 
 
+def test_fsdp2_zero2_gathers_every_micro_batch_once_and_reduces_every_micro_batch():
+    # zero 2 under FSDP2 (reshard_after_forward=False): each micro-batch gathers a layer before its
+    # forward only, the backward reshards it and reduce-scatters its gradients. One copy-out (2 + 2
+    # bytes) and the gradient copy (2 + 4): 10 bytes per parameter, 2 kernels, where zero 3 pays 14.
+    from cost_models import kernels as K
+    from cost_models.step_time import fsdp_copy_seconds, fsdp_gathers, fsdp_per_microbatch
+
+    def job(zero: int, mbs: int = 1):
+        return make_job(LLAMA_TINY, gpus=8, zero=zero, mbs=mbs,
+                        training=dict(seq_len=128, global_batch_size=32, framework="torchtitan"))
+
+    two = job(2)
+    assert fsdp_per_microbatch(two) and fsdp_gathers(two) == (1.0, 0.0) and fsdp_gathers(job(3)) == (1.0, 1.0)
+    assert fsdp_copy_seconds(two, 0, DEFAULT) == pytest.approx(K.memory_seconds(692_736 * 10, two.cluster.gpu, launches=2))
+    # its collectives run once per micro-batch: with the same tokens in 4x the micro-batches the
+    # data-parallel time grows (the per-micro-batch gathers and reduce-scatters of 4 micro-batches
+    # against 1, less what hides behind 4x smaller passes); a once-per-step tail would not
+    one, four = time_estimate(job(2, mbs=4)), time_estimate(job(2, mbs=1))  # 1 and 4 micro-batches per step
+    assert four.job.num_microbatches == 4 * one.job.num_microbatches
+    dp = lambda e: float(e.breakdown.value("dp")) + float(e.breakdown.value("compute/contention"))  # noqa: E731
+    assert dp(four) > 2 * dp(one)
+    # and it never costs more than zero 3, which also gathers before every backward
+    assert time_estimate(two).step_s < time_estimate(job(3)).step_s
+
+
 def test_megatron_buckets_follow_ddp_bucket_size_tensor_by_tensor():
     # GPT_TINY (LayerNorm, biases everywhere, tied embedding, h 256, ffn 1024, vocab 1000 -> 1024),
     # tp1: a Transformer Engine layer registers linear_proj (65,536 + bias 256), linear_qkv's norm
