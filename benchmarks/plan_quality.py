@@ -671,15 +671,16 @@ def summary(rows: list[Row], wall_s: float, limit_s: float, searched: int | None
 # the source that function follows and, where one was published, a measurement of the mechanism's size.
 MECHANISM = {
     "compute/recompute": "Recompute re-runs forward work in the backward pass (step_time.layer_pass: "
-                         "flops.recomputed_share of the forward's kernels, all of them under full recompute, core "
-                         "attention under Megatron's selective, Korthikanti et al. 2022 §5); measured, a full "
+                         "flops.recomputed_share of the forward's kernels: all of them under full recompute, core "
+                         "attention under Megatron's selective, Korthikanti et al. 2022 §5, every other matmul under "
+                         "torchtitan's per-op policy); measured, a full "
                          "recompute adds 39% to a 22B layer's time and selective with sequence parallelism 4% "
                          "(Korthikanti et al. 2022 Table 4). The published layout recomputes more, and by the memory "
                          "model our #1 keeps those activations and still fits. ",
     "tp": "Exposed tp collectives grow with tp (step_time.tp_exposure: Megatron's f/g all-reduces, Shoeybi et al. "
           "2019, or with sequence parallelism an all-gather and a reduce-scatter per block, Korthikanti et al. 2022 "
-          "§4.2.2; the forward's exposed, the backward's beside the dgrad and wgrad GEMMs under Transformer Engine, "
-          "exposed in torchtitan's DTensor plan); measured, 7B on 4 H200 ran at 53.8% MFU with FSDP against 34.7% "
+          "§4.2.2; the forward's exposed, in backward the column input's gather and its gradient's reduce-scatter "
+          "beside the dgrad and wgrad GEMMs under Transformer Engine, exposed in torchtitan's DTensor plan); measured, 7B on 4 H200 ran at 53.8% MFU with FSDP against 34.7% "
           "at tp 4 (KempnerForge benchmarks/mfu_scaling/mfu_scaling.md:66). Our #1 uses a narrower tp. ",
     "bubble": "The pipeline bubble is (Σ stage times − the slowest)/vpp per step (step_time StepTime.bubble_s), the "
               "textbook (p−1)/(v·m) of the stage time (Narayanan et al. 2021 §2.2; measured in their Figure 11, "
@@ -688,7 +689,8 @@ MECHANISM = {
     "dp": "ZeRO-3/FSDP gathers each layer's parameters and reduce-scatters its gradients in every pass, and only the "
           "part that outlasts the neighbouring layer's compute is exposed (step_time.fsdp_layer_comm, after torch "
           "FSDP's and DeepSpeed's prefetch); each GPU moves its tp shard, so a wider tp moves fewer bytes per GPU for "
-          "the same compute. Measured: ZeRO-3 without model parallelism ran GPT-3 175B on 1536 A100 at 44 "
+          "the same compute. DDP and ZeRO-1/2 reduce the gradients once per step, bucket by bucket beside the last "
+          "micro-batch's backward, what does not fit exposed (step_time.dp_tail). Measured: ZeRO-3 without model parallelism ran GPT-3 175B on 1536 A100 at 44 "
           "teraFLOP/s per GPU against 141 for tp 8 × pp 12 (Narayanan et al. 2021 Table 2). ",
     "compute/contention": "Communication that hides behind compute still holds the SMs its NCCL kernels run on "
                           "(step_time._share: comm.nccl_sm_share, NCCL's channel count from v2.30.7-1 "
