@@ -62,6 +62,7 @@ SAME = 1e-9  # relative step-time difference below which two scores are the same
 TIME_LIMIT_S = 30.0
 SECTION = "## Plan quality vs published layouts"
 OPTIONS = Path(__file__).resolve().parent / "data" / "software_options.yaml"
+STATEMENTS = Path(__file__).resolve().parent / "data" / "miss_statements.yaml"
 
 
 class Role(StrEnum):
@@ -470,6 +471,77 @@ def find_evidence(rows: list[Row], runs: list[PublishedRun], judging: dict[str, 
     return {r.run.id: measured(r.best.job, r.run, r.published_time.job, pool, judging[r.run.id].software) for r in misses(rows)}
 
 
+# --- what the sources say of our #1's choice (data/miss_statements.yaml) -------------------------
+
+
+@dataclass(frozen=True)
+class Statement:
+    """A source's own words on a trade-off our #1 can make, with where they were read."""
+
+    groups: tuple[str, ...]  # the published_runs.yaml groups it speaks for
+    axes: tuple[str, ...]  # the layout axes (AXES) it is about
+    direction: str  # what it says costs time
+    quote: str
+    location: str
+    url: str
+    match: str = "."  # a regex the run id must contain
+
+    def speaks_for(self, e: Evidence) -> bool:
+        """Whether it is the miss's source speaking about an axis our #1 changes."""
+        return (e.run.group in self.groups and re.search(self.match, e.run.id) is not None
+                and any(a in e.changed for a in self.axes))
+
+
+STATEMENT_KEYS = {"groups", "axes", "direction", "quote", "location", "url", "match"}
+
+
+def load_statements(path: Path = STATEMENTS) -> tuple[Statement, ...]:
+    """The statements file, checked: every entry names its groups, the axes of AXES it is about,
+    its direction, its quote and where that was read."""
+    data = yaml.safe_load(path.read_text())
+    if not isinstance(data, list):
+        raise SpecError(f"{path.name}: expected a list of statements")
+    out = []
+    for i, entry in enumerate(data, 1):
+        where = f"{path.name} entry {i}"
+        if not isinstance(entry, dict) or set(entry) - STATEMENT_KEYS:
+            raise SpecError(f"{where}: keys must be among {', '.join(sorted(STATEMENT_KEYS))}")
+        missing = [k for k in sorted(STATEMENT_KEYS - {"match"}) if not entry.get(k)]
+        if missing:
+            raise SpecError(f"{where}: no {', '.join(missing)}; every statement needs groups, axes, direction, quote, location and url")
+        bad = sorted(set(entry["axes"]) - set(AXES))
+        if bad:
+            raise SpecError(f"{where}: axes {', '.join(map(str, bad))} are not layout axes ({', '.join(AXES)})")
+        re.compile(entry.get("match", "."))
+        out.append(Statement(tuple(entry["groups"]), tuple(entry["axes"]), entry["direction"], " ".join(entry["quote"].split()),
+                             entry["location"], entry["url"], entry.get("match", ".")))
+    return tuple(out)
+
+
+def stated(found: dict[str, Evidence], statements: tuple[Statement, ...]) -> dict[str, tuple[Statement, ...]]:
+    """Per miss (by run id), the statements of its source on an axis our #1 changes, in the order
+    of the axis that saves most."""
+    def first(s: Statement, e: Evidence) -> int:
+        return min(e.changed.index(a) for a in s.axes if a in e.changed)
+
+    return {run_id: tuple(sorted((s for s in statements if s.speaks_for(e)), key=lambda s: first(s, e)))
+            for run_id, e in found.items()}
+
+
+def statements_report(found: dict[str, Evidence], said: dict[str, tuple[Statement, ...]]) -> str:
+    """Each statement once, with the misses it speaks for."""
+    order = [s for s in dict.fromkeys(s for ss in said.values() for s in ss)]
+    lines = []
+    for s in order:
+        ids = [i for i in found if s in said[i]]
+        lines.append(f"- {', '.join(s.axes)}: “{s.quote}” ({s.location}; {s.url}). Says: {s.direction}. "
+                     f"Misses: {', '.join(ids)}.")
+    n = sum(1 for v in said.values() if v)
+    head = (f"Of {len(found)} misses, {n} carry a statement of their own source on an axis our #1 changes "
+            "(benchmarks/data/miss_statements.yaml; the others' sources say nothing found on those axes).")
+    return head + ("\n\n" + "\n".join(lines) if lines else "")
+
+
 def _measured_line(m: Measured, e: Evidence) -> str:
     published = e.run
     match = "" if m.every else f"; our #1's {e.changed[0]} only"
@@ -494,14 +566,17 @@ def evidence_counts(found: list[Evidence], every: bool = False) -> str:
     return ", ".join(parts)
 
 
-def evidence_report(found: dict[str, Evidence], rows: list[Row], shown: int = 3) -> str:
-    """The summary over the misses, the runs against the model, then every miss with a measured run."""
+def evidence_report(found: dict[str, Evidence], rows: list[Row], shown: int = 3,
+                    said: dict[str, tuple[Statement, ...]] | None = None) -> str:
+    """The summary over the misses, the runs against the model, then every miss with a measured run
+    and, with `said` (stated), where its source speaks of our #1's choice."""
+    said = said or {}
     if not found:
         return "No misses."
     ev = list(found.values())
     head = (f"Of {len(ev)} misses, published runs that measured our #1's choice (same model, GPU, sequence and "
             f"precision; our #1's value on every axis it changes but dp, else on the axis that saves most): "
-            f"{evidence_counts(ev, every=True)}. Support: such a run measured more than {CLOSE:.0%} faster than the published "
+            f"{evidence_counts(ev, every=True)}; stated by the source: {sum(1 for e in ev if said.get(e.run.id))}. Support: such a run measured more than {CLOSE:.0%} faster than the published "
             f"row; against: more than {CLOSE:.0%} slower, the model not predicting it {CLOSE:.0%} slower; slower as "
             f"predicted: the model too predicts it more than {CLOSE:.0%} slower, for what else differs (GPU count, other "
             "axes); the strongest runs decide (every changed axis before the deciding one, then the fewest other axes, "
@@ -513,7 +588,9 @@ def evidence_report(found: dict[str, Evidence], rows: list[Row], shown: int = 3)
         for e in (e for e in ev if e.verdict is v):
             runs = "; ".join(_measured_line(m, e) for m in e.found[:shown])
             more = f"; {len(e.found) - shown} more" if len(e.found) > shown else ""
-            lines.append(f"- {v}: {e.run.id} (our #1 {gain[e.run.id]:+.0%}; changes {', '.join(e.changed)}): {runs}{more}.")
+            says = "; ".join(s.location for s in said.get(e.run.id, ()))
+            lines.append(f"- {v}: {e.run.id} (our #1 {gain[e.run.id]:+.0%}; changes {', '.join(e.changed)}): {runs}{more}."
+                         + (f" Stated: {says}." if says else ""))
     against = [e.run.id for e in ev if e.verdict is Verdict.AGAINST]
     mixed = [e.run.id for e in ev if e.verdict is Verdict.MIXED]
     tail = ((f"\n\nAgainst the model (our #1's choice measured slower than the published row, not predicted so), the "
@@ -590,25 +667,63 @@ def summary(rows: list[Row], wall_s: float, limit_s: float, searched: int | None
 
 
 # How each term of the step breakdown depends on the layout in cost_models.step_time: the mechanism
-# behind a group, said once (the numbers after it are the rows').
+# behind a group, said once (the numbers after it are the rows'), with the function that prices it,
+# the source that function follows and, where one was published, a measurement of the mechanism's size.
 MECHANISM = {
-    "compute/recompute": "Recompute re-runs forward work in the backward pass; the published layout recomputes "
-                         "more, and by the memory model our #1 keeps those activations and still fits. ",
-    "tp": "Exposed tp collectives grow with tp (one all-reduce or all-gather/reduce-scatter pair per block and "
-          "pass); our #1 uses a narrower tp. ",
-    "bubble": "The pipeline bubble is (Σ stage times − the slowest)/vpp per step, the textbook (p−1)/(v·m) of the "
-              "stage time: few micro-batches per pipeline make it a large share. ",
+    "compute/recompute": "Recompute re-runs forward work in the backward pass (step_time.layer_pass: "
+                         "flops.recomputed_share of the forward's kernels: all of them under full recompute, core "
+                         "attention under Megatron's selective, Korthikanti et al. 2022 §5, every other matmul under "
+                         "torchtitan's per-op policy); measured, a full "
+                         "recompute adds 39% to a 22B layer's time and selective with sequence parallelism 4% "
+                         "(Korthikanti et al. 2022 Table 4). The published layout recomputes more, and by the memory "
+                         "model our #1 keeps those activations and still fits. ",
+    "tp": "Exposed tp collectives grow with tp (step_time.tp_exposure: Megatron's f/g all-reduces, Shoeybi et al. "
+          "2019, or with sequence parallelism an all-gather and a reduce-scatter per block, Korthikanti et al. 2022 "
+          "§4.2.2; the forward's exposed, in backward the column input's gather and its gradient's reduce-scatter "
+          "beside the dgrad and wgrad GEMMs under Transformer Engine, exposed in torchtitan's DTensor plan); measured, 7B on 4 H200 ran at 53.8% MFU with FSDP against 34.7% "
+          "at tp 4 (KempnerForge benchmarks/mfu_scaling/mfu_scaling.md:66). Our #1 uses a narrower tp. ",
+    "bubble": "The pipeline bubble is (Σ stage times − the slowest)/vpp per step (step_time StepTime.bubble_s), the "
+              "textbook (p−1)/(v·m) of the stage time (Narayanan et al. 2021 §2.2; measured in their Figure 11, "
+              "per-GPU throughput rising with the batch at a fixed pipeline): few micro-batches per pipeline make it "
+              "a large share. ",
     "dp": "ZeRO-3/FSDP gathers each layer's parameters and reduce-scatters its gradients in every pass, and only the "
-          "part that outlasts the neighbouring layer's compute is exposed; each GPU moves its tp shard, so a wider "
-          "tp moves fewer bytes per GPU for the same compute. ",
-    "compute/contention": "Communication that hides behind compute still holds the SMs its NCCL kernels run on; "
-                          "the layouts overlap different amounts of it. ",
+          "part that outlasts the neighbouring layer's compute is exposed (step_time.fsdp_layer_comm, after torch "
+          "FSDP's and DeepSpeed's prefetch); each GPU moves its tp shard, so a wider tp moves fewer bytes per GPU for "
+          "the same compute. DDP and ZeRO-1/2 reduce the gradients once per step, bucket by bucket beside the last "
+          "micro-batch's backward, what does not fit exposed (step_time.dp_tail). Measured: ZeRO-3 without model parallelism ran GPT-3 175B on 1536 A100 at 44 "
+          "teraFLOP/s per GPU against 141 for tp 8 × pp 12 (Narayanan et al. 2021 Table 2). ",
+    "compute/contention": "Communication that hides behind compute still holds the SMs its NCCL kernels run on "
+                          "(step_time._share: comm.nccl_sm_share, NCCL's channel count from v2.30.7-1 "
+                          "src/graph/search.cc over the GPU's SMs, times the calibration's contention scale); the "
+                          "layouts overlap different amounts of it. ",
     "compute/sharding": "FSDP2 copies each gathered layer out of its flat buffer and each gradient into the "
-                        "reduce-scatter input, every micro-batch. ",
+                        "reduce-scatter input, every micro-batch (step_time.fsdp_copy_seconds, after torch "
+                        "_fully_shard/_fsdp_collectives.py foreach_all_gather_copy_out and foreach_reduce, at the "
+                        "measured HBM stream rate). ",
+    "compute/gemm": "GEMM time depends on the matmul shapes the layout gives each GPU (compute.gemm_seconds via "
+                    "kernels.gemm_seconds: the tensor-core ceiling anchored on the published GEMM timings of "
+                    "presets/gpus.toml, tile and wave quantisation after NVIDIA's Matrix Multiplication Background "
+                    "guide §3.1-3.2, and the epilogue): a larger micro-batch or a narrower tp gives larger, more "
+                    "efficient GEMMs; measured, the best micro-batch for 91B at (t,p) = (8,8) is 2 (Narayanan et "
+                    "al. 2021 §5.5, Figure 16). ",
+    "compute/elementwise": "Memory-bound kernels (compute.elementwise_seconds: norms, residual adds, rotary, the "
+                           "MLP activation per layer pass) are priced as bytes over the measured fraction of HBM "
+                           "bandwidth plus a start-up time per launch (kernels.memory_seconds, "
+                           "presets/kernels/<arch>.toml); the layouts differ in bytes per GPU (sequence parallelism "
+                           "splits the residual stream over tp) and in launches per step (micro-batches). ",
+    "optimizer": "The optimizer step reads and writes each parameter's states once (compute.optimizer_time: bytes "
+                 "per parameter over HBM bandwidth, kernels.memory_seconds) on the parameters a rank updates; ZeRO-1 "
+                 "divides that work over dp (Narayanan et al. 2021 §6 on sharded data parallelism: it \"divides the "
+                 "optimizer's computation and memory cost across the data-parallel partitions\"). ",
+    "compute/attention": "Flash-attention kernels (compute.attention_kernels: one causal kernel, or with cp a causal "
+                         "step and cp − 1 unmasked half blocks merged by log-sum-exp, after TransformerEngine@40c69e75 "
+                         "context_parallel.py AttnFuncWithCPAndKVP2P; priced from the attention curves of "
+                         "presets/kernels/<arch>.toml) depend on the cp split: a wider cp runs more, smaller blocks "
+                         "and more merges. ",
 }
 
 
-def causes(rows: list[Row], found: dict[str, Evidence] | None = None) -> str:
+def causes(rows: list[Row], found: dict[str, Evidence] | None = None, said: dict[str, tuple[Statement, ...]] | None = None) -> str:
     """The rows outside the top 5 and more than 3% behind our #1, grouped by the term of the step
     breakdown our #1 saves most on (rejected layouts within 3% by time form their own group); with
     `found` (find_evidence), what published runs measured of our #1's choice, per group."""
@@ -653,6 +768,9 @@ def causes(rows: list[Row], found: dict[str, Evidence] | None = None) -> str:
             ev = [found[r.run.id] for r in members if found and r.run.id in found]
             if ev:
                 text += f" Published runs that measured our #1's choice: {evidence_counts(ev)}."
+            if said is not None:
+                text += (f" The source's own statement on an axis our #1 changes: "
+                         f"{sum(1 for r in members if said.get(r.run.id))} of {len(members)}.")
         notes = Counter(a for r in members for a in r.run.assumptions
                         if "not modelled" in a or "modelled as" in a or (term == "compute/recompute" and "recompute" in a))
         if notes:
@@ -751,7 +869,10 @@ def main() -> int:
         judged.append(row)
     judged_wall = time.perf_counter() - started - wall
     found_judged, found = find_evidence(judged, every_run, judging), find_evidence(rows, every_run, judging)
+    statements = load_statements()
+    said_judged, said = stated(found_judged, statements), stated(found, statements)
     measured_head = "Published runs that measured our #1's choice, per miss:\n\n"
+    stated_head = "What the sources themselves say of our #1's choice:\n\n"
     grouped = "Rows outside the top 5 and more than 3% behind our #1, grouped by the term of the step breakdown our #1 saves most on:\n\n"
     n_good, n_judged_good = sum(r.good for r in rows), sum(r.good for r in judged)
     lead = (
@@ -779,12 +900,14 @@ def main() -> int:
         "### Options each source's software had\n\n" + options_table(options, runs, judging),
         "### Judged: chosen rows, searched with their software's options\n\n" + judged_table(judged, judging),
         summary(judged, judged_wall, args.time_limit, searched=sum(1 for r in judged if judging[r.run.id].allowed)),
-        grouped + causes(judged, found_judged),
-        measured_head + evidence_report(found_judged, judged),
+        grouped + causes(judged, found_judged, said_judged),
+        measured_head + evidence_report(found_judged, judged, said=said_judged),
+        stated_head + statements_report(found_judged, said_judged),
         "### Unconstrained: every row, nothing fixed\n\n" + table(rows),
         summary(rows, wall, args.time_limit),
-        grouped + causes(rows, found),
-        measured_head + evidence_report(found, rows),
+        grouped + causes(rows, found, said),
+        measured_head + evidence_report(found, rows, said=said),
+        stated_head + statements_report(found, said),
     ])
     print(text)
     if args.write:
