@@ -27,11 +27,13 @@ from cost_models.enums import (
     Fp8Recipe,
     Framework,
     MLPKind,
+    MoEDispatch,
     NormKind,
     OptimizerKind,
     PositionKind,
     Precision,
     Recompute,
+    RouterScore,
     Schedule,
     Zero,
 )
@@ -40,7 +42,7 @@ from cost_models.hardware import Cluster
 from cost_models.job import Job
 from cost_models.layout import Layout
 from cost_models.memory import memory_estimate
-from cost_models.model_spec import ModelSpec
+from cost_models.model_spec import MLASpec, ModelSpec, MoESpec
 from cost_models.rules import resolve
 from cost_models.states import MEGATRON_VOCAB_DIVISOR
 from cost_models.training import NcclCtas, TrainingSpec
@@ -234,8 +236,6 @@ def _skip_reason(entry: dict, all_entries: list[dict]) -> str | None:
         return f"{hw['gpu']} run: no GPU cluster preset (MFU anchor only)"
     if "V100" in hw["gpu"]:
         return "V100 run with no published layout (MFU anchor only)"
-    if "MLA" in (m.get("arch_notes") or "") and m["name"].startswith("DeepSeek"):
-        return "DeepSeek-V3 uses multi-head latent attention (MLA), which ModelSpec cannot express"
     if lay.get("tp") is None or lay.get("pp") is None:
         for other in all_entries:
             if (other["group"] == "narayanan2021" and other["id"] != entry["id"] and other["model"].get("layers") == m.get("layers")
@@ -665,6 +665,124 @@ def _torch_native(entry: dict) -> Mapped:
     return model, cluster, training, layout, notes
 
 
+# torchtitan's DeepSeek-V3 runs (PR descriptions): the torchtitan commit each PR's run used (the
+# squash commit's parent) and what its MoE router does there. `route_norm`: the kept top-k scores
+# renormalized to sum to 1. At decfd3fef^ the router renormalizes only sigmoid scores
+# (torchtitan/models/deepseek_v3/model/moe.py:204-225 there), so the softmax 16B flavor does not; from
+# d0cdb1433^ on MoEArgs(route_norm=True) in the 16B and 671B flavors does
+# (torchtitan/models/deepseek_v3/__init__.py:81-103, 129-156 at d0cdb1433^ and d021aa9ca^).
+DSV3_CODE = {"tt_pr1504": ("decfd3fef^", False), "tt_pr1610": ("d0cdb1433^", True),
+             "tt_pr1616": ("8a749c618^", True), "tt_pr2107": ("d021aa9ca^", True)}
+
+
+def dsv3_attention_skip(entry: dict) -> str | None:
+    """Why a torchtitan DeepSeek-V3 row's attention cannot be priced from sources; None if it can.
+
+    FlexAttention with the block_causal mask attends within each document of the packed sequence
+    (torchtitan's 16B flavor with use_flex_attn at d0cdb1433 and after, the 671B flavor's
+    attn_type "flex", attn_mask_type "block_causal" at d021aa9ca^ torchtitan/models/deepseek_v3/
+    __init__.py:154-155): its work is the sum of the squared document lengths of the c4 text each
+    sequence packs, which neither the PRs nor the configs give. torch SDPA with MLA's head dims (q and k
+    qk_nope + qk_rope = 192, v 128) cannot run the flash backend, which needs one head dim for q, k
+    and v, while the memory-efficient backend needs only q and k to agree, and the cuDNN backend, last
+    in SDPA's order, takes head dims up to 128 (pytorch/pytorch@21c3369e aten/src/ATen/native/
+    transformers/cuda/sdp_utils.cpp: priority_order, check_head_dim_size_flash,
+    check_head_dim_size_mem_efficient, check_cudnn_tensor_shapes; the flash rule unchanged in the
+    installed torch 2.13's mirror for nested inputs, torch/nested/_internal/sdpa.py:89-112). The PR
+    #1610 text says the same of the run: "the only available backend for SDPA for DeepSeekV3 is
+    efficient attention kernel". presets/kernels holds no curve of SDPA's memory-efficient (CUTLASS)
+    kernel on Hopper."""
+    arch = entry["model"].get("arch_notes") or ""
+    if "flex" in arch.lower() and "block_causal" in arch:
+        return ("FlexAttention with torchtitan's block_causal (document) mask: its attention work depends on the "
+                "lengths of the c4 documents packed into each sequence, which neither the PR nor the config gives")
+    if "SDPA" in arch:
+        return ("torch SDPA runs its memory-efficient (CUTLASS) kernel for MLA's head dims (q/k 192, v 128: the flash "
+                "backend needs one head dim, sdp_utils.cpp check_head_dim_size_flash; PR #1610: 'the only available "
+                "backend for SDPA for DeepSeekV3 is efficient attention kernel'), and presets/kernels has no Hopper "
+                "curve of that kernel")
+    return None
+
+
+def _torchtitan_dsv3(entry: dict) -> Mapped:
+    reason = dsv3_attention_skip(entry)
+    if reason and "DeepEP" in (entry["layout"].get("dispatcher") or ""):
+        # cost_models.enums.MoEDispatch: NCCL all-to-all on the compute stream or Megatron's 1F1B overlap
+        reason += "; DeepEP's dispatch and combine kernels are not a dispatcher the model prices (MoEDispatch)"
+    if reason:
+        raise Skip(reason)
+    return dsv3_mapped(entry)
+
+
+# The MLA ranks and router settings of torchtitan's two DeepSeek-V3 flavors these rows ran, the same at
+# every DSV3_CODE commit: "16B" q_lora_rank 0 (one query projection), kv_lora_rank 512, qk_nope_head_dim
+# 128, qk_rope_head_dim 64, v_head_dim 128, route_scale 1.0, no expert groups (n_expert_groups 1)
+# (torchtitan/models/deepseek_v3/__init__.py:81-103 at d0cdb1433^, :71-89 at decfd3fef^); "671B"
+# q_lora_rank 1536, the same other ranks, sigmoid scores, num_expert_groups 8, num_limited_groups 4,
+# route_scale 2.5 (__init__.py:130-156 at d021aa9ca^). (flavor: (MLA, router groups, route_scale).)
+DSV3_FLAVORS = {
+    "16B": (MLASpec(kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128), None, 1.0),
+    "671B": (MLASpec(q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128), (8, 4), 2.5),
+}
+
+
+def dsv3_model(entry: dict) -> ModelSpec:
+    """torchtitan's DeepSeekV3Model of the row's flavor (DSV3_FLAVORS, at the DSV3_CODE commit): MLA,
+    RMSNorm, SwiGLU dense MLPs in the first n_dense_layers, then MoE layers of GroupedExperts, a
+    TokenChoiceTopKRouter and the shared experts as one FeedForward of moe_inter_dim x num_shared_experts
+    (torchtitan/models/moe.py:314-336 at d0cdb1433^; deepseek_v3/model/moe.py:278-287 at decfd3fef^);
+    untied output. The auxiliary-loss-free balancing (load_balance_coeff 1e-3, MoEArgs' default,
+    moe.py:31 at d0cdb1433^) keeps an expert_bias buffer and adds no loss term."""
+    m, moe = entry["model"], entry["model"]["moe"]
+    flavor = re.search(r'flavor "(\w+)"', m["name"]).group(1)
+    mla, groups, scale = DSV3_FLAVORS[flavor]
+    shared = moe["expert_ffn_hidden"] * moe["shared_experts"]  # FeedForward(hidden_dim=moe_inter_dim * num_shared_experts)
+    assert shared == moe["shared_ffn_hidden"] * (moe["shared_experts"] if flavor == "671B" else 1), (entry["id"], shared)
+    return ModelSpec(
+        name=m["name"], num_layers=m["layers"], hidden_size=m["hidden"], ffn_hidden_size=m["ffn_hidden"],
+        num_attention_heads=m["heads"], vocab_size=m["vocab"], max_position_embeddings=m["seq_len"], mla=mla,
+        moe=MoESpec(num_experts=moe["routed_experts"], top_k=moe["top_k"], expert_ffn_hidden_size=moe["expert_ffn_hidden"],
+                    router_score=RouterScore(moe["router_score_function"]), renormalize_top_k=DSV3_CODE[entry["group"]][1],
+                    router_groups=groups[0] if groups else None, router_group_top_k=groups[1] if groups else None,
+                    aux_loss_coef=0.0, expert_bias=True, num_shared_experts=1, shared_expert_ffn_hidden_size=shared,
+                    first_k_dense=moe["dense_first_layers"], routed_scaling_factor=scale),
+        source=f"{entry['source']['url']}; torchtitan@{DSV3_CODE[entry['group']][0]} torchtitan/models/deepseek_v3/__init__.py",
+    )
+
+
+def dsv3_mapped(entry: dict) -> Mapped:
+    """A torchtitan DeepSeek-V3 row as a job, its attention left at SDPA's flash family (which
+    dsv3_attention_skip says no row ran)."""
+    lay, hw = entry["layout"], entry["hardware"]
+    model = dsv3_model(entry)
+    tech = lay.get("techniques") or ""
+    # "torch.compile on model and loss" / "model+loss" (2107) or on the loss only (the 16B toml's
+    # components = ["loss"], deepseek_v3_16b.toml:67-69 at d0cdb1433^); "no torch.compile" (1504)
+    whole = "compile on model" in tech or "compile model" in tech
+    loss_only = "compile on loss only" in tech
+    training = TrainingSpec(seq_len=entry["model"]["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.BF16,
+                            framework=Framework.TORCHTITAN, attention=AttentionKernel.FLASH,
+                            attention_backend=AttentionBackend.SDPA_FLASH, compile=whole, compile_loss=whole or loss_only,
+                            moe_dispatch=MoEDispatch.ALLTOALL, moe_load_factor=1.0)
+    layout = torchtitan_layout(entry, model.num_layers).model_copy(update={"ep": lay["ep"] or 1})
+    notes = [f"model: torchtitan's DeepSeek-V3 flavor at {DSV3_CODE[entry['group']][0]} (MLA, shared experts as one FFN of "
+             f"{model.moe.shared_width}, expert_bias balancing without an auxiliary loss)",
+             "expert parallelism over the dp_shard ranks (torchtitan borrows ep from dp_shard): ep "
+             f"{layout.ep}, dp {lay['dp']}; NCCL all-to-all dispatch (torchtitan's default EP path)",
+             ("routing exactly balanced (moe_load_factor 1): --debug.moe_force_load_balance" if "forced" in tech.lower()
+              else "routing taken as balanced (moe_load_factor 1): the learned router's per-step imbalance is not published")]
+    if "H100" in hw["gpu"] and "95.00 GiB" in hw["gpu"]:
+        cluster = Cluster(spec=presets.clusters()["grand-teton-h100"], num_gpus=hw["gpu_count"])
+        notes.append("95.00 GiB H100 = Meta's 96 GB Grand Teton H100 (grand-teton-h100 preset); its power limit is not stated")
+    else:
+        cluster = _cluster(entry)
+        notes.append(f"network: the {cluster.spec.name} preset stands in for the cluster (interconnect not stated)")
+    if layout.pp > 1:
+        sizes = generated_split(model.num_layers, layout.pp, layout.vpp) or ()
+        notes.append(f"{model.num_layers} layers split {'/'.join(map(str, sizes))} over the stages (torchtitan's default split points)")
+    return model, cluster, training, layout, notes
+
+
 def _torch_native_cluster(entry: dict) -> Cluster:
     hw = entry["hardware"]
     if entry["group"].startswith("kempnerforge"):
@@ -1014,8 +1132,7 @@ MAPPINGS = {"narayanan2021": _megatron_papers, "korthikanti2022": _megatron_pape
             "tinyllama_litgpt": _not_mapped("the README does not say on how many GPUs the 24k tokens/s was measured"),
             **{g: _mlperf for g in ("mlperf", "mlperf_coreweave", "mlperf_azure", "mlperf_smc", "mlperf_oracle",
                                     "mlperf_ibm_coreweave", "mlperf_nebius", "mlperf_uf", "mlperf_cisco")},
-            **{g: _not_mapped("DeepSeek-V3 uses multi-head latent attention (MLA), which ModelSpec cannot express")
-               for g in ("tt_pr2107", "tt_pr1610", "tt_pr1504", "tt_pr1616")},
+            **{g: _torchtitan_dsv3 for g in DSV3_CODE},
             "torchao_moe_readme": _not_mapped("Llama 4 Scout's chunked-attention and no-rope layers are not expressible in ModelSpec")}
 
 

@@ -487,3 +487,56 @@ def test_mpt_fsdp1_copies_are_casts_and_divisions_not_a_copy_out():
     assert default.training.fsdp_flat_params and pure.training.fsdp_flat_params
     assert fsdp1_bytes_per_param(default) == 16.5
     assert fsdp1_bytes_per_param(pure) == 4.125
+
+
+def test_dsv3_16b_row_maps_to_torchtitans_flavor_and_layout():
+    """tt-pr1610's SDPA run by hand: the 16B flavor at d0cdb1433^ (q_lora_rank 0, kv_lora_rank 512,
+    qk_nope 128 + qk_rope 64 = 192, v 128; 64 routed experts of 1408, top 6, softmax scores renormalized
+    by route_norm, the two shared experts one FeedForward of 2·1408 = 2816, one dense layer first) on 8
+    GPUs with expert parallelism 8 over dp_shard 8 (--parallelism.expert_parallel_degree=8), local
+    batch 8, the toml's op-level SAC and loss-only compile."""
+    model, cluster, training, layout, _ = published.dsv3_mapped(ENTRIES["tt-pr1610-dsv3-16b-8gpu-ep8-sdpa"])
+    mla, moe = model.mla, model.moe
+    assert (mla.q_lora_rank, mla.kv_lora_rank, mla.qk_head_dim, mla.v_head_dim) == (None, 512, 192, 128)
+    assert (model.head_size, model.v_head_size) == (192, 128) and model.kv_heads == model.num_attention_heads == 16
+    assert (moe.num_experts, moe.top_k, moe.expert_ffn_hidden_size, moe.first_k_dense) == (64, 6, 1408, 1)
+    assert (moe.num_shared_experts, moe.shared_width) == (1, 2816)
+    assert moe.renormalize_top_k and moe.expert_bias and moe.aux_loss_coef == 0.0 and moe.router_groups is None
+    assert (layout.tp, layout.pp, layout.cp, layout.ep, layout.mbs) == (1, 1, 1, 8, 8)
+    job = resolve(model, cluster, training, layout)
+    assert job.layout.dp == 8 and job.layout.ep == 8
+    assert layout.recompute.value == "selective" and not training.compile and training.compiles_loss
+    assert training.global_batch_size == 64 and cluster.spec.name == "grand-teton-h100"
+
+
+def test_dsv3_671b_flavor_groups_its_router_and_scales_it():
+    """The 671B flavor at d021aa9ca^: q_lora_rank 1536, sigmoid scores over 8 expert groups of which 4
+    are kept, route_scale 2.5, one shared expert of 2048; ep 32 inside dp_shard 64 under pp 8."""
+    model, _, training, layout, _ = published.dsv3_mapped(ENTRIES["tt-pr2107-dsv3-671b-512gpu-a2a-baseline"])
+    moe = model.moe
+    assert model.mla.q_lora_rank == 1536 and moe.router_score.value == "sigmoid"
+    assert (moe.router_groups, moe.router_group_top_k, moe.routed_scaling_factor, moe.shared_width) == (8, 4, 2.5, 2048)
+    assert (layout.pp, layout.vpp, layout.ep, layout.dp) == (8, 2, 32, 64) and training.compile
+
+
+def test_dsv3_1504_router_does_not_renormalize_softmax_scores():
+    # decfd3fef^'s router divides the kept scores by their sum for sigmoid scores only (moe.py:223-225)
+    model, _, training, layout, _ = published.dsv3_mapped(ENTRIES["tt-pr1504-dsv3-16b-8gpu-fsdp4-cp2"])
+    assert not model.moe.renormalize_top_k and (layout.cp, layout.ep, layout.dp) == (2, 1, 4)
+    assert not training.compile and not training.compiles_loss
+
+
+@pytest.mark.parametrize(
+    ("run_id", "reason"),
+    [
+        ("tt-pr1610-dsv3-16b-8gpu-ep8-flex", "FlexAttention with torchtitan's block_causal (document) mask: its attention "
+         "work depends on the lengths of the c4 documents packed into each sequence, which neither the PR nor the config gives"),
+        ("tt-pr1616-dsv3-16b-8gpu-pp4-dp2", "block_causal (document) mask"),
+        ("tt-pr2107-dsv3-671b-512gpu-a2a-baseline", "block_causal (document) mask"),
+        ("tt-pr2107-dsv3-671b-512gpu-deepep", "DeepEP's dispatch and combine kernels are not a dispatcher"),
+        ("tt-pr1610-dsv3-16b-8gpu-ep8-sdpa", "memory-efficient (CUTLASS) kernel for MLA's head dims"),
+        ("tt-pr1504-dsv3-16b-8gpu-fsdp4-cp2", "no Hopper curve of that kernel"),
+    ],
+)
+def test_dsv3_rows_are_skipped_for_their_attention_kernel(run_id, reason):
+    assert reason in dict(SKIPPED)[run_id] and "cannot express" not in dict(SKIPPED)[run_id]
