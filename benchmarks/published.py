@@ -515,8 +515,12 @@ def _fp8lm(entry: dict) -> Mapped:
               "9634c0e4, 2024-06-13): TrainingSpec.loss_shift_beside_fp32_copy")]
     prec = entry["hardware"]["precision"].upper()
     fp8 = "FP8" in prec or "TE" in entry["id"].upper()
+    if fp8:
+        notes.append("fp8 delayed scaling: Megatron-LM@0609f27f builds TE's DelayedScaling "
+                     "(megatron/model/transformer.py:1351)")
     training = TrainingSpec(seq_len=entry["model"]["seq_len"], global_batch_size=entry["layout"]["global_batch"],
                             precision=Precision.FP8 if fp8 else Precision.BF16, framework=Framework.MEGATRON,
+                            fp8_recipe=Fp8Recipe.DELAYED if fp8 else Fp8Recipe.TENSORWISE,
                             attention=AttentionKernel.FLASH, attention_backend=AttentionBackend.FA1,
                             grad_accumulation_fusion=False, overlap_grad_reduce=False, param_buffer_init_copy=True,
                             bda_mask_kept=True, loss_shift_beside_fp32_copy=True, vocab_divisible_by=MEGATRON_RUNS_VOCAB_DIVISOR)
@@ -1010,6 +1014,27 @@ MLPERF_FP8_PARAM_GATHER = (
 )
 
 
+# Submissions whose Megatron linears quantise with Transformer Engine's current scaling
+# (Fp8Recipe.TENSORWISE): config_common.sh exports FP8_RECIPE="tensorwise", which conf/custom.yaml
+# reads into model.fp8_recipe and pretrain.py hands to MegatronMixedPrecision (training_results_v5.1@441d65f4
+# NVIDIA/benchmarks/llama31_8b/implementations/nemo/config_common.sh:91, conf/custom.yaml:117,
+# pretrain.py:204,270; the same line in NVIDIA/benchmarks/llama31_405b/implementations/*/config_common.sh:91,
+# Oracle/benchmarks/llama31_8b/config_common.sh:91, University-of-Florida/benchmarks/llama31_{8b,405b}/
+# implementations/b200_nemo/config_common.sh:91). The other submissions run delayed scaling
+# (Fp8Recipe.DELAYED): the v5.0 Llama-3.1 code and Cisco's v5.1 copy leave custom.yaml's default,
+# fp8_recipe delayed (training_results_v5.0@0fdc28f0 .../llama31_405b/implementations/*/conf/custom.yaml:108-109;
+# v5.1 Cisco/benchmarks/llama31_8b/implementations/nemo/conf/custom.yaml:116), and the GPT-3 NeMo 1
+# code builds recipe.DelayedScaling (training_results_v4.0@6fe95437 NVIDIA/benchmarks/gpt3/implementations/
+# nemo/custom_callbacks.py:210; v4.1@b87b9e39 the same file :208), as every run before Transformer
+# Engine 2.2 must: Megatron builds Float8CurrentScaling only from it on (Megatron-LM@d98e8a64
+# megatron/core/fp8_utils.py:777). (id prefix, where.)
+MLPERF_CURRENT_SCALING = (
+    ("mlperf-v5.1-nvidia-llama", "v5.1 NVIDIA llama31 config_common.sh:91"),
+    ("mlperf-v5.1-oracle-llama8b", "v5.1 Oracle llama31_8b config_common.sh:91"),
+    ("mlperf-v5.1-uf-llama", "v5.1 UF llama31 b200_nemo/config_common.sh:91"),
+)
+
+
 # NeMo 2 submissions whose DDP config keeps align_param_gather on without the interleaved schedule
 # (TrainingSpec.align_param_gather): config_common.sh exports ALIGN_PARAM_GATHER=True and pretrain.py
 # hands it to DistributedDataParallelConfig (Cisco/benchmarks/llama31_8b/implementations/nemo/
@@ -1039,7 +1064,7 @@ def _mlperf(entry: dict) -> Mapped:
         raise Skip("GB300 (Blackwell Ultra): no GPU preset")
     if "FP4" in prec.upper():
         raise Skip("NVFP4 GEMMs: Precision has no fp4")
-    notes = ["Megatron-core with Transformer Engine: cuDNN fused attention, fp8 delayed/current tensorwise scaling",
+    notes = ["Megatron-core with Transformer Engine: cuDNN fused attention, fp8 tensorwise scales",
              "CUDA graphs and the submission's NCCL tuning other than its per-communicator CTA caps are not modelled"]
     gpt3 = m["layers"] == 96  # the GPT-3 175B benchmark; the others are the Llama-3.1 ones
     if gpt3:
@@ -1092,7 +1117,10 @@ def _mlperf(entry: dict) -> Mapped:
     ctas = mlperf_setting(MLPERF_NCCL_CTAS, entry["id"])
     if ctas:
         notes.append(f"NCCL CTAs per communicator capped (dp {ctas[0].dp}, tp {ctas[0].tp}, cp {ctas[0].cp}, pp {ctas[0].pp}; {ctas[1]})")
+    current = mlperf_setting(MLPERF_CURRENT_SCALING, entry["id"])
+    notes.append(f"fp8 current scaling ({current[0]})" if current else "fp8 delayed scaling")
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.FP8,
+                            fp8_recipe=Fp8Recipe.TENSORWISE if current else Fp8Recipe.DELAYED,
                             framework=Framework.MEGATRON, attention=AttentionKernel.FLASH,
                             attention_backend=AttentionBackend.CUDNN, tp_comm_overlap=overlap and lay["tp"] > 1,
                             fp8_param_gather=fp8_params, grad_reduce_in_bf16=bf16_grads,

@@ -1038,6 +1038,19 @@ TE_CAST_BYTES = 3
 # hand in backward for the wgrad (L649-659, "we compute FP8 transposes manually"): one fp8 read and
 # one fp8 write per element (FP8_TRANSPOSE_BYTES).
 TE_NORM_FED = frozenset({"qkv", "mlp_fc1"})
+# Transformer Engine's current-scaling quantize of a 16-bit tensor, Float8CurrentScalingQuantizer::
+# quantize_impl (TransformerEngine@40c69e75 transformer_engine/pytorch/csrc/quantizer.cpp:498-531):
+# nvte_compute_amax reads the tensor (2 bytes per element), nvte_compute_scale_from_amax turns the
+# amax into the scale (one small kernel), then nvte_quantize_v2 casts as a delayed-scaling cast does,
+# so each cast runs TE_CURRENT_KERNELS more kernels and reads the input once more. A norm feeding
+# the linear (TE_NORM_FED) cannot write fp8 without the scale: with the norm kernels of TE itself
+# (NVTE_NORM_FWD_USE_CUDNN unset) it writes the 16-bit output with its amax fused
+# (csrc/extensions/normalization.cpp:107-121 FUSED_NORM_AMAX_FP8), one byte more per element than
+# its fp8 output, and quantize_with_amax then scales and casts it (quantizer.cpp:533-540): the
+# cast (TE_CAST_BYTES) and the scale kernel, no amax pass.
+TE_AMAX_BYTES = 2
+TE_CURRENT_KERNELS = 2
+TE_NORM_WIDE_BYTES = 1
 # The row-parallel linears (ROW_PARALLEL; Megatron builds them as TERowParallelLinear,
 # gpt_layer_specs.py:147, 531): under sequence parallelism their output gradient arrives as the
 # rank's 1/tp of the tokens and is all-gathered; TE casts the local part and gathers it in fp8, then
@@ -1048,11 +1061,18 @@ TE_NORM_FED = frozenset({"qkv", "mlp_fc1"})
 
 def te_casts_separate(job: Job) -> bool:
     """Whether Transformer Engine's fp8 casts are priced as kernels of their own (te_cast_seconds):
-    Megatron's TE linears with tensorwise scaling and fp8 GEMMs. Elsewhere (DeepSpeed with TE) its
-    quantisation stays the measured autocast overhead on the GEMMs (_te_fp8)."""
+    Megatron's TE linears with tensorwise (current) or delayed scaling and fp8 GEMMs. Elsewhere
+    (DeepSpeed with TE) its quantisation stays the measured autocast overhead on the GEMMs (_te_fp8)."""
     tr = job.training
-    return (tr.precision is Precision.FP8 and tr.framework is Framework.MEGATRON and tr.fp8_recipe is Fp8Recipe.TENSORWISE
-            and _gemm_precision(job) is Precision.FP8)
+    return (tr.precision is Precision.FP8 and tr.framework is Framework.MEGATRON
+            and tr.fp8_recipe in (Fp8Recipe.TENSORWISE, Fp8Recipe.DELAYED) and _gemm_precision(job) is Precision.FP8)
+
+
+def te_current_scaling(job: Job) -> bool:
+    """Whether Megatron's TE linears quantise with Float8CurrentScaling: --fp8-recipe tensorwise
+    (Megatron-LM@d98e8a64 megatron/core/fp8_utils.py:777-780); --fp8-recipe delayed takes its
+    scales from earlier steps' amax history instead (DelayedScaling)."""
+    return te_casts_separate(job) and job.training.fp8_recipe is Fp8Recipe.TENSORWISE
 
 
 def te_transposes(gpu: GPUSpec) -> int:
@@ -1072,12 +1092,18 @@ def te_cast_bytes(job: Job, kind: LayerKind) -> tuple[float, float, int, int]:
       grad_output_preprocess); for a row-parallel linear under sequence parallelism only the local
       m·n/tp is cast and the gathered m·n transposed (ROW_PARALLEL); for a norm-fed linear the fp8
       transpose of its input.
+    Under current scaling (te_current_scaling) each cast first reads its input for the amax and
+    runs the scale kernel (TE_AMAX_BYTES, TE_CURRENT_KERNELS), and a norm-fed input is written
+    in 16 bits by the norm and cast on its own (TE_NORM_WIDE_BYTES + TE_CAST_BYTES, two kernels),
+    on the rank's 1/tp of the tokens under sequence parallelism (the norm's, gathered in fp8 after).
     The per-step amax and scale updates of delayed scaling are not priced. The output layer stays
     in 16 bits (head_time), the router is no TE linear."""
     if not te_casts_separate(job):
         return 0.0, 0.0, 0, 0
     t = te_transposes(job.cluster.gpu)
     cast = TE_CAST_BYTES + t
+    current = te_current_scaling(job)
+    amax, extra = (TE_AMAX_BYTES, TE_CURRENT_KERNELS) if current else (0, 0)
     fwd = bwd = 0.0
     fwd_kernels = bwd_kernels = 0
     for g in layer_gemms(job, kind):
@@ -1085,14 +1111,19 @@ def te_cast_bytes(job: Job, kind: LayerKind) -> tuple[float, float, int, int]:
             continue
         norm_fed = g.name in TE_NORM_FED and job.model.mla is None
         if not norm_fed:
-            fwd += cast * g.m * g.k * g.count
-            fwd_kernels += 1
+            fwd += (cast + amax) * g.m * g.k * g.count
+            fwd_kernels += 1 + extra
+        elif current:  # on the rank's own tokens under sequence parallelism, before the gather
+            local = job.layout.tp if job.sp and job.layout.tp > 1 else 1
+            fwd += (TE_NORM_WIDE_BYTES + TE_CAST_BYTES) * g.m * g.k * g.count / local
+            fwd_kernels += TE_CURRENT_KERNELS
         if g.name in ROW_PARALLEL and job.sp and job.layout.tp > 1:
-            bwd += TE_CAST_BYTES * g.m * g.n * g.count / job.layout.tp + FP8_TRANSPOSE_BYTES * t * g.m * g.n * g.count
-            bwd_kernels += 1 + t
+            bwd += ((TE_CAST_BYTES + amax) * g.m * g.n * g.count / job.layout.tp
+                    + FP8_TRANSPOSE_BYTES * t * g.m * g.n * g.count)
+            bwd_kernels += 1 + t + extra
         else:
-            bwd += cast * g.m * g.n * g.count
-            bwd_kernels += 1
+            bwd += (cast + amax) * g.m * g.n * g.count
+            bwd_kernels += 1 + extra
         if norm_fed and t:
             bwd += FP8_TRANSPOSE_BYTES * g.m * g.k * g.count
             bwd_kernels += 1

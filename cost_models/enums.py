@@ -51,7 +51,12 @@ class Precision(StrEnum):
 class Fp8Recipe(StrEnum):
     """How fp8 GEMM operands are scaled (only read when precision is fp8)."""
 
-    TENSORWISE = "tensorwise"  # one scale per tensor: TE delayed/current scaling, torchao tensorwise
+    # one scale per tensor: torchao tensorwise; Megatron's --fp8-recipe tensorwise, which builds
+    # Transformer Engine's Float8CurrentScaling (Megatron-LM@d98e8a64 megatron/core/fp8_utils.py:777-780)
+    TENSORWISE = "tensorwise"
+    # one scale per tensor from the amax history of earlier steps: Megatron's --fp8-recipe delayed,
+    # Transformer Engine's DelayedScaling (fp8_utils.py, the same function)
+    DELAYED = "delayed"
     ROWWISE = "rowwise"  # one scale per row: torchao rowwise (row-scaled CUTLASS GEMMs)
     MXFP8 = "mxfp8"  # one e8m0 scale per 32 elements: TE MXFP8BlockScaling, Blackwell tensor cores only
 

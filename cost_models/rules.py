@@ -628,6 +628,8 @@ def _fp8_recipe(job: Job) -> str | None:
         return f"fp8_recipe {recipe} needs precision fp8 (precision={tr.precision})"
     if recipe is Fp8Recipe.ROWWISE and tr.framework is not TITAN:
         return f"fp8_recipe rowwise is torchao's (torchtitan); {tr.framework} uses tensorwise or mxfp8"
+    if recipe is Fp8Recipe.DELAYED and tr.framework is not MEGATRON:
+        return f"fp8_recipe delayed is Megatron's --fp8-recipe delayed (framework={tr.framework}); use tensorwise"
     gpu = job.cluster.gpu
     if recipe is Fp8Recipe.MXFP8 and gpu.before_blackwell:
         cc = ".".join(map(str, gpu.compute_capability))

@@ -82,6 +82,7 @@ from cost_models.compute import (
     optimizer_time,
     rowwise_linears,
     te_casts_separate,
+    te_current_scaling,
     te_weight_cast_bytes,
     titan_linears,
     tp_blocks,
@@ -500,7 +501,17 @@ def float8_amax_reductions(job: Job, blocks: tuple[Block, ...]) -> tuple[int, in
     exists to stop that reuse for axiswise scaling only); run eagerly, it reduces its amax again: one
     more per module in the backward. Each reduction is a latency-bound NCCL
     all-reduce the cast kernel waits for; torchtitan's float8 notes name the same overhead for the
-    sharded inputs and weights under TP (pytorch/torchtitan@820504e2 docs/float8.md:48)."""
+    sharded inputs and weights under TP (pytorch/torchtitan@820504e2 docs/float8.md:48).
+
+    Transformer Engine's current scaling under Megatron (compute.te_current_scaling) with sequence
+    parallelism: a column-parallel linear's input quantizer and a row-parallel linear's grad_output
+    quantizer reduce their amax over the tp group (TransformerEngine@40c69e75
+    transformer_engine/pytorch/module/linear.py:1637-1661, layernorm_linear.py:1745-1791,
+    layernorm_mlp.py:2102-2154 _customize_quantizers_float8_current_scaling), an all-reduce the
+    cast waits for before its scale (csrc/quantizer.cpp:520-527, allreduce(...)->wait()): one per
+    block forward (its column input), one per block backward (its row output's gradient)."""
+    if te_current_scaling(job) and job.sp and job.layout.tp > 1:
+        return len(blocks), len(blocks)
     if not float8_tp(job):
         return 0, 0
     fwd = bwd = 0

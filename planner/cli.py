@@ -93,7 +93,7 @@ SeqLen = Annotated[IntOpt, typer.Option("--seq-len", help="Sequence length (defa
 GlobalBatch = Annotated[IntOpt, typer.Option("--global-batch-size", help="Sequences per step (default: mbs·dp, ×4·pp with a pipeline).")]
 FrameworkOpt = Annotated[Optional[Framework], typer.Option("--framework", help="Training framework (default megatron).")]
 Dtype = Annotated[Optional[Precision], typer.Option("--dtype", help="Compute precision (default bf16).")]
-Fp8RecipeOpt = Annotated[Optional[Fp8Recipe], typer.Option("--fp8-recipe", help="fp8 scaling with --dtype fp8 (default tensorwise; rowwise: torchao; mxfp8: Blackwell).")]
+Fp8RecipeOpt = Annotated[Optional[Fp8Recipe], typer.Option("--fp8-recipe", help="fp8 scaling with --dtype fp8 (default tensorwise: Megatron TE current scaling; delayed: Megatron TE delayed scaling; rowwise: torchao; mxfp8: Blackwell).")]
 OptimizerOpt = Annotated[Optional[OptimizerKind], typer.Option("--optimizer", help="Optimizer (default adamw).")]
 AttentionOpt = Annotated[Optional[AttentionKernel], typer.Option("--attention", help="Attention kernel (default flash).")]
 Compile = Annotated[Optional[bool], typer.Option("--compile/--no-compile", help="torch.compile the model and loss (torchtitan).")]

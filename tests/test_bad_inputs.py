@@ -253,6 +253,8 @@ FLAGS = [
     (["plan", M, "--cluster", "dgx-a100-80gb", "--gpus", "8", "--dtype", "fp8"], "no layout of llama-3.1-8b can run: precision fp8 needs fp8 tensor cores"),
     (["sweep", M, "--cluster", "dgx-a100-80gb", "--gpus", "8", "--dtype", "fp8"], "precision fp8 needs fp8 tensor cores"),
     (["estimate", M, *H100, "--dtype", "fp8", "--fp8-recipe", "mxfp8"], "fp8_recipe mxfp8 needs Blackwell tensor cores, compute capability 10.0 or later (H100-SXM is hopper, 9.0)"),
+    (["estimate", M, *H100, "--framework", "torchtitan", "--dtype", "fp8", "--fp8-recipe", "delayed"],
+     "fp8_recipe delayed is Megatron's --fp8-recipe delayed (framework=torchtitan); use tensorwise"),
     # expert axes on a dense model
     (["estimate", M, *H100, "--tp", "2", "--etp", "2"], "--etp(2) is the tensor-parallel size of expert layers; llama-3.1-8b is dense"),
     (["memory", M, *H100, "--etp", "1"], "--etp(1) is the tensor-parallel size of expert layers"),

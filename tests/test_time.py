@@ -256,7 +256,7 @@ def test_megatron_te_casts_by_hand():
     from cost_models.compute import layer_time, memory_seconds, te_cast_bytes, te_cast_seconds, te_weight_cast_bytes
     from cost_models.step_time import te_weight_cast_seconds
 
-    fp8 = dict(seq_len=128, precision="fp8", framework="megatron", global_batch_size=4)
+    fp8 = dict(seq_len=128, precision="fp8", framework="megatron", global_batch_size=4, fp8_recipe="delayed")
     job = make_job(LLAMA_TINY, gpus=1, training=fp8)
     assert te_cast_bytes(job, LayerKind()) == (483_328, 1_294_336, 2, 6)
     assert te_weight_cast_bytes(job, LayerKind()) == (2_768_896, 4)
@@ -275,7 +275,7 @@ def test_megatron_te_casts_by_hand():
     # the casts are the layer's fp8_cast; the GEMMs carry no autocast factor any more
     lt = layer_time(job, LayerKind(), cal=DEFAULT)
     assert (lt.fp8_cast, lt.fp8_cast_backward) == te_cast_seconds(job, LayerKind(), DEFAULT)
-    bf16 = make_job(LLAMA_TINY, gpus=1, training={**fp8, "precision": "bf16"})
+    bf16 = make_job(LLAMA_TINY, gpus=1, training={**fp8, "precision": "bf16", "fp8_recipe": "tensorwise"})
     assert te_cast_bytes(bf16, LayerKind()) == (0.0, 0.0, 0, 0)
     assert te_weight_cast_bytes(bf16, LayerKind()) == (0.0, 0)
     # tp 2 with sequence parallelism: qkv 128x256·256x192, out 128x128·128x256, fc1 128x256·256x688,
@@ -287,6 +287,42 @@ def test_megatron_te_casts_by_hand():
     assert te_cast_bytes(tp2, LayerKind()) == (241_664, 811_008, 2, 8)
     # each rank casts its half of the weights: (49,152 + 32,768 + 176,128 + 88,064) x 4
     assert te_weight_cast_bytes(tp2, LayerKind()) == (1_384_448, 4)
+
+
+def test_megatron_current_scaling_reads_each_cast_input_for_its_amax():
+    # The same GEMMs as test_megatron_te_casts_by_hand under --fp8-recipe tensorwise (TE current
+    # scaling) on H100 (cast 3 bytes + transpose 1): every cast first reads its 16-bit input for the
+    # amax (2 bytes) and runs the amax and scale kernels (2 more); a norm-fed input is written in
+    # 16 bits by the norm (1 byte more than fp8) and cast on its own (3), with the scale kernel.
+    # tp 1, forward: out's and fc2's inputs (32,768 + 88,064) x 6 = 724,992 in 2 x 3 kernels;
+    #   qkv's and fc1's norm outputs 2 x 32,768 x 4 = 262,144 in 2 x 2 -> 987,136 in 10
+    # backward: the output gradients (49,152 + 32,768 + 176,128 + 32,768) x 6 = 1,744,896 in 4 x 3,
+    #   the norm-fed inputs' transposes 131,072 in 2 -> 1,875,968 in 14
+    from cost_models.comm import Collective, collective_time, placement
+    from cost_models.compute import te_cast_bytes, te_current_scaling, tp_blocks
+    from cost_models.step_time import float8_amax_reductions, float8_amax_seconds
+
+    fp8 = dict(seq_len=128, precision="fp8", framework="megatron", global_batch_size=4)
+    job = make_job(LLAMA_TINY, gpus=1, training=fp8)
+    assert te_current_scaling(job)
+    assert te_cast_bytes(job, LayerKind()) == (987_136, 1_875_968, 10, 14)
+    # tp 2 with sequence parallelism: forward (16,384 + 44,032) x 6 = 362,496 in 6; the norms' outputs
+    # are the rank's 64 tokens: 2 x 16,384 x 4 = 131,072 in 4 -> 493,568 in 10. Backward: qkv's and
+    # fc1's gradients (24,576 + 88,064) x 6 = 675,840 in 6; out's and fc2's local halves 2 x 16,384 x 5
+    # = 163,840, their gathered transposes 131,072, in 2 x 4; the norm-fed transposes 131,072 in 2
+    # -> 1,101,824 in 16
+    tp2 = make_job(LLAMA_TINY, gpus=2, tp=2, sp=True, training=fp8)
+    assert te_cast_bytes(tp2, LayerKind()) == (493_568, 1_101_824, 10, 16)
+    # and the sequence-parallel quantizers reduce their amax over tp: the column inputs forward, the
+    # row outputs' gradients backward, one each per block (qkv/out, fc1/fc2), each a scalar all-reduce
+    blocks = tp_blocks(tp2, LayerKind(), cal=DEFAULT)
+    assert float8_amax_reductions(tp2, blocks) == (2, 2)
+    one = collective_time(Collective.ALL_REDUCE, 2, placement(tp2.cluster.spec, 2, 1), tp2.cluster.spec)
+    assert float8_amax_seconds(tp2, blocks) == pytest.approx((2 * one, 2 * one))
+    # delayed scaling takes last step's scales: no amax pass, no reduction
+    delayed = make_job(LLAMA_TINY, gpus=2, tp=2, sp=True, training={**fp8, "fp8_recipe": "delayed"})
+    assert not te_current_scaling(delayed)
+    assert float8_amax_reductions(delayed, tp_blocks(delayed, LayerKind(), cal=DEFAULT)) == (0, 0)
 
 
 def test_te_cast_pricing_reproduces_the_measured_autocast_overhead():
