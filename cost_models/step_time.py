@@ -176,6 +176,38 @@ def unfused_grad_accumulation_seconds(job: Job, rank: int, cal: Calibration) -> 
     return memory_seconds(job, params * (ACT_BYTES + 2 * main_grad_bytes(job)), cal)
 
 
+TORCHTITAN_BLOCK_TENSORS = 9  # wq wk wv wo, w1 w2 w3, two RMSNorm weights (pytorch/torchtitan@9dec370ad torchtitan/models/llama/model.py:158-165, 248-250)
+
+
+def pipelined_grad_accumulation_seconds(job: Job, rank: int, cal: Calibration) -> float:
+    """Per micro-batch (averaged over the step), FSDP2's gradient accumulation under torch's
+    pipelining (_pipelined_fsdp): the stage turns gradient sync off for every micro-batch's
+    backward, so each layer's post-backward keeps its gradient unsharded and adds the micro-batch's
+    into it (torch 2.13.0, git cf30153c: torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py:
+    603-612 post_backward; _fsdp_param.py:802-820). With a reduce dtype other than the 16-bit
+    parameters' (fp32, _grad_bytes 4) the first micro-batch's .grad is cast into a new fp32 tensor
+    (to_accumulated_grad_if_needed: read 2, write 4 bytes per parameter) and each later one added
+    to it (accumulate_unsharded_grad_if_needed, `unsharded_accumulated_grad += grad`: read 4 + 2,
+    write 4); the same code at pytorch/pytorch@65881d15 torch/distributed/_composable/fsdp/
+    _fsdp_param.py. With a bf16 reduce dtype autograd accumulates into .grad in place from the
+    second micro-batch on (AccumulateGrad, `variable_grad += new_grad`: read 2 + 2, write 2; torch
+    2.13.0 torch/csrc/autograd/functions/accumulate_grad.h:250-253). One kernel per parameter tensor
+    each time (a loop over fsdp_params, not a foreach). Without pipelining FSDP reduce-scatters
+    every micro-batch's gradient and accumulates only the sharded one (priced with the gathers)."""
+    if not _pipelined_fsdp(job):
+        return 0.0
+    m = job.num_microbatches
+    params = float(rank_params(job, rank).total)
+    if _grad_bytes(job) > ACT_BYTES:
+        moved = (ACT_BYTES + 4) + (m - 1) * (4 + ACT_BYTES + 4)
+        passes = m
+    else:
+        moved = (m - 1) * 3 * ACT_BYTES
+        passes = m - 1
+    tensors = TORCHTITAN_BLOCK_TENSORS * len(job.stage_layer_ids(rank))
+    return memory_seconds(job, params * moved / m, cal, launches=tensors * passes / m)
+
+
 def te_weight_cast_seconds(job: Job, rank: int, cal: Calibration) -> float:
     """Per micro-batch, the 1/m share of the rank's Transformer Engine weight casts, which run once
     per step (compute.te_weight_cast_bytes) on the rank's decoder layers: memory-bound kernels at
@@ -215,10 +247,11 @@ def embedding_grad_seconds(job: Job, rank: int, cal: Calibration) -> float:
 
 def rank_memory_seconds(job: Job, rank: int, cal: Calibration) -> float:
     """Per micro-batch, the rank's memory-bound kernels outside its layer passes: the main-grad
-    accumulation without its fusion, the embedding's dense gradient, the fp8 weight casts (counted
-    as elementwise work by stage_time and compute_by_kernel alike)."""
-    return (unfused_grad_accumulation_seconds(job, rank, cal) + embedding_grad_seconds(job, rank, cal)
-            + te_weight_cast_seconds(job, rank, cal))
+    accumulation without its fusion, FSDP2's under torch's pipelining, the embedding's dense
+    gradient, the fp8 weight casts (counted as elementwise work by stage_time and compute_by_kernel
+    alike)."""
+    return (unfused_grad_accumulation_seconds(job, rank, cal) + pipelined_grad_accumulation_seconds(job, rank, cal)
+            + embedding_grad_seconds(job, rank, cal) + te_weight_cast_seconds(job, rank, cal))
 
 
 def _sms(job: Job) -> int:

@@ -457,6 +457,31 @@ def test_fsdp_reduce_scatter_under_torch_pipelining_waits_for_the_last_backward(
     assert t_every.critical.microbatch.value("dp") > t_once.critical.microbatch.value("dp") == 0
 
 
+def test_fsdp2_under_torch_pipelining_accumulates_unsharded_gradients_every_micro_batch():
+    # LLAMA_TINY, torchtitan FSDP2, pp 2 dp 4 on 8 GPUs, gbs 16 at mbs 1: 4 micro-batches. Rank 0
+    # holds 2 layers x 692,736 + the embedding 1000 x 256 = 1,641,472 parameters, 18 tensors (9 per
+    # block). fp32 reduce dtype: the first micro-batch casts (2 + 4 bytes), the three later ones add
+    # (4 + 2 + 4): 36 bytes per parameter a step, 9 per micro-batch, 18 kernels per micro-batch.
+    # bf16 reduce dtype: autograd adds in place from the second on (2 + 2 + 2): 18 bytes a step,
+    # 4.5 per micro-batch, 3 x 18 / 4 = 13.5 kernels.
+    from cost_models import kernels as K
+    from cost_models.step_time import pipelined_grad_accumulation_seconds
+
+    tt = dict(framework="torchtitan", global_batch_size=16)
+    job = make_job(LLAMA_TINY, gpus=8, pp=2, training=tt)
+    assert job.num_microbatches == 4 and rank_params(job, 0).total == 1_641_472
+    gpu = job.cluster.gpu
+    assert pipelined_grad_accumulation_seconds(job, 0, DEFAULT) == pytest.approx(K.memory_seconds(1_641_472 * 9, gpu, launches=18))
+    bf16 = make_job(LLAMA_TINY, gpus=8, pp=2, training={**tt, "fsdp_reduce_in_bf16": True})
+    assert pipelined_grad_accumulation_seconds(bf16, 0, DEFAULT) == pytest.approx(K.memory_seconds(1_641_472 * 4.5, gpu, launches=13.5))
+    # without a pipeline FSDP reduce-scatters every micro-batch: nothing accumulates unsharded
+    flat = make_job(LLAMA_TINY, gpus=8, training=dict(framework="torchtitan", global_batch_size=64))
+    assert flat.num_microbatches > 1 and pipelined_grad_accumulation_seconds(flat, 0, DEFAULT) == 0
+    # and it is part of the stage's elementwise work
+    t = time_estimate(job)
+    assert t.stages[0].microbatch.value("compute/elementwise") > time_estimate(bf16).stages[0].microbatch.value("compute/elementwise")
+
+
 # --- Megatron's gradient path without fusion or overlap -------------------------------------------
 
 
