@@ -1750,6 +1750,18 @@ class TimeEstimate:
         return (sum(s.microbatch_s for s in self.stages) - self.critical.microbatch_s) / self.job.layout.vpp
 
     @cached_property
+    def bubble_straggler_s(self) -> float:
+        """The wait for slow GPUs inside the bubble. The bubble is the other stages' compute that
+        the critical stage waits on while the pipeline fills and drains (bubble_s), and each stage
+        runs it at the pace of its own slowest GPU, the slowest of gpus/pp (straggler_s's spread
+        and Blom's approximation over one stage's GPUs): cv · that compute · E[max of gpus/pp]."""
+        lay = self.job.layout
+        if lay.pp == 1:
+            return 0.0
+        compute = sum(float(s.microbatch.value("compute")) for s in self.stages) - float(self.critical.microbatch.value("compute"))
+        return self.calibration.gpu_speed_cv * compute / lay.vpp * expected_max_normal(self.job.gpus // lay.pp)
+
+    @cached_property
     def dp_tail_s(self) -> float:
         """The stage that finishes last sets the tail: stage r's last backward ends about r
         backward passes before stage 0's (under the interleaved schedule r chunk backwards, drain_s),
@@ -1773,7 +1785,7 @@ class TimeEstimate:
             **comm,
             bubble=self.bubble_s,
             optimizer=max(s.optimizer_s for s in self.stages),
-            straggler=self.straggler_s(float(compute.total)),
+            straggler=self.straggler_s(float(compute.total)) + self.bubble_straggler_s,
         )
 
     def straggler_s(self, compute_s: float) -> float:
