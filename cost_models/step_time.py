@@ -874,13 +874,17 @@ def _fsdp_layer_comm(job: Job, layer_id: int) -> tuple[float, float]:
     return gather, reduce
 
 
-def fsdp_copy_seconds(job: Job, layer_id: int, cal: Calibration) -> float:
+def fsdp_copy_seconds(job: Job, layer_id: int, cal: Calibration, rank: int = 0) -> float:
     """FSDP2's copies around one layer's collectives for one micro-batch (torch
     _fully_shard/_fsdp_collectives.py: foreach_all_gather_copy_out splits the flat all-gather output
     into the unsharded parameters, 2 + 2 bytes per parameter, after the forward and the backward
     gather; foreach_reduce copies the unsharded 16-bit gradients into the flat fp32 reduce-scatter
-    input, 2 + 4 bytes). torchtitan only; DeepSpeed and FSDP1 gather into flat buffers the
-    parameters view: FSDP1 (TrainingSpec.fsdp_flat_params) pays fsdp1_bytes_per_param instead."""
+    input, 2 + 4 bytes). Under torch's pipelining (_pipelined_fsdp) pipeline rank `rank` gathers
+    as pipelined_gathers has it, and the one reduce-scatter of the step copies the accumulated
+    gradient, already in the reduce dtype (pipelined_grad_accumulation_seconds): 4 + 4 bytes once
+    per step, 1/m of it per micro-batch. torchtitan only; DeepSpeed and FSDP1 gather into flat
+    buffers the parameters view: FSDP1 (TrainingSpec.fsdp_flat_params) pays fsdp1_bytes_per_param
+    instead."""
     if job.training.framework is not Framework.TORCHTITAN:
         return 0.0
     p = local_layer_params(job, layer_id)
@@ -888,7 +892,11 @@ def fsdp_copy_seconds(job: Job, layer_id: int, cal: Calibration) -> float:
     gathers = sum(fsdp_gathers(job))
     if job.training.fsdp_flat_params:
         return memory_seconds(job, params * fsdp1_bytes_per_param(job), cal, launches=3 + gathers)
-    return memory_seconds(job, params * (gathers * (2 + 2) + (2 + _grad_bytes(job))), cal, launches=1 + gathers)
+    reduces, reduce_bytes = 1.0, ACT_BYTES + _grad_bytes(job)
+    if _pipelined_fsdp(job):
+        gathers = sum(pipelined_gathers(job, rank))
+        reduces, reduce_bytes = 1 / job.num_microbatches, 2 * _grad_bytes(job)
+    return memory_seconds(job, params * (gathers * (2 + 2) + reduces * reduce_bytes), cal, launches=reduces + gathers)
 
 
 def fsdp1_bytes_per_param(job: Job) -> float:
@@ -1672,7 +1680,7 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[LayerKi
             reduces.append(0.0 if _pipelined_fsdp(job) else r)  # after the last backward (dp_tail)
             p = local_layer_params(job, layer_id)
             layer_params.append(p.dense + p.expert)
-            parts["sharding"] += fsdp_copy_seconds(job, layer_id, cal)
+            parts["sharding"] += fsdp_copy_seconds(job, layer_id, cal, rank)
     parts["elementwise"] += rank_memory_seconds(job, rank, cal)
     if fsdp and gathers:
         counts = pipelined_gathers(job, rank) if _pipelined_fsdp(job) else fsdp_gathers(job)
@@ -1902,7 +1910,7 @@ def compute_by_kernel(est: TimeEstimate) -> Breakdown:
         attention += lt.attention + lt.attention_backward + ra
         memory += lt.elementwise + lt.elementwise_backward + lt.fp8_cast + lt.fp8_cast_backward + rm
         if fsdp:
-            memory += fsdp_copy_seconds(job, layer_id, cal)
+            memory += fsdp_copy_seconds(job, layer_id, cal, crit.rank)
     memory += rank_memory_seconds(job, crit.rank, cal)
     if crit.rank == job.layout.pp - 1:
         heads = 1 + job.model.mtp_layers  # the output layer and loss again per MTP module (stage_time)

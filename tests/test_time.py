@@ -482,6 +482,21 @@ def test_fsdp2_under_torch_pipelining_accumulates_unsharded_gradients_every_micr
     assert t.stages[0].microbatch.value("compute/elementwise") > time_estimate(bf16).stages[0].microbatch.value("compute/elementwise")
 
 
+def test_fsdp2_copies_under_torch_pipelining_follow_its_gathers_and_one_reduce_per_step():
+    # reshard_after_forward=True under pp 2, 4 micro-batches: m + 1 = 5 gathers a step (1.25 per
+    # micro-batch, either rank), each copied out (2 + 2 bytes); one reduce-scatter a step copies the
+    # fp32 accumulated gradient in (4 + 4), 2 bytes per micro-batch: 1.25 x 4 + 2 = 7 bytes per
+    # parameter and 1.5 kernels per micro-batch, where outside the pipeline 2 x 4 + 6 = 14 and 3.
+    from cost_models import kernels as K
+    from cost_models.step_time import fsdp_copy_seconds
+
+    job = make_job(LLAMA_TINY, gpus=8, pp=2, training=dict(framework="torchtitan", global_batch_size=16,
+                                                            fsdp_reshard_after_forward=True))
+    expected = K.memory_seconds(692_736 * 7, job.cluster.gpu, launches=1.5)
+    assert fsdp_copy_seconds(job, 0, DEFAULT, 0) == pytest.approx(expected)
+    assert fsdp_copy_seconds(job, 3, DEFAULT, 1) == pytest.approx(expected)
+
+
 # --- Megatron's gradient path without fusion or overlap -------------------------------------------
 
 
