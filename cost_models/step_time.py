@@ -840,6 +840,18 @@ def pipelined_gathers(job: Job, rank: int) -> tuple[float, float]:
     return warm / m, (m + 1 - warm) / m
 
 
+def stage_gather_seconds(job: Job, rank: int) -> float:
+    """The all-gather of every 16-bit parameter of pipeline rank `rank` over its shard groups, as
+    FSDP2 runs it once a step where it keeps the stage gathered under torch's pipelining (dp_tail)."""
+    p = rank_params(job, rank)
+    cl = job.cluster.spec
+    total = 0.0
+    for params, where in ((dense_params(p), _dense_group(job)), (p.value("experts"), _expert_group(job))):
+        if params and where.n > 1:
+            total += collective_time(Collective.ALL_GATHER, params * ACT_BYTES, where, cl)
+    return total
+
+
 def _dense_group(job: Job):
     return placement(job.cluster.spec, job.dense_shard_group, job.layout.tp)
 
@@ -1777,14 +1789,41 @@ class TimeEstimate:
         return max(max(0.0, s.dp_exposed_s - s.drain_s) + s.gather_exposed_s for s in self.stages)
 
     @cached_property
+    def fill_gathers(self) -> tuple[float, float]:
+        """FSDP2 keeping each stage gathered under torch's pipelining (torchtitan's default under pp,
+        reshard_after_forward=False: pytorch/torchtitan@9dec370ad torchtitan/parallelisms/
+        parallelize_llama.py:325-339) reshards after the step's last backward (perform_reduce_grad
+        sets reshard_after_backward, torch 2.13.0 torch/distributed/pipelining/stage.py:1174-1186),
+        so every stage gathers its layers again in its first forward. The first of those gathers
+        waits for the stage's input: FSDP2's root pre-forward makes the gather streams wait on the
+        compute stream (torch 2.13.0 torch/distributed/fsdp/_fully_shard/_fsdp_state.py:146-154),
+        which waits on the receive. The pipeline fill runs the first forwards of all pp · vpp
+        model chunks (each its own FSDP root: train.py:158-163 there parallelises every model chunk
+        alone, pipeline_llama.py:108-124) one after another,
+        so each chunk adds its first layer's gather, and each stage the slowdown of its other
+        layers' gathers beside those forwards (dp_share). dp_tail_s and dp_contention_s count rank
+        0's; this is the rest: (exposed seconds, contention seconds)."""
+        job = self.job
+        if not _pipelined_fsdp(job) or fsdp_per_microbatch(job) or job.dense_shard_group == 1:
+            return 0.0, 0.0
+        exposed = contention = 0.0
+        for s in self.stages:
+            gather = stage_gather_seconds(job, s.rank)
+            first = gather / max(1, len(job.stage_layer_ids(s.rank)))
+            exposed += (job.layout.vpp - (s.rank == 0)) * first
+            if s.rank:
+                contention += (gather - job.layout.vpp * first) * s.dp_share / (1 - s.dp_share)
+        return exposed, contention
+
+    @cached_property
     def breakdown(self) -> Breakdown:
         m = self.job.num_microbatches
         per_mb = self.critical.microbatch.scaled(m)
         comm = {k: per_mb.value(k) for k in COMM_KINDS}
-        comm["dp"] += self.dp_tail_s
+        comm["dp"] += self.dp_tail_s + self.fill_gathers[0]
         comm["pp"] += self.critical.pp_fill_s + tied_embedding_grad_seconds(self.job)
         compute = per_mb["compute"]
-        contention = max(s.dp_contention_s for s in self.stages)
+        contention = max(s.dp_contention_s for s in self.stages) + self.fill_gathers[1]
         if contention:
             compute = Breakdown.of("s", **{k: compute.value(k) + (contention if k == "contention" else 0.0) for k in COMPUTE_PARTS})
         return Breakdown.of(

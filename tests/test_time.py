@@ -482,6 +482,27 @@ def test_fsdp2_under_torch_pipelining_accumulates_unsharded_gradients_every_micr
     assert t.stages[0].microbatch.value("compute/elementwise") > time_estimate(bf16).stages[0].microbatch.value("compute/elementwise")
 
 
+def test_the_pipeline_fill_waits_for_every_later_stages_first_layer_gather():
+    # torchtitan's default under pp keeps each stage gathered through the step and gathers it again
+    # in its first forward, whose first layer's gather waits for the stage's input. pp 2: rank 1
+    # (layers 2 and 3, 692,736 parameters each, the final norm 256 and the 1000 x 256 output layer)
+    # gathers its 1,641,728 16-bit parameters over dp 4; one layer's share of it (1/2) is exposed on top of
+    # rank 0's, the other half slows rank 1's first forward by the dp share s: s / (1 - s) of it.
+    # With reshard_after_forward=True every micro-batch gathers (stage time) instead.
+    from cost_models.comm import Collective, collective_time
+    from cost_models.step_time import _dense_group, dense_share
+
+    tt = dict(framework="torchtitan", global_batch_size=16)
+    job = make_job(LLAMA_TINY, gpus=8, pp=2, training=tt)
+    assert rank_params(job, 1).total == 1_641_728 and len(job.stage_layer_ids(1)) == 2
+    gather = collective_time(Collective.ALL_GATHER, 1_641_728 * 2, _dense_group(job), job.cluster.spec)
+    share = dense_share(job, DEFAULT)
+    t = time_estimate(job)
+    assert t.fill_gathers == pytest.approx((gather / 2, gather / 2 * share / (1 - share)))
+    every = make_job(LLAMA_TINY, gpus=8, pp=2, training={**tt, "fsdp_reshard_after_forward": True})
+    assert time_estimate(every).fill_gathers == (0.0, 0.0)
+
+
 def test_fsdp2_copies_under_torch_pipelining_follow_its_gathers_and_one_reduce_per_step():
     # reshard_after_forward=True under pp 2, 4 micro-batches: m + 1 = 5 gathers a step (1.25 per
     # micro-batch, either rank), each copied out (2 + 2 bytes); one reduce-scatter a step copies the
