@@ -188,8 +188,8 @@ def pipelined_grad_accumulation_seconds(job: Job, rank: int, cal: Calibration) -
     parameters' (fp32, _grad_bytes 4) the first micro-batch's .grad is cast into a new fp32 tensor
     (to_accumulated_grad_if_needed: read 2, write 4 bytes per parameter) and each later one added
     to it (accumulate_unsharded_grad_if_needed, `unsharded_accumulated_grad += grad`: read 4 + 2,
-    write 4); the same code at pytorch/pytorch@65881d15 torch/distributed/_composable/fsdp/
-    _fsdp_param.py. With a bf16 reduce dtype autograd accumulates into .grad in place from the
+    write 4); the same in torch 2.6.0 (git 2236df17, the torchtitan Dec 2024 runs' generation):
+    _fsdp_param_group.py:378-386, _fsdp_param.py:629-647, pipelining/stage.py:636-651. With a bf16 reduce dtype autograd accumulates into .grad in place from the
     second micro-batch on (AccumulateGrad, `variable_grad += new_grad`: read 2 + 2, write 2; torch
     2.13.0 torch/csrc/autograd/functions/accumulate_grad.h:250-253). One kernel per parameter tensor
     each time (a loop over fsdp_params, not a foreach). Without pipelining FSDP reduce-scatters
@@ -1793,10 +1793,11 @@ class TimeEstimate:
         """FSDP2 keeping each stage gathered under torch's pipelining (torchtitan's default under pp,
         reshard_after_forward=False: pytorch/torchtitan@9dec370ad torchtitan/parallelisms/
         parallelize_llama.py:325-339) reshards after the step's last backward (perform_reduce_grad
-        sets reshard_after_backward, torch 2.13.0 torch/distributed/pipelining/stage.py:1174-1186),
-        so every stage gathers its layers again in its first forward. The first of those gathers
-        waits for the stage's input: FSDP2's root pre-forward makes the gather streams wait on the
-        compute stream (torch 2.13.0 torch/distributed/fsdp/_fully_shard/_fsdp_state.py:146-154),
+        sets reshard_after_backward, torch 2.13.0 torch/distributed/pipelining/stage.py:1174-1186;
+        torch 2.6.0, git 2236df17, stage.py:641-651), so every stage gathers its layers again in
+        its first forward. The first of those gathers waits for the stage's input: FSDP2's root
+        pre-forward makes the gather streams wait on the compute stream (torch 2.13.0
+        torch/distributed/fsdp/_fully_shard/_fsdp_state.py:146-154; 2.6.0 _fsdp_state.py:129-138),
         which waits on the receive. The pipeline fill runs the first forwards of all pp · vpp
         model chunks (each its own FSDP root: train.py:158-163 there parallelises every model chunk
         alone, pipeline_llama.py:108-124) one after another,
