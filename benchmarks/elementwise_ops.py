@@ -122,7 +122,7 @@ def predicted(report: str) -> dict[str, float]:
                                                    C.qkv_copy_seconds, C.local_attention_copy_seconds)
                                          for b in (False, True)))
         if S.fsdp_per_microbatch(job) and job.dense_shard_group > 1:
-            put("FSDP2 copies (all)", S.fsdp_copy_seconds(job, layer_id, cal))
+            put("FSDP2 copies (all)", S.fsdp_copy_seconds(job, layer_id, cal, est.critical.rank))
     put("rank memory (grad accumulation, embedding grad)", S.rank_memory_seconds(job, est.critical.rank, cal))
     if est.critical.rank == lay.pp - 1:
         put("loss (log_softmax, nll)", C.loss_time(job, cal))

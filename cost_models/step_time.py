@@ -177,6 +177,38 @@ def unfused_grad_accumulation_seconds(job: Job, rank: int, cal: Calibration) -> 
     return memory_seconds(job, params * (ACT_BYTES + 2 * main_grad_bytes(job)), cal)
 
 
+TORCHTITAN_BLOCK_TENSORS = 9  # wq wk wv wo, w1 w2 w3, two RMSNorm weights (pytorch/torchtitan@9dec370ad torchtitan/models/llama/model.py:158-165, 248-250)
+
+
+def pipelined_grad_accumulation_seconds(job: Job, rank: int, cal: Calibration) -> float:
+    """Per micro-batch (averaged over the step), FSDP2's gradient accumulation under torch's
+    pipelining (_pipelined_fsdp): the stage turns gradient sync off for every micro-batch's
+    backward, so each layer's post-backward keeps its gradient unsharded and adds the micro-batch's
+    into it (torch 2.13.0, git cf30153c: torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py:
+    603-612 post_backward; _fsdp_param.py:802-820). With a reduce dtype other than the 16-bit
+    parameters' (fp32, _grad_bytes 4) the first micro-batch's .grad is cast into a new fp32 tensor
+    (to_accumulated_grad_if_needed: read 2, write 4 bytes per parameter) and each later one added
+    to it (accumulate_unsharded_grad_if_needed, `unsharded_accumulated_grad += grad`: read 4 + 2,
+    write 4); the same in torch 2.6.0 (git 2236df17, the torchtitan Dec 2024 runs' generation):
+    _fsdp_param_group.py:378-386, _fsdp_param.py:629-647, pipelining/stage.py:636-651. With a bf16 reduce dtype autograd accumulates into .grad in place from the
+    second micro-batch on (AccumulateGrad, `variable_grad += new_grad`: read 2 + 2, write 2; torch
+    2.13.0 torch/csrc/autograd/functions/accumulate_grad.h:250-253). One kernel per parameter tensor
+    each time (a loop over fsdp_params, not a foreach). Without pipelining FSDP reduce-scatters
+    every micro-batch's gradient and accumulates only the sharded one (priced with the gathers)."""
+    if not _pipelined_fsdp(job):
+        return 0.0
+    m = job.num_microbatches
+    params = float(rank_params(job, rank).total)
+    if _grad_bytes(job) > ACT_BYTES:
+        moved = (ACT_BYTES + 4) + (m - 1) * (4 + ACT_BYTES + 4)
+        passes = m
+    else:
+        moved = (m - 1) * 3 * ACT_BYTES
+        passes = m - 1
+    tensors = TORCHTITAN_BLOCK_TENSORS * len(job.stage_layer_ids(rank))
+    return memory_seconds(job, params * moved / m, cal, launches=tensors * passes / m)
+
+
 def te_weight_cast_seconds(job: Job, rank: int, cal: Calibration) -> float:
     """Per micro-batch, the 1/m share of the rank's Transformer Engine weight casts, which run once
     per step (compute.te_weight_cast_bytes) on the rank's decoder layers: memory-bound kernels at
@@ -216,10 +248,11 @@ def embedding_grad_seconds(job: Job, rank: int, cal: Calibration) -> float:
 
 def rank_memory_seconds(job: Job, rank: int, cal: Calibration) -> float:
     """Per micro-batch, the rank's memory-bound kernels outside its layer passes: the main-grad
-    accumulation without its fusion, the embedding's dense gradient, the fp8 weight casts (counted
-    as elementwise work by stage_time and compute_by_kernel alike)."""
-    return (unfused_grad_accumulation_seconds(job, rank, cal) + embedding_grad_seconds(job, rank, cal)
-            + te_weight_cast_seconds(job, rank, cal))
+    accumulation without its fusion, FSDP2's under torch's pipelining, the embedding's dense
+    gradient, the fp8 weight casts (counted as elementwise work by stage_time and compute_by_kernel
+    alike)."""
+    return (unfused_grad_accumulation_seconds(job, rank, cal) + pipelined_grad_accumulation_seconds(job, rank, cal)
+            + embedding_grad_seconds(job, rank, cal) + te_weight_cast_seconds(job, rank, cal))
 
 
 def _sms(job: Job) -> int:
@@ -818,6 +851,18 @@ def pipelined_gathers(job: Job, rank: int) -> tuple[float, float]:
     return warm / m, (m + 1 - warm) / m
 
 
+def stage_gather_seconds(job: Job, rank: int) -> float:
+    """The all-gather of every 16-bit parameter of pipeline rank `rank` over its shard groups, as
+    FSDP2 runs it once a step where it keeps the stage gathered under torch's pipelining (dp_tail)."""
+    p = rank_params(job, rank)
+    cl = job.cluster.spec
+    total = 0.0
+    for params, where in ((dense_params(p), _dense_group(job)), (p.value("experts"), _expert_group(job))):
+        if params and where.n > 1:
+            total += collective_time(Collective.ALL_GATHER, params * ACT_BYTES, where, cl)
+    return total
+
+
 def _dense_group(job: Job):
     return placement(job.cluster.spec, job.dense_shard_group, job.layout.tp)
 
@@ -852,13 +897,17 @@ def _fsdp_layer_comm(job: Job, layer_id: int) -> tuple[float, float]:
     return gather, reduce
 
 
-def fsdp_copy_seconds(job: Job, layer_id: int, cal: Calibration) -> float:
+def fsdp_copy_seconds(job: Job, layer_id: int, cal: Calibration, rank: int = 0) -> float:
     """FSDP2's copies around one layer's collectives for one micro-batch (torch
     _fully_shard/_fsdp_collectives.py: foreach_all_gather_copy_out splits the flat all-gather output
     into the unsharded parameters, 2 + 2 bytes per parameter, after the forward and the backward
     gather; foreach_reduce copies the unsharded 16-bit gradients into the flat fp32 reduce-scatter
-    input, 2 + 4 bytes). torchtitan only; DeepSpeed and FSDP1 gather into flat buffers the
-    parameters view: FSDP1 (TrainingSpec.fsdp_flat_params) pays fsdp1_bytes_per_param instead."""
+    input, 2 + 4 bytes). Under torch's pipelining (_pipelined_fsdp) pipeline rank `rank` gathers
+    as pipelined_gathers has it, and the one reduce-scatter of the step copies the accumulated
+    gradient, already in the reduce dtype (pipelined_grad_accumulation_seconds): 4 + 4 bytes once
+    per step, 1/m of it per micro-batch. torchtitan only; DeepSpeed and FSDP1 gather into flat
+    buffers the parameters view: FSDP1 (TrainingSpec.fsdp_flat_params) pays fsdp1_bytes_per_param
+    instead."""
     if job.training.framework is not Framework.TORCHTITAN:
         return 0.0
     p = local_layer_params(job, layer_id)
@@ -866,7 +915,11 @@ def fsdp_copy_seconds(job: Job, layer_id: int, cal: Calibration) -> float:
     gathers = sum(fsdp_gathers(job))
     if job.training.fsdp_flat_params:
         return memory_seconds(job, params * fsdp1_bytes_per_param(job), cal, launches=3 + gathers)
-    return memory_seconds(job, params * (gathers * (2 + 2) + (2 + _grad_bytes(job))), cal, launches=1 + gathers)
+    reduces, reduce_bytes = 1.0, ACT_BYTES + _grad_bytes(job)
+    if _pipelined_fsdp(job):
+        gathers = sum(pipelined_gathers(job, rank))
+        reduces, reduce_bytes = 1 / job.num_microbatches, 2 * _grad_bytes(job)
+    return memory_seconds(job, params * (gathers * (2 + 2) + reduces * reduce_bytes), cal, launches=reduces + gathers)
 
 
 def fsdp1_bytes_per_param(job: Job) -> float:
@@ -1650,7 +1703,7 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[LayerKi
             reduces.append(0.0 if _pipelined_fsdp(job) else r)  # after the last backward (dp_tail)
             p = local_layer_params(job, layer_id)
             layer_params.append(p.dense + p.expert)
-            parts["sharding"] += fsdp_copy_seconds(job, layer_id, cal)
+            parts["sharding"] += fsdp_copy_seconds(job, layer_id, cal, rank)
     parts["elementwise"] += rank_memory_seconds(job, rank, cal)
     if fsdp and gathers:
         counts = pipelined_gathers(job, rank) if _pipelined_fsdp(job) else fsdp_gathers(job)
@@ -1728,6 +1781,18 @@ class TimeEstimate:
         return (sum(s.microbatch_s for s in self.stages) - self.critical.microbatch_s) / self.job.layout.vpp
 
     @cached_property
+    def bubble_straggler_s(self) -> float:
+        """The wait for slow GPUs inside the bubble. The bubble is the other stages' compute that
+        the critical stage waits on while the pipeline fills and drains (bubble_s), and each stage
+        runs it at the pace of its own slowest GPU, the slowest of gpus/pp (straggler_s's spread
+        and Blom's approximation over one stage's GPUs): cv · that compute · E[max of gpus/pp]."""
+        lay = self.job.layout
+        if lay.pp == 1:
+            return 0.0
+        compute = sum(float(s.microbatch.value("compute")) for s in self.stages) - float(self.critical.microbatch.value("compute"))
+        return self.calibration.gpu_speed_cv * compute / lay.vpp * expected_max_normal(self.job.gpus // lay.pp)
+
+    @cached_property
     def dp_tail_s(self) -> float:
         """The stage that finishes last sets the tail: stage r's last backward ends about r
         backward passes before stage 0's (under the interleaved schedule r chunk backwards, drain_s),
@@ -1735,14 +1800,42 @@ class TimeEstimate:
         return max(max(0.0, s.dp_exposed_s - s.drain_s) + s.gather_exposed_s for s in self.stages)
 
     @cached_property
+    def fill_gathers(self) -> tuple[float, float]:
+        """FSDP2 keeping each stage gathered under torch's pipelining (torchtitan's default under pp,
+        reshard_after_forward=False: pytorch/torchtitan@9dec370ad torchtitan/parallelisms/
+        parallelize_llama.py:325-339) reshards after the step's last backward (perform_reduce_grad
+        sets reshard_after_backward, torch 2.13.0 torch/distributed/pipelining/stage.py:1174-1186;
+        torch 2.6.0, git 2236df17, stage.py:641-651), so every stage gathers its layers again in
+        its first forward. The first of those gathers waits for the stage's input: FSDP2's root
+        pre-forward makes the gather streams wait on the compute stream (torch 2.13.0
+        torch/distributed/fsdp/_fully_shard/_fsdp_state.py:146-154; 2.6.0 _fsdp_state.py:129-138),
+        which waits on the receive. The pipeline fill runs the first forwards of all pp · vpp
+        model chunks (each its own FSDP root: train.py:158-163 there parallelises every model chunk
+        alone, pipeline_llama.py:108-124) one after another,
+        so each chunk adds its first layer's gather, and each stage the slowdown of its other
+        layers' gathers beside those forwards (dp_share). dp_tail_s and dp_contention_s count rank
+        0's; this is the rest: (exposed seconds, contention seconds)."""
+        job = self.job
+        if not _pipelined_fsdp(job) or fsdp_per_microbatch(job) or job.dense_shard_group == 1:
+            return 0.0, 0.0
+        exposed = contention = 0.0
+        for s in self.stages:
+            gather = stage_gather_seconds(job, s.rank)
+            first = gather / max(1, len(job.stage_layer_ids(s.rank)))
+            exposed += (job.layout.vpp - (s.rank == 0)) * first
+            if s.rank:
+                contention += (gather - job.layout.vpp * first) * s.dp_share / (1 - s.dp_share)
+        return exposed, contention
+
+    @cached_property
     def breakdown(self) -> Breakdown:
         m = self.job.num_microbatches
         per_mb = self.critical.microbatch.scaled(m)
         comm = {k: per_mb.value(k) for k in COMM_KINDS}
-        comm["dp"] += self.dp_tail_s
+        comm["dp"] += self.dp_tail_s + self.fill_gathers[0]
         comm["pp"] += self.critical.pp_fill_s + tied_embedding_grad_seconds(self.job)
         compute = per_mb["compute"]
-        contention = max(s.dp_contention_s for s in self.stages)
+        contention = max(s.dp_contention_s for s in self.stages) + self.fill_gathers[1]
         if contention:
             compute = Breakdown.of("s", **{k: compute.value(k) + (contention if k == "contention" else 0.0) for k in COMPUTE_PARTS})
         return Breakdown.of(
@@ -1751,7 +1844,7 @@ class TimeEstimate:
             **comm,
             bubble=self.bubble_s,
             optimizer=max(s.optimizer_s for s in self.stages),
-            straggler=self.straggler_s(float(compute.total)),
+            straggler=self.straggler_s(float(compute.total)) + self.bubble_straggler_s,
         )
 
     def straggler_s(self, compute_s: float) -> float:
@@ -1868,7 +1961,7 @@ def compute_by_kernel(est: TimeEstimate) -> Breakdown:
         attention += lt.attention + lt.attention_backward + ra
         memory += lt.elementwise + lt.elementwise_backward + lt.fp8_cast + lt.fp8_cast_backward + rm
         if fsdp:
-            memory += fsdp_copy_seconds(job, layer_id, cal)
+            memory += fsdp_copy_seconds(job, layer_id, cal, crit.rank)
     memory += rank_memory_seconds(job, crit.rank, cal)
     if crit.rank == job.layout.pp - 1:
         heads = 1 + job.model.mtp_layers  # the output layer and loss again per MTP module (stage_time)

@@ -192,6 +192,21 @@ def test_the_slowest_gpu_sets_the_pace():
     assert shares[-1] == pytest.approx(cv * expected_max_normal(8192))
 
 
+def test_the_bubble_waits_on_each_stages_slowest_gpu():
+    # pp 2 on 16 GPUs: the critical stage's m micro-batches run at the slowest of all 16 GPUs
+    # (Blom 1.77), the bubble is the other stage's compute, run at its own slowest of 8 (Blom
+    # 1.434: (8 - 0.375) / 8.25 = 0.92424, Φ⁻¹ = 1.434).
+    cv = DEFAULT.gpu_speed_cv
+    t = time_estimate(make_job("llama-3.1-8b", gpus=16, pp=2, training=dict(global_batch_size=64)))
+    other = next(s for s in t.stages if s.rank != t.critical.rank)
+    bubble_compute = float(other.microbatch.value("compute"))
+    assert t.bubble_straggler_s == pytest.approx(cv * 1.434 * bubble_compute, rel=1e-3)  # Blom to 4 digits
+    compute = float(t.breakdown.value("compute"))
+    assert t.breakdown.value("straggler") == pytest.approx(cv * expected_max_normal(16) * compute + t.bubble_straggler_s)
+    # without a pipeline there is no bubble to wait in
+    assert time_estimate(make_job("llama-3.1-8b", gpus=16, training=dict(global_batch_size=64))).bubble_straggler_s == 0
+
+
 def test_parameter_gather_beside_the_forward_contends_and_exposes_what_outlasts_it():
     # a rank whose gradient reduction (4 s, 1 s of it the last bucket) runs beside a 10 s backward,
     # and whose parameter gather (3 s) runs beside a 2 s forward, with the collectives holding 20%

@@ -493,6 +493,67 @@ def test_fsdp_reduce_scatter_under_torch_pipelining_waits_for_the_last_backward(
     assert t_every.critical.microbatch.value("dp") > t_once.critical.microbatch.value("dp") == 0
 
 
+def test_fsdp2_under_torch_pipelining_accumulates_unsharded_gradients_every_micro_batch():
+    # LLAMA_TINY, torchtitan FSDP2, pp 2 dp 4 on 8 GPUs, gbs 16 at mbs 1: 4 micro-batches. Rank 0
+    # holds 2 layers x 692,736 + the embedding 1000 x 256 = 1,641,472 parameters, 18 tensors (9 per
+    # block). fp32 reduce dtype: the first micro-batch casts (2 + 4 bytes), the three later ones add
+    # (4 + 2 + 4): 36 bytes per parameter a step, 9 per micro-batch, 18 kernels per micro-batch.
+    # bf16 reduce dtype: autograd adds in place from the second on (2 + 2 + 2): 18 bytes a step,
+    # 4.5 per micro-batch, 3 x 18 / 4 = 13.5 kernels.
+    from cost_models import kernels as K
+    from cost_models.step_time import pipelined_grad_accumulation_seconds
+
+    tt = dict(framework="torchtitan", global_batch_size=16)
+    job = make_job(LLAMA_TINY, gpus=8, pp=2, training=tt)
+    assert job.num_microbatches == 4 and rank_params(job, 0).total == 1_641_472
+    gpu = job.cluster.gpu
+    assert pipelined_grad_accumulation_seconds(job, 0, DEFAULT) == pytest.approx(K.memory_seconds(1_641_472 * 9, gpu, launches=18))
+    bf16 = make_job(LLAMA_TINY, gpus=8, pp=2, training={**tt, "fsdp_reduce_in_bf16": True})
+    assert pipelined_grad_accumulation_seconds(bf16, 0, DEFAULT) == pytest.approx(K.memory_seconds(1_641_472 * 4.5, gpu, launches=13.5))
+    # without a pipeline FSDP reduce-scatters every micro-batch: nothing accumulates unsharded
+    flat = make_job(LLAMA_TINY, gpus=8, training=dict(framework="torchtitan", global_batch_size=64))
+    assert flat.num_microbatches > 1 and pipelined_grad_accumulation_seconds(flat, 0, DEFAULT) == 0
+    # and it is part of the stage's elementwise work
+    t = time_estimate(job)
+    assert t.stages[0].microbatch.value("compute/elementwise") > time_estimate(bf16).stages[0].microbatch.value("compute/elementwise")
+
+
+def test_the_pipeline_fill_waits_for_every_later_stages_first_layer_gather():
+    # torchtitan's default under pp keeps each stage gathered through the step and gathers it again
+    # in its first forward, whose first layer's gather waits for the stage's input. pp 2: rank 1
+    # (layers 2 and 3, 692,736 parameters each, the final norm 256 and the 1000 x 256 output layer)
+    # gathers its 1,641,728 16-bit parameters over dp 4; one layer's share of it (1/2) is exposed on top of
+    # rank 0's, the other half slows rank 1's first forward by the dp share s: s / (1 - s) of it.
+    # With reshard_after_forward=True every micro-batch gathers (stage time) instead.
+    from cost_models.comm import Collective, collective_time
+    from cost_models.step_time import _dense_group, dense_share
+
+    tt = dict(framework="torchtitan", global_batch_size=16)
+    job = make_job(LLAMA_TINY, gpus=8, pp=2, training=tt)
+    assert rank_params(job, 1).total == 1_641_728 and len(job.stage_layer_ids(1)) == 2
+    gather = collective_time(Collective.ALL_GATHER, 1_641_728 * 2, _dense_group(job), job.cluster.spec)
+    share = dense_share(job, DEFAULT)
+    t = time_estimate(job)
+    assert t.fill_gathers == pytest.approx((gather / 2, gather / 2 * share / (1 - share)))
+    every = make_job(LLAMA_TINY, gpus=8, pp=2, training={**tt, "fsdp_reshard_after_forward": True})
+    assert time_estimate(every).fill_gathers == (0.0, 0.0)
+
+
+def test_fsdp2_copies_under_torch_pipelining_follow_its_gathers_and_one_reduce_per_step():
+    # reshard_after_forward=True under pp 2, 4 micro-batches: m + 1 = 5 gathers a step (1.25 per
+    # micro-batch, either rank), each copied out (2 + 2 bytes); one reduce-scatter a step copies the
+    # fp32 accumulated gradient in (4 + 4), 2 bytes per micro-batch: 1.25 x 4 + 2 = 7 bytes per
+    # parameter and 1.5 kernels per micro-batch, where outside the pipeline 2 x 4 + 6 = 14 and 3.
+    from cost_models import kernels as K
+    from cost_models.step_time import fsdp_copy_seconds
+
+    job = make_job(LLAMA_TINY, gpus=8, pp=2, training=dict(framework="torchtitan", global_batch_size=16,
+                                                            fsdp_reshard_after_forward=True))
+    expected = K.memory_seconds(692_736 * 7, job.cluster.gpu, launches=1.5)
+    assert fsdp_copy_seconds(job, 0, DEFAULT, 0) == pytest.approx(expected)
+    assert fsdp_copy_seconds(job, 3, DEFAULT, 1) == pytest.approx(expected)
+
+
 # --- Megatron's gradient path without fusion or overlap -------------------------------------------
 
 
