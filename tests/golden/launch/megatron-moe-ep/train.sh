@@ -19,7 +19,7 @@ MIN_LR="${MIN_LR:-3e-5}"
 LR_WARMUP_ITERS="${LR_WARMUP_ITERS:-100}"
 EVAL_INTERVAL="${EVAL_INTERVAL:-1000}"
 # Steps between checkpoints: the plan's Daly interval (726.3 min) over its predicted step time.
-SAVE_INTERVAL="${SAVE_INTERVAL:-16933}"
+SAVE_INTERVAL="${SAVE_INTERVAL:-16850}"
 
 RUN_NAME=mixtral-8x7b
 

@@ -19,7 +19,7 @@ MIN_LR="${MIN_LR:-3e-5}"
 LR_WARMUP_ITERS="${LR_WARMUP_ITERS:-100}"
 EVAL_INTERVAL="${EVAL_INTERVAL:-1000}"
 # Steps between checkpoints: the plan's Daly interval (301.6 min) over its predicted step time.
-SAVE_INTERVAL="${SAVE_INTERVAL:-15595}"
+SAVE_INTERVAL="${SAVE_INTERVAL:-15552}"
 
 RUN_NAME=llama-3.1-8b
 
