@@ -429,7 +429,8 @@ def _mpt_attention(entry: dict) -> tuple[AttentionBackend, str]:
         return AttentionBackend.FA2, (
             "attention FlashAttention-2 (fa2): sweep.py@5e85bd62d passes --attn_impl flash for this size (L40-82) and "
             "the gpu-flash2 extra installs flash-attn 2.4.2, whose flash_attn_varlen_func llm-foundry calls with the "
-            "ALiBi slopes (llmfoundry/models/layers/attention.py L342-360 at 5e85bd62d)")
+            "ALiBi slopes (llmfoundry/models/layers/attention.py L342-360 at 5e85bd62d); the unpadding of q, k, v and the "
+            "padding of the output around it (bert_padding gathers and scatters, L274-288, L367) are not priced")
     if "Large Scale" in entry["source"]["location"]:
         return AttentionBackend.FA1, (
             "attention kernel at FlashAttention-1's rates, no curve of the kernel that ran being published: "
@@ -479,12 +480,17 @@ def _mpt(entry: dict) -> Mapped:
                  if large else "(llm-foundry v0.3.0 modeling_mpt.py L619-620)")),
              reduce_note,
              ("optimizer decoupled_adamw, Composer's DecoupledAdamW, as the benchmark yamls name it "
-              "(scripts/train/yamls/pretrain/mpt-*.yaml@b2a43a147 optimizer.name, weight_decay 0.0)"),
+              f"(scripts/train/yamls/pretrain/mpt-*.yaml@{'5e85bd62d' if large else 'b2a43a147'} optimizer.name, weight_decay 0.0)"),
+             ("loss as a fused one (compile_loss): MPT's default loss_fn at llm-foundry 5e85bd62d is 'fused_crossentropy' "
+              "(modeling_mpt.py L981-987), flash-attn 2.4.2's CrossEntropyLoss, a Triton kernel (flash_attn/losses/"
+              "cross_entropy.py L6 at v2.4.2) that keeps the 16-bit logits and a per-row log-sum-exp "
+              "(ops/triton/cross_entropy.py L56-57)") if large else
              ("loss as a fused one (compile_loss): MPT's default loss_fn at llm-foundry v0.3.0 is 'fused_crossentropy', "
               "flash_attn's CrossEntropyLoss, which keeps the 16-bit logits and a per-row log-sum-exp (modeling_mpt.py L721-727)"),
              f"network: the {cluster.spec.name} preset stands in for the MosaicML cluster (README: 1600 Gbps RoCE per node on A100)",
              "q, k, v as one fused GEMM (fused_projections): MPT's attention has one Wqkv linear "
-             "(llm-foundry v0.3.0 llmfoundry/models/layers/attention.py L484)",
+             + ("(llmfoundry/models/layers/attention.py L559 at 5e85bd62d)" if large
+                else "(llm-foundry v0.3.0 llmfoundry/models/layers/attention.py L484)"),
              prefetch_note]
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.BF16,
                             framework=Framework.TORCHTITAN, attention=AttentionKernel.FLASH, attention_backend=backend,
