@@ -412,8 +412,8 @@ MPT_SHARDING = {"FULL_SHARD": (Zero.PARAMETERS, "zero 3"), "SHARD_GRAD_OP": (Zer
 # PURE (L13), which run_config never hands to mod_parameters (L451-468), so the fsdp_config's
 # mixed_precision is mod_parameters' DEFAULT (L268, L335), as the table's MP Mode column says.
 MPT_LARGE_NOTES = (
-    ("run as llm-foundry@5e85bd62d's sweep.py submitted it: submit_benchmarks.py installs llm-foundry main with the "
-     "gpu-flash2 extra (L401-402: flash-attn 2.4.2, setup.py L100-101), which pins Composer 0.17 (setup.py L50); "
+    ("run as llm-foundry@5e85bd62d's sweep.py submitted it: submit_benchmarks.py installs llm-foundry main (at that "
+     "commit __version__ 0.4.0, llmfoundry/__init__.py L98) with the gpu-flash2 extra (L401-402: flash-attn 2.4.2, setup.py L100-101), which pins Composer 0.17 (setup.py L50); "
      "sweep.py's --fsdp_config_mixed_precision PURE (L13) never reaches the config (run_config L451-468), which keeps "
      "mod_parameters' DEFAULT (L268, L335), as the table's MP Mode says"),
     ("gradients reduce-scattered in fp32: the table's mixed_precision DEFAULT gathers bf16 parameters and reduces "
