@@ -397,43 +397,106 @@ MPT_MODE_NOTES = {
 }
 
 
+# The table's Sharding Strategy column as a ZeRO stage. Composer hands the name to torch's FSDP1
+# (Composer@v0.16.4 mosaic_fsdp_utils.py L38, @v0.17.2 L39: SHARDING_MAP), whose ShardingStrategy
+# docstring (torch/distributed/fsdp/api.py L37-49, read in torch 2.13.0) says FULL_SHARD unshards
+# the parameters before the forward, reshards after it, unshards again before the backward and
+# reshards after it (zero 3); SHARD_GRAD_OP unshards before the forward, does not reshard after
+# it and reshards only after the backward, gradients reduce-scattered after the backward (zero 2).
+MPT_SHARDING = {"FULL_SHARD": (Zero.PARAMETERS, "zero 3"), "SHARD_GRAD_OP": (Zero.GRADIENTS, "zero 2")}
+
+# The rows of the README's 'H100 80GB BF16 (Large Scale, >= 128 GPUs)' table, added by
+# llm-foundry@5e85bd62d (2024-01-06) with the sweep.py that submitted them: submit_benchmarks.py at
+# that commit installs llm-foundry main with the gpu-flash2 extra (L401-402), flash-attn 2.4.2
+# (setup.py L100-101), Composer 0.17 (setup.py L50); sweep.py passes --fsdp_config_mixed_precision
+# PURE (L13), which run_config never hands to mod_parameters (L451-468), so the fsdp_config's
+# mixed_precision is mod_parameters' DEFAULT (L268, L335), as the table's MP Mode column says.
+MPT_LARGE_NOTES = (
+    ("run as llm-foundry@5e85bd62d's sweep.py submitted it: submit_benchmarks.py installs llm-foundry main (at that "
+     "commit __version__ 0.4.0, llmfoundry/__init__.py L98) with the gpu-flash2 extra (L401-402: flash-attn 2.4.2, setup.py L100-101), which pins Composer 0.17 (setup.py L50); "
+     "sweep.py's --fsdp_config_mixed_precision PURE (L13) never reaches the config (run_config L451-468), which keeps "
+     "mod_parameters' DEFAULT (L268, L335), as the table's MP Mode says"),
+    ("gradients reduce-scattered in fp32: the table's mixed_precision DEFAULT gathers bf16 parameters and reduces "
+     "in fp32 (Composer@v0.17.2 mosaic_fsdp_utils.py L94-96), as torchtitan's FSDP2 does"),
+)
+
+
+def _mpt_attention(entry: dict) -> tuple[AttentionBackend, str]:
+    """The attention kernel a row ran: attn_impl 'flash' with flash-attn 2 installed (the large-scale
+    sweep's 1b, 3b, 7b and 70b rows) is FlashAttention-2; 'triton' (every other row) is priced at
+    FlashAttention-1's rates."""
+    if "attn_impl flash" in (entry["layout"].get("techniques") or ""):
+        return AttentionBackend.FA2, (
+            "attention FlashAttention-2 (fa2): sweep.py@5e85bd62d passes --attn_impl flash for this size (L40-82) and "
+            "the gpu-flash2 extra installs flash-attn 2.4.2, whose flash_attn_varlen_func llm-foundry calls with the "
+            "ALiBi slopes (llmfoundry/models/layers/attention.py L342-360 at 5e85bd62d); the unpadding of q, k, v and the "
+            "padding of the output around it (bert_padding gathers and scatters, L274-288, L367) are not priced")
+    if "Large Scale" in entry["source"]["location"]:
+        return AttentionBackend.FA1, (
+            "attention kernel at FlashAttention-1's rates, no curve of the kernel that ran being published: "
+            "sweep.py@5e85bd62d passes --attn_impl triton for this size (L40-82), llm-foundry's own Triton "
+            "FlashAttention (flash_attn_triton.py, llmfoundry/models/layers/attention.py L373-391 at 5e85bd62d), "
+            "copied from flash-attention@eff9fe6b, on triton-pre-mlir's sm90 branch (setup.py L66)")
+    return AttentionBackend.FA1, (
+        "attention kernel at FlashAttention-1's rates, no curve of the kernel that ran being published: attn_impl "
+        "'triton' (submit_benchmarks.py@b2a43a147 L144, L305) is flash_attn_triton.py, Tri Dao's Triton "
+        "FlashAttention (llm-foundry v0.3.0 layers/attention.py L300-425, copied from flash-attention@eff9fe6b) "
+        "on triton-pre-mlir's sm90 branch (setup.py L66); its docstring puts its forward + backward 'slightly "
+        "slower' than CUDA FlashAttention on A100 (L38-40), llm-foundry's TUTORIAL.md L301 'slightly faster' "
+        "than attn_impl 'flash', flash-attn 1.0.9 (setup.py L89)")
+
+
 def _mpt(entry: dict) -> Mapped:
     lay, m = entry["layout"], entry["model"]
     cluster = _cluster(entry)
     pure = "PURE" in entry["hardware"]["precision"].upper()
-    code_note, reduce_note = MPT_MODE_NOTES["PURE" if pure else "DEFAULT"]
-    notes = [("llm-foundry FSDP FULL_SHARD (torch's FullyShardedDataParallel under Composer) modelled as FSDP (framework "
-              "torchtitan, zero 3) with FSDP1's flat parameters (fsdp_flat_params): no copy-out after the gathers, the "
+    large = "Large Scale" in entry["source"]["location"]
+    code_note, reduce_note = MPT_LARGE_NOTES if large else MPT_MODE_NOTES["PURE" if pure else "DEFAULT"]
+    strategy = lay["zero"].split()[1] if lay["zero"].startswith("FSDP ") else lay["zero"]
+    if strategy not in MPT_SHARDING:
+        raise Skip(f"layout.zero {lay['zero']!r}: the sharding strategy must be one of {', '.join(MPT_SHARDING)}")
+    zero, stage = MPT_SHARDING[strategy]
+    backend, attention_note = _mpt_attention(entry)
+    prefetch_note = (
+        ("FSDP1's backward prefetch priced as FSDP2's (the next layer's gather issued ahead of its backward): the "
+         "sweep sets backward_prefetch BACKWARD_PRE and forward_prefetch true (sweep.py@5e85bd62d L14-16), which "
+         "issues that gather before the current layer's gradients (the BackwardPrefetch docstring of "
+         "torch/distributed/fsdp/api.py, read in torch 2.13.0)") if large else
+        ("FSDP1's backward prefetch priced as FSDP2's (the next layer's gather issued ahead of its backward): the "
+         "benchmark leaves backward_prefetch at Composer's default BACKWARD_POST (Composer@v0.16.4 "
+         "dist_strategy.py L135; yamls/pretrain/mpt-*.yaml@b2a43a147 fsdp_config sets limit_all_gathers: true, "
+         "no backward_prefetch), which issues that gather after the current layer's gradients (the BackwardPrefetch "
+         "docstring of torch/distributed/fsdp/api.py, read in torch 2.13.0); how much it then overlaps depends on how far the CPU runs ahead"))
+    notes = [(f"llm-foundry FSDP {strategy} (torch's FullyShardedDataParallel under Composer) modelled as FSDP (framework "
+              f"torchtitan, {stage}: the ShardingStrategy docstring of torch/distributed/fsdp/api.py L37-49, torch 2.13.0) "
+              "with FSDP1's flat parameters (fsdp_flat_params): no copy-out after the gathers, the "
               "gradient cast to the reduce dtype and divided in place before the reduce-scatter"),
              code_note,
              ("MPT shape from the benchmark config: biases on, learned positions (MPTConfig defaults), LayerNorm with "
               "bias (low_precision_layernorm is a kernel choice); the README's NumParams match this model exactly"),
-             ("attention kernel at FlashAttention-1's rates, no curve of the kernel that ran being published: attn_impl "
-              "'triton' (submit_benchmarks.py@b2a43a147 L144, L305) is flash_attn_triton.py, Tri Dao's Triton "
-              "FlashAttention (llm-foundry v0.3.0 layers/attention.py L300-425, copied from flash-attention@eff9fe6b) "
-              "on triton-pre-mlir's sm90 branch (setup.py L66); its docstring puts its forward + backward 'slightly "
-              "slower' than CUDA FlashAttention on A100 (L38-40), llm-foundry's TUTORIAL.md L301 'slightly faster' "
-              "than attn_impl 'flash', flash-attn 1.0.9 (setup.py L89)"),
+             attention_note,
              ("every MPTBlock checkpointed whole where the table says activation checkpointing, attention included "
-              "(llm-foundry v0.3.0 modeling_mpt.py L619-620)"),
+              + ("(activation_checkpointing_target unset: llmfoundry/models/mpt/modeling_mpt.py L839-855 at 5e85bd62d)"
+                 if large else "(llm-foundry v0.3.0 modeling_mpt.py L619-620)")),
              reduce_note,
              ("optimizer decoupled_adamw, Composer's DecoupledAdamW, as the benchmark yamls name it "
-              "(scripts/train/yamls/pretrain/mpt-*.yaml@b2a43a147 optimizer.name, weight_decay 0.0)"),
+              f"(scripts/train/yamls/pretrain/mpt-*.yaml@{'5e85bd62d' if large else 'b2a43a147'} optimizer.name, weight_decay 0.0)"),
+             ("loss as a fused one (compile_loss): MPT's default loss_fn at llm-foundry 5e85bd62d is 'fused_crossentropy' "
+              "(modeling_mpt.py L981-987), flash-attn 2.4.2's CrossEntropyLoss, a Triton kernel (flash_attn/losses/"
+              "cross_entropy.py L6 at v2.4.2) that keeps the 16-bit logits and a per-row log-sum-exp "
+              "(ops/triton/cross_entropy.py L56-57)") if large else
              ("loss as a fused one (compile_loss): MPT's default loss_fn at llm-foundry v0.3.0 is 'fused_crossentropy', "
               "flash_attn's CrossEntropyLoss, which keeps the 16-bit logits and a per-row log-sum-exp (modeling_mpt.py L721-727)"),
              f"network: the {cluster.spec.name} preset stands in for the MosaicML cluster (README: 1600 Gbps RoCE per node on A100)",
              "q, k, v as one fused GEMM (fused_projections): MPT's attention has one Wqkv linear "
-             "(llm-foundry v0.3.0 llmfoundry/models/layers/attention.py L484)",
-             ("FSDP1's backward prefetch priced as FSDP2's (the next layer's gather issued ahead of its backward): the "
-              "benchmark leaves backward_prefetch at Composer's default BACKWARD_POST (Composer@v0.16.4 "
-              "dist_strategy.py L135; yamls/pretrain/mpt-*.yaml@b2a43a147 fsdp_config sets limit_all_gathers: true, "
-              "no backward_prefetch), which issues that gather after the current layer's gradients (the BackwardPrefetch "
-              "docstring of torch/distributed/fsdp/api.py, read in torch 2.13.0); how much it then overlaps depends on how far the CPU runs ahead")]
+             + ("(llmfoundry/models/layers/attention.py L559 at 5e85bd62d)" if large
+                else "(llm-foundry v0.3.0 llmfoundry/models/layers/attention.py L484)"),
+             prefetch_note]
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.BF16,
-                            framework=Framework.TORCHTITAN, attention=AttentionKernel.FLASH, attention_backend=AttentionBackend.FA1,
+                            framework=Framework.TORCHTITAN, attention=AttentionKernel.FLASH, attention_backend=backend,
                             compile_loss=True, fused_projections=True, optimizer=OptimizerKind.DECOUPLED_ADAMW,
                             fsdp_reduce_in_bf16=pure, fsdp_flat_params=True)
-    layout = Layout(tp=1, pp=1, mbs=lay["micro_batch"], zero=Zero.PARAMETERS, recompute=_recompute(lay["recompute"]))
+    layout = Layout(tp=1, pp=1, mbs=lay["micro_batch"], zero=zero, recompute=_recompute(lay["recompute"]))
     return mpt_model(entry), cluster, training, layout, notes
 
 

@@ -50,7 +50,7 @@ def test_every_entry_is_loaded_or_skipped_with_a_reason():
 def test_runs_per_group():
     # a mapping change that drops (or newly admits) a run shows up here, not as a silent skip
     assert Counter(r.group for r in RUNS) == {
-        "narayanan2021": 22, "korthikanti2022": 10, "torchtitan": 32, "mpt": 27, "fp8lm": 6, "zerobubble": 31,
+        "narayanan2021": 22, "korthikanti2022": 10, "torchtitan": 32, "mpt": 45, "fp8lm": 6, "zerobubble": 31,
         "vocabpar": 24, "megatron_readme_gpt3ex": 1, "torchtitan_docs_2024": 11, "nanotron_ultrascale": 26,
         "kempnerforge_mfu_scaling": 14, "kempnerforge_config_validation": 7, "mlperf": 24, "mlperf_coreweave": 3,
         "mlperf_azure": 1, "mlperf_smc": 1, "mlperf_oracle": 3, "mlperf_cisco": 2, "mlperf_uf": 3,
@@ -472,6 +472,37 @@ def test_mpt_pure_rows_reduce_scatter_bf16_gradients():
     rs = lambda nbytes: collective_time(Collective.REDUCE_SCATTER, nbytes, _dense_group(job), job.cluster.spec)  # noqa: E731
     assert reduce == pytest.approx(rs(314_639_360 * 2), rel=1e-12)
     assert reduce < 0.6 * rs(314_639_360 * 4)  # the fp32 reduce a DEFAULT row pays
+
+
+def test_mpt_large_scale_rows_map_the_sharding_strategy_and_the_sweeps_kernel():
+    # README@5e85bd62d 'H100 80GB BF16 (Large Scale, >= 128 GPUs)': 18 rows at 128, 256 and 512 GPUs
+    # besides the 27 earlier ones. The 3b row at 256 GPUs: SHARD_GRAD_OP (zero 2), micro-batch 8, grad
+    # accum 1, global batch 2048 = 8 x 256, 22,772 tokens/s/GPU, no activation checkpointing; sweep.py
+    # (L49-54) ran it with attn_impl flash on flash-attn 2.4.2. FSDP1 then gathers once per micro-batch,
+    # before the forward: 1·(4 + 2)/256 + (2 + 4) + 2·4 + 2·4/256 = 14 + 14/256 bytes per parameter
+    # outside the collectives (exact: the same sum in binary fractions).
+    from cost_models.enums import AttentionBackend, Recompute, Zero
+    from cost_models.step_time import fsdp1_bytes_per_param, fsdp_gathers
+
+    large = {r.id for r in RUNS if r.group == "mpt" and "Large Scale" in ENTRIES[r.id]["source"]["location"]}
+    assert len(large) == 18
+    run = BY_ID["mpt-h100-3b-seq2048-256gpu"]
+    job = run.job()
+    assert (job.zero, job.layout.mbs, job.training.global_batch_size, job.cluster.num_gpus, job.dp) == (
+        Zero.GRADIENTS, 8, 2048, 256, 256)
+    assert job.num_microbatches == 1 and job.layout.recompute is Recompute.NONE
+    assert job.training.attention_backend is AttentionBackend.FA2
+    assert run.measured_tokens_per_s_per_gpu == 22772 and run.model.params_total == 2_651_837_440  # the table's NumParams
+    assert fsdp_gathers(job) == (1.0, 0.0)
+    assert fsdp1_bytes_per_param(job) == 14 + 14 / 256
+    # the 1b and 3b rows are the zero-2 ones; 13b and 30b ran attn_impl triton (FlashAttention-1's rates)
+    zero2 = {i for i in large if BY_ID[i].layout.zero is Zero.GRADIENTS}
+    assert zero2 == {f"mpt-h100-{s}-seq2048-{n}gpu" for s in ("1b", "3b") for n in (128, 256, 512)}
+    fa1 = {i for i in large if BY_ID[i].training.attention_backend is AttentionBackend.FA1}
+    assert fa1 == {f"mpt-h100-{s}-seq2048-{n}gpu" for s in ("13b", "30b") for n in (128, 256, 512)}
+    # every earlier mpt row stays FULL_SHARD at FlashAttention-1's rates
+    assert all(r.layout.zero is Zero.PARAMETERS and r.training.attention_backend is AttentionBackend.FA1
+               for r in RUNS if r.group == "mpt" and r.id not in large)
 
 
 def test_mpt_fsdp1_copies_are_casts_and_divisions_not_a_copy_out():
