@@ -12,6 +12,7 @@ all-source fit the benchmark prints."""
 
 from __future__ import annotations
 
+import re
 import statistics
 import sys
 from collections import defaultdict
@@ -201,7 +202,7 @@ def test_step_time_out_of_sample():
         assert getattr(DEFAULT, name) == pytest.approx(getattr(fitted, name), rel=1e-3), name
     rows, _ = time_accuracy.leave_one_source_out(grid)
     errors = [abs(r.error) for r in rows]
-    assert statistics.median(errors) <= 0.037  # 3.5% today; the out-of-sample target is 6%
+    assert statistics.median(errors) <= 0.037  # 3.6% today; the out-of-sample target is 6%
     by_source: dict[str, list[float]] = defaultdict(list)
     for r in rows:
         by_source[r.family].append(abs(r.error))
@@ -217,13 +218,20 @@ def test_step_time_out_of_sample():
     # while the p90 fell from 15.1 to 14.0%; SDPA's flash backend priced from its own timing, torch's
     # ring attention with its send buffers and merges, and the 500 W board's GEMMs at the rates FBGEMM
     # timed at its limit took torchtitan to 3.3 (the median 3.6 -> 3.5%, the p90 14.0 -> 14.2%, the
-    # other sources unchanged)
-    today = {"fp8lm": 0.025, "kempnerforge": 0.055, "korthikanti2022": 0.051, "mlperf": 0.043, "mpt": 0.043,
-             "nanotron_ultrascale": 0.063, "narayanan2021": 0.021, "sail_pipeline": 0.027, "torchtitan": 0.033,
+    # other sources unchanged); Transformer Engine's current scaling under MLPerf v5.1's tensorwise recipe
+    # took mlperf to 4.1, torch's pipelining terms (FSDP2's accumulation into fp32 gradients, every
+    # chunk's first gather in the fill) torchtitan to 3.1. MPT's large-scale H100 table (18 rows at 128
+    # to 512 GPUs, added as evidence, nothing fitted to them) took mpt from 4.3% over its 27 earlier rows
+    # (unchanged on those) to 5.9% over 45: the bound follows the evidence, not a model change
+    today = {"fp8lm": 0.025, "kempnerforge": 0.055, "korthikanti2022": 0.051, "mlperf": 0.041, "mpt": 0.059,
+             "nanotron_ultrascale": 0.063, "narayanan2021": 0.021, "sail_pipeline": 0.027, "torchtitan": 0.031,
              "torchtitan_docs_2024": 0.015}
     for source, errs in by_source.items():
         if len(errs) >= 5:
             assert statistics.median(errs) <= today[source] + 0.01, source
+    # the 27 MPT rows before the large-scale table keep their own bound (4.3% today, plus a point)
+    earlier = [abs(r.error) for r in rows if r.family == "mpt" and not re.fullmatch(r"mpt-h100-.*-(128|256|512)gpu", r.run.id)]
+    assert len(earlier) == 27 and statistics.median(earlier) <= 0.053
     # KempnerForge's tail, once its unsplit vocabulary is priced in the step (loss over the whole
     # vocabulary, logits all-gather, unsplit output layer on pipeline stages; 32.5% before) and its
     # tp-2 pairs run over the 6 NVLinks between two GPUs of a switchless 4-GPU board (21.5% before):
