@@ -405,7 +405,9 @@ class TrainingSpec(Spec):
     # output gradient and zeros + scatter_ for each of dq, dk, dv (Dao-AILab/flash-attention@v2.4.2
     # flash_attn/bert_padding.py L8-61, 98-122, 197-209; compute.flash_unpad_copy_seconds). The
     # torch.split of the fused qkv output and its gradient's cat are the model's, on every attn_impl,
-    # and are not part of it. Framework torchtitan (llm-foundry's FSDP) with flash attention only.
+    # and are not part of it; nor are the ALiBi slopes, n_heads floats made once per model forward
+    # (llmfoundry/models/mpt/modeling_mpt.py L611-615 there). Framework torchtitan (llm-foundry's
+    # FSDP) with flash attention only.
     flash_unpad_copies: bool = False
 
     @model_validator(mode="after")
