@@ -429,8 +429,10 @@ def _mpt_attention(entry: dict) -> tuple[AttentionBackend, str]:
         return AttentionBackend.FA2, (
             "attention FlashAttention-2 (fa2): sweep.py@5e85bd62d passes --attn_impl flash for this size (L40-82) and "
             "the gpu-flash2 extra installs flash-attn 2.4.2, whose flash_attn_varlen_func llm-foundry calls with the "
-            "ALiBi slopes (llmfoundry/models/layers/attention.py L342-360 at 5e85bd62d); the unpadding of q, k, v and the "
-            "padding of the output around it (bert_padding gathers and scatters, L274-288, L367) are not priced")
+            "ALiBi slopes (llmfoundry/models/layers/attention.py L342-362 at 5e85bd62d), priced without an ALiBi cost (the "
+            "PR that added it, Dao-AILab/flash-attention#540, reports 'almost no loss' on A100 in plots without numbers); "
+            "the unpadding of q, k, v and the padding of the output around it (flash_unpad_copies: L270-289, 367-369 "
+            "there; flash-attn v2.4.2 flash_attn/bert_padding.py L8-61, 98-122, 197-209)")
     if "Large Scale" in entry["source"]["location"]:
         return AttentionBackend.FA1, (
             "attention kernel at FlashAttention-1's rates, no curve of the kernel that ran being published: "
@@ -495,7 +497,8 @@ def _mpt(entry: dict) -> Mapped:
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.BF16,
                             framework=Framework.TORCHTITAN, attention=AttentionKernel.FLASH, attention_backend=backend,
                             compile_loss=True, fused_projections=True, optimizer=OptimizerKind.DECOUPLED_ADAMW,
-                            fsdp_reduce_in_bf16=pure, fsdp_flat_params=True)
+                            fsdp_reduce_in_bf16=pure, fsdp_flat_params=True,
+                            flash_unpad_copies=backend is AttentionBackend.FA2)
     layout = Layout(tp=1, pp=1, mbs=lay["micro_batch"], zero=zero, recompute=_recompute(lay["recompute"]))
     return mpt_model(entry), cluster, training, layout, notes
 

@@ -216,6 +216,14 @@ def attention_items(job: Job, d: Dims, *, rope: bool = True) -> Breakdown:
         items["attention_output"] = t * o_width * ACT_BYTES
         items["softmax_lse"] = d.b * d.heads * d.s * FP32
         items["out_proj_input"] = t * o_width if d.lin_bytes == 1 else 0
+        if tr.flash_unpad_copies:
+            # TrainingSpec.flash_unpad_copies: the kernel's output is the unpadded (tokens, heads, d)
+            # tensor; out_proj reads pad_input's new one, so both are kept. Each index_first_axis
+            # saves its own int64 row indices (one torch.nonzero per unpad_input call, q, k and v;
+            # pad_input's index_put_first_axis saves q's again): Dao-AILab/flash-attention@v2.4.2
+            # flash_attn/bert_padding.py L11, 44, 109
+            items["out_proj_input"] = t * o_width * d.lin_bytes
+            items["unpad_indices"] = 3 * t * INDEX_BYTES
     else:
         scores = d.b * d.heads * d.s * d.s
         items["softmax_output"] = scores * ACT_BYTES

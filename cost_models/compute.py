@@ -741,6 +741,7 @@ def elementwise_seconds(job: Job, kind: LayerKind, *, backward: bool, cal: Calib
     total += qkv_bias_seconds(job, kind, backward=backward, cal=cal)
     total += qkv_layout_copy_seconds(job, kind, backward=backward, cal=cal)
     total += local_attention_copy_seconds(job, kind, backward=backward, cal=cal)
+    total += flash_unpad_copy_seconds(job, kind, backward=backward, cal=cal)
     total += norms * _op_seconds(job, "norm", h * residual_tokens, backward, cal)
     if m.hidden_dropout > 0 and fused_bias_dropout_add(job) and not backward:
         total += blocks * _op_seconds(job, "bda", h * residual_tokens, backward, cal)
@@ -907,6 +908,50 @@ def local_attention_copy_seconds(job: Job, kind: LayerKind, *, backward: bool, c
     if not backward:
         return memory_seconds(job, q * QKV_COPY_BYTES, cal, launches=1)
     return memory_seconds(job, (qkv_elements(job) + 2 * q) * QKV_COPY_BYTES, cal, launches=3)
+
+
+# TrainingSpec.flash_unpad_copies, read at mosaicml/llm-foundry@5e85bd62d llmfoundry/models/layers/
+# attention.py flash_attn_fn (L270-289, 367-369) and Dao-AILab/flash-attention@v2.4.2 (1a2c3e8c)
+# flash_attn/bert_padding.py. Each of q, k and v is unpadded by its own unpad_input call (L98-122):
+# mask.sum(dim=-1), torch.nonzero(mask.flatten()), seqlens.max().item(), cumsum and F.pad over the
+# (batch, seq) mask, then index_first_axis, a torch.gather of the rows of the strided split view
+# (L8-19; the index is repeat(indices, "z -> z d"), an expand in einops' torch backend, no copy).
+# The output goes back through pad_input (L197-209): index_put_first_axis, torch.zeros over the padded
+# rows, then output[indices] = values (L41-53). Backward: the pad's gradient is grad_output[indices]
+# (L56-61); each unpad's is torch.zeros and scatter_ (L21-35). The gathered tensors are contiguous, so
+# flash_attn_varlen_func's maybe_contiguous copies nothing (flash_attn_interface.py L83-84, 176-178),
+# and the rearranges between 'nnz (h d)' and 'nnz h d' are views. Per token, 16-bit elements over
+# the rank's q width (q) and k and v widths (kv each): forward the gathers read and write q, k, v,
+# 4·(q + 2kv), the pad writes zeros (2q) and reads and writes the output (4q); backward the pad's
+# gather 4q, the unpads' zeros and scatters 6·(q + 2kv). The int64 index, one per row, is read from
+# cache across a row's elements (8 bytes per token against at least 4·q) and is not counted.
+FLASH_UNPAD_GATHER_BYTES = 2 + 2  # a gather reads and writes each element
+FLASH_UNPAD_ZEROS_PUT_BYTES = 2 + 2 + 2  # zeros writes it, then index_put / scatter_ read and write it
+# One launch per op the code names (three unpad_input calls of sum, nonzero, max, cumsum, pad and
+# gather; zeros and index_put in pad_input), and backward one gather and three zeros + scatter_
+# pairs. nonzero's count copy and .item() each wait for the GPU (two host syncs per unpad_input call):
+# that stall has no measured price here and is not counted.
+FLASH_UNPAD_FWD_LAUNCHES = 3 * 6 + 2
+FLASH_UNPAD_BWD_LAUNCHES = 1 + 3 * 2
+
+
+def flash_unpad_bytes(q_width: float, kv_width: float, *, backward: bool) -> float:
+    """16-bit bytes per token moved around the flash-attn 2 varlen kernel by llm-foundry's unpad and
+    pad (TrainingSpec.flash_unpad_copies), over a rank's q width and the width of each of k and v."""
+    qkv = q_width + 2 * kv_width
+    if backward:
+        return FLASH_UNPAD_GATHER_BYTES * q_width + FLASH_UNPAD_ZEROS_PUT_BYTES * qkv
+    return FLASH_UNPAD_GATHER_BYTES * qkv + FLASH_UNPAD_ZEROS_PUT_BYTES * q_width
+
+
+def flash_unpad_copy_seconds(job: Job, kind: LayerKind, *, backward: bool, cal: Calibration) -> float:
+    """TrainingSpec.flash_unpad_copies: flash_unpad_bytes over the rank's tokens at the stream fraction
+    of HBM bandwidth, with the unpad and pad kernels' launches, on attention layers."""
+    if not (job.training.flash_unpad_copies and kind.mixer is MixerKind.ATTENTION):
+        return 0.0
+    m, tp = job.model, job.layout.tp
+    moved = flash_unpad_bytes(m.q_width / tp, m.kv_width / tp, backward=backward) * tokens(job)
+    return memory_seconds(job, moved, cal, launches=FLASH_UNPAD_BWD_LAUNCHES if backward else FLASH_UNPAD_FWD_LAUNCHES)
 
 
 def permutation_seconds(job: Job, routed: int, cal: Calibration) -> float:

@@ -734,6 +734,10 @@ SWITCH_RULES: tuple[Rule, ...] = (
     _needs_rule("local_attention_copies", MEGATRON, "training.attention", {AttentionKernel.EAGER},
                 "describes Megatron's local unfused attention", "drop it, or use framework megatron with eager attention",
                 source="sail-sg/zero-bubble-pipeline-parallelism@77b9eed9 megatron/model/transformer.py:368-373, 421-422"),
+    _needs_rule("flash_unpad_copies", TITAN, "training.attention", {AttentionKernel.FLASH},
+                "describes llm-foundry's unpad and pad around flash-attn 2's varlen kernel",
+                "drop it, or use framework torchtitan with flash attention",
+                source="mosaicml/llm-foundry@5e85bd62d llmfoundry/models/layers/attention.py:270-289, 367-369"),
     _megatron_rule("cross_entropy_unfused", "describes Megatron's vocab-parallel cross entropy without "
                    "--cross-entropy-loss-fusion",
                    source="sail-sg/VocabularyParallelism@4dca7d20 megatron/training/arguments.py:1169-1171"),

@@ -397,6 +397,18 @@ class TrainingSpec(Spec):
     # versions maybe_multiply, the same multiply for alpha != 1); the buffer operand needs no gradient
     # (compute.local_attention_copy_seconds). Framework megatron with eager attention only.
     local_attention_copies: bool = False
+    # llm-foundry's attn_impl 'flash' with flash-attn 2 (mosaicml/llm-foundry@5e85bd62d
+    # llmfoundry/models/layers/attention.py flash_attn_fn, L270-289, 342-369) hands the varlen kernel
+    # q, k and v unpadded by flash-attn's bert_padding.unpad_input, one call each (a gather of every
+    # row kept by the key padding mask, all rows for unpadded pretraining data), and pads the output
+    # back with pad_input (zeros, then an index put); backward runs their transposes, a gather of the
+    # output gradient and zeros + scatter_ for each of dq, dk, dv (Dao-AILab/flash-attention@v2.4.2
+    # flash_attn/bert_padding.py L8-61, 98-122, 197-209; compute.flash_unpad_copy_seconds). The
+    # torch.split of the fused qkv output and its gradient's cat are the model's, on every attn_impl,
+    # and are not part of it; nor are the ALiBi slopes, n_heads floats made once per model forward
+    # (llmfoundry/models/mpt/modeling_mpt.py L611-615 there). Framework torchtitan (llm-foundry's
+    # FSDP) with flash attention only.
+    flash_unpad_copies: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:

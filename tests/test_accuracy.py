@@ -222,7 +222,9 @@ def test_step_time_out_of_sample():
     # took mlperf to 4.1, torch's pipelining terms (FSDP2's accumulation into fp32 gradients, every
     # chunk's first gather in the fill) torchtitan to 3.1. MPT's large-scale H100 table (18 rows at 128
     # to 512 GPUs, added as evidence, nothing fitted to them) took mpt from 4.3% over its 27 earlier rows
-    # (unchanged on those) to 5.9% over 45: the bound follows the evidence, not a model change
+    # (unchanged on those) to 5.9% over 45: the bound follows the evidence, not a model change.
+    # llm-foundry's unpad and pad around flash-attn 2's varlen kernel (flash_unpad_copies) left mpt
+    # at 5.9% over 45 and its p90 16.7 -> 14.6%
     today = {"fp8lm": 0.025, "kempnerforge": 0.055, "korthikanti2022": 0.051, "mlperf": 0.041, "mpt": 0.059,
              "nanotron_ultrascale": 0.063, "narayanan2021": 0.021, "sail_pipeline": 0.027, "torchtitan": 0.031,
              "torchtitan_docs_2024": 0.015}
@@ -232,6 +234,10 @@ def test_step_time_out_of_sample():
     # the 27 MPT rows before the large-scale table keep their own bound (4.3% today, plus a point)
     earlier = [abs(r.error) for r in rows if r.family == "mpt" and not re.fullmatch(r"mpt-h100-.*-(128|256|512)gpu", r.run.id)]
     assert len(earlier) == 27 and statistics.median(earlier) <= 0.053
+    # the 18 large-scale rows: 11.0% before llm-foundry's unpad and pad around flash-attn 2 were
+    # priced, 9.7% today, plus a point
+    large = [abs(r.error) for r in rows if r.family == "mpt" and re.fullmatch(r"mpt-h100-.*-(128|256|512)gpu", r.run.id)]
+    assert len(large) == 18 and statistics.median(large) <= 0.107
     # KempnerForge's tail, once its unsplit vocabulary is priced in the step (loss over the whole
     # vocabulary, logits all-gather, unsplit output layer on pipeline stages; 32.5% before) and its
     # tp-2 pairs run over the 6 NVLinks between two GPUs of a switchless 4-GPU board (21.5% before):

@@ -754,3 +754,16 @@ def test_allocator_counters_leave_out_what_the_allocator_does_not_hold():
     reserved = allocated + b.value("overhead/fragmentation") + b.value("overhead/cached_blocks") + b.value("overhead/pending_collectives")
     assert allocator_counters(b) == (reserved, allocated)
     assert b.total - reserved == b.value("overhead/cuda_context") + b.value("overhead/nccl")
+
+
+def test_llm_foundry_flash_path_keeps_the_padded_output_beside_the_kernels_and_the_unpad_indices():
+    # 16 tokens, q 256 wide: out_proj keeps pad_input's output, 16 x 256 x 2 = 8,192 bytes, beside
+    # the kernel's own unpadded one, and the three unpads keep 16 int64 row indices each, 384 bytes:
+    # 8,576 per layer, 34,304 over 4 layers. Full recompute keeps neither
+    def layers(on, recompute="none"):
+        job = make_job(LLAMA_TINY, gpus=1, recompute=recompute, training=dict(
+            TITAN, seq_len=16, global_batch_size=1, attention="flash", flash_unpad_copies=on))
+        return memory_estimate(job).stages[0].breakdown.value("activations/layers")
+
+    assert layers(True) - layers(False) == 34_304
+    assert layers(True, "full") == layers(False, "full")

@@ -127,6 +127,8 @@ def test_global_batch_defaults_to_legal_microbatches():
     (dict(framework="megatron", attention="eager", qkv_bshd_copies=True), "attention=eager"),
     (dict(framework="torchtitan", cross_entropy_unfused=True), "cross_entropy_unfused describes Megatron's vocab-parallel"),
     (dict(framework="megatron", attention="flash", local_attention_copies=True), "local_attention_copies describes Megatron's local"),
+    (dict(framework="megatron", attention="flash", flash_unpad_copies=True), "flash_unpad_copies describes llm-foundry's unpad"),
+    (dict(framework="torchtitan", attention="eager", flash_unpad_copies=True), "attention=eager"),
     (dict(framework="megatron", loss_shift_out_of_place=True, loss_shift_beside_fp32_copy=True),
      r"loss_shift_out_of_place=True\); use framework megatron without loss_shift_out_of_place"),
     (dict(framework="megatron", optimizer="decoupled_adamw"), "decoupled_adamw is Composer's DecoupledAdamW"),

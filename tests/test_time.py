@@ -1350,3 +1350,32 @@ def test_torchs_ring_prices_its_merges_and_send_buffers_by_hand():
     megatron = kernels("megatron", False)
     assert megatron.merge_fwd == pytest.approx(10 * o / bw + 2 * launch, rel=1e-9)
     assert megatron.merge_bwd == pytest.approx(20 * o / bw + 2 * launch, rel=1e-9)
+
+
+def test_llm_foundry_flash_path_unpads_q_k_v_and_pads_the_output_around_the_varlen_kernel():
+    from cost_models.compute import flash_unpad_copy_seconds
+
+    def job(on=True, **model):
+        spec = GPT_TINY.model_copy(update=model)
+        return make_job(spec, gpus=1, cluster="dgx-a100-80gb", training=dict(
+            seq_len=512, global_batch_size=1, framework="torchtitan", attention="flash", flash_unpad_copies=on))
+
+    # 512 tokens, q, k and v 256 wide each. Forward: three gathers read and write q, k, v
+    # (4 x 768 bytes per token), the pad's zeros and index put over the output (6 x 256): 4,608
+    # bytes per token, 2,359,296 in all, at A100's stream fraction (0.86 of 2.039 TB/s) = 1.3454 µs,
+    # plus 20 launches of 2.6 µs (sum, nonzero, max, cumsum, pad and gather for each of q, k, v;
+    # zeros and index put). Backward: the output gradient's gather (4 x 256) and zeros + scatter_
+    # for each of dq, dk, dv (6 x 768): 5,632 bytes per token, 2,883,584 in all = 1.6444 µs, plus
+    # 7 launches. rel 1e-3: the hand arithmetic's rounding
+    kind = LayerKind()
+    fwd = flash_unpad_copy_seconds(job(), kind, backward=False, cal=DEFAULT)
+    bwd = flash_unpad_copy_seconds(job(), kind, backward=True, cal=DEFAULT)
+    assert fwd == pytest.approx(1.3454e-6 + 20 * 2.6e-6, rel=1e-3)
+    assert bwd == pytest.approx(1.6444e-6 + 7 * 2.6e-6, rel=1e-3)
+    # two key/value heads of 32: k and v 64 wide each, 4 x 384 + 6 x 256 = 3,072 bytes per token
+    # forward, 1,572,864 in all = 0.89697 µs
+    gqa = flash_unpad_copy_seconds(job(num_kv_heads=2), kind, backward=False, cal=DEFAULT)
+    assert gqa == pytest.approx(0.89697e-6 + 20 * 2.6e-6, rel=1e-3)
+    # the layer's memory-bound kernels carry exactly that; nothing without the switch
+    assert _elementwise_added(job(), job(False), kind) == pytest.approx((fwd, bwd), rel=1e-9)
+    assert flash_unpad_copy_seconds(job(False), kind, backward=False, cal=DEFAULT) == 0.0
