@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
@@ -85,6 +86,16 @@ class GPUSpec(_SIFromHuman):
     # nvidia-smi prints it): how planner validate knows which preset a run's GPU is
     device_names: tuple[Annotated[str, Field(min_length=1, max_length=256)], ...] = ()
     source: str = ""
+
+    @cached_property
+    def hash_key(self) -> int:
+        """The hash of every field, taken once. The kernel prices cache on the GPU spec
+        (cost_models.kernels, functools.cache) in the search's inner loops, where pydantic's own hash of
+        a frozen model walks every field and nested measurement again on each call."""
+        return hash(tuple(getattr(self, name) for name in type(self).model_fields))
+
+    def __hash__(self) -> int:
+        return self.hash_key
 
     @property
     def before_blackwell(self) -> bool:
