@@ -789,42 +789,44 @@ def layer_pass(job: Job, kind: LayerKind, *, mode: Recompute, cal: Calibration) 
 # --- data parallelism ------------------------------------------------------------------------------
 
 
+def fsdp_managed(job: Job) -> bool:
+    """Parameters FSDP shards and gathers layer by layer: zero 3, and zero 2 under FSDP2 (torchtitan's
+    fully_shard with reshard_after_forward=False, which its launch file writes as
+    fsdp_reshard_after_forward = "never"; FSDP1's SHARD_GRAD_OP is the same: unshard before the
+    forward, reshard after the backward). Zero 2 elsewhere keeps whole parameters and reduces
+    gradients in buckets (dp_tail)."""
+    return job.zero is Zero.PARAMETERS or (job.zero is Zero.GRADIENTS and job.training.framework is Framework.TORCHTITAN)
+
+
 def _reshards_after_forward(job: Job) -> bool:
-    """FSDP2's reshard_after_forward (TrainingSpec.fsdp_reshard_after_forward, by default the
-    framework's: torchtitan only without a pipeline; DeepSpeed ZeRO-3 always)."""
+    """FSDP's reshard_after_forward: never under zero 2; under zero 3
+    TrainingSpec.fsdp_reshard_after_forward, by default the framework's: torchtitan only without a
+    pipeline; DeepSpeed ZeRO-3 always."""
     tr = job.training
+    if job.zero is not Zero.PARAMETERS:
+        return False
     if tr.fsdp_reshard_after_forward is not None:
         return tr.fsdp_reshard_after_forward
     return job.layout.pp == 1 or tr.framework is Framework.DEEPSPEED
 
 
-def fsdp2_zero2(job: Job) -> bool:
-    """Zero 2 under FSDP2: torchtitan's fully_shard with reshard_after_forward=False (its launch file
-    writes fsdp_reshard_after_forward = "never"). The parameters stay gathered from a layer's forward
-    to its backward, but the backward still reshards them (reshard_after_backward) and
-    reduce-scatters the gradients (reduce_grads), both on by default (torch 2.13.0, git cf30153c:
-    torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py:216, 223 and post_backward, 588-640);
-    torchtitan turns neither off for gradient accumulation, only for its chunked loss's output layer
-    (pytorch/torchtitan@b5bcd76c6 torchtitan/components/loss.py:664-705). So every micro-batch
-    gathers each layer once, before its forward, where zero 3 gathers again before its backward.
-    FSDP1's SHARD_GRAD_OP does the same: unshard before the forward, reshard after the backward."""
-    return job.zero is Zero.GRADIENTS and job.training.framework is Framework.TORCHTITAN
-
-
 def fsdp_per_microbatch(job: Job) -> bool:
-    """Parameters gathered around every micro-batch: ZeRO-3, and FSDP2 where it reshards after
-    forward (torchtitan without a pipeline, KempnerForge with one too), or after the backward
-    (fsdp2_zero2, without a pipeline). Gradients are then reduce-scattered around every micro-batch
-    as well, except under torch's pipelining (_pipelined_fsdp)."""
-    if fsdp2_zero2(job):
-        return not torch_pipelining(job)
-    return job.zero is Zero.PARAMETERS and _reshards_after_forward(job)
+    """Parameters gathered around every micro-batch (fsdp_managed): where FSDP reshards after
+    forward (torchtitan without a pipeline, KempnerForge with one too), and where it reshards only
+    after the backward, which it does after every micro-batch's backward, reduce-scattering its
+    gradients too: reshard_after_backward and reduce_grads are on by default (torch 2.13.0, git
+    cf30153c: torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py:216, 223 and post_backward,
+    588-640), and torchtitan turns neither off for gradient accumulation, only for its chunked loss's
+    output layer (pytorch/torchtitan@b5bcd76c6 torchtitan/components/loss.py:664-705). Torch's
+    pipelining turns both off until the last micro-batch (_pipelined_fsdp)."""
+    return fsdp_managed(job) and (_reshards_after_forward(job) or not torch_pipelining(job))
 
 
 def fsdp_gathers(job: Job) -> tuple[float, float]:
     """(forward, backward) parameter gathers of a layer per micro-batch where FSDP gathers around
-    every micro-batch outside torch's pipelining: zero 2 keeps the forward's (fsdp2_zero2)."""
-    return (1.0, 0.0) if fsdp2_zero2(job) else (1.0, 1.0)
+    every micro-batch outside torch's pipelining: the backward's only where it resharded after the
+    forward (_reshards_after_forward)."""
+    return 1.0, 1.0 if _reshards_after_forward(job) else 0.0
 
 
 def _pipelined_fsdp(job: Job) -> bool:
@@ -833,7 +835,7 @@ def _pipelined_fsdp(job: Job) -> bool:
     the last one (torch 2.13.0, git cf30153c: torch/distributed/pipelining/stage.py:843-847
     backward_maybe_with_nosync, 1164-1191 perform_reduce_grad; schedules.py:1177, Schedule1F1B calls
     it after its cool-down, 960 likewise for GPipe). Nothing of that stage computes beside it."""
-    return (job.zero is Zero.PARAMETERS or fsdp2_zero2(job)) and torch_pipelining(job)
+    return fsdp_managed(job) and torch_pipelining(job)
 
 
 def pipelined_gathers(job: Job, rank: int) -> tuple[float, float]:
@@ -1178,7 +1180,7 @@ def dp_tail(job: Job, rank: int, cal: Calibration) -> tuple[float, float]:
         elif z is Zero.NONE:
             t = collective_time(Collective.ALL_REDUCE, params * gb, where, cl)
             tail = collective_time(Collective.ALL_REDUCE, one_bucket * gb, where, cl)
-        elif z is Zero.PARAMETERS or fsdp2_zero2(job):
+        elif fsdp_managed(job):
             if _pipelined_fsdp(job):
                 # torch's pipelining: every layer's reduce-scatter after the last backward, exposed
                 # (_pipelined_fsdp); the gather once before the first forward, all but the first
