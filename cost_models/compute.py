@@ -358,24 +358,25 @@ ATTENTION_BACKWARD_KERNELS = 3
 
 
 @dataclass(frozen=True)
-class RingCopies:
-    """Bytes torch's ring attention (torch.distributed.tensor.experimental._attention, the context
-    parallel of torchtitan) moves around its kernels, per element of the rank's attention output (o)
-    and per element of one of K and V as the op is handed them (k): in each step after the first,
-    and once per pass. Forward and backward; `launches` counts the kernels of each."""
+class Copies:
+    """Bytes moved per element of the rank's attention output (o) and per element of one of K and V
+    as the op is handed them (k), in `launches` kernels."""
 
-    step_fwd_o: float
-    step_fwd_k: float
-    step_fwd_launches: int
-    pass_fwd_o: float
-    pass_fwd_k: float
-    pass_fwd_launches: int
-    step_bwd_o: float
-    step_bwd_k: float
-    step_bwd_launches: int
-    pass_bwd_o: float
-    pass_bwd_k: float
-    pass_bwd_launches: int
+    o: float
+    k: float
+    launches: int
+
+
+@dataclass(frozen=True)
+class RingCopies:
+    """What torch's ring attention (torch.distributed.tensor.experimental._attention, the context
+    parallel of torchtitan) moves around its kernels: in each step after the first, and once per
+    pass, forward and backward."""
+
+    step_fwd: Copies
+    pass_fwd: Copies
+    step_bwd: Copies
+    pass_bwd: Copies
 
 
 # Read at pytorch/pytorch@0123248a torch/distributed/tensor/experimental/_attention.py (_SDPAMerger,
@@ -402,7 +403,7 @@ class RingCopies:
 # torch.cat([grad_key.flatten(), grad_value.flatten()]) in fp32, (4 + 2 + 4) each (20 per k). Once
 # per pass: step 0's dK/dV send buffer (20 per k), the K/V all-gather buffer (8 per k), and the last
 # received dK/dV cast to 16 bits, read 4 and write 2 each (12 per k): 40 per k.
-RING_COPIES_COMPILED = RingCopies(10, 0, 1, 0, 8, 1, 10, 20, 2, 0, 40, 3)
+RING_COPIES_COMPILED = RingCopies(Copies(10, 0, 1), Copies(0, 8, 1), Copies(10, 20, 2), Copies(0, 40, 3))
 # Eager, every op its own kernel. Forward, each later step: a rank with the whole output (i <= rank)
 # casts the step's output to fp32 (read 2, write 4), then out - out_b (read 4 + 4, write 4),
 # sigmoid(...)·(...) (read 4, write 4), out - (...) (read 4 + 4, write 4): 38 per o; a partial rank
@@ -416,7 +417,7 @@ RING_COPIES_COMPILED = RingCopies(10, 0, 1, 0, 8, 1, 10, 20, 2, 0, 40, 3)
 # (8 per k). Once per pass: the fp32 zeros of dQ, dK, dV (4 per o, 8 per k), step 0's dQ (10 per o)
 # and dK/dV (20 per k) +=, its dK/dV send buffer (16 per k), and the final casts of dQ (read 4,
 # write 2: 6 per o) and of dK/dV (12 per k): 20 per o and 56 per k.
-RING_COPIES_EAGER = RingCopies(32.5, 8, 5, 12, 0, 2, 11.5, 47, 6, 20, 56, 9)
+RING_COPIES_EAGER = RingCopies(Copies(32.5, 8, 5), Copies(12, 0, 2), Copies(11.5, 47, 6), Copies(20, 56, 9))
 
 
 def attention_kernels(job: Job, cal: Calibration, kind: LayerKind = LayerKind()) -> AttentionKernels:
@@ -478,10 +479,13 @@ def _fused_attention_kernels(job: Job, cal: Calibration, kind: LayerKind) -> Att
         # torch's ring: its merges and the copies around its collectives (RingCopies)
         r = RING_COPIES_COMPILED if job.training.compile else RING_COPIES_EAGER
         kv = out * (1 if CONVENTIONS[Framework.TORCHTITAN].gqa_expands_kv else local_kv_heads(job) / (heads // job.layout.mbs))
-        merge_f = memory_seconds(job, out * r.step_fwd_o + kv * r.step_fwd_k, cal, launches=r.step_fwd_launches)
-        merge_b = memory_seconds(job, out * r.step_bwd_o + kv * r.step_bwd_k, cal, launches=r.step_bwd_launches)
-        first_f += memory_seconds(job, out * r.pass_fwd_o + kv * r.pass_fwd_k, cal, launches=r.pass_fwd_launches)
-        first_b += memory_seconds(job, out * r.pass_bwd_o + kv * r.pass_bwd_k, cal, launches=r.pass_bwd_launches)
+
+        def moved(c: Copies) -> float:
+            return memory_seconds(job, out * c.o + kv * c.k, cal, launches=c.launches)
+
+        merge_f, merge_b = moved(r.step_fwd), moved(r.step_bwd)
+        first_f += moved(r.pass_fwd)
+        first_b += moved(r.pass_bwd)
         return AttentionKernels(first_f, first_b, cp, step_f, step_b, merge_f, merge_b)
     # per step, TE's log-sum-exp correction and the output rescale-and-accumulate: two kernels
     # (TransformerEngine@40c69e75 context_parallel.py:101-145, 1613-1660)
