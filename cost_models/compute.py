@@ -1153,6 +1153,7 @@ def te_cast_bytes(job: Job, kind: LayerKind) -> tuple[float, float, int, int]:
     cast = TE_CAST_BYTES + t
     current = te_current_scaling(job)
     amax, extra = (TE_AMAX_BYTES, TE_CURRENT_KERNELS) if current else (0, 0)
+    shards = job.layout.tp if job.sp and job.layout.tp > 1 else 1  # sequence-parallel token shards
     fwd = bwd = 0.0
     fwd_kernels = bwd_kernels = 0
     for g in layer_gemms(job, kind):
@@ -1163,11 +1164,10 @@ def te_cast_bytes(job: Job, kind: LayerKind) -> tuple[float, float, int, int]:
             fwd += (cast + amax) * g.m * g.k * g.count
             fwd_kernels += 1 + extra
         elif current:  # on the rank's own tokens under sequence parallelism, before the gather
-            local = job.layout.tp if job.sp and job.layout.tp > 1 else 1
-            fwd += (TE_NORM_WIDE_BYTES + TE_CAST_BYTES) * g.m * g.k * g.count / local
+            fwd += (TE_NORM_WIDE_BYTES + TE_CAST_BYTES) * g.m * g.k * g.count / shards
             fwd_kernels += TE_CURRENT_KERNELS
-        if g.name in ROW_PARALLEL and job.sp and job.layout.tp > 1:
-            bwd += ((TE_CAST_BYTES + amax) * g.m * g.n * g.count / job.layout.tp
+        if g.name in ROW_PARALLEL and shards > 1:
+            bwd += ((TE_CAST_BYTES + amax) * g.m * g.n * g.count / shards
                     + FP8_TRANSPOSE_BYTES * t * g.m * g.n * g.count)
             bwd_kernels += 1 + t + extra
         else:
