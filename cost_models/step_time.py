@@ -853,16 +853,18 @@ def pipelined_gathers(job: Job, rank: int) -> tuple[float, float]:
     return warm / m, (m + 1 - warm) / m
 
 
+def _rank_groups(job: Job, rank: int) -> tuple[tuple[float, Placement], tuple[float, Placement]]:
+    """Pipeline rank `rank`'s dense and expert parameters, each with the group it shards or reduces
+    them over."""
+    p = rank_params(job, rank)
+    return (dense_params(p), _dense_group(job)), (p.value("experts"), _expert_group(job))
+
+
 def stage_gather_seconds(job: Job, rank: int) -> float:
     """The all-gather of every 16-bit parameter of pipeline rank `rank` over its shard groups, as
     FSDP2 runs it once a step where it keeps the stage gathered under torch's pipelining (dp_tail)."""
-    p = rank_params(job, rank)
-    cl = job.cluster.spec
-    total = 0.0
-    for params, where in ((dense_params(p), _dense_group(job)), (p.value("experts"), _expert_group(job))):
-        if params and where.n > 1:
-            total += collective_time(Collective.ALL_GATHER, params * ACT_BYTES, where, cl)
-    return total
+    return sum(collective_time(Collective.ALL_GATHER, params * ACT_BYTES, where, job.cluster.spec)
+               for params, where in _rank_groups(job, rank) if params and where.n > 1)
 
 
 def _dense_group(job: Job):
@@ -1159,12 +1161,11 @@ def dp_tail(job: Job, rank: int, cal: Calibration) -> tuple[float, float]:
     """(seconds, seconds that cannot hide) of the end-of-step data-parallel traffic of a rank."""
     lay, cl, z = job.layout, job.cluster.spec, job.zero
     p = rank_params(job, rank)
-    dense = dense_params(p)
-    experts = p.value("experts")
     if job.dense_shard_group == 1 and job.expert_shard_group == 1 and job.dp == 1:
         return 0.0, 0.0
     gb = _grad_bytes(job)
-    groups = ((dense, _dense_group(job)), (experts, _expert_group(job)))
+    groups = _rank_groups(job, rank)
+    dense = groups[0][0]
     total = first = 0.0
     fw = job.training.framework
     bucket = DEEPSPEED_BUCKET_PARAMS if fw is Framework.DEEPSPEED else max(MIN_DDP_BUCKET_PARAMS, BUCKET_PARAMS_PER_DP_RANK * job.dp)
