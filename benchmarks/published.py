@@ -421,7 +421,45 @@ MPT_LARGE_NOTES = (
 )
 
 
-def _mpt_attention(entry: dict) -> tuple[AttentionBackend, str]:
+@dataclass(frozen=True)
+class MptCode:
+    """Where the earlier MPT rows' code (llm-foundry v0.3.0, b2a43a147) and the large-scale sweep's
+    (5e85bd62d) say what `_mpt` assumes: the checkpointed module, the pretrain yamls' commit, the
+    loss, the fused Wqkv and FSDP1's backward prefetch."""
+
+    commit: str
+    checkpoint: str
+    loss: str
+    wqkv: str
+    prefetch: str
+
+
+MPT_CODE = {  # keyed by whether the row is from the large-scale table
+    False: MptCode(
+        "b2a43a147", "(llm-foundry v0.3.0 modeling_mpt.py L619-620)",
+        ("loss as a fused one (compile_loss): MPT's default loss_fn at llm-foundry v0.3.0 is 'fused_crossentropy', "
+         "flash_attn's CrossEntropyLoss, which keeps the 16-bit logits and a per-row log-sum-exp (modeling_mpt.py L721-727)"),
+        "(llm-foundry v0.3.0 llmfoundry/models/layers/attention.py L484)",
+        ("FSDP1's backward prefetch priced as FSDP2's (the next layer's gather issued ahead of its backward): the "
+         "benchmark leaves backward_prefetch at Composer's default BACKWARD_POST (Composer@v0.16.4 "
+         "dist_strategy.py L135; yamls/pretrain/mpt-*.yaml@b2a43a147 fsdp_config sets limit_all_gathers: true, "
+         "no backward_prefetch), which issues that gather after the current layer's gradients (the BackwardPrefetch "
+         "docstring of torch/distributed/fsdp/api.py, read in torch 2.13.0); how much it then overlaps depends on how far the CPU runs ahead")),
+    True: MptCode(
+        "5e85bd62d", "(activation_checkpointing_target unset: llmfoundry/models/mpt/modeling_mpt.py L839-855 at 5e85bd62d)",
+        ("loss as a fused one (compile_loss): MPT's default loss_fn at llm-foundry 5e85bd62d is 'fused_crossentropy' "
+         "(modeling_mpt.py L981-987), flash-attn 2.4.2's CrossEntropyLoss, a Triton kernel (flash_attn/losses/"
+         "cross_entropy.py L6 at v2.4.2) that keeps the 16-bit logits and a per-row log-sum-exp "
+         "(ops/triton/cross_entropy.py L56-57)"),
+        "(llmfoundry/models/layers/attention.py L559 at 5e85bd62d)",
+        ("FSDP1's backward prefetch priced as FSDP2's (the next layer's gather issued ahead of its backward): the "
+         "sweep sets backward_prefetch BACKWARD_PRE and forward_prefetch true (sweep.py@5e85bd62d L14-16), which "
+         "issues that gather before the current layer's gradients (the BackwardPrefetch docstring of "
+         "torch/distributed/fsdp/api.py, read in torch 2.13.0)")),
+}
+
+
+def _mpt_attention(entry: dict, large: bool) -> tuple[AttentionBackend, str]:
     """The attention kernel a row ran: attn_impl 'flash' with flash-attn 2 installed (the large-scale
     sweep's 1b, 3b, 7b and 70b rows) is FlashAttention-2; 'triton' (every other row) is priced at
     FlashAttention-1's rates."""
@@ -433,7 +471,7 @@ def _mpt_attention(entry: dict) -> tuple[AttentionBackend, str]:
             "PR that added it, Dao-AILab/flash-attention#540, reports 'almost no loss' on A100 in plots without numbers); "
             "the unpadding of q, k, v and the padding of the output around it (flash_unpad_copies: L270-289, 367-369 "
             "there; flash-attn v2.4.2 flash_attn/bert_padding.py L8-61, 98-122, 197-209)")
-    if "Large Scale" in entry["source"]["location"]:
+    if large:
         return AttentionBackend.FA1, (
             "attention kernel at FlashAttention-1's rates, no curve of the kernel that ran being published: "
             "sweep.py@5e85bd62d passes --attn_impl triton for this size (L40-82), llm-foundry's own Triton "
@@ -458,17 +496,8 @@ def _mpt(entry: dict) -> Mapped:
     if strategy not in MPT_SHARDING:
         raise Skip(f"layout.zero {lay['zero']!r}: the sharding strategy must be one of {', '.join(MPT_SHARDING)}")
     zero, stage = MPT_SHARDING[strategy]
-    backend, attention_note = _mpt_attention(entry)
-    prefetch_note = (
-        ("FSDP1's backward prefetch priced as FSDP2's (the next layer's gather issued ahead of its backward): the "
-         "sweep sets backward_prefetch BACKWARD_PRE and forward_prefetch true (sweep.py@5e85bd62d L14-16), which "
-         "issues that gather before the current layer's gradients (the BackwardPrefetch docstring of "
-         "torch/distributed/fsdp/api.py, read in torch 2.13.0)") if large else
-        ("FSDP1's backward prefetch priced as FSDP2's (the next layer's gather issued ahead of its backward): the "
-         "benchmark leaves backward_prefetch at Composer's default BACKWARD_POST (Composer@v0.16.4 "
-         "dist_strategy.py L135; yamls/pretrain/mpt-*.yaml@b2a43a147 fsdp_config sets limit_all_gathers: true, "
-         "no backward_prefetch), which issues that gather after the current layer's gradients (the BackwardPrefetch "
-         "docstring of torch/distributed/fsdp/api.py, read in torch 2.13.0); how much it then overlaps depends on how far the CPU runs ahead"))
+    backend, attention_note = _mpt_attention(entry, large)
+    code = MPT_CODE[large]
     notes = [(f"llm-foundry FSDP {strategy} (torch's FullyShardedDataParallel under Composer) modelled as FSDP (framework "
               f"torchtitan, {stage}: the ShardingStrategy docstring of torch/distributed/fsdp/api.py L37-49, torch 2.13.0) "
               "with FSDP1's flat parameters (fsdp_flat_params): no copy-out after the gathers, the "
@@ -477,23 +506,14 @@ def _mpt(entry: dict) -> Mapped:
              ("MPT shape from the benchmark config: biases on, learned positions (MPTConfig defaults), LayerNorm with "
               "bias (low_precision_layernorm is a kernel choice); the README's NumParams match this model exactly"),
              attention_note,
-             ("every MPTBlock checkpointed whole where the table says activation checkpointing, attention included "
-              + ("(activation_checkpointing_target unset: llmfoundry/models/mpt/modeling_mpt.py L839-855 at 5e85bd62d)"
-                 if large else "(llm-foundry v0.3.0 modeling_mpt.py L619-620)")),
+             "every MPTBlock checkpointed whole where the table says activation checkpointing, attention included " + code.checkpoint,
              reduce_note,
              ("optimizer decoupled_adamw, Composer's DecoupledAdamW, as the benchmark yamls name it "
-              f"(scripts/train/yamls/pretrain/mpt-*.yaml@{'5e85bd62d' if large else 'b2a43a147'} optimizer.name, weight_decay 0.0)"),
-             ("loss as a fused one (compile_loss): MPT's default loss_fn at llm-foundry 5e85bd62d is 'fused_crossentropy' "
-              "(modeling_mpt.py L981-987), flash-attn 2.4.2's CrossEntropyLoss, a Triton kernel (flash_attn/losses/"
-              "cross_entropy.py L6 at v2.4.2) that keeps the 16-bit logits and a per-row log-sum-exp "
-              "(ops/triton/cross_entropy.py L56-57)") if large else
-             ("loss as a fused one (compile_loss): MPT's default loss_fn at llm-foundry v0.3.0 is 'fused_crossentropy', "
-              "flash_attn's CrossEntropyLoss, which keeps the 16-bit logits and a per-row log-sum-exp (modeling_mpt.py L721-727)"),
+              f"(scripts/train/yamls/pretrain/mpt-*.yaml@{code.commit} optimizer.name, weight_decay 0.0)"),
+             code.loss,
              f"network: the {cluster.spec.name} preset stands in for the MosaicML cluster (README: 1600 Gbps RoCE per node on A100)",
-             "q, k, v as one fused GEMM (fused_projections): MPT's attention has one Wqkv linear "
-             + ("(llmfoundry/models/layers/attention.py L559 at 5e85bd62d)" if large
-                else "(llm-foundry v0.3.0 llmfoundry/models/layers/attention.py L484)"),
-             prefetch_note]
+             "q, k, v as one fused GEMM (fused_projections): MPT's attention has one Wqkv linear " + code.wqkv,
+             code.prefetch]
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.BF16,
                             framework=Framework.TORCHTITAN, attention=AttentionKernel.FLASH, attention_backend=backend,
                             compile_loss=True, fused_projections=True, optimizer=OptimizerKind.DECOUPLED_ADAMW,
