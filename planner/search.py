@@ -311,9 +311,10 @@ def shard_table(problem: Problem, shard: Shard, cal: Calibration, *, priced: boo
 
 
 def fsdp_ns(problem: Problem, shard: Shard, sharding: Sharding, table: ShardTable, cal: Calibration) -> tuple[int, list[list[int]]]:
-    """Exposed parameter gathers and gradient reduce-scatters of one micro-batch when FSDP/ZeRO-3
-    works per micro-batch (pp = 1, where the only rank runs the layers in model order), and the
-    compute they slow while hidden, at least. step_time._fsdp_exposure exposes g_0 + g_{L−1} + r_0
+    """Exposed parameter gathers and gradient reduce-scatters of one micro-batch when FSDP works per
+    micro-batch (step_time.fsdp_per_microbatch; the backward gathers only where fsdp_gathers has them)
+    at pp = 1, where the only rank runs the layers in model order, and the compute they slow while
+    hidden, at least. step_time._fsdp_exposure exposes g_0 + g_{L−1} + r_0
     and hides layer i's gather g_i behind layer i−1's forward f_{i−1}, and g_{j−1} + r_j behind
     layer j's backward b_j; with each (g, r) of the layer's own kind and every compute between the
     least and the most over kinds (f, b under the layer's recompute mode) it exposes at least
@@ -334,7 +335,7 @@ def fsdp_ns(problem: Problem, shard: Shard, sharding: Sharding, table: ShardTabl
     by_kind = {kind: fsdp_layer_comm(job, i) for kind, i in problem.model.layer_kinds.items()}
     g = [by_kind[kind][0] * NS for kind in problem.model.kinds_by_layer]
     r = [by_kind[kind][1] * NS for kind in problem.model.kinds_by_layer]
-    fg, bg = fsdp_gathers(job)  # zero 2 gathers in the forward only
+    fg, bg = fsdp_gathers(job)  # no backward gather where FSDP does not reshard after forward (zero 2)
     s = 0.0 if job.training.framework is Framework.DEEPSPEED else dense_share(job, cal)
     k = s / (1 - s)
     fixed = fg * g[0] + bg * g[-1] + r[0] + sum(max(0.0, fg * x - table.forward_ns) + k * min(fg * x, table.forward_min_ns)
