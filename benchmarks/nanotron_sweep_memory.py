@@ -154,6 +154,38 @@ def error_table(points: str, predictor: str, errors: dict[str, list[float]]) -> 
                         + [summary("all", [e for es in errors.values() for e in es])]))
 
 
+def repeats(pts: list[Point]) -> list[tuple[Point, list[float]]]:
+    """Every configuration the sweep measured more than once (the same size, nodes, layout, micro-batch,
+    accumulation and ZeRO stage): its first point and its memory readings, in the figure's order."""
+    readings: dict[tuple, list[Point]] = {}
+    for p in pts:
+        if p.memory_gib is not None:
+            readings.setdefault((p.params_b, p.nodes, p.dp, p.tp, p.pp, p.mbs, p.grad_acc, p.zero), []).append(p)
+    return [(same[0], [q.memory_gib for q in same if q.memory_gib is not None]) for same in readings.values() if len(same) > 1]
+
+
+def spread(readings: list[float]) -> float:
+    """How far apart one configuration's readings are: the largest over the smallest, less 1."""
+    return max(readings) / min(readings) - 1
+
+
+def repeat_table(pts: list[Point]) -> str:
+    """The source's own repeatability: how far apart the readings of a configuration run more than once are."""
+    reps = repeats(pts)
+    if not reps:
+        return "No configuration was measured more than once."
+    spreads = [spread(r) for _, r in reps]
+    lines = [f"Repeat readings: {len(reps)} configurations were measured more than once on the same cluster; their readings "
+             f"lie {statistics.median(spreads):.1%} apart at the median (largest / smallest − 1) and {max(spreads):.1%} at most, "
+             f"{sum(s > 0.10 for s in spreads)} of {len(reps)} more than 10% apart. A prediction cannot be within 10% of "
+             "both readings of a pair more than 22% apart, and no model of the configuration alone tells such readings apart.",
+             "", "| model | nodes | dp | tp | pp | mbs | ZeRO | readings GiB | spread |", "|---|---:|---:|---:|---:|---:|---:|---|---:|"]
+    for p, r in sorted(reps, key=lambda pr: -spread(pr[1])):
+        lines.append(f"| {p.params_b}B | {p.nodes} | {p.dp} | {p.tp} | {p.pp} | {p.mbs} | {p.zero} | "
+                     f"{', '.join(f'{m:.1f}' for m in r)} | {spread(r):.1%} |")
+    return "\n".join(lines)
+
+
 def published_cells(pts: list[Point], rows: dict[str, dict]) -> list[str]:
     """The published rows whose layout and memory the sweep does not print (an empty list: all agree)."""
     by_key: dict[tuple, list[float]] = {}
@@ -201,7 +233,8 @@ def main() -> int:
              f"{fits[True, False]} not; crashed (nan; any cause) {fits[False, False]} predicted not to fit, "
              f"{fits[False, True]} to fit.",
              "Error = predicted / measured − 1 (reserved GiB of global rank 0):",
-             error_table("points", "cost model", cost)]
+             error_table("points", "cost model", cost),
+             repeat_table(pts)]
     if args.replay:
         lines.append(error_table("pipeline points", "allocator replay", rep))
     text = "\n\n".join(lines)

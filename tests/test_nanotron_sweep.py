@@ -6,9 +6,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from cost_models.memory import memory_estimate, pending_scatter_bytes
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+import nanotron_sweep_memory as sweep  # noqa: E402
 from nanotron_sweep_memory import Point, evaluate, job, points, published_cells  # noqa: E402
 from published import entries  # noqa: E402
 
@@ -59,3 +62,15 @@ def test_the_worst_point_holds_its_pending_reduce_scatter_inputs_only_up_to_the_
     est = memory_estimate(j)
     assert est.peak_bytes == est.capacity_bytes == 85_520_809_984
     assert est.required_bytes < est.usable_bytes == 81_244_769_484 and est.fits
+
+
+def test_the_sweeps_repeated_configurations_and_how_far_apart_their_readings_are():
+    # The figure prints five configurations more than once; two readings of the 80B at tp 4, pp 32
+    # on 16 nodes are 51.7 and 61.2 GiB, 18.4% apart, more than a 10% band around one prediction
+    # could cover for both if they were 22% apart (1.1 / 0.9).
+    reps = {(p.params_b, p.nodes, p.dp, p.tp, p.pp, p.mbs, p.zero): r for p, r in sweep.repeats(sweep.points())}
+    assert len(reps) == 5
+    assert reps[("80.0", 16, 1, 4, 32, 1, 0)] == [51.7, 61.2]
+    assert reps[("80.0", 4, 1, 8, 4, 1, 0)] == [66.3, 60.2, 66.0]
+    assert sweep.spread([51.7, 61.2]) == pytest.approx(61.2 / 51.7 - 1)
+    assert "18.4% at most, 4 of 5 more than 10% apart" in sweep.repeat_table(sweep.points())
