@@ -82,6 +82,15 @@ class Skip(Exception):
     """An entry that cannot become a run; the message is the reason."""
 
 
+class TimeSkip(Skip):
+    """An entry whose step time the model cannot price (the message says why) but whose mapping is
+    complete, so its memory can still be predicted (`memory_only`)."""
+
+    def __init__(self, reason: str, mapped: Mapped) -> None:
+        super().__init__(reason)
+        self.mapped = mapped
+
+
 # --- torchtitan (shared with benchmarks/memory_accuracy.py) ---------------------------------------
 
 TORCHTITAN_MODELS = {"Llama 3.1 8B": "llama-3.1-8b", "Llama 3.1 70B": "llama-3.1-70b", "Llama 3.1 405B": "llama-3.1-405b"}
@@ -698,10 +707,13 @@ def _torch_native(entry: dict) -> Mapped:
     g = entry["group"]
     if "MI300" in hw["gpu"]:
         raise Skip("AMD MI300X: presets/kernels has no measured CDNA3 kernels")
+    # Power and clock decide these rows' step time, not what they allocate: their memory is still predicted
+    # (on the dgx-b200 and dgx-h100 presets, whose capacities the allocator's counters do not depend on).
+    untimed = None
     if "B200" in hw["gpu"] and "750" in (hw.get("hw_notes") or "") + (hw.get("gpu") or "") + str(entry.get("notes")):
-        raise Skip("B200 held at a 750 W power limit, which no GPU preset describes")
+        untimed = "B200 held at a 750 W power limit, which no GPU preset describes"
     if "variant not stated" in hw["gpu"]:
-        raise Skip("the H100 variant is not stated: a 700 W SXM part and Meta's 500 W part differ by ~30% in measured matmul rate")
+        untimed = "the H100 variant is not stated: a 700 W SXM part and Meta's 500 W part differ by ~30% in measured matmul rate"
     tech = (lay.get("techniques") or "") + " " + (hw.get("precision") or "")
     notes = []
     compiled = "compile" in tech and "no torch.compile" not in tech and "compile=false" not in tech and "compile off" not in tech and "compile=off" not in tech
@@ -752,6 +764,8 @@ def _torch_native(entry: dict) -> Mapped:
     if g == "torchtitan_docs_2024" and "Llama 2" in m["name"]:
         notes.append("Llama 2 13B/70B: torchtitan's llama2 flavours (vocab 32000 as in the yaml)")
     cluster = _torch_native_cluster(entry)
+    if untimed:
+        raise TimeSkip(untimed, (model, cluster, training, layout, notes))
     return model, cluster, training, layout, notes
 
 
@@ -800,7 +814,7 @@ def _torchtitan_dsv3(entry: dict) -> Mapped:
         # cost_models.enums.MoEDispatch: NCCL all-to-all on the compute stream or Megatron's 1F1B overlap
         reason += "; DeepEP's dispatch and combine kernels are not a dispatcher the model prices (MoEDispatch)"
     if reason:
-        raise Skip(reason)
+        raise TimeSkip(reason, dsv3_mapped(entry))
     return dsv3_mapped(entry)
 
 
@@ -1288,15 +1302,25 @@ def tokens_from_flop_rate(entry: dict, model: ModelSpec, *, tp: int) -> tuple[fl
 def _run(entry: dict) -> PublishedRun:
     if entry["group"] not in MAPPINGS:
         raise Skip(f"no mapping for group {entry['group']}")
-    model, cluster, training, layout, notes = MAPPINGS[entry["group"]](entry)
+    return _built(entry, MAPPINGS[entry["group"]](entry), timed=True)
+
+
+def _built(entry: dict, mapped: Mapped, *, timed: bool) -> PublishedRun:
+    """The run of a complete mapping; untimed (memory only), its measured rate is nan where none can be derived."""
+    model, cluster, training, layout, notes = mapped
     try:
         job = resolve(model, cluster, training, layout)
     except SpecError as err:
         raise Skip(str(err)) from None
     memory_estimate(job)  # must not raise for any returned run
     # what the yaml itself inferred (dp = gpus/(tp·pp·cp) is arithmetic, not an assumption)
-    notes += [f"{field} (yaml derived_fields)" for field in entry["derived_fields"] if not field.startswith("layout.dp")]
-    measured = _measured_tokens(entry, training.global_batch_size or 0, training.seq_len) or tokens_from_flop_rate(entry, model, tp=layout.tp)
+    notes = [*notes, *(f"{field} (yaml derived_fields)" for field in entry["derived_fields"] if not field.startswith("layout.dp"))]
+    try:
+        measured = _measured_tokens(entry, training.global_batch_size or 0, training.seq_len) or tokens_from_flop_rate(entry, model, tp=layout.tp)
+    except Skip:
+        if timed:
+            raise
+        measured = (float("nan"), "not derived: the row's step time is not compared")
     return PublishedRun(id=entry["id"], group=entry["group"], model=model, cluster=cluster, training=training, layout=layout,
                         measured_tokens_per_s_per_gpu=measured[0], measured_from=measured[1], assumptions=tuple(notes))
 
@@ -1327,6 +1351,27 @@ def load(path: Path = DATA) -> tuple[list[PublishedRun], list[tuple[str, str]]]:
         except Skip as skip:
             skipped.append((entry["id"], str(skip)))
     return runs, skipped
+
+
+@cache
+def memory_only(path: Path = DATA) -> tuple[tuple[PublishedRun, str], ...]:
+    """(run, why its step time is not compared) of every entry whose mapping raised TimeSkip: the model
+    cannot price its step time, but everything its memory depends on is mapped."""
+    all_entries = entries(path)
+    out = []
+    for entry in all_entries:
+        if entry["kind"] == "hardware_spec" or entry["group"] not in MAPPINGS or _skip_reason(entry, all_entries):
+            continue
+        try:
+            MAPPINGS[entry["group"]](entry)
+        except TimeSkip as skip:
+            try:
+                out.append((_built(entry, skip.mapped, timed=False), str(skip)))
+            except Skip:
+                continue
+        except Skip:
+            continue
+    return tuple(out)
 
 
 def main() -> int:

@@ -571,3 +571,19 @@ def test_dsv3_1504_router_does_not_renormalize_softmax_scores():
 )
 def test_dsv3_rows_are_skipped_for_their_attention_kernel(run_id, reason):
     assert reason in dict(SKIPPED)[run_id] and "cannot express" not in dict(SKIPPED)[run_id]
+
+
+def test_rows_whose_step_time_is_not_priced_still_have_their_memory_mapped():
+    """A power limit, an unstated H100 variant or an unpriced attention kernel decides a row's step time,
+    not what it allocates: such rows stay out of the timed runs and come back, fully mapped, from
+    memory_only, with the same reason. A row whose GPU has no preset at all (MI300X) is in neither."""
+    untimed = {run.id: (run, why) for run, why in published.memory_only()}
+    for run_id in ("torchao-e2e-llama3-8b-8xb200-bf16", "torchao-e2e-llama3-8b-8xh100-bf16", "tt-pr1610-dsv3-16b-8gpu-ep8-sdpa"):
+        assert run_id not in BY_ID
+        run, why = untimed[run_id]
+        assert why == dict(SKIPPED)[run_id]
+        assert memory_estimate(run.job()).stages
+    assert untimed["torchao-e2e-llama3-8b-8xb200-bf16"][0].cluster.spec.gpu.name == published._cluster(
+        ENTRIES["torchao-e2e-llama3-8b-8xb200-bf16"]).spec.gpu.name
+    assert untimed["tt-pr1610-dsv3-16b-8gpu-ep8-sdpa"][0].layout.ep == 8
+    assert "torchao-e2e-llama3-8b-8xmi300x-bf16" not in untimed and "torchao-e2e-llama3-8b-8xmi300x-bf16" in dict(SKIPPED)
