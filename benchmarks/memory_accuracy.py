@@ -68,7 +68,13 @@ SOURCES = {
     "torchtitan": Measure(Metric.RESERVED, Ranks.MAX, (
         "torchtitan's logged max_reserved_gib (torch.cuda.max_memory_reserved), the docs' peak the maximum "
         "over ranks (benchmarks/data/published_runs.md)")),
-    "torchao_torchtitan_bench": Measure(Metric.RESERVED, Ranks.MAX, "torchtitan's logged max_reserved_gib, max over steps"),
+    "torchao_torchtitan_bench": Measure(Metric.RESERVED, Ranks.FIRST, (
+        "torchtitan's logged 'memory', torch.cuda.memory_stats' reserved_bytes.all.peak in GiB "
+        "(torchtitan/components/metrics.py:58-65, 384 at 54ef42221; :63-70, 412 at 6fc499f6f), the peak reset "
+        "after each log, which comes at step 1 and every log_freq = 10 steps (llama3_8b.toml; metrics.py:338-339, "
+        "394 and :353-354, 422); printed by rank 0 alone (run_train.sh LOG_RANK=0, torchrun --local-ranks-filter); "
+        "parse_torchtitan_logs.py takes the maximum over the printed steps (pytorch/ao@8c81863ba "
+        "benchmarks/float8/training/parse_torchtitan_logs.py:21-38)")),
     "fp8lm": Measure(Metric.RESERVED, Ranks.MAX, (
         "FP8-LM Table 5 'GPU Mem. (GB)': no source names the counter. The paper does not; the authors' GPT "
         "scripts run Megatron-LM@0609f27f (Azure/MS-AMP-Examples@d836034 third_party/Megatron-LM), whose one "

@@ -701,15 +701,82 @@ def _torch_recompute(text: str, layers: int) -> tuple[Recompute, int | None, str
     return Recompute.NONE, None, None
 
 
+@dataclass(frozen=True)
+class TorchaoBench:
+    """The torchtitan code one torchao benchmark table ran (benchmarks/float8/training/ at the README's
+    commit: torchtitan's llama3_8b.toml, --training.local-batch-size=1 (batch_size=1 before),
+    --training.compile, the float8 or mx converter, through torchtitan's run_train.sh), and what that
+    code decides about memory."""
+
+    readme: str  # the pytorch/ao commit that published the table (the rows' source.repo_path)
+    torchtitan: str  # the torchtitan commit it ran (the README's), or the range the script's flags allow
+    compile_loss: bool
+    split_root: bool  # TrainingSpec.fsdp_split_root (torchtitan 83e69410 and after)
+    # SDPA's cuDNN backend first on compute capability 10.0, its op outside the per-op SAC save list
+    # (TrainingSpec.sac_recomputes_attention)
+    cudnn_first_on_sm100: bool
+    notes: tuple[str, ...]
+
+
+SPLIT_ROOT_NOTE = ("FSDP2 units as torchtitan wraps them since 83e694105 (fsdp_split_root): the embedding and every "
+                   "layer resharded after forward, [norm, output] kept gathered until its backward "
+                   "(torchtitan/models/llama3/infra/parallelize.py:388-422 at {})")
+
+TORCHAO_BENCH = (
+    TorchaoBench(
+        "8c81863ba", "069bae286..54ef42221", False, False, False,
+        ("torchtitan between 069bae286 (2025-02-27), the first to take --float8.recipe_name, and 54ef42221, the last "
+         "before the table (2025-03-12): the script passes --model.converters=float8, --float8.recipe_name and the "
+         "config torchtitan/models/llama/train_configs/llama3_8b.toml (pytorch/ao@8c81863ba "
+         "benchmarks/float8/training/float8_training_benchmark.sh:24-29, 43); torchtitan 0.0.2 as the README says",
+         "loss uncompiled (compile_loss False): torchtitan compiled the transformer blocks only between e8977b007 "
+         "(2024-12-18) and bbb1b616e (2025-04-02), cross_entropy on the .float() logits with the compile left out "
+         "('compiling loss function causes CUDA errors, turning off for now', torchtitan/components/loss.py:10-18 "
+         "at 069bae286 and 54ef42221)")),
+    TorchaoBench(
+        "853f87d1b", "2c8b5947", True, True, True,
+        ("torchtitan 2c8b5947 (the README's): with --training.compile the loss is compiled too "
+         "(torchtitan/components/loss.py:25-30 build_cross_entropy_loss, since bbb1b616e)",
+         SPLIT_ROOT_NOTE.format("2c8b5947"),
+         "SDPA's flash backend on the MI300X: torchtitan puts cuDNN first only on compute capability 10.0 "
+         "(torchtitan/models/attention.py:200-211 at 2c8b5947); torch reports the MI300X as 9.4 (presets/gpus.toml)")),
+    TorchaoBench(
+        "d8bb51f63", "6fc499f6f", True, True, True,
+        ("torchtitan 6fc499f6f (the README's): with --training.compile the loss is compiled too "
+         "(torchtitan/components/loss.py:25-30 build_cross_entropy_loss, since bbb1b616e)",
+         SPLIT_ROOT_NOTE.format("6fc499f6f"),
+         "SDPA's cuDNN backend on the B200 (torchtitan/models/attention.py:200-211 at 6fc499f6f), whose op the "
+         "per-op SAC save list leaves out (torchtitan/models/llama3/infra/parallelize.py:233-243 there, until "
+         "b39377f9f): attention output and statistics recomputed in backward (sac_recomputes_attention)")),
+)
+
+
+def torchao_bench(entry: dict) -> TorchaoBench:
+    """The TORCHAO_BENCH entry of a torchao_torchtitan_bench row, by the commit its source names."""
+    commit = entry["source"]["repo_path"].split("@")[1].split(":")[0]
+    found = [b for b in TORCHAO_BENCH if commit.startswith(b.readme)]
+    assert len(found) == 1, (entry["id"], commit)
+    return found[0]
+
+
+def _torchao_fp8_recipe(tech: str) -> Fp8Recipe:
+    """The fp8 scaling of a torchao row: torchao's float8 rowwise recipes (rowwise, rowwise_with_gw_hp),
+    MX's mxfp8_cublas(_rceil) (one e8m0 scale per 32 elements), else tensorwise."""
+    t = tech.lower()
+    if "mxfp8" in t:
+        return Fp8Recipe.MXFP8
+    return Fp8Recipe.ROWWISE if "rowwise" in t else Fp8Recipe.TENSORWISE
+
+
 def _torch_native(entry: dict) -> Mapped:
     """torchtitan's older docs, torchao's torchtitan benchmarks, KempnerForge: FSDP2/DTensor stacks."""
     lay, m, hw = entry["layout"], entry["model"], entry["hardware"]
     g = entry["group"]
-    if "MI300" in hw["gpu"]:
-        raise Skip("AMD MI300X: presets/kernels has no measured CDNA3 kernels")
     # Power and clock decide these rows' step time, not what they allocate: their memory is still predicted
-    # (on the dgx-b200 and dgx-h100 presets, whose capacities the allocator's counters do not depend on).
+    # (on the dgx-b200, dgx-h100 and mi300x-8 presets, whose capacities the allocator's counters do not depend on).
     untimed = None
+    if "MI300" in hw["gpu"]:
+        untimed = "AMD MI300X: presets/kernels has no measured CDNA3 kernels"
     if "B200" in hw["gpu"] and "750" in (hw.get("hw_notes") or "") + (hw.get("gpu") or "") + str(entry.get("notes")):
         untimed = "B200 held at a 750 W power limit, which no GPU preset describes"
     if "variant not stated" in hw["gpu"]:
@@ -717,7 +784,8 @@ def _torch_native(entry: dict) -> Mapped:
     tech = (lay.get("techniques") or "") + " " + (hw.get("precision") or "")
     notes = []
     compiled = "compile" in tech and "no torch.compile" not in tech and "compile=false" not in tech and "compile off" not in tech and "compile=off" not in tech
-    fp8 = "float8" in tech.lower() and "none (bfloat16)" not in tech.lower() and "no float8" not in tech.lower()
+    low = tech.lower()
+    fp8 = ("float8" in low or "mxfp8" in low) and "none (bfloat16)" not in low and "no float8" not in low
     # "Async TP" / "AsyncTP", not where the row says "no async TP" (torchtitan docs Aug 2024's bf16 and float8 rows)
     squeezed = tech.lower().replace(" ", "").replace("-", "")
     async_tp = "asynctp" in squeezed and "noasynctp" not in squeezed
@@ -743,13 +811,24 @@ def _torch_native(entry: dict) -> Mapped:
                      "last micro-batch only (fp32 unsharded gradients in between); the vocabulary unsplit over tp; "
                      "eager cross entropy on the bf16 logits outside the compiled model; torch.compile around the "
                      "whole model (TrainingSpec fields)")
+    compile_loss, sac_attention, split_root = False if kf else None, False, False
+    cluster = _torch_native_cluster(entry)
+    if g == "torchao_torchtitan_bench":
+        bench = torchao_bench(entry)
+        notes += list(bench.notes)
+        compile_loss, split_root = bench.compile_loss, bench.split_root
+        if bench.cudnn_first_on_sm100 and cluster.gpu.compute_capability >= (10, 0):
+            backend, sac_attention = AttentionBackend.CUDNN, True
+            notes[:] = [n for n in notes if not n.startswith("SDPA's flash backend, FlashAttention-2")]
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"],
                             precision=Precision.FP8 if fp8 else Precision.BF16, framework=Framework.TORCHTITAN,
+                            fp8_recipe=_torchao_fp8_recipe(tech) if fp8 else Fp8Recipe.TENSORWISE,
                             attention=AttentionKernel.FLASH, attention_backend=backend, compile=compiled,
                             tp_comm_overlap=async_tp,
                             fsdp_reshard_after_forward=reshard, tp_gather_per_projection=per_projection,
                             bf16_params=kf, fsdp_sync_last_microbatch=kf, tp_replicated_vocab=kf,
-                            loss_on_16bit_logits=kf, compile_loss=False if kf else None,
+                            loss_on_16bit_logits=kf, compile_loss=compile_loss, sac_recomputes_attention=sac_attention,
+                            fsdp_split_root=split_root,
                             compile_whole_model=kf and compiled)
     # FSDP2 wraps every model of these stacks (a one-rank shard group moves nothing), except
     # KempnerForge on one GPU: no device mesh, no FSDP (KempnerInstitute/KempnerForge@01b461a
@@ -763,7 +842,6 @@ def _torch_native(entry: dict) -> Mapped:
     model = _llama_model(entry)
     if g == "torchtitan_docs_2024" and "Llama 2" in m["name"]:
         notes.append("Llama 2 13B/70B: torchtitan's llama2 flavours (vocab 32000 as in the yaml)")
-    cluster = _torch_native_cluster(entry)
     if untimed:
         raise TimeSkip(untimed, (model, cluster, training, layout, notes))
     return model, cluster, training, layout, notes
@@ -895,6 +973,8 @@ def _torch_native_cluster(entry: dict) -> Cluster:
         return Cluster(spec=presets.clusters()["kempner-h200"], num_gpus=hw["gpu_count"])
     if "HBM2e" in (hw.get("gpu") or "") or "lower TDP" in (hw.get("gpu") or "") + str(hw.get("hw_notes")):
         return Cluster(spec=presets.clusters()["grand-teton-h100"], num_gpus=hw["gpu_count"])
+    if "MI300X" in hw["gpu"]:  # one 8-GPU MI300X node (the torchao table: "Single-node training on 8xMI300X GPUs")
+        return Cluster(spec=presets.clusters()["mi300x-8"], num_gpus=hw["gpu_count"])
     return _cluster(entry)
 
 
