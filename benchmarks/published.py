@@ -819,6 +819,11 @@ def _torch_native(entry: dict) -> Mapped:
         compile_loss, split_root = bench.compile_loss, bench.split_root
         if bench.cudnn_first_on_sm100 and cluster.gpu.compute_capability >= (10, 0):
             backend, sac_attention = AttentionBackend.CUDNN, True
+        if fp8 and _torchao_fp8_recipe(tech) is Fp8Recipe.MXFP8:
+            notes.append("MXFP8 linears (precision fp8, fp8_recipe mxfp8): torchao's mx_mm keeps the 16-bit input and "
+                         "weight for its backward (pytorch/ao@e4e681be6, the table's torchao, torchao/prototype/mx_formats/"
+                         "mx_linear.py:95-117), as Float8Linear does: their saved activations are 16-bit")
+        if sac_attention or cluster.gpu.vendor != "nvidia":  # the table's note says which backend ran
             notes[:] = [n for n in notes if not n.startswith("SDPA's flash backend, FlashAttention-2")]
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"],
                             precision=Precision.FP8 if fp8 else Precision.BF16, framework=Framework.TORCHTITAN,
