@@ -728,11 +728,12 @@ TORCHAO_BENCH = (
         ("torchtitan between 069bae286 (2025-02-27), the first to take --float8.recipe_name, and 54ef42221, the last "
          "before the table (2025-03-12): the script passes --model.converters=float8, --float8.recipe_name and the "
          "config torchtitan/models/llama/train_configs/llama3_8b.toml (pytorch/ao@8c81863ba "
-         "benchmarks/float8/training/float8_training_benchmark.sh:24-29, 43); torchtitan 0.0.2 as the README says",
+         "benchmarks/float8/training/float8_training_benchmark.sh:24-30, 42); torchtitan 0.0.2 as the README says",
          "loss uncompiled (compile_loss False): torchtitan compiled the transformer blocks only between e8977b007 "
          "(2024-12-18) and bbb1b616e (2025-04-02), cross_entropy on the .float() logits with the compile left out "
          "('compiling loss function causes CUDA errors, turning off for now', torchtitan/components/loss.py:10-18 "
-         "at 069bae286 and 54ef42221)")),
+         "at 069bae286 and 54ef42221; the llama TrainSpec's loss_fn=cross_entropy_loss, torchtitan/models/llama/__init__.py:73, "
+         "called as it is at torchtitan/train.py:327 at 54ef42221)")),
     TorchaoBench(
         "853f87d1b", "2c8b5947", True, True, True,
         ("torchtitan 2c8b5947 (the README's): with --training.compile the loss is compiled too "
