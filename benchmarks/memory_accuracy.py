@@ -40,7 +40,7 @@ from cost_models.memory import DEFAULT_HEADROOM, MemoryEstimate, allocator_count
 from cost_models.units import GiB
 
 sys.path.insert(0, str(Path(__file__).parent))
-from published import entries, family, load  # the row -> job mapping, shared with the time benchmark
+from published import PublishedRun, entries, family, load, memory_only  # the row -> job mapping, shared with the time benchmark
 
 
 class Metric(StrEnum):
@@ -68,7 +68,13 @@ SOURCES = {
     "torchtitan": Measure(Metric.RESERVED, Ranks.MAX, (
         "torchtitan's logged max_reserved_gib (torch.cuda.max_memory_reserved), the docs' peak the maximum "
         "over ranks (benchmarks/data/published_runs.md)")),
-    "torchao_torchtitan_bench": Measure(Metric.RESERVED, Ranks.MAX, "torchtitan's logged max_reserved_gib, max over steps"),
+    "torchao_torchtitan_bench": Measure(Metric.RESERVED, Ranks.FIRST, (
+        "torchtitan's logged 'memory', torch.cuda.memory_stats' reserved_bytes.all.peak in GiB "
+        "(torchtitan/components/metrics.py:58-65, 384 at 54ef42221; :63-70, 412 at 6fc499f6f), the peak reset "
+        "after each log, which comes at step 1 and every log_freq = 10 steps (llama3_8b.toml; metrics.py:338-339, "
+        "394 and :353-354, 422); printed by rank 0 alone (run_train.sh LOG_RANK=0, torchrun --local-ranks-filter); "
+        "parse_torchtitan_logs.py takes the maximum over the printed steps (pytorch/ao@8c81863ba "
+        "benchmarks/float8/training/parse_torchtitan_logs.py:21-38)")),
     "fp8lm": Measure(Metric.RESERVED, Ranks.MAX, (
         "FP8-LM Table 5 'GPU Mem. (GB)': no source names the counter. The paper does not; the authors' GPT "
         "scripts run Megatron-LM@0609f27f (Azure/MS-AMP-Examples@d836034 third_party/Megatron-LM), whose one "
@@ -133,18 +139,24 @@ def measured_gib(entry: dict) -> float | None:
     return (entry.get("measured") or {}).get("memory_gib")
 
 
+def memory_runs() -> list[PublishedRun]:
+    """Every run whose memory is compared: the timed runs, and the runs whose step time the model cannot
+    price (published.memory_only) where this file knows the source's counter (SOURCES)."""
+    return load()[0] + [run for run, _ in memory_only() if run.group in SOURCES]
+
+
 def rows(group: str | None = None) -> list[Row]:
     """Every published run with a measured memory (of one group, if given), predicted."""
-    runs, _ = load()
     memory = {e["id"]: measured_gib(e) for e in entries()}
-    return [predict(r, memory[r.id]) for r in runs if memory.get(r.id) and (group is None or r.group == group)]
+    return [predict(r, memory[r.id]) for r in memory_runs() if memory.get(r.id) and (group is None or r.group == group)]
 
 
 def unpredicted() -> list[tuple[str, str, str]]:
-    """(group, id, reason) of every row that measured memory but benchmarks/published.py cannot build."""
+    """(group, id, reason) of every row that measured memory but whose memory is not predicted."""
     _, skipped = load()
+    compared = {run.id for run in memory_runs()}
     why = dict(skipped)
-    return [(e["group"], e["id"], why[e["id"]]) for e in entries() if measured_gib(e) and e["id"] in why]
+    return [(e["group"], e["id"], why[e["id"]]) for e in entries() if measured_gib(e) and e["id"] in why and e["id"] not in compared]
 
 
 @dataclass(frozen=True)
@@ -243,10 +255,9 @@ class Case:
 
 def cases() -> list[Case]:
     """Every published run with a measured memory, as a Case (the same prediction as `predict`)."""
-    runs, _ = load()
     memory = {e["id"]: measured_gib(e) for e in entries()}
     out = []
-    for run in runs:
+    for run in memory_runs():
         if not memory.get(run.id):
             continue
         how = SOURCES[run.group]
@@ -358,7 +369,7 @@ class Fit:
 def fit_rows() -> list[Fit]:
     """Every published run that ran: its predicted peak (largest stage) and its GPU's capacity."""
     out = []
-    for run in load()[0]:
+    for run in memory_runs():
         est = memory_estimate(run.job())
         out.append(Fit(run.id, max(s.peak_bytes for s in est.stages) / GiB, est.capacity_bytes / GiB))
     return out

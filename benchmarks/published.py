@@ -82,6 +82,15 @@ class Skip(Exception):
     """An entry that cannot become a run; the message is the reason."""
 
 
+class TimeSkip(Skip):
+    """An entry whose step time the model cannot price (the message says why) but whose mapping is
+    complete, so its memory can still be predicted (`memory_only`)."""
+
+    def __init__(self, reason: str, mapped: Mapped) -> None:
+        super().__init__(reason)
+        self.mapped = mapped
+
+
 # --- torchtitan (shared with benchmarks/memory_accuracy.py) ---------------------------------------
 
 TORCHTITAN_MODELS = {"Llama 3.1 8B": "llama-3.1-8b", "Llama 3.1 70B": "llama-3.1-70b", "Llama 3.1 405B": "llama-3.1-405b"}
@@ -692,20 +701,92 @@ def _torch_recompute(text: str, layers: int) -> tuple[Recompute, int | None, str
     return Recompute.NONE, None, None
 
 
+@dataclass(frozen=True)
+class TorchaoBench:
+    """The torchtitan code one torchao benchmark table ran (benchmarks/float8/training/ at the README's
+    commit: torchtitan's llama3_8b.toml, --training.local-batch-size=1 (batch_size=1 before),
+    --training.compile, the float8 or mx converter, through torchtitan's run_train.sh), and what that
+    code decides about memory."""
+
+    readme: str  # the pytorch/ao commit that published the table (the rows' source.repo_path)
+    torchtitan: str  # the torchtitan commit it ran (the README's), or the range the script's flags allow
+    compile_loss: bool
+    split_root: bool  # TrainingSpec.fsdp_split_root (torchtitan 83e69410 and after)
+    # SDPA's cuDNN backend first on compute capability 10.0, its op outside the per-op SAC save list
+    # (TrainingSpec.sac_recomputes_attention)
+    cudnn_first_on_sm100: bool
+    notes: tuple[str, ...]
+
+
+SPLIT_ROOT_NOTE = ("FSDP2 units as torchtitan wraps them since 83e694105 (fsdp_split_root): the embedding and every "
+                   "layer resharded after forward, [norm, output] kept gathered until its backward "
+                   "(torchtitan/models/llama3/infra/parallelize.py:388-422 at {})")
+
+TORCHAO_BENCH = (
+    TorchaoBench(
+        "8c81863ba", "069bae286..54ef42221", False, False, False,
+        ("torchtitan between 069bae286 (2025-02-27), the first to take --float8.recipe_name, and 54ef42221, the last "
+         "before the table (2025-03-12): the script passes --model.converters=float8, --float8.recipe_name and the "
+         "config torchtitan/models/llama/train_configs/llama3_8b.toml (pytorch/ao@8c81863ba "
+         "benchmarks/float8/training/float8_training_benchmark.sh:24-30, 42); torchtitan 0.0.2 as the README says",
+         "loss uncompiled (compile_loss False): torchtitan compiled the transformer blocks only between e8977b007 "
+         "(2024-12-18) and bbb1b616e (2025-04-02), cross_entropy on the .float() logits with the compile left out "
+         "('compiling loss function causes CUDA errors, turning off for now', torchtitan/components/loss.py:10-18 "
+         "at 069bae286 and 54ef42221; the llama TrainSpec's loss_fn=cross_entropy_loss, torchtitan/models/llama/__init__.py:73, "
+         "called as it is at torchtitan/train.py:327 at 54ef42221)")),
+    TorchaoBench(
+        "853f87d1b", "2c8b5947", True, True, True,
+        ("torchtitan 2c8b5947 (the README's): with --training.compile the loss is compiled too "
+         "(torchtitan/components/loss.py:25-30 build_cross_entropy_loss, since bbb1b616e)",
+         SPLIT_ROOT_NOTE.format("2c8b5947"),
+         "SDPA's flash backend on the MI300X: torchtitan puts cuDNN first only on compute capability 10.0 "
+         "(torchtitan/models/attention.py:200-211 at 2c8b5947); torch reports the MI300X as 9.4 (presets/gpus.toml)")),
+    TorchaoBench(
+        "d8bb51f63", "6fc499f6f", True, True, True,
+        ("torchtitan 6fc499f6f (the README's): with --training.compile the loss is compiled too "
+         "(torchtitan/components/loss.py:25-30 build_cross_entropy_loss, since bbb1b616e)",
+         SPLIT_ROOT_NOTE.format("6fc499f6f"),
+         "SDPA's cuDNN backend on the B200 (torchtitan/models/attention.py:200-211 at 6fc499f6f), whose op the "
+         "per-op SAC save list leaves out (torchtitan/models/llama3/infra/parallelize.py:233-243 there, until "
+         "b39377f9f): attention output and statistics recomputed in backward (sac_recomputes_attention)")),
+)
+
+
+def torchao_bench(entry: dict) -> TorchaoBench:
+    """The TORCHAO_BENCH entry of a torchao_torchtitan_bench row, by the commit its source names."""
+    commit = entry["source"]["repo_path"].split("@")[1].split(":")[0]
+    found = [b for b in TORCHAO_BENCH if commit.startswith(b.readme)]
+    assert len(found) == 1, (entry["id"], commit)
+    return found[0]
+
+
+def _torchao_fp8_recipe(tech: str) -> Fp8Recipe:
+    """The fp8 scaling of a torchao row: torchao's float8 rowwise recipes (rowwise, rowwise_with_gw_hp),
+    MX's mxfp8_cublas(_rceil) (one e8m0 scale per 32 elements), else tensorwise."""
+    t = tech.lower()
+    if "mxfp8" in t:
+        return Fp8Recipe.MXFP8
+    return Fp8Recipe.ROWWISE if "rowwise" in t else Fp8Recipe.TENSORWISE
+
+
 def _torch_native(entry: dict) -> Mapped:
     """torchtitan's older docs, torchao's torchtitan benchmarks, KempnerForge: FSDP2/DTensor stacks."""
     lay, m, hw = entry["layout"], entry["model"], entry["hardware"]
     g = entry["group"]
+    # Power and clock decide these rows' step time, not what they allocate: their memory is still predicted
+    # (on the dgx-b200, dgx-h100 and mi300x-8 presets, whose capacities the allocator's counters do not depend on).
+    untimed = None
     if "MI300" in hw["gpu"]:
-        raise Skip("AMD MI300X: presets/kernels has no measured CDNA3 kernels")
+        untimed = "AMD MI300X: presets/kernels has no measured CDNA3 kernels"
     if "B200" in hw["gpu"] and "750" in (hw.get("hw_notes") or "") + (hw.get("gpu") or "") + str(entry.get("notes")):
-        raise Skip("B200 held at a 750 W power limit, which no GPU preset describes")
+        untimed = "B200 held at a 750 W power limit, which no GPU preset describes"
     if "variant not stated" in hw["gpu"]:
-        raise Skip("the H100 variant is not stated: a 700 W SXM part and Meta's 500 W part differ by ~30% in measured matmul rate")
+        untimed = "the H100 variant is not stated: a 700 W SXM part and Meta's 500 W part differ by ~30% in measured matmul rate"
     tech = (lay.get("techniques") or "") + " " + (hw.get("precision") or "")
     notes = []
     compiled = "compile" in tech and "no torch.compile" not in tech and "compile=false" not in tech and "compile off" not in tech and "compile=off" not in tech
-    fp8 = "float8" in tech.lower() and "none (bfloat16)" not in tech.lower() and "no float8" not in tech.lower()
+    low = tech.lower()
+    fp8 = ("float8" in low or "mxfp8" in low) and "none (bfloat16)" not in low and "no float8" not in low
     # "Async TP" / "AsyncTP", not where the row says "no async TP" (torchtitan docs Aug 2024's bf16 and float8 rows)
     squeezed = tech.lower().replace(" ", "").replace("-", "")
     async_tp = "asynctp" in squeezed and "noasynctp" not in squeezed
@@ -731,13 +812,29 @@ def _torch_native(entry: dict) -> Mapped:
                      "last micro-batch only (fp32 unsharded gradients in between); the vocabulary unsplit over tp; "
                      "eager cross entropy on the bf16 logits outside the compiled model; torch.compile around the "
                      "whole model (TrainingSpec fields)")
+    compile_loss, sac_attention, split_root = False if kf else None, False, False
+    cluster = _torch_native_cluster(entry)
+    if g == "torchao_torchtitan_bench":
+        bench = torchao_bench(entry)
+        notes += list(bench.notes)
+        compile_loss, split_root = bench.compile_loss, bench.split_root
+        if bench.cudnn_first_on_sm100 and cluster.gpu.compute_capability >= (10, 0):
+            backend, sac_attention = AttentionBackend.CUDNN, True
+        if fp8 and _torchao_fp8_recipe(tech) is Fp8Recipe.MXFP8:
+            notes.append("MXFP8 linears (precision fp8, fp8_recipe mxfp8): torchao's mx_mm keeps the 16-bit input and "
+                         "weight for its backward (pytorch/ao@e4e681be6, the table's torchao, torchao/prototype/mx_formats/"
+                         "mx_linear.py:95-117), as Float8Linear does: their saved activations are 16-bit")
+        if sac_attention or cluster.gpu.vendor != "nvidia":  # the table's note says which backend ran
+            notes[:] = [n for n in notes if not n.startswith("SDPA's flash backend, FlashAttention-2")]
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"],
                             precision=Precision.FP8 if fp8 else Precision.BF16, framework=Framework.TORCHTITAN,
+                            fp8_recipe=_torchao_fp8_recipe(tech) if fp8 else Fp8Recipe.TENSORWISE,
                             attention=AttentionKernel.FLASH, attention_backend=backend, compile=compiled,
                             tp_comm_overlap=async_tp,
                             fsdp_reshard_after_forward=reshard, tp_gather_per_projection=per_projection,
                             bf16_params=kf, fsdp_sync_last_microbatch=kf, tp_replicated_vocab=kf,
-                            loss_on_16bit_logits=kf, compile_loss=False if kf else None,
+                            loss_on_16bit_logits=kf, compile_loss=compile_loss, sac_recomputes_attention=sac_attention,
+                            fsdp_split_root=split_root,
                             compile_whole_model=kf and compiled)
     # FSDP2 wraps every model of these stacks (a one-rank shard group moves nothing), except
     # KempnerForge on one GPU: no device mesh, no FSDP (KempnerInstitute/KempnerForge@01b461a
@@ -751,7 +848,8 @@ def _torch_native(entry: dict) -> Mapped:
     model = _llama_model(entry)
     if g == "torchtitan_docs_2024" and "Llama 2" in m["name"]:
         notes.append("Llama 2 13B/70B: torchtitan's llama2 flavours (vocab 32000 as in the yaml)")
-    cluster = _torch_native_cluster(entry)
+    if untimed:
+        raise TimeSkip(untimed, (model, cluster, training, layout, notes))
     return model, cluster, training, layout, notes
 
 
@@ -800,7 +898,7 @@ def _torchtitan_dsv3(entry: dict) -> Mapped:
         # cost_models.enums.MoEDispatch: NCCL all-to-all on the compute stream or Megatron's 1F1B overlap
         reason += "; DeepEP's dispatch and combine kernels are not a dispatcher the model prices (MoEDispatch)"
     if reason:
-        raise Skip(reason)
+        raise TimeSkip(reason, dsv3_mapped(entry))
     return dsv3_mapped(entry)
 
 
@@ -881,6 +979,8 @@ def _torch_native_cluster(entry: dict) -> Cluster:
         return Cluster(spec=presets.clusters()["kempner-h200"], num_gpus=hw["gpu_count"])
     if "HBM2e" in (hw.get("gpu") or "") or "lower TDP" in (hw.get("gpu") or "") + str(hw.get("hw_notes")):
         return Cluster(spec=presets.clusters()["grand-teton-h100"], num_gpus=hw["gpu_count"])
+    if "MI300X" in hw["gpu"]:  # one 8-GPU MI300X node (the torchao table: "Single-node training on 8xMI300X GPUs")
+        return Cluster(spec=presets.clusters()["mi300x-8"], num_gpus=hw["gpu_count"])
     return _cluster(entry)
 
 
@@ -1288,15 +1388,25 @@ def tokens_from_flop_rate(entry: dict, model: ModelSpec, *, tp: int) -> tuple[fl
 def _run(entry: dict) -> PublishedRun:
     if entry["group"] not in MAPPINGS:
         raise Skip(f"no mapping for group {entry['group']}")
-    model, cluster, training, layout, notes = MAPPINGS[entry["group"]](entry)
+    return _built(entry, MAPPINGS[entry["group"]](entry), timed=True)
+
+
+def _built(entry: dict, mapped: Mapped, *, timed: bool) -> PublishedRun:
+    """The run of a complete mapping; untimed (memory only), its measured rate is nan where none can be derived."""
+    model, cluster, training, layout, notes = mapped
     try:
         job = resolve(model, cluster, training, layout)
     except SpecError as err:
         raise Skip(str(err)) from None
     memory_estimate(job)  # must not raise for any returned run
     # what the yaml itself inferred (dp = gpus/(tp·pp·cp) is arithmetic, not an assumption)
-    notes += [f"{field} (yaml derived_fields)" for field in entry["derived_fields"] if not field.startswith("layout.dp")]
-    measured = _measured_tokens(entry, training.global_batch_size or 0, training.seq_len) or tokens_from_flop_rate(entry, model, tp=layout.tp)
+    notes = [*notes, *(f"{field} (yaml derived_fields)" for field in entry["derived_fields"] if not field.startswith("layout.dp"))]
+    try:
+        measured = _measured_tokens(entry, training.global_batch_size or 0, training.seq_len) or tokens_from_flop_rate(entry, model, tp=layout.tp)
+    except Skip:
+        if timed:
+            raise
+        measured = (float("nan"), "not derived: the row's step time is not compared")
     return PublishedRun(id=entry["id"], group=entry["group"], model=model, cluster=cluster, training=training, layout=layout,
                         measured_tokens_per_s_per_gpu=measured[0], measured_from=measured[1], assumptions=tuple(notes))
 
@@ -1327,6 +1437,27 @@ def load(path: Path = DATA) -> tuple[list[PublishedRun], list[tuple[str, str]]]:
         except Skip as skip:
             skipped.append((entry["id"], str(skip)))
     return runs, skipped
+
+
+@cache
+def memory_only(path: Path = DATA) -> tuple[tuple[PublishedRun, str], ...]:
+    """(run, why its step time is not compared) of every entry whose mapping raised TimeSkip: the model
+    cannot price its step time, but everything its memory depends on is mapped."""
+    all_entries = entries(path)
+    out = []
+    for entry in all_entries:
+        if entry["kind"] == "hardware_spec" or entry["group"] not in MAPPINGS or _skip_reason(entry, all_entries):
+            continue
+        try:
+            MAPPINGS[entry["group"]](entry)
+        except TimeSkip as skip:
+            try:
+                out.append((_built(entry, skip.mapped, timed=False), str(skip)))
+            except Skip:
+                continue
+        except Skip:
+            continue
+    return tuple(out)
 
 
 def main() -> int:

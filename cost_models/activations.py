@@ -339,7 +339,8 @@ def _per_op_sac(job: Job, d: Dims, layer_id: int) -> Breakdown:
     the layer input, the outputs of the attention kernel and of reduce-scatters, and of the layer's
     matmuls those _sac_kept keeps (wq, wv, w1, w2 of a SwiGLU layer in forward order wq wk wv wo w1
     w3 w2; wq, wv, w1 for GELU); recompute the rest. An MoE layer keeps its router's top-k and,
-    under ep, the all-to-alls' outputs (_sac_moe)."""
+    under ep, the all-to-alls' outputs (_sac_moe). The attention kernel's output and statistics are
+    recomputed instead where its op is outside the saved set (TrainingSpec.sac_recomputes_attention)."""
     t = d.t
     assert job.model.hybrid_pattern is None, "torchtitan runs no hybrid model (rules: hybrid_framework)"
     if job.model.mla is not None:
@@ -347,11 +348,12 @@ def _per_op_sac(job: Job, d: Dims, layer_id: int) -> Breakdown:
     m = job.model
     mms = [("wq_output", t * d.q, m.qkv_bias), ("wk_output", t * d.kv, m.qkv_bias), ("wv_output", t * d.kv, m.qkv_bias),
            ("wo_output", t * d.h, m.out_bias)]
+    kept_attention = not job.training.sac_recomputes_attention
     items = {
         "layer_input": d.residual * ACT_BYTES,
         **_sac_kept(mms + _sac_mlp(job, d, layer_id)),
-        "attention_output": t * d.q * ACT_BYTES,
-        "softmax_lse": d.b * d.heads * d.s * FP32,
+        "attention_output": t * d.q * ACT_BYTES * kept_attention,
+        "softmax_lse": d.b * d.heads * d.s * FP32 * kept_attention,
         **_sac_moe(job, d, layer_id),
         "reduce_scatter_outputs": 2 * d.residual * ACT_BYTES if d.tp > 1 else 0,
     }
@@ -410,6 +412,7 @@ def _per_op_sac_mla(job: Job, d: Dims, layer_id: int) -> Breakdown:
     a = m.mla
     assert a is not None
     v_out = d.heads * m.v_head_size
+    kept_attention = not job.training.sac_recomputes_attention
     mms: list[tuple[str, int, bool]] = []
     if a.q_lora_rank is not None:
         mms.append(("wq_a_output", t * a.q_lora_rank, m.qkv_bias))
@@ -419,8 +422,8 @@ def _per_op_sac_mla(job: Job, d: Dims, layer_id: int) -> Breakdown:
         "bytes",
         layer_input=d.residual * ACT_BYTES,
         **_sac_kept(mms + _sac_mlp(job, d, layer_id)),
-        attention_output=t * v_out * ACT_BYTES,
-        softmax_lse=d.b * d.heads * d.s * FP32,
+        attention_output=t * v_out * ACT_BYTES * kept_attention,
+        softmax_lse=d.b * d.heads * d.s * FP32 * kept_attention,
         **_sac_moe(job, d, layer_id),
         reduce_scatter_outputs=2 * d.residual * ACT_BYTES if d.tp > 1 else 0,
     )

@@ -296,7 +296,9 @@ def recomputed_share(job: Job, mode: Recompute, kind: LayerKind = LayerKind()) -
     if job.training.framework is Framework.TORCHTITAN:
         gemms = layer_gemms(job, kind)
         total = sum(g.flop for g in gemms)
-        return (sac_recomputed_gemm(job, kind) / total if total else 0.0), 0.0
+        # the attention kernel again where its op is outside the saved set (TrainingSpec.sac_recomputes_attention)
+        again = job.training.sac_recomputes_attention and kind.mixer is MixerKind.ATTENTION
+        return (sac_recomputed_gemm(job, kind) / total if total else 0.0), 1.0 if again else 0.0
     return 0.0, 1.0 if kind.mixer is MixerKind.ATTENTION else 0.0
 
 

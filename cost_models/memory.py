@@ -419,8 +419,9 @@ def _transient(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], Lay
     loss = act.loss_workspace(job) if last else 0
     freed = act.loss_cached_bytes(job) if last else 0  # reserved beside the loss, not allocated
     absent = loss_absent_buffers(job, rank)
-    if loss > best + absent.total:
-        gone = dict(absent.parts)
+    only = loss_only_buffers(job, rank) if last else 0  # gathered at the loss alone
+    if loss + only > best + absent.total:
+        gone = dict(absent.parts, unsharded_params=absent.value("unsharded_params") - only)
         without = Breakdown.of("bytes", **{name: v - gone.get(name, 0) for name, v in buffers})
         return Breakdown.of("bytes", loss_backward=loss), without, int(absent.total) + freed
     return Breakdown.of("bytes", layer_backward=best), buffers, max(0, loss + freed - best)
@@ -481,17 +482,29 @@ def loss_absent_buffers(job: Job, rank: int) -> Breakdown:
         return Breakdown.of("bytes", unsharded_params=0, unsharded_grads=0)
     params = rank_params(job, rank)
     biggest, second = _largest_layers(job, rank)
-    titan_plan = job.training.framework is Framework.TORCHTITAN and job.training.fsdp_reshard_after_forward is None
+    titan_plan = (job.training.framework is Framework.TORCHTITAN and job.training.fsdp_reshard_after_forward is None
+                  and not job.training.fsdp_split_root)
     gathered = second if titan_plan else biggest + second
     root = int(params.value("embedding") + params.value("head")) if _root_reshards(job) else 0
-    return Breakdown.of("bytes", unsharded_params=2 * (root + gathered), unsharded_grads=_fsdp_backward_grads(params, biggest))
+    return Breakdown.of("bytes", unsharded_params=2 * (root + gathered), unsharded_grads=_fsdp_backward_grads(job, params, biggest))
 
 
-def _fsdp_backward_grads(params: Breakdown, biggest: int) -> int:
+def loss_only_buffers(job: Job, rank: int) -> int:
+    """Gathered parameters alive while the loss runs on the last stage but not in the decoder layers'
+    backward: under TrainingSpec.fsdp_split_root the [norm, output] unit's 16-bit weights, kept from
+    its forward until its own backward, which reshards them before the layers' backward starts."""
+    if not (job.training.fsdp_split_root and _fully_sharded(job)):
+        return 0
+    return 2 * int(rank_params(job, rank).value("head"))
+
+
+def _fsdp_backward_grads(job: Job, params: Breakdown, biggest: int) -> int:
     """Fully sharded FSDP's unsharded gradients in the backward: the output layer's bf16 gradient,
-    held until the root's reduce-scatter, and one layer's bf16 gradient with its fp32
-    reduce-scatter copy."""
-    return 2 * int(params.value("head")) + 6 * biggest
+    held until the root's reduce-scatter (not where the output layer is a unit of its own,
+    TrainingSpec.fsdp_split_root, reduce-scattered before the layers' backward), and one layer's
+    bf16 gradient with its fp32 reduce-scatter copy."""
+    head = 0 if job.training.fsdp_split_root else 2 * int(params.value("head"))
+    return head + 6 * biggest
 
 
 def stage_buffers(job: Job, rank: int) -> Breakdown:
@@ -538,9 +551,11 @@ def stage_buffers(job: Job, rank: int) -> Breakdown:
     elif z is Zero.PARAMETERS:
         # Fully sharded: the root unit (embedding, final norm, output layer) stays gathered for the
         # step (FSDP2 does not reshard the root after forward), plus the current and the prefetched
-        # layer; backward adds its gradients (_fsdp_backward_grads).
-        unsharded_params = 2 * (root + biggest + second)
-        unsharded_grads = _fsdp_backward_grads(params, biggest)
+        # layer; backward adds its gradients (_fsdp_backward_grads). Under TrainingSpec.fsdp_split_root
+        # the root holds none of them in the layers' backward (loss_only_buffers: the output layer at the loss).
+        kept_root = 0 if job.training.fsdp_split_root else root
+        unsharded_params = 2 * (kept_root + biggest + second)
+        unsharded_grads = _fsdp_backward_grads(job, params, biggest)
         if job.training.fsdp_sync_last_microbatch and job.num_microbatches > 1:
             # TrainingSpec.fsdp_sync_last_microbatch: every parameter's unsharded gradient, in the
             # fp32 reduce dtype, from the first micro-batch's backward on. The sharded 16-bit

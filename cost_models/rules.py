@@ -474,7 +474,7 @@ NANOTRON_SWITCHES = FrameworkSwitches(
 TITAN_SWITCHES = FrameworkSwitches(
     ("fsdp_reshard_after_forward", "tp_gather_per_projection", "bf16_params", "fsdp_sync_last_microbatch",
      "tp_replicated_vocab", "loss_on_16bit_logits", "compile_whole_model", "pipeline_keeps_outputs",
-     "fsdp_reduce_in_bf16", "fsdp_flat_params", "fused_rms_norm"),
+     "fsdp_reduce_in_bf16", "fsdp_flat_params", "fused_rms_norm", "fsdp_split_root"),
     TITAN, "{names} describe an FSDP2/DTensor plan (framework torchtitan), not framework={framework}; drop it")
 
 
@@ -722,6 +722,11 @@ SWITCH_RULES: tuple[Rule, ...] = (
          "huggingface/nanotron@c2528430 src/nanotron/optim/gradient_accumulator.py:204-223"),
     Rule("titan_switches", ALL, partial(_framework_switches, TITAN_SWITCHES), "torch fully_shard reshard_after_forward, DTensor ColwiseParallel"),
     Rule("loss_on_16bit_logits", ALL, _loss_on_16bit_logits, "KempnerInstitute/KempnerForge@01b461a scripts/train.py:294-297"),
+    _needs_rule("sac_recomputes_attention", TITAN, "training.attention_backend", {AttentionBackend.CUDNN},
+                "describes torchtitan's per-op checkpointing on SDPA's cuDNN backend",
+                "drop it, or use framework torchtitan with attention_backend cudnn",
+                source="pytorch/torchtitan@6fc499f6 torchtitan/models/llama3/infra/parallelize.py:233-243, "
+                       "torchtitan/models/attention.py:200-211"),
     Rule("compile_whole_model", ALL, _compile_whole_model,
          "KempnerInstitute/KempnerForge@01b461a kempnerforge/distributed/parallel.py:214-216"),
     _needs_rule("qkv_bias_unfused", MEGATRON, "model.qkv_bias", {True},

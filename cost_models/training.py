@@ -85,6 +85,18 @@ class TrainingSpec(Spec):
     # (KempnerInstitute/KempnerForge@601aba9 kempnerforge/distributed/parallel.py:110-153 apply_fsdp2,
     # called without the argument at scripts/train.py:111,120).
     fsdp_reshard_after_forward: bool | None = None
+    # torchtitan's FSDP2 plan from pytorch/torchtitan@83e69410 (2025-07-28) on, without a pipeline:
+    # tok_embeddings one fully_shard unit and every decoder layer one, each resharded after its
+    # forward (the last layer too), and [norm, output] one unit kept gathered from its forward until
+    # its backward; the root wraps nothing else (torchtitan/models/llama3/infra/parallelize.py:388-422
+    # at 6fc499f6). Before it, the root held the embedding, final norm and output layer and the last
+    # layer stayed gathered (parallelize_llama.py:346-369 at 54ef4222). FSDP2 reshards every unit after
+    # its backward (FSDPParamGroup.post_backward, reshard_after_backward defaults to True;
+    # torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py:606-609, read in torch 2.13.0), so the
+    # output layer's gathered weight and 16-bit gradient are gone before the decoder layers' backward
+    # and the embedding is gathered only after it (cost_models.memory.stage_buffers). Framework
+    # torchtitan only.
+    fsdp_split_root: bool = False
     # Megatron's wgrad GEMMs accumulate straight into the fp32 main grad (gradient_accumulation_fusion,
     # the default). --no-gradient-accumulation-fusion (False here) makes them write a 16-bit
     # param.grad that the DDP backward hook then adds into main_grad, once per micro-batch
@@ -302,6 +314,16 @@ class TrainingSpec(Spec):
     # is then alive beside .grad before autograd adds it in (cost_models.memory). Framework
     # torchtitan with compile only.
     compile_whole_model: bool = False
+    # torchtitan's per-op selective checkpointing on SDPA's cuDNN backend, before the save list held
+    # that kernel: its save list names SDPA's flash and memory-efficient ops only
+    # (pytorch/torchtitan@6fc499f6 torchtitan/models/llama3/infra/parallelize.py:233-243; the cuDNN
+    # op joined it at b39377f9, 2025-12-01), while its attention module puts CUDNN_ATTENTION first
+    # on compute capability 10.0 (torchtitan/models/attention.py:200-211 there, since 3b85aa31). The
+    # policy returns PREFER_RECOMPUTE for every op outside the list (parallelize.py:295-310), so the
+    # attention output and its softmax statistics are not kept and the kernel runs again in the
+    # backward (cost_models.activations._per_op_sac, cost_models.flops.recomputed_share).
+    # Framework torchtitan, attention_backend cudnn only.
+    sac_recomputes_attention: bool = False
     # Megatron's distributed optimizer before NVIDIA/Megatron-LM@c1d27dfa ("fix param_buffer peak
     # memory may be OOM", Dec 2023) built its 16-bit parameter buffers with torch.tensor(storage,
     # ...) on the grad buffer's storage, which first allocates a new tensor of the storage's size and

@@ -104,6 +104,17 @@ def test_nanotron_figure_is_the_reserved_counter():
     assert max(ratios.values()) < 1, ratios
 
 
+def test_published_torchao_memory():
+    # torchao's torchtitan benchmark (Llama 3 8B, 8 GPUs, FSDP2, per-op SAC, compile) on H100, MI300X and
+    # B200, each table with the torchtitan it ran: the H100's loss uncompiled, the later tables' split
+    # root units, and the B200's cuDNN attention recomputed. Today's median |error| (6.0%) plus half a
+    # point, every row within 10% (the largest today: B200 float8 tensorwise, +9.3%)
+    rows = memory_accuracy.rows("torchao_torchtitan_bench")
+    assert len(rows) == 12
+    assert statistics.median(abs(r.error) for r in rows) <= 0.065
+    assert max(abs(r.error) for r in rows) <= 0.10, [(r.id, round(r.error, 3)) for r in rows]
+
+
 def test_published_kempnerforge_memory():
     # KempnerForge's two reports (max allocated, rank 0) with its bf16 states, fp32 gradients kept
     # unsharded between gradient syncs, unsplit vocabulary, eager loss on bf16 logits and whole-model
@@ -186,7 +197,7 @@ def test_published_layouts_that_ran_are_not_called_out_of_memory_more_than_today
     # capacity and 2 above the default usable memory (docs/accuracy.md names them and why), none of
     # them a vendor's tuned recipe
     fits = memory_accuracy.fit_rows()
-    assert len(fits) == 273
+    assert len(fits) == 285  # the 273 timed runs and the 12 torchao rows whose memory alone is compared
     assert sum(f.over_capacity for f in fits) <= 1
     assert sum(f.over_usable for f in fits) <= 2
     assert not [f for f in fits if (f.over_capacity or f.over_usable) and f.id.startswith("mlperf")]
@@ -291,18 +302,19 @@ def test_fragmentation_is_the_all_source_fit_and_transfers():
 
     cs = memory_accuracy.cases()
     by_id = {r.id: r for r in memory_accuracy.rows()}
-    assert len(cs) == len(by_id) == 128
+    assert len(cs) == len(by_id) == 140
     # a Case predicts what `rows` does at the model's fraction
     assert all(c.predicted_gib(FRAGMENTATION) == by_id[c.id].predicted_gib for c in cs)
     # the fit set: every reserved-peak row, four families; KempnerForge's allocated peaks leave it out
     informed = memory_accuracy.fit_set(cs)
-    assert len(informed) == 107 and not [c for c in informed if c.family == "kempnerforge"]
-    assert {c.family for c in informed} == {"torchtitan", "fp8lm", "sail_pipeline", "nanotron_ultrascale"}
+    assert len(informed) == 119 and not [c for c in informed if c.family == "kempnerforge"]
+    assert {c.family for c in informed} == {"torchtitan", "fp8lm", "sail_pipeline", "nanotron_ultrascale", "torchao_torchtitan_bench"}
     assert memory_accuracy.fit_fragmentation(cs) == FRAGMENTATION
-    # leave-one-source-out: each family with the fraction fitted on the other three (0.10 to 0.11
+    # leave-one-source-out: each family with the fraction fitted on the other four (0.10 for every one
     # today, the all-source fit 0.10); today's median |error| plus half a point, today's rows within
-    # 10% (docs/accuracy.md), and the fits within 0.05 of the all-source one
-    today = {"fp8lm": (0.071, 4), "nanotron_ultrascale": (0.046, 21), "sail_pipeline": (0.012, 55), "torchtitan": (0.038, 19)}
+    # 10% (benchmarks/memory_accuracy.py), and the fits within 0.05 of the all-source one
+    today = {"fp8lm": (0.072, 4), "nanotron_ultrascale": (0.048, 22), "sail_pipeline": (0.012, 55), "torchtitan": (0.038, 19),
+             "torchao_torchtitan_bench": (0.060, 12)}
     loso = memory_accuracy.leave_one_source_out(cs)
     assert sorted(out.family for out in loso) == sorted(today)
     for out in loso:
@@ -311,7 +323,7 @@ def test_fragmentation_is_the_all_source_fit_and_transfers():
         assert abs(out.fraction - FRAGMENTATION) <= 0.05, out.family
         assert statistics.median(errors) <= median + 0.005, out.family
         assert sum(e <= 0.10 for e in errors) >= within, out.family
-    assert sum(abs(c.error(out.fraction)) <= 0.10 for out in loso for c in out.cases) >= 99
+    assert sum(abs(c.error(out.fraction)) <= 0.10 for out in loso for c in out.cases) >= 112
 
 
 def test_performance_model_page_shows_the_constants_in_use():

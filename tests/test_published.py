@@ -571,3 +571,91 @@ def test_dsv3_1504_router_does_not_renormalize_softmax_scores():
 )
 def test_dsv3_rows_are_skipped_for_their_attention_kernel(run_id, reason):
     assert reason in dict(SKIPPED)[run_id] and "cannot express" not in dict(SKIPPED)[run_id]
+
+
+def test_rows_whose_step_time_is_not_priced_still_have_their_memory_mapped():
+    """A power limit, an unstated H100 variant or an unpriced attention kernel decides a row's step time,
+    not what it allocates: such rows stay out of the timed runs and come back, fully mapped, from
+    memory_only, with the same reason, as does the MI300X, whose preset gives its capacity but whose
+    kernels presets/kernels does not measure."""
+    untimed = {run.id: (run, why) for run, why in published.memory_only()}
+    for run_id in ("torchao-e2e-llama3-8b-8xb200-bf16", "torchao-e2e-llama3-8b-8xh100-bf16", "tt-pr1610-dsv3-16b-8gpu-ep8-sdpa"):
+        assert run_id not in BY_ID
+        run, why = untimed[run_id]
+        assert why == dict(SKIPPED)[run_id]
+        assert memory_estimate(run.job()).stages
+    assert untimed["torchao-e2e-llama3-8b-8xb200-bf16"][0].cluster.spec.gpu.name == published._cluster(
+        ENTRIES["torchao-e2e-llama3-8b-8xb200-bf16"]).spec.gpu.name
+    assert untimed["tt-pr1610-dsv3-16b-8gpu-ep8-sdpa"][0].layout.ep == 8
+    mi300x, why = untimed["torchao-e2e-llama3-8b-8xmi300x-bf16"]
+    assert why == dict(SKIPPED)[mi300x.id] == "AMD MI300X: presets/kernels has no measured CDNA3 kernels"
+    assert mi300x.cluster.spec.name == "mi300x-8" and memory_estimate(mi300x.job()).stages
+
+
+UNTIMED = {run.id: run for run, _ in published.memory_only()}
+TORCHAO = {i: r for i, r in UNTIMED.items() if r.group == "torchao_torchtitan_bench"}
+LLAMA3_8B_LAYER = 4096 * (4096 + 2 * 1024 + 4096) + 3 * 4096 * 14336 + 2 * 4096  # 218,112,000 parameters
+LLAMA3_8B_LOGITS = 8192 * 128256  # one 8192-token sequence over the vocabulary
+
+
+def test_torchao_rows_run_the_torchtitan_each_table_names():
+    # pytorch/ao's three tables: H100 (8c81863ba, torchtitan 069bae286..54ef42221: loss uncompiled, the
+    # root FSDP unit holding embedding and output), MI300X (853f87d1b, torchtitan 2c8b5947) and B200
+    # (d8bb51f63, torchtitan 6fc499f6f): loss compiled, split root; SDPA's cuDNN backend on the B200 only
+    assert len(TORCHAO) == 12
+    for run_id, run in TORCHAO.items():
+        tr, gpu = run.training, run_id.split("-")[4]
+        assert tr.compile and tr.compile_loss is (gpu != "8xh100"), run_id
+        assert tr.fsdp_split_root is (gpu != "8xh100"), run_id
+        assert tr.sac_recomputes_attention is (gpu == "8xb200"), run_id
+        assert tr.attention_backend == ("cudnn" if gpu == "8xb200" else "sdpa_flash"), run_id
+        recipe = "mxfp8" if "mxfp8" in run_id else "rowwise" if "rowwise" in run_id else "tensorwise"
+        assert (tr.precision, tr.fp8_recipe) == (("bf16", "tensorwise") if run_id.endswith("bf16") else ("fp8", recipe)), run_id
+
+
+def test_torchao_h100_eager_loss_by_hand():
+    # torchtitan@54ef42221 cross_entropy(pred.float()) uncompiled: fp32 logits kept (8192·128256·4 =
+    # 4,202,692,608 bytes) and the backward's fp32 nll and log-softmax gradients, 8 bytes per logit
+    # (8,405,385,216); at the loss the root (embedding 525,336,576 and output 525,340,672 parameters,
+    # its final norm included) and the last layer stay gathered in bf16
+    from cost_models.activations import head_activations
+    job = TORCHAO["torchao-e2e-llama3-8b-8xh100-bf16"].job()
+    b = memory_estimate(job).stages[0].breakdown
+    assert head_activations(job).value("logits") == 4 * LLAMA3_8B_LOGITS == 4_202_692_608
+    assert b.value("transient/loss_backward") == 8 * LLAMA3_8B_LOGITS
+    assert b.value("buffers/unsharded_params") == 2 * (525_336_576 + 525_340_672 + LLAMA3_8B_LAYER)
+
+
+def _without(run, **off):  # type: ignore[no-untyped-def]
+    return memory_estimate(resolve(run.model, run.cluster, run.training.model_copy(update=off), run.layout)).stages[0].breakdown
+
+
+def test_torchao_b200_cudnn_attention_recomputed_by_hand():
+    # per-op SAC at torchtitan@6fc499f6f saves SDPA's flash and efficient outputs, not cuDNN's: per layer
+    # the attention output (8192·4096·2 = 67,108,864) and its fp32 statistics (32 heads·8192·4 =
+    # 1,048,576) are not kept, 32 layers: 2,181,038,080 bytes; the kernel runs again in backward
+    run = TORCHAO["torchao-e2e-llama3-8b-8xb200-bf16"]
+    kept = memory_estimate(run.job()).stages[0].breakdown.value("activations/layers")
+    assert _without(run, sac_recomputes_attention=False).value("activations/layers") - kept == 32 * (8192 * 4096 * 2 + 32 * 8192 * 4)
+    from cost_models.enums import Recompute
+    from cost_models.flops import layer_flops
+    job = run.job()
+    f = layer_flops(job, next(iter(job.model.layer_kinds)), mode=Recompute.SELECTIVE)
+    assert f.recompute_attention == f.forward_attention > 0
+
+
+def test_torchao_b200_split_root_by_hand():
+    # torchtitan@6fc499f6f wraps the embedding, each layer and [norm, output] as units of their own: in
+    # the layers' backward only the current and the prefetched layer are gathered (2·2·218,112,000) with
+    # one layer's bf16 gradient and fp32 copy (6·218,112,000); the root-held plan adds the gathered
+    # embedding and output layer and the output layer's bf16 gradient. At the loss the [norm, output]
+    # unit is the one gathered.
+    run = TORCHAO["torchao-e2e-llama3-8b-8xb200-bf16"]
+    split = memory_estimate(run.job()).stages[0].breakdown
+    assert split.value("buffers/unsharded_params") == 2 * 2 * LLAMA3_8B_LAYER == 872_448_000
+    assert split.value("buffers/unsharded_grads") == 6 * LLAMA3_8B_LAYER
+    whole = _without(run, fsdp_split_root=False)
+    assert whole.value("buffers/unsharded_params") - split.value("buffers/unsharded_params") == 2 * (525_336_576 + 525_340_672)
+    assert whole.value("buffers/unsharded_grads") - split.value("buffers/unsharded_grads") == 2 * 525_340_672
+    from cost_models.memory import loss_only_buffers
+    assert loss_only_buffers(run.job(), 0) == 2 * 525_340_672
