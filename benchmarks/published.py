@@ -539,6 +539,7 @@ def _mpt(entry: dict) -> Mapped:
 # Parallelism), one project's two reports (KempnerForge).
 FAMILIES = {"zerobubble": "sail_pipeline", "vocabpar": "sail_pipeline", "kempnerforge_mfu_scaling": "kempnerforge",
             "kempnerforge_config_validation": "kempnerforge"}
+FAMILIES |= {g: "torchtitan_dsv3" for g in ("tt_pr1504", "tt_pr1610", "tt_pr1616", "tt_pr2107")}  # DSV3_CODE's PRs
 
 
 def family(group: str) -> str:
