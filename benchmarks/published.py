@@ -778,6 +778,10 @@ def _torch_native(entry: dict) -> Mapped:
 # (torchtitan/models/deepseek_v3/__init__.py:81-103, 129-156 at d0cdb1433^ and d021aa9ca^).
 DSV3_CODE = {"tt_pr1504": ("decfd3fef^", False), "tt_pr1610": ("d0cdb1433^", True),
              "tt_pr1616": ("8a749c618^", True), "tt_pr2107": ("d021aa9ca^", True)}
+# the runs whose code predates torchtitan@c4e229115 (2025-09-06), whose selective checkpointing saves
+# no all-to-all output (TrainingSpec.sac_recomputes_all_to_all): every commit above but d021aa9ca^
+# (2025-12-17), the git ancestry of each in pytorch/torchtitan
+DSV3_SAC_RECOMPUTES_ALL_TO_ALL = frozenset({"tt_pr1504", "tt_pr1610", "tt_pr1616"})
 
 
 def dsv3_attention_skip(entry: dict) -> str | None:
@@ -868,7 +872,8 @@ def dsv3_mapped(entry: dict) -> Mapped:
     training = TrainingSpec(seq_len=entry["model"]["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.BF16,
                             framework=Framework.TORCHTITAN, attention=AttentionKernel.FLASH,
                             attention_backend=AttentionBackend.SDPA_FLASH, compile=whole, compile_loss=whole or loss_only,
-                            moe_dispatch=MoEDispatch.ALLTOALL, moe_load_factor=1.0)
+                            moe_dispatch=MoEDispatch.ALLTOALL, moe_load_factor=1.0,
+                            sac_recomputes_all_to_all=entry["group"] in DSV3_SAC_RECOMPUTES_ALL_TO_ALL)
     layout = torchtitan_layout(entry, model.num_layers).model_copy(update={"ep": lay["ep"] or 1})
     notes = [f"model: torchtitan's DeepSeek-V3 flavor at {DSV3_CODE[entry['group']][0]} (MLA, shared experts as one FFN of "
              f"{model.moe.shared_width}, expert_bias balancing without an auxiliary loss)",

@@ -388,9 +388,11 @@ def _sac_moe(job: Job, d: Dims, layer_id: int) -> dict[str, int]:
     """What an MoE layer's routing keeps under the policy: topk's values (fp32 scores) and int64
     indices (topk is in the saved set), and the token dispatch's and combine's all-to-all outputs
     under ep (all_to_all_single is). The router's matmul is forced to recompute (its shape is in
-    force_recompute_mm_shapes_by_fqns, L196-198) unless a bias makes it an addmm."""
+    force_recompute_mm_shapes_by_fqns, L196-198) unless a bias makes it an addmm. Nothing under the
+    save list before torchtitan@c4e229115, which holds no topk, all_to_all_single or addmm
+    (TrainingSpec.sac_recomputes_all_to_all)."""
     m = job.model
-    if not m.is_moe_layer(layer_id):
+    if not m.is_moe_layer(layer_id) or job.training.sac_recomputes_all_to_all:
         return {}
     moe = m.moe
     assert moe is not None

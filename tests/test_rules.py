@@ -109,6 +109,7 @@ def test_global_batch_defaults_to_legal_microbatches():
     (dict(framework="deepspeed", fsdp_reduce_in_bf16=True), "fsdp_reduce_in_bf16 describe an FSDP2/DTensor plan"),
     (dict(framework="megatron", fsdp_flat_params=True), "fsdp_flat_params describe an FSDP2/DTensor plan"),
     (dict(framework="deepspeed", fused_rms_norm=True), "fused_rms_norm describe an FSDP2/DTensor plan"),
+    (dict(framework="megatron", sac_recomputes_all_to_all=True), "sac_recomputes_all_to_all describe an FSDP2/DTensor plan"),
     (dict(framework="torchtitan", ddp_buckets=True), "ddp_buckets describe nanotron's code"),
     (dict(framework="deepspeed", ddp_bucket_size=64), "ddp_bucket_size is Megatron's --ddp-bucket-size"),
     (dict(framework="megatron", ub_ring_exchange_rs={"fc2"}), "ub_ring_exchange_rs picks Transformer Engine"),
