@@ -545,6 +545,27 @@ def test_fsdp_under_torch_pipelining_has_no_sharded_gradients_at_the_peak_by_han
         assert stage.breakdown.value("buffers/unsharded_grads") == 4 * n - 4 * n / 2
 
 
+def test_fsdp_under_torch_pipelining_keeps_the_sharded_gradients_blocks_reserved_by_hand():
+    # The same job: the previous step's sharded gradients (4n/2 bytes, made on FSDP2's reduce-scatter
+    # stream, freed by zero_grad) stay reserved beside the compute stream's peak, not allocated:
+    # cached_blocks is those 4n/2 bytes (the stages cache nothing else: no loss blocks beside the
+    # layers' on this job), and the allocated counter does not see them. Without a pipeline (FSDP2
+    # syncs every backward) the peak counts them already (model_states).
+    from cost_models.memory import allocator_counters, scatter_stream_grads
+
+    job = make_job(LLAMA_TINY, gpus=4, pp=2, zero=3, recompute="full",
+                   training=dict(TITAN, seq_len=1024, global_batch_size=8))
+    for rank, stage in enumerate(memory_estimate(job).stages):
+        n = rank_params(job, rank).total
+        b = stage.breakdown
+        assert scatter_stream_grads(job, b["model_states"]) == 4 * n / 2
+        reserved, allocated = allocator_counters(b)
+        assert reserved - allocated == b.value("overhead/fragmentation") + b.value("overhead/cached_blocks")
+        assert b.value("overhead/cached_blocks") == 4 * n / 2
+    flat = make_job(LLAMA_TINY, gpus=2, zero=3, recompute="full", training=dict(TITAN, seq_len=1024, global_batch_size=8))
+    assert scatter_stream_grads(flat, memory_estimate(flat).stages[0].breakdown["model_states"]) == 0
+
+
 def test_interleaved_backward_moments_by_hand():
     # pp 2, vpp 2, 4 micro-batches. Forward k runs chunk (k // 2) % 2: 0 0 1 1 0 0 1 1; backward k
     # chunk 1 - (k // 2) % 2: 1 1 0 0 1 1 0 0. Rank 0 warms up with (2-0-1)·2 + 2 = 4 forwards and
