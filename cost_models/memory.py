@@ -454,8 +454,10 @@ def scatter_stream_grads(job: Job, states: Breakdown) -> int:
     stream (for optimizer)", 763-766; the same at pytorch/pytorch@010ae4a8). The previous step made them
     there; the optimizer's zero_grad frees them before this step's forwards, and a freed block is
     reallocated only on the stream that allocated it (pytorch/pytorch@eb42ad6e
-    c10/cuda/CUDACachingAllocator.cpp, the header comment), so the forwards and backwards on the compute
-    stream cannot use them and the reserved counter keeps them beside the backward's peak. Every other
+    c10/cuda/CUDACachingAllocator.cpp, the header comment; with torchtitan's expandable_segments:True,
+    run_train.sh, each expandable segment belongs to one stream: torch 2.13.0
+    c10/cuda/CUDACachingAllocator.h:118-135, StreamSegmentSize), so the forwards and backwards on the
+    compute stream cannot use them and the reserved counter keeps them beside the backward's peak. Every other
     FSDP job's peak counts the sharded gradients already (model_states)."""
     if not (_keeps_all_unsharded(job) and job.layout.pp > 1):
         return 0
