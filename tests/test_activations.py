@@ -255,3 +255,19 @@ def test_torchtitan_selective_before_c4e229115_keeps_no_routing_output():
     assert {n: new[n] - old[n] for n in old} == {n: 0 for n in old}
     assert set(new) - set(old) == {"router_topk", "all_to_all_outputs"}
     assert old["wq_output"] == t * q * 2 and old["wv_output"] == t * kv * 2
+
+
+def test_torchtitan_moe_keeps_its_scored_token_copies_in_fp32():
+    """torchtitan's MoE multiplies each routed token copy by its score in fp32 and keeps that fp32
+    copy (Convention.moe_combine_fp32): 128 tokens, top 2, h 256 keep 128 x 2 x 256 x 4 = 262,144
+    bytes where Megatron's 16-bit combine keeps half."""
+    from cost_models.model_spec import MoESpec
+
+    moe = LLAMA_TINY.model_copy(update={"moe": MoESpec(num_experts=4, top_k=2, expert_ffn_hidden_size=128)})
+
+    def combine(framework: str) -> int:
+        job = make_job(moe, gpus=1, training=dict(framework=framework, seq_len=128, global_batch_size=1))
+        return layer_items(job, 0).value("mlp/combine_input")
+
+    assert combine("torchtitan") == 128 * 2 * 256 * 4
+    assert combine("megatron") == 128 * 2 * 256 * 2
