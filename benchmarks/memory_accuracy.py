@@ -125,7 +125,11 @@ SOURCES = {
     "tt_pr1610": Measure(Metric.RESERVED, Ranks.FIRST, TORCHTITAN_PR.format(commit="d0cdb1433^", lines="70, 414, 424")),
     "tt_pr1616": Measure(Metric.RESERVED, Ranks.GIVEN, TORCHTITAN_PR.format(commit="8a749c618^", lines="70, 414, 424")
                          + "; this run set LOG_RANK=6, on pipeline rank 3 (stages 3 and 7)", rank=6),
-    "tt_pr2107": Measure(Metric.RESERVED, Ranks.FIRST, TORCHTITAN_PR.format(commit="d021aa9ca^", lines="77, 452, 462")),
+    "tt_pr2107": Measure(Metric.RESERVED, Ranks.FIRST, TORCHTITAN_PR.format(commit="d021aa9ca^", lines="77, 452, 462") + (
+        "; DeepEP's NVLink and RDMA buffers are cudaMalloc/cuMem and NVSHMEM allocations outside the caching "
+        "allocator, which the counter does not see (deepseek-ai/DeepEP@b57e5e2, the last commit before the PR, which "
+        "pins none: csrc/deep_ep.cpp:51-76, 182, 368; csrc/kernels/runtime.cu:75-77), its received tokens torch "
+        "tensors (deep_ep.cpp:656)")),
     "kempnerforge_mfu_scaling": Measure(Metric.ALLOCATED, Ranks.FIRST, KEMPNERFORGE),
     "kempnerforge_config_validation": Measure(Metric.ALLOCATED, Ranks.FIRST, KEMPNERFORGE),
 }
