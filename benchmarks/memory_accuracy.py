@@ -51,6 +51,7 @@ class Metric(StrEnum):
 class Ranks(StrEnum):
     MAX = "max over ranks"
     FIRST = "global rank 0"  # pipeline rank 0
+    GIVEN = "one global rank"  # Measure.rank, on its pipeline rank (pipeline_rank)
 
 
 @dataclass(frozen=True)
@@ -58,11 +59,34 @@ class Measure:
     metric: Metric
     ranks: Ranks
     source: str  # where the source's code takes the number
+    rank: int = 0  # the global rank that logs, for Ranks.GIVEN
+
+    @property
+    def compared(self) -> str:
+        return f"global rank {self.rank}" if self.ranks is Ranks.GIVEN else str(self.ranks)
+
+    def pipeline_rank(self, num_gpus: int, pp: int) -> int | None:
+        """The pipeline rank whose stage peak is compared; None for the largest. Global rank r is on
+        pipeline rank r // (num_gpus / pp): pipeline parallelism is the outermost dimension of
+        torchtitan's device mesh, [pp, dp_replicate, dp_shard, cp, tp] in row-major order
+        (torchtitan@8a749c618^ torchtitan/distributed/parallel_dims.py:147-158, init_device_mesh),
+        and each pipeline rank's stages are stage_ids_this_rank's (pipeline_parallel.py:107-124, 277,
+        343: pp_rank + s * pp for a looped schedule), the stages the memory model gives that rank."""
+        if self.ranks is Ranks.MAX:
+            return None
+        return 0 if self.ranks is Ranks.FIRST else self.rank // (num_gpus // pp)
 
 
 KEMPNERFORGE = ("the step log's peak_gb = torch.cuda.max_memory_allocated / 1024^3 "
                 "(KempnerInstitute/KempnerForge@5666d0d kempnerforge/metrics/memory.py:31-33, tracker.py:128-140), "
                 "logged by rank 0 only (metrics/logger.py:66-97, rank_zero_only)")
+
+# torchtitan's DeepSeek-V3 PR descriptions (published.DSV3_CODE): the step line's "memory:" is
+# max_reserved_gib, torch.cuda.memory_stats()["reserved_bytes.all.peak"], its peak reset after every
+# logged step (torchtitan/components/metrics.py at each run's commit), printed by the ranks in LOG_RANK,
+# 0 unless set (run_train.sh:14, torchrun --local-ranks-filter)
+TORCHTITAN_PR = ("the step line's max_reserved_gib (reserved_bytes.all.peak since the last logged step; torchtitan@{commit} "
+                 "torchtitan/components/metrics.py:{lines}) of the LOG_RANK rank (run_train.sh, default 0)")
 
 SOURCES = {
     "torchtitan": Measure(Metric.RESERVED, Ranks.MAX, (
@@ -103,6 +127,15 @@ SOURCES = {
         "gradient sync and optimizer step alone, at most rank 0's model states with ZeRO-1's parameter "
         "all-gather buffers or DDP's buckets, below the figure on all 26 rows (tests/test_accuracy.py), while "
         "the reserved one still counts every block the caching allocator holds, the forward-backward's included")),
+    "tt_pr1504": Measure(Metric.RESERVED, Ranks.FIRST, TORCHTITAN_PR.format(commit="decfd3fef^", lines="70, 412, 422")),
+    "tt_pr1610": Measure(Metric.RESERVED, Ranks.FIRST, TORCHTITAN_PR.format(commit="d0cdb1433^", lines="70, 414, 424")),
+    "tt_pr1616": Measure(Metric.RESERVED, Ranks.GIVEN, TORCHTITAN_PR.format(commit="8a749c618^", lines="70, 414, 424")
+                         + "; this run set LOG_RANK=6, on pipeline rank 3 (stages 3 and 7)", rank=6),
+    "tt_pr2107": Measure(Metric.RESERVED, Ranks.FIRST, TORCHTITAN_PR.format(commit="d021aa9ca^", lines="77, 452, 462") + (
+        "; DeepEP's NVLink and RDMA buffers are cudaMalloc/cuMem and NVSHMEM allocations outside the caching "
+        "allocator, which the counter does not see (deepseek-ai/DeepEP@b57e5e2, the last commit before the PR, which "
+        "pins none: csrc/deep_ep.cpp:51-76, 182, 368; csrc/kernels/runtime.cu:75-77), its received tokens torch "
+        "tensors (deep_ep.cpp:656)")),
     "kempnerforge_mfu_scaling": Measure(Metric.ALLOCATED, Ranks.FIRST, KEMPNERFORGE),
     "kempnerforge_config_validation": Measure(Metric.ALLOCATED, Ranks.FIRST, KEMPNERFORGE),
 }
@@ -131,7 +164,9 @@ def allocator_bytes(est: MemoryEstimate, metric: Metric) -> list[int]:
 def predict(run, measured_gib: float) -> Row:  # type: ignore[no-untyped-def]
     how = SOURCES[run.group]
     per_stage = allocator_bytes(memory_estimate(run.job()), how.metric)
-    rank = 0 if how.ranks is Ranks.FIRST else max(range(len(per_stage)), key=per_stage.__getitem__)
+    rank = how.pipeline_rank(run.cluster.num_gpus, run.layout.pp)
+    if rank is None:
+        rank = max(range(len(per_stage)), key=per_stage.__getitem__)
     return Row(run.id, run.group, measured_gib, per_stage[rank] / GiB, rank)
 
 
@@ -186,7 +221,7 @@ def table(results: list[Row], fragmentation: str = "") -> str:
              "|---|---:|---|---:|---:|---:|---|"]
     for s in summaries(results):
         how = SOURCES[s.group]
-        lines.append(f"| {s.group} | {s.rows} | {how.metric}, {how.ranks} | {s.median:.1%} | {s.p90:.1%} | "
+        lines.append(f"| {s.group} | {s.rows} | {how.metric}, {how.compared} | {s.median:.1%} | {s.p90:.1%} | "
                      f"{s.within_10}/{s.rows} | {s.over} / {s.rows - s.over} |")
     errs = [abs(r.error) for r in results]
     lines += ["", f"{len(results)} rows; median |error| {statistics.median(errs):.1%}, max {max(errs):.1%}, "
@@ -238,10 +273,11 @@ class Case:
     measured_gib: float
     ranks: Ranks
     stages: tuple[tuple[int, float], ...]  # (counted bytes less the fragmentation line, dynamic bytes)
+    pipeline_rank: int = 0  # the stage compared unless ranks is MAX (Measure.pipeline_rank)
 
     def predicted_gib(self, fraction: float) -> float:
         per = [fixed + int(fraction * dynamic) for fixed, dynamic in self.stages]
-        rank = 0 if self.ranks is Ranks.FIRST else max(range(len(per)), key=per.__getitem__)
+        rank = max(range(len(per)), key=per.__getitem__) if self.ranks is Ranks.MAX else self.pipeline_rank
         return per[rank] / GiB
 
     def error(self, fraction: float) -> float:
@@ -266,7 +302,8 @@ def cases() -> list[Case]:
         stages = tuple(
             (counted - int(s.breakdown.value("overhead/fragmentation")), s.dynamic_bytes) if reserved else (counted, 0)
             for s, counted in zip(est.stages, allocator_bytes(est, how.metric)))
-        out.append(Case(run.id, family(run.group), memory[run.id], how.ranks, stages))
+        out.append(Case(run.id, family(run.group), memory[run.id], how.ranks, stages,
+                        how.pipeline_rank(run.cluster.num_gpus, run.layout.pp) or 0))
     return out
 
 

@@ -539,6 +539,7 @@ def _mpt(entry: dict) -> Mapped:
 # Parallelism), one project's two reports (KempnerForge).
 FAMILIES = {"zerobubble": "sail_pipeline", "vocabpar": "sail_pipeline", "kempnerforge_mfu_scaling": "kempnerforge",
             "kempnerforge_config_validation": "kempnerforge"}
+FAMILIES |= {g: "torchtitan_dsv3" for g in ("tt_pr1504", "tt_pr1610", "tt_pr1616", "tt_pr2107")}  # DSV3_CODE's PRs
 
 
 def family(group: str) -> str:
@@ -861,6 +862,10 @@ def _torch_native(entry: dict) -> Mapped:
 # (torchtitan/models/deepseek_v3/__init__.py:81-103, 129-156 at d0cdb1433^ and d021aa9ca^).
 DSV3_CODE = {"tt_pr1504": ("decfd3fef^", False), "tt_pr1610": ("d0cdb1433^", True),
              "tt_pr1616": ("8a749c618^", True), "tt_pr2107": ("d021aa9ca^", True)}
+# the runs whose code predates torchtitan@c4e229115 (2025-09-06), whose selective checkpointing saves
+# no all-to-all output (TrainingSpec.sac_recomputes_all_to_all): every commit above but d021aa9ca^
+# (2025-12-17), the git ancestry of each in pytorch/torchtitan
+DSV3_SAC_RECOMPUTES_ALL_TO_ALL = frozenset({"tt_pr1504", "tt_pr1610", "tt_pr1616"})
 
 
 def dsv3_attention_skip(entry: dict) -> str | None:
@@ -951,7 +956,8 @@ def dsv3_mapped(entry: dict) -> Mapped:
     training = TrainingSpec(seq_len=entry["model"]["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.BF16,
                             framework=Framework.TORCHTITAN, attention=AttentionKernel.FLASH,
                             attention_backend=AttentionBackend.SDPA_FLASH, compile=whole, compile_loss=whole or loss_only,
-                            moe_dispatch=MoEDispatch.ALLTOALL, moe_load_factor=1.0)
+                            moe_dispatch=MoEDispatch.ALLTOALL, moe_load_factor=1.0,
+                            sac_recomputes_all_to_all=entry["group"] in DSV3_SAC_RECOMPUTES_ALL_TO_ALL)
     layout = torchtitan_layout(entry, model.num_layers).model_copy(update={"ep": lay["ep"] or 1})
     notes = [f"model: torchtitan's DeepSeek-V3 flavor at {DSV3_CODE[entry['group']][0]} (MLA, shared experts as one FFN of "
              f"{model.moe.shared_width}, expert_bias balancing without an auxiliary loss)",

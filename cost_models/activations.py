@@ -55,11 +55,19 @@ class Convention:
     # softmax and the gradient in place; eager torch cross_entropy(logits.float()) keeps the
     # log-softmax output and makes new fp32 tensors for its gradient.
     loss_in_place: bool
+    # An MoE layer weights its routed token copies by the router's scores in fp32 and keeps that fp32
+    # copy for the scores' gradient: torchtitan's MoE runs `routed_output.to(torch.float32) *
+    # top_scores` (torchtitan@decfd3fef^ torchtitan/models/deepseek_v3/model/moe.py:341-343;
+    # @8a749c618^ torchtitan/models/moe.py:420-424) or torch.bmm(top_scores, routed_output_unsorted.float())
+    # (@d021aa9ca^ torchtitan/models/moe/moe.py:534-542) for DeepSeek-V3's score_before_experts=False;
+    # with score_before_experts=True (Llama 4) it scores routed_input.to(torch.float32) before the
+    # experts instead (moe.py:411-415 at 8a749c618^) and sums the outputs, the same fp32 bytes.
+    moe_combine_fp32: bool = False
 
 
 CONVENTIONS = {
     Framework.MEGATRON: Convention(3, False, 2, False, True, False, True),
-    Framework.TORCHTITAN: Convention(4, True, 2, True, False, True, False),
+    Framework.TORCHTITAN: Convention(4, True, 2, True, False, True, False, moe_combine_fp32=True),
     Framework.DEEPSPEED: Convention(4, True, 6, True, False, False, False),
 }
 
@@ -279,7 +287,8 @@ def moe_mlp_items(job: Job, d: Dims) -> Breakdown:
         "router_probs": local * moe.num_experts * FP32,  # softmax/top-k in fp32
         "expert_input": routed * d.h * d.lin_bytes,
         "expert_activation": _mlp_activation(job, d, routed, moe.expert_ffn_hidden_size // job.etp),
-        "combine_input": local * moe.top_k * d.h * ACT_BYTES,  # expert outputs weighted by the probs
+        # expert outputs weighted by the probs (Convention.moe_combine_fp32: in fp32)
+        "combine_input": local * moe.top_k * d.h * (FP32 if d.conv.moe_combine_fp32 else ACT_BYTES),
     }
     if moe.num_shared_experts:
         width = moe.num_shared_experts * moe.shared_width // d.tp
@@ -390,9 +399,11 @@ def _sac_moe(job: Job, d: Dims, layer_id: int) -> dict[str, int]:
     """What an MoE layer's routing keeps under the policy: topk's values (fp32 scores) and int64
     indices (topk is in the saved set), and the token dispatch's and combine's all-to-all outputs
     under ep (all_to_all_single is). The router's matmul is forced to recompute (its shape is in
-    force_recompute_mm_shapes_by_fqns, L196-198) unless a bias makes it an addmm."""
+    force_recompute_mm_shapes_by_fqns, L196-198) unless a bias makes it an addmm. Nothing under the
+    save list before torchtitan@c4e229115, which holds no topk, all_to_all_single or addmm
+    (TrainingSpec.sac_recomputes_all_to_all)."""
     m = job.model
-    if not m.is_moe_layer(layer_id):
+    if not m.is_moe_layer(layer_id) or job.training.sac_recomputes_all_to_all:
         return {}
     moe = m.moe
     assert moe is not None

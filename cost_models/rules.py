@@ -474,7 +474,7 @@ NANOTRON_SWITCHES = FrameworkSwitches(
 TITAN_SWITCHES = FrameworkSwitches(
     ("fsdp_reshard_after_forward", "tp_gather_per_projection", "bf16_params", "fsdp_sync_last_microbatch",
      "tp_replicated_vocab", "loss_on_16bit_logits", "compile_whole_model", "pipeline_keeps_outputs",
-     "fsdp_reduce_in_bf16", "fsdp_flat_params", "fused_rms_norm", "fsdp_split_root"),
+     "fsdp_reduce_in_bf16", "fsdp_flat_params", "fused_rms_norm", "fsdp_split_root", "sac_recomputes_all_to_all"),
     TITAN, "{names} describe an FSDP2/DTensor plan (framework torchtitan), not framework={framework}; drop it")
 
 

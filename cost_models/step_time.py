@@ -772,7 +772,9 @@ def layer_pass(job: Job, kind: LayerKind, *, mode: Recompute, cal: Calibration) 
         a2a = mamba_cp_seconds(job)
         cp_f, cp_b = Exposure(a2a), Exposure(a2a)
     cp = cp_f.times(fwd_passes) + cp_b
-    ep = ep_exposure(job, fwd_passes + 1, lt.gemm + lt.gemm_backward + lt.attention + lt.attention_backward, cal) if kind.moe else Exposure()
+    # TrainingSpec.sac_recomputes_all_to_all: the recomputed forward runs the all-to-alls again
+    ep_passes = fwd_passes + 1 + (mode is Recompute.SELECTIVE and job.training.sac_recomputes_all_to_all)
+    ep = ep_exposure(job, ep_passes, lt.gemm + lt.gemm_backward + lt.attention + lt.attention_backward, cal) if kind.moe else Exposure()
     compute = Breakdown.of(
         "s",
         gemm=lt.gemm + lt.gemm_backward,

@@ -344,6 +344,16 @@ class TrainingSpec(Spec):
     # 1963fc8 of 2024-12-23 (pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md, 'Versions
     # and Dates'). Framework torchtitan with pp > 1 only.
     pipeline_keeps_outputs: bool = False
+    # torchtitan's per-op selective checkpointing before pytorch/torchtitan@c4e229115 (2025-09-06,
+    # "Save _to_copy and a2a in selective AC policy"): its save list was aten.mm, SDPA's flash and
+    # memory-efficient kernels, reduce_scatter_tensor and max (torchtitan@d0cdb1433^
+    # torchtitan/models/llama3/infra/parallelize.py:237-246, which DeepSeek-V3's parallelize imports
+    # through apply_ac, deepseek_v3/infra/parallelize.py:27, 101), with no all_to_all_single and no
+    # topk: an MoE layer keeps neither its expert-parallel all-to-alls' outputs nor the router's top-k
+    # (activations._sac_moe), and its backward's recomputation runs the dispatch and combine
+    # all-to-alls again (step_time.layer_pass). c4e229115 added all_to_all_single to the DeepSeek-V3 and
+    # Llama 4 save lists (deepseek_v3/infra/parallelize.py:38 there). Framework torchtitan, selective.
+    sac_recomputes_all_to_all: bool = False
     # Megatron's local (non-Transformer-Engine) linear_qkv adds its bias outside the GEMM: the legacy
     # model's query_key_value is a ColumnParallelLinear with skip_bias_add at its default False
     # (sail-sg/zero-bubble-pipeline-parallelism@77b9eed9 megatron/model/transformer.py:553-559,

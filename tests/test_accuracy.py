@@ -29,14 +29,15 @@ from cost_models.units import GiB  # noqa: E402
 
 
 def test_published_torchtitan_memory():
-    # with torch's ring attention backward under cp and the interleaved pipeline's fp32 gradients made
-    # chunk by chunk: median 3.8%, one row outside 10% (405B 1F1B, -11.7%); the bounds are those plus
-    # half a point
+    # with torch's ring attention backward under cp, the interleaved pipeline's fp32 gradients made
+    # chunk by chunk and, under a pipeline, the sharded gradients cached on FSDP2's reduce-scatter
+    # stream (which took the 405B 1F1B row from -11.7% to -8%, and the pipelined rows' median up):
+    # median 4.5%, every row within 10% (the largest 9.9%); the bounds are those plus half a point
     rows = memory_accuracy.rows("torchtitan")
     assert len(rows) == 20
     errors = [abs(r.error) for r in rows]
-    assert statistics.median(errors) <= 0.043
-    assert max(errors) <= 0.123, [(r.id, round(r.error, 3)) for r in rows]
+    assert statistics.median(errors) <= 0.050
+    assert max(errors) <= 0.104, [(r.id, round(r.error, 3)) for r in rows]
 
 
 @pytest.mark.parametrize(("group", "count", "median"), [("zerobubble", 31, 0.01), ("vocabpar", 24, 0.025)])
@@ -85,6 +86,34 @@ def _nanotron_step_allocated_bound(job) -> int:  # type: ignore[no-untyped-def]
     return int(rank_state_bytes(job, 0).total + gather + ddp + tp_gather_buffer_bytes(job))
 
 
+def test_published_torchtitan_deepseek_v3_memory():
+    # torchtitan's DeepSeek-V3 PR rows, the project's only measured MoE memory, each on the rank that
+    # logged it: PR 1616's LOG_RANK 6 is pipeline rank 3 of its [pp 4, dp_shard 2] mesh, the others rank 0
+    # (pipeline rank 0). With the pre-c4e229115 selective checkpointing (PR 1610) and the sharded
+    # gradients cached on FSDP2's reduce-scatter stream (PRs 1616, 2107) and torchtitan's fp32 scored
+    # token copies: today's errors, each bound today's |error| plus half a point
+    today = {"tt-pr1504-dsv3-16b-8gpu-fsdp4-cp2": -0.079, "tt-pr1610-dsv3-16b-8gpu-ep8-sdpa": -0.018,
+             "tt-pr1610-dsv3-16b-8gpu-ep8-flex": -0.018, "tt-pr1616-dsv3-16b-8gpu-pp4-dp2": -0.098,
+             "tt-pr2107-dsv3-671b-512gpu-deepep": -0.049, "tt-pr2107-dsv3-671b-512gpu-a2a-baseline": -0.104}
+    rows = {r.id: r for g in ("tt_pr1504", "tt_pr1610", "tt_pr1616", "tt_pr2107") for r in memory_accuracy.rows(g)}
+    assert sorted(rows) == sorted(today)
+    for i, error in today.items():
+        assert abs(rows[i].error) <= abs(error) + 0.005, (i, round(rows[i].error, 4))
+        assert rows[i].peak_rank == (3 if "pr1616" in i else 0), i
+
+
+def test_a_given_global_rank_is_compared_on_its_pipeline_rank():
+    # torchtitan's mesh is [pp, dp_replicate, dp_shard, cp, tp] in row-major order: on 8 GPUs at pp 4
+    # global ranks 2r and 2r + 1 are pipeline rank r, so rank 6 is pipeline rank 3 and rank 5 is 2; a
+    # Case compares that stage even where another is larger
+    how = memory_accuracy.Measure(memory_accuracy.Metric.RESERVED, memory_accuracy.Ranks.GIVEN, "", rank=6)
+    assert how.pipeline_rank(8, 4) == 3 and how.compared == "global rank 6"
+    assert memory_accuracy.Measure(memory_accuracy.Metric.RESERVED, memory_accuracy.Ranks.GIVEN, "", rank=5).pipeline_rank(8, 4) == 2
+    assert memory_accuracy.Measure(memory_accuracy.Metric.RESERVED, memory_accuracy.Ranks.MAX, "").pipeline_rank(8, 4) is None
+    case = memory_accuracy.Case("x", "x", 10.0, memory_accuracy.Ranks.GIVEN, ((12 * GiB, 0), (10 * GiB, 0)), 1)
+    assert case.predicted_gib(0.1) == 10.0
+
+
 def test_nanotron_figure_is_the_reserved_counter():
     # The bench CSV has both 'Mem Alloc' and 'Mem Res' (helpers.py:609-610); after log_memory's reset
     # the allocated one sees only the step, at most rank 0's states and the step's buffers, which is
@@ -107,11 +136,11 @@ def test_nanotron_figure_is_the_reserved_counter():
 def test_published_torchao_memory():
     # torchao's torchtitan benchmark (Llama 3 8B, 8 GPUs, FSDP2, per-op SAC, compile) on H100, MI300X and
     # B200, each table with the torchtitan it ran: the H100's loss uncompiled, the later tables' split
-    # root units, and the B200's cuDNN attention recomputed. Today's median |error| (6.0%) plus half a
-    # point, every row within 10% (the largest today: B200 float8 tensorwise, +9.3%)
+    # root units, and the B200's cuDNN attention recomputed. Today's median |error| (6.7%) plus half a
+    # point, every row within 10% (the largest today: B200 float8 tensorwise, +9.9%)
     rows = memory_accuracy.rows("torchao_torchtitan_bench")
     assert len(rows) == 12
-    assert statistics.median(abs(r.error) for r in rows) <= 0.065
+    assert statistics.median(abs(r.error) for r in rows) <= 0.072
     assert max(abs(r.error) for r in rows) <= 0.10, [(r.id, round(r.error, 3)) for r in rows]
 
 
@@ -197,7 +226,7 @@ def test_published_layouts_that_ran_are_not_called_out_of_memory_more_than_today
     # capacity and 2 above the default usable memory (docs/accuracy.md names them and why), none of
     # them a vendor's tuned recipe
     fits = memory_accuracy.fit_rows()
-    assert len(fits) == 285  # the 273 timed runs and the 12 torchao rows whose memory alone is compared
+    assert len(fits) == 291  # the 273 timed runs and 18 whose memory alone is compared
     assert sum(f.over_capacity for f in fits) <= 1
     assert sum(f.over_usable for f in fits) <= 2
     assert not [f for f in fits if (f.over_capacity or f.over_usable) and f.id.startswith("mlperf")]
@@ -302,19 +331,20 @@ def test_fragmentation_is_the_all_source_fit_and_transfers():
 
     cs = memory_accuracy.cases()
     by_id = {r.id: r for r in memory_accuracy.rows()}
-    assert len(cs) == len(by_id) == 140
+    assert len(cs) == len(by_id) == 146
     # a Case predicts what `rows` does at the model's fraction
     assert all(c.predicted_gib(FRAGMENTATION) == by_id[c.id].predicted_gib for c in cs)
-    # the fit set: every reserved-peak row, four families; KempnerForge's allocated peaks leave it out
+    # the fit set: every reserved-peak row, six families; KempnerForge's allocated peaks leave it out
     informed = memory_accuracy.fit_set(cs)
-    assert len(informed) == 119 and not [c for c in informed if c.family == "kempnerforge"]
-    assert {c.family for c in informed} == {"torchtitan", "fp8lm", "sail_pipeline", "nanotron_ultrascale", "torchao_torchtitan_bench"}
+    assert len(informed) == 125 and not [c for c in informed if c.family == "kempnerforge"]
+    assert {c.family for c in informed} == {"torchtitan", "fp8lm", "sail_pipeline", "nanotron_ultrascale",
+                                            "torchao_torchtitan_bench", "torchtitan_dsv3"}
     assert memory_accuracy.fit_fragmentation(cs) == FRAGMENTATION
-    # leave-one-source-out: each family with the fraction fitted on the other four (0.10 for every one
-    # today, the all-source fit 0.10); today's median |error| plus half a point, today's rows within
-    # 10% (benchmarks/memory_accuracy.py), and the fits within 0.05 of the all-source one
-    today = {"fp8lm": (0.072, 4), "nanotron_ultrascale": (0.048, 22), "sail_pipeline": (0.012, 55), "torchtitan": (0.038, 19),
-             "torchao_torchtitan_bench": (0.060, 12)}
+    # leave-one-source-out: each family with the fraction fitted on the other five (0.10 to 0.11 today,
+    # the all-source fit 0.11); today's median |error| plus half a point, today's rows within
+    # 10% (docs/accuracy.md), and the fits within 0.05 of the all-source one
+    today = {"fp8lm": (0.071, 4), "nanotron_ultrascale": (0.046, 21), "sail_pipeline": (0.013, 55), "torchtitan": (0.045, 20),
+             "torchao_torchtitan_bench": (0.067, 12), "torchtitan_dsv3": (0.070, 4)}
     loso = memory_accuracy.leave_one_source_out(cs)
     assert sorted(out.family for out in loso) == sorted(today)
     for out in loso:
@@ -323,7 +353,7 @@ def test_fragmentation_is_the_all_source_fit_and_transfers():
         assert abs(out.fraction - FRAGMENTATION) <= 0.05, out.family
         assert statistics.median(errors) <= median + 0.005, out.family
         assert sum(e <= 0.10 for e in errors) >= within, out.family
-    assert sum(abs(c.error(out.fraction)) <= 0.10 for out in loso for c in out.cases) >= 112
+    assert sum(abs(c.error(out.fraction)) <= 0.10 for out in loso for c in out.cases) >= 116
 
 
 def test_performance_model_page_shows_the_constants_in_use():

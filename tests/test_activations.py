@@ -233,3 +233,41 @@ def test_torchtitan_selective_keeps_the_matmuls_its_policy_keeps():
     assert kept(moe) == {"wq_output": t * q * 2, "wv_output": t * kv * 2, "router_topk": topk}
     assert kept(moe, gpus=2, ep=2) == {"wq_output": t * q * 2, "wv_output": t * kv * 2, "router_topk": topk,
                                        "all_to_all_outputs": 2 * t * 2 * h * 2}
+
+
+def test_torchtitan_selective_before_c4e229115_keeps_no_routing_output():
+    """Before torchtitan@c4e229115 the per-op save list held no topk and no all_to_all_single
+    (TrainingSpec.sac_recomputes_all_to_all): the same MoE layer under ep 2 keeps wq's and wv's
+    outputs only, the top-k (128 x 2 x 12 bytes) and the two all-to-alls' outputs (2 x 256 routed
+    copies x 256 x 2 bytes, 256 KiB) recomputed in backward."""
+    from cost_models.model_spec import MoESpec
+
+    t, q, kv = 128, 256, 64
+    moe = LLAMA_TINY.model_copy(update={"moe": MoESpec(num_experts=4, top_k=2, expert_ffn_hidden_size=128)})
+
+    def kept(**switch) -> dict[str, int]:
+        tt = dict(framework="torchtitan", seq_len=t, global_batch_size=2, **switch)
+        job = make_job(moe, gpus=2, ep=2, recompute="selective", training=tt)
+        return {n: p for n, p in layer_activations(job, 0, Recompute.SELECTIVE)}
+
+    new, old = kept(), kept(sac_recomputes_all_to_all=True)
+    assert new["all_to_all_outputs"] == 2 * 256 * 256 * 2 and new["router_topk"] == t * 2 * 12
+    assert {n: new[n] - old[n] for n in old} == {n: 0 for n in old}
+    assert set(new) - set(old) == {"router_topk", "all_to_all_outputs"}
+    assert old["wq_output"] == t * q * 2 and old["wv_output"] == t * kv * 2
+
+
+def test_torchtitan_moe_keeps_its_scored_token_copies_in_fp32():
+    """torchtitan's MoE multiplies each routed token copy by its score in fp32 and keeps that fp32
+    copy (Convention.moe_combine_fp32): 128 tokens, top 2, h 256 keep 128 x 2 x 256 x 4 = 262,144
+    bytes where Megatron's 16-bit combine keeps half."""
+    from cost_models.model_spec import MoESpec
+
+    moe = LLAMA_TINY.model_copy(update={"moe": MoESpec(num_experts=4, top_k=2, expert_ffn_hidden_size=128)})
+
+    def combine(framework: str) -> int:
+        job = make_job(moe, gpus=1, training=dict(framework=framework, seq_len=128, global_batch_size=1))
+        return layer_items(job, 0).value("mlp/combine_input")
+
+    assert combine("torchtitan") == 128 * 2 * 256 * 4
+    assert combine("megatron") == 128 * 2 * 256 * 2

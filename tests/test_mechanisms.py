@@ -168,6 +168,20 @@ def test_megatrons_overlapped_1f1b_all_to_all_hides_behind_the_other_micro_batch
     assert hidden.contention > 0
 
 
+def test_torchtitan_selective_before_c4e229115_runs_the_all_to_alls_again():
+    """TrainingSpec.sac_recomputes_all_to_all: the recomputed forward of a selectively checkpointed
+    MoE layer dispatches and combines again, so the layer runs its all-to-alls in three passes
+    (forward, recomputation, backward) instead of two."""
+    def ep_seconds(**switch) -> float:
+        tt = dict(seq_len=4096, framework="torchtitan", **switch)
+        job = make_job("qwen3-30b-a3b", gpus=8, ep=8, mbs=1, recompute="selective", training=tt)
+        return layer_pass(job, LayerKind(moe=True), mode=Recompute.SELECTIVE, cal=DEFAULT).comm.value("ep")
+
+    saved = ep_seconds()
+    assert saved > 0
+    assert ep_seconds(sac_recomputes_all_to_all=True) == pytest.approx(1.5 * saved)
+
+
 # --- scale ----------------------------------------------------------------------------------------
 
 

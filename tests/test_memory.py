@@ -8,7 +8,7 @@ import pytest
 
 from cost_models.activations import layer_backward_workspace, loss_workspace
 from cost_models.enums import Schedule
-from cost_models.memory import inflight_microbatches, memory_estimate, pending_scatter_bytes, reclaimed_pending
+from cost_models.memory import FRAGMENTATION, inflight_microbatches, memory_estimate, pending_scatter_bytes, reclaimed_pending
 from cost_models.states import rank_params
 from cost_models.units import GiB
 from helpers import GPT_TINY, LLAMA_TINY, make_job
@@ -206,7 +206,7 @@ def test_megatron_fp16_gradient_copy_lives_in_the_step_only():
     stage = memory_estimate(short).stages[0].breakdown
     assert stage.value("model_states") == 20 * n
     assert stage.value("activations") == 0 and stage.value("transient") == 0
-    assert stage.value("overhead/fragmentation") == int(0.10 * 4 * n)
+    assert stage.value("overhead/fragmentation") == int(FRAGMENTATION * 4 * n)
 
 
 def test_bf16_trained_megatron_has_no_step_copy():
@@ -545,6 +545,27 @@ def test_fsdp_under_torch_pipelining_has_no_sharded_gradients_at_the_peak_by_han
         assert stage.breakdown.value("buffers/unsharded_grads") == 4 * n - 4 * n / 2
 
 
+def test_fsdp_under_torch_pipelining_keeps_the_sharded_gradients_blocks_reserved_by_hand():
+    # The same job: the previous step's sharded gradients (4n/2 bytes, made on FSDP2's reduce-scatter
+    # stream, freed by zero_grad) stay reserved beside the compute stream's peak, not allocated:
+    # cached_blocks is those 4n/2 bytes (the stages cache nothing else: no loss blocks beside the
+    # layers' on this job), and the allocated counter does not see them. Without a pipeline (FSDP2
+    # syncs every backward) the peak counts them already (model_states).
+    from cost_models.memory import allocator_counters, scatter_stream_grads
+
+    job = make_job(LLAMA_TINY, gpus=4, pp=2, zero=3, recompute="full",
+                   training=dict(TITAN, seq_len=1024, global_batch_size=8))
+    for rank, stage in enumerate(memory_estimate(job).stages):
+        n = rank_params(job, rank).total
+        b = stage.breakdown
+        assert scatter_stream_grads(job, b["model_states"]) == 4 * n / 2
+        reserved, allocated = allocator_counters(b)
+        assert reserved - allocated == b.value("overhead/fragmentation") + b.value("overhead/cached_blocks")
+        assert b.value("overhead/cached_blocks") == 4 * n / 2
+    flat = make_job(LLAMA_TINY, gpus=2, zero=3, recompute="full", training=dict(TITAN, seq_len=1024, global_batch_size=8))
+    assert scatter_stream_grads(flat, memory_estimate(flat).stages[0].breakdown["model_states"]) == 0
+
+
 def test_interleaved_backward_moments_by_hand():
     # pp 2, vpp 2, 4 micro-batches. Forward k runs chunk (k // 2) % 2: 0 0 1 1 0 0 1 1; backward k
     # chunk 1 - (k // 2) % 2: 1 1 0 0 1 1 0 0. Rank 0 warms up with (2-0-1)·2 + 2 = 4 forwards and
@@ -619,7 +640,7 @@ def test_the_last_stage_keeps_each_in_flight_micro_batchs_mtp_activations():
     # differ by its in-flight count (1 under 1F1B) times one layer's kept bytes + 2·128·256·2 + the
     # output layer's activations.
     from cost_models import activations as act
-    from cost_models.memory import inflight_microbatches, layer_costs, stage_memory
+    from cost_models.memory import FRAGMENTATION, inflight_microbatches, layer_costs, stage_memory
 
     plain = make_job(LLAMA_TINY, gpus=2, pp=2, training=dict(seq_len=128, global_batch_size=8))
     mtp = make_job(LLAMA_TINY.model_copy(update=dict(mtp_layers=1)), gpus=2, pp=2, training=dict(seq_len=128, global_batch_size=8))

@@ -538,6 +538,8 @@ def test_dsv3_16b_row_maps_to_torchtitans_flavor_and_layout():
     assert job.layout.dp == 8 and job.layout.ep == 8
     assert layout.recompute.value == "selective" and not training.compile and training.compiles_loss
     assert training.global_batch_size == 64 and cluster.spec.name == "grand-teton-h100"
+    # d0cdb1433^ predates torchtitan@c4e229115: its SAC save list keeps no all-to-all output
+    assert training.sac_recomputes_all_to_all
 
 
 def test_dsv3_671b_flavor_groups_its_router_and_scales_it():
@@ -548,6 +550,7 @@ def test_dsv3_671b_flavor_groups_its_router_and_scales_it():
     assert model.mla.q_lora_rank == 1536 and moe.router_score.value == "sigmoid"
     assert (moe.router_groups, moe.router_group_top_k, moe.routed_scaling_factor, moe.shared_width) == (8, 4, 2.5, 2048)
     assert (layout.pp, layout.vpp, layout.ep, layout.dp) == (8, 2, 32, 64) and training.compile
+    assert not training.sac_recomputes_all_to_all  # d021aa9ca^ comes after c4e229115
 
 
 def test_dsv3_1504_router_does_not_renormalize_softmax_scores():

@@ -114,6 +114,7 @@ def test_global_batch_defaults_to_legal_microbatches():
      r"sac_recomputes_attention describes torchtitan's per-op checkpointing on SDPA's cuDNN backend .*attention_backend=sdpa_flash"),
     (dict(framework="megatron", attention_backend="cudnn", sac_recomputes_attention=True),
      "sac_recomputes_attention describes torchtitan's per-op checkpointing"),
+    (dict(framework="megatron", sac_recomputes_all_to_all=True), "sac_recomputes_all_to_all describe an FSDP2/DTensor plan"),
     (dict(framework="torchtitan", ddp_buckets=True), "ddp_buckets describe nanotron's code"),
     (dict(framework="deepspeed", ddp_bucket_size=64), "ddp_bucket_size is Megatron's --ddp-bucket-size"),
     (dict(framework="megatron", ub_ring_exchange_rs={"fc2"}), "ub_ring_exchange_rs picks Transformer Engine"),
