@@ -640,7 +640,7 @@ def test_the_last_stage_keeps_each_in_flight_micro_batchs_mtp_activations():
     # differ by its in-flight count (1 under 1F1B) times one layer's kept bytes + 2·128·256·2 + the
     # output layer's activations.
     from cost_models import activations as act
-    from cost_models.memory import FRAGMENTATION, inflight_microbatches, layer_costs, stage_memory
+    from cost_models.memory import inflight_microbatches, layer_costs, stage_memory
 
     plain = make_job(LLAMA_TINY, gpus=2, pp=2, training=dict(seq_len=128, global_batch_size=8))
     mtp = make_job(LLAMA_TINY.model_copy(update=dict(mtp_layers=1)), gpus=2, pp=2, training=dict(seq_len=128, global_batch_size=8))
