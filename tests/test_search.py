@@ -412,16 +412,16 @@ def test_memory_splits_move_layers_to_the_ranks_with_fewer_micro_batches_in_flig
 
 
 def test_a_memory_split_fits_without_recompute_where_even_and_end_splits_cannot(monkeypatch):
-    # Llama-3.1-70B in torchtitan on 64 H100s at tp 2 · cp 4 · pp 8 · mbs 1 (dp 1, 128 micro-batches).
-    # Under 1F1B rank r holds 8 − r micro-batches in flight, so the even split's rank 0 keeps 8 × 10
-    # layers' activations (30 GiB; its peak 80.5 GiB > 75.7 usable) and the even and end splits fit
-    # only with recompute. Fewer layers on the first ranks and more on the later ones fit without:
+    # Llama-3.1-70B in torchtitan on 64 H100s at seq 7680, tp 2 · cp 4 · pp 8 · mbs 1 (dp 1, 128
+    # micro-batches). Under 1F1B rank r holds 8 − r micro-batches in flight, so the even split's rank 0
+    # keeps 8 × 10 layers' activations and the even and end splits fit only with recompute (above the
+    # 75.7 GiB usable). Fewer layers on the first ranks and more on the later ones fit without:
     # the slowest stage grows from 10 to 11 layers (+10%), less than recompute costs.
     import planner.space as space
     from cost_models.enums import Recompute
     from planner.search import TIE_RESOLUTION
 
-    args = ["llama-3.1-70b", "--cluster", "dgx-h100", "--gpus", "64", "--seq-len", "8192", "--global-batch-size", "128",
+    args = ["llama-3.1-70b", "--cluster", "dgx-h100", "--gpus", "64", "--seq-len", "7680", "--global-batch-size", "128",
             "--framework", "torchtitan"]
     fixes = dict(tp=2, cp=4, pp=8, mbs=1)
     res = runner.invoke(app, ["plan", *args, "--top", "1", "--json", *(f for k, v in fixes.items() for f in ("--fix", f"{k}={v}"))])
@@ -450,7 +450,7 @@ def test_a_memory_split_fits_without_recompute_where_even_and_end_splits_cannot(
 
     # without per-rank splits (the even and end splits alone) the same shape fits only with recompute, and slower
     problem = Problem(presets.models()["llama-3.1-70b"], Cluster(spec=presets.clusters()["dgx-h100"], num_gpus=64),
-                      TrainingSpec(seq_len=8192, global_batch_size=128, framework="torchtitan"), fixed=fixes)
+                      TrainingSpec(seq_len=7680, global_batch_size=128, framework="torchtitan"), fixed=fixes)
     even = evaluate(problem, Layout(**{k: v for k, v in lay.items() if k in Layout.model_fields and k != "pp_layout"}))
     assert isinstance(even, Rejected) and "needs" in even.reason, even
     monkeypatch.setattr(space, "explicit_layouts_ok", lambda problem: False)
