@@ -469,8 +469,12 @@ def scatter_stream_grads(job: Job, states: Breakdown) -> int:
 def _keeps_all_unsharded(job: Job) -> bool:
     """FSDP2 that keeps every parameter of the stage gathered: zero 2 (no resharding after forward),
     and torchtitan's default under a pipeline (stage_buffers)."""
-    z = job.zero
-    return job.training.framework is Framework.TORCHTITAN and (z is Zero.GRADIENTS or (z is Zero.PARAMETERS and job.layout.pp > 1))
+    return gathers_whole_stage(job.training.framework, job.zero, job.layout.pp)
+
+
+def gathers_whole_stage(framework: Framework, zero: Zero, pp: int) -> bool:
+    """_keeps_all_unsharded by its three inputs, for the search's memory bound (planner.search)."""
+    return framework is Framework.TORCHTITAN and (zero is Zero.GRADIENTS or (zero is Zero.PARAMETERS and pp > 1))
 
 
 def _fully_sharded(job: Job) -> bool:

@@ -46,8 +46,8 @@ from cost_models.errors import LayoutError, SpecError
 from cost_models.job import Job
 from cost_models.layout import Layout
 from cost_models.memory import (
-    CUDA_CONTEXT_BYTES, DEFAULT_HEADROOM, FRAGMENTATION, NCCL_BYTES_PER_GROUP, MemoryEstimate, inflight_counts, layer_costs,
-    memory_estimate, process_groups, stage_buffers,
+    CUDA_CONTEXT_BYTES, DEFAULT_HEADROOM, FRAGMENTATION, NCCL_BYTES_PER_GROUP, MemoryEstimate, gathers_whole_stage, inflight_counts,
+    layer_costs, memory_estimate, process_groups, stage_buffers,
 )
 from cost_models.model_spec import ModelSpec
 from cost_models.rules import PROBLEM_RULES, fill_defaults, problem_violations, resolve
@@ -594,17 +594,34 @@ class Space:
         cp_c = sh_cp[si]
         one_stage = pp_c == 1
         pp1 = set(si[one_stage].tolist())
+        # each cell's Shard degrees as arrays, for the framework's sharding rules
+        degrees = types.SimpleNamespace(tp=sh_tp[si], cp=cp_c, ep=shard_col["ep"], etp=shard_col["etp"])
         for zi, z in enumerate(self.shardings):
-            self.legal[:, zi] = sharding_ok(problem, pp_c, z, self.dp)
+            self.legal[:, zi] = sharding_ok(problem, pp_c, z, self.dp, degrees)  # type: ignore[arg-type]
             group = self.dp if z.dp_shard is None else np.full(C, z.dp_shard, dtype=i64)
             rep, shd = self.coef[zi]
             expert_group = np.maximum(1, edp * group // np.maximum(self.dp, 1))
             buffers = np.array([pp1_buffers(problem, self.shards[s], z) if s in pp1 else 0 for s in range(S)], dtype=i64)
+            # FSDP2 that keeps a pipeline stage gathered (memory.gathers_whole_stage): its 16-bit weights
+            # and fp32 unsharded gradients beyond the states, 6 bytes per local parameter, less the
+            # sharded gradients the first backward leaves out of the states (memory.stage_buffers; at
+            # most 4 bytes per parameter over its shard group), which scatter_stream_grads holds
+            # reserved again outside the optimizer step's peak: a lower bound either way
+            # (always where no fp32 gradient copy makes the step its own peak, memory.step_peak)
+            whole = ~one_stage & gathers_whole_stage(problem.training.framework, z.zero, 2)
+            tr = problem.training
+            step_copy = state_parts(tr.framework, tr.precision, tr.optimizer, z.zero, tr.fp8_param_gather,
+                                    tr.grad_reduce_in_bf16, tr.bf16_params)["fp32_gradients"][0] > 0
+
+            def gathered(dense, experts):  # type: ignore[no-untyped-def]
+                sharded = (-(-4 * dense // (group * cp_c)) - (-4 * experts // expert_group)) if step_copy else 0
+                return np.where(whole, np.maximum(0, 6 * (dense + experts) - sharded), 0)
+
             self.pair_bytes[:, zi] = (self.experts0 * rep + (self.experts0 * shd) // expert_group
-                                      + np.where(one_stage, buffers[si], 0))
+                                      + np.where(one_stage, buffers[si], 0) + gathered(self.params0, self.experts0))
             self.mem[:, zi] = overhead + self.params0 * rep + (self.params0 * shd) // (group * cp_c) + self.acts0 + self.pair_bytes[:, zi]
             mem1 = np.where(one_stage, 0, fixed1 + (params1 + experts1) * rep + (params1 * shd) // (group * cp_c)
-                            + (experts1 * shd) // expert_group)
+                            + (experts1 * shd) // expert_group + gathered(params1, experts1))
             self.mem1[:, zi] = mem1
             self.mem[:, zi] = np.maximum(self.mem[:, zi], mem1)
 
@@ -871,7 +888,7 @@ def brute_force(problem: Problem, *, top: int = 10, headroom: float = DEFAULT_HE
             if dp is None:
                 continue
             for sh in shs:
-                if not sharding_ok(problem, st.pp, sh, dp):
+                if not sharding_ok(problem, st.pp, sh, dp, shard):
                     continue
                 scored += 1
                 out = evaluate(problem, layout_of(shard, st, sh, dp), headroom=headroom, calibration=calibration, waive=waive)

@@ -724,9 +724,11 @@ def accumulation_ok(problem: Problem, pp, microbatches):  # type: ignore[no-unty
     return ok
 
 
-def sharding_ok(problem: Problem, pp, sh: Sharding, dp):  # type: ignore[no-untyped-def]
-    """Whether a Sharding is legal at pipeline depth pp with dp data-parallel ranks. Written with
-    `&` so that pp and dp may be ints or numpy arrays (planner.search tests every cell at once)."""
+def sharding_ok(problem: Problem, pp, sh: Sharding, dp, shard: Shard | None = None):  # type: ignore[no-untyped-def]
+    """Whether a Sharding is legal at pipeline depth pp with dp data-parallel ranks (and, given, the
+    Shard's tp, cp, ep and etp, or arrays of them). Written with `&` so that pp, dp and the Shard's
+    degrees may be ints or numpy arrays (planner.search tests every cell at once). The rules are
+    cost_models.rules' _zero_megatron, _zero_deepspeed, _zero_titan and torchtitan's expert mesh."""
     fw = problem.framework
     if sh.dp_shard is not None and sh.zero is Zero.NONE:
         return pp != pp  # False, or all False
@@ -737,6 +739,12 @@ def sharding_ok(problem: Problem, pp, sh: Sharding, dp):  # type: ignore[no-unty
         ok = ok & (pp == 1)
     if sh.zero >= Zero.GRADIENTS and fw is Framework.DEEPSPEED:
         ok = ok & (pp == 1)
+    if fw is Framework.TORCHTITAN and shard is not None:
+        tp, cp, ep, etp = shard.tp, shard.cp, shard.ep, shard.etp
+        if sh.zero is Zero.NONE:  # torchtitan's DDP alone (rules._zero_titan)
+            ok = ok & (tp == 1) & (pp == 1) & (cp == 1) & (ep == 1)
+        # the ranks torchtitan carves ep (x etp) out of (rules, torchtitan's expert mesh)
+        ok = ok & ((sh.dp_shard or dp) * cp * tp % (ep * etp) == 0)
     return ok
 
 
