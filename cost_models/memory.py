@@ -472,6 +472,12 @@ def _keeps_all_unsharded(job: Job) -> bool:
     return gathers_whole_stage(job.training.framework, job.zero, job.layout.pp)
 
 
+# What FSDP2 holds per local parameter of a stage it keeps gathered (gathers_whole_stage): the 16-bit
+# weight, and under a pipeline the unsharded gradient in the fp32 reduce dtype (stage_buffers).
+GATHERED_WEIGHT_BYTES = 2
+GATHERED_GRAD_BYTES = 4
+
+
 def gathers_whole_stage(framework: Framework, zero: Zero, pp: int) -> bool:
     """_keeps_all_unsharded by its three inputs, for the search's memory bound (planner.search)."""
     return framework is Framework.TORCHTITAN and (zero is Zero.GRADIENTS or (zero is Zero.PARAMETERS and pp > 1))
@@ -546,8 +552,8 @@ def stage_buffers(job: Job, rank: int) -> Breakdown:
         # every bf16 parameter of the stage gathered; under PP the micro-batches' gradients also
         # accumulate unsharded in the fp32 reduce dtype (torch pipelining turns gradient sync off
         # until the last micro-batch, FSDPParam.unsharded_accumulated_grad).
-        unsharded_params = 2 * stage_params
-        unsharded_grads = 4 * stage_params if lay.pp > 1 else 6 * biggest
+        unsharded_params = GATHERED_WEIGHT_BYTES * stage_params
+        unsharded_grads = GATHERED_GRAD_BYTES * stage_params if lay.pp > 1 else 6 * biggest
         if lay.pp > 1:
             # The sharded gradients do not exist at the peak (the first backward of a step): the
             # optimizer's zero_grad sets them to None before the step's forwards (torchtitan@9dec370

@@ -46,8 +46,8 @@ from cost_models.errors import LayoutError, SpecError
 from cost_models.job import Job
 from cost_models.layout import Layout
 from cost_models.memory import (
-    CUDA_CONTEXT_BYTES, DEFAULT_HEADROOM, FRAGMENTATION, NCCL_BYTES_PER_GROUP, MemoryEstimate, gathers_whole_stage, inflight_counts,
-    layer_costs, memory_estimate, process_groups, stage_buffers,
+    CUDA_CONTEXT_BYTES, DEFAULT_HEADROOM, FRAGMENTATION, GATHERED_GRAD_BYTES, GATHERED_WEIGHT_BYTES, NCCL_BYTES_PER_GROUP,
+    MemoryEstimate, gathers_whole_stage, inflight_counts, layer_costs, memory_estimate, process_groups, stage_buffers,
 )
 from cost_models.model_spec import ModelSpec
 from cost_models.rules import PROBLEM_RULES, fill_defaults, problem_violations, resolve
@@ -603,7 +603,7 @@ class Space:
             expert_group = np.maximum(1, edp * group // np.maximum(self.dp, 1))
             buffers = np.array([pp1_buffers(problem, self.shards[s], z) if s in pp1 else 0 for s in range(S)], dtype=i64)
             # FSDP2 that keeps a pipeline stage gathered (memory.gathers_whole_stage): its 16-bit weights
-            # and fp32 unsharded gradients beyond the states, 6 bytes per local parameter, less the
+            # and fp32 unsharded gradients beyond the states (6 bytes per local parameter), less the
             # sharded gradients the first backward leaves out of the states (memory.stage_buffers; at
             # most 4 bytes per parameter over its shard group), which scatter_stream_grads holds
             # reserved again outside the optimizer step's peak: a lower bound either way
@@ -615,7 +615,7 @@ class Space:
 
             def gathered(dense, experts):  # type: ignore[no-untyped-def]
                 sharded = (-(-4 * dense // (group * cp_c)) - (-4 * experts // expert_group)) if step_copy else 0
-                return np.where(whole, np.maximum(0, 6 * (dense + experts) - sharded), 0)
+                return np.where(whole, np.maximum(0, (GATHERED_WEIGHT_BYTES + GATHERED_GRAD_BYTES) * (dense + experts) - sharded), 0)
 
             self.pair_bytes[:, zi] = (self.experts0 * rep + (self.experts0 * shd) // expert_group
                                       + np.where(one_stage, buffers[si], 0) + gathered(self.params0, self.experts0))
