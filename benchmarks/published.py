@@ -866,6 +866,12 @@ DSV3_CODE = {"tt_pr1504": ("decfd3fef^", False), "tt_pr1610": ("d0cdb1433^", Tru
 # no all-to-all output (TrainingSpec.sac_recomputes_all_to_all): every commit above but d021aa9ca^
 # (2025-12-17), the git ancestry of each in pytorch/torchtitan
 DSV3_SAC_RECOMPUTES_ALL_TO_ALL = frozenset({"tt_pr1504", "tt_pr1610", "tt_pr1616"})
+# the runs whose apply_fsdp (torchtitan/experiments/llama4/infra/parallelize.py, which
+# models/deepseek_v3/infra/parallelize.py imports) wraps tok_embeddings, each layer and [norm, output]
+# as units of their own (TrainingSpec.fsdp_split_root): at d0cdb1433^ and 8a749c618^ (lines 319-378) and
+# d021aa9ca^ (models/llama4/infra/parallelize.py:337-398); at decfd3fef^ the layers and the root alone
+# (experiments/llama4/infra/parallelize.py:318-335)
+DSV3_SPLIT_ROOT = frozenset({"tt_pr1610", "tt_pr1616", "tt_pr2107"})
 
 
 def dsv3_attention_skip(entry: dict) -> str | None:
@@ -957,7 +963,8 @@ def dsv3_mapped(entry: dict) -> Mapped:
                             framework=Framework.TORCHTITAN, attention=AttentionKernel.FLASH,
                             attention_backend=AttentionBackend.SDPA_FLASH, compile=whole, compile_loss=whole or loss_only,
                             moe_dispatch=MoEDispatch.ALLTOALL, moe_load_factor=1.0,
-                            sac_recomputes_all_to_all=entry["group"] in DSV3_SAC_RECOMPUTES_ALL_TO_ALL)
+                            sac_recomputes_all_to_all=entry["group"] in DSV3_SAC_RECOMPUTES_ALL_TO_ALL,
+                            fsdp_split_root=entry["group"] in DSV3_SPLIT_ROOT)
     layout = torchtitan_layout(entry, model.num_layers).model_copy(update={"ep": lay["ep"] or 1})
     notes = [f"model: torchtitan's DeepSeek-V3 flavor at {DSV3_CODE[entry['group']][0]} (MLA, shared experts as one FFN of "
              f"{model.moe.shared_width}, expert_bias balancing without an auxiliary loss)",

@@ -92,8 +92,8 @@ def test_published_torchtitan_deepseek_v3_memory():
     # (pipeline rank 0). With the pre-c4e229115 selective checkpointing (PR 1610) and the sharded
     # gradients cached on FSDP2's reduce-scatter stream (PRs 1616, 2107) and torchtitan's fp32 scored
     # token copies: today's errors, each bound today's |error| plus half a point
-    today = {"tt-pr1504-dsv3-16b-8gpu-fsdp4-cp2": -0.079, "tt-pr1610-dsv3-16b-8gpu-ep8-sdpa": -0.018,
-             "tt-pr1610-dsv3-16b-8gpu-ep8-flex": -0.018, "tt-pr1616-dsv3-16b-8gpu-pp4-dp2": -0.098,
+    today = {"tt-pr1504-dsv3-16b-8gpu-fsdp4-cp2": -0.079, "tt-pr1610-dsv3-16b-8gpu-ep8-sdpa": -0.035,
+             "tt-pr1610-dsv3-16b-8gpu-ep8-flex": -0.035, "tt-pr1616-dsv3-16b-8gpu-pp4-dp2": -0.098,
              "tt-pr2107-dsv3-671b-512gpu-deepep": -0.049, "tt-pr2107-dsv3-671b-512gpu-a2a-baseline": -0.104}
     rows = {r.id: r for g in ("tt_pr1504", "tt_pr1610", "tt_pr1616", "tt_pr2107") for r in memory_accuracy.rows(g)}
     assert sorted(rows) == sorted(today)

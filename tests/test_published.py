@@ -540,6 +540,8 @@ def test_dsv3_16b_row_maps_to_torchtitans_flavor_and_layout():
     assert training.global_batch_size == 64 and cluster.spec.name == "grand-teton-h100"
     # d0cdb1433^ predates torchtitan@c4e229115: its SAC save list keeps no all-to-all output
     assert training.sac_recomputes_all_to_all
+    # its apply_fsdp wraps tok_embeddings, each layer and [norm, output] as units of their own
+    assert training.fsdp_split_root
 
 
 def test_dsv3_671b_flavor_groups_its_router_and_scales_it():
@@ -558,6 +560,8 @@ def test_dsv3_1504_router_does_not_renormalize_softmax_scores():
     model, _, training, layout, _ = published.dsv3_mapped(ENTRIES["tt-pr1504-dsv3-16b-8gpu-fsdp4-cp2"])
     assert not model.moe.renormalize_top_k and (layout.cp, layout.ep, layout.dp) == (2, 1, 4)
     assert not training.compile and not training.compiles_loss
+    # its apply_fsdp wraps each layer and then the root, which holds the embedding and output layer
+    assert not training.fsdp_split_root
 
 
 @pytest.mark.parametrize(
