@@ -40,7 +40,7 @@ from cost_models.memory import DEFAULT_HEADROOM, MemoryEstimate, allocator_count
 from cost_models.units import GiB
 
 sys.path.insert(0, str(Path(__file__).parent))
-from published import PublishedRun, entries, family, load, memory_only  # the row -> job mapping, shared with the time benchmark
+from published import PublishedRun, entries, family, load, load_all, memory_only  # the row -> job mapping, shared with the time benchmark
 
 
 class Metric(StrEnum):
@@ -177,7 +177,8 @@ def measured_gib(entry: dict) -> float | None:
 def memory_runs() -> list[PublishedRun]:
     """Every run whose memory is compared: the timed runs, and the runs whose step time the model cannot
     price (published.memory_only) where this file knows the source's counter (SOURCES)."""
-    return load()[0] + [run for run, _ in memory_only() if run.group in SOURCES]
+    loaded = load_all()
+    return loaded.runs + [run for run, _ in loaded.untimed if run.group in SOURCES]
 
 
 def rows(group: str | None = None) -> list[Row]:

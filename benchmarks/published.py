@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -1435,10 +1435,17 @@ def _parsed(path: Path) -> list[dict[str, Any]]:
     return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
-def load(path: Path = DATA) -> tuple[list[PublishedRun], list[tuple[str, str]]]:
-    """(runs, skipped) where skipped is [(id, reason)] for every non-hardware entry not turned into a run."""
+class Loaded(NamedTuple):
+    runs: list[PublishedRun]
+    skipped: list[tuple[str, str]]  # (id, reason) of every non-hardware entry not turned into a run
+    untimed: list[tuple[PublishedRun, str]]  # the skipped ones whose mapping raised TimeSkip, with its reason
+
+
+def load_all(path: Path = DATA) -> Loaded:
+    """Every entry mapped once: the runs, the skipped entries, and of those the runs whose step time the
+    model cannot price but whose memory it can (TimeSkip)."""
     all_entries = entries(path)
-    runs, skipped = [], []
+    out = Loaded([], [], [])
     for entry in all_entries:
         if entry["kind"] == "hardware_spec":
             continue
@@ -1446,31 +1453,29 @@ def load(path: Path = DATA) -> tuple[list[PublishedRun], list[tuple[str, str]]]:
             reason = _skip_reason(entry, all_entries)
             if reason:
                 raise Skip(reason)
-            runs.append(_run(entry))
+            out.runs.append(_run(entry))
+        except TimeSkip as skip:
+            out.skipped.append((entry["id"], str(skip)))
+            try:
+                out.untimed.append((_built(entry, skip.mapped, timed=False), str(skip)))
+            except Skip:
+                pass
         except Skip as skip:
-            skipped.append((entry["id"], str(skip)))
-    return runs, skipped
+            out.skipped.append((entry["id"], str(skip)))
+    return out
+
+
+def load(path: Path = DATA) -> tuple[list[PublishedRun], list[tuple[str, str]]]:
+    """(runs, skipped) where skipped is [(id, reason)] for every non-hardware entry not turned into a run."""
+    loaded = load_all(path)
+    return loaded.runs, loaded.skipped
 
 
 @cache
 def memory_only(path: Path = DATA) -> tuple[tuple[PublishedRun, str], ...]:
     """(run, why its step time is not compared) of every entry whose mapping raised TimeSkip: the model
     cannot price its step time, but everything its memory depends on is mapped."""
-    all_entries = entries(path)
-    out = []
-    for entry in all_entries:
-        if entry["kind"] == "hardware_spec" or entry["group"] not in MAPPINGS or _skip_reason(entry, all_entries):
-            continue
-        try:
-            MAPPINGS[entry["group"]](entry)
-        except TimeSkip as skip:
-            try:
-                out.append((_built(entry, skip.mapped, timed=False), str(skip)))
-            except Skip:
-                continue
-        except Skip:
-            continue
-    return tuple(out)
+    return tuple(load_all(path).untimed)
 
 
 def main() -> int:
