@@ -794,11 +794,15 @@ def _torch_native(entry: dict) -> Mapped:
     rc, rc_layers, note = _torch_recompute(lay.get("recompute") or "", m["layers"])
     if note:
         notes.append(note)
-    backend = AttentionBackend.SDPA_FLASH
+    cluster = _torch_native_cluster(entry)
+    bench = torchao_bench(entry) if g == "torchao_torchtitan_bench" else None
+    # torchao's B200 table: SDPA's cuDNN backend first, its op outside the per-op SAC save list (its notes say so)
+    sac_attention = bench is not None and bench.cudnn_first_on_sm100 and cluster.gpu.compute_capability >= (10, 0)
+    backend = AttentionBackend.CUDNN if sac_attention else AttentionBackend.SDPA_FLASH
     if g.startswith("kempnerforge"):
         backend = AttentionBackend.CUDNN
         notes.append("SDPA on cuDNN: torch 2.11 (uv.lock) bundles a cuDNN newer than 9.15, where SDPA prefers it on sm90")
-    else:
+    elif not sac_attention and cluster.gpu.vendor == "nvidia":
         notes.append("SDPA's flash backend, FlashAttention-2 kernels (torch before 2.11 on H100/A100; cuDNN attention was opt-in)")
     # KempnerForge keeps fully_shard's reshard_after_forward=True under its pipeline (apply_fsdp2's
     # default, KempnerInstitute/KempnerForge@601aba9 kempnerforge/distributed/parallel.py:110-153,
@@ -813,20 +817,14 @@ def _torch_native(entry: dict) -> Mapped:
                      "last micro-batch only (fp32 unsharded gradients in between); the vocabulary unsplit over tp; "
                      "eager cross entropy on the bf16 logits outside the compiled model; torch.compile around the "
                      "whole model (TrainingSpec fields)")
-    compile_loss, sac_attention, split_root = False if kf else None, False, False
-    cluster = _torch_native_cluster(entry)
-    if g == "torchao_torchtitan_bench":
-        bench = torchao_bench(entry)
+    compile_loss, split_root = False if kf else None, False
+    if bench is not None:
         notes += list(bench.notes)
         compile_loss, split_root = bench.compile_loss, bench.split_root
-        if bench.cudnn_first_on_sm100 and cluster.gpu.compute_capability >= (10, 0):
-            backend, sac_attention = AttentionBackend.CUDNN, True
         if fp8 and _torchao_fp8_recipe(tech) is Fp8Recipe.MXFP8:
             notes.append("MXFP8 linears (precision fp8, fp8_recipe mxfp8): torchao's mx_mm keeps the 16-bit input and "
                          "weight for its backward (pytorch/ao@e4e681be6, the table's torchao, torchao/prototype/mx_formats/"
                          "mx_linear.py:95-117), as Float8Linear does: their saved activations are 16-bit")
-        if sac_attention or cluster.gpu.vendor != "nvidia":  # the table's note says which backend ran
-            notes[:] = [n for n in notes if not n.startswith("SDPA's flash backend, FlashAttention-2")]
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"],
                             precision=Precision.FP8 if fp8 else Precision.BF16, framework=Framework.TORCHTITAN,
                             fp8_recipe=_torchao_fp8_recipe(tech) if fp8 else Fp8Recipe.TENSORWISE,
