@@ -161,12 +161,15 @@ def allocator_bytes(est: MemoryEstimate, metric: Metric) -> list[int]:
     return [allocator_counters(s.breakdown)[metric is Metric.ALLOCATED] for s in est.stages]
 
 
+def compared_stage(per_stage: list[int], rank: int | None) -> int:
+    """The pipeline rank whose peak is compared: `rank`, or where it is None (Measure.pipeline_rank) the largest."""
+    return max(range(len(per_stage)), key=per_stage.__getitem__) if rank is None else rank
+
+
 def predict(run, measured_gib: float) -> Row:  # type: ignore[no-untyped-def]
     how = SOURCES[run.group]
     per_stage = allocator_bytes(memory_estimate(run.job()), how.metric)
-    rank = how.pipeline_rank(run.cluster.num_gpus, run.layout.pp)
-    if rank is None:
-        rank = max(range(len(per_stage)), key=per_stage.__getitem__)
+    rank = compared_stage(per_stage, how.pipeline_rank(run.cluster.num_gpus, run.layout.pp))
     return Row(run.id, run.group, measured_gib, per_stage[rank] / GiB, rank)
 
 
@@ -276,14 +279,12 @@ class Case:
     id: str
     family: str
     measured_gib: float
-    ranks: Ranks
+    rank: int | None  # the pipeline rank compared, None for the largest (Measure.pipeline_rank)
     stages: tuple[tuple[int, float], ...]  # (counted bytes less the fragmentation line, dynamic bytes)
-    pipeline_rank: int = 0  # the stage compared unless ranks is MAX (Measure.pipeline_rank)
 
     def predicted_gib(self, fraction: float) -> float:
         per = [fixed + int(fraction * dynamic) for fixed, dynamic in self.stages]
-        rank = max(range(len(per)), key=per.__getitem__) if self.ranks is Ranks.MAX else self.pipeline_rank
-        return per[rank] / GiB
+        return per[compared_stage(per, self.rank)] / GiB
 
     def error(self, fraction: float) -> float:
         return self.predicted_gib(fraction) / self.measured_gib - 1
@@ -307,8 +308,7 @@ def cases() -> list[Case]:
         stages = tuple(
             (counted - int(s.breakdown.value("overhead/fragmentation")), s.dynamic_bytes) if reserved else (counted, 0)
             for s, counted in zip(est.stages, allocator_bytes(est, how.metric)))
-        out.append(Case(run.id, family(run.group), memory[run.id], how.ranks, stages,
-                        how.pipeline_rank(run.cluster.num_gpus, run.layout.pp) or 0))
+        out.append(Case(run.id, family(run.group), memory[run.id], how.pipeline_rank(run.cluster.num_gpus, run.layout.pp), stages))
     return out
 
 

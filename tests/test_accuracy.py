@@ -110,7 +110,7 @@ def test_a_given_global_rank_is_compared_on_its_pipeline_rank():
     assert how.pipeline_rank(8, 4) == 3 and how.compared == "global rank 6"
     assert memory_accuracy.Measure(memory_accuracy.Metric.RESERVED, memory_accuracy.Ranks.GIVEN, "", rank=5).pipeline_rank(8, 4) == 2
     assert memory_accuracy.Measure(memory_accuracy.Metric.RESERVED, memory_accuracy.Ranks.MAX, "").pipeline_rank(8, 4) is None
-    case = memory_accuracy.Case("x", "x", 10.0, memory_accuracy.Ranks.GIVEN, ((12 * GiB, 0), (10 * GiB, 0)), 1)
+    case = memory_accuracy.Case("x", "x", 10.0, 1, ((12 * GiB, 0), (10 * GiB, 0)))
     assert case.predicted_gib(0.1) == 10.0
 
 
@@ -298,7 +298,7 @@ def test_step_time_out_of_sample():
 
 def _case(family: str, measured_gib: float, dynamic_gib: float) -> memory_accuracy.Case:
     # one stage: 10 GiB outside the fragmentation line, `dynamic_gib` that the fraction multiplies
-    return memory_accuracy.Case(f"{family}-{measured_gib}", family, measured_gib, memory_accuracy.Ranks.MAX,
+    return memory_accuracy.Case(f"{family}-{measured_gib}", family, measured_gib, None,
                                 ((10 * GiB, dynamic_gib * GiB),))
 
 
@@ -310,7 +310,7 @@ def test_fragmentation_leave_one_source_out_by_hand():
     # rises from 0.05 on (20/(10 + 10 f) > 20/(10 + 20 f)): 0.05. Without c: 0.05. Without a (or b),
     # |log((10 + 10 f) / 10.5)| + |log((10 + 20 f) / 12)| falls up to 0.10 (1/(1 + f) < 2/(1 + 2 f)),
     # where c is exact: 0.10.
-    allocated = memory_accuracy.Case("x", "x", 10.0, memory_accuracy.Ranks.FIRST, ((10 * GiB, 0),))
+    allocated = memory_accuracy.Case("x", "x", 10.0, 0, ((10 * GiB, 0),))
     cs = [_case(f, m, d) for f, m, d in (("a", 10.5, 10), ("b", 10.5, 10), ("c", 12.0, 20)) for _ in range(3)]
     assert not allocated.informs and all(c.informs for c in cs)
     assert memory_accuracy.fit_fragmentation([*cs, allocated]) == 0.05
