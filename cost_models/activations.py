@@ -350,23 +350,24 @@ def _per_op_sac(job: Job, d: Dims, layer_id: int) -> Breakdown:
     w3 w2; wq, wv, w1 for GELU); recompute the rest. An MoE layer keeps its router's top-k and,
     under ep, the all-to-alls' outputs (_sac_moe). The attention kernel's output and statistics are
     recomputed instead where its op is outside the saved set (TrainingSpec.sac_recomputes_attention)."""
-    t = d.t
     assert job.model.hybrid_pattern is None, "torchtitan runs no hybrid model (rules: hybrid_framework)"
-    if job.model.mla is not None:
-        return _per_op_sac_mla(job, d, layer_id)
-    m = job.model
-    mms = [("wq_output", t * d.q, m.qkv_bias), ("wk_output", t * d.kv, m.qkv_bias), ("wv_output", t * d.kv, m.qkv_bias),
-           ("wo_output", t * d.h, m.out_bias)]
+    m, t = job.model, d.t
+    if m.mla is not None:
+        mms, out_width = _sac_mla_matmuls(job, d), d.heads * m.v_head_size
+    else:
+        mms = [("wq_output", t * d.q, m.qkv_bias), ("wk_output", t * d.kv, m.qkv_bias),
+               ("wv_output", t * d.kv, m.qkv_bias), ("wo_output", t * d.h, m.out_bias)]
+        out_width = d.q
     kept_attention = not job.training.sac_recomputes_attention
-    items = {
-        "layer_input": d.residual * ACT_BYTES,
+    return Breakdown.of(
+        "bytes",
+        layer_input=d.residual * ACT_BYTES,
         **_sac_kept(mms + _sac_mlp(job, d, layer_id)),
-        "attention_output": t * d.q * ACT_BYTES * kept_attention,
-        "softmax_lse": d.b * d.heads * d.s * FP32 * kept_attention,
+        attention_output=t * out_width * ACT_BYTES * kept_attention,
+        softmax_lse=d.b * d.heads * d.s * FP32 * kept_attention,
         **_sac_moe(job, d, layer_id),
-        "reduce_scatter_outputs": 2 * d.residual * ACT_BYTES if d.tp > 1 else 0,
-    }
-    return Breakdown.of("bytes", **items)
+        reduce_scatter_outputs=2 * d.residual * ACT_BYTES if d.tp > 1 else 0,
+    )
 
 
 def _sac_mlp(job: Job, d: Dims, layer_id: int) -> list[tuple[str, int, bool]]:
@@ -416,28 +417,17 @@ def _sac_moe(job: Job, d: Dims, layer_id: int) -> dict[str, int]:
     return out
 
 
-def _per_op_sac_mla(job: Job, d: Dims, layer_id: int) -> Breakdown:
-    """The same policy over an MLA layer's matmuls in forward order (torchtitan
-    models/deepseek_v3 Attention: wq_a, wq_b or one wq, wkv_a, wkv_b, wo; then the MLP's)."""
+def _sac_mla_matmuls(job: Job, d: Dims) -> list[tuple[str, int, bool]]:
+    """An MLA layer's matmuls in forward order, for the same policy (torchtitan models/deepseek_v3
+    Attention: wq_a, wq_b or one wq, wkv_a, wkv_b, wo)."""
     m, t = job.model, d.t
     a = m.mla
     assert a is not None
-    v_out = d.heads * m.v_head_size
-    kept_attention = not job.training.sac_recomputes_attention
     mms: list[tuple[str, int, bool]] = []
     if a.q_lora_rank is not None:
         mms.append(("wq_a_output", t * a.q_lora_rank, m.qkv_bias))
-    mms += [("wq_output", t * d.q, False), ("wkv_a_output", t * (a.kv_lora_rank + a.qk_rope_head_dim), m.qkv_bias),
-            ("wkv_b_output", t * d.heads * (a.qk_nope_head_dim + m.v_head_size), False), ("wo_output", t * d.h, m.out_bias)]
-    return Breakdown.of(
-        "bytes",
-        layer_input=d.residual * ACT_BYTES,
-        **_sac_kept(mms + _sac_mlp(job, d, layer_id)),
-        attention_output=t * v_out * ACT_BYTES * kept_attention,
-        softmax_lse=d.b * d.heads * d.s * FP32 * kept_attention,
-        **_sac_moe(job, d, layer_id),
-        reduce_scatter_outputs=2 * d.residual * ACT_BYTES if d.tp > 1 else 0,
-    )
+    return mms + [("wq_output", t * d.q, False), ("wkv_a_output", t * (a.kv_lora_rank + a.qk_rope_head_dim), m.qkv_bias),
+                  ("wkv_b_output", t * d.heads * (a.qk_nope_head_dim + m.v_head_size), False), ("wo_output", t * d.h, m.out_bias)]
 
 
 def _without(b: Breakdown, names: set[str]) -> Breakdown:
