@@ -602,20 +602,16 @@ class Space:
             rep, shd = self.coef[zi]
             expert_group = np.maximum(1, edp * group // np.maximum(self.dp, 1))
             buffers = np.array([pp1_buffers(problem, self.shards[s], z) if s in pp1 else 0 for s in range(S)], dtype=i64)
-            # FSDP2 that keeps a pipeline stage gathered (memory.gathers_whole_stage): its 16-bit weights
-            # and fp32 unsharded gradients beyond the states (6 bytes per local parameter), less the
-            # sharded gradients the first backward leaves out of the states (memory.stage_buffers; at
-            # most 4 bytes per parameter over its shard group), which scatter_stream_grads holds
-            # reserved again outside the optimizer step's peak: a lower bound either way
-            # (always where no fp32 gradient copy makes the step its own peak, memory.step_peak)
-            whole = ~one_stage & gathers_whole_stage(problem.training.framework, z.zero, 2)
-            tr = problem.training
-            step_copy = state_parts(tr.framework, tr.precision, tr.optimizer, z.zero, tr.fp8_param_gather,
-                                    tr.grad_reduce_in_bf16, tr.bf16_params)["fp32_gradients"][0] > 0
+            # FSDP2 that keeps a pipeline stage gathered (memory.gathers_whole_stage, torchtitan only): its
+            # 16-bit weights and fp32 unsharded gradients beyond the states, per local parameter
+            # (memory.stage_buffers). The sharded gradients the first backward leaves out of the states
+            # come back as scatter_stream_grads' reserved blocks, since torchtitan's states hold no fp32
+            # gradient copy that would make the optimizer step its own peak (states.convention,
+            # memory.step_peak; tests/test_search.py holds the bound below every exact peak).
+            whole = ~one_stage & gathers_whole_stage(problem.training.framework, z.zero, pp=2)  # any pp > 1
 
             def gathered(dense, experts):  # type: ignore[no-untyped-def]
-                sharded = (-(-4 * dense // (group * cp_c)) - (-4 * experts // expert_group)) if step_copy else 0
-                return np.where(whole, np.maximum(0, (GATHERED_WEIGHT_BYTES + GATHERED_GRAD_BYTES) * (dense + experts) - sharded), 0)
+                return np.where(whole, (GATHERED_WEIGHT_BYTES + GATHERED_GRAD_BYTES) * (dense + experts), 0)
 
             self.pair_bytes[:, zi] = (self.experts0 * rep + (self.experts0 * shd) // expert_group
                                       + np.where(one_stage, buffers[si], 0) + gathered(self.params0, self.experts0))
