@@ -591,8 +591,9 @@ def test_rows_whose_step_time_is_not_priced_still_have_their_memory_mapped():
         run, why = untimed[run_id]
         assert why == dict(SKIPPED)[run_id]
         assert memory_estimate(run.job()).stages
-    assert untimed["torchao-e2e-llama3-8b-8xb200-bf16"][0].cluster.spec.gpu.name == published._cluster(
-        ENTRIES["torchao-e2e-llama3-8b-8xb200-bf16"]).spec.gpu.name
+    # the B200 row on the dgx-b200 preset, the H100 row of unstated variant on dgx-h100
+    assert untimed["torchao-e2e-llama3-8b-8xb200-bf16"][0].cluster.spec.name == "dgx-b200"
+    assert untimed["torchao-e2e-llama3-8b-8xh100-bf16"][0].cluster.spec.name == "dgx-h100"
     assert untimed["tt-pr1610-dsv3-16b-8gpu-ep8-sdpa"][0].layout.ep == 8
     mi300x, why = untimed["torchao-e2e-llama3-8b-8xmi300x-bf16"]
     assert why == dict(SKIPPED)[mi300x.id] == "AMD MI300X: presets/kernels has no measured CDNA3 kernels"
