@@ -178,7 +178,8 @@ def repeat_table(pts: list[Point]) -> str:
     lines = [f"Repeat readings: {len(reps)} configurations were measured more than once on the same cluster; their readings "
              f"lie {statistics.median(spreads):.1%} apart at the median (largest / smallest − 1) and {max(spreads):.1%} at most, "
              f"{sum(s > 0.10 for s in spreads)} of {len(reps)} more than 10% apart. A prediction cannot be within 10% of "
-             "both readings of a pair more than 22% apart, and no model of the configuration alone tells such readings apart.",
+             f"both readings of a pair more than {1.10 / 0.90 - 1:.0%} apart (1.1 / 0.9), and no model of the configuration "
+             "alone tells such readings apart.",
              "", "| model | nodes | dp | tp | pp | mbs | ZeRO | readings GiB | spread |", "|---|---:|---:|---:|---:|---:|---:|---|---:|"]
     for p, r in sorted(reps, key=lambda pr: -spread(pr[1])):
         lines.append(f"| {p.params_b}B | {p.nodes} | {p.dp} | {p.tp} | {p.pp} | {p.mbs} | {p.zero} | "
