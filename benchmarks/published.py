@@ -150,6 +150,9 @@ def torchtitan_training(row: dict) -> TrainingSpec:
         # the Dec 2024 runs' torch nightly (1963fc8, 2024-12-23) predates pytorch/pytorch#153383: every
         # pipeline stage keeps all its micro-batches' outputs through the step
         pipeline_keeps_outputs=row["id"].startswith("torchtitan-2412") and (row["layout"]["pp"] or 1) > 1,
+        # torchtitan's FSDP root unit before 83e69410 (2025-07-28): these rows ran 9dec370 (Dec 2024)
+        # and 820504e (Jun 2025)
+        fsdp_split_root=False,
     )
 
 
@@ -526,7 +529,7 @@ def _mpt(entry: dict) -> Mapped:
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.BF16,
                             framework=Framework.TORCHTITAN, attention=AttentionKernel.FLASH, attention_backend=backend,
                             compile_loss=True, fused_projections=True, optimizer=OptimizerKind.DECOUPLED_ADAMW,
-                            fsdp_reduce_in_bf16=pure, fsdp_flat_params=True,
+                            fsdp_reduce_in_bf16=pure, fsdp_flat_params=True, fsdp_split_root=False,
                             flash_unpad_copies=backend is AttentionBackend.FA2)
     layout = Layout(tp=1, pp=1, mbs=lay["micro_batch"], zero=zero, recompute=_recompute(lay["recompute"]))
     return mpt_model(entry), cluster, training, layout, notes

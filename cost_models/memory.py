@@ -499,6 +499,15 @@ def _root_reshards(job: Job) -> bool:
     return job.training.fsdp_reshard_after_forward is True
 
 
+def _splits_root(job: Job) -> bool:
+    """TrainingSpec.splits_fsdp_root (torchtitan's embedding and [norm, output] units), but not with a
+    tied output layer: its weight is the embedding's, and FSDP2 gives a parameter to one unit only
+    (torch 2.13.0 torch/distributed/fsdp/_fully_shard/_fsdp_init.py _get_managed_states takes the
+    parameters of the modules one fully_shard call is given), so the root keeps both, as the validate
+    worker shards them (planner/validate/worker.py apply_fsdp)."""
+    return job.training.splits_fsdp_root and not job.model.tie_embeddings
+
+
 def loss_absent_buffers(job: Job, rank: int) -> Breakdown:
     """The part of stage_buffers not alive while the loss runs on the last stage, under fully
     sharded FSDP: the gathered current and prefetched layer, one layer's 16-bit gradient with its
@@ -515,7 +524,7 @@ def loss_absent_buffers(job: Job, rank: int) -> Breakdown:
     params = rank_params(job, rank)
     biggest, second = _largest_layers(job, rank)
     titan_plan = (job.training.framework is Framework.TORCHTITAN and job.training.fsdp_reshard_after_forward is None
-                  and not job.training.fsdp_split_root)
+                  and not _splits_root(job))
     gathered = second if titan_plan else biggest + second
     root = int(params.value("embedding") + params.value("head")) if _root_reshards(job) else 0
     return Breakdown.of("bytes", unsharded_params=2 * (root + gathered), unsharded_grads=_fsdp_backward_grads(job, params, biggest))
@@ -523,9 +532,9 @@ def loss_absent_buffers(job: Job, rank: int) -> Breakdown:
 
 def loss_only_buffers(job: Job, rank: int) -> int:
     """Gathered parameters alive while the loss runs on the last stage but not in the decoder layers'
-    backward: under TrainingSpec.fsdp_split_root the [norm, output] unit's 16-bit weights, kept from
+    backward: where _splits_root holds, the [norm, output] unit's 16-bit weights, kept from
     its forward until its own backward, which reshards them before the layers' backward starts."""
-    if not (job.training.fsdp_split_root and _fully_sharded(job)):
+    if not (_splits_root(job) and _fully_sharded(job)):
         return 0
     return 2 * int(rank_params(job, rank).value("head"))
 
@@ -533,9 +542,9 @@ def loss_only_buffers(job: Job, rank: int) -> int:
 def _fsdp_backward_grads(job: Job, params: Breakdown, biggest: int) -> int:
     """Fully sharded FSDP's unsharded gradients in the backward: the output layer's bf16 gradient,
     held until the root's reduce-scatter (not where the output layer is a unit of its own,
-    TrainingSpec.fsdp_split_root, reduce-scattered before the layers' backward), and one layer's
+    _splits_root, reduce-scattered before the layers' backward), and one layer's
     bf16 gradient with its fp32 reduce-scatter copy."""
-    head = 0 if job.training.fsdp_split_root else 2 * int(params.value("head"))
+    head = 0 if _splits_root(job) else 2 * int(params.value("head"))
     return head + 6 * biggest
 
 
@@ -583,9 +592,9 @@ def stage_buffers(job: Job, rank: int) -> Breakdown:
     elif z is Zero.PARAMETERS:
         # Fully sharded: the root unit (embedding, final norm, output layer) stays gathered for the
         # step (FSDP2 does not reshard the root after forward), plus the current and the prefetched
-        # layer; backward adds its gradients (_fsdp_backward_grads). Under TrainingSpec.fsdp_split_root
+        # layer; backward adds its gradients (_fsdp_backward_grads). Where _splits_root holds
         # the root holds none of them in the layers' backward (loss_only_buffers: the output layer at the loss).
-        kept_root = 0 if job.training.fsdp_split_root else root
+        kept_root = 0 if _splits_root(job) else root
         unsharded_params = 2 * (kept_root + biggest + second)
         unsharded_grads = _fsdp_backward_grads(job, params, biggest)
         if job.training.fsdp_sync_last_microbatch and job.num_microbatches > 1:

@@ -95,8 +95,10 @@ class TrainingSpec(Spec):
     # torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py:606-609, read in torch 2.13.0), so the
     # output layer's gathered weight and 16-bit gradient are gone before the decoder layers' backward
     # and the embedding is gathered only after it (cost_models.memory.stage_buffers). Framework
-    # torchtitan only.
-    fsdp_split_root: bool = False
+    # torchtitan only. None = the torchtitan `planner launch` writes for (v0.2.2 and 0.3.0, both after
+    # 83e69410: torchtitan/models/llama3/infra/parallelize.py:333-357 at v0.2.2, 73a0e697), so the
+    # split plan on framework torchtitan and none elsewhere (splits_fsdp_root).
+    fsdp_split_root: bool | None = None
     # Megatron's wgrad GEMMs accumulate straight into the fp32 main grad (gradient_accumulation_fusion,
     # the default). --no-gradient-accumulation-fusion (False here) makes them write a 16-bit
     # param.grad that the DDP backward hook then adds into main_grad, once per micro-batch
@@ -455,3 +457,9 @@ class TrainingSpec(Spec):
     @property
     def compiles_loss(self) -> bool:
         return self.compile if self.compile_loss is None else self.compile_loss
+
+    @property
+    def splits_fsdp_root(self) -> bool:
+        if self.fsdp_split_root is None:
+            return self.framework is Framework.TORCHTITAN
+        return self.fsdp_split_root

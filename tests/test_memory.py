@@ -385,6 +385,8 @@ def test_eager_swiglu_keeps_one_more_ffn_wide_tensor_by_hand():
 # loss_on_16bit_logits), framework torchtitan. LLAMA_TINY unpadded (torchtitan): embedding and output
 # layer 1000·256 = 256,000 each, final norm 256, 4 layers of 692,736: n = 3,283,200 parameters.
 TITAN = dict(framework="torchtitan")
+# torchtitan before 83e69410 (and KempnerForge): the root unit holds the embedding, final norm and output layer
+TITAN_ROOT = dict(TITAN, fsdp_split_root=False)
 
 
 def test_bf16_params_halve_weights_gradients_and_adam_states_by_hand():
@@ -406,7 +408,7 @@ def test_gradient_sync_on_the_last_micro_batch_keeps_fp32_unsharded_gradients_by
     # batches synced on the last only, every parameter's fp32 unsharded gradient (4n = 13,132,800)
     # replaces the sharded fp32 gradients (4n/2 = 6,566,400, absent until the last reduce-scatter)
     def grads(batch, sync):
-        job = make_job(LLAMA_TINY, gpus=2, zero=3, training=dict(TITAN, seq_len=16, global_batch_size=batch,
+        job = make_job(LLAMA_TINY, gpus=2, zero=3, training=dict(TITAN_ROOT, seq_len=16, global_batch_size=batch,
                                                                   fsdp_sync_last_microbatch=sync))
         return memory_estimate(job).stages[0].breakdown.value("buffers/unsharded_grads")
 
@@ -446,7 +448,7 @@ def test_fsdp_loss_runs_without_the_layer_buffers_which_stay_reserved_by_hand():
     # 6,054,400. At the loss the root (embedding, norm, output layer) and the last layer are the
     # gathered ones, 2·(512,256 + 692,736); the rest is reserved, not allocated, so the peak is
     # unchanged.
-    job = make_job(LLAMA_TINY, gpus=2, zero=3, training=dict(TITAN, seq_len=4096, global_batch_size=2))
+    job = make_job(LLAMA_TINY, gpus=2, zero=3, training=dict(TITAN_ROOT, seq_len=4096, global_batch_size=2))
     b = memory_estimate(job).stages[0].breakdown
     assert b.value("transient/loss_backward") == 32_768_000
     assert (b.value("buffers/unsharded_params"), b.value("buffers/unsharded_grads")) == (2_409_984, 0)
@@ -454,11 +456,33 @@ def test_fsdp_loss_runs_without_the_layer_buffers_which_stay_reserved_by_hand():
     assert b.value("buffers") + b.value("overhead/cached_blocks") == 2 * (512_256 + 2 * 692_736) + 4_668_928
     # KempnerForge hands fully_shard reshard_after_forward=True for every unit, the root as well
     # (torch >= 2.8 honours it on the root): nothing is gathered at the loss
-    job = make_job(LLAMA_TINY, gpus=2, zero=3, training=dict(TITAN, seq_len=4096, global_batch_size=2,
+    job = make_job(LLAMA_TINY, gpus=2, zero=3, training=dict(TITAN_ROOT, seq_len=4096, global_batch_size=2,
                                                               fsdp_reshard_after_forward=True))
     b = memory_estimate(job).stages[0].breakdown
     assert b.value("buffers/unsharded_params") == 0
     assert b.value("overhead/cached_blocks") == 2 * (512_256 + 2 * 692_736) + 4_668_928
+
+
+def test_torchtitan_job_splits_the_root_as_the_launched_torchtitan_does_by_hand():
+    # The same job on torchtitan as `planner launch` writes it (v0.2.2: the embedding and [norm,
+    # output] units of their own, every layer resharded after its forward): at the loss only
+    # [norm, output] is gathered, 2·256,256 = 512,512; the layers' backward then holds the current and
+    # the prefetched layer, 2·2·692,736, and one layer's bf16 gradient with its fp32 copy, 6·692,736,
+    # but not the output layer's gradient, reduce-scattered by its own unit before the layers' backward:
+    # 6,927,360 reserved at the loss.
+    def stage(**training):
+        job = make_job(LLAMA_TINY, gpus=2, zero=3, training=dict(TITAN, seq_len=4096, global_batch_size=2, **training))
+        return memory_estimate(job).stages[0].breakdown
+
+    split = stage()
+    assert (split.value("buffers/unsharded_params"), split.value("buffers/unsharded_grads")) == (512_512, 0)
+    assert split.value("overhead/cached_blocks") == 2 * 2 * 692_736 + 6 * 692_736 == 6_927_360
+    assert split.total < stage(fsdp_split_root=False).total
+    # a tied output layer is the embedding's parameter, which FSDP2 gives one unit: the root keeps both
+    # (256,000 + the norm's 256) and, as before the split, the last layer stays gathered at the loss
+    tied = make_job(LLAMA_TINY.model_copy(update=dict(tie_embeddings=True)), gpus=2, zero=3,
+                    training=dict(TITAN, seq_len=4096, global_batch_size=2))
+    assert memory_estimate(tied).stages[0].breakdown.value("buffers/unsharded_params") == 2 * (256_256 + 692_736)
 
 
 def test_whole_model_compile_returns_every_gradient_at_once_by_hand():

@@ -130,6 +130,32 @@ def test_run_description_names_the_checkpointed_layers():
     assert run["microbatches"] == plan.num_microbatches and run["dtype"] == "bfloat16"
 
 
+def test_the_worker_shards_the_units_the_planned_torchtitan_shards(tmp_path):
+    """A torchtitan plan's run splits the root as torchtitan v0.2.2 does (the memory model's
+    TrainingSpec.splits_fsdp_root): the token embedding a unit of its own, [norm, output] one,
+    the root holding neither; a run with the split off, or a tied output layer, keeps them in the root."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import FSDPModule
+
+    def units(job, **model):
+        run = run_doc(job, name="x", steps=1, warmup=0)
+        stage = worker.Stage(dict(run["model"], **model), run["stages"][0][0], run, first=True, last=True)
+        worker.apply_fsdp(stage, init_device_mesh("cpu", (1,)), None, run, torch.float32)
+        return run["fsdp_split_root"], [isinstance(m, FSDPModule) for m in (stage.embed, stage.norm, stage.output)]
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        plan = make_job(load_model(TINY), gpus=1, training=TRAINING, zero=3)
+        assert units(plan) == (True, [True, True, True])
+        old = make_job(load_model(TINY), gpus=1, training=dict(TRAINING, fsdp_split_root=False), zero=3)
+        assert units(old) == (False, [False, False, False])
+        assert units(plan, tie=True)[1] == [False, False, False]
+    finally:
+        dist.destroy_process_group()
+
+
 def test_the_worker_runs_the_optimizer_implementation_of_the_framework():
     """AdamW as torchtitan runs it by default, fused (one kernel per group of tensors), as Megatron's
     and DeepSpeed's FusedAdam do; Composer's DecoupledAdamW one tensor and one op at a time; SGD as

@@ -1065,18 +1065,27 @@ def apply_recompute(stage: Stage, full_layers: set[int], selective: bool) -> Non
 def apply_fsdp(stage: Stage, fsdp_mesh, expert_mesh, run: dict, dtype: torch.dtype) -> None:
     """FSDP2 per block, then the root (torchtitan apply_fsdp): zero 3 reshards after forward without
     a pipeline, zero 2 (and any pipeline) keeps the gathered parameters until backward. Experts are
-    sharded over their own (expert-dp) mesh first, their gradients divided by the dense group's size."""
+    sharded over their own (expert-dp) mesh first, their gradients divided by the dense group's size.
+    With the run's fsdp_split_root (torchtitan from 83e69410 on, v0.2.2 parallelize.py:333-357) the
+    token embedding is a unit of its own, resharded as the blocks are, and [norm, output] one kept
+    gathered from its forward to its backward; the root keeps the rest. A tied output layer stays in
+    the root with the embedding: its weight is the embedding's, and one parameter cannot be in two units."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32) if dtype != torch.float32 else MixedPrecisionPolicy()
     reshard = run["zero"] == 3 and run["mesh"]["pp"] == 1
+    split = run.get("fsdp_split_root", False) and not stage.tied
     dense_size = fsdp_mesh.size()
+    if split and stage.embed is not None:
+        fully_shard(stage.embed, mesh=fsdp_mesh, reshard_after_forward=reshard, mp_policy=mp)
     for block in stage.layers.values():
         moe = getattr(getattr(block, "_checkpoint_wrapped_module", block), "mlp", None)
         if isinstance(moe, MoE) and expert_mesh is not None:
             fully_shard(moe.experts, mesh=expert_mesh, reshard_after_forward=reshard, mp_policy=mp)
             moe.experts.set_gradient_divide_factor(float(dense_size))
         fully_shard(block, mesh=fsdp_mesh, reshard_after_forward=reshard, mp_policy=mp)
+    if split and stage.output is not None:
+        fully_shard([stage.norm, stage.output], mesh=fsdp_mesh, reshard_after_forward=False, mp_policy=mp)
     fully_shard(stage, mesh=fsdp_mesh, reshard_after_forward=reshard, mp_policy=mp)
 
 
