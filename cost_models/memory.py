@@ -472,10 +472,15 @@ def _keeps_all_unsharded(job: Job) -> bool:
     return gathers_whole_stage(job.training.framework, job.zero, job.layout.pp)
 
 
-# What FSDP2 holds per local parameter of a stage it keeps gathered (gathers_whole_stage): the 16-bit
-# weight, and under a pipeline the unsharded gradient in the fp32 reduce dtype (stage_buffers).
+# What FSDP2 holds per parameter it gathers: the 16-bit weight (MixedPrecisionPolicy param_dtype), and
+# for its unsharded gradient the copy in the fp32 reduce dtype, beside the 16-bit gradient the backward
+# made, which the reduce-scatter copies into its fp32 input buffer before freeing it (torch 2.13.0
+# torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py:597-605 foreach_reduce); a stage kept gathered under a pipeline
+# (gathers_whole_stage) accumulates the fp32 one (stage_buffers).
 GATHERED_WEIGHT_BYTES = 2
 GATHERED_GRAD_BYTES = 4
+# one layer's gradient on its way to the reduce-scatter: the 16-bit gradient and its fp32 copy
+SCATTERED_GRAD_BYTES = GATHERED_WEIGHT_BYTES + GATHERED_GRAD_BYTES
 
 
 def gathers_whole_stage(framework: Framework, zero: Zero, pp: int) -> bool:
@@ -527,7 +532,8 @@ def loss_absent_buffers(job: Job, rank: int) -> Breakdown:
                   and not _splits_root(job))
     gathered = second if titan_plan else biggest + second
     root = int(params.value("embedding") + params.value("head")) if _root_reshards(job) else 0
-    return Breakdown.of("bytes", unsharded_params=2 * (root + gathered), unsharded_grads=_fsdp_backward_grads(job, params, biggest))
+    return Breakdown.of("bytes", unsharded_params=GATHERED_WEIGHT_BYTES * (root + gathered),
+                        unsharded_grads=_fsdp_backward_grads(job, params, biggest))
 
 
 def loss_only_buffers(job: Job, rank: int) -> int:
@@ -536,7 +542,7 @@ def loss_only_buffers(job: Job, rank: int) -> int:
     its forward until its own backward, which reshards them before the layers' backward starts."""
     if not (_splits_root(job) and _fully_sharded(job)):
         return 0
-    return 2 * int(rank_params(job, rank).value("head"))
+    return GATHERED_WEIGHT_BYTES * int(rank_params(job, rank).value("head"))
 
 
 def _fsdp_backward_grads(job: Job, params: Breakdown, biggest: int) -> int:
@@ -544,8 +550,8 @@ def _fsdp_backward_grads(job: Job, params: Breakdown, biggest: int) -> int:
     held until the root's reduce-scatter (not where the output layer is a unit of its own,
     _splits_root, reduce-scattered before the layers' backward), and one layer's
     bf16 gradient with its fp32 reduce-scatter copy."""
-    head = 0 if _splits_root(job) else 2 * int(params.value("head"))
-    return head + 6 * biggest
+    head = 0 if _splits_root(job) else GATHERED_WEIGHT_BYTES * int(params.value("head"))
+    return head + SCATTERED_GRAD_BYTES * biggest
 
 
 def stage_buffers(job: Job, rank: int) -> Breakdown:
@@ -562,7 +568,7 @@ def stage_buffers(job: Job, rank: int) -> Breakdown:
         # accumulate unsharded in the fp32 reduce dtype (torch pipelining turns gradient sync off
         # until the last micro-batch, FSDPParam.unsharded_accumulated_grad).
         unsharded_params = GATHERED_WEIGHT_BYTES * stage_params
-        unsharded_grads = GATHERED_GRAD_BYTES * stage_params if lay.pp > 1 else 6 * biggest
+        unsharded_grads = GATHERED_GRAD_BYTES * stage_params if lay.pp > 1 else SCATTERED_GRAD_BYTES * biggest
         if lay.pp > 1:
             # The sharded gradients do not exist at the peak (the first backward of a step): the
             # optimizer's zero_grad sets them to None before the step's forwards (torchtitan@9dec370
@@ -595,7 +601,7 @@ def stage_buffers(job: Job, rank: int) -> Breakdown:
         # layer; backward adds its gradients (_fsdp_backward_grads). Where _splits_root holds
         # the root holds none of them in the layers' backward (loss_only_buffers: the output layer at the loss).
         kept_root = 0 if _splits_root(job) else root
-        unsharded_params = 2 * (kept_root + biggest + second)
+        unsharded_params = GATHERED_WEIGHT_BYTES * (kept_root + biggest + second)
         unsharded_grads = _fsdp_backward_grads(job, params, biggest)
         if job.training.fsdp_sync_last_microbatch and job.num_microbatches > 1:
             # TrainingSpec.fsdp_sync_last_microbatch: every parameter's unsharded gradient, in the
