@@ -469,7 +469,7 @@ def scatter_stream_grads(job: Job, states: Breakdown) -> int:
 def _keeps_all_unsharded(job: Job) -> bool:
     """FSDP2 that keeps every parameter of the stage gathered: zero 2 (no resharding after forward),
     and torchtitan's default under a pipeline (stage_buffers)."""
-    return gathers_whole_stage(job.training.framework, job.zero, job.layout.pp)
+    return gathers_whole_stage(job.training.framework, job.zero, pipelined=job.layout.pp > 1)
 
 
 # What FSDP2 holds per parameter it gathers: the 16-bit weight (MixedPrecisionPolicy param_dtype), and
@@ -483,9 +483,10 @@ GATHERED_GRAD_BYTES = 4
 SCATTERED_GRAD_BYTES = GATHERED_WEIGHT_BYTES + GATHERED_GRAD_BYTES
 
 
-def gathers_whole_stage(framework: Framework, zero: Zero, pp: int) -> bool:
-    """_keeps_all_unsharded by its three inputs, for the search's memory bound (planner.search)."""
-    return framework is Framework.TORCHTITAN and (zero is Zero.GRADIENTS or (zero is Zero.PARAMETERS and pp > 1))
+def gathers_whole_stage(framework: Framework, zero: Zero, *, pipelined: bool) -> bool:
+    """_keeps_all_unsharded by its three inputs (pipelined: pp > 1), for the search's memory bound
+    (planner.search)."""
+    return framework is Framework.TORCHTITAN and (zero is Zero.GRADIENTS or (zero is Zero.PARAMETERS and pipelined))
 
 
 def _fully_sharded(job: Job) -> bool:

@@ -608,7 +608,7 @@ class Space:
             # come back as scatter_stream_grads' reserved blocks, since torchtitan's states hold no fp32
             # gradient copy that would make the optimizer step its own peak (states.convention,
             # memory.step_peak; tests/test_search.py holds the bound below every exact peak).
-            whole = ~one_stage & gathers_whole_stage(problem.training.framework, z.zero, pp=2)  # any pp > 1
+            whole = ~one_stage & gathers_whole_stage(problem.training.framework, z.zero, pipelined=True)
 
             def gathered(dense, experts):  # type: ignore[no-untyped-def]
                 return np.where(whole, (GATHERED_WEIGHT_BYTES + GATHERED_GRAD_BYTES) * (dense + experts), 0)
