@@ -468,7 +468,11 @@ def scatter_stream_grads(job: Job, states: Breakdown) -> int:
 
 def _keeps_all_unsharded(job: Job) -> bool:
     """FSDP2 that keeps every parameter of the stage gathered: zero 2 (no resharding after forward),
-    and torchtitan's default under a pipeline (stage_buffers)."""
+    and zero 3 under torch's pipelining (stage_buffers). There it holds whatever
+    TrainingSpec.fsdp_reshard_after_forward says: the stage turns resharding after backward off for
+    every micro-batch's backward and back on only for the reduce-scatter after the last one (torch
+    2.13.0 torch/distributed/pipelining/stage.py:846-847, 1176-1177), so from the first backward on,
+    in the steady state that holds the most micro-batches' activations, every layer stays gathered."""
     return gathers_whole_stage(job.training.framework, job.zero, pipelined=job.layout.pp > 1)
 
 
