@@ -508,9 +508,12 @@ def moe_recompute_bytes(job: Job, layer_id: int, recompute: Recompute) -> int:
     output (:522), and the gradients the layer's backward has made before the bmm's saved input
     triggers the recomputation: the incoming 16-bit gradient and its fp32 cast (ToCopyBackward of
     .to(x.dtype) saves nothing). Where selective checkpointing keeps the all-to-alls' outputs
-    (_sac_moe), `routed_output` is the kept one. torchtitan before e1f7f318a (2025-11-21) scored the
-    expert outputs elementwise in fp32 and added them with scatter_add instead (torchtitan@8a749c618^
-    torchtitan/models/moe.py:403-436), a moment of its own that this prices as the later code's."""
+    (_sac_moe), `routed_output` is the kept one. With score_before_experts (Llama 4; DeepSeek-V3's
+    flavors set it False, models/deepseek_v3/__init__.py:147) the same three routed copies are held
+    and, without the bmm, fewer [t, h] ones; the DeepSeek-V3 figure is taken for both. torchtitan
+    before e1f7f318a (2025-11-21) scored the expert outputs elementwise in fp32 and added them with
+    scatter_add instead (torchtitan@8a749c618^ torchtitan/models/moe.py:403-436), a moment of its own
+    that this prices as the later code's."""
     m = job.model
     tr = job.training
     if (recompute is Recompute.NONE or not m.is_moe_layer(layer_id) or tr.framework is not Framework.TORCHTITAN
