@@ -203,9 +203,9 @@ def layer_costs(job: Job, modes: tuple[Recompute, ...] | None = None) -> dict[tu
         workspace = act.layer_backward_workspace(job, layer_id)
         for mode in modes or {job.layout.recompute, Recompute.NONE}:
             kept = act.layer_activations(job, layer_id, mode).total
-            # the larger of the backward's gradients and, where the layer is recomputed, what its re-run
-            # forward holds beside its saved tensors (torchtitan's MoE combine)
-            moment = max(workspace, act.moe_recompute_bytes(job, layer_id, mode))
+            # the larger of the backward's gradients and what torchtitan's MoE combine holds beside the
+            # layer's saved tensors, in its forward or its forward re-run in backward
+            moment = max(workspace, act.moe_combine_bytes(job, layer_id, mode))
             out[kind, mode] = LayerCost(kept_bytes=int(kept), backward_bytes=int(full - kept + moment))
     return out
 

@@ -94,7 +94,7 @@ def test_published_torchtitan_deepseek_v3_memory():
     # (pipeline rank 0). With the pre-c4e229115 selective checkpointing (PR 1610) and the sharded
     # gradients cached on FSDP2's reduce-scatter stream (PRs 1616, 2107), torchtitan's fp32 scored
     # token copies and the routed copies MoE.forward holds when a checkpointed layer re-runs it
-    # (activations.moe_recompute_bytes: PR 2107 -10.4% to -8.7% and -4.9% to -3.2%, PR 1610 -3.5% to
+    # (activations.moe_combine_bytes: PR 2107 -10.4% to -8.7% and -4.9% to -3.2%, PR 1610 -3.5% to
     # -2.2%; PR 1504's peak is its loss, -7.9% to -8.4% with the fragmentation fraction 0.10): today's
     # errors, each bound today's |error| plus half a point
     today = {"tt-pr1504-dsv3-16b-8gpu-fsdp4-cp2": -0.084, "tt-pr1610-dsv3-16b-8gpu-ep8-sdpa": -0.022,

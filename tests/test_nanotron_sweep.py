@@ -39,7 +39,7 @@ def test_held_out_memory_errors_on_the_sweep_do_not_grow():
     # The fragmentation fraction sets the first and last: at 0.11, the all-source fit once torchao's and the
     # DeepSeek-V3 rows joined it, 946 within 10%, 14 that ran called not fitting and 1290 crashed points
     # called not fitting; at 0.10, the all-source fit since the DeepSeek-V3 rows' MoE recompute moment
-    # (activations.moe_recompute_bytes), 939, 12 and 1283. A change to the memory model may improve
+    # (activations.moe_combine_bytes), 939, 12 and 1283. A change to the memory model may improve
     # these, not worsen them.
     ev = evaluate(points(), {e["id"]: e for e in entries()})
     within = sum(abs(e) <= 0.10 for es in ev.cost.values() for e in es)
