@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from cost_models.breakdown import Breakdown
-from cost_models.enums import AttentionKernel, Framework, MixerKind, NormKind, Precision, Recompute
+from cost_models.enums import AttentionKernel, Framework, MixerKind, MoEDispatch, NormKind, Precision, Recompute
 from cost_models.flops import mamba_local, sac_recomputes
 from cost_models.job import Job
 from cost_models.states import local_kv_heads, local_vocab
@@ -488,6 +488,50 @@ def layer_backward_workspace(job: Job, layer_id: int) -> int:
         tokens, width = d.t, d.f
     wide = 3 if m.mlp.gated else 2
     return outer + max(wide * tokens * width * ACT_BYTES, ring)
+
+
+def moe_combine_bytes(job: Job, layer_id: int, recompute: Recompute) -> int:
+    """What torchtitan's MoE layer holds beside its saved tensors at the end of MoE.forward's combine,
+    on its standard all-to-all path: at the forward itself, and again where the layer is checkpointed
+    (full or op-level selective) and re-runs its forward in backward, then beside the gradients its
+    backward has made. 0 where the layer is not an MoE layer, not torchtitan's or not on that path
+    (MoEDispatch.ALLTOALL).
+
+    MoE.forward (torchtitan@d021aa9ca^ torchtitan/models/moe/moe.py:466-548) keeps three routed-wide
+    16-bit tensors in local variables until it returns, none of them saved for backward: the gathered
+    copies `routed_input` (:508; index saves only its indices), the experts' output `routed_output`
+    (:517, the combine all-to-all's output, distributed/expert_parallel.py:168-181, or without expert
+    parallelism a view of _unpermute's copy, models/moe/utils.py:62-66) and `routed_output_unsorted`
+    (:525-533), which it casts to the fp32 copy the bmm keeps (:534-542, moe_mlp_items'
+    combine_input); beside them the bmm's fp32 output [t, h], its 16-bit cast and the shared experts'
+    output (:522). The checkpoint wrapper re-runs the whole layer (early_stop False by default,
+    config/job_config.py:605, distributed/activation_checkpoint.py:140-155) when the bmm's saved
+    input is first unpacked, after the incoming 16-bit gradient and its fp32 cast are made
+    (ToCopyBackward of .to(x.dtype) saves nothing). Without recomputation the bmm's backward holds
+    less, its fp32 gradient of the copies (2 of the 3 routed-wide 16-bit sizes) and the same two
+    [t, h] gradients. Where selective checkpointing keeps the all-to-alls' outputs (_sac_moe),
+    `routed_output` is the kept one. With score_before_experts (Llama 4; DeepSeek-V3's flavors set
+    it False, models/deepseek_v3/__init__.py:147) the same three routed copies are held and, without
+    the bmm, fewer [t, h] ones; the DeepSeek-V3 figure is taken for both. torchtitan before e1f7f318a
+    (2025-11-21) scored the expert outputs elementwise in fp32 and added them with scatter_add
+    instead (torchtitan@8a749c618^ torchtitan/models/moe.py:403-436), a moment of its own that this
+    prices as the later code's."""
+    m = job.model
+    tr = job.training
+    if not m.is_moe_layer(layer_id) or tr.framework is not Framework.TORCHTITAN or tr.moe_dispatch is not MoEDispatch.ALLTOALL:
+        return 0
+    moe = m.moe
+    assert moe is not None
+    d = dims(job)
+    local = d.t // d.sp_div
+    kept_a2a = recompute is Recompute.SELECTIVE and "all_to_all_outputs" in _sac_moe(job, d, layer_id)
+    copies = 3 - kept_a2a
+    # [t, h]: the bmm's output (fp32), its cast, the shared experts' output; re-run in backward, also the
+    # incoming gradient and its fp32 cast
+    rows = FP32 + ACT_BYTES + (ACT_BYTES if moe.num_shared_experts else 0)
+    if recompute is not Recompute.NONE:
+        rows += ACT_BYTES + FP32
+    return copies * local * moe.top_k * d.h * ACT_BYTES + local * d.h * rows
 
 
 def ring_attention_backward_bytes(job: Job) -> int:

@@ -32,12 +32,13 @@ def test_published_torchtitan_memory():
     # with torch's ring attention backward under cp, the interleaved pipeline's fp32 gradients made
     # chunk by chunk and, under a pipeline, the sharded gradients cached on FSDP2's reduce-scatter
     # stream (which took the 405B 1F1B row from -11.7% to -8%, and the pipelined rows' median up):
-    # median 4.5%, every row within 10% (the largest 9.9%); the bounds are those plus half a point
+    # median 4.4%, every row within 10% (the largest 9.7%, at the fragmentation fraction 0.10 the MoE
+    # recompute moment of the DeepSeek-V3 rows refitted it to); the bounds are those plus half a point
     rows = memory_accuracy.rows("torchtitan")
     assert len(rows) == 20
     errors = [abs(r.error) for r in rows]
-    assert statistics.median(errors) <= 0.050
-    assert max(errors) <= 0.104, [(r.id, round(r.error, 3)) for r in rows]
+    assert statistics.median(errors) <= 0.049
+    assert max(errors) <= 0.102, [(r.id, round(r.error, 3)) for r in rows]
 
 
 @pytest.mark.parametrize(("group", "count", "median"), [("zerobubble", 31, 0.01), ("vocabpar", 24, 0.025)])
@@ -55,11 +56,12 @@ def test_published_nanotron_memory():
     # nanotron's sweep, rank 0 with its bf16 gradients kept through each backward, DDP's buckets at
     # ZeRO-0, its loss's fp32 copy, eager SwiGLU, the [q|k|v] copy its attention keeps and its TP
     # gather buffers and the reduce-scatter inputs held while the host runs ahead: today's median
-    # |error| (5.9%) plus half a point, and today's 21 of 26 rows within 10%
+    # |error| (4.8%) plus half a point, and today's 22 of 26 rows within 10% (the 3.57B on 64 nodes
+    # at dp 128, tp 4 went from +10.4% to +9.8% with the fragmentation fraction 0.10)
     rows = memory_accuracy.rows("nanotron_ultrascale")
     assert len(rows) == 26
-    assert statistics.median(abs(r.error) for r in rows) <= 0.064
-    assert sum(abs(r.error) <= 0.10 for r in rows) >= 21, [(r.id, round(r.error, 3)) for r in rows]
+    assert statistics.median(abs(r.error) for r in rows) <= 0.053
+    assert sum(abs(r.error) <= 0.10 for r in rows) >= 22, [(r.id, round(r.error, 3)) for r in rows]
 
 
 def _nanotron_step_allocated_bound(job) -> int:  # type: ignore[no-untyped-def]
@@ -90,11 +92,14 @@ def test_published_torchtitan_deepseek_v3_memory():
     # torchtitan's DeepSeek-V3 PR rows, the project's only measured MoE memory, each on the rank that
     # logged it: PR 1616's LOG_RANK 6 is pipeline rank 3 of its [pp 4, dp_shard 2] mesh, the others rank 0
     # (pipeline rank 0). With the pre-c4e229115 selective checkpointing (PR 1610) and the sharded
-    # gradients cached on FSDP2's reduce-scatter stream (PRs 1616, 2107) and torchtitan's fp32 scored
-    # token copies: today's errors, each bound today's |error| plus half a point
-    today = {"tt-pr1504-dsv3-16b-8gpu-fsdp4-cp2": -0.079, "tt-pr1610-dsv3-16b-8gpu-ep8-sdpa": -0.035,
-             "tt-pr1610-dsv3-16b-8gpu-ep8-flex": -0.035, "tt-pr1616-dsv3-16b-8gpu-pp4-dp2": -0.098,
-             "tt-pr2107-dsv3-671b-512gpu-deepep": -0.049, "tt-pr2107-dsv3-671b-512gpu-a2a-baseline": -0.104}
+    # gradients cached on FSDP2's reduce-scatter stream (PRs 1616, 2107), torchtitan's fp32 scored
+    # token copies and the routed copies MoE.forward holds when a checkpointed layer re-runs it
+    # (activations.moe_combine_bytes: PR 2107 -10.4% to -8.7% and -4.9% to -3.2%, PR 1610 -3.5% to
+    # -2.2%; PR 1504's peak is its loss, -7.9% to -8.4% with the fragmentation fraction 0.10): today's
+    # errors, each bound today's |error| plus half a point
+    today = {"tt-pr1504-dsv3-16b-8gpu-fsdp4-cp2": -0.084, "tt-pr1610-dsv3-16b-8gpu-ep8-sdpa": -0.022,
+             "tt-pr1610-dsv3-16b-8gpu-ep8-flex": -0.022, "tt-pr1616-dsv3-16b-8gpu-pp4-dp2": -0.098,
+             "tt-pr2107-dsv3-671b-512gpu-deepep": -0.032, "tt-pr2107-dsv3-671b-512gpu-a2a-baseline": -0.087}
     rows = {r.id: r for g in ("tt_pr1504", "tt_pr1610", "tt_pr1616", "tt_pr2107") for r in memory_accuracy.rows(g)}
     assert sorted(rows) == sorted(today)
     for i, error in today.items():
@@ -136,11 +141,11 @@ def test_nanotron_figure_is_the_reserved_counter():
 def test_published_torchao_memory():
     # torchao's torchtitan benchmark (Llama 3 8B, 8 GPUs, FSDP2, per-op SAC, compile) on H100, MI300X and
     # B200, each table with the torchtitan it ran: the H100's loss uncompiled, the later tables' split
-    # root units, and the B200's cuDNN attention recomputed. Today's median |error| (6.7%) plus half a
-    # point, every row within 10% (the largest today: B200 float8 tensorwise, +9.9%)
+    # root units, and the B200's cuDNN attention recomputed. Today's median |error| (6.0%) plus half a
+    # point, every row within 10% (the largest today: 9.3%)
     rows = memory_accuracy.rows("torchao_torchtitan_bench")
     assert len(rows) == 12
-    assert statistics.median(abs(r.error) for r in rows) <= 0.072
+    assert statistics.median(abs(r.error) for r in rows) <= 0.065
     assert max(abs(r.error) for r in rows) <= 0.10, [(r.id, round(r.error, 3)) for r in rows]
 
 
@@ -341,10 +346,10 @@ def test_fragmentation_is_the_all_source_fit_and_transfers():
                                             "torchao_torchtitan_bench", "torchtitan_dsv3"}
     assert memory_accuracy.fit_fragmentation(cs) == FRAGMENTATION
     # leave-one-source-out: each family with the fraction fitted on the other five (0.10 to 0.11 today,
-    # the all-source fit 0.11); today's median |error| plus half a point, today's rows within
+    # the all-source fit 0.10); today's median |error| plus half a point, today's rows within
     # 10% (docs/accuracy.md), and the fits within 0.05 of the all-source one
-    today = {"fp8lm": (0.071, 4), "nanotron_ultrascale": (0.046, 21), "sail_pipeline": (0.013, 55), "torchtitan": (0.045, 20),
-             "torchao_torchtitan_bench": (0.067, 12), "torchtitan_dsv3": (0.070, 4)}
+    today = {"fp8lm": (0.072, 4), "nanotron_ultrascale": (0.046, 21), "sail_pipeline": (0.012, 55), "torchtitan": (0.044, 20),
+             "torchao_torchtitan_bench": (0.060, 12), "torchtitan_dsv3": (0.058, 6)}
     loso = memory_accuracy.leave_one_source_out(cs)
     assert sorted(out.family for out in loso) == sorted(today)
     for out in loso:
@@ -353,7 +358,7 @@ def test_fragmentation_is_the_all_source_fit_and_transfers():
         assert abs(out.fraction - FRAGMENTATION) <= 0.05, out.family
         assert statistics.median(errors) <= median + 0.005, out.family
         assert sum(e <= 0.10 for e in errors) >= within, out.family
-    assert sum(abs(c.error(out.fraction)) <= 0.10 for out in loso for c in out.cases) >= 116
+    assert sum(abs(c.error(out.fraction)) <= 0.10 for out in loso for c in out.cases) >= 118
 
 
 def test_performance_model_page_shows_the_constants_in_use():

@@ -271,3 +271,41 @@ def test_torchtitan_moe_keeps_its_scored_token_copies_in_fp32():
 
     assert combine("torchtitan") == 128 * 2 * 256 * 4
     assert combine("megatron") == 128 * 2 * 256 * 2
+
+
+def test_torchtitan_moe_combine_holds_three_routed_copies():
+    """torchtitan's MoE.forward holds routed_input, routed_output and routed_output_unsorted (16-bit,
+    t·k rows each) beside the layer's saved tensors at its end, with the bmm's fp32 [t, h] output and
+    its cast and the shared experts' output; re-run in backward under checkpointing, also the incoming
+    gradient and its fp32 cast (activations.moe_combine_bytes). By hand, 128 tokens, top 2, h 256:
+    3 x 128·2·256·2 = 393,216 routed bytes; 128·256·(4 + 2 + 2) = 262,144 in the forward (655,360)
+    and 128·256·(4 + 2 + 2 + 2 + 4) = 458,752 re-run (851,968); without shared experts 128·256·12 =
+    393,216 of the second. Under op-level selective checkpointing that keeps the all-to-alls' outputs
+    (ep 2), routed_output is the kept combine output: two copies, 262,144 + 458,752. A dense layer or
+    Megatron: nothing. The layer's backward takes the larger of this and its gradient workspace,
+    2·128·256·2 + 3·256·128·2 = 327,680 here."""
+    from cost_models.activations import layer_backward_workspace, moe_combine_bytes
+    from cost_models.memory import layer_costs
+    from cost_models.model_spec import MoESpec
+
+    routed = MoESpec(num_experts=4, top_k=2, expert_ffn_hidden_size=128)
+    shared = MoESpec(num_experts=4, top_k=2, expert_ffn_hidden_size=128, num_shared_experts=1,
+                     shared_expert_ffn_hidden_size=128, first_k_dense=1)
+    moe = LLAMA_TINY.model_copy(update={"moe": shared})
+
+    def job(framework="torchtitan", model=moe, recompute="full", ep=1):
+        return make_job(model, gpus=ep, ep=ep, recompute=recompute,
+                        training=dict(framework=framework, seq_len=128, global_batch_size=ep))
+
+    full = job()
+    assert moe_combine_bytes(full, 1, Recompute.FULL) == 851_968
+    assert moe_combine_bytes(full, 1, Recompute.NONE) == 655_360
+    assert moe_combine_bytes(job(model=LLAMA_TINY.model_copy(update={"moe": routed})), 0, Recompute.FULL) == 393_216 + 393_216
+    assert moe_combine_bytes(job(recompute="selective", ep=2), 1, Recompute.SELECTIVE) == 262_144 + 458_752
+    assert moe_combine_bytes(full, 0, Recompute.FULL) == 0  # the dense first layer
+    assert moe_combine_bytes(job(framework="megatron"), 1, Recompute.FULL) == 0
+    assert layer_backward_workspace(full, 1) == 327_680
+    costs = layer_costs(full)
+    kind = moe.layer_kind(1)
+    assert costs[kind, Recompute.FULL].backward_bytes == layer_items(full, 1).total - costs[kind, Recompute.FULL].kept_bytes + 851_968
+    assert costs[kind, Recompute.NONE].backward_bytes == 655_360

@@ -34,17 +34,19 @@ def test_the_one_node_1p34b_layout_at_every_micro_batch_as_the_figure_prints_it(
 
 def test_held_out_memory_errors_on_the_sweep_do_not_grow():
     # today (benchmarks/nanotron_sweep_memory.py): every one of the 1758 points with a memory predicted,
-    # 946 of them within 10% of the figure, 88 of the 123 ZeRO-1 pipeline points at tp = 1 (the layouts of
-    # three published misses), and 14 of the points that ran predicted not to fit (measured at 70.8-77.1 GiB;
-    # 12 at the fragmentation fraction 0.10, 14 at 0.11, the all-source fit once torchao's and the DeepSeek-V3
-    # rows joined it, which also took 1290 crashed points to not fitting instead of 1283). A change to the
-    # memory model may improve these, not worsen them.
+    # 939 of them within 10% of the figure, 88 of the 123 ZeRO-1 pipeline points at tp = 1 (the layouts of
+    # three published misses), and 12 of the points that ran predicted not to fit (measured at 70.8-77.1 GiB).
+    # The fragmentation fraction sets the first and last: at 0.11, the all-source fit once torchao's and the
+    # DeepSeek-V3 rows joined it, 946 within 10%, 14 that ran called not fitting and 1290 crashed points
+    # called not fitting; at 0.10, the all-source fit since the DeepSeek-V3 rows' MoE recompute moment
+    # (activations.moe_combine_bytes), 939, 12 and 1283. A change to the memory model may improve
+    # these, not worsen them.
     ev = evaluate(points(), {e["id"]: e for e in entries()})
     within = sum(abs(e) <= 0.10 for es in ev.cost.values() for e in es)
     assert ev.unbuilt == []
-    assert within >= 946
+    assert within >= 939
     assert sum(abs(e) <= 0.10 for e in ev.cost["ZeRO-1 pp > 1 tp = 1"]) >= 88
-    assert ev.fits[True, False] <= 14
+    assert ev.fits[True, False] <= 12
 
 
 def test_a_point_names_its_group():
