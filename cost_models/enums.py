@@ -99,6 +99,7 @@ class MoEDispatch(StrEnum):
 
     ALLTOALL = "alltoall"  # on the compute stream (Megatron alltoall dispatcher, torchtitan standard)
     OVERLAP_1F1B = "overlap"  # Megatron --overlap-moe-expert-parallel-comm: beside another micro-batch
+    DEEPEP = "deepep"  # DeepEP's normal kernels on the compute stream (cost_models.deepep)
 
 
 class Zero(IntEnum):

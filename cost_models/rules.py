@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import partial
 from operator import attrgetter
 
-from cost_models import mamba_shard
+from cost_models import deepep, mamba_shard
 from cost_models.enums import AttentionBackend, AttentionKernel, Fp8Recipe, Framework, MoEDispatch, OptimizerKind, PositionKind, Precision, Recompute, Schedule, Zero
 from cost_models.errors import SpecError
 from cost_models.hardware import Cluster
@@ -685,6 +685,31 @@ def _moe_dispatch(job: Job) -> str | None:
     tr = job.training
     if tr.moe_dispatch is MoEDispatch.OVERLAP_1F1B and tr.framework is not MEGATRON:
         return f"moe_dispatch overlap is Megatron's --overlap-moe-expert-parallel-comm ({tr.framework} has none); use alltoall"
+    if tr.moe_dispatch is MoEDispatch.DEEPEP and not deepep.framework_ships(tr.framework):
+        return (f"moe_dispatch deepep is Megatron's flex token dispatcher or torchtitan's expert_parallel_comm_backend "
+                f"\"deepep\" ({tr.framework} has no DeepEP dispatcher); use alltoall, or framework megatron or torchtitan")
+    return None
+
+
+def _deepep(job: Job) -> str | None:
+    """What DeepEP and the frameworks that call it ask of the layout (sources: the deepep Rule)."""
+    if job.training.moe_dispatch is not MoEDispatch.DEEPEP or job.model.moe is None:
+        return None
+    lay, fw, n = job.layout, job.training.framework, deepep.group_size(job)
+    if fw is TITAN and lay.ep == 1:
+        return "moe_dispatch deepep needs ep > 1 in torchtitan (its DeepEP MoE code does not run ep 1); use ep > 1 or moe_dispatch alltoall"
+    if fw is TITAN and job.etp > 1:
+        return f"moe_dispatch deepep runs with etp 1 in torchtitan (DeepEP with expert tensor parallelism is not supported), not etp({job.etp}); use etp 1 or moe_dispatch alltoall"
+    if n == 1:
+        return "moe_dispatch deepep needs etp·ep > 1 (Megatron's DeepEP dispatcher requires TPxEP > 1); use ep > 1 or moe_dispatch alltoall"
+    if n not in deepep.GROUP_SIZES:
+        sizes = ", ".join(map(str, deepep.GROUP_SIZES))
+        return (f"moe_dispatch deepep: DeepEP has no config for a group of {_mul(ep=lay.ep, etp=job.etp)} = {n} ranks; "
+                f"use a group of {sizes}, or moe_dispatch alltoall")
+    need, domain = min(n, deepep.NVL_PEERS), job.cluster.spec.scaleup_domain_gpus
+    if domain < need:
+        return (f"moe_dispatch deepep takes its group's ranks {need} to an NVLink domain, and {job.cluster.spec.name} has "
+                f"{domain} GPUs in one; use a group of at most {domain} ranks on one node, or moe_dispatch alltoall")
     return None
 
 
@@ -750,7 +775,9 @@ SWITCH_RULES: tuple[Rule, ...] = (
     Rule("nccl_max_ctas", ALL, _nccl_max_ctas, "Megatron-LM@d98e8a64 megatron/core/parallel_state.py:168-195 get_nccl_options"),
     Rule("decoupled_adamw", frozenset({MEGATRON, DEEPSPEED}), _decoupled_adamw,
          "mosaicml/composer@v0.16.4 composer/optim/decoupled_weight_decay.py"),
-    Rule("moe_dispatch", ALL, _moe_dispatch, "Megatron-LM@23e00ed0 arguments.py:2889 (--overlap-moe-expert-parallel-comm)"),
+    Rule("moe_dispatch", ALL, _moe_dispatch, "Megatron-LM@23e00ed0 arguments.py:2889 (--overlap-moe-expert-parallel-comm); "
+         "Megatron-LM@d98e8a64 transformer_config.py:891-900 (flex dispatcher, deepep backend); torchtitan@v0.2.2 "
+         "torchtitan/config/job_config.py:474-483 (expert_parallel_comm_backend)"),
     _megatron_rule("vocab_divisible_by", "is Megatron's --make-vocab-size-divisible-by",
                    source="Megatron-LM@d98e8a64 megatron/training/vocab_utils.py:44-59"),
 )
@@ -774,6 +801,11 @@ RULES: tuple[Rule, ...] = (
     Rule("schedule", frozenset({MEGATRON}), _interleaved_megatron, "Megatron arguments.py L1000-1009, schedules.py L1160-1180"),
     Rule("schedule", frozenset({TITAN}), _pipeline_titan, "torch.distributed.pipelining schedules"),
     Rule("moe", ALL, _moe, "Megatron arguments.py L1656-1659"),
+    Rule("deepep", frozenset({MEGATRON, TITAN}), _deepep,
+         "Megatron-LM@d98e8a64 megatron/core/transformer/moe/token_dispatcher.py:1835-1843 (TPxEP > 1); "
+         "torchtitan@v0.2.2 torchtitan/models/deepseek_v3/infra/parallelize.py:99-111, llama4/infra/parallelize.py:113-125 "
+         "(ep > 1, etp 1); deepseek-ai/DeepEP@b57e5e2 deep_ep/buffer.py:245-289 (group sizes), csrc/deep_ep.cpp "
+         "Buffer::Buffer (8 ranks to an NVLink node)"),
     Rule("expert_grid", frozenset({MEGATRON, DEEPSPEED}), _expert_grid_megatron, "Megatron parallel_state.py L873-884"),
     Rule("expert_grid", frozenset({TITAN}), _expert_grid_titan, "torchtitan parallel_dims.py (v0.2.2 L59, main L187-192)"),
     Rule("zero", frozenset({TITAN}), _zero_titan, "torchtitan llama3 parallelize.py (FSDP2 / DDP)"),

@@ -21,7 +21,8 @@ code it follows; the framework notes of docs/performance-model.md list the commi
   torch's context parallel all-gathers K/V once, hidden only behind the first step; a Mamba-2
   layer's all-to-alls of heads (Megatron) run on the compute stream (exposed);
 - ep: the token all-to-alls run on the compute stream (exposed), unless the dispatcher overlaps
-  them with another micro-batch (Megatron's combined 1F1B);
+  them with another micro-batch (Megatron's combined 1F1B); DeepEP's dispatch and combine too,
+  priced by their own mechanism (cost_models.deepep);
 - pp: each chunk's activation send/recv is on the critical path once per pass, over the network
   where the pipeline crosses from one scale-up domain into the next (pp_boundary_seconds), each
   followed by a re-launch after Megatron's synchronize (pp_sync_relaunch_seconds); the interleaved
@@ -49,6 +50,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from statistics import NormalDist
 
+from cost_models import deepep
 from cost_models import kernels as K
 from cost_models.activations import CONVENTIONS
 from cost_models.breakdown import Breakdown
@@ -566,8 +568,10 @@ def float8_amax_seconds(job: Job, blocks: tuple[Block, ...]) -> tuple[float, flo
 
 
 def _etp_comm(job: Job) -> float:
-    """An MoE layer's routed tokens gathered over etp before the experts and reduce-scattered after."""
-    if job.etp == 1:
+    """An MoE layer's routed tokens gathered over etp before the experts and reduce-scattered after.
+    None under DeepEP: Megatron's flex dispatcher sends each token to every etp replica of its
+    experts inside DeepEP's exchange (deepep.destinations)."""
+    if job.etp == 1 or job.training.moe_dispatch is MoEDispatch.DEEPEP:
         return 0.0
     routed = expert_tokens_per_gpu(job) * job.model.hidden_size * ACT_BYTES
     where = placement(job.cluster.spec, job.etp, 1)
@@ -676,7 +680,13 @@ def ep_exposure(job: Job, passes: int, compute_s: float, cal: Calibration) -> Ex
     """The all-to-alls of `passes` passes of an MoE layer. Plain dispatchers run them on the compute
     stream (exposed). Megatron's --overlap-moe-expert-parallel-comm pairs micro-batch k+1's forward
     with k's backward layer by layer, so each all-to-all runs beside the other micro-batch's
-    attention and expert GEMMs (combined_1f1b.py; model_chunk_schedule_plan.py)."""
+    attention and expert GEMMs (combined_1f1b.py; model_chunk_schedule_plan.py). DeepEP's kernels
+    run on the compute stream too: Megatron's flex dispatcher waits on their event before the experts
+    (token_dispatcher.py token_dispatch, fused_a2a.py:129-131 after_event_overlap.current_stream_wait),
+    torchtitan's dispatch op likewise (v0.2.2 deepep.py:113) and its combine before the layer's output
+    is used (sync_combine); priced by deepep.pass_seconds."""
+    if job.training.moe_dispatch is MoEDispatch.DEEPEP:
+        return Exposure(passes * deepep.pass_seconds(job))
     a2a = passes * _ep_comm(job)
     if job.training.moe_dispatch is MoEDispatch.OVERLAP_1F1B and a2a:
         where = placement(job.cluster.spec, job.layout.ep, job.etp)

@@ -153,6 +153,7 @@ def test_one_frameworks_switches_are_refused_for_another(training, needle):
     (dict(framework="torchtitan", grad_reduce_in_bf16=True), "grad_reduce_in_bf16"),
     (dict(framework="megatron", grad_reduce_in_bf16=True, precision="fp16"), "grad_reduce_in_bf16"),
     (dict(framework="torchtitan", moe_dispatch="overlap"), "moe_dispatch"),
+    (dict(framework="deepspeed", moe_dispatch="deepep"), "moe_dispatch"),
 ])
 def test_a_framework_switch_breaks_the_problem_whatever_the_layout(training, rule):
     # each reads only the training spec, so the problem check names it (and only it) before any search
