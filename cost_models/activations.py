@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from cost_models import deepep
 from cost_models.breakdown import Breakdown
 from cost_models.enums import AttentionKernel, Framework, MixerKind, MoEDispatch, NormKind, Precision, Recompute
 from cost_models.flops import mamba_local, sac_recomputes
@@ -515,15 +516,30 @@ def moe_combine_bytes(job: Job, layer_id: int, recompute: Recompute) -> int:
     the bmm, fewer [t, h] ones; the DeepSeek-V3 figure is taken for both. torchtitan before e1f7f318a
     (2025-11-21) scored the expert outputs elementwise in fp32 and added them with scatter_add
     instead (torchtitan@8a749c618^ torchtitan/models/moe.py:403-436), a moment of its own that this
-    prices as the later code's."""
+    prices as the later code's.
+
+    On the DeepEP path (MoEDispatch.DEEPEP) the layer is DeepEPMoE, whose forward keeps no routed copy
+    in a local variable: the experts' call returns the combined [t, h] (torchtitan@d021aa9ca
+    torchtitan/models/moe/moe_deepep.py DeepEPMoE.forward). Inside it, combine_tokens scores the
+    experts' output (a 16-bit copy, routed-wide, freed once scatter_add_ has summed it into the
+    received tokens: its backward keeps only the indices) and hands DeepEP the [received, h] 16-bit
+    sum, whose combine writes the [t, h] 16-bit output (distributed/deepep/deepep.py:445-462). At the
+    combine the layer holds those two: t·(R + 1)·h 16-bit, R the ranks a token reaches
+    (deepep.destinations), and, re-run in backward, the incoming 16-bit gradient beside them (no fp32
+    bmm, so no fp32 copy)."""
     m = job.model
     tr = job.training
-    if not m.is_moe_layer(layer_id) or tr.framework is not Framework.TORCHTITAN or tr.moe_dispatch is not MoEDispatch.ALLTOALL:
+    if not m.is_moe_layer(layer_id) or tr.framework is not Framework.TORCHTITAN:
         return 0
     moe = m.moe
     assert moe is not None
     d = dims(job)
     local = d.t // d.sp_div
+    if tr.moe_dispatch is MoEDispatch.DEEPEP:
+        received = round(local * deepep.destinations(job)[0])
+        return (received + local + (local if recompute is not Recompute.NONE else 0)) * d.h * ACT_BYTES
+    if tr.moe_dispatch is not MoEDispatch.ALLTOALL:
+        return 0
     kept_a2a = recompute is Recompute.SELECTIVE and "all_to_all_outputs" in _sac_moe(job, d, layer_id)
     copies = 3 - kept_a2a
     # [t, h]: the bmm's output (fp32), its cast, the shared experts' output; re-run in backward, also the

@@ -15,8 +15,9 @@ import functools
 from dataclasses import dataclass, replace
 
 from cost_models import activations as act
+from cost_models import deepep
 from cost_models.breakdown import Breakdown, Part
-from cost_models.enums import Framework, Precision, Recompute, Schedule, Zero
+from cost_models.enums import Framework, MoEDispatch, Precision, Recompute, Schedule, Zero
 from cost_models.errors import SpecError
 from cost_models.flops import layer_gemms
 from cost_models.job import Job
@@ -66,12 +67,15 @@ PENDING = "overhead/pending_collectives"
 RESERVED_ONLY = ("overhead/fragmentation", "overhead/cached_blocks", PENDING)
 # The lines allocated outside torch's caching allocator, which neither of its counters sees: the CUDA
 # context, NCCL's buffers and Transformer Engine's userbuffers (cudaMalloc, tp_userbuffers_bytes).
-OUTSIDE_ALLOCATOR = ("overhead/cuda_context", "overhead/nccl", "buffers/tp_userbuffers")
+# DeepEP's NVLink and RDMA buffers and workspace too (cudaMalloc and NVSHMEM, deepep.buffer_bytes).
+OUTSIDE_ALLOCATOR = ("overhead/cuda_context", "overhead/nccl", "overhead/deepep_buffers", "buffers/tp_userbuffers")
 
 
 def _lines_bytes(breakdown: Breakdown, lines: tuple[str, ...]) -> int:
-    """Bytes of a stage's breakdown on the given lines (RESERVED_ONLY, OUTSIDE_ALLOCATOR)."""
-    return sum(int(breakdown.value(line)) for line in lines)
+    """Bytes of a stage's breakdown on the given lines (RESERVED_ONLY, OUTSIDE_ALLOCATOR); a line only
+    some jobs have (overhead/deepep_buffers) counts 0 where it is absent."""
+    flat = breakdown.flat()
+    return sum(int(flat.get(line, 0)) for line in lines)
 
 
 def allocator_counters(breakdown: Breakdown) -> tuple[int, int]:
@@ -750,6 +754,15 @@ def tp_userbuffers_bytes(job: Job) -> int:
     return UB_ALL_GATHER_BUFFERS * buffer * ub_gather_bytes(job) + scatter_elements * act.ACT_BYTES
 
 
+def _deepep_buffer_bytes(job: Job) -> int:
+    """DeepEP's buffers where its dispatcher runs (deepep.buffer_bytes): one Buffer per process, sized
+    for the group and the hidden width, reused by every MoE layer (the frameworks' get_buffer keeps one
+    module-level Buffer and only grows it)."""
+    if job.training.moe_dispatch is not MoEDispatch.DEEPEP or job.model.moe is None:
+        return 0
+    return deepep.buffer_bytes(job)
+
+
 def _process_groups(job: Job) -> int:
     lay = job.layout
     return process_groups(lay.tp, lay.pp, lay.cp, job.dp, lay.ep, job.etp)
@@ -836,6 +849,7 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
         "bytes",
         cuda_context=CUDA_CONTEXT_BYTES,
         nccl=NCCL_BYTES_PER_GROUP * _process_groups(job),
+        **({"deepep_buffers": deepep_bytes} if (deepep_bytes := _deepep_buffer_bytes(job)) else {}),
         fragmentation=int(FRAGMENTATION * dynamic),
         # reserved, not allocated: the other backward moment's blocks (_transient), and the sharded
         # gradients' blocks on FSDP2's reduce-scatter stream (scatter_stream_grads)
