@@ -906,9 +906,6 @@ def dsv3_attention_skip(entry: dict) -> str | None:
 
 def _torchtitan_dsv3(entry: dict) -> Mapped:
     reason = dsv3_attention_skip(entry)
-    if reason and "DeepEP" in (entry["layout"].get("dispatcher") or ""):
-        # cost_models.enums.MoEDispatch: NCCL all-to-all on the compute stream or Megatron's 1F1B overlap
-        reason += "; DeepEP's dispatch and combine kernels are not a dispatcher the model prices (MoEDispatch)"
     if reason:
         raise TimeSkip(reason, dsv3_mapped(entry))
     return dsv3_mapped(entry)
@@ -959,18 +956,22 @@ def dsv3_mapped(entry: dict) -> Mapped:
     # "torch.compile on model and loss" / "model+loss" (2107) or on the loss only (the 16B toml's
     # components = ["loss"], deepseek_v3_16b.toml:67-69 at d0cdb1433^); "no torch.compile" (1504)
     whole = "compile on model" in tech or "compile model" in tech
+    # --parallelism.expert_parallel_comm_backend=deepep (PR 2107's "After" run)
+    deepep = "DeepEP" in (lay.get("dispatcher") or "")
     loss_only = "compile on loss only" in tech
     training = TrainingSpec(seq_len=entry["model"]["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.BF16,
                             framework=Framework.TORCHTITAN, attention=AttentionKernel.FLASH,
                             attention_backend=AttentionBackend.SDPA_FLASH, compile=whole, compile_loss=whole or loss_only,
-                            moe_dispatch=MoEDispatch.ALLTOALL, moe_load_factor=1.0,
+                            moe_dispatch=MoEDispatch.DEEPEP if deepep else MoEDispatch.ALLTOALL, moe_load_factor=1.0,
                             sac_recomputes_all_to_all=entry["group"] in DSV3_SAC_RECOMPUTES_ALL_TO_ALL,
                             fsdp_split_root=entry["group"] in DSV3_SPLIT_ROOT)
     layout = torchtitan_layout(entry, model.num_layers).model_copy(update={"ep": lay["ep"] or 1})
     notes = [f"model: torchtitan's DeepSeek-V3 flavor at {DSV3_CODE[entry['group']][0]} (MLA, shared experts as one FFN of "
              f"{model.moe.shared_width}, expert_bias balancing without an auxiliary loss)",
              "expert parallelism over the dp_shard ranks (torchtitan borrows ep from dp_shard): ep "
-             f"{layout.ep}, dp {lay['dp']}; NCCL all-to-all dispatch (torchtitan's default EP path)",
+             f"{layout.ep}, dp {lay['dp']}; "
+             + ("DeepEP dispatch and combine (expert_parallel_comm_backend deepep)" if deepep
+                else "NCCL all-to-all dispatch (torchtitan's default EP path)"),
              ("routing exactly balanced (moe_load_factor 1): --debug.moe_force_load_balance" if "forced" in tech.lower()
               else "routing taken as balanced (moe_load_factor 1): the learned router's per-step imbalance is not published")]
     if "H100" in hw["gpu"] and "95.00 GiB" in hw["gpu"]:

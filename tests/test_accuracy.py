@@ -95,11 +95,13 @@ def test_published_torchtitan_deepseek_v3_memory():
     # gradients cached on FSDP2's reduce-scatter stream (PRs 1616, 2107), torchtitan's fp32 scored
     # token copies and the routed copies MoE.forward holds when a checkpointed layer re-runs it
     # (activations.moe_combine_bytes: PR 2107 -10.4% to -8.7% and -4.9% to -3.2%, PR 1610 -3.5% to
-    # -2.2%; PR 1504's peak is its loss, -7.9% to -8.4% with the fragmentation fraction 0.10): today's
-    # errors, each bound today's |error| plus half a point
+    # -2.2%; PR 1504's peak is its loss, -7.9% to -8.4% with the fragmentation fraction 0.10). PR 2107's
+    # DeepEP row runs MoEDispatch.DEEPEP: DeepEP's combine holds no routed copies, its buffers lie outside
+    # the counter (-3.2% to -5.5%; the model puts it 1.3 GiB under the all-to-all row, the logs 3.4 GiB).
+    # Today's errors, each bound today's |error| plus half a point
     today = {"tt-pr1504-dsv3-16b-8gpu-fsdp4-cp2": -0.084, "tt-pr1610-dsv3-16b-8gpu-ep8-sdpa": -0.022,
              "tt-pr1610-dsv3-16b-8gpu-ep8-flex": -0.022, "tt-pr1616-dsv3-16b-8gpu-pp4-dp2": -0.098,
-             "tt-pr2107-dsv3-671b-512gpu-deepep": -0.032, "tt-pr2107-dsv3-671b-512gpu-a2a-baseline": -0.087}
+             "tt-pr2107-dsv3-671b-512gpu-deepep": -0.055, "tt-pr2107-dsv3-671b-512gpu-a2a-baseline": -0.087}
     rows = {r.id: r for g in ("tt_pr1504", "tt_pr1610", "tt_pr1616", "tt_pr2107") for r in memory_accuracy.rows(g)}
     assert sorted(rows) == sorted(today)
     for i, error in today.items():
@@ -349,7 +351,7 @@ def test_fragmentation_is_the_all_source_fit_and_transfers():
     # the all-source fit 0.10); today's median |error| plus half a point, today's rows within
     # 10% (docs/accuracy.md), and the fits within 0.05 of the all-source one
     today = {"fp8lm": (0.072, 4), "nanotron_ultrascale": (0.046, 21), "sail_pipeline": (0.012, 55), "torchtitan": (0.044, 20),
-             "torchao_torchtitan_bench": (0.060, 12), "torchtitan_dsv3": (0.058, 6)}
+             "torchao_torchtitan_bench": (0.060, 12), "torchtitan_dsv3": (0.070, 6)}  # dsv3 5.8% to 7.0%: PR 2107's DeepEP row
     loso = memory_accuracy.leave_one_source_out(cs)
     assert sorted(out.family for out in loso) == sorted(today)
     for out in loso:

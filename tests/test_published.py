@@ -20,7 +20,7 @@ from flop_conventions import (
     palm_flop_per_token,
 )
 
-from cost_models.enums import ScaleupTopology
+from cost_models.enums import MoEDispatch, ScaleupTopology
 from cost_models.hardware import Cluster
 from cost_models.memory import memory_estimate
 from cost_models.rules import resolve
@@ -553,6 +553,10 @@ def test_dsv3_671b_flavor_groups_its_router_and_scales_it():
     assert (moe.router_groups, moe.router_group_top_k, moe.routed_scaling_factor, moe.shared_width) == (8, 4, 2.5, 2048)
     assert (layout.pp, layout.vpp, layout.ep, layout.dp) == (8, 2, 32, 64) and training.compile
     assert not training.sac_recomputes_all_to_all  # d021aa9ca^ comes after c4e229115
+    assert training.moe_dispatch is MoEDispatch.ALLTOALL
+    # the PR's "After" run: --parallelism.expert_parallel_comm_backend=deepep
+    _, _, deepep, _, notes = published.dsv3_mapped(ENTRIES["tt-pr2107-dsv3-671b-512gpu-deepep"])
+    assert deepep.moe_dispatch is MoEDispatch.DEEPEP and any("DeepEP dispatch and combine" in n for n in notes)
 
 
 def test_dsv3_1504_router_does_not_renormalize_softmax_scores():
@@ -571,7 +575,7 @@ def test_dsv3_1504_router_does_not_renormalize_softmax_scores():
          "work depends on the lengths of the c4 documents packed into each sequence, which neither the PR nor the config gives"),
         ("tt-pr1616-dsv3-16b-8gpu-pp4-dp2", "block_causal (document) mask"),
         ("tt-pr2107-dsv3-671b-512gpu-a2a-baseline", "block_causal (document) mask"),
-        ("tt-pr2107-dsv3-671b-512gpu-deepep", "DeepEP's dispatch and combine kernels are not a dispatcher"),
+        ("tt-pr2107-dsv3-671b-512gpu-deepep", "block_causal (document) mask"),
         ("tt-pr1610-dsv3-16b-8gpu-ep8-sdpa", "memory-efficient (CUTLASS) kernel for MLA's head dims"),
         ("tt-pr1504-dsv3-16b-8gpu-fsdp4-cp2", "no Hopper curve of that kernel"),
     ],
