@@ -99,7 +99,7 @@ AttentionOpt = Annotated[Optional[AttentionKernel], typer.Option("--attention", 
 Compile = Annotated[Optional[bool], typer.Option("--compile/--no-compile", help="torch.compile the model and loss (torchtitan).")]
 TpOverlap = Annotated[Optional[bool], typer.Option("--tp-comm-overlap/--no-tp-comm-overlap", help="Overlap tp communication with GEMMs (Megatron --tp-comm-overlap, torchtitan async TP).")]
 AttnBackendOpt = Annotated[Optional[AttentionBackend], typer.Option("--attention-backend", help="Fused attention kernel family (default: the framework's choice on the GPU).")]
-MoeDispatchOpt = Annotated[Optional[MoEDispatch], typer.Option("--moe-dispatch", help="MoE token exchange: alltoall on the compute stream, or overlap (Megatron --overlap-moe-expert-parallel-comm).")]
+MoeDispatchOpt = Annotated[Optional[MoEDispatch], typer.Option("--moe-dispatch", help="MoE token exchange: alltoall on the compute stream, overlap (Megatron --overlap-moe-expert-parallel-comm), or deepep (DeepEP's kernels: Megatron's flex dispatcher, torchtitan 0.2's expert_parallel_comm_backend).")]
 MoeLoadOpt = Annotated[Optional[float], typer.Option("--moe-load-factor", help="Tokens the busiest expert-parallel rank receives over the mean (default 1: balanced).")]
 Fp8ParamsOpt = Annotated[Optional[bool], typer.Option("--fp8-param-gather/--no-fp8-param-gather", help="Keep weights in fp8 and gather them in fp8 (Megatron --fp8-param-gather; --dtype fp8).")]
 Headroom = Annotated[Optional[float], typer.Option("--headroom", help="Fraction of HBM kept free when judging fit (default 5%).")]

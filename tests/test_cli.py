@@ -147,6 +147,7 @@ BAD = [
     ("tp overlap without tp", lambda t: ["estimate", "llama-3.1-8b", *BASE, "--tp-comm-overlap"], "tp_comm_overlap needs tp > 1"),
     ("moe load factor below 1", lambda t: ["estimate", "mixtral-8x7b", *BASE, "--ep", "8", "--moe-load-factor", "0.5"], "moe_load_factor = 0.5"),
     ("moe overlap outside megatron", lambda t: ["estimate", "mixtral-8x7b", *BASE, "--ep", "8", "--framework", "torchtitan", "--moe-dispatch", "overlap"], "moe_dispatch overlap is Megatron's"),
+    ("deepep under deepspeed", lambda t: ["estimate", "mixtral-8x7b", *BASE, "--ep", "8", "--framework", "deepspeed", "--moe-dispatch", "deepep"], "moe_dispatch deepep is Megatron's flex token dispatcher"),
     ("fp8 params without fp8", lambda t: ["estimate", "llama-3.1-8b", *BASE, "--fp8-param-gather"], "fp8_param_gather is Megatron's --fp8-param-gather with precision fp8"),
     ("calibration not json", lambda t: ["estimate", "llama-3.1-8b", *BASE, "--calibration", _write(t, "c.json", "{")], "malformed JSON"),
     ("calibration unknown key", lambda t: ["estimate", "llama-3.1-8b", *BASE, "--calibration", _write(t, "c.json", '{"gemm_eff": 0.5}')], "unknown field(s) ['gemm_eff']"),

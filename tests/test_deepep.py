@@ -143,3 +143,39 @@ def test_deepep_group_sizes_and_nodes():
         make_job(MIXTRAL, gpus=8, cluster="kempner-h200", mbs=1, ep=8, training=dict(moe_dispatch="deepep"))
     # both frameworks that ship it take a legal layout
     assert make_job(MIXTRAL, gpus=8, mbs=1, ep=8, training=dict(framework="torchtitan", moe_dispatch="deepep"))
+
+
+def test_torchtitans_deepep_combine_holds_the_received_tokens_not_three_routed_copies():
+    """DeepEPMoE at torchtitan@d021aa9ca: at the combine, the [received, h] sum DeepEP is handed and
+    the [t, h] output it writes, both 16-bit (activations.moe_combine_bytes). ep 8 of Mixtral's 8
+    experts, top 2: a token reaches 2 ranks, so 4096 tokens come with 8192 received: (8192 + 4096)
+    · 4096 · 2 = 100,663,296 B in the forward; re-run under full recompute also the incoming 16-bit
+    gradient, + 33,554,432. The all-to-all path holds 3 · 4096 · 2 · 4096 · 2 routed bytes and more."""
+    from cost_models.activations import moe_combine_bytes
+    from cost_models.enums import Recompute
+
+    def job(dispatch):
+        return make_job(MIXTRAL, gpus=8, ep=8, mbs=1, recompute="full",
+                        training=dict(framework="torchtitan", seq_len=4096, moe_dispatch=dispatch))
+
+    assert moe_combine_bytes(job("deepep"), 0, Recompute.NONE) == 100_663_296
+    assert moe_combine_bytes(job("deepep"), 0, Recompute.FULL) == 100_663_296 + 33_554_432
+    assert moe_combine_bytes(job("alltoall"), 0, Recompute.NONE) > 3 * 4096 * 2 * 4096 * 2
+
+
+def test_deepeps_buffers_are_a_line_outside_the_allocator():
+    from cost_models.memory import allocator_counters, memory_estimate
+
+    def stage(dispatch):
+        job = make_job(MIXTRAL, gpus=8, ep=8, mbs=1, training=dict(framework="torchtitan", seq_len=4096, moe_dispatch=dispatch))
+        return job, memory_estimate(job).stages[0]
+
+    job, deep = stage("deepep")
+    _, plain = stage("alltoall")
+    assert deep.breakdown.value("overhead/deepep_buffers") == deepep.buffer_bytes(job) > 0
+    with pytest.raises(KeyError):
+        plain.breakdown.value("overhead/deepep_buffers")
+    # the reserved counter does not see them
+    reserved, _ = allocator_counters(deep.breakdown)
+    assert reserved == deep.breakdown.total - sum(deep.breakdown.value(k) for k in
+                                                  ("overhead/cuda_context", "overhead/nccl", "overhead/deepep_buffers"))

@@ -746,3 +746,22 @@ def test_launch_of_the_searched_405b_split_writes_both_account_flags(tmp_path):
     assert "--account-for-embedding-in-pipeline-split" in train and "--account-for-loss-in-pipeline-split" in train
     assert re.search(r"--num-virtual-stages-per-pipeline-rank[ =]8\b", train)
     assert "--num-layers-per-virtual-pipeline-stage" not in train and "--pipeline-model-parallel-layout" not in train
+
+
+def test_deepep_dispatch_is_written_as_each_framework_selects_it():
+    import tomllib
+
+    # Megatron-LM@d98e8a64: the flex token dispatcher with its DeepEP backend (transformer_config.py L891-900)
+    launch = run_launch("mixtral-8x7b", "dgx-h100", 16, training={"moe_dispatch": "deepep"}, layout={"ep": 8})
+    text = launch.files["train.sh"].text
+    assert "--moe-token-dispatcher-type flex" in text and "--moe-flex-dispatcher-backend deepep" in text
+    assert "--moe-token-dispatcher-type alltoall" not in text
+    plain = run_launch("mixtral-8x7b", "dgx-h100", 16, training={}, layout={"ep": 8}).files["train.sh"].text
+    assert "--moe-token-dispatcher-type alltoall" in plain and "deepep" not in plain
+    # torchtitan 0.2.2: [parallelism] expert_parallel_comm_backend (job_config.py L474); 0.3 has no such key
+    titan = dict(framework="torchtitan", moe_dispatch="deepep")
+    launch = run_launch("qwen3-30b-a3b", "dgx-h100", 16, training=titan, layout={"ep": 8},
+                        options=LaunchOptions(torchtitan_version="0.2"))
+    assert tomllib.loads(launch.files["torchtitan.toml"].text)["parallelism"]["expert_parallel_comm_backend"] == "deepep"
+    with pytest.raises(SpecError, match="use --torchtitan-version 0.2"):
+        run_launch("qwen3-30b-a3b", "dgx-h100", 16, training=titan, layout={"ep": 8}, options=LaunchOptions(torchtitan_version="0.3"))

@@ -398,7 +398,7 @@ def _model(job: Job) -> list[Flag]:
             ("--moe-router-topk", moe.top_k),  # TC L760
             ("--moe-ffn-hidden-size", moe.expert_ffn_hidden_size),  # TC L740
             ("--moe-grouped-gemm",),  # TC L850
-            ("--moe-token-dispatcher-type", "alltoall"),  # TC L891 (the Mixtral example's choice, §1.5)
+            *_dispatcher(job),
             ("--moe-router-score-function", str(moe.router_score)),  # TC L808 (softmax | sigmoid | sqrtsoftplus)
             # Load balancing: GShard/Switch aux loss (ARG L3532, the default type) with the model's
             # coefficient; megatron-core's default coefficient is 0, no balancing (ARG L3536, TC L875).
@@ -469,6 +469,15 @@ def _parallel(job: Job, target: Target) -> list[Flag]:
         else:
             out.append(("--num-layers-per-virtual-pipeline-stage", job.model.num_layers // (lay.pp * lay.vpp)))  # ARG L3114
     return out + _parallel_rest(job, target)
+
+
+def _dispatcher(job: Job) -> list[Flag]:
+    """The token dispatcher the planner times: alltoall (the Mixtral example's choice, §1.5), or for
+    MoEDispatch.DEEPEP the flex dispatcher with its DeepEP backend (TC L891-900; --moe-enable-deepep is
+    the deprecated spelling of the backend, TC L1743-1752)."""
+    if job.training.moe_dispatch is MoEDispatch.DEEPEP:
+        return [("--moe-token-dispatcher-type", "flex"), ("--moe-flex-dispatcher-backend", "deepep")]
+    return [("--moe-token-dispatcher-type", "alltoall")]  # TC L891
 
 
 def _parallel_rest(job: Job, target: Target) -> list[Flag]:

@@ -21,7 +21,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from cost_models.enums import Fp8Recipe, MLPKind, NormKind, PositionKind, Precision, Recompute, Schedule, Zero
+from cost_models.enums import Fp8Recipe, MLPKind, MoEDispatch, NormKind, PositionKind, Precision, Recompute, Schedule, Zero
 from cost_models.errors import LayoutError, SpecError
 from cost_models.job import Job
 from cost_models.model_spec import ModelSpec
@@ -225,6 +225,11 @@ def check(target: Target) -> None:
         )
     if job.schedule is Schedule.GPIPE and lay.vpp > 1:
         raise LayoutError("layout: GPipe is a single-stage schedule; use vpp 1")
+    if tr.moe_dispatch is MoEDispatch.DEEPEP and v is TitanVersion.V03:
+        # 0.3 picks DeepEP in the model's config function (models/common/config_utils.py comm_backend
+        # at b5bcd76c6), no flag; 0.2.2 has [parallelism] expert_parallel_comm_backend (job_config.py L474)
+        raise LayoutError("training: moe_dispatch deepep is written as torchtitan 0.2's [parallelism] "
+                          "expert_parallel_comm_backend; use --torchtitan-version 0.2, or --moe-dispatch alltoall")
     if lay.ep > 1 or job.model.moe is not None:
         if v is TitanVersion.V03 and job.etp != 1:
             raise LayoutError(
@@ -470,6 +475,8 @@ def toml(target: Target) -> str:
         sections["parallelism"]["enable_async_tensor_parallel"] = True
     if job.model.moe is not None:
         sections["parallelism"]["expert_tensor_parallel_degree"] = job.etp
+        if tr.moe_dispatch is MoEDispatch.DEEPEP:
+            sections["parallelism"]["expert_parallel_comm_backend"] = "deepep"  # job_config.py L474 (v0.2.2)
     if tr.compile:
         sections["compile"] = {"enable": True, "components": ["model", "loss"]}
     # folder and interval come from train.sh (CHECKPOINT_DIR, SAVE_INTERVAL); timeouts as 0.3's flags
