@@ -12,7 +12,7 @@ deep_ep.cpp Buffer::Buffer rdma_rank = rank / 8). The combine runs the same path
 on the forwarder before the RDMA hop, so it moves the same bytes. Both frameworks hand DeepEP 16-bit
 activations, never fp8: Megatron passes the layer's hidden states to Buffer.dispatch as they are
 (Megatron-LM@d98e8a64 megatron/core/transformer/moe/fused_a2a.py:72-131), torchtitan too
-(pytorch/torchtitan@v0.2.2 torchtitan/distributed/deepep/deepep.py:93-111, 402-446).
+(pytorch/torchtitan@v0.2.2 torchtitan/distributed/deepep/deepep.py:93-111, 393-446).
 
 Per rank and pass, with t tokens, R the expected destination ranks and N the expected destination
 nodes of one token (destinations), k ranks per node and n nodes in the group:
@@ -122,7 +122,7 @@ def destinations(job: Job) -> tuple[float, float]:
     """(ranks, nodes) of the DeepEP group one token is expected to reach: the ep ranks and the nodes
     holding at least one of its experts (experts laid out in order over the ep ranks, ep ranks over
     nodes 8 at a time), each ep rank's etp replicas all receiving it (Megatron's flex dispatcher
-    copies the routing map over expert-tp, token_dispatcher.py:1887-1910)."""
+    copies the routing map over expert-tp, token_dispatcher.py:1893-1919)."""
     moe = job.model.moe
     assert moe is not None
     e, ep = moe.num_experts, job.layout.ep

@@ -682,7 +682,7 @@ def ep_exposure(job: Job, passes: int, compute_s: float, cal: Calibration) -> Ex
     with k's backward layer by layer, so each all-to-all runs beside the other micro-batch's
     attention and expert GEMMs (combined_1f1b.py; model_chunk_schedule_plan.py). DeepEP's kernels
     run on the compute stream too: Megatron's flex dispatcher waits on their event before the experts
-    (token_dispatcher.py token_dispatch, fused_a2a.py:129-131 after_event_overlap.current_stream_wait),
+    (token_dispatcher.py:1948 token_dispatch, fused_a2a.py:129-131 after_event_overlap.current_stream_wait),
     torchtitan's dispatch op likewise (v0.2.2 deepep.py:113) and its combine before the layer's output
     is used (sync_combine); priced by deepep.pass_seconds."""
     if job.training.moe_dispatch is MoEDispatch.DEEPEP:
