@@ -156,8 +156,8 @@ class Row:
 
 def allocator_bytes(est: MemoryEstimate, metric: Metric) -> list[int]:
     """What the caching allocator counts on each stage: the peak less the lines allocated outside it
-    (memory.OUTSIDE_ALLOCATOR: the CUDA context, NCCL's buffers, Transformer Engine's userbuffers), and
-    for the allocated peak less the fragmentation and cached-blocks lines as well."""
+    (memory.OUTSIDE_ALLOCATOR: the CUDA context, NCCL's buffers, DeepEP's buffers, Transformer Engine's
+    userbuffers), and for the allocated peak less the fragmentation and cached-blocks lines as well."""
     return [allocator_counters(s.breakdown)[metric is Metric.ALLOCATED] for s in est.stages]
 
 
