@@ -565,7 +565,7 @@ def test_dsv3_1504_router_does_not_renormalize_softmax_scores():
     assert not model.moe.renormalize_top_k and (layout.cp, layout.ep, layout.dp) == (2, 1, 4)
     assert not training.compile and not training.compiles_loss
     # its apply_fsdp wraps each layer and then the root, which holds the embedding and output layer
-    assert not training.fsdp_split_root
+    assert not training.splits_fsdp_root
 
 
 @pytest.mark.parametrize(
