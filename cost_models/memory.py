@@ -72,10 +72,8 @@ OUTSIDE_ALLOCATOR = ("overhead/cuda_context", "overhead/nccl", "overhead/deepep_
 
 
 def _lines_bytes(breakdown: Breakdown, lines: tuple[str, ...]) -> int:
-    """Bytes of a stage's breakdown on the given lines (RESERVED_ONLY, OUTSIDE_ALLOCATOR); a line only
-    some jobs have (overhead/deepep_buffers) counts 0 where it is absent."""
-    flat = breakdown.flat()
-    return sum(int(flat.get(line, 0)) for line in lines)
+    """Bytes of a stage's breakdown on the given lines (RESERVED_ONLY, OUTSIDE_ALLOCATOR)."""
+    return sum(int(breakdown.value(line)) for line in lines)
 
 
 def allocator_counters(breakdown: Breakdown) -> tuple[int, int]:
@@ -849,7 +847,7 @@ def stage_memory(job: Job, rank: int, costs: dict[tuple[LayerKind, Recompute], L
         "bytes",
         cuda_context=CUDA_CONTEXT_BYTES,
         nccl=NCCL_BYTES_PER_GROUP * _process_groups(job),
-        **({"deepep_buffers": deepep_bytes} if (deepep_bytes := _deepep_buffer_bytes(job)) else {}),
+        deepep_buffers=_deepep_buffer_bytes(job),
         fragmentation=int(FRAGMENTATION * dynamic),
         # reserved, not allocated: the other backward moment's blocks (_transient), and the sharded
         # gradients' blocks on FSDP2's reduce-scatter stream (scatter_stream_grads)
