@@ -33,6 +33,7 @@ import math
 
 from cost_models.comm import domain_link_share, placement
 from cost_models.enums import Framework
+from cost_models.flops import local_tokens
 from cost_models.job import Job
 from cost_models.units import GB, MiB
 
@@ -137,14 +138,6 @@ def _node_split(job: Job) -> tuple[int, int]:
     n = group_size(job)
     per_node = min(n, NVL_PEERS)
     return per_node, n // per_node
-
-
-def local_tokens(job: Job) -> int:
-    """Tokens one rank hands DeepEP per micro-batch: its t/tp under sequence parallelism (as
-    step_time._ep_comm)."""
-    from cost_models.flops import tokens
-
-    return tokens(job) // (job.layout.tp if job.sp else 1)
 
 
 def pass_seconds(job: Job) -> float:

@@ -109,6 +109,12 @@ def tokens(job: Job) -> int:
     return job.layout.mbs * job.seq_per_rank
 
 
+def local_tokens(job: Job) -> int:
+    """Tokens of one micro-batch in one rank's residual stream: tokens(job) split over tp under
+    sequence parallelism, all of them otherwise."""
+    return tokens(job) // (job.layout.tp if job.sp else 1)
+
+
 def attention_gemms(job: Job) -> tuple[Gemm, ...]:
     m, tp = job.model, job.layout.tp
     t, h = tokens(job), m.hidden_size
@@ -131,7 +137,7 @@ def mla_gemms(job: Job) -> tuple[Gemm, ...]:
     a = m.mla
     assert a is not None
     t, h = tokens(job), m.hidden_size
-    local = t // (lay.tp if job.sp else 1)
+    local = local_tokens(job)
     heads = m.num_attention_heads // lay.tp
     if a.q_lora_rank is None:
         query: tuple[Gemm, ...] = (Gemm("qkv", t, heads * a.qk_head_dim, h),)
@@ -166,16 +172,14 @@ def expert_tokens_per_gpu(job: Job) -> int:
     t/tp tokens (sequence parallel) times top_k, preserved by the ep all-to-all, gathered over etp."""
     moe = job.model.moe
     assert moe is not None
-    local = tokens(job) // (job.layout.tp if job.sp else 1)
-    return local * moe.top_k * job.etp
+    return local_tokens(job) * moe.top_k * job.etp
 
 
 def moe_gemms(job: Job) -> tuple[Gemm, ...]:
     m, lay = job.model, job.layout
     moe = m.moe
     assert moe is not None
-    t = tokens(job)
-    local = t // (lay.tp if job.sp else 1)
+    local = local_tokens(job)
     local_experts = moe.num_experts // lay.ep
     routed = expert_tokens_per_gpu(job)
     # Grouped GEMM: each local expert multiplies its share of the routed tokens.
@@ -183,7 +187,7 @@ def moe_gemms(job: Job) -> tuple[Gemm, ...]:
     out = [Gemm("router", local, moe.num_experts, m.hidden_size)]
     out += mlp_gemms(m, "experts", per_expert, moe.expert_ffn_hidden_size // job.etp, local_experts)
     if moe.num_shared_experts:
-        out += mlp_gemms(m, "shared", t, moe.num_shared_experts * moe.shared_width // lay.tp)
+        out += mlp_gemms(m, "shared", tokens(job), moe.num_shared_experts * moe.shared_width // lay.tp)
     return tuple(out)
 
 

@@ -97,6 +97,7 @@ from cost_models.flops import (
     expert_tokens_per_gpu,
     head_gemm,
     layer_flops,
+    local_tokens,
     model_flops_per_token,
     mtp_gemms,
     recomputed_share,
@@ -671,7 +672,7 @@ def _ep_comm(job: Job) -> float:
     if lay.ep == 1:
         return 0.0
     assert job.model.moe is not None
-    size = tokens(job) // (lay.tp if job.sp else 1) * job.model.moe.top_k * job.model.hidden_size * ACT_BYTES
+    size = local_tokens(job) * job.model.moe.top_k * job.model.hidden_size * ACT_BYTES
     size *= job.training.moe_load_factor
     return 2 * collective_time(Collective.ALL_TO_ALL, size, placement(cl, lay.ep, job.etp), cl)
 
@@ -1514,8 +1515,7 @@ def _fsdp_exposure(job: Job, gathers: list[float], reduces: list[float], fwd: li
 
 
 def _pp_boundary_bytes(job: Job) -> float:
-    lay = job.layout
-    return tokens(job) // (lay.tp if job.sp else 1) * job.model.hidden_size * ACT_BYTES
+    return local_tokens(job) * job.model.hidden_size * ACT_BYTES
 
 
 def pp_hop_seconds(job: Job) -> float:
