@@ -34,13 +34,14 @@ import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import cache
 from pathlib import Path
 
 from cost_models.memory import DEFAULT_HEADROOM, MemoryEstimate, allocator_counters, memory_estimate
 from cost_models.units import GiB
 
 sys.path.insert(0, str(Path(__file__).parent))
-from published import PublishedRun, entries, family, load, load_all, memory_only  # the row -> job mapping, shared with the time benchmark
+from published import Loaded, PublishedRun, entries, family, load_all  # the row -> job mapping, shared with the time benchmark
 
 
 class Metric(StrEnum):
@@ -177,10 +178,16 @@ def measured_gib(entry: dict) -> float | None:
     return (entry.get("measured") or {}).get("memory_gib")
 
 
+@cache
+def _loaded() -> Loaded:
+    """Every entry mapped once (published.load_all) for all of this file's tables; read, never changed."""
+    return load_all()
+
+
 def memory_runs() -> list[PublishedRun]:
     """Every run whose memory is compared: the timed runs, and the runs whose step time the model cannot
     price (published.memory_only) where this file knows the source's counter (SOURCES)."""
-    loaded = load_all()
+    loaded = _loaded()
     return loaded.runs + [run for run, _ in loaded.untimed if run.group in SOURCES]
 
 
@@ -192,9 +199,8 @@ def rows(group: str | None = None) -> list[Row]:
 
 def unpredicted() -> list[tuple[str, str, str]]:
     """(group, id, reason) of every row that measured memory but whose memory is not predicted."""
-    _, skipped = load()
     compared = {run.id for run in memory_runs()}
-    why = dict(skipped)
+    why = dict(_loaded().skipped)
     return [(e["group"], e["id"], why[e["id"]]) for e in entries() if measured_gib(e) and e["id"] in why and e["id"] not in compared]
 
 
@@ -228,7 +234,7 @@ def table(results: list[Row], fragmentation: str = "") -> str:
         lines.append(f"| {s.group} | {s.rows} | {how.metric}, {how.compared} | {s.median:.1%} | {s.p90:.1%} | "
                      f"{s.within_10}/{s.rows} | {s.over} / {s.rows - s.over} |")
     errs = [abs(r.error) for r in results]
-    untimed = {run.id for run, _ in memory_only()}
+    untimed = {run.id for run, _ in _loaded().untimed}
     alone = [abs(r.error) for r in results if r.id in untimed]
     lines += ["", f"{len(results)} rows; median |error| {statistics.median(errs):.1%}, max {max(errs):.1%}, "
               f"within 10%: {sum(e <= 0.10 for e in errs)}/{len(errs)}. Of them {len(alone)} are rows whose step time is "

@@ -130,7 +130,7 @@ def test_nanotron_figure_is_the_reserved_counter():
     # plus two 8192-wide norms each: P = 998,293,504. bf16 weights 2P, fp32 gradients 4P, fp32
     # master weights 4P, Adam's two fp32 moments 8P: 18P = 17,969,283,072 bytes; with the two gather
     # buffers, each a whole [4096, 8192] bf16 tensor: 16.9 GiB, against a figure of 61.2 GiB.
-    runs = {r.id: r for r in memory_accuracy.load()[0]}
+    runs = {r.id: r for r in memory_accuracy.memory_runs()}
     job = runs["nanotron-usp-80p0b-16nodes-dp1-tp4-pp32-mbs1"].job()
     assert _nanotron_step_allocated_bound(job) == 18 * 998_293_504 + 2 * 4096 * 8192 * 2
     measured = {e["id"]: memory_accuracy.measured_gib(e) for e in memory_accuracy.entries()}
@@ -189,7 +189,7 @@ def test_fp8lm_table_5_gb_are_binary():
     # reads 'GPU Mem. (GB)'.
     from cost_models.states import rank_params
 
-    runs = {r.id: r for r in memory_accuracy.load()[0]}
+    runs = {r.id: r for r in memory_accuracy.memory_runs()}
     for row, params, table_gb in (("fp8lm-gpt7b-bf16-mbs2", 6_856_253_440, 37.2),
                                   ("fp8lm-gpt13b-bf16-mbs2", 6_551_623_680, 34.3)):
         job = runs[row].job()
@@ -200,7 +200,7 @@ def test_fp8lm_table_5_gb_are_binary():
 
 
 def test_an_allocated_peak_leaves_out_the_fragmentation_and_rank_0_is_the_first_stage():
-    runs = {r.id: r for r in memory_accuracy.load()[0]}
+    runs = {r.id: r for r in memory_accuracy.memory_runs()}
     run = runs["vocabpar-4b-pp8-s2k-v32k-baseline"]
     est = memory_accuracy.memory_estimate(run.job())
     reserved = memory_accuracy.allocator_bytes(est, memory_accuracy.Metric.RESERVED)
