@@ -855,24 +855,34 @@ def _torch_native(entry: dict) -> Mapped:
     return model, cluster, training, layout, notes
 
 
-# torchtitan's DeepSeek-V3 runs (PR descriptions): the torchtitan commit each PR's run used (the
-# squash commit's parent) and what its MoE router does there. `route_norm`: the kept top-k scores
-# renormalized to sum to 1. At decfd3fef^ the router renormalizes only sigmoid scores
-# (torchtitan/models/deepseek_v3/model/moe.py:204-225 there), so the softmax 16B flavor does not; from
-# d0cdb1433^ on MoEArgs(route_norm=True) in the 16B and 671B flavors does
-# (torchtitan/models/deepseek_v3/__init__.py:81-103, 129-156 at d0cdb1433^ and d021aa9ca^).
-DSV3_CODE = {"tt_pr1504": ("decfd3fef^", False), "tt_pr1610": ("d0cdb1433^", True),
-             "tt_pr1616": ("8a749c618^", True), "tt_pr2107": ("d021aa9ca^", True)}
-# the runs whose code predates torchtitan@c4e229115 (2025-09-06), whose selective checkpointing saves
-# no all-to-all output (TrainingSpec.sac_recomputes_all_to_all): every commit above but d021aa9ca^
-# (2025-12-17), the git ancestry of each in pytorch/torchtitan
-DSV3_SAC_RECOMPUTES_ALL_TO_ALL = frozenset({"tt_pr1504", "tt_pr1610", "tt_pr1616"})
-# the runs whose apply_fsdp (torchtitan/experiments/llama4/infra/parallelize.py, which
-# models/deepseek_v3/infra/parallelize.py imports) wraps tok_embeddings, each layer and [norm, output]
-# as units of their own (TrainingSpec.fsdp_split_root): at d0cdb1433^ and 8a749c618^ (lines 319-378) and
-# d021aa9ca^ (models/llama4/infra/parallelize.py:337-398); at decfd3fef^ the layers and the root alone
-# (experiments/llama4/infra/parallelize.py:318-335)
-DSV3_SPLIT_ROOT = frozenset({"tt_pr1610", "tt_pr1616", "tt_pr2107"})
+@dataclass(frozen=True)
+class Dsv3Code:
+    """The torchtitan code one DeepSeek-V3 PR's run used (the squash commit's parent) and what it
+    decides for the model and its memory.
+
+    - route_norm: the router renormalizes the kept top-k scores to sum to 1. At decfd3fef^ it does so
+      for sigmoid scores only (torchtitan/models/deepseek_v3/model/moe.py:204-225 there), so the softmax
+      16B flavor does not; from d0cdb1433^ on MoEArgs(route_norm=True) in the 16B and 671B flavors does
+      (torchtitan/models/deepseek_v3/__init__.py:81-103, 129-156 at d0cdb1433^ and d021aa9ca^).
+    - sac_recomputes_all_to_all: the code predates torchtitan@c4e229115 (2025-09-06), whose selective
+      checkpointing saves the all-to-all outputs: every commit but d021aa9ca^ (2025-12-17), by the git
+      ancestry of each in pytorch/torchtitan.
+    - split_root (TrainingSpec.fsdp_split_root): apply_fsdp (torchtitan/experiments/llama4/infra/
+      parallelize.py, which models/deepseek_v3/infra/parallelize.py imports) wraps tok_embeddings, each
+      layer and [norm, output] as units of their own at d0cdb1433^ and 8a749c618^ (lines 319-378) and
+      d021aa9ca^ (models/llama4/infra/parallelize.py:337-398); at decfd3fef^ the layers and the root
+      alone (experiments/llama4/infra/parallelize.py:318-335)."""
+
+    commit: str
+    route_norm: bool
+    sac_recomputes_all_to_all: bool
+    split_root: bool
+
+
+DSV3_CODE = {"tt_pr1504": Dsv3Code("decfd3fef^", False, True, False),
+             "tt_pr1610": Dsv3Code("d0cdb1433^", True, True, True),
+             "tt_pr1616": Dsv3Code("8a749c618^", True, True, True),
+             "tt_pr2107": Dsv3Code("d021aa9ca^", True, False, True)}
 
 
 def dsv3_attention_skip(entry: dict) -> str | None:
@@ -939,11 +949,11 @@ def dsv3_model(entry: dict) -> ModelSpec:
         name=m["name"], num_layers=m["layers"], hidden_size=m["hidden"], ffn_hidden_size=m["ffn_hidden"],
         num_attention_heads=m["heads"], vocab_size=m["vocab"], max_position_embeddings=m["seq_len"], mla=mla,
         moe=MoESpec(num_experts=moe["routed_experts"], top_k=moe["top_k"], expert_ffn_hidden_size=moe["expert_ffn_hidden"],
-                    router_score=RouterScore(moe["router_score_function"]), renormalize_top_k=DSV3_CODE[entry["group"]][1],
+                    router_score=RouterScore(moe["router_score_function"]), renormalize_top_k=DSV3_CODE[entry["group"]].route_norm,
                     router_groups=groups[0] if groups else None, router_group_top_k=groups[1] if groups else None,
                     aux_loss_coef=0.0, expert_bias=True, num_shared_experts=1, shared_expert_ffn_hidden_size=shared,
                     first_k_dense=moe["dense_first_layers"], routed_scaling_factor=scale),
-        source=f"{entry['source']['url']}; torchtitan@{DSV3_CODE[entry['group']][0]} torchtitan/models/deepseek_v3/__init__.py",
+        source=f"{entry['source']['url']}; torchtitan@{DSV3_CODE[entry['group']].commit} torchtitan/models/deepseek_v3/__init__.py",
     )
 
 
@@ -951,7 +961,7 @@ def dsv3_mapped(entry: dict) -> Mapped:
     """A torchtitan DeepSeek-V3 row as a job, its attention left at SDPA's flash family (which
     dsv3_attention_skip says no row ran)."""
     lay, hw = entry["layout"], entry["hardware"]
-    model = dsv3_model(entry)
+    model, code = dsv3_model(entry), DSV3_CODE[entry["group"]]
     tech = lay.get("techniques") or ""
     # "torch.compile on model and loss" / "model+loss" (2107) or on the loss only (the 16B toml's
     # components = ["loss"], deepseek_v3_16b.toml:67-69 at d0cdb1433^); "no torch.compile" (1504)
@@ -963,10 +973,9 @@ def dsv3_mapped(entry: dict) -> Mapped:
                             framework=Framework.TORCHTITAN, attention=AttentionKernel.FLASH,
                             attention_backend=AttentionBackend.SDPA_FLASH, compile=whole, compile_loss=whole or loss_only,
                             moe_dispatch=MoEDispatch.DEEPEP if deepep else MoEDispatch.ALLTOALL, moe_load_factor=1.0,
-                            sac_recomputes_all_to_all=entry["group"] in DSV3_SAC_RECOMPUTES_ALL_TO_ALL,
-                            fsdp_split_root=entry["group"] in DSV3_SPLIT_ROOT)
+                            sac_recomputes_all_to_all=code.sac_recomputes_all_to_all, fsdp_split_root=code.split_root)
     layout = torchtitan_layout(entry, model.num_layers).model_copy(update={"ep": lay["ep"] or 1})
-    notes = [f"model: torchtitan's DeepSeek-V3 flavor at {DSV3_CODE[entry['group']][0]} (MLA, shared experts as one FFN of "
+    notes = [f"model: torchtitan's DeepSeek-V3 flavor at {code.commit} (MLA, shared experts as one FFN of "
              f"{model.moe.shared_width}, expert_bias balancing without an auxiliary loss)",
              "expert parallelism over the dp_shard ranks (torchtitan borrows ep from dp_shard): ep "
              f"{layout.ep}, dp {lay['dp']}; "
