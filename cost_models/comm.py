@@ -188,9 +188,14 @@ def domain_link_share(cluster: ClusterSpec, k: int) -> float:
     return min(1.0, max(1, k - 1) / (d - 1))
 
 
+def oversubscription(cluster: ClusterSpec, span_gpus: int) -> float:
+    """The oversubscription of the highest network tier a group spanning `span_gpus` GPUs crosses
+    (ClusterSpec.network_tiers), 1 within the lowest."""
+    return max((t.oversubscription for t in cluster.network_tiers if span_gpus > t.gpus), default=1.0)
+
+
 def nic_busbw(cluster: ClusterSpec, span_gpus: int) -> float:
-    over = max((t.oversubscription for t in cluster.network_tiers if span_gpus > t.gpus), default=1.0)
-    return cluster.nic_bandwidth_bytes_per_s * NIC_BUSBW_FRACTION / over
+    return cluster.nic_bandwidth_bytes_per_s * NIC_BUSBW_FRACTION / oversubscription(cluster, span_gpus)
 
 
 def _scale(cluster: ClusterSpec, latency_s: float, net: bool) -> float:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 
-from cost_models.comm import domain_link_share, placement
+from cost_models.comm import domain_link_share, oversubscription, placement
 from cost_models.enums import Framework
 from cost_models.flops import local_tokens
 from cost_models.job import Job
@@ -154,8 +154,7 @@ def pass_seconds(job: Job) -> float:
     nvl_rate = NVLINK_FRACTION * cl.scaleup_bandwidth_bytes_per_s * domain_link_share(cl, per_node)
     seconds = nvl_bytes / nvl_rate
     if n_nodes > 1:
-        span = placement(cl, group_size(job), 1).span_gpus
-        over = max((t.oversubscription for t in cl.network_tiers if span > t.gpus), default=1.0)
+        over = oversubscription(cl, placement(cl, group_size(job), 1).span_gpus)
         rdma_bytes = token * nodes * (n_nodes - 1) / n_nodes
         seconds = max(seconds, rdma_bytes / (RDMA_FRACTION * cl.nic_bandwidth_bytes_per_s / over))
     return 2 * seconds
