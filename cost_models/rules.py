@@ -459,7 +459,8 @@ def _tp_comm_overlap(job: Job) -> str | None:
 @dataclass(frozen=True)
 class FrameworkSwitches:
     """TrainingSpec switches that describe one framework's code, priced only as a `framework` job;
-    `message` is a str.format template with {names} (those set) and {framework} (the job's)."""
+    `message` is a str.format template with {names} (those set), {describe} ("describes" after one name,
+    "describe" after several) and {framework} (the job's)."""
 
     fields: tuple[str, ...]
     framework: Framework
@@ -470,12 +471,12 @@ class FrameworkSwitches:
 NANOTRON_SWITCHES = FrameworkSwitches(
     ("grads_kept_through_backward", "ddp_buckets", "loss_shift_out_of_place", "eager_swiglu",
      "zero1_blocking_sync", "qkv_copy_kept", "tp_gather_buffers", "tp_scatter_inputs_pending"),
-    MEGATRON, "{names} describe nanotron's code, priced as a Megatron job (framework={framework}); drop it")
+    MEGATRON, "{names} {describe} nanotron's code, priced as a Megatron job (framework={framework}); drop it")
 TITAN_SWITCHES = FrameworkSwitches(
     ("fsdp_reshard_after_forward", "tp_gather_per_projection", "bf16_params", "fsdp_sync_last_microbatch",
      "tp_replicated_vocab", "loss_on_16bit_logits", "compile_whole_model", "pipeline_keeps_outputs",
      "fsdp_reduce_in_bf16", "fsdp_flat_params", "fused_rms_norm", "fsdp_split_root", "sac_recomputes_all_to_all"),
-    TITAN, "{names} describe an FSDP2/DTensor plan (framework torchtitan), not framework={framework}; drop it")
+    TITAN, "{names} {describe} an FSDP2/DTensor plan (framework torchtitan), not framework={framework}; drop it")
 
 
 def _switched(tr: TrainingSpec, names: tuple[str, ...]) -> list[str]:
@@ -543,7 +544,8 @@ def _framework_switches(switches: FrameworkSwitches, job: Job) -> str | None:
     tr = job.training
     names = _switched(tr, switches.fields)
     if names and tr.framework is not switches.framework:
-        return switches.message.format(names=" and ".join(names), framework=tr.framework)
+        return switches.message.format(names=" and ".join(names), describe="describes" if len(names) == 1 else "describe",
+                                       framework=tr.framework)
     return None
 
 

@@ -435,7 +435,7 @@ def test_loss_on_16bit_logits_by_hand_and_refused_when_compiled():
     assert head_activations(job).value("logits") == loss_workspace(job) == 512_000
     with pytest.raises(SpecError, match="needs compile_loss=False"):
         make_job(LLAMA_TINY, gpus=1, training=dict(TITAN, compile=True, loss_on_16bit_logits=True))
-    with pytest.raises(SpecError, match="describe an FSDP2/DTensor plan"):
+    with pytest.raises(SpecError, match="bf16_params describes an FSDP2/DTensor plan"):
         make_job(LLAMA_TINY, gpus=1, training=dict(bf16_params=True))
 
 
