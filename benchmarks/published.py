@@ -778,10 +778,8 @@ def _torch_native(entry: dict) -> Mapped:
     lay, m, hw = entry["layout"], entry["model"], entry["hardware"]
     g = entry["group"]
     # Power and clock decide these rows' step time, not what they allocate: their memory is still predicted
-    # (on the dgx-b200, dgx-h100 and mi300x-8 presets, whose capacities the allocator's counters do not depend on).
+    # (on the dgx-b200 and dgx-h100 presets, whose capacities the allocator's counters do not depend on).
     untimed = None
-    if "MI300" in hw["gpu"]:
-        untimed = "AMD MI300X: presets/kernels has no measured CDNA3 kernels"
     if "B200" in hw["gpu"] and "750" in (hw.get("hw_notes") or "") + (hw.get("gpu") or "") + str(entry.get("notes")):
         untimed = "B200 held at a 750 W power limit, which no GPU preset describes"
     if "variant not stated" in hw["gpu"]:
@@ -807,6 +805,9 @@ def _torch_native(entry: dict) -> Mapped:
         notes.append("SDPA on cuDNN: torch 2.11 (uv.lock) bundles a cuDNN newer than 9.15, where SDPA prefers it on sm90")
     elif not sac_attention and cluster.gpu.vendor == "nvidia":
         notes.append("SDPA's flash backend, FlashAttention-2 kernels (torch before 2.11 on H100/A100; cuDNN attention was opt-in)")
+    elif cluster.gpu.vendor == "amd":
+        notes.append("SDPA's flash backend on ROCm, AOTriton's kernels: priced by presets/kernels/cdna3.toml's stand-in "
+                     "curves (no published MI300X curve)")
     # KempnerForge keeps fully_shard's reshard_after_forward=True under its pipeline (apply_fsdp2's
     # default, KempnerInstitute/KempnerForge@601aba9 kempnerforge/distributed/parallel.py:110-153,
     # called without it at scripts/train.py:111,120); torchtitan's own default otherwise

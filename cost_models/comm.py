@@ -82,11 +82,17 @@ def bus_factor(op: Collective, n: int) -> float:
 
 # NVLink bus bandwidth over the raw per-direction NVLink rate, per GPU generation: NCCL's topo.h
 # per-link model (links x GB/s) over links x 25 (A100, H100) or 50 (Blackwell) GB/s raw.
-NVLINK_BUSBW_FRACTION = {"ampere": 12 * 20.0 / 300, "hopper": 18 * 20.6 / 450, "blackwell": 18 * 40.1 / 900}
+# AMD CDNA3 (MI300X, 7 xGMI links x 64 GB/s, full mesh): measured instead, RCCL all-reduce bus bandwidth
+# on 8 MI300X of an Azure ND MI300X v5 VM, 313.9-316.8 GB/s from 1 GB to 8 GB messages (RCCL 2.22.3,
+# rccl-tests in place; samuel-bohman/AI-benchmarking-guide@3de0c294 Azure_Results/ND_MI300X_v5_results.md
+# "RCCL Bandwidth"), 316.8 at 8 GB over 448 GB/s.
+NVLINK_BUSBW_FRACTION = {"ampere": 12 * 20.0 / 300, "hopper": 18 * 20.6 / 450, "blackwell": 18 * 40.1 / 900,
+                         "cdna3": 316.8 / 448}
 # Measured NVLink all-to-all plateau over the raw rate (GTC25 S72583: A100 210, H100 320, B200 640 GB/s).
 NVLINK_ALL_TO_ALL_FRACTION = {"ampere": 210 / 300, "hopper": 320 / 450, "blackwell": 640 / 900}
-# A generation without measurements (AMD Infinity Fabric, Ada PCIe, a user's GPU) takes the lowest.
-DEFAULT_NVLINK_FRACTION = min(NVLINK_BUSBW_FRACTION.values())
+# A generation without measurements (Ada PCIe, a user's GPU; AMD Infinity Fabric's all-to-all and
+# copy-engine rates) takes the lowest.
+DEFAULT_NVLINK_FRACTION = min(v for k, v in NVLINK_BUSBW_FRACTION.items() if k != "cdna3")
 DEFAULT_NVLINK_ALL_TO_ALL_FRACTION = min(NVLINK_ALL_TO_ALL_FRACTION.values())
 # A peer-to-peer copy on the copy engine (cudaMemcpyAsync between two GPUs of one NVLink domain,
 # no NCCL protocol and no SMs) over the raw per-direction NVLink rate: p2pBandwidthLatencyTest

@@ -150,6 +150,9 @@ class KernelTable:
     te_fp8_overhead: dict[str, float]  # Transformer Engine autocast time over pure fp8 GEMM time − 1, by recipe
     rowwise: RowwiseGrid | None = None  # torchao rowwise Float8Linear speedups, where measured
     eager_bmm: EagerBmm | None = None  # unfused attention's batched GEMMs by head dimension, where measured
+    # the generation whose reference GPU's sustained/burst ratio stands in where no GPU of this one
+    # has a GEMM timed both ways (the table says why); None: this generation's reference GPU
+    sustained_ratio_from: str | None = None
 
 
 def _read(architecture: str) -> dict | None:
@@ -235,6 +238,7 @@ def kernel_table(architecture: str) -> KernelTable | None:
         te_fp8_overhead={k: v for k, v in data.get("fp8", {}).items() if k != "source"},
         rowwise=_rowwise_grid(data.get("torchao_rowwise")),
         eager_bmm=_eager_bmm(data["gemm"].get("eager_attention")),
+        sustained_ratio_from=data["gemm"].get("sustained_ratio_from"),
     )
 
 
@@ -250,8 +254,8 @@ def _partner_for_split(architecture: str, family: AttentionFamily, done: dict[At
 # --- which table a GPU uses, and how it scales -----------------------------------------------------
 
 
-# The generation whose tables price a GPU with no table of its own (AMD CDNA3, Ada, a user's GPU
-# with no architecture): Hopper's, scaled by the GPU's matmul rate like any other GPU.
+# The generation whose tables price a GPU with no table of its own (Ada, a user's GPU with no
+# architecture): Hopper's, scaled by the GPU's matmul rate like any other GPU.
 FALLBACK_ARCHITECTURE = "hopper"
 
 
@@ -318,7 +322,8 @@ def _anchored(gpu: GPUSpec, key: str, regime: str) -> float | None:
 @cache
 def sustained_ratio(gpu: GPUSpec) -> float:
     """Sustained over burst ceiling: the geometric mean over the operand types this GPU has timings
-    of in both regimes, else its generation's reference GPU's."""
+    of in both regimes, else its generation's reference GPU's (or, where the table names one, the
+    reference GPU's of the generation standing in: sustained_ratio_from)."""
     logs = []
     for key in ("bf16", "fp8"):
         a, b = _anchored(gpu, key, "sustained"), _anchored(gpu, key, "burst")
@@ -326,7 +331,8 @@ def sustained_ratio(gpu: GPUSpec) -> float:
             logs.append(math.log(a / b))
     if logs:
         return math.exp(sum(logs) / len(logs))
-    ref = _reference(table_for(gpu).architecture)
+    table = table_for(gpu)
+    ref = _reference(table.sustained_ratio_from or table.architecture)
     assert ref is not None and ref.name != gpu.name, f"{gpu.name}: no GEMM timings in both regimes"
     return sustained_ratio(ref)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import partial
 from operator import attrgetter
 
-from cost_models import deepep, mamba_shard
+from cost_models import deepep, kernels, mamba_shard
 from cost_models.enums import AttentionBackend, AttentionKernel, Fp8Recipe, Framework, MoEDispatch, OptimizerKind, PositionKind, Precision, Recompute, Schedule, Zero
 from cost_models.errors import SpecError
 from cost_models.hardware import Cluster
@@ -436,6 +436,19 @@ def _sinks_backend(job: Job) -> str | None:
     return None
 
 
+def _attention_backend_available(job: Job) -> str | None:
+    """A named fused-attention family the GPU's kernel generation runs (presets/kernels/<architecture>.toml):
+    cuDNN, FA3 and FA4 are NVIDIA libraries and kernels, absent on ROCm; SDPA's flash backend picks its
+    own (compute.attention_backend)."""
+    chosen, gpu = job.training.attention_backend, job.cluster.gpu
+    if (job.training.attention is not AttentionKernel.FLASH or chosen in (None, AttentionBackend.SDPA_FLASH)
+            or kernels.family_available(gpu, chosen)):
+        return None
+    have = ", ".join(sorted(f.value for f in kernels.table_for(gpu).attention))
+    return (f"attention_backend {chosen.value}: {gpu.name} ({gpu.architecture or 'no architecture'}) runs no such kernels; "
+            f"use one of {have}")
+
+
 def _compile(job: Job) -> str | None:
     if job.training.compile:
         return f"compile is modelled for torchtitan jobs only, not {job.training.framework}"
@@ -829,6 +842,8 @@ RULES: tuple[Rule, ...] = (
     Rule("sinks_backend", frozenset({MEGATRON}), _sinks_backend,
          "TransformerEngine@d0067d0d transformer_engine/pytorch/attention/dot_product_attention/utils.py L1113-1124"),
     Rule("cp_flash", ALL, _cp_flash, "ring attention (Megatron/TE, torch context_parallel) uses fused attention"),
+    Rule("attention_backend", ALL, _attention_backend_available,
+         "presets/kernels/<architecture>.toml [attention.*]: the families each GPU generation has kernels of"),
     *SWITCH_RULES,
     Rule("switch_layout", ALL, _switch_layout,
          "the TrainingSpec fields' own citations: NeMo 1 distributed_fused_adam (zero 1); nanotron@c2528430 "
@@ -874,6 +889,7 @@ def violations(job: Job, waive: frozenset[str] = frozenset()) -> list[tuple[str,
 
 # Rules that read only the model, the cluster and the training spec: when one breaks, no layout can help.
 PROBLEM_RULES = frozenset({"positions", "compile", "fp8_hardware", "fp8_recipe", "hybrid_framework", "hf_attention",
+                           "attention_backend",
                            *(rule.name for rule in SWITCH_RULES)})
 
 
