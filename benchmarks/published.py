@@ -199,7 +199,8 @@ def _cluster(entry: dict) -> Cluster:
     gpu = entry["hardware"]["gpu"]
     if gpu.startswith("NVIDIA Blackwell GPU") and "(" not in gpu:  # MLPerf's system files name only the generation
         gpu += " GB200" if "gb200" in entry["id"] else " B200" if "b200" in entry["id"] else ""
-    for key, preset in (("GB200", "gb200-nvl72"), ("B200", "dgx-b200"), ("H200", "hgx-h200"), ("H100", "dgx-h100")):
+    for key, preset in (("GB300", "gb300-nvl72"), ("GB200", "gb200-nvl72"), ("B200", "dgx-b200"), ("H200", "hgx-h200"),
+                        ("H100", "dgx-h100")):
         if key in gpu:
             return Cluster(spec=presets.clusters()[preset], num_gpus=entry["hardware"]["gpu_count"])
     if "A100" in gpu:
@@ -1271,8 +1272,6 @@ def _mlperf(entry: dict) -> Mapped:
     """MLPerf Training submissions running NVIDIA's NeMo / Megatron-core code with Transformer Engine."""
     lay, m, hw = entry["layout"], entry["model"], entry["hardware"]
     gpu, prec = hw["gpu"], hw["precision"] or ""
-    if "Ultra" in gpu or "GB300" in gpu:
-        raise Skip("GB300 (Blackwell Ultra): no GPU preset")
     if "FP4" in prec.upper():
         raise Skip("NVFP4 GEMMs: Precision has no fp4")
     notes = ["Megatron-core with Transformer Engine: cuDNN fused attention, fp8 tensorwise scales",

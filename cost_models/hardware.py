@@ -23,7 +23,7 @@ Bandwidth = Annotated[float, Field(ge=MIN_BANDWIDTH_BYTES_PER_S, le=1e15)]
 # Latencies: the presets' per-hop constants are 2.1-14 us (NCCL/RCCL hwLatencies, presets/clusters.toml;
 # RCCL's slowest NET entry is 320 us); 1 ms is 3x that.
 Latency = Annotated[float, Field(ge=0, le=1e-3)]
-# Memory: up to 16 TiB per device (2^44 bytes; the largest GPU preset, B200, holds 179 GiB).
+# Memory: up to 16 TiB per device (2^44 bytes; the largest GPU preset, GB300, holds 278 GiB).
 HbmBytes = Annotated[int, Field(gt=0, le=2**44)]
 
 

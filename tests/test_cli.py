@@ -54,8 +54,9 @@ def test_memory_table_names_the_peak_and_fit():
 def test_presets_lists_every_required_name():
     result = run("presets", "--json")
     doc = json.loads(result.stdout)
-    assert {"dgx-a100-40gb", "dgx-a100-80gb", "dgx-h100", "hgx-h200", "dgx-b200", "gb200-nvl72", "mi300x-8", "l40s-pcie-8"} <= set(doc["clusters"])
-    assert {"A100-40GB", "A100-80GB", "H100-SXM", "H100-PCIe", "H200", "B200", "GB200", "MI300X", "L40S"} <= set(doc["gpus"])
+    assert {"dgx-a100-40gb", "dgx-a100-80gb", "dgx-h100", "hgx-h200", "dgx-b200", "gb200-nvl72", "gb300-nvl72", "mi300x-8",
+            "l40s-pcie-8"} <= set(doc["clusters"])
+    assert {"A100-40GB", "A100-80GB", "H100-SXM", "H100-PCIe", "H200", "B200", "GB200", "GB300", "MI300X", "L40S"} <= set(doc["gpus"])
     assert {"gpt3-175b", "megatron-gpt-1t", "llama-2-70b", "llama-3.1-405b", "mistral-7b", "mixtral-8x22b", "qwen2.5-72b", "qwen3-235b-a22b"} <= set(doc["models"])
 
 
@@ -165,6 +166,20 @@ def test_bad_input_is_one_line_exit_2(tmp_path, case):
     assert len(lines) == 1 and lines[0].startswith("error: "), result.output
     assert needle in lines[0]
     assert "Traceback" not in result.output
+
+
+def test_plan_on_one_gb300_nvl72_rack():
+    # 72 GPUs = one NVLink domain of 18 four-GPU trays; capacity is nvidia-smi's 284208 MiB per GPU
+    # (presets/gpus.toml GB300), and usable is that less the 5% headroom
+    r = run("plan", "llama-3.1-8b", "--cluster", "gb300-nvl72", "--gpus", "72", "--seq-len", "8192",
+            "--global-batch-size", "72", "--dtype", "fp8", "--top", "1", "--json")
+    assert r.exit_code == 0, r.output
+    [best] = json.loads(r.stdout)["plans"]
+    mem = best["memory"]
+    assert mem["capacity_bytes"] == 284208 * 2**20 and mem["fits"]
+    assert mem["usable_bytes"] == pytest.approx(0.95 * mem["capacity_bytes"], abs=1)
+    lay = best["layout"]
+    assert lay["tp"] * lay["pp"] * lay["cp"] * lay["dp"] == 72
 
 
 def test_plan_names_the_batches_the_gpu_count_divides():

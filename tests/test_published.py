@@ -52,7 +52,7 @@ def test_runs_per_group():
     assert Counter(r.group for r in RUNS) == {
         "narayanan2021": 22, "korthikanti2022": 10, "torchtitan": 32, "mpt": 45, "fp8lm": 6, "zerobubble": 31,
         "vocabpar": 24, "megatron_readme_gpt3ex": 1, "torchtitan_docs_2024": 11, "nanotron_ultrascale": 26,
-        "kempnerforge_mfu_scaling": 14, "kempnerforge_config_validation": 7, "mlperf": 24, "mlperf_coreweave": 3,
+        "kempnerforge_mfu_scaling": 14, "kempnerforge_config_validation": 7, "mlperf": 26, "mlperf_coreweave": 3,
         "mlperf_azure": 1, "mlperf_smc": 1, "mlperf_oracle": 3, "mlperf_cisco": 2, "mlperf_uf": 3,
         "mlperf_ibm_coreweave": 5, "mlperf_nebius": 2,  # the Llama-3.1-405B rows: embedding and loss as pipeline layers
         "torchao_torchtitan_bench": 4,  # the MI300X table (presets/kernels/cdna3.toml); H100 and B200 untimed
@@ -67,6 +67,9 @@ def test_runs_per_group():
         ("llama3-405b-t4-16384gpu-cp16", "micro-batch size"),
         ("korthikanti2022-t4-22b-layer-baseline_no_recompute", "layer microbenchmark"),
         ("palm-540b-6144xtpuv4", "TPU"),
+        # GB300 has its preset; these two run NVFP4 GEMMs, which Precision does not hold
+        ("mlperf-v5.1-nvidia-llama8b-gb300-2x4", "NVFP4 GEMMs"),
+        ("mlperf-v5.1-nvidia-llama405b-gb300-128x4", "NVFP4 GEMMs"),
     ],
 )
 def test_skip_reasons(run_id, reason):
@@ -339,6 +342,19 @@ def test_mlperf_rows_carry_their_bucket_size_and_overlap_methods(run_id, bucket,
     assert (tr.ddp_bucket_size, tr.ub_ring_exchange_rs) == (bucket, ring)
 
 
+@pytest.mark.parametrize("size", ["18x4", "128x4"])
+def test_mlperf_gb300_rows_are_their_gb200_twins_on_the_gb300_rack(size):
+    # NVIDIA's v5.1 GB300 and GB200 configs of the same size are the same file but for the name
+    # (config_GB300_18x4x1xtp1pp1cp2_8b.sh = config_GB200_..., and the 128x4x1xtp2pp1cp4 pair): the same job on
+    # another rack
+    gb300 = BY_ID[f"mlperf-v5.1-nvidia-llama8b-gb300-{size}"]
+    gb200 = BY_ID[f"mlperf-v5.1-nvidia-llama8b-gb200-{size}"]
+    assert (gb300.cluster.spec.name, gb200.cluster.spec.name) == ("gb300-nvl72", "gb200-nvl72")
+    same_model = gb300.model.model_copy(update={"source": gb200.model.source})  # each names its own results
+    assert (same_model, gb300.training, gb300.layout) == (gb200.model, gb200.training, gb200.layout)
+    assert gb300.cluster.num_gpus == gb200.cluster.num_gpus
+
+
 def test_cisco_tp2_row_runs_without_tp_overlap_whatever_its_config_says():
     # Cisco's pretrain.py:632 leaves MegatronCommOverlapCallback out, so TP_COMM_OVERLAP=True reaches
     # nothing; NVIDIA's own 8B code appends it (pretrain.py:666) and keeps the overlap
@@ -386,7 +402,7 @@ def test_mlperf_llama8b_rows_gather_fp8_parameters():
     # every v5.1 8B submission's config_common.sh:73 (NVIDIA, Oracle, University of Florida) or
     # config_common.sh:58 FP8_PARAMS (Cisco) turns fp8 parameters on; the fp4 configs turn them off
     rows = [r for r in BY_ID.values() if r.id.startswith("mlperf-v5.1-") and "-llama8b-" in r.id]
-    assert len(rows) == 6
+    assert len(rows) == 8
     assert all(r.training.fp8_param_gather for r in rows)
 
 
