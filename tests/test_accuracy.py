@@ -233,7 +233,7 @@ def test_published_layouts_that_ran_are_not_called_out_of_memory_more_than_today
     # capacity and 2 above the default usable memory (docs/accuracy.md names them and why), none of
     # them a vendor's tuned recipe
     fits = memory_accuracy.fit_rows()
-    assert len(fits) == 291  # the 273 timed runs and 18 whose memory alone is compared
+    assert len(fits) == 295  # the 277 timed runs and 18 whose memory alone is compared
     assert sum(f.over_capacity for f in fits) <= 1
     assert sum(f.over_usable for f in fits) <= 2
     assert not [f for f in fits if (f.over_capacity or f.over_usable) and f.id.startswith("mlperf")]
@@ -242,7 +242,7 @@ def test_published_layouts_that_ran_are_not_called_out_of_memory_more_than_today
 def test_step_time_out_of_sample():
     runs, _ = time_accuracy.load()
     cases = [(r, r.job()) for r in runs]
-    assert len(cases) == 273
+    assert len(cases) == 277
     grid = time_accuracy.Grid.build(cases)
     fitted = grid.fit(grid.every)
     for name in MECHANISMS:
