@@ -249,7 +249,9 @@ def test_step_time_out_of_sample():
         assert getattr(DEFAULT, name) == pytest.approx(getattr(fitted, name), rel=1e-3), name
     rows, _ = time_accuracy.leave_one_source_out(grid)
     errors = [abs(r.error) for r in rows]
-    assert statistics.median(errors) <= 0.037  # 3.6% today; the out-of-sample target is 6%
+    # 3.7% today; the out-of-sample target is 6%. MLPerf v5.1's four NVFP4 GB200 rows (precision fp4,
+    # added as evidence with nothing fitted to them, each 4-12% off) took it from 3.6% to 3.7%
+    assert statistics.median(errors) <= 0.038
     by_source: dict[str, list[float]] = defaultdict(list)
     for r in rows:
         by_source[r.family].append(abs(r.error))
