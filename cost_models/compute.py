@@ -1006,6 +1006,7 @@ FP8_TRANSPOSE_BYTES = 2
 # ColumnParallelLinear / RowParallelLinear; tp_blocks)
 TP_PAIRS = (("qkv", "out_proj"), ("in_proj", "mamba_out_proj"), ("shared_fc1", "shared_fc2"), ("mlp_fc1", "mlp_fc2"))
 ROW_PARALLEL = frozenset(row for _, row in TP_PAIRS)
+COLUMN_PARALLEL = frozenset(col for col, _ in TP_PAIRS)
 # The pairs torchtitan's float8 tp plan swaps in Float8ColwiseParallel / Float8RowwiseParallel for:
 # the dense Llama block's attention and feed-forward (float8_tp's citation)
 FLOAT8_TP_COLUMN = frozenset({"qkv", "mlp_fc1"})
@@ -1221,7 +1222,7 @@ def _nvfp4_cast_bytes(job: Job, kind: LayerKind) -> tuple[float, float, int, int
         if g.name == "router":
             continue
         rows = g.m * g.count
-        column = g.name not in ROW_PARALLEL and g.name in {c for c, _ in TP_PAIRS}
+        column = g.name in COLUMN_PARALLEL
         norm_fed = g.name in TE_NORM_FED and job.model.mla is None
         if norm_fed and not rht:
             fwd += NVFP4_CAST_BYTES * rows * g.k / shards
