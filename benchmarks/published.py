@@ -1272,9 +1272,17 @@ def _mlperf(entry: dict) -> Mapped:
     """MLPerf Training submissions running NVIDIA's NeMo / Megatron-core code with Transformer Engine."""
     lay, m, hw = entry["layout"], entry["model"], entry["hardware"]
     gpu, prec = hw["gpu"], hw["precision"] or ""
-    if "FP4" in prec.upper():
-        raise Skip("NVFP4 GEMMs: Precision has no fp4")
-    notes = ["Megatron-core with Transformer Engine: cuDNN fused attention, fp8 tensorwise scales",
+    # NVFP4 (v5.1 NVIDIA GB200 and GB300 configs *_fp4.sh, all sourcing one config_common_fp4.sh per
+    # implementation): config_common_fp4.sh sets FP4=True, FP4_RECIPE=nvfp4, FP8=False,
+    # FP8_PARAM_GATHER=False, TP_COMM_OVERLAP=False and NVTE_NVFP4_DISABLE_RHT=1 (also stochastic
+    # rounding and 2D quantisation off), and pretrain.py hands fp4="e2m1" and fp4_recipe to
+    # MegatronMixedPrecision (training_results_v5.1@441d65f4 NVIDIA/benchmarks/llama31_405b/implementations/
+    # tyche_ngpu512_ngc25.09_nemo/config_common_fp4.sh:1-12, pretrain.py:205-209,260-280, conf/custom.yaml:120-126,
+    # FIRST_LAST_LAYERS_BF16 left False: every layer in NVFP4; llama31_8b/implementations/nemo/config_common_fp4.sh:1-12)
+    fp4 = "FP4" in prec.upper()
+    notes = ["Megatron-core with Transformer Engine: cuDNN fused attention, "
+             + ("NVFP4 GEMMs without the Hadamard transform (the submission's config_common_fp4.sh)" if fp4
+                else "fp8 tensorwise scales"),
              "CUDA graphs and the submission's NCCL tuning other than its per-communicator CTA caps are not modelled"]
     gpt3 = m["layers"] == 96  # the GPT-3 175B benchmark; the others are the Llama-3.1 ones
     if gpt3:
@@ -1283,7 +1291,7 @@ def _mlperf(entry: dict) -> Mapped:
     else:
         model = _llama_model(entry)
     tech = lay.get("techniques") or ""
-    overlap = "TP comm overlap" in tech and "not enabled" not in tech
+    overlap = "TP comm overlap" in tech and "not enabled" not in tech and not fp4  # config_common_fp4.sh:7
     unregistered = mlperf_setting(MLPERF_NO_TP_OVERLAP, entry["id"])
     if overlap and unregistered and lay["tp"] > 1:
         notes.append(f"TP comm overlap off: the config asks for it but the code never enables it ({unregistered[0]})")
@@ -1292,7 +1300,7 @@ def _mlperf(entry: dict) -> Mapped:
     # GB200 and v5.1 405B: training_results_v5.0@0fdc28f0 NVIDIA/benchmarks/llama31_405b/implementations/
     # tyche_ngpu256_ngc25.04_nemo/config_common.sh:69, conf/custom.yaml:150 optim.fp8_param_gather, pretrain.py:193,249,353)
     fp8_params = (any(s in tech for s in ("FP8_PARAMS", "FP8 params", "FP8 param gather"))
-                  or mlperf_setting(MLPERF_FP8_PARAM_GATHER, entry["id"]) is not None)
+                  or mlperf_setting(MLPERF_FP8_PARAM_GATHER, entry["id"]) is not None) and not fp4  # config_common_fp4.sh:4
     if fp8_params:
         notes.append("fp8 parameters (the submission's FP8_PARAMS: --fp8-param-gather)")
     # The Llama-3.1 benchmarks' NeMo 2 code keeps gradients in bf16: MegatronMixedPrecision and
@@ -1328,9 +1336,13 @@ def _mlperf(entry: dict) -> Mapped:
     if ctas:
         notes.append(f"NCCL CTAs per communicator capped (dp {ctas[0].dp}, tp {ctas[0].tp}, cp {ctas[0].cp}, pp {ctas[0].pp}; {ctas[1]})")
     current = mlperf_setting(MLPERF_CURRENT_SCALING, entry["id"])
-    notes.append(f"fp8 current scaling ({current[0]})" if current else "fp8 delayed scaling")
-    training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"], precision=Precision.FP8,
-                            fp8_recipe=Fp8Recipe.TENSORWISE if current else Fp8Recipe.DELAYED,
+    if not fp4:
+        notes.append(f"fp8 current scaling ({current[0]})" if current else "fp8 delayed scaling")
+    if "FP8_DPA" in tech:
+        notes.append("fp8 dot-product attention (FP8_DPA) priced as 16-bit cuDNN attention")
+    training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"],
+                            precision=Precision.FP4 if fp4 else Precision.FP8, nvfp4_disable_rht=fp4,
+                            fp8_recipe=Fp8Recipe.TENSORWISE if current or fp4 else Fp8Recipe.DELAYED,
                             framework=Framework.MEGATRON, attention=AttentionKernel.FLASH,
                             attention_backend=AttentionBackend.CUDNN, tp_comm_overlap=overlap and lay["tp"] > 1,
                             fp8_param_gather=fp8_params, grad_reduce_in_bf16=bf16_grads,

@@ -24,6 +24,13 @@ from cost_models.states import local_kv_heads, local_vocab
 
 ACT_BYTES = 2  # bf16/fp16 activations
 FP32 = 4
+# Bytes per element of an NVFP4 operand: e2m1 values two to a byte (NVFP4Quantizer::create_tensor
+# allocates convert_shape_for_fp4(shape) uint8, the last dim halved) and one e4m3 scale byte per
+# block of 16 (NVFP4_BLOCK_SIZE; rowwise_scale_inv) (TransformerEngine@40c69e75 transformer_engine/
+# pytorch/csrc/quantizer.cpp:1185-1202); the per-tensor fp32 amax is 4 bytes a tensor, not counted.
+# Each usage is a copy of its own: the column-wise one is the transposed tensor quantised along the
+# other axis (quantizer.cpp:1205-1216), never the row-wise one reinterpreted.
+NVFP4_BYTES = 0.5 + 1 / 16
 MASK_BYTES = 1  # dropout masks are bytes (Korthikanti Sec. 4.1)
 INDEX_BYTES = 8  # int64 token ids
 
@@ -87,8 +94,14 @@ class Dims:
     kv: int
     f: int
     vocab: int  # vocabulary columns on this rank
-    lin_bytes: int  # bytes per element of a saved GEMM input
+    lin_bytes: float  # bytes per element of a saved GEMM input
     conv: Convention
+    # bytes per element of a norm-fed linear's saved input (qkv, a dense MLP's fc1): lin_bytes, but
+    # under NVFP4 with sequence parallelism TE's LayerNormLinear keeps the row-wise usage beside the
+    # column-wise one (TransformerEngine@40c69e75 transformer_engine/pytorch/module/
+    # layernorm_linear.py:400-414: rowwise is dropped only for MXFP8 / block scaling or without the
+    # gather)
+    norm_fed_bytes: float = 0.0
 
     @property
     def t(self) -> int:
@@ -122,9 +135,22 @@ def dims(job: Job, conv: Convention | None = None) -> Dims:
         f=m.ffn_hidden_size // tp,
         # TrainingSpec.tp_replicated_vocab: every rank's logits span the whole vocabulary
         vocab=local_vocab(job),
-        lin_bytes=1 if tr.precision is Precision.FP8 and conv.fp8_saves_fp8_inputs else ACT_BYTES,
+        lin_bytes=saved_input_bytes(job, conv),
         conv=conv,
+        norm_fed_bytes=saved_input_bytes(job, conv) * (2 if tr.precision is Precision.FP4 and job.sp and tp > 1 else 1),
     )
+
+
+def saved_input_bytes(job: Job, conv: Convention) -> float:
+    """Bytes per element of what a linear saves of its input for the wgrad: the fp8 copy under fp8
+    where the framework keeps one (Convention.fp8_saves_fp8_inputs); under NVFP4 the column-wise
+    usage alone, its row-wise data dropped after the fprop (TransformerEngine@40c69e75
+    transformer_engine/pytorch/module/linear.py:370-385 update_usage(rowwise_usage=False,
+    columnwise_usage=True); layernorm_linear.py likewise), NVFP4_BYTES; else the 16-bit input."""
+    p = job.training.precision
+    if p is Precision.FP4 and conv.fp8_saves_fp8_inputs:
+        return NVFP4_BYTES
+    return 1 if p is Precision.FP8 and conv.fp8_saves_fp8_inputs else ACT_BYTES
 
 
 def block_output_mask(job: Job) -> bool:
@@ -203,7 +229,7 @@ def attention_items(job: Job, d: Dims, *, rope: bool = True) -> Breakdown:
         items.update(_mla_projection_items(job, d))
         k_width, v_width, o_width = d.q, d.heads * m.v_head_size, d.heads * m.v_head_size
     else:
-        items["qkv_input"] = t * d.h // d.gemm_input_div * d.lin_bytes
+        items["qkv_input"] = t * d.h // d.gemm_input_div * d.norm_fed_bytes
     if m.qk_norm:  # per-head norms over head_dim of q and k
         kv_heads = d.kv // m.head_size
         items["qk_norm"] = _norm(job, d, t * (d.heads + kv_heads), m.head_size)
@@ -224,7 +250,7 @@ def attention_items(job: Job, d: Dims, *, rope: bool = True) -> Breakdown:
         # output projection reads the same storage; only an fp8 linear keeps its own fp8 copy.
         items["attention_output"] = t * o_width * ACT_BYTES
         items["softmax_lse"] = d.b * d.heads * d.s * FP32
-        items["out_proj_input"] = t * o_width if d.lin_bytes == 1 else 0
+        items["out_proj_input"] = t * o_width * d.lin_bytes if d.lin_bytes < ACT_BYTES else 0
         if tr.flash_unpad_copies:
             # TrainingSpec.flash_unpad_copies: the kernel's output is the unpadded (tokens, heads, d)
             # tensor; out_proj reads pad_input's new one, so both are kept. Each index_first_axis
@@ -259,7 +285,7 @@ def dense_mlp_items(job: Job, d: Dims) -> Breakdown:
     t = d.t
     items: dict[str, int | Breakdown] = {
         "norm": _norm(job, d, t // d.sp_div, d.h),
-        "fc1_input": t * d.h // d.gemm_input_div * d.lin_bytes,
+        "fc1_input": t * d.h // d.gemm_input_div * d.norm_fed_bytes,
         "activation": _mlp_activation(job, d, t, d.f),
     }
     if job.model.sandwich_norms:  # the norm of the MLP output (post_feedforward_layernorm)

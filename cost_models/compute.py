@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from cost_models import kernels as K
-from cost_models.activations import CONVENTIONS
+from cost_models.activations import CONVENTIONS, NVFP4_BYTES
 from cost_models.calibration import Calibration
 from cost_models.enums import (
     AttentionBackend,
@@ -134,12 +134,19 @@ def memory_seconds(job: Job, moved_bytes: float, cal: Calibration, *, op: str | 
 
 
 def _gemm_precision(job: Job) -> Precision:
-    p = job.training.precision
-    return p if (p is not Precision.FP8 or job.cluster.gpu.peak_flop_per_s.fp8) else Precision.BF16
+    p, peaks = job.training.precision, job.cluster.gpu.peak_flop_per_s
+    if (p is Precision.FP8 and not peaks.fp8) or (p is Precision.FP4 and not peaks.fp4):
+        return Precision.BF16
+    return p
+
+
+def operand_bytes(precision: Precision) -> float:
+    """Bytes per element of a GEMM operand at the precision: 1 for fp8, NVFP4_BYTES for NVFP4."""
+    return {Precision.FP8: 1, Precision.FP4: NVFP4_BYTES}.get(precision, ACT_BYTES)
 
 
 def gemm_seconds(g: Gemm, gpu: GPUSpec, precision: Precision, cal: Calibration, *, out_bytes: int = ACT_BYTES) -> float:
-    operand = 1 if precision is Precision.FP8 else ACT_BYTES
+    operand = operand_bytes(precision)
     t = K.gemm_seconds(g.m, g.n, g.k, g.count, gpu, precision, operand_bytes=operand, out_bytes=out_bytes)
     return t / cal.scale("gemm_scale", gpu.architecture)
 
@@ -300,8 +307,10 @@ def eager_bmm_seconds(job: Job, g: Gemm, head_dim: int, cal: Calibration) -> flo
     backward's dP = dO·Vᵀ too; attention-over-values-like otherwise: PV and the other three
     backward GEMMs, each with the head dimension as one side of its output), else the GEMM model."""
     gpu, prec = job.cluster.gpu, _gemm_precision(job)
+    if prec is Precision.FP4:  # NVFP4BlockScaling quantises no attention (fp8_dpa False, recipe/__init__.py:421-423)
+        prec = Precision.BF16
     reduces = g.name in ("scores", "context.dgrad")  # by name: a sequence as long as the head dim has its k too
-    rate = K.eager_bmm_rate(gpu, head_dim, reduces_head_dim=reduces) if prec is not Precision.FP8 else None
+    rate = K.eager_bmm_rate(gpu, head_dim, reduces_head_dim=reduces) if not prec.low else None
     if rate is None:
         return gemm_seconds(g, gpu, prec, cal)
     return g.flop / rate / cal.scale("gemm_scale", gpu.architecture) + K.table_for(gpu).launch_s
@@ -522,7 +531,7 @@ def mamba_kernels(job: Job, cal: Calibration) -> AttentionKernels:
     chunks = lay.mbs * -(-sh.seq // mb.chunk_size)
     states = chunks * sh.local.num_heads * mb.head_dim * mb.state_size
     gemms = ssd_gemms(job)
-    bf16 = Precision.BF16 if prec is Precision.FP8 else prec  # the scan runs in 16-bit, not fp8
+    bf16 = Precision.BF16 if prec.low else prec  # the scan runs in 16-bit, not fp8 or fp4
     scan_f = sum(gemm_seconds(g, gpu, bf16, cal) for g in gemms)
     scan_b = sum(gemm_seconds(x, gpu, bf16, cal) for g in gemms for x in backward_gemms(g))
     reorder, copies = mamba_reorder_bytes(job)
@@ -997,6 +1006,7 @@ FP8_TRANSPOSE_BYTES = 2
 # ColumnParallelLinear / RowParallelLinear; tp_blocks)
 TP_PAIRS = (("qkv", "out_proj"), ("in_proj", "mamba_out_proj"), ("shared_fc1", "shared_fc2"), ("mlp_fc1", "mlp_fc2"))
 ROW_PARALLEL = frozenset(row for _, row in TP_PAIRS)
+COLUMN_PARALLEL = frozenset(col for col, _ in TP_PAIRS)
 # The pairs torchtitan's float8 tp plan swaps in Float8ColwiseParallel / Float8RowwiseParallel for:
 # the dense Llama block's attention and feed-forward (float8_tp's citation)
 FLOAT8_TP_COLUMN = frozenset({"qkv", "mlp_fc1"})
@@ -1018,10 +1028,24 @@ def float8_tp(job: Job) -> bool:
             and job.layout.tp > 1 and job.sp)
 
 
-def tp_gather_bytes(job: Job) -> int:
-    """Bytes per element of the activations torchtitan's tp all-gathers (forward column inputs,
-    backward row-output gradients): fp8 under float8_tp, else 16-bit."""
-    return 1 if float8_tp(job) else ACT_BYTES
+def tp_gather_bytes(job: Job) -> float:
+    """Bytes per element of the activations tp all-gathers (forward column inputs, backward
+    row-output gradients): fp8 under torchtitan's float8_tp; under Megatron's NVFP4 with sequence
+    parallelism the column inputs' one usage (row-wise forward, column-wise for the wgrad's gather
+    in backward: TransformerEngine@40c69e75 transformer_engine/pytorch/module/linear.py:196-207, 370-385,
+    layernorm_linear.py:246-265), NVFP4_BYTES, with the row outputs' gradients at tp_grad_gather_bytes;
+    else 16-bit (Megatron's fp8 gathers are priced at 16 bits)."""
+    if float8_tp(job):
+        return 1
+    return NVFP4_BYTES if te_nvfp4(job) and job.sp else ACT_BYTES
+
+
+def tp_grad_gather_bytes(job: Job) -> float:
+    """Bytes per element of a row-parallel linear's output gradient that tp all-gathers before its
+    dgrad: under Megatron's NVFP4 both usages (the dgrad's row-wise, the wgrad's column-wise), cast
+    on the local tokens and gathered quantised (module/base.py:1160-1188 grad_output_preprocess,
+    distributed.py:1275-1420); else tp_gather_bytes."""
+    return 2 * NVFP4_BYTES if te_nvfp4(job) and job.sp else tp_gather_bytes(job)
 
 
 def _float8_tp_cast_bytes(g: Gemm, tp: int) -> tuple[float, float]:
@@ -1109,12 +1133,29 @@ TE_NORM_WIDE_BYTES = 1
 
 
 def te_casts_separate(job: Job) -> bool:
-    """Whether Transformer Engine's fp8 casts are priced as kernels of their own (te_cast_seconds):
-    Megatron's TE linears with tensorwise (current) or delayed scaling and fp8 GEMMs. Elsewhere
-    (DeepSpeed with TE) its quantisation stays the measured autocast overhead on the GEMMs (_te_fp8)."""
+    """Whether Transformer Engine's quantisation casts are priced as kernels of their own
+    (te_cast_seconds): Megatron's TE linears with tensorwise (current) or delayed fp8 scaling and
+    fp8 GEMMs, or with NVFP4 (te_nvfp4). Elsewhere (DeepSpeed with TE) its quantisation stays the
+    measured autocast overhead on the GEMMs (_te_fp8)."""
     tr = job.training
-    return (tr.precision is Precision.FP8 and tr.framework is Framework.MEGATRON
-            and tr.fp8_recipe in (Fp8Recipe.TENSORWISE, Fp8Recipe.DELAYED) and _gemm_precision(job) is Precision.FP8)
+    return te_nvfp4(job) or (tr.precision is Precision.FP8 and tr.framework is Framework.MEGATRON
+                             and tr.fp8_recipe in (Fp8Recipe.TENSORWISE, Fp8Recipe.DELAYED)
+                             and _gemm_precision(job) is Precision.FP8)
+
+
+def te_nvfp4(job: Job) -> bool:
+    """Whether Megatron's TE linears run NVFP4 GEMMs (precision fp4 on a GPU with fp4 tensor cores)."""
+    return job.training.framework is Framework.MEGATRON and _gemm_precision(job) is Precision.FP4
+
+
+def te_amax_reduced(job: Job) -> bool:
+    """Whether a column-parallel linear's input quantizer and a row-parallel linear's grad_output
+    quantizer reduce their amax over the tp group under sequence parallelism: fp8 current scaling
+    (te_current_scaling) and NVFP4, whose quantizers TE customises alike (TransformerEngine@40c69e75
+    transformer_engine/pytorch/module/linear.py:1663-1683 _customize_quantizers_nvfp4,
+    layernorm_linear.py:1771; the all-reduce NVFP4Quantizer::quantize_impl waits for,
+    csrc/quantizer.cpp:1523-1543)."""
+    return te_current_scaling(job) or te_nvfp4(job)
 
 
 def te_current_scaling(job: Job) -> bool:
@@ -1129,6 +1170,69 @@ def te_transposes(gpu: GPUSpec) -> int:
     capability 10, and 12.x), else 0 (TE_CAST_BYTES)."""
     cc = gpu.compute_capability
     return 0 if (10, 0) <= cc < (12, 0) or cc >= (13, 0) else 1
+
+
+# Transformer Engine's NVFP4 quantize of a 16-bit tensor, NVFP4Quantizer::quantize_impl
+# (TransformerEngine@40c69e75 transformer_engine/pytorch/csrc/quantizer.cpp:1438-1640): without the
+# random Hadamard transform, nvte_compute_amax reads the tensor (TE_AMAX_BYTES) and one nvte_quantize_v2
+# reads it again and writes every usage asked for, NVFP4_BYTES each (L1497-1521, 1637-1638); the
+# global scale is taken from the amax inside the quantize kernel, no kernel of its own. Linears ask
+# for both usages of their input (row-wise for the fprop, column-wise for the wgrad: linear.py:178-194,
+# 219-226, layernorm_linear.py:186-193), of their weight (row-wise, column-wise for the dgrad: linear.py:237-263)
+# and of their output gradient (dgrad and wgrad), and an NVFP4 quantizer gathers column-wise data
+# too (supports_only_rowwise_all_gather is False: tensor/quantized_tensor.py:263-265), so the casts run
+# on each rank's own tokens under sequence parallelism and gather after (distributed.py:1275-1420
+# _all_gather_nvfp4), with no transposes of their own.
+NVFP4_CAST_BYTES = ACT_BYTES + 2 * NVFP4_BYTES  # read 16-bit, write the row-wise and column-wise copies
+NVFP4_KERNELS = 2  # amax, quantize
+# The random Hadamard transform, on by default for the column-wise usage of inputs and output
+# gradients, not weights (recipe/__init__.py:411-446, NVTE_NVFP4_DISABLE_RHT unset;
+# TrainingSpec.nvfp4_disable_rht): nvte_hadamard_transform_amax reads the tensor for both amaxes,
+# the row-wise usage is quantised alone, and the column-wise one by the fused Hadamard-cast kernel,
+# which reads the tensor once more (quantizer.cpp:1481-1496, 1545-1635; the 16-bit, 64-row, 128-column
+# case the fused kernel takes, L1477-1478): one 16-bit read and one kernel more than without it.
+NVFP4_RHT_BYTES = ACT_BYTES
+NVFP4_RHT_KERNELS = 1
+# A norm feeding the linear (TE_NORM_FED) computes its amax in the same kernel and writes its 16-bit
+# output, which quantize_with_amax casts without another amax pass (csrc/extensions/normalization.cpp:
+# 121-130 FUSED_NORM_AMAX_NVFP4, quantizer.cpp:1647-1670); with the Hadamard transform the norm runs
+# unfused and the cast is a whole one (normalization.cpp:124-126, Impl::UNFUSED). The norm's 16-bit
+# output is the one its own price already counts (COMPULSORY "norm").
+
+
+def nvfp4_cast(job: Job, *, weight: bool = False) -> tuple[float, int]:
+    """(bytes per element, kernels) of one NVFP4 quantize of a 16-bit tensor into both usages:
+    NVFP4_CAST_BYTES and the amax read, plus the Hadamard transform's read on an input or output
+    gradient unless TrainingSpec.nvfp4_disable_rht."""
+    rht = not weight and not job.training.nvfp4_disable_rht
+    return (NVFP4_CAST_BYTES + TE_AMAX_BYTES + NVFP4_RHT_BYTES * rht, NVFP4_KERNELS + NVFP4_RHT_KERNELS * rht)
+
+
+def _nvfp4_cast_bytes(job: Job, kind: LayerKind) -> tuple[float, float, int, int]:
+    """te_cast_bytes under NVFP4: per linear, its input (on the rank's 1/tp of the tokens under
+    sequence parallelism for a column-parallel one, cast from the norm's amax when norm-fed) and its
+    output gradient (a row-parallel one's likewise on the local tokens); the weight per step
+    (te_weight_cast_bytes)."""
+    shards = job.layout.tp if job.sp and job.layout.tp > 1 else 1
+    per, kernels = nvfp4_cast(job)
+    rht = not job.training.nvfp4_disable_rht
+    fwd = bwd = 0.0
+    fwd_kernels = bwd_kernels = 0
+    for g in layer_gemms(job, kind):
+        if g.name == "router":
+            continue
+        rows = g.m * g.count
+        column = g.name in COLUMN_PARALLEL
+        norm_fed = g.name in TE_NORM_FED and job.model.mla is None
+        if norm_fed and not rht:
+            fwd += NVFP4_CAST_BYTES * rows * g.k / shards
+            fwd_kernels += 1
+        else:
+            fwd += per * rows * g.k / (shards if column else 1)
+            fwd_kernels += kernels
+        bwd += per * rows * g.n / (shards if g.name in ROW_PARALLEL else 1)
+        bwd_kernels += kernels
+    return fwd, bwd, fwd_kernels, bwd_kernels
 
 
 def te_cast_bytes(job: Job, kind: LayerKind) -> tuple[float, float, int, int]:
@@ -1146,9 +1250,11 @@ def te_cast_bytes(job: Job, kind: LayerKind) -> tuple[float, float, int, int]:
     in 16 bits by the norm and cast on its own (TE_NORM_WIDE_BYTES + TE_CAST_BYTES, two kernels),
     on the rank's 1/tp of the tokens under sequence parallelism (the norm's, gathered in fp8 after).
     The per-step amax and scale updates of delayed scaling are not priced. The output layer stays
-    in 16 bits (head_time), the router is no TE linear."""
+    in 16 bits (head_time), the router is no TE linear. NVFP4: _nvfp4_cast_bytes."""
     if not te_casts_separate(job):
         return 0.0, 0.0, 0, 0
+    if te_nvfp4(job):
+        return _nvfp4_cast_bytes(job, kind)
     t = te_transposes(job.cluster.gpu)
     cast = TE_CAST_BYTES + t
     current = te_current_scaling(job)
@@ -1186,12 +1292,16 @@ def te_weight_cast_bytes(job: Job, kind: LayerKind) -> tuple[float, int]:
     megatron/core/extensions/transformer_engine.py:1336-1345, pipeline_parallel/schedules.py:496-497;
     TransformerEngine@40c69e75 module/layernorm_linear.py:280-296 get_weight_workspace); with fp8
     parameters the weight already is fp8 and only its transpose is written (FP8_TRANSPOSE_BYTES,
-    TN-only GPUs)."""
+    TN-only GPUs). Under NVFP4 the weight's quantize writes both usages after an amax pass, without
+    the Hadamard transform (nvfp4_cast with weight=True)."""
     if not te_casts_separate(job):
         return 0.0, 0
+    gemms = [g for g in layer_gemms(job, kind) if g.name != "router"]
+    if te_nvfp4(job):
+        per_element, per_kernels = nvfp4_cast(job, weight=True)
+        return sum(per_element * g.k * g.n * g.count for g in gemms), per_kernels * len(gemms)
     t = te_transposes(job.cluster.gpu)
     per_element = FP8_TRANSPOSE_BYTES * t if job.training.fp8_param_gather else TE_CAST_BYTES + t
-    gemms = [g for g in layer_gemms(job, kind) if g.name != "router"]
     kernels = len(gemms) if per_element else 0
     return sum(per_element * g.k * g.n * g.count for g in gemms), kernels
 

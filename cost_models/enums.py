@@ -46,6 +46,18 @@ class Precision(StrEnum):
     BF16 = "bf16"
     FP16 = "fp16"
     FP8 = "fp8"  # fp8 GEMMs, bf16 activations and weights, fp32 master weights
+    # NVFP4 GEMMs (fprop, dgrad and wgrad): Transformer Engine's NVFP4BlockScaling, e2m1 values in
+    # blocks of 16 with an e4m3 scale each and an fp32 scale per tensor (TransformerEngine@40c69e75,
+    # release_v2.8, transformer_engine/common/recipe/__init__.py:381-446); bf16 activations and
+    # weights, fp32 master weights. Megatron's --fp4-format e2m1 --fp4-recipe nvfp4, which excludes
+    # --fp8-format (Megatron-LM@d3391901, 25.09-alpha.rc1, megatron/training/arguments.py:662-664,
+    # 1325-1332): a precision of its own, not an fp8 recipe.
+    FP4 = "fp4"
+
+    @property
+    def low(self) -> bool:
+        """Whether the linears' GEMMs run on quantised operands (fp8 or NVFP4), not 16-bit ones."""
+        return self in (Precision.FP8, Precision.FP4)
 
 
 class Fp8Recipe(StrEnum):

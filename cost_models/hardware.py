@@ -57,7 +57,7 @@ class MatmulMeasurement(_SIFromHuman):
     MSMF), which lands on a shape the library's kernel tiles without loss, so the rate is taken as
     the ceiling itself (the shape it found, where published, is in `by`)."""
 
-    dtype: Literal["bf16", "fp16", "fp8"]
+    dtype: Literal["bf16", "fp16", "fp8", "fp4"]
     shape: tuple[Count, Count, Count] | None = None
     rate_flop_per_s: FlopRate
     regime: Literal["burst", "sustained"] = "burst"

@@ -268,12 +268,12 @@ def table_for(gpu: GPUSpec) -> KernelTable:
 
 
 def _dtype_key(precision: Precision) -> str:
-    return {Precision.FP8: "fp8", Precision.FP16: "fp16"}.get(precision, "bf16")
+    return {Precision.FP8: "fp8", Precision.FP4: "fp4", Precision.FP16: "fp16"}.get(precision, "bf16")
 
 
 def _datasheet_peak(gpu: GPUSpec, key: str) -> float:
     p = gpu.peak_flop_per_s
-    return {"fp8": p.fp8 or p.bf16, "fp16": p.fp16, "bf16": p.bf16}[key]
+    return {"fp4": p.fp4 or p.fp8 or p.bf16, "fp8": p.fp8 or p.bf16, "fp16": p.fp16, "bf16": p.bf16}[key]
 
 
 def _measured(gpu: GPUSpec, key: str, regime: str) -> list[tuple[float, tuple[int, int, int] | None]]:
@@ -405,7 +405,7 @@ def gemm_efficiency(m: int, n: int, k: int, count: int, gpu: GPUSpec, precision:
     return _shape_efficiency(m, n, k, count, gpu, key, ceiling=tensor_core_ceiling(gpu, precision), out_bytes=out_bytes)
 
 
-def gemm_seconds(m: int, n: int, k: int, count: int, gpu: GPUSpec, precision: Precision, *, operand_bytes: int, out_bytes: int = 2) -> float:
+def gemm_seconds(m: int, n: int, k: int, count: int, gpu: GPUSpec, precision: Precision, *, operand_bytes: float, out_bytes: int = 2) -> float:
     """Seconds of the GEMM; `out_bytes` per output element moved by its epilogue (the element size,
     twice it for a GEMM accumulating into its output)."""
     flop = 2 * m * n * k * count

@@ -645,6 +645,12 @@ def stage_buffers(job: Job, rank: int) -> Breakdown:
         # transpose is kept (TE Float8Tensor's transpose cache).
         per = 1 if job.training.fp8_param_gather else 2
         fp8_cache = per * int(params.value("layers") + params.value("experts"))
+    if fw is Framework.MEGATRON and job.training.precision is Precision.FP4:
+        # Under NVFP4 the same cache (get_weight_workspace, cache_name "weight") holds each weight's
+        # NVFP4 tensor with both usages, row-wise for the fprop and column-wise for the dgrad, each
+        # NVFP4_BYTES per element (TransformerEngine@40c69e75 transformer_engine/pytorch/module/
+        # linear.py:237-263; csrc/quantizer.cpp:1198-1217).
+        fp8_cache = 2 * act.NVFP4_BYTES * (params.value("layers") + params.value("experts"))
     return Breakdown.of(
         "bytes",
         unsharded_params=unsharded_params,

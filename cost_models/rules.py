@@ -661,6 +661,25 @@ def _fp8_hardware(job: Job) -> str | None:
     return None
 
 
+def _fp4(job: Job) -> str | None:
+    """Precision fp4 (NVFP4) as Transformer Engine and Megatron run it (sources: the fp4 Rule)."""
+    tr, gpu = job.training, job.cluster.gpu
+    if tr.precision is not Precision.FP4:
+        return None
+    if tr.framework is not MEGATRON:
+        return (f"precision fp4 is Transformer Engine's NVFP4 recipe, run by Megatron's --fp4-format e2m1 "
+                f"(framework={tr.framework}: torchtitan's quantisation converters train float8 and MXFP8, DeepSpeed "
+                "has no fp4 setting); use framework megatron, or precision fp8")
+    if gpu.compute_capability < (10, 0) or gpu.peak_flop_per_s.fp4 is None:
+        cc = ".".join(map(str, gpu.compute_capability))
+        return (f"precision fp4 needs NVFP4 tensor cores, compute capability 10.0 or later (Blackwell); {gpu.name} is "
+                f"{gpu.architecture or 'another architecture'}, {cc}; use fp8 or bf16")
+    if tr.tp_comm_overlap:
+        return ("precision fp4 runs without tp_comm_overlap: Transformer Engine's userbuffers gather fp8 and MXFP8 "
+                "tensors only, not NVFP4; drop tp_comm_overlap, or use precision fp8")
+    return None
+
+
 def expert_axes_given(model: ModelSpec, given: dict[str, object], how: str) -> None:
     """ep or etp given (as a flag or a --fix) for a dense model, where they name nothing: refused
     with the reason, rather than left to the search to find no layout."""
@@ -740,9 +759,12 @@ def _fsdp2_megatron(job: Job) -> str | None:
 # model, so no layout can help (PROBLEM_RULES). Fuller sources: the fields' citations in
 # cost_models/training.py.
 SWITCH_RULES: tuple[Rule, ...] = (
-    _needs_rule("grad_reduce_in_bf16", MEGATRON, "training.precision", {Precision.BF16, Precision.FP8},
-                "is Megatron's --grad-reduce-in-bf16 for bf16 or fp8 runs", "drop it",
+    _needs_rule("grad_reduce_in_bf16", MEGATRON, "training.precision", {Precision.BF16, Precision.FP8, Precision.FP4},
+                "is Megatron's --grad-reduce-in-bf16 for bf16, fp8 or fp4 runs", "drop it",
                 source="Megatron-LM@d98e8a64 arguments.py:1204-1217, 3053"),
+    _needs_rule("nvfp4_disable_rht", MEGATRON, "training.precision", {Precision.FP4},
+                "is Transformer Engine's NVTE_NVFP4_DISABLE_RHT=1, for precision fp4 under Megatron", "drop it",
+                source="TransformerEngine@40c69e75 transformer_engine/common/recipe/__init__.py:411-412"),
     Rule("megatron_grad_flags", ALL, _megatron_grad_flags, "Megatron-LM@d98e8a64 arguments.py:2944-2948, 3121-3122"),
     _megatron_rule("ddp_bucket_size", "is Megatron's --ddp-bucket-size",
                    source="Megatron-LM@d98e8a64 megatron/training/training.py:2179-2194"),
@@ -833,6 +855,11 @@ RULES: tuple[Rule, ...] = (
     Rule("tp_comm_overlap", ALL, _tp_comm_overlap, "Megatron arguments.py (--tp-comm-overlap requires --sequence-parallel); torchtitan async TP"),
     Rule("fp8_hardware", ALL, _fp8_hardware, "presets/gpus.toml peak_tflops.fp8: given exactly for the GPUs with fp8 tensor cores (datasheets)"),
     Rule("fp8_recipe", ALL, _fp8_recipe, "Megatron --fp8-recipe (transformer_config.py L594); torchtitan quantize.linear.float8 recipe_name"),
+    Rule("fp4", ALL, _fp4,
+         "Megatron-LM@d3391901 megatron/training/arguments.py:662-672, 1325-1332 (--fp4-format e2m1, --fp4-recipe nvfp4); "
+         "TransformerEngine@40c69e75 transformer_engine/pytorch/fp8.py:57-61 (check_nvfp4_support: compute capability "
+         ">= 10.0), pytorch/module/base.py:503-636 (userbuffers gather Float8 and MXFP8 only); pytorch/torchtitan@00f555e1 "
+         "torchtitan/components/quantization/mx.py (MXFP8 only)"),
     Rule("cp_local_attention", ALL, _cp_local_attention,
          "TransformerEngine@d0067d0d context_parallel.py:5054-5060 (sliding window only with cp_comm_type a2a or all_gather); "
          "Megatron-LM@d98e8a64 arguments.py:3221 (--cp-comm-type default p2p)"),
@@ -888,7 +915,7 @@ def violations(job: Job, waive: frozenset[str] = frozenset()) -> list[tuple[str,
 
 
 # Rules that read only the model, the cluster and the training spec: when one breaks, no layout can help.
-PROBLEM_RULES = frozenset({"positions", "compile", "fp8_hardware", "fp8_recipe", "hybrid_framework", "hf_attention",
+PROBLEM_RULES = frozenset({"positions", "compile", "fp8_hardware", "fp8_recipe", "fp4", "hybrid_framework", "hf_attention",
                            "attention_backend",
                            *(rule.name for rule in SWITCH_RULES)})
 

@@ -84,11 +84,12 @@ from cost_models.compute import (
     optimizer_time,
     rowwise_linears,
     te_casts_separate,
-    te_current_scaling,
+    te_amax_reduced,
     te_weight_cast_bytes,
     titan_linears,
     tp_blocks,
     tp_gather_bytes,
+    tp_grad_gather_bytes,
 )
 from cost_models.enums import Framework, MixerKind, MoEDispatch, Precision, Recompute, Schedule, Zero
 from cost_models.flops import (
@@ -451,6 +452,10 @@ def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Cal
         return (_tp_coll(job, Collective.ALL_GATHER, gathered), _tp_coll(job, Collective.REDUCE_SCATTER, size),
                 _tp_coll(job, Collective.ALL_REDUCE, size), send)
 
+    # the row output's gradient gathered before the row dgrad, where its bytes differ from the
+    # column inputs' (NVFP4: both usages)
+    grad_gather = (_tp_coll(job, Collective.ALL_GATHER, t * h * tp_grad_gather_bytes(job))
+                   if not ub and tp_grad_gather_bytes(job) != tp_gather_bytes(job) else None)
     by_width = {h: collectives(h)}
     for b in blocks:
         # _h: the residual stream the row GEMM reduces and whose gradient the row dgrad gathers;
@@ -459,6 +464,7 @@ def tp_exposure(job: Job, blocks: tuple[Block, ...], *, backward: bool, cal: Cal
         if width not in by_width:
             by_width[width] = collectives(width)
         (ag_h, rs_h, ar_h, chunk_h), (ag_c, rs_c, ar_c, chunk_c) = by_width[h], by_width[width]
+        ag_h = ag_h if grad_gather is None else grad_gather
         n = column_inputs(job, b)
         ag_c, rs_c, ar_c = n * ag_c, n * rs_c, n * ar_c
         if not backward:
@@ -539,14 +545,16 @@ def float8_amax_reductions(job: Job, blocks: tuple[Block, ...]) -> tuple[int, in
     all-reduce the cast kernel waits for; torchtitan's float8 notes name the same overhead for the
     sharded inputs and weights under TP (pytorch/torchtitan@820504e2 docs/float8.md:48).
 
-    Transformer Engine's current scaling under Megatron (compute.te_current_scaling) with sequence
+    Transformer Engine's current scaling or NVFP4 under Megatron (compute.te_amax_reduced) with sequence
     parallelism: a column-parallel linear's input quantizer and a row-parallel linear's grad_output
     quantizer reduce their amax over the tp group (TransformerEngine@40c69e75
     transformer_engine/pytorch/module/linear.py:1637-1661, layernorm_linear.py:1745-1791,
     layernorm_mlp.py:2102-2154 _customize_quantizers_float8_current_scaling), an all-reduce the
     cast waits for before its scale (csrc/quantizer.cpp:520-527, allreduce(...)->wait()): one per
-    block forward (its column input), one per block backward (its row output's gradient)."""
-    if te_current_scaling(job) and job.sp and job.layout.tp > 1:
+    block forward (its column input), one per block backward (its row output's gradient). NVFP4's
+    quantizers are customised alike (linear.py:1663-1683 _customize_quantizers_nvfp4) and wait for
+    the same reduction (quantizer.cpp:1523-1543)."""
+    if te_amax_reduced(job) and job.sp and job.layout.tp > 1:
         return len(blocks), len(blocks)
     if not float8_tp(job):
         return 0, 0

@@ -71,6 +71,13 @@ class TrainingSpec(Spec):
     # Megatron --fp8-param-gather: weights kept in fp8 (a uint8 parameter buffer) and gathered in fp8
     # (Megatron-LM@d98e8a64 megatron/core/distributed/param_and_grad_buffer.py:919-924); fp8 only.
     fp8_param_gather: bool = False
+    # Transformer Engine's NVTE_NVFP4_DISABLE_RHT=1 (precision fp4): no random Hadamard transform
+    # before the column-wise quantisation of inputs and output gradients, which NVFP4BlockScaling
+    # applies by default (TransformerEngine@40c69e75 transformer_engine/common/recipe/__init__.py:
+    # 411-446); priced in cost_models.compute.nvfp4_cast. MLPerf Training v5.1's NVFP4 Llama 3.1 runs
+    # set it (mlcommons/training_results_v5.1@441d65f4 NVIDIA/benchmarks/llama31_405b/implementations/
+    # tyche_ngpu512_ngc25.09_nemo/config_common_fp4.sh:10).
+    nvfp4_disable_rht: bool = False
     # Megatron --grad-reduce-in-bf16 (megatron-core DistributedDataParallelConfig grad_reduce_in_fp32=
     # False): the gradient buffer and its reduction in bf16, 2 bytes per parameter instead of the fp32
     # main grads Megatron-LM forces for --bf16 otherwise (Megatron-LM@d98e8a64 arguments.py:1204-1217,

@@ -92,7 +92,7 @@ PpLayout = Annotated[Optional[str], typer.Option("--pp-layout", help="Every stag
 SeqLen = Annotated[IntOpt, typer.Option("--seq-len", help="Sequence length (default 4096).")]
 GlobalBatch = Annotated[IntOpt, typer.Option("--global-batch-size", help="Sequences per step (default: mbs·dp, ×4·pp with a pipeline).")]
 FrameworkOpt = Annotated[Optional[Framework], typer.Option("--framework", help="Training framework (default megatron).")]
-Dtype = Annotated[Optional[Precision], typer.Option("--dtype", help="Compute precision (default bf16).")]
+Dtype = Annotated[Optional[Precision], typer.Option("--dtype", help="Compute precision (default bf16; fp4: Transformer Engine NVFP4 GEMMs, Megatron on Blackwell).")]
 Fp8RecipeOpt = Annotated[Optional[Fp8Recipe], typer.Option("--fp8-recipe", help="fp8 scaling with --dtype fp8 (default tensorwise: Megatron TE current scaling; delayed: Megatron TE delayed scaling; rowwise: torchao; mxfp8: Blackwell).")]
 OptimizerOpt = Annotated[Optional[OptimizerKind], typer.Option("--optimizer", help="Optimizer (default adamw).")]
 AttentionOpt = Annotated[Optional[AttentionKernel], typer.Option("--attention", help="Attention kernel (default flash).")]

@@ -47,6 +47,8 @@ CASES = [
     Case("megatron-interleaved-fp8", "llama-3.1-70b", 32, "megatron",
          {"tp": 4, "pp": 4, "vpp": 5, "zero": 1, "recompute": "full", "recompute_layers": 2},
          {"precision": "fp8", "global_batch_size": 64}),
+    Case("megatron-nvfp4", "llama-3.1-8b", 8, "megatron", {"tp": 2, "zero": 1},
+         {"precision": "fp4", "nvfp4_disable_rht": True}, cluster="dgx-b200"),
     Case("megatron-uneven-pp", "llama-3.1-8b", 32, "megatron",
          {"tp": 2, "pp": 4, "vpp": 2, "pp_first_stage_layers": 6, "pp_last_stage_layers": 6, "zero": 1}, {"global_batch_size": 64}),
     Case("megatron-fsdp", "llama-3.1-8b", 16, "megatron", {"tp": 2, "zero": 3}),

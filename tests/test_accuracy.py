@@ -25,6 +25,7 @@ import pytest  # noqa: E402
 import time_accuracy  # noqa: E402
 
 from cost_models.calibration import DEFAULT, MECHANISMS  # noqa: E402
+from cost_models.enums import Precision  # noqa: E402
 from cost_models.units import GiB  # noqa: E402
 
 
@@ -233,7 +234,7 @@ def test_published_layouts_that_ran_are_not_called_out_of_memory_more_than_today
     # capacity and 2 above the default usable memory (docs/accuracy.md names them and why), none of
     # them a vendor's tuned recipe
     fits = memory_accuracy.fit_rows()
-    assert len(fits) == 293  # the 279 timed runs and 14 whose memory alone is compared
+    assert len(fits) == 299  # the 285 timed runs and 14 whose memory alone is compared
     assert sum(f.over_capacity for f in fits) <= 1
     assert sum(f.over_usable for f in fits) <= 2
     assert not [f for f in fits if (f.over_capacity or f.over_usable) and f.id.startswith("mlperf")]
@@ -242,18 +243,25 @@ def test_published_layouts_that_ran_are_not_called_out_of_memory_more_than_today
 def test_step_time_out_of_sample():
     runs, _ = time_accuracy.load()
     cases = [(r, r.job()) for r in runs]
-    # 273, torchao's four MI300X runs since cdna3.toml, and MLPerf v5.1's two fp8 Llama-3.1-8B runs on
-    # GB300 NVL72 since its preset
-    assert len(cases) == 279
+    # 273, torchao's four MI300X runs since cdna3.toml, MLPerf v5.1's two fp8 Llama-3.1-8B runs on GB300
+    # NVL72 since its preset, and v5.1's six NVFP4 runs (four on GB200, two on GB300) since precision fp4
+    assert len(cases) == 285
     grid = time_accuracy.Grid.build(cases)
     fitted = grid.fit(grid.every)
     for name in MECHANISMS:
         assert getattr(DEFAULT, name) == pytest.approx(getattr(fitted, name), rel=1e-3), name
     rows, _ = time_accuracy.leave_one_source_out(grid)
     errors = [abs(r.error) for r in rows]
-    # 3.6% over 273 runs; 3.7% with torchao's four MI300X rows (24-52% each, priced by cdna3.toml's
-    # measured anchors and stand-ins, nothing fitted to them); the out-of-sample target is 6%
-    assert statistics.median(errors) <= 0.038
+    # the out-of-sample target is 6%. 3.9% over 285 runs today: the twelve runs added with the CDNA3
+    # kernel table (torchao's four MI300X runs, 24-52% each, priced by cdna3.toml's measured anchors and
+    # stand-ins), the GB300 preset (two fp8 runs) and precision fp4 (six NVFP4 runs), nothing fitted to
+    # any of them, took it from 3.6%; the bound follows that evidence, so the 273 runs before them keep
+    # their own (3.6% today, plus a tenth of a point)
+    assert statistics.median(errors) <= 0.040
+    new_hardware = {"MI300X", "GB300"}
+    earlier_runs = [abs(r.error) for r in rows
+                    if r.run.cluster.gpu.name not in new_hardware and r.run.training.precision is not Precision.FP4]
+    assert len(earlier_runs) == 273 and statistics.median(earlier_runs) <= 0.037
     by_source: dict[str, list[float]] = defaultdict(list)
     for r in rows:
         by_source[r.family].append(abs(r.error))

@@ -255,6 +255,13 @@ FLAGS = [
     (["estimate", M, *H100, "--dtype", "fp8", "--fp8-recipe", "mxfp8"], "fp8_recipe mxfp8 needs Blackwell tensor cores, compute capability 10.0 or later (H100-SXM is hopper, 9.0)"),
     (["estimate", M, *H100, "--framework", "torchtitan", "--dtype", "fp8", "--fp8-recipe", "delayed"],
      "fp8_recipe delayed is Megatron's --fp8-recipe delayed (framework=torchtitan); use tensorwise"),
+    (["estimate", M, *H100, "--dtype", "fp4"],
+     "precision fp4 needs NVFP4 tensor cores, compute capability 10.0 or later (Blackwell); H100-SXM is hopper, 9.0; use fp8 or bf16"),
+    (["plan", M, *H100, "--dtype", "fp4"], "no layout of llama-3.1-8b can run: precision fp4 needs NVFP4 tensor cores"),
+    (["estimate", M, "--cluster", "dgx-b200", "--gpus", "8", "--framework", "torchtitan", "--dtype", "fp4"],
+     "precision fp4 is Transformer Engine's NVFP4 recipe, run by Megatron's --fp4-format e2m1 (framework=torchtitan"),
+    (["estimate", M, "--cluster", "dgx-b200", "--gpus", "8", "--tp", "2", "--dtype", "fp4", "--tp-comm-overlap"],
+     "precision fp4 runs without tp_comm_overlap"),
     # expert axes on a dense model
     (["estimate", M, *H100, "--tp", "2", "--etp", "2"], "--etp(2) is the tensor-parallel size of expert layers; llama-3.1-8b is dense"),
     (["memory", M, *H100, "--etp", "1"], "--etp(1) is the tensor-parallel size of expert layers"),

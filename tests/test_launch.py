@@ -124,6 +124,18 @@ def test_megatron_environment_follows_the_rules():
     assert "CUDA_DEVICE_MAX_CONNECTIONS" not in text
 
 
+def test_megatron_nvfp4_flags_and_environment():
+    # --fp4-format e2m1 --fp4-recipe nvfp4 with --bf16 and no fp8 flag (Megatron refuses both formats:
+    # Megatron-LM@d3391901 arguments.py:662-664), and TE's NVTE_NVFP4_DISABLE_RHT where the plan turns
+    # the Hadamard transform off
+    text = BY_NAME["megatron-nvfp4"].build().files["train.sh"].text
+    assert "--fp4-format e2m1" in text and "--fp4-recipe nvfp4" in text and "--bf16" in text
+    assert "--fp8-format" not in text and "--fp8-param-gather" not in text
+    assert "export NVTE_NVFP4_DISABLE_RHT=1" in text.splitlines()
+    default = run_launch("llama-3.1-8b", "dgx-b200", 8, training={"precision": "fp4"}, layout={"tp": 2}).files["train.sh"].text
+    assert "--fp4-format e2m1" in default and "NVTE_NVFP4_DISABLE_RHT" not in default
+
+
 def test_megatron_on_blackwell_leaves_the_queues_alone():
     report = run_launch("llama-3.1-8b", "dgx-b200", 8, training={}, layout={"tp": 2}).files["train.sh"].text
     assert "CUDA_DEVICE_MAX_CONNECTIONS" not in report
@@ -335,6 +347,8 @@ def test_slug():
     (["llama-3.1-8b", "-g", "16", "--zero", "3", "--dp-shard", "8", "--framework", "deepspeed"], "MiCS"),
     (["llama-3.1-8b", "-g", "8", "--framework", "deepspeed", "--dtype", "fp8"], "fp8"),
     (["llama-3.1-8b", "-g", "8", "--framework", "torchtitan", "--dtype", "fp16"], "bf16 or fp8"),
+    (["llama-3.1-8b", "-g", "8", "--framework", "torchtitan", "--dtype", "fp4"], "run by Megatron's --fp4-format e2m1 (framework=torchtitan"),
+    (["llama-3.1-8b", "-g", "8", "--framework", "deepspeed", "--dtype", "fp4"], "run by Megatron's --fp4-format e2m1 (framework=deepspeed"),
     (["llama-3.1-8b", "-g", "8", "--framework", "torchtitan", "--recompute", "full", "--recompute-layers", "2"], "recompute_layers"),
     (["qwen3-30b-a3b", "-g", "16", "--framework", "torchtitan", "--tp", "2", "--ep", "4", "--etp", "2"], "etp(2) must be 1"),
     (["llama-3.1-8b", "-g", "8", "--framework", "torchtitan", "--dtype", "fp8"], "rowwise"),

@@ -133,6 +133,31 @@ def test_fp8_parameters_keep_one_byte_weights_and_only_the_transpose():
     assert fp8p.value("buffers/fp8_weight_cache") == pytest.approx(plain.value("buffers/fp8_weight_cache") / 2, rel=1e-6)
 
 
+def test_nvfp4_keeps_quantised_weights_and_inputs():
+    # Megatron with precision fp4 (TE NVFP4, 0.5625 bytes per element and usage): each weight's
+    # cached NVFP4 copy holds both usages, 1.125 bytes per parameter (fp8: 2); a linear keeps the
+    # column-wise usage of its input for the wgrad (0.5625), except TE's LayerNormLinear under
+    # sequence parallelism, which keeps both (layernorm_linear.py:400-414). LLAMA_TINY, 128 tokens,
+    # tp 2 with sequence parallelism: qkv's and fc1's inputs 64 x 256 x 1.125 = 18,432 bytes each,
+    # fc2's 128 x 344 x 0.5625 = 24,768, and out's own copy of the attention output 128 x 128 x 0.5625
+    # = 9,216 beside the 16-bit one flash attention saves.
+    from cost_models.activations import layer_activations
+    from cost_models.enums import Recompute as R
+    from tests.helpers import LLAMA_TINY
+
+    fp4 = dict(seq_len=128, precision="fp4", global_batch_size=2)
+    job = make_job(LLAMA_TINY, gpus=2, tp=2, sp=True, cluster="dgx-b200", training=fp4)
+    acts = layer_activations(job, 0, R.NONE)
+    assert acts.value("attention/qkv_input") == 18_432
+    assert acts.value("mlp/fc1_input") == 18_432
+    assert acts.value("mlp/activation/fc2_input") == 24_768
+    assert acts.value("attention/out_proj_input") == 9_216
+    fp8 = make_job(LLAMA_TINY, gpus=2, tp=2, sp=True, cluster="dgx-b200", training={**fp4, "precision": "fp8"})
+    cache4 = memory_estimate(job).stages[0].breakdown.value("buffers/fp8_weight_cache")
+    cache8 = memory_estimate(fp8).stages[0].breakdown.value("buffers/fp8_weight_cache")
+    assert cache4 == pytest.approx(cache8 * 1.125 / 2)
+
+
 def test_bf16_gradient_buffer_halves_the_gradients_and_the_reduction():
     # Megatron --grad-reduce-in-bf16: the grad buffer is bf16 (2 bytes per parameter, not the fp32
     # main grads), and the data-parallel reduce-scatter moves half the bytes

@@ -20,7 +20,7 @@ from flop_conventions import (
     palm_flop_per_token,
 )
 
-from cost_models.enums import MoEDispatch, ScaleupTopology
+from cost_models.enums import MoEDispatch, Precision, ScaleupTopology
 from cost_models.hardware import Cluster
 from cost_models.memory import memory_estimate
 from cost_models.rules import resolve
@@ -52,7 +52,7 @@ def test_runs_per_group():
     assert Counter(r.group for r in RUNS) == {
         "narayanan2021": 22, "korthikanti2022": 10, "torchtitan": 32, "mpt": 45, "fp8lm": 6, "zerobubble": 31,
         "vocabpar": 24, "megatron_readme_gpt3ex": 1, "torchtitan_docs_2024": 11, "nanotron_ultrascale": 26,
-        "kempnerforge_mfu_scaling": 14, "kempnerforge_config_validation": 7, "mlperf": 26, "mlperf_coreweave": 3,
+        "kempnerforge_mfu_scaling": 14, "kempnerforge_config_validation": 7, "mlperf": 32, "mlperf_coreweave": 3,
         "mlperf_azure": 1, "mlperf_smc": 1, "mlperf_oracle": 3, "mlperf_cisco": 2, "mlperf_uf": 3,
         "mlperf_ibm_coreweave": 5, "mlperf_nebius": 2,  # the Llama-3.1-405B rows: embedding and loss as pipeline layers
         "torchao_torchtitan_bench": 4,  # the MI300X table (presets/kernels/cdna3.toml); H100 and B200 untimed
@@ -67,9 +67,6 @@ def test_runs_per_group():
         ("llama3-405b-t4-16384gpu-cp16", "micro-batch size"),
         ("korthikanti2022-t4-22b-layer-baseline_no_recompute", "layer microbenchmark"),
         ("palm-540b-6144xtpuv4", "TPU"),
-        # GB300 has its preset; these two run NVFP4 GEMMs, which Precision does not hold
-        ("mlperf-v5.1-nvidia-llama8b-gb300-2x4", "NVFP4 GEMMs"),
-        ("mlperf-v5.1-nvidia-llama405b-gb300-128x4", "NVFP4 GEMMs"),
     ],
 )
 def test_skip_reasons(run_id, reason):
@@ -390,10 +387,13 @@ def test_mlperf_gpt3_rows_run_apex_distributed_fused_adam():
 
 def test_mlperf_fp8_parameters_follow_fp8_params_and_fp8_param_gather():
     # GPT-3 v4.x and the v5.0 H100/H200 405B configs export FP8_PARAMS, the v5.0 GB200 and v5.1 405B
-    # ones FP8_PARAM_GATHER (tyche_ngpu256_ngc25.04_nemo/config_common.sh:69); GPT-3 v3.x neither
+    # ones FP8_PARAM_GATHER (tyche_ngpu256_ngc25.04_nemo/config_common.sh:69); GPT-3 v3.x neither;
+    # the v5.1 NVFP4 configs turn it off (config_common_fp4.sh:4)
     mlperf = [r for r in BY_ID.values() if r.id.startswith("mlperf-")]
     fp8_params = {r.id for r in mlperf if r.training.fp8_param_gather}
-    assert {r.id for r in mlperf if "-llama405b-" in r.id} <= fp8_params
+    fp4 = {r.id for r in mlperf if r.training.precision is Precision.FP4}
+    assert {r.id for r in mlperf if "-llama405b-" in r.id} - fp4 <= fp8_params
+    assert not fp4 & fp8_params
     assert {r.id for r in mlperf if r.id.startswith(("mlperf-v4.0-", "mlperf-v4.1-"))} <= fp8_params
     assert not {r.id for r in mlperf if r.id.startswith(("mlperf-v3.0-", "mlperf-v3.1-"))} & fp8_params
 
@@ -402,8 +402,10 @@ def test_mlperf_llama8b_rows_gather_fp8_parameters():
     # every v5.1 8B submission's config_common.sh:73 (NVIDIA, Oracle, University of Florida) or
     # config_common.sh:58 FP8_PARAMS (Cisco) turns fp8 parameters on; the fp4 configs turn them off
     rows = [r for r in BY_ID.values() if r.id.startswith("mlperf-v5.1-") and "-llama8b-" in r.id]
-    assert len(rows) == 8
-    assert all(r.training.fp8_param_gather for r in rows)
+    assert len(rows) == 10
+    assert all(r.training.fp8_param_gather is (r.training.precision is Precision.FP8) for r in rows)
+    assert sorted(r.id for r in rows if r.training.precision is Precision.FP4) == [
+        "mlperf-v5.1-nvidia-llama8b-gb200-2x4", "mlperf-v5.1-nvidia-llama8b-gb300-2x4"]
 
 
 @pytest.mark.parametrize("run_id, cap", [

@@ -348,6 +348,96 @@ def test_te_cast_pricing_reproduces_the_measured_autocast_overhead():
         assert priced == pytest.approx(measured, rel=rel), gpu.name
 
 
+def test_megatron_nvfp4_casts_by_hand():
+    # The GEMMs of test_megatron_te_casts_by_hand (LLAMA_TINY, 128 tokens) under NVFP4 on B200. An
+    # NVFP4 copy is e2m1 (0.5 byte) plus an e4m3 scale per 16 elements: 0.5625 bytes; a quantize
+    # into both usages reads 16 bits (2) and writes two copies (1.125) = 3.125, after an amax read
+    # (2): 5.125 bytes in 2 kernels (TransformerEngine@40c69e75 csrc/quantizer.cpp:1438-1640).
+    # Without the Hadamard transform (the MLPerf configs' NVTE_NVFP4_DISABLE_RHT=1), tp 1:
+    # forward: qkv's and fc1's inputs come from the norm with their amax, quantize only:
+    #   2 x 32,768 x 3.125 = 204,800 in 2 kernels; out's and fc2's (32,768 + 88,064) x 5.125 = 619,264
+    #   in 4 -> 824,064 in 6
+    # backward: every output gradient (49,152 + 32,768 + 176,128 + 32,768) x 5.125 = 1,490,432 in 8
+    # weights once per step: (98,304 + 65,536 + 352,256 + 176,128) x 5.125 = 3,547,648 in 8
+    from cost_models.compute import (te_amax_reduced, te_cast_bytes, te_nvfp4, te_weight_cast_bytes, tp_blocks,
+                                     tp_gather_bytes, tp_grad_gather_bytes)
+    from cost_models.step_time import float8_amax_reductions
+
+    fp4 = dict(seq_len=128, precision="fp4", framework="megatron", global_batch_size=4)
+    plain = dict(fp4, nvfp4_disable_rht=True)
+    job = make_job(LLAMA_TINY, gpus=1, cluster="dgx-b200", training=plain)
+    assert te_nvfp4(job)
+    assert te_cast_bytes(job, LayerKind()) == (824_064, 1_490_432, 6, 8)
+    assert te_weight_cast_bytes(job, LayerKind()) == (3_547_648, 8)
+    # the recipe's default Hadamard transform on inputs and gradients: one more 16-bit read and
+    # kernel each (7.125 bytes in 3), and the norm-fed inputs cast whole after an unfused norm:
+    # forward (3 x 32,768 + 88,064) x 7.125 = 1,327,872 in 12; backward 290,816 x 7.125 = 2,072,064
+    # in 12; weights take no transform
+    rht = make_job(LLAMA_TINY, gpus=1, cluster="dgx-b200", training=fp4)
+    assert te_cast_bytes(rht, LayerKind()) == (1_327_872, 2_072_064, 12, 12)
+    assert te_weight_cast_bytes(rht, LayerKind()) == (3_547_648, 8)
+    # tp 2 with sequence parallelism: column inputs cast on the rank's 64 tokens and row outputs'
+    # gradients likewise, then gathered quantised (no transposes). qkv 128x256·256x192, out
+    # 128x128·128x256, fc1 128x256·256x688, fc2 128x344·344x256:
+    # forward 2 x 16,384 x 3.125 + (16,384 + 44,032) x 5.125 = 102,400 + 309,632 = 412,032 in 6
+    # backward (24,576 + 88,064) x 5.125 + 2 x 16,384 x 5.125 = 577,280 + 167,936 = 745,216 in 8
+    tp2 = make_job(LLAMA_TINY, gpus=2, tp=2, sp=True, cluster="dgx-b200", training=plain)
+    assert te_cast_bytes(tp2, LayerKind()) == (412_032, 745_216, 6, 8)
+    assert te_weight_cast_bytes(tp2, LayerKind()) == (346_112 * 5.125, 8)
+    # the gathers carry one usage of a column input (0.5625 bytes) and both of a gradient (1.125),
+    # and the sequence-parallel quantizers reduce their amax over tp as current scaling does
+    assert (tp_gather_bytes(tp2), tp_grad_gather_bytes(tp2)) == (0.5625, 1.125)
+    assert te_amax_reduced(tp2)
+    assert float8_amax_reductions(tp2, tp_blocks(tp2, LayerKind(), cal=DEFAULT)) == (2, 2)
+
+
+def test_nvfp4_cast_pricing_reproduces_the_measured_autocast_overhead():
+    # Transformer Engine's GEMM profiling on B300 (docs/examples/gemm_profiling/gemm_profiling.rst
+    # @1609c890; shapes as in test_te_cast_pricing_reproduces_the_measured_autocast_overhead): NVFP4
+    # autocast 6.453 ms per layer against 3.764 ms pre-quantized, 2.689 ms of quantisation. Each call
+    # is a te.Linear forward under the default NVFP4BlockScaling (benchmarks/gemm/benchmark_gemm.py
+    # L711-740 at d0067d0d) on an input that needs no gradient: the input cast into both usages with
+    # the Hadamard transform (7.125 bytes, 3 kernels), the weight row-wise only (amax 2 + read 2 +
+    # write 0.5625, 2 kernels; linear.py:237-247 asks column-wise usage only when the input needs a
+    # gradient). Priced at B200's 8 TB/s (B300's too): 2.400 ms, -11%. Tolerance 20%, as for the
+    # fp8 casts on the same table (its "pre-quantized" NVFP4 runs tex.generic_gemm, not te.Linear,
+    # and stochastic rounding and 2D weight scaling are on in the benchmark).
+    from cost_models import kernels as K
+    from cost_models.compute import NVFP4_BYTES, nvfp4_cast
+
+    m, h, f = 15872, 4096, 16384
+    fprop = [(m, h, 3 * h), (m, h, h), (m, h, f), (m, f, h)]  # (rows, k, n)
+    shapes = fprop + [(r, n, k) for r, k, n in fprop] + [(k, r, n) for r, k, n in fprop]
+    inputs, weights = sum(r * k for r, k, _ in shapes), sum(k * n for _, k, n in shapes)
+    gpu = presets.gpus()["B200"]
+    job = make_job(LLAMA_TINY, gpus=1, cluster="dgx-b200", training=dict(precision="fp4"))
+    per_input, input_kernels = nvfp4_cast(job)
+    assert (per_input, input_kernels) == (7.125, 3)
+    weight_bytes = 2 + 2 + NVFP4_BYTES
+    priced = K.memory_seconds(per_input * inputs + weight_bytes * weights, gpu, launches=(input_kernels + 2) * len(shapes))
+    assert priced == pytest.approx(6.453e-3 - 3.764e-3, rel=0.20)
+
+
+def test_nvfp4_gemms_run_at_the_measured_b200_rate():
+    # torchao's bench_matmul --recipe nvfp4 on B200 (pytorch/ao PR 2427): 6144^3 in 8.44e-05 s and
+    # 8192^3 in 2.05e-04 s, the preset's two fp4 anchors; the ceiling is their geometric mean after
+    # the tile, wave and epilogue factors, so each is reproduced to within their spread (8%).
+    # GB200 has no fp4 timings: its ceiling is B200's scaled by the datasheet fp4 peaks (10,000 /
+    # 9,000).
+    from cost_models import kernels as K
+    from cost_models.compute import NVFP4_BYTES
+    from cost_models.enums import Precision
+
+    gpus = presets.gpus()
+    b200, gb200 = gpus["B200"], gpus["GB200"]
+    for n, measured in ((6144, 8.44e-05), (8192, 2.05e-04)):
+        t = K.gemm_seconds(n, n, n, 1, b200, Precision.FP4, operand_bytes=NVFP4_BYTES)
+        assert t == pytest.approx(measured, rel=0.08), n
+    assert K.tensor_core_ceiling(gb200, Precision.FP4) == pytest.approx(K.tensor_core_ceiling(b200, Precision.FP4) * 10 / 9)
+    # fp4 about twice fp8 per second on the same GPU (datasheet 2x; measured ceilings 2.2x on GB200)
+    assert 1.8 < K.tensor_core_ceiling(gb200, Precision.FP4) / K.tensor_core_ceiling(gb200, Precision.FP8) < 2.4
+
+
 def test_torchtitan_float8_tp_casts_at_the_module_boundaries_on_shards():
     # LLAMA_TINY, 128 tokens, tp 2, sequence parallel, tensorwise: torchtitan's Float8ColwiseParallel,
     # Float8RowwiseParallel and PrepareFloat8ModuleInput. m = 128 gathered rows; 5 bytes a cast

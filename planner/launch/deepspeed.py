@@ -58,8 +58,9 @@ def check(target: Target) -> None:
             f"layout: DeepSpeed 0.19 shards over all of dp({job.dp}); sharding within groups of {lay.dp_shard} "
             "(MiCS) was removed (runtime/config.py _reject_removed_config_keys); drop --dp-shard"
         )
-    if job.training.precision is Precision.FP8:
-        raise SpecError("training: ds_config.json has no fp8 GEMM setting (it comes from Transformer Engine in the model); use --dtype bf16")
+    if job.training.precision.low:
+        raise SpecError(f"training: ds_config.json has no {job.training.precision} GEMM setting (it comes from Transformer "
+                        "Engine in the model); use --dtype bf16")
     if job.training.tp_comm_overlap:
         raise SpecError("training: DeepSpeed AutoTP has no tp communication overlap; drop --tp-comm-overlap")
 

@@ -570,6 +570,10 @@ def _precision(job: Job) -> list[Flag]:
         out += [("--fp8-format", "hybrid"), ("--fp8-recipe", str(tr.fp8_recipe))]
         if tr.fp8_param_gather:
             out.append(("--fp8-param-gather",))  # Megatron-LM@d98e8a64 arguments.py:2016-2018
+    if tr.precision is Precision.FP4:
+        # NVFP4: TC L673-674 `fp4` exposed as --fp4-format (e2m1 its only value), TC L679 fp4_recipe
+        # (nvfp4, Transformer Engine's NVFP4BlockScaling: core/fp4_utils.py get_fp4_recipe)
+        out += [("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4")]
     optimizer = "sgd" if tr.optimizer is OptimizerKind.SGD else "adam"  # ARG L2913: adam is AdamW (decoupled decay)
     out.append(("--optimizer", optimizer))
     return out
@@ -602,16 +606,23 @@ def _data(job: Job, target: Target) -> list[Flag]:
 
 
 def environment(target: Target) -> list[str]:
-    """CUDA_DEVICE_MAX_CONNECTIONS: 1 where Megatron asserts it, unset where FSDP forbids it."""
+    """CUDA_DEVICE_MAX_CONNECTIONS: 1 where Megatron asserts it, unset where FSDP forbids it;
+    NVTE_NVFP4_DISABLE_RHT=1 where the plan turns NVFP4's Hadamard transform off."""
     job = target.job
     lay = job.layout
+    out = []
+    if job.training.nvfp4_disable_rht:
+        # read when Transformer Engine builds the NVFP4 recipe (TransformerEngine@40c69e75
+        # transformer_engine/common/recipe/__init__.py:411-412)
+        out += ["# NVFP4 without the random Hadamard transform (TrainingSpec.nvfp4_disable_rht).",
+                "export NVTE_NVFP4_DISABLE_RHT=1"]
     if fsdp_kind(job, target) is not None:
-        return ["# Megatron-FSDP and torch-FSDP2 need more than one hardware queue (ARG L1048, L1166).",
+        out += ["# Megatron-FSDP and torch-FSDP2 need more than one hardware queue (ARG L1048, L1166).",
                 "unset CUDA_DEVICE_MAX_CONNECTIONS"]
-    if (lay.tp > 1 or lay.cp > 1) and job.cluster.gpu.before_blackwell:
-        return ["# tp or cp > 1 before Blackwell: Megatron asserts one hardware queue (ARG L1453-1478).",
+    elif (lay.tp > 1 or lay.cp > 1) and job.cluster.gpu.before_blackwell:
+        out += ["# tp or cp > 1 before Blackwell: Megatron asserts one hardware queue (ARG L1453-1478).",
                 "export CUDA_DEVICE_MAX_CONNECTIONS=1"]
-    return []
+    return out
 
 
 def fill_in(target: Target) -> list[str]:
