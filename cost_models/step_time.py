@@ -1939,6 +1939,14 @@ class TimeEstimate:
         return self.model_flop_per_s_per_gpu / fp8
 
     @property
+    def mfu_fp4(self) -> float | None:
+        """MFU against the dense fp4 peak, for NVFP4 runs on GPUs that have one (None otherwise)."""
+        fp4 = self.job.cluster.gpu.peak_flop_per_s.fp4
+        if self.job.training.precision is not Precision.FP4 or fp4 is None:
+            return None
+        return self.model_flop_per_s_per_gpu / fp4
+
+    @property
     def bottleneck(self) -> str:
         """The largest part of the step: compute, tp, cp, ep, pp, dp, bubble, optimizer or straggler."""
         name, _ = max(((n, float(self.breakdown.value(n))) for n, _ in self.breakdown), key=lambda x: x[1])

@@ -184,6 +184,8 @@ def render_estimate(report: Any, console: Console) -> None:
         f"HFU {t.hfu:.1%} (of {t.peak_flop_per_s / TFLOP:,.0f} TFLOP/s dense 16-bit"
         + (f"; MFU {t.mfu_fp8:.1%} of the {t.job.cluster.gpu.peak_flop_per_s.fp8 / TFLOP:,.0f} TFLOP/s fp8 peak"
            if t.mfu_fp8 is not None else "")
+        + (f"; MFU {t.mfu_fp4:.1%} of the {t.job.cluster.gpu.peak_flop_per_s.fp4 / TFLOP:,.0f} TFLOP/s fp4 peak"
+           if t.mfu_fp4 is not None else "")
         + f") · bottleneck: [bold]{t.bottleneck}[/]"
     )
     for line in outlook_lines(report) + note_lines(report.job):

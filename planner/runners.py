@@ -216,6 +216,7 @@ class EstimateReport:
             "mfu": t.mfu,
             "hfu": t.hfu,
             "mfu_fp8_peak": t.mfu_fp8,
+            "mfu_fp4_peak": t.mfu_fp4,
             "model_flop_per_step": t.model_flop_per_step,
             "hardware_flop_per_step": t.hardware_flop_per_step,
             "peak_tflops_per_gpu": t.peak_flop_per_s / TFLOP,

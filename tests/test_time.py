@@ -538,6 +538,16 @@ def test_hfu_is_mfu_plus_the_recomputed_work_and_never_below_it(recompute, preci
         assert t.mfu_fp8 == pytest.approx(t.mfu / 2, rel=1e-3)
     else:
         assert t.mfu_fp8 is None
+    assert t.mfu_fp4 is None
+
+
+def test_fp4_mfu_against_the_fp4_peak():
+    # NVFP4 on GB200: MFU against the dense 16-bit peak (2,500 TFLOP/s) as for every precision, and
+    # against the dense fp4 peak (10,000 TFLOP/s, presets/gpus.toml GB200), a quarter of it
+    job = make_job("llama-3.1-8b", cluster="gb200-nvl72", gpus=8, training=dict(seq_len=8192, precision="fp4"))
+    t = time_estimate(job)
+    assert t.mfu_fp8 is None
+    assert t.mfu_fp4 == pytest.approx(t.mfu / 4, rel=1e-9)
 
 
 # --- FSDP2 under torch's pipelining ------------------------------------------------------------
