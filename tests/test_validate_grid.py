@@ -213,6 +213,14 @@ def test_refused_plans_are_refused_with_a_stated_reason():
     assert met == {r.name for r in REFUSALS}
 
 
+def test_an_nvfp4_plan_is_refused_by_the_native_jobs_rules():
+    # the emitted job is a torchtitan one, whose quantisation converters train float8 and MXFP8 only:
+    # the rules refuse precision fp4 in one line before any worker slice is made
+    with pytest.raises(SpecError, match="precision fp4 is Transformer Engine's NVFP4 recipe") as e:
+        native_job(TINY, presets.clusters()["dgx-b200"], 1, {**TRAINING, "framework": "megatron", "precision": "fp4"}, {})
+    assert "\n" not in str(e.value) and refusal_name(e.value) is None
+
+
 DOC = Path(__file__).resolve().parents[1] / "docs" / "validate.md"
 
 

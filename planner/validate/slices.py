@@ -227,8 +227,6 @@ class Refusal:
 REFUSALS = (
     Refusal("fp8", "dtype fp8 needs torchao's float8 GEMMs; use --dtype bf16",
             lambda j: j.training.precision is Precision.FP8),
-    Refusal("fp4", "dtype fp4 needs Transformer Engine's NVFP4 GEMMs; use --dtype bf16",
-            lambda j: j.training.precision is Precision.FP4),
     Refusal("compile", "--compile is not part of the emitted job; use --no-compile", lambda j: j.training.compile),
     Refusal("alibi", "ALiBi position biases are not implemented; the worker has rope, learned and none",
             lambda j: j.model.position_embedding is PositionKind.ALIBI),
