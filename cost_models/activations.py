@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from cost_models import deepep
 from cost_models.breakdown import Breakdown
-from cost_models.enums import AttentionKernel, Framework, MixerKind, MoEDispatch, NormKind, Precision, Recompute
+from cost_models.enums import AttentionKernel, Fp8Recipe, Framework, MixerKind, MoEDispatch, NormKind, Precision, Recompute
 from cost_models.flops import mamba_local, sac_recomputes
 from cost_models.job import Job
 from cost_models.states import local_kv_heads, local_vocab
@@ -484,10 +484,10 @@ def layer_activations(job: Job, layer_id: int, recompute: Recompute, conv: Conve
 
 def layer_backward_workspace(job: Job, layer_id: int) -> int:
     """Gradient tensors alive while one layer runs backward: the incoming and outgoing residual
-    gradients, the all-gathered GEMM input under sequence parallel, and the gradients of the widest
-    MLP intermediate with those of its inputs (3 f-wide tensors for SwiGLU: d(product), d(gate),
-    d(up); 2 for GELU and squared ReLU). A layer without an MLP: for Mamba-2 the gradient of
-    zxBCdt (as the scan kernel sees it: mamba_items) and of the scan output, and under cp also
+    gradients, the all-gathered GEMM input under sequence parallel (gathered_input_bytes), and the
+    gradients of the widest MLP intermediate with those of its inputs (3 f-wide tensors for SwiGLU:
+    d(product), d(gate), d(up); 2 for GELU and squared ReLU). A layer without an MLP: for Mamba-2
+    the gradient of zxBCdt (as the scan kernel sees it: mamba_items) and of the scan output, and under cp also
     in_proj's output gradient that the reverse all-to-alls assemble while the kernel's is alive
     (mamba_context_parallel.py pre_conv_ssm at d98e8a64); for attention those of q, k, v and of the
     attention output."""
@@ -496,7 +496,7 @@ def layer_backward_workspace(job: Job, layer_id: int) -> int:
     kind = m.layer_kind(layer_id)
     # TrainingSpec.tp_gather_buffers: the gathered input lives in a persistent buffer (memory.stage_buffers)
     gathered = d.t * d.h if d.sp_div > 1 and not job.training.tp_gather_buffers else 0
-    outer = (2 * d.residual + gathered) * ACT_BYTES
+    outer = 2 * d.residual * ACT_BYTES + int(gathered * gathered_input_bytes(job))
     # torch's ring attention runs its backward after the MLP's, whose gradients are freed by then
     ring = ring_attention_backward_bytes(job) if kind.mixer is MixerKind.ATTENTION else 0
     if not kind.mlp:
@@ -515,6 +515,25 @@ def layer_backward_workspace(job: Job, layer_id: int) -> int:
         tokens, width = d.t, d.f
     wide = 3 if m.mlp.gated else 2
     return outer + max(wide * tokens * width * ACT_BYTES, ring)
+
+
+def gathered_input_bytes(job: Job) -> float:
+    """Bytes per element of the column input a sequence-parallel backward all-gathers for the wgrad:
+    16-bit, or where Megatron's Transformer Engine linears gather it quantised over NCCL
+    (compute.te_quantized_gathers, without userbuffers, whose gathers land in their own buffers) the
+    gathered usage (compute.tp_gather_bytes) and, with per-tensor fp8 on GPUs whose fp8 GEMMs take
+    only the TN layout, the transpose the wgrad makes beside it: update_usage(columnwise_usage=True)
+    keeps the gathered data and adds the transpose (TransformerEngine@40c69e75 transformer_engine/
+    pytorch/module/layernorm_linear.py:805-810, tensor/_internal/float8_tensor_base.py:191-229;
+    v0.11 layernorm_linear.py:384-387, tex.fp8_transpose of the gathered ln_out_total), 1 + 1 bytes,
+    the 16-bit size; 1 byte where any layout is taken (compute.te_transposes)."""
+    from cost_models import compute  # compute imports this module
+
+    if job.training.tp_comm_overlap or not compute.te_quantized_gathers(job):
+        return ACT_BYTES
+    per = compute.tp_gather_bytes(job)
+    per_tensor = not compute.te_nvfp4(job) and job.training.fp8_recipe is not Fp8Recipe.MXFP8
+    return per * (1 + compute.te_transposes(job.cluster.gpu)) if per_tensor else per
 
 
 def moe_combine_bytes(job: Job, layer_id: int, recompute: Recompute) -> int:

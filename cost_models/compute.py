@@ -1028,24 +1028,75 @@ def float8_tp(job: Job) -> bool:
             and job.layout.tp > 1 and job.sp)
 
 
+# Bytes per element of an MXFP8 tensor's one usage: the e4m3/e5m2 values and one e8m0 scale per
+# block of 32 along the quantised axis (MXFP8BlockScaling, block size 32), both all-gathered
+# (TransformerEngine@40c69e75 transformer_engine/pytorch/distributed.py:1449-1576 _all_gather_mxfp8:
+# the scale-inverses unpadded to rows x cols/32 row-wise, rows/32 x cols column-wise, then the data).
+MXFP8_BYTES = 1 + 1 / 32
+
+
+def te_quantized_gathers(job: Job) -> bool:
+    """Whether Megatron's Transformer Engine linears all-gather their sequence-parallel operands
+    quantised: fp8 GEMMs (delayed, tensorwise current or MXFP8 scaling) or NVFP4, tp > 1 with
+    sequence parallelism.
+
+    Every Transformer Engine release the mapped runs use does so with per-tensor fp8 scaling, with
+    NCCL as with userbuffers; only the reduce-scatters stay in the 16-bit activation dtype:
+    - forward, a column-parallel linear's input: the norm writes it in fp8 (or the local input is
+      cast) on the rank's own tokens and the fp8 tensor is gathered. release_v0.8 (8e5f00f2)
+      transformer_engine/pytorch/module.py:874, 936 (LayerNormLinear), 1716 (Linear); v0.11
+      (3f01b4f8) module/layernorm_linear.py:113-124, 146, linear.py:99-127, layernorm_mlp.py:141-142,
+      178; 4ee8e8ec layernorm_linear.py:115, 150; v1.6rc1 (9e4091e7) layernorm_linear.py:130, 159;
+      v2.2.1 (d0c452cc) layernorm_linear.py:165-175, 212-228; v2.5 (f05f12c9) layernorm_linear.py:250;
+      release_v2.8 (40c69e75) layernorm_linear.py:187-193, 247-266, linear.py:175-208;
+    - backward, the same input again for the wgrad: the local fp8 shard is saved and gathered once
+      more beside the dgrad (v0.11 layernorm_linear.py:308-311, linear.py:301-309, layernorm_mlp.py:475;
+      4ee8e8ec layernorm_linear.py:318; 9e4091e7 :422; d0c452cc :599-613; 40c69e75 :400-414, 650-674),
+      its fp8 transpose written after the gather on TN-only GPUs (te_transposes);
+    - backward, a row-parallel linear's output gradient: cast on the local tokens and gathered in fp8
+      before the dgrad (base.py grad_output_preprocess: v0.11 :703-726, 8e5f00f2 module.py:723-741,
+      4ee8e8ec base.py:714-732, 9e4091e7 :678-699, d0c452cc :827-874, f05f12c9 :1044-1105, 40c69e75
+      :1131-1193).
+    From v2.0 a quantised tensor goes through gather_along_first_dim, whose per-tensor fp8 branch
+    casts row-wise only and gathers the uint8 data (40c69e75 distributed.py:903-985 _all_gather_fp8,
+    1577-1656; d0c452cc :858-935), the MXFP8 branch each usage asked for with its scales
+    (MXFP8_BYTES), the NVFP4 branch likewise (NVFP4_BYTES). Under userbuffers the all-gather buffers
+    are uint8 alike (memory.ub_gather_bytes)."""
+    return job.training.framework is Framework.MEGATRON and job.sp and job.layout.tp > 1 and (
+        te_nvfp4(job) or _gemm_precision(job) is Precision.FP8)
+
+
 def tp_gather_bytes(job: Job) -> float:
-    """Bytes per element of the activations tp all-gathers (forward column inputs, backward
-    row-output gradients): fp8 under torchtitan's float8_tp; under Megatron's NVFP4 with sequence
-    parallelism the column inputs' one usage (row-wise forward, column-wise for the wgrad's gather
-    in backward: TransformerEngine@40c69e75 transformer_engine/pytorch/module/linear.py:196-207, 370-385,
-    layernorm_linear.py:246-265), NVFP4_BYTES, with the row outputs' gradients at tp_grad_gather_bytes;
-    else 16-bit (Megatron's fp8 gathers are priced at 16 bits)."""
+    """Bytes per element of the column inputs tp all-gathers (forward, and again in backward for the
+    wgrad where the framework re-gathers them): fp8 under torchtitan's float8_tp; under Megatron's
+    te_quantized_gathers one usage of the quantised tensor, 1 byte with per-tensor fp8 scaling (the
+    row-wise data forward and backward), MXFP8_BYTES (row-wise forward, column-wise backward:
+    TransformerEngine@40c69e75 layernorm_linear.py:247-266, 650-660) and NVFP4_BYTES (linear.py:
+    196-207, 370-385, layernorm_linear.py:246-265); else 16-bit. The row outputs' gradients are
+    tp_grad_gather_bytes."""
     if float8_tp(job):
         return 1
-    return NVFP4_BYTES if te_nvfp4(job) and job.sp else ACT_BYTES
+    if not te_quantized_gathers(job):
+        return ACT_BYTES
+    if te_nvfp4(job):
+        return NVFP4_BYTES
+    return MXFP8_BYTES if job.training.fp8_recipe is Fp8Recipe.MXFP8 else 1
 
 
 def tp_grad_gather_bytes(job: Job) -> float:
     """Bytes per element of a row-parallel linear's output gradient that tp all-gathers before its
-    dgrad: under Megatron's NVFP4 both usages (the dgrad's row-wise, the wgrad's column-wise), cast
-    on the local tokens and gathered quantised (module/base.py:1160-1188 grad_output_preprocess,
-    distributed.py:1275-1420); else tp_gather_bytes."""
-    return 2 * NVFP4_BYTES if te_nvfp4(job) and job.sp else tp_gather_bytes(job)
+    dgrad. The row-parallel linear's quantizer asks for both usages (the dgrad's row-wise, the
+    wgrad's column-wise: TransformerEngine@40c69e75 transformer_engine/pytorch/module/linear.py:
+    564-574; module/base.py:1161-1193 grad_output_preprocess): a per-tensor fp8 gather casts the
+    row-wise data alone and writes the transpose after it on TN-only GPUs (distributed.py:925-940,
+    966-982), 1 byte; MXFP8 and NVFP4 gather both usages (distributed.py:1528-1571 and 1275-1420),
+    2 x MXFP8_BYTES and 2 x NVFP4_BYTES. Else tp_gather_bytes."""
+    if te_quantized_gathers(job):
+        if te_nvfp4(job):
+            return 2 * NVFP4_BYTES
+        if job.training.fp8_recipe is Fp8Recipe.MXFP8:
+            return 2 * MXFP8_BYTES
+    return tp_gather_bytes(job)
 
 
 def _float8_tp_cast_bytes(g: Gemm, tp: int) -> tuple[float, float]:

@@ -458,6 +458,61 @@ def test_userbuffers_gather_fp8_over_the_copy_engine():
     assert tp_exposure(job, (b,), backward=False, cal=DEFAULT).exposed == pytest.approx(expected)
 
 
+def test_megatron_fp8_gathers_the_sequence_parallel_shards_in_fp8_over_nccl():
+    # Megatron fp8 (Transformer Engine) at tp 8 with sequence parallelism, no userbuffers: each block
+    # casts its input on the rank's 512 of the 4096 tokens and all-gathers the fp8 tensor
+    # (TransformerEngine@40c69e75 module/layernorm_linear.py:247-266, distributed.py:925-972). A gathered
+    # 4096 x 8192 input is 33,554,432 elements, 32 MiB in fp8 (4 MiB from each rank) where the 16-bit
+    # input would be 64 MiB; the row output's reduce-scatter stays 16-bit, 64 MiB. Without overlap the
+    # forward of the two blocks exposes exactly 2 x (AG 32 MiB + RS 64 MiB).
+    from cost_models.compute import tp_gather_bytes, tp_grad_gather_bytes
+    from cost_models.flops import tokens
+    from cost_models.step_time import _hidden, _share, _tp_coll, _tp_group
+
+    job = make_job("llama-3.1-70b", gpus=8, tp=8, training=dict(precision="fp8"))
+    assert job.sp and not job.training.tp_comm_overlap
+    t, h = tokens(job), job.model.hidden_size
+    assert t * h == 33_554_432
+    assert (tp_gather_bytes(job), tp_grad_gather_bytes(job)) == (1, 1)
+    blocks = tp_blocks(job, LayerKind(), cal=DEFAULT)
+    ag, rs = _tp_coll(job, Collective.ALL_GATHER, 32 * 2**20), _tp_coll(job, Collective.REDUCE_SCATTER, 64 * 2**20)
+    assert tp_exposure(job, blocks, backward=False, cal=DEFAULT).exposed == pytest.approx(len(blocks) * (ag + rs))
+    # backward: the row output's gradient, cast on the shard and gathered in fp8 before the row dgrad
+    # (base.py:1161-1193), exposed; the column input's saved fp8 shard gathered again beside the
+    # column dgrad (layernorm_linear.py:650-674) and its 16-bit input gradient reduce-scattered beside
+    # the wgrad: both gathers 32 MiB
+    share = _share(job, _tp_group(job), DEFAULT, "tp")
+    backward = sum(ag + (_hidden(ag, b.col_dgrad, share) + _hidden(rs, b.col_wgrad, share)).exposed for b in blocks)
+    assert tp_exposure(job, blocks, backward=True, cal=DEFAULT).exposed == pytest.approx(backward)
+
+
+def test_transformer_engine_gather_bytes_follow_the_recipe_not_the_release():
+    # Every Transformer Engine release the mapped runs use (release_v0.8 to release_v2.8) gathers the
+    # per-tensor fp8 shards (delayed or current scaling) as 1-byte data, through NCCL as through
+    # userbuffers' uint8 buffers: the two paths price the same bytes. MXFP8 gathers one usage with
+    # its e8m0 scale per 32 elements forward (1 + 1/32 = 1.03125 bytes), both usages of an output
+    # gradient (2.0625; distributed.py:1528-1571); NVFP4 0.5625 and 1.125. 16-bit jobs, and fp8 jobs
+    # without sequence parallelism (whose tp all-reduces the 16-bit outputs), stay at 16 bits.
+    from cost_models.compute import MXFP8_BYTES, te_quantized_gathers, tp_gather_bytes, tp_grad_gather_bytes
+    from cost_models.step_time import ub_gather_bytes
+
+    def job(cluster: str = "dgx-h100", sp: bool | None = None, **training):
+        return make_job("llama-3.1-8b", gpus=8, tp=4, sp=sp, cluster=cluster, training=training)
+
+    for recipe in ("delayed", "tensorwise"):
+        nccl = job(precision="fp8", fp8_recipe=recipe)
+        ub = job(precision="fp8", fp8_recipe=recipe, tp_comm_overlap=True)
+        assert (tp_gather_bytes(nccl), tp_grad_gather_bytes(nccl)) == (1, 1) == (ub_gather_bytes(ub), ub_gather_bytes(ub))
+    assert MXFP8_BYTES == 1.03125
+    mx = job("dgx-b200", precision="fp8", fp8_recipe="mxfp8")
+    assert (tp_gather_bytes(mx), tp_grad_gather_bytes(mx)) == (1.03125, 2.0625)
+    fp4 = job("dgx-b200", precision="fp4")
+    assert (tp_gather_bytes(fp4), tp_grad_gather_bytes(fp4)) == (0.5625, 1.125)
+    for sixteen in (job(), job(precision="fp8", sp=False)):
+        assert not te_quantized_gathers(sixteen)
+        assert (tp_gather_bytes(sixteen), tp_grad_gather_bytes(sixteen)) == (2, 2)
+
+
 def test_megatron_fsdp_with_tp_before_blackwell_exposes_the_backward_tp_collectives():
     # Megatron's tp layers hide the backward all-gather / reduce-scatter behind the dgrad / wgrad
     # GEMMs only when CUDA_DEVICE_MAX_CONNECTIONS=1 orders the launches (Megatron-LM@d98e8a64

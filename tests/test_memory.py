@@ -306,6 +306,29 @@ def test_tp_gather_buffers_by_hand():
     assert memory_estimate(no_sp).stages[0].breakdown.value("buffers/tp_gather") == 0
 
 
+def test_megatron_fp8_backward_gather_by_hand():
+    # Megatron fp8 (Transformer Engine), tp 2 with sequence parallel, 128 tokens x 256 hidden: the
+    # backward gathers the column input's saved fp8 shards, 32,768 bytes. On Hopper (fp8 GEMMs
+    # TN-only) the wgrad writes the transpose beside it, 32,768 more: the 16-bit size, 65,536. On
+    # B200 (any layout) the gathered fp8 tensor alone: 32,768 bytes less than the 16-bit job's. MXFP8
+    # gathers the column-wise data and its scales, 32,768 x 1.03125 = 33,792; NVFP4 the column-wise
+    # usage, 32,768 x 0.5625 = 18,432. Under userbuffers the gather lands in the communicator's own
+    # buffer and the workspace keeps today's 16-bit count.
+    from cost_models.activations import gathered_input_bytes
+
+    def job(cluster: str, **training):
+        return make_job(LLAMA_TINY, gpus=2, tp=2, sp=True, cluster=cluster,
+                        training=dict(seq_len=128, global_batch_size=1, **training))
+
+    assert gathered_input_bytes(job("dgx-h100", precision="fp8", fp8_recipe="delayed")) == 2
+    bf16, fp8 = job("dgx-b200"), job("dgx-b200", precision="fp8")
+    assert layer_backward_workspace(bf16, 0) - layer_backward_workspace(fp8, 0) == 32_768
+    mx, fp4 = job("dgx-b200", precision="fp8", fp8_recipe="mxfp8"), job("dgx-b200", precision="fp4")
+    assert layer_backward_workspace(bf16, 0) - layer_backward_workspace(mx, 0) == 65_536 - 33_792
+    assert layer_backward_workspace(bf16, 0) - layer_backward_workspace(fp4, 0) == 65_536 - 18_432
+    assert gathered_input_bytes(job("dgx-b200", precision="fp8", tp_comm_overlap=True)) == 2
+
+
 def test_pending_reduce_scatter_inputs_by_hand():
     # nanotron's row-parallel outputs freed ahead of the GPU: two whole 16-bit [128 tokens, 256]
     # outputs per layer, 65,536 bytes each. 4 layers, all within the launch queue's 1000 // 32 = 31:
