@@ -81,7 +81,7 @@ class TrainingSpec(Spec):
     # Transformer Engine's fp8 dot-product attention: TransformerConfig.fp8_dot_product_attention,
     # handed to TE's recipe as fp8_dpa (Megatron-LM@d98e8a64 megatron/core/fp8_utils.py:777-787 current
     # scaling, extensions/transformer_engine.py:3349-3351 delayed scaling, fp4_utils.py:222-226 NVFP4);
-    # Megatron-LM's pretrain_gpt.py has no flag for it (arguments.py:2333 leaves the field out of the
+    # Megatron-LM's pretrain_gpt.py has no flag for it (arguments.py:2307, 2333 leave the field out of the
     # generated arguments), NeMo sets it (mlcommons/training_results_v5.1@441d65f4 NVIDIA/benchmarks/
     # llama31_8b/implementations/nemo/config_common_fp8attn.sh:1 FP8_DPA=True, conf/custom.yaml:127,
     # pretrain.py:254,280). DotProductAttention then quantises q, k, v and runs cuDNN's fp8 fused
