@@ -1258,6 +1258,23 @@ MLPERF_ALIGN_PARAM_GATHER = (
 )
 
 
+# Submissions that run Transformer Engine's fp8 dot-product attention (TrainingSpec.fp8_attention): the
+# config sources config_common_fp8attn.sh, whose FP8_DPA=True conf/custom.yaml:127 reads into
+# model.fp8_dot_product_attention and pretrain.py:254,280 hands to the model config and
+# MegatronMixedPrecision; with the NVFP4 linears config_common_fp4.sh:15 exports
+# NVTE_DPA_FP8_RECIPE=Float8CurrentScaling (training_results_v5.1@441d65f4 NVIDIA/benchmarks/llama31_8b/
+# implementations/nemo/). No other mapped row does: NVIDIA's other v5.1 configs, Oracle's 8x8 and
+# University of Florida's hpg.dgxb200x8 ones source no config_common_fp8attn.sh and config_common.sh sets
+# no FP8_DPA (custom.yaml's default False); Cisco's 8B code reads no FP8_DPA; the v5.0 Llama 3.1 405B and the
+# v3.0-v4.1 GPT-3 code has no fp8_dot_product_attention setting at all (training_results_v5.0@0fdc28f0,
+# v4.1@b87b9e39, v4.0@6fe95437, v3.1@d06288b2, v3.0@63e326c4: no FP8_DPA or fp8_dot_product_attention in
+# their gpt3 / llama31_405b configs). (id prefix, where.)
+MLPERF_FP8_ATTENTION = (
+    ("mlperf-v5.1-nvidia-llama8b-gb200-2x4", "v5.1 llama31_8b nemo/config_GB200_2x4x2xtp1pp1cp1_8b_fp4.sh:5, config_common_fp8attn.sh:1"),
+    ("mlperf-v5.1-nvidia-llama8b-gb300-2x4", "v5.1 llama31_8b nemo/config_GB300_2x4x2xtp1pp1cp1_8b_fp4.sh:5, config_common_fp8attn.sh:1"),
+)
+
+
 def mlperf_setting(table: tuple[tuple, ...], run_id: str) -> tuple | None:
     """The row of an MLPERF_* table (id prefix, values..., where) whose prefix the submission's id
     starts with, first match first, less the prefix; None where none does: for MLPERF_BUCKET_SIZES,
@@ -1338,8 +1355,9 @@ def _mlperf(entry: dict) -> Mapped:
     current = mlperf_setting(MLPERF_CURRENT_SCALING, entry["id"])
     if not fp4:
         notes.append(f"fp8 current scaling ({current[0]})" if current else "fp8 delayed scaling")
-    if "FP8_DPA" in tech:
-        notes.append("fp8 dot-product attention (FP8_DPA) priced as 16-bit cuDNN attention")
+    fp8_attention = mlperf_setting(MLPERF_FP8_ATTENTION, entry["id"])
+    if fp8_attention:
+        notes.append(f"fp8 dot-product attention, current scaling, 16-bit output ({fp8_attention[0]})")
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"],
                             precision=Precision.FP4 if fp4 else Precision.FP8, nvfp4_disable_rht=fp4,
                             fp8_recipe=Fp8Recipe.TENSORWISE if current or fp4 else Fp8Recipe.DELAYED,
@@ -1349,7 +1367,8 @@ def _mlperf(entry: dict) -> Mapped:
                             ddp_bucket_size=bucket[0] if bucket else None, apex_distributed_adam=gpt3,
                             **({"apex_bucket_cap_mb": apex_cap[0]} if apex_cap else {}),
                             ub_ring_exchange_rs=ring[0] if ring else frozenset(), nccl_max_ctas=ctas[0] if ctas else None,
-                            align_param_gather=align is not None, vocab_divisible_by=MEGATRON_RUNS_VOCAB_DIVISOR)
+                            align_param_gather=align is not None, vocab_divisible_by=MEGATRON_RUNS_VOCAB_DIVISOR,
+                            fp8_attention=fp8_attention is not None)
     first = last = None
     accounted = m["layers"] == 126 and lay["pp"] > 1 and ("account_for_embedding" in tech or "ASYM_PP_EMBED" in tech)
     if accounted:

@@ -31,6 +31,7 @@ FP32 = 4
 # Each usage is a copy of its own: the column-wise one is the transposed tensor quantised along the
 # other axis (quantizer.cpp:1205-1216), never the row-wise one reinterpreted.
 NVFP4_BYTES = 0.5 + 1 / 16
+FP8_BYTES = 1  # an fp8 (e4m3 / e5m2) element
 MASK_BYTES = 1  # dropout masks are bytes (Korthikanti Sec. 4.1)
 INDEX_BYTES = 8  # int64 token ids
 
@@ -238,9 +239,13 @@ def attention_items(job: Job, d: Dims, *, rope: bool = True) -> Breakdown:
         # Llama4TextL2Norm; Megatron-LM@d98e8a64 torch_norm.py L76-106 L2Norm): saved as a norm
         kv_heads = d.kv // m.head_size
         items["qk_l2_norm"] = _norm(job, d, t * (d.heads + kv_heads), m.head_size)
-    items["query"] = t * d.q * ACT_BYTES
-    items["key"] = t * k_width * ACT_BYTES
-    items["value"] = t * v_width * ACT_BYTES
+    # fp8 attention (TrainingSpec.fp8_attention) keeps the quantised q, k, v for its backward, not
+    # the 16-bit ones (TransformerEngine@40c69e75 transformer_engine/pytorch/attention/
+    # dot_product_attention/backends.py:1194-1201)
+    qkv_bytes = FP8_BYTES if tr.fp8_attention and tr.attention is AttentionKernel.FLASH else ACT_BYTES
+    items["query"] = t * d.q * qkv_bytes
+    items["key"] = t * k_width * qkv_bytes
+    items["value"] = t * v_width * qkv_bytes
     if tr.qkv_copy_kept and m.mla is None and m.kv_heads == m.num_attention_heads:
         # TrainingSpec.qkv_copy_kept: the k and v parts of the [q|k|v] copy q is a view of
         items["qkv_copy"] = t * (k_width + v_width) * ACT_BYTES
@@ -250,6 +255,12 @@ def attention_items(job: Job, d: Dims, *, rope: bool = True) -> Breakdown:
         # output projection reads the same storage; only an fp8 linear keeps its own fp8 copy.
         items["attention_output"] = t * o_width * ACT_BYTES
         items["softmax_lse"] = d.b * d.heads * d.s * FP32
+        if tr.fp8_attention:
+            # the output kept in 16 bits under current scaling (NVTE_DPA_FP8CS_O_in_F16, default 1),
+            # in fp8 under delayed scaling (backends.py:1196-1201); cuDNN's fp8 forward returns two fp32
+            # statistics per row, M and ZInv (common/fused_attn/fused_attn_fp8.cu:2850-2863)
+            items["attention_output"] = t * o_width * (ACT_BYTES if tr.fp8_attention_current else FP8_BYTES)
+            items["softmax_lse"] = 2 * d.b * d.heads * d.s * FP32
         items["out_proj_input"] = t * o_width * d.lin_bytes if d.lin_bytes < ACT_BYTES else 0
         if tr.flash_unpad_copies:
             # TrainingSpec.flash_unpad_copies: the kernel's output is the unpadded (tokens, heads, d)

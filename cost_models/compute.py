@@ -84,6 +84,10 @@ def attention_backend(job: Job) -> AttentionBackend:
     kernels (presets/kernels/hopper.toml [attention.sdpa_flash]: Ampere); a generation with neither
     (Blackwell) prices it as cuDNN, the family SDPA prefers there."""
     gpu = job.cluster.gpu
+    if job.training.fp8_attention:
+        # fp8 attention runs on TE's FusedAttention (cuDNN) alone (TransformerEngine@40c69e75
+        # .../dot_product_attention/utils.py:456-478: FlashAttention and unfused attention disabled)
+        return AttentionBackend.CUDNN
     if job.training.attention_backend is AttentionBackend.SDPA_FLASH:
         for family in (AttentionBackend.SDPA_FLASH, AttentionBackend.FA2, AttentionBackend.CUDNN):
             if K.family_available(gpu, family):
@@ -457,7 +461,9 @@ def attention_kernels(job: Job, cal: Calibration, kind: LayerKind = LayerKind())
 
 
 def _fused_attention_kernels(job: Job, cal: Calibration, kind: LayerKind) -> AttentionKernels:
-    """attention_kernels of the fused (flash / cuDNN) kernels, without the sinks' gradient."""
+    """attention_kernels of the fused (flash / cuDNN) kernels, without the sinks' gradient. Under
+    TrainingSpec.fp8_attention each cuDNN kernel runs at its 16-bit price over the measured fp8
+    speedup at its key length (kernels.fp8_attention_speedup); its casts are fp8_attention_cast_bytes."""
     gpu = job.cluster.gpu
     a = core_attention(job)
     family = attention_backend(job)
@@ -465,7 +471,9 @@ def _fused_attention_kernels(job: Job, cal: Calibration, kind: LayerKind) -> Att
     heads, d, cp, seq = a.batch_heads, a.head_dim, job.layout.cp, a.q_len
 
     def kernel(p: K.Pass, causal: bool, q: int, k: int) -> float:
-        return attention_seconds(gpu, family, p, causal=causal, head_dim=d, q_len=q, k_len=k, batch_heads=heads, rate_scale=scale)
+        fp8 = K.fp8_attention_speedup(gpu, p, causal=causal, k_len=k) if job.training.fp8_attention else 1.0
+        return attention_seconds(gpu, family, p, causal=causal, head_dim=d, q_len=q, k_len=k, batch_heads=heads,
+                                 rate_scale=scale * fp8)
 
     if mask_tensor_attention(job, kind):  # every block of s x s keys, none skipped
         return AttentionKernels(kernel(K.Pass.FORWARD, False, seq, seq), kernel(K.Pass.BACKWARD, False, seq, seq))
@@ -1357,10 +1365,44 @@ def te_weight_cast_bytes(job: Job, kind: LayerKind) -> tuple[float, int]:
     return sum(per_element * g.k * g.n * g.count for g in gemms), kernels
 
 
+# Transformer Engine's fp8 attention around cuDNN's kernels, per element, as FusedAttnFunc runs it
+# (TransformerEngine@40c69e75 = v2.8 transformer_engine/pytorch/attention/dot_product_attention/
+# backends.py:1105-1205 forward, 1380-1468 backward; the CP path quantises once per pass the same way,
+# context_parallel.py:1209-1215). Megatron hands TE q, k and v as tensors of their own, so
+# combine_and_quantize first concatenates them with torch.cat (utils.py:2028-2038: read and write
+# 16 bits, FP8_ATTENTION_CAT_BYTES) and quantises the concatenation once, row-wise only
+# (get_attention_quantizers, utils.py:1921-1944: no transposes). Current scaling (TE_AMAX_BYTES and
+# TE_CURRENT_KERNELS before the cast): cuDNN writes the output in 16 bits, kept so for the backward
+# (NVTE_DPA_FP8CS_O_in_F16, default 1: backends.py:139, 1172-1175, 1197-1199), and its dQ, dK, dV in
+# 16 bits (backends.py:1413-1416); the backward quantises dO (backends.py:1386-1387). Delayed scaling:
+# cuDNN writes an fp8 output, dequantised for the output projection (backends.py:1168-1170: read 1,
+# write 2, FP8_DEQUANTIZE_BYTES), and fp8 dQ, dK, dV that combine_and_dequantize concatenates (read
+# and write fp8, FP8_TRANSPOSE_BYTES) and dequantises (backends.py:1454-1463, utils.py:2085-2093).
+FP8_ATTENTION_CAT_BYTES = 2 + 2
+FP8_DEQUANTIZE_BYTES = 1 + 2
+
+
+def fp8_attention_cast_bytes(job: Job, kind: LayerKind) -> tuple[float, float, int, int]:
+    """(forward bytes, backward bytes, forward kernels, backward kernels) of the casts fp8 attention
+    adds to one attention layer for one micro-batch, over the rank's q, k, v (qkv_elements) and its
+    attention output (the q width): the comment above."""
+    if not (job.training.fp8_attention and kind.mixer is MixerKind.ATTENTION):
+        return 0.0, 0.0, 0, 0
+    qkv, out = qkv_elements(job), qkv_elements(job, kv=False)
+    if job.training.fp8_attention_current:
+        cast = TE_CAST_BYTES + TE_AMAX_BYTES
+        return ((FP8_ATTENTION_CAT_BYTES + cast) * qkv, cast * out, 1 + 1 + TE_CURRENT_KERNELS, 1 + TE_CURRENT_KERNELS)
+    fwd = (FP8_ATTENTION_CAT_BYTES + TE_CAST_BYTES) * qkv + FP8_DEQUANTIZE_BYTES * out
+    bwd = TE_CAST_BYTES * out + (FP8_TRANSPOSE_BYTES + FP8_DEQUANTIZE_BYTES) * qkv
+    return fwd, bwd, 3, 3
+
+
 def te_cast_seconds(job: Job, kind: LayerKind, cal: Calibration) -> tuple[float, float]:
-    """(forward, backward) seconds of te_cast_bytes: memory-bound kernels at the stream fraction of
-    HBM bandwidth, each paying a launch."""
+    """(forward, backward) seconds of te_cast_bytes and fp8_attention_cast_bytes: memory-bound
+    kernels at the stream fraction of HBM bandwidth, each paying a launch."""
     fwd, bwd, nf, nb = te_cast_bytes(job, kind)
+    af, ab, naf, nab = fp8_attention_cast_bytes(job, kind)
+    fwd, bwd, nf, nb = fwd + af, bwd + ab, nf + naf, nb + nab
     if not (fwd or bwd):
         return 0.0, 0.0
     return memory_seconds(job, fwd, cal, launches=nf), memory_seconds(job, bwd, cal, launches=nb)

@@ -136,6 +136,34 @@ def _eager_bmm(raw: dict | None) -> EagerBmm | None:
 
 
 @dataclass(frozen=True)
+class Fp8Attention:
+    """cuDNN's fp8 fused attention and its 16-bit kernels timed at the same shapes on one GPU, in
+    FLOP/s by (dtype "bf16" or "fp8", pass, causal) over seq_lens, per measured GPU; `default` is the
+    GPU whose curves the generation's other GPUs read."""
+
+    seq_lens: tuple[int, ...]
+    by_gpu: dict[str, dict[tuple[str, Pass, bool], tuple[float, ...]]]
+    default: str
+    source: str
+
+
+def _fp8_attention(raw: dict | None) -> Fp8Attention | None:
+    if raw is None:
+        return None
+    seq_lens = tuple(raw["seq_lens"])
+    by_gpu: dict[str, dict[tuple[str, Pass, bool], tuple[float, ...]]] = {}
+    for gpu, body in raw.items():
+        if not isinstance(body, dict):
+            continue
+        curves = {(dtype, Pass(p), mask == "causal"): tuple(v * TFLOP for v in values)
+                  for dtype, passes in body.items() for p, masks in passes.items() for mask, values in masks.items()}
+        assert all(len(v) == len(seq_lens) for v in curves.values()) and len(curves) == 8, gpu
+        by_gpu[gpu] = curves
+    assert raw["default"] in by_gpu
+    return Fp8Attention(seq_lens, by_gpu, raw["default"], raw["source"])
+
+
+@dataclass(frozen=True)
 class KernelTable:
     architecture: str
     reference_gpu: str
@@ -153,6 +181,7 @@ class KernelTable:
     # the generation whose reference GPU's sustained/burst ratio stands in where no GPU of this one
     # has a GEMM timed both ways (the table says why); None: this generation's reference GPU
     sustained_ratio_from: str | None = None
+    fp8_attention: Fp8Attention | None = None  # cuDNN fp8 attention against 16-bit, where measured
 
 
 def _read(architecture: str) -> dict | None:
@@ -239,6 +268,7 @@ def kernel_table(architecture: str) -> KernelTable | None:
         rowwise=_rowwise_grid(data.get("torchao_rowwise")),
         eager_bmm=_eager_bmm(data["gemm"].get("eager_attention")),
         sustained_ratio_from=data["gemm"].get("sustained_ratio_from"),
+        fp8_attention=_fp8_attention(data.get("attention_fp8")),
     )
 
 
@@ -481,6 +511,25 @@ def attention_rate(
     blocks = max(1, batch_heads) * -(-q_len // ATTENTION_BLOCK_ROWS)
     waves = _wave_fill(blocks, sms) / _wave_fill(bench_blocks, sms)
     return rate * compute_scale(gpu) * waves
+
+
+def fp8_attention_available(gpu: GPUSpec) -> bool:
+    """Whether the GPU's generation has a measurement of cuDNN's fp8 attention (presets/kernels
+    [attention_fp8])."""
+    return table_for(gpu).fp8_attention is not None
+
+
+def fp8_attention_speedup(gpu: GPUSpec, p: Pass, *, causal: bool, k_len: float) -> float:
+    """How much faster cuDNN's fp8 fused attention kernel runs than its 16-bit one at a key length:
+    the measured 16-bit over fp8 time (the ratio of their TFLOP/s at one shape), linear in log2 of
+    the length between the measured lengths and flat beyond both ends. The GPU's own curves where
+    measured, else its generation's `default` GPU's; head dim 128's for every head dim (the one
+    measured)."""
+    fp8 = table_for(gpu).fp8_attention
+    assert fp8 is not None, f"{gpu.name}: no fp8 attention measurement for its generation"
+    curves = fp8.by_gpu.get(gpu.name, fp8.by_gpu[fp8.default])
+    ratios = [f / b for f, b in zip(curves["fp8", p, causal], curves["bf16", p, causal])]
+    return log2_interp(fp8.seq_lens, ratios, _clamped(fp8.seq_lens, k_len))
 
 
 # --- memory-bound kernels -------------------------------------------------------------------------

@@ -680,6 +680,47 @@ def _fp4(job: Job) -> str | None:
     return None
 
 
+def _fp8_attention(job: Job) -> str | None:
+    """TrainingSpec.fp8_attention where Transformer Engine runs it (sources: the fp8_attention Rule)."""
+    tr, gpu, m = job.training, job.cluster.gpu, job.model
+    if not tr.fp8_attention:
+        return None
+    if tr.framework is not MEGATRON:
+        return (f"fp8_attention is Transformer Engine's fp8 dot-product attention under Megatron "
+                f"(framework={tr.framework}); drop it, or use framework megatron")
+    if tr.precision not in (Precision.FP8, Precision.FP4):
+        return (f"fp8_attention runs inside Transformer Engine's fp8 autocast, which needs precision fp8 or fp4 "
+                f"(precision={tr.precision}); use precision fp8, or drop it")
+    if tr.precision is Precision.FP8 and tr.fp8_recipe not in (Fp8Recipe.TENSORWISE, Fp8Recipe.DELAYED):
+        return (f"fp8_attention scales q, k, v as the linears' recipe does, current (tensorwise) or delayed scaling "
+                f"(fp8_recipe={tr.fp8_recipe}); use fp8_recipe tensorwise or delayed, or drop it")
+    backend = tr.attention_backend
+    if tr.attention is not AttentionKernel.FLASH or backend not in (None, AttentionBackend.CUDNN):
+        return (f"fp8_attention runs on cuDNN's fused attention only (attention={tr.attention}, "
+                f"attention_backend={backend or 'default'}); use flash attention with attention_backend cudnn, or drop it")
+    cc = gpu.compute_capability
+    where = f"{gpu.name} is {gpu.architecture or 'another architecture'}, {'.'.join(map(str, cc))}"
+    if gpu.vendor == "amd" or cc < (9, 0) or not kernels.fp8_attention_available(gpu):
+        return f"fp8_attention needs cuDNN's fp8 attention, on NVIDIA Hopper or Blackwell (compute capability 9.0+); {where}; drop it"
+    if tr.fp8_attention_current and cc < (10, 0):
+        return (f"fp8_attention with current scaling (fp8_recipe tensorwise) needs compute capability 10.0 or later "
+                f"(Blackwell); {where}; use fp8_recipe delayed, or drop it")
+    if m.mla is not None:
+        return "fp8_attention with multi-latent attention is not modelled (unequal q/k and v head dims); drop it"
+    d = m.head_size
+    if cc < (10, 0) and d != 128:
+        return f"fp8_attention trains head dim 128 only before Blackwell (head_dim={d}, {where}); drop it"
+    if d > 128 or d % 16:
+        return f"fp8_attention takes head dims up to 128 in multiples of 16 (head_dim={d}); drop it"
+    if m.attention_sinks:
+        return "fp8_attention runs the plain softmax only, without attention sinks (model.attention_sinks); drop it"
+    if m.sliding_window is not None or m.attention_chunk_size is not None:
+        return "fp8_attention has no sliding-window or chunked kernel (model.sliding_window / attention_chunk_size); drop it"
+    if m.position_embedding is PositionKind.ALIBI:
+        return "fp8_attention takes no bias on the scores (model.position_embedding alibi); drop it"
+    return None
+
+
 def expert_axes_given(model: ModelSpec, given: dict[str, object], how: str) -> None:
     """ep or etp given (as a flag or a --fix) for a dense model, where they name nothing: refused
     with the reason, rather than left to the search to find no layout."""
@@ -860,6 +901,12 @@ RULES: tuple[Rule, ...] = (
          "TransformerEngine@40c69e75 transformer_engine/pytorch/fp8.py:57-61 (check_nvfp4_support: compute capability "
          ">= 10.0), pytorch/module/base.py:503-636 (userbuffers gather Float8 and MXFP8 only); pytorch/torchtitan@00f555e1 "
          "torchtitan/components/quantization/mx.py (MXFP8 only)"),
+    Rule("fp8_attention", ALL, _fp8_attention,
+         "Megatron-LM@d98e8a64 megatron/core/fp8_utils.py:777-787, fp4_utils.py:222-226, extensions/transformer_engine.py:"
+         "3349-3351 (fp8_dpa in the recipe); TransformerEngine@40c69e75 transformer_engine/pytorch/attention/"
+         "dot_product_attention/utils.py:456-478 (fused attention only; current scaling on sm100+), "
+         "common/fused_attn/fused_attn.cpp:162-190 (sm90+; head dim 128 in training on sm90, up to 128 in multiples "
+         "of 16 on sm100; no bias; vanilla softmax), utils.py:921-933 (no sliding window)"),
     Rule("cp_local_attention", ALL, _cp_local_attention,
          "TransformerEngine@d0067d0d context_parallel.py:5054-5060 (sliding window only with cp_comm_type a2a or all_gather); "
          "Megatron-LM@d98e8a64 arguments.py:3221 (--cp-comm-type default p2p)"),
@@ -915,7 +962,7 @@ def violations(job: Job, waive: frozenset[str] = frozenset()) -> list[tuple[str,
 
 
 # Rules that read only the model, the cluster and the training spec: when one breaks, no layout can help.
-PROBLEM_RULES = frozenset({"positions", "compile", "fp8_hardware", "fp8_recipe", "fp4", "hybrid_framework", "hf_attention",
+PROBLEM_RULES = frozenset({"positions", "compile", "fp8_hardware", "fp8_recipe", "fp4", "fp8_attention", "hybrid_framework", "hf_attention",
                            "attention_backend",
                            *(rule.name for rule in SWITCH_RULES)})
 

@@ -604,15 +604,18 @@ def _kv_bytes(job: Job) -> float:
     every query head (repeat_kv) before F.scaled_dot_product_attention, which torch's context
     parallel then shards and rotates, so each message holds heads/kv_heads times the K/V
     (pytorch/torchtitan@9dec370 torchtitan/models/llama/model.py:201-209;
-    activations.Convention.gqa_expands_kv)."""
+    activations.Convention.gqa_expands_kv). Under fp8 attention TE's ring sends the quantised K/V, and
+    the backward its fp8 dK/dV, one byte per element (TransformerEngine@40c69e75 context_parallel.py:
+    1208-1215, 1349, 1920-1981: uint8 data and buffers)."""
     m = job.model
+    element = 1 if job.training.fp8_attention else ACT_BYTES
     heads = m.num_attention_heads // job.layout.tp
     if m.mla is not None:
         # MLA: the up-projected keys (d_qk) and values (d_v) of the rank's heads travel, not the latent
-        return job.layout.mbs * job.seq_per_rank * heads * (m.head_size + m.v_head_size) * ACT_BYTES
+        return job.layout.mbs * job.seq_per_rank * heads * (m.head_size + m.v_head_size) * element
     expanded = CONVENTIONS[job.training.framework].gqa_expands_kv
     kv = (heads if expanded else local_kv_heads(job)) * m.head_size
-    return 2 * job.layout.mbs * job.seq_per_rank * kv * ACT_BYTES
+    return 2 * job.layout.mbs * job.seq_per_rank * kv * element
 
 
 def cp_exposure(job: Job, cal: Calibration) -> tuple[Exposure, Exposure]:

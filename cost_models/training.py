@@ -78,6 +78,21 @@ class TrainingSpec(Spec):
     # set it (mlcommons/training_results_v5.1@441d65f4 NVIDIA/benchmarks/llama31_405b/implementations/
     # tyche_ngpu512_ngc25.09_nemo/config_common_fp4.sh:10).
     nvfp4_disable_rht: bool = False
+    # Transformer Engine's fp8 dot-product attention: TransformerConfig.fp8_dot_product_attention,
+    # handed to TE's recipe as fp8_dpa (Megatron-LM@d98e8a64 megatron/core/fp8_utils.py:777-787 current
+    # scaling, extensions/transformer_engine.py:3349-3351 delayed scaling, fp4_utils.py:222-226 NVFP4);
+    # Megatron-LM's pretrain_gpt.py has no flag for it (arguments.py:2307, 2333 leave the field out of the
+    # generated arguments), NeMo sets it (mlcommons/training_results_v5.1@441d65f4 NVIDIA/benchmarks/
+    # llama31_8b/implementations/nemo/config_common_fp8attn.sh:1 FP8_DPA=True, conf/custom.yaml:127,
+    # pretrain.py:254,280). DotProductAttention then quantises q, k, v and runs cuDNN's fp8 fused
+    # attention forward and backward (TransformerEngine@40c69e75 = v2.8 transformer_engine/pytorch/
+    # attention/dot_product_attention/backends.py:1105-1205, 1380-1468): with current scaling (precision
+    # fp8 with fp8_recipe tensorwise; precision fp4 with NVTE_DPA_FP8_RECIPE=Float8CurrentScaling, as
+    # those MLPerf configs export, config_common_fp4.sh:15) the output stays 16-bit
+    # (NVTE_DPA_FP8CS_O_in_F16, default 1, backends.py:139); with delayed scaling it is fp8. Priced in
+    # cost_models.compute (fp8 kernels, casts) and activations (what is saved). Megatron, precision fp8
+    # or fp4, cuDNN attention on Hopper or Blackwell (rules._fp8_attention).
+    fp8_attention: bool = False
     # Megatron --grad-reduce-in-bf16 (megatron-core DistributedDataParallelConfig grad_reduce_in_fp32=
     # False): the gradient buffer and its reduction in bf16, 2 bytes per parameter instead of the fp32
     # main grads Megatron-LM forces for --bf16 otherwise (Megatron-LM@d98e8a64 arguments.py:1204-1217,
@@ -464,6 +479,14 @@ class TrainingSpec(Spec):
     @property
     def compiles_loss(self) -> bool:
         return self.compile if self.compile_loss is None else self.compile_loss
+
+    @property
+    def fp8_attention_current(self) -> bool:
+        """Whether fp8 attention quantises with current scaling: precision fp4 (the NVFP4 linears' run
+        exports NVTE_DPA_FP8_RECIPE=Float8CurrentScaling) or fp8 with fp8_recipe tensorwise; fp8 delayed
+        takes the linears' delayed scaling (TransformerEngine@40c69e75 transformer_engine/pytorch/
+        attention/dot_product_attention/dot_product_attention.py:90-140)."""
+        return self.precision is Precision.FP4 or self.fp8_recipe is Fp8Recipe.TENSORWISE
 
     @property
     def splits_fsdp_root(self) -> bool:

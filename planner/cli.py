@@ -102,6 +102,7 @@ AttnBackendOpt = Annotated[Optional[AttentionBackend], typer.Option("--attention
 MoeDispatchOpt = Annotated[Optional[MoEDispatch], typer.Option("--moe-dispatch", help="MoE token exchange: alltoall on the compute stream, overlap (Megatron --overlap-moe-expert-parallel-comm), or deepep (DeepEP's kernels: Megatron's flex dispatcher, torchtitan 0.2's expert_parallel_comm_backend).")]
 MoeLoadOpt = Annotated[Optional[float], typer.Option("--moe-load-factor", help="Tokens the busiest expert-parallel rank receives over the mean (default 1: balanced).")]
 Fp8ParamsOpt = Annotated[Optional[bool], typer.Option("--fp8-param-gather/--no-fp8-param-gather", help="Keep weights in fp8 and gather them in fp8 (Megatron --fp8-param-gather; --dtype fp8).")]
+Fp8AttnOpt = Annotated[Optional[bool], typer.Option("--fp8-attention/--no-fp8-attention", help="Run attention in fp8 (Transformer Engine's fp8 dot-product attention on cuDNN, Megatron's fp8_dot_product_attention; --dtype fp8 or fp4, Hopper or Blackwell).")]
 Headroom = Annotated[Optional[float], typer.Option("--headroom", help="Fraction of HBM kept free when judging fit (default 5%).")]
 TitanVersionOpt = Annotated[TitanVersion, typer.Option("--torchtitan-version", help="torchtitan 0.3.x (flags and --module/--config) or 0.2.x (TOML).")]
 TitanModelOpt = Annotated[Optional[str], typer.Option("--torchtitan-model", help="torchtitan registry entry, MODULE:CONFIG (0.3) or NAME:FLAVOR (0.2); default: the one of the model's shape.")]
@@ -129,6 +130,7 @@ def _specs(
     account_for_embedding, account_for_loss, pp_layout,
     seq_len, global_batch_size, framework, dtype, fp8_recipe, optimizer, attention, compile, tp_comm_overlap,
     attention_backend, moe_dispatch, moe_load_factor, fp8_param_gather, grad_reduce_in_bf16, vocab_divisible_by,
+    fp8_attention=None,
 ) -> tuple[dict, dict]:  # type: ignore[no-untyped-def]
     """(training, layout) field dicts from the shared flags; None = derive."""
     layout = dict(
@@ -141,20 +143,20 @@ def _specs(
         seq_len=seq_len, global_batch_size=global_batch_size, framework=framework, dtype=dtype, fp8_recipe=fp8_recipe,
         optimizer=optimizer, attention=attention, compile=compile, tp_comm_overlap=tp_comm_overlap,
         attention_backend=attention_backend, moe_dispatch=moe_dispatch, moe_load_factor=moe_load_factor,
-        fp8_param_gather=fp8_param_gather, grad_reduce_in_bf16=grad_reduce_in_bf16, vocab_divisible_by=vocab_divisible_by,
+        fp8_param_gather=fp8_param_gather, fp8_attention=fp8_attention, grad_reduce_in_bf16=grad_reduce_in_bf16, vocab_divisible_by=vocab_divisible_by,
     )
     return training, layout
 
 
 def _training(*, seq_len, global_batch_size, framework, dtype, fp8_recipe, optimizer, attention, compile, tp_comm_overlap,
               attention_backend=None, moe_dispatch=None, moe_load_factor=None, fp8_param_gather=None,
-              grad_reduce_in_bf16=None, vocab_divisible_by=None) -> dict:  # type: ignore[no-untyped-def]
+              grad_reduce_in_bf16=None, vocab_divisible_by=None, fp8_attention=None) -> dict:  # type: ignore[no-untyped-def]
     """TrainingSpec fields from the training flags; None = default."""
     return dict(
         seq_len=seq_len, global_batch_size=global_batch_size, framework=framework, precision=dtype,
         fp8_recipe=fp8_recipe, optimizer=optimizer, attention=attention, compile=compile, tp_comm_overlap=tp_comm_overlap,
         attention_backend=attention_backend, moe_dispatch=moe_dispatch, moe_load_factor=moe_load_factor,
-        fp8_param_gather=fp8_param_gather, grad_reduce_in_bf16=grad_reduce_in_bf16, vocab_divisible_by=vocab_divisible_by,
+        fp8_param_gather=fp8_param_gather, fp8_attention=fp8_attention, grad_reduce_in_bf16=grad_reduce_in_bf16, vocab_divisible_by=vocab_divisible_by,
     )
 
 
@@ -184,7 +186,7 @@ def memory(
     seq_len: SeqLen = None, global_batch_size: GlobalBatch = None, framework: FrameworkOpt = None, dtype: Dtype = None,
     fp8_recipe: Fp8RecipeOpt = None, optimizer: OptimizerOpt = None, attention: AttentionOpt = None, compile: Compile = None, tp_comm_overlap: TpOverlap = None,
     attention_backend: AttnBackendOpt = None, moe_dispatch: MoeDispatchOpt = None, moe_load_factor: MoeLoadOpt = None,
-    fp8_param_gather: Fp8ParamsOpt = None, grad_reduce_in_bf16: GradBf16 = None, vocab_divisible_by: VocabDivisibleBy = None,
+    fp8_param_gather: Fp8ParamsOpt = None, fp8_attention: Fp8AttnOpt = None, grad_reduce_in_bf16: GradBf16 = None, vocab_divisible_by: VocabDivisibleBy = None,
     headroom: Headroom = None, as_json: AsJson = False,
     png: Annotated[Optional[Path], typer.Option("--png", help="Also draw each stage's memory by component into this PNG (needs the plots extra).")] = None,
 ) -> None:
@@ -257,7 +259,7 @@ def plan(
     framework: FrameworkOpt = None, dtype: Dtype = None, fp8_recipe: Fp8RecipeOpt = None, optimizer: OptimizerOpt = None,
     attention: AttentionOpt = None, compile: Compile = None, tp_comm_overlap: TpOverlap = None,
     attention_backend: AttnBackendOpt = None, moe_dispatch: MoeDispatchOpt = None, moe_load_factor: MoeLoadOpt = None,
-    fp8_param_gather: Fp8ParamsOpt = None, grad_reduce_in_bf16: GradBf16 = None, vocab_divisible_by: VocabDivisibleBy = None,
+    fp8_param_gather: Fp8ParamsOpt = None, fp8_attention: Fp8AttnOpt = None, grad_reduce_in_bf16: GradBf16 = None, vocab_divisible_by: VocabDivisibleBy = None,
     top: Annotated[int, typer.Option("--top", help="How many plans to list.")] = 10,
     fix: Annotated[Optional[list[str]], typer.Option("--fix", help="Pin an axis, e.g. --fix tp=8 --fix recompute=full.")] = None,
     allow_cross_node_tp: Annotated[bool, typer.Option("--allow-cross-node-tp", help="Let tp span scale-up domains.")] = False,
@@ -284,7 +286,7 @@ def plan(
             seq_len=seq_len, global_batch_size=global_batch_size, framework=framework, dtype=dtype,
             fp8_recipe=fp8_recipe, optimizer=optimizer, attention=attention, compile=compile,
             tp_comm_overlap=tp_comm_overlap, attention_backend=attention_backend, moe_dispatch=moe_dispatch,
-            moe_load_factor=moe_load_factor, fp8_param_gather=fp8_param_gather, grad_reduce_in_bf16=grad_reduce_in_bf16,
+            moe_load_factor=moe_load_factor, fp8_param_gather=fp8_param_gather, fp8_attention=fp8_attention, grad_reduce_in_bf16=grad_reduce_in_bf16,
             vocab_divisible_by=vocab_divisible_by,
         )
         cal = load_calibration(calibration) if calibration else DEFAULT
@@ -377,7 +379,7 @@ def validate(
     seq_len: SeqLen = None, global_batch_size: GlobalBatch = None, framework: FrameworkOpt = None, dtype: Dtype = None,
     fp8_recipe: Fp8RecipeOpt = None, optimizer: OptimizerOpt = None, attention: AttentionOpt = None, compile: Compile = None, tp_comm_overlap: TpOverlap = None,
     attention_backend: AttnBackendOpt = None, moe_dispatch: MoeDispatchOpt = None, moe_load_factor: MoeLoadOpt = None,
-    fp8_param_gather: Fp8ParamsOpt = None, grad_reduce_in_bf16: GradBf16 = None, vocab_divisible_by: VocabDivisibleBy = None,
+    fp8_param_gather: Fp8ParamsOpt = None, fp8_attention: Fp8AttnOpt = None, grad_reduce_in_bf16: GradBf16 = None, vocab_divisible_by: VocabDivisibleBy = None,
     nproc_per_node: Annotated[IntOpt, typer.Option("--nproc-per-node", help="Ranks to start on this node (default: the plan's GPUs, at most the GPUs or CPU cores present).")] = None,
     steps: Annotated[int, typer.Option("--steps", help="Timed training steps after the warm-up.")] = 10,
     warmup: Annotated[int, typer.Option("--warmup", help="Untimed steps first.")] = 3,
@@ -442,7 +444,7 @@ def sweep(
     framework: FrameworkOpt = None, dtype: Dtype = None, fp8_recipe: Fp8RecipeOpt = None, optimizer: OptimizerOpt = None,
     attention: AttentionOpt = None, compile: Compile = None, tp_comm_overlap: TpOverlap = None,
     attention_backend: AttnBackendOpt = None, moe_dispatch: MoeDispatchOpt = None, moe_load_factor: MoeLoadOpt = None,
-    fp8_param_gather: Fp8ParamsOpt = None, grad_reduce_in_bf16: GradBf16 = None, vocab_divisible_by: VocabDivisibleBy = None,
+    fp8_param_gather: Fp8ParamsOpt = None, fp8_attention: Fp8AttnOpt = None, grad_reduce_in_bf16: GradBf16 = None, vocab_divisible_by: VocabDivisibleBy = None,
     fix: Annotated[Optional[list[str]], typer.Option("--fix", help="Pin an axis at every count, e.g. --fix pp=1.")] = None,
     allow_cross_node_tp: Annotated[bool, typer.Option("--allow-cross-node-tp", help="Let tp span scale-up domains.")] = False,
     headroom: Headroom = None,
@@ -464,7 +466,7 @@ def sweep(
             seq_len=seq_len, global_batch_size=global_batch_size, framework=framework, dtype=dtype,
             fp8_recipe=fp8_recipe, optimizer=optimizer, attention=attention, compile=compile,
             tp_comm_overlap=tp_comm_overlap, attention_backend=attention_backend, moe_dispatch=moe_dispatch,
-            moe_load_factor=moe_load_factor, fp8_param_gather=fp8_param_gather, grad_reduce_in_bf16=grad_reduce_in_bf16,
+            moe_load_factor=moe_load_factor, fp8_param_gather=fp8_param_gather, fp8_attention=fp8_attention, grad_reduce_in_bf16=grad_reduce_in_bf16,
             vocab_divisible_by=vocab_divisible_by,
         )
         rows = run_sweep(model, cluster, counts, training=training, fixes=fix or [], headroom=headroom,

@@ -408,6 +408,16 @@ def test_mlperf_llama8b_rows_gather_fp8_parameters():
         "mlperf-v5.1-nvidia-llama8b-gb200-2x4", "mlperf-v5.1-nvidia-llama8b-gb300-2x4"]
 
 
+def test_mlperf_fp8_attention_only_where_the_config_sources_config_common_fp8attn():
+    # FP8_DPA=True in config_common_fp8attn.sh, sourced by the NVIDIA 8B NVFP4 2x4 configs
+    # (training_results_v5.1@441d65f4 NVIDIA/benchmarks/llama31_8b/implementations/nemo/
+    # config_GB{2,3}00_2x4x2xtp1pp1cp1_8b_fp4.sh:5); no other mapped MLPerf config sets it
+    mlperf = [r for r in BY_ID.values() if r.id.startswith("mlperf-")]
+    assert sorted(r.id for r in mlperf if r.training.fp8_attention) == [
+        "mlperf-v5.1-nvidia-llama8b-gb200-2x4", "mlperf-v5.1-nvidia-llama8b-gb300-2x4"]
+    assert all(r.training.fp8_attention_current for r in mlperf if r.training.fp8_attention)
+
+
 @pytest.mark.parametrize("run_id, cap", [
     ("mlperf-v3.0-coreweave-gpt3-hgxh100-448x8", 100),  # run_and_time.sh:85's default
     ("mlperf-v3.1-azure-gpt3-ndh100v5-1344x8", 100),  # distributed_fused_adam.yaml:2's default

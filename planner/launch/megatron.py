@@ -61,6 +61,12 @@ def check(target: Target) -> None:
     job = target.job
     m, lay, tr = job.model, job.layout, job.training
     mb = m.mamba
+    if tr.fp8_attention:
+        raise SpecError(
+            "fp8_attention has no Megatron-LM flag: pretrain_gpt.py's arguments leave out TransformerConfig."
+            "fp8_dot_product_attention (Megatron-LM@d98e8a64 megatron/training/arguments.py:2307, 2333: \"no CLI "
+            "argument exists for these\"), which NeMo sets in its model config; drop --fp8-attention to write a Megatron-LM launch"
+        )
     if mb is not None:
         if mb.proj_bias or not mb.conv_bias:
             raise SpecError(
