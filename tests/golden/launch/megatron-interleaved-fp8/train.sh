@@ -19,7 +19,7 @@ MIN_LR="${MIN_LR:-3e-5}"
 LR_WARMUP_ITERS="${LR_WARMUP_ITERS:-100}"
 EVAL_INTERVAL="${EVAL_INTERVAL:-1000}"
 # Steps between checkpoints: the plan's Daly interval (892.1 min) over its predicted step time.
-SAVE_INTERVAL="${SAVE_INTERVAL:-8004}"
+SAVE_INTERVAL="${SAVE_INTERVAL:-8338}"
 
 RUN_NAME=llama-3.1-70b
 
