@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 import yaml
 
 from cost_models.enums import (
+    AmaxGroup,
     AttentionBackend,
     AttentionKernel,
     Fp8Recipe,
@@ -1274,6 +1275,25 @@ MLPERF_FP8_ATTENTION = (
     ("mlperf-v5.1-nvidia-llama8b-gb300-2x4", "v5.1 llama31_8b nemo/config_GB300_2x4x2xtp1pp1cp1_8b_fp4.sh:5, config_common_fp8attn.sh:1"),
 )
 
+# Transformer Engine's delayed-scaling amax all-reduce the compute stream waits for
+# (TrainingSpec.te_amax_reduction, which cites the TE, NeMo, Apex and Megatron code), by the TE each
+# GPT-3 submission builds. v3.0 (NVIDIA and NVIDIA_CoreWeave): TE release_v0.8 and NeMo v1.17.0_pt_23.04
+# (Dockerfile:47, 56), FP8_REDUCE_AMAX=True (config_fp8.sh:6, run_and_time.sh:264) and neither
+# NVTE_DP_AMAX_REDUCE_INTERVAL nor NVTE_ASYNC_AMAX_REDUCTION set anywhere in the implementation, so TE's
+# defaults: every reduction over the tp x dp group, synchronous (training_results_v3.0@63e326c4
+# {NVIDIA,NVIDIA_CoreWeave}/benchmarks/gpt3/implementations/pytorch/). v3.1 (NVIDIA, Azure+NVIDIA): TE
+# 09ba8427 / 4ee8e8ec (Dockerfile:63, :64) with NVTE_DP_AMAX_REDUCE_INTERVAL=0 and NVTE_ASYNC_AMAX_REDUCTION=1
+# ("AMAX AR overlap and disable DP", NVIDIA config_common.sh:48-50, Azure+NVIDIA config_common.sh:24-25,
+# training_results_v3.1@d06288b2): tp only and waited for a chunk later, so none here. v4.0 (NVIDIA, smc):
+# TE v1.6rc1 = 9e4091e7 (NVIDIA nemo/Dockerfile:47, smc :52), Megatron core_v0.7.0.beta / core_r0.7.0.beta
+# (:87, :92) with mcore_gpt: True (conf/custom.yaml:39): synchronous over tp, the NVTE_* variables that
+# config_common.sh:51-52 still exports no longer read (training_results_v4.0@6fe95437). v4.1 on: not read
+# (none). (id prefix, group, where.)
+MLPERF_TE_AMAX_REDUCTION = (
+    ("mlperf-v3.0-", AmaxGroup.TP_DP, "TE release_v0.8 defaults, v3.0 gpt3 Dockerfile:47, config_fp8.sh:6"),
+    ("mlperf-v4.0-", AmaxGroup.TP, "TE v1.6rc1 under Megatron core 0.7, v4.0 gpt3 nemo/Dockerfile:47, conf/custom.yaml:39"),
+)
+
 
 def mlperf_setting(table: tuple[tuple, ...], run_id: str) -> tuple | None:
     """The row of an MLPERF_* table (id prefix, values..., where) whose prefix the submission's id
@@ -1358,6 +1378,10 @@ def _mlperf(entry: dict) -> Mapped:
     fp8_attention = mlperf_setting(MLPERF_FP8_ATTENTION, entry["id"])
     if fp8_attention:
         notes.append(f"fp8 dot-product attention, current scaling, 16-bit output ({fp8_attention[0]})")
+    amax = mlperf_setting(MLPERF_TE_AMAX_REDUCTION, entry["id"]) if not (fp4 or current) else None
+    if amax:
+        notes.append(f"Transformer Engine's amax all-reduce over {amax[0]} after each model chunk's forward and backward, "
+                     f"waited on ({amax[1]})")
     training = TrainingSpec(seq_len=m["seq_len"], global_batch_size=lay["global_batch"],
                             precision=Precision.FP4 if fp4 else Precision.FP8, nvfp4_disable_rht=fp4,
                             fp8_recipe=Fp8Recipe.TENSORWISE if current or fp4 else Fp8Recipe.DELAYED,
@@ -1368,7 +1392,8 @@ def _mlperf(entry: dict) -> Mapped:
                             **({"apex_bucket_cap_mb": apex_cap[0]} if apex_cap else {}),
                             ub_ring_exchange_rs=ring[0] if ring else frozenset(), nccl_max_ctas=ctas[0] if ctas else None,
                             align_param_gather=align is not None, vocab_divisible_by=MEGATRON_RUNS_VOCAB_DIVISOR,
-                            fp8_attention=fp8_attention is not None)
+                            fp8_attention=fp8_attention is not None,
+                            te_amax_reduction=amax[0] if amax else AmaxGroup.NONE)
     first = last = None
     accounted = m["layers"] == 126 and lay["pp"] > 1 and ("account_for_embedding" in tech or "ASYM_PP_EMBED" in tech)
     if accounted:

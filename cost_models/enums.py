@@ -73,6 +73,15 @@ class Fp8Recipe(StrEnum):
     MXFP8 = "mxfp8"  # one e8m0 scale per 32 elements: TE MXFP8BlockScaling, Blackwell tensor cores only
 
 
+class AmaxGroup(StrEnum):
+    """The process group over which Transformer Engine's delayed scaling all-reduces the amaxes of
+    each fp8_autocast region while the compute stream waits (TrainingSpec.te_amax_reduction)."""
+
+    NONE = "none"  # no all-reduce the compute stream waits for (asynchronous, or not reduced)
+    TP = "tp"  # the tensor-parallel group
+    TP_DP = "tp_dp"  # every rank of one pipeline stage: tp x cp x dp, contiguous in the rank order
+
+
 class OptimizerKind(StrEnum):
     ADAMW = "adamw"  # two fp32 states per parameter (exp_avg, exp_avg_sq)
     ADAM = "adam"

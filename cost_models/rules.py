@@ -15,7 +15,7 @@ from functools import partial
 from operator import attrgetter
 
 from cost_models import deepep, kernels, mamba_shard
-from cost_models.enums import AttentionBackend, AttentionKernel, Fp8Recipe, Framework, MoEDispatch, OptimizerKind, PositionKind, Precision, Recompute, Schedule, Zero
+from cost_models.enums import AmaxGroup, AttentionBackend, AttentionKernel, Fp8Recipe, Framework, MoEDispatch, OptimizerKind, PositionKind, Precision, Recompute, Schedule, Zero
 from cost_models.errors import SpecError
 from cost_models.hardware import Cluster
 from cost_models.job import Job
@@ -680,6 +680,19 @@ def _fp4(job: Job) -> str | None:
     return None
 
 
+def _te_amax_reduction(job: Job) -> str | None:
+    """TrainingSpec.te_amax_reduction where Transformer Engine's delayed scaling runs (sources: the
+    te_amax_reduction Rule)."""
+    tr = job.training
+    if tr.te_amax_reduction is AmaxGroup.NONE:
+        return None
+    if tr.framework is not MEGATRON or tr.precision is not Precision.FP8 or tr.fp8_recipe is not Fp8Recipe.DELAYED:
+        return (f"te_amax_reduction is Transformer Engine's delayed-scaling amax all-reduce under Megatron "
+                f"(framework={tr.framework}, precision={tr.precision}, fp8_recipe={tr.fp8_recipe}); use framework megatron "
+                "with precision fp8 and fp8_recipe delayed, or drop it")
+    return None
+
+
 def _fp8_attention(job: Job) -> str | None:
     """TrainingSpec.fp8_attention where Transformer Engine runs it (sources: the fp8_attention Rule)."""
     tr, gpu, m = job.training, job.cluster.gpu, job.model
@@ -856,6 +869,9 @@ SWITCH_RULES: tuple[Rule, ...] = (
     Rule("moe_dispatch", ALL, _moe_dispatch, "Megatron-LM@23e00ed0 arguments.py:2889 (--overlap-moe-expert-parallel-comm); "
          "Megatron-LM@d98e8a64 transformer_config.py:891-900 (flex dispatcher, deepep backend); torchtitan@v0.2.2 "
          "torchtitan/config/job_config.py:474-483 (expert_parallel_comm_backend)"),
+    Rule("te_amax_reduction", ALL, _te_amax_reduction,
+         "TransformerEngine@8e5f00f2 (release_v0.8) transformer_engine/pytorch/fp8.py:535-599; "
+         "TransformerEngine@9e4091e7 (v1.6rc1) transformer_engine/pytorch/fp8.py:300-418"),
     _megatron_rule("vocab_divisible_by", "is Megatron's --make-vocab-size-divisible-by",
                    source="Megatron-LM@d98e8a64 megatron/training/vocab_utils.py:44-59"),
 )

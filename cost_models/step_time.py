@@ -91,7 +91,7 @@ from cost_models.compute import (
     tp_gather_bytes,
     tp_grad_gather_bytes,
 )
-from cost_models.enums import Framework, MixerKind, MoEDispatch, Precision, Recompute, Schedule, Zero
+from cost_models.enums import AmaxGroup, Framework, MixerKind, MoEDispatch, Precision, Recompute, Schedule, Zero
 from cost_models.flops import (
     GEMM_BACKWARD_FACTOR,
     Gemm,
@@ -574,6 +574,27 @@ def float8_amax_seconds(job: Job, blocks: tuple[Block, ...]) -> tuple[float, flo
         return 0.0, 0.0
     one = _tp_coll(job, Collective.ALL_REDUCE, ACT_BYTES)
     return fwd * one, bwd * one
+
+
+def te_amax_reduction_seconds(job: Job) -> float:
+    """Seconds one micro-batch waits on a pipeline rank for Transformer Engine's delayed-scaling amax
+    all-reduces (TrainingSpec.te_amax_reduction, which cites the code): one when each model chunk's
+    fp8_autocast region exits after its forward and one after the chunk's backward, 2·vpp per
+    micro-batch, each over the named group with the compute stream waiting, so exposed. A chunk's
+    message is its modules' fp32 amaxes, 3 per GEMM forward and 2 backward (TransformerEngine@8e5f00f2
+    transformer_engine/pytorch/module.py:329-333): 48 bytes for a dense layer's four GEMMs, below the
+    smallest size the collective curves resolve (1 KiB inside a scale-up domain, 1 MiB across them), where
+    collective_time is the same for any size; priced at one fp32 amax. A recomputed forward reduces
+    nothing (module.py:584-586, 649-651 under release_v0.8; not counted)."""
+    group = job.training.te_amax_reduction
+    if group is AmaxGroup.NONE:
+        return 0.0
+    lay = job.layout
+    n = lay.tp if group is AmaxGroup.TP else lay.tp * lay.cp * job.dp
+    if n == 1:
+        return 0.0
+    one = collective_time(Collective.ALL_REDUCE, FP32, placement(job.cluster.spec, n, 1), job.cluster.spec)
+    return 2 * lay.vpp * one
 
 
 def _etp_comm(job: Job) -> float:
@@ -1731,6 +1752,8 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[LayerKi
             layer_params.append(p.dense + p.expert)
             parts["sharding"] += fsdp_copy_seconds(job, layer_id, cal, rank)
     parts["elementwise"] += rank_memory_seconds(job, rank, cal)
+    # the amax all-reduces over tp count as tp communication, over a whole stage as data-parallel
+    comm["tp" if job.training.te_amax_reduction is AmaxGroup.TP else "dp"] += te_amax_reduction_seconds(job)
     if fsdp and gathers:
         counts = pipelined_gathers(job, rank) if _pipelined_fsdp(job) else fsdp_gathers(job)
         exposure = _fsdp_exposure(job, gathers, reduces, fwd_compute, bwd_compute, layer_params, cal, counts)

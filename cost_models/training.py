@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from cost_models.enums import AttentionBackend, AttentionKernel, Fp8Recipe, Framework, MoEDispatch, OptimizerKind, Precision
+from cost_models.enums import AmaxGroup, AttentionBackend, AttentionKernel, Fp8Recipe, Framework, MoEDispatch, OptimizerKind, Precision
 from cost_models.model_spec import Count, Spec
 
 # Tokens in one optimizer step, at most: 2**36 (~69 billion) is thousands of times the largest
@@ -93,6 +93,35 @@ class TrainingSpec(Spec):
     # cost_models.compute (fp8 kernels, casts) and activations (what is saved). Megatron, precision fp8
     # or fp4, cuDNN attention on Hopper or Blackwell (rules._fp8_attention).
     fp8_attention: bool = False
+    # Transformer Engine's delayed scaling with reduce_amax: the amaxes a model chunk's fp8 modules
+    # recorded are concatenated and all-reduced (max) over the fp8_autocast's group once when the
+    # autocast region exits after the chunk's forward, and once after the backward of its first module
+    # (the chunk's last backward); the value names that group where the compute stream waits for the
+    # all-reduce, NONE where it does not (the default, not priced). One autocast region per model chunk
+    # and micro-batch: NeMo 1.17's ParallelTransformer.forward (NVIDIA/NeMo@0b4c3dbf = v1.17.0_pt_23.04
+    # nemo/collections/nlp/modules/common/megatron/transformer.py:1424-1431) and Megatron core's
+    # TransformerBlock.forward (Megatron-LM@3c0f3ef3 = core_v0.7.0.beta megatron/core/transformer/
+    # transformer_block.py:365-374) each wrap their layers in one. Priced in
+    # cost_models.step_time.te_amax_reduction_seconds.
+    # - TE release_v0.8 (TransformerEngine@8e5f00f2): the forward reduction at autocast exit
+    #   (transformer_engine/pytorch/fp8.py:298-303, set up by module.py:654-662), the backward one in
+    #   _prepare_backward for the first module (module.py:141-149); over fp8_meta["fp8_group"] unless
+    #   NVTE_DP_AMAX_REDUCE_INTERVAL skips the data-parallel reduction (fp8.py:564-587), with
+    #   async_op=NVTE_ASYNC_AMAX_REDUCTION, default 0 (module.py:305-307, fp8.py:535-547, 592-596):
+    #   torch.distributed.all_reduce without async_op makes the current stream wait for it. NeMo 1.17
+    #   hands fp8_autocast apex's amax reduction group (transformer.py:1425-1431), the tp x dp ranks
+    #   of one pipeline stage (NVIDIA/apex@57057e2f apex/transformer/parallel_state.py:206-218): TP_DP.
+    # - TE 09ba8427 and 4ee8e8ec (the same code): NVTE_DP_AMAX_REDUCE_INTERVAL=0 reduces over tp only
+    #   (fp8.py:329-356), and NVTE_ASYNC_AMAX_REDUCTION=1 waits for the forward handle at the next
+    #   chunk's first module and for the backward one at the next backward (module/base.py:76, 616): NONE.
+    # - TE v1.6rc1 (TransformerEngine@9e4091e7): always async_op=False (fp8.py:300-310) at autocast exit
+    #   (fp8.py:411-418) and in the first module's backward (module/linear.py:538-539,
+    #   layernorm_linear.py:669, layernorm_mlp.py:1128); the NVTE_* variables are no longer read. Megatron
+    #   core 0.7's autocast group is the tensor-parallel group (transformer_block.py:365-367), and its
+    #   TEDelayedScaling leaves reduce_amax at DelayedScaling's default True (custom_layers/
+    #   transformer_engine.py:543-561; TE common/recipe/__init__.py:128): TP.
+    # Megatron, precision fp8, fp8_recipe delayed only.
+    te_amax_reduction: AmaxGroup = AmaxGroup.NONE
     # Megatron --grad-reduce-in-bf16 (megatron-core DistributedDataParallelConfig grad_reduce_in_fp32=
     # False): the gradient buffer and its reduction in bf16, 2 bytes per parameter instead of the fp32
     # main grads Megatron-LM forces for --bf16 otherwise (Megatron-LM@d98e8a64 arguments.py:1204-1217,

@@ -13,7 +13,7 @@ ModelParallelConfig field are generated from it (`--field-name`; a bool defaulti
 from __future__ import annotations
 
 from cost_models.enums import (
-    AttentionKernel, MLPKind, MoEDispatch, NormKind, OptimizerKind, PositionKind, Precision, Recompute, RouterScore,
+    AmaxGroup, AttentionKernel, MLPKind, MoEDispatch, NormKind, OptimizerKind, PositionKind, Precision, Recompute, RouterScore,
     Schedule, Zero,
 )
 from cost_models.errors import LayoutError, SpecError
@@ -66,6 +66,13 @@ def check(target: Target) -> None:
             "fp8_attention has no Megatron-LM flag: pretrain_gpt.py's arguments leave out TransformerConfig."
             "fp8_dot_product_attention (Megatron-LM@d98e8a64 megatron/training/arguments.py:2307, 2333: \"no CLI "
             "argument exists for these\"), which NeMo sets in its model config; drop --fp8-attention to write a Megatron-LM launch"
+        )
+    if tr.te_amax_reduction is AmaxGroup.TP:
+        raise SpecError(
+            "te_amax_reduction tp is TransformerConfig.tp_only_amax_red, which Megatron-LM's arguments leave without "
+            "a flag (Megatron-LM@d98e8a64 megatron/training/arguments.py:2307, 2335); its delayed scaling reduces the "
+            "amaxes over tp x cp x dp (megatron/core/fp8_utils.py:859-860): use te_amax_reduction tp_dp or none to write "
+            "a Megatron-LM launch"
         )
     if mb is not None:
         if mb.proj_bias or not mb.conv_bias:

@@ -1,0 +1,120 @@
+"""Transformer Engine's delayed-scaling amax all-reduce that the compute stream waits for
+(TrainingSpec.te_amax_reduction): the count per micro-batch, the price of one reduction worked by hand
+from the collective curves, the step it adds, which MLPerf GPT-3 submissions run it, and the refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.published import MAPPINGS, entries
+from cost_models.comm import Collective, collective_time, placement
+from cost_models.enums import AmaxGroup
+from cost_models.errors import SpecError
+from cost_models.job import Job
+from cost_models.rules import resolve
+from cost_models.step_time import te_amax_reduction_seconds, time_estimate
+from planner.launch.megatron import train_sh
+from planner.launch.target import Target
+from tests.helpers import make_job
+
+MiB = 2**20
+# DGX H100: NVLink bus bandwidth 18 links x 20.6 GB/s (NCCL topo.h, cost_models.comm), against
+# 8 GPUs x 400 Gb/s NICs x 0.94 = 376 GB/s; the lower one carries a multi-node ring
+BUSBW = 18 * 20.6e9
+
+
+def mlperf_job(run_id: str, **training) -> Job:
+    entry = next(e for e in entries() if e["id"] == run_id)
+    model, cluster, spec, layout, _ = MAPPINGS[entry["group"]](entry)
+    return resolve(model, cluster, spec.model_copy(update=training), layout)
+
+
+def test_v30_64_nodes_waits_for_3072_reductions_of_174_us():
+    # mlperf-v3.0-nvidia-gpt3-dgxh100-64x8: tp 4, pp 8, vpp 12, dp 16, global batch 2048 at micro-batch
+    # 1, so 2048 / 16 = 128 micro-batches a rank, each running 12 model chunks forward and backward:
+    # 2 x 12 = 24 reductions per micro-batch, 3072 per step. The group is tp x dp = 64 ranks, 8 whole
+    # nodes. An amax message (tens of bytes) sits below the 1 MiB where the cross-node curve starts,
+    # so it takes what 1 MiB takes: the all-reduce scan's share of the plateau at 1 MiB, 0.040 at
+    # 4 nodes and 0.016 at 32, read linearly in log2 of the nodes at 8: 0.040 - 0.024 / 3 = 0.032;
+    # 2·63/64 MiB moved at 0.032 x 370.8 GB/s = 174.0 µs (NCCL's own tree LL latency, 31 µs, is lower).
+    job = mlperf_job("mlperf-v3.0-nvidia-gpt3-dgxh100-64x8")
+    assert job.training.te_amax_reduction is AmaxGroup.TP_DP
+    assert (job.num_microbatches, job.layout.vpp, job.layout.tp * job.dp) == (128, 12, 64)
+    one = 2 * 63 / 64 * MiB / (BUSBW * 0.032)
+    assert one == pytest.approx(174.0e-6, abs=0.1e-6)
+    assert te_amax_reduction_seconds(job) == pytest.approx(24 * one, rel=1e-9)
+    # the step: 128 micro-batches of the critical rank, and in the pipeline's fill and drain the
+    # other 7 ranks' share of theirs, 1/vpp of a micro-batch each: (128·24 + 7·24/12)·174 µs = 0.537 s
+    off = mlperf_job("mlperf-v3.0-nvidia-gpt3-dgxh100-64x8", te_amax_reduction=AmaxGroup.NONE)
+    with_amax, without = time_estimate(job), time_estimate(off)
+    added = (128 * 24 + 7 * 2) * one
+    assert with_amax.step_s - without.step_s == pytest.approx(added, rel=1e-6)
+    assert float(with_amax.breakdown.value("dp") - without.breakdown.value("dp")) == pytest.approx(128 * 24 * one, rel=1e-6)
+
+
+def test_v40_reduces_over_tp_inside_the_node():
+    # mlperf-v4.0-nvidia-gpt3-dgxh100-1344x8: TE v1.6rc1 under Megatron core 0.7 reduces over the 4
+    # tp ranks of one NVLink domain; 96 layers over pp 6 x vpp 8, 16 reductions per micro-batch. The
+    # single-domain curve starts at 1 KiB with a share of 0.00015, and a smaller message takes what
+    # 1 KiB takes: 2·3/4 KiB at 0.00015 x 370.8 GB/s = 27.6 µs.
+    job = mlperf_job("mlperf-v4.0-nvidia-gpt3-dgxh100-1344x8")
+    assert job.training.te_amax_reduction is AmaxGroup.TP
+    one = 2 * 3 / 4 * 1024 / (BUSBW * 0.00015)
+    assert te_amax_reduction_seconds(job) == pytest.approx(2 * 8 * one, rel=1e-9)
+
+
+def test_message_size_below_the_curves_does_not_move_the_price():
+    # One fp32 amax (4 B) stands for a chunk's 48 bytes per dense layer: both lie below the smallest
+    # size either curve resolves, where a collective takes the same time at any size.
+    job = mlperf_job("mlperf-v3.0-coreweave-gpt3-hgxh100-448x8")
+    cl = job.cluster.spec
+    for n in (4, 448):
+        where = placement(cl, n, 1)
+        assert collective_time(Collective.ALL_REDUCE, 4, where, cl) == pytest.approx(
+            collective_time(Collective.ALL_REDUCE, 96, where, cl), rel=1e-9)
+
+
+def test_mlperf_gpt3_rows_by_the_te_they_build():
+    # v3.0: TE release_v0.8 defaults (tp x dp, synchronous); v3.1: NVTE_DP_AMAX_REDUCE_INTERVAL=0 and
+    # NVTE_ASYNC_AMAX_REDUCTION=1 (tp only, waited for a chunk later: none); v4.0: TE v1.6rc1 (tp);
+    # v4.1 and later not read (none)
+    rows = [e for e in entries() if e["id"].startswith("mlperf-") and "-gpt3-" in e["id"]]
+    want = {"mlperf-v3.0-": AmaxGroup.TP_DP, "mlperf-v3.1-": AmaxGroup.NONE, "mlperf-v4.0-": AmaxGroup.TP,
+            "mlperf-v4.1-": AmaxGroup.NONE}
+    seen = set()
+    for e in rows:
+        version = e["id"][:12]
+        training = MAPPINGS[e["group"]](e)[2]
+        assert training.te_amax_reduction is want[version], e["id"]
+        seen.add(version)
+    assert seen == set(want)
+
+
+def test_default_prices_nothing():
+    job = make_job("llama-3.1-8b", gpus=16, tp=2, pp=2, training={"precision": "fp8", "fp8_recipe": "delayed"})
+    assert te_amax_reduction_seconds(job) == 0.0
+
+
+@pytest.mark.parametrize("training, needle", [
+    ({"precision": "bf16"}, "precision=bf16"),
+    ({"precision": "fp8", "fp8_recipe": "tensorwise"}, "fp8_recipe=tensorwise"),
+])
+def test_refused_outside_te_delayed_scaling(training, needle):
+    with pytest.raises(SpecError) as err:
+        make_job("llama-3.1-8b", gpus=8, tp=2, training={**training, "te_amax_reduction": "tp"})
+    message = str(err.value)
+    assert "te_amax_reduction" in message and needle in message and "fp8_recipe delayed" in message
+    assert "\n" not in message
+
+
+def test_megatron_lm_launch_refuses_tp_only():
+    # Megatron-LM's pretrain_gpt.py has no flag for TransformerConfig.tp_only_amax_red
+    # (Megatron-LM@d98e8a64 megatron/training/arguments.py:2307, 2335): its delayed scaling reduces over
+    # tp x cp x dp, which te_amax_reduction tp_dp describes
+    training = {"precision": "fp8", "fp8_recipe": "delayed", "global_batch_size": 16}
+    job = make_job("llama-3.1-8b", gpus=16, tp=2, pp=2, training={**training, "te_amax_reduction": "tp"})
+    with pytest.raises(SpecError, match="te_amax_reduction tp is TransformerConfig.tp_only_amax_red") as err:
+        train_sh(Target(job=job))
+    assert "\n" not in str(err.value)
+    ok = make_job("llama-3.1-8b", gpus=16, tp=2, pp=2, training={**training, "te_amax_reduction": "tp_dp"})
+    assert "--fp8-recipe delayed" in train_sh(Target(job=ok))
