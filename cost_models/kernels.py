@@ -181,6 +181,9 @@ class KernelTable:
     # the generation whose reference GPU's sustained/burst ratio stands in where no GPU of this one
     # has a GEMM timed both ways (the table says why); None: this generation's reference GPU
     sustained_ratio_from: str | None = None
+    # what the table's own stand-ins mean for a prediction, said beside every plan on this generation
+    # (rules.NOTES kernel_caveat); None where every entry is a measurement of the generation
+    caveat: str | None = None
     fp8_attention: Fp8Attention | None = None  # cuDNN fp8 attention against 16-bit, where measured
 
 
@@ -269,6 +272,7 @@ def kernel_table(architecture: str) -> KernelTable | None:
         eager_bmm=_eager_bmm(data["gemm"].get("eager_attention")),
         sustained_ratio_from=data["gemm"].get("sustained_ratio_from"),
         fp8_attention=_fp8_attention(data.get("attention_fp8")),
+        caveat=data.get("caveat"),
     )
 
 

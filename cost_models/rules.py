@@ -953,15 +953,26 @@ def _unordered_queues(job: Job) -> str | None:
             "priced exposed")
 
 
-# What a framework warns about a legal layout: said beside the plan and priced where it costs time.
+def _kernel_caveat(job: Job) -> str | None:
+    gpu = job.cluster.gpu
+    table = kernels.table_for(gpu)
+    if table.architecture != gpu.architecture:
+        return (f"{gpu.name} has no kernel table of its own ({gpu.architecture or 'no architecture'}): its kernels are "
+                f"priced with {table.architecture}'s measurements, scaled by its own matmul rate")
+    return f"{gpu.name}: {table.caveat}" if table.caveat else None
+
+
+# What a framework warns about a legal layout, and what the cost model's kernel tables say of their
+# own stand-ins: said beside the plan (a framework's warning is priced where it costs time).
 NOTES: tuple[Rule, ...] = (
     Rule("unordered_queues", frozenset({MEGATRON}), _unordered_queues,
          "Megatron-LM@d98e8a64 arguments.py L1451-1465, core/tensor_parallel/layers.py L842-849"),
+    Rule("kernel_caveat", ALL, _kernel_caveat, "presets/kernels/<architecture>.toml `caveat`; kernels.FALLBACK_ARCHITECTURE"),
 )
 
 
 def notes(job: Job) -> list[str]:
-    """The framework's warnings about a legal job, in NOTES order."""
+    """The framework's warnings about a legal job and its kernel table's caveat, in NOTES order."""
     return [m for rule in NOTES if job.training.framework in rule.frameworks and (m := rule.check(job))]
 
 

@@ -11,6 +11,7 @@ from cost_models import kernels as K
 from cost_models.enums import AttentionBackend, Precision
 from planner import presets
 from planner.cli import app
+from tests.helpers import make_job
 
 MI300X = presets.gpus()["MI300X"]
 H100 = presets.gpus()["H100-SXM"]
@@ -81,3 +82,18 @@ def test_cli_plans_on_mi300x_and_refuses_cudnn_there():
     assert bad.exit_code == 2
     assert "attention_backend cudnn" in bad.output and "fa2, sdpa_flash" in bad.output
     assert "Traceback" not in bad.output
+
+
+def test_a_plan_on_a_stand_in_kernel_table_says_so():
+    # the note beside every plan (rules.NOTES kernel_caveat): CDNA3's table names its stand-ins, a GPU of
+    # a generation without a table (the L40S, Ada) says whose measurements price it, and a generation
+    # measured throughout (Hopper) says nothing
+    from cost_models.rules import notes
+
+    mi300x = make_job("llama-3.1-8b", cluster="mi300x-8", gpus=8, training=dict(framework="torchtitan"), zero=3)
+    assert [n for n in notes(mi300x) if n.startswith("MI300X: ") and "stand-ins" in n and "optimistic" in n]
+    l40s = make_job("llama-3.1-8b", cluster="l40s-pcie-8", gpus=8, training=dict(framework="torchtitan", seq_len=4096),
+                    zero=3, recompute="full")
+    assert "L40S has no kernel table of its own (ada): its kernels are priced with hopper's measurements" in " ".join(notes(l40s))
+    h100 = make_job("llama-3.1-8b", gpus=8, training=dict(framework="torchtitan"), zero=3)
+    assert not [n for n in notes(h100) if "kernel table" in n]
