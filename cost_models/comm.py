@@ -154,7 +154,7 @@ NODES_CURVES = {  # nodes of 8 GPUs -> share at NODES_SIZES_BYTES
 #             host not being part of a cluster preset
 #   time = latency + bytes / (bw · treeCorrectionFactor[LL][log2i(bytes/64)])   :624, :639-653
 # NCCL's latency constants price a 2-node, 8-GPU-a-node all-reduce at 6.8 + 2·(7·0.6 + 5.0) = 25.2 µs
-# (its log prints 25.214764 µs for a 128-byte all-reduce on an H100 cluster, NVIDIA/nccl issue 1453);
+# (its log prints 25.214764 µs, tree LL, for a 128-byte all-reduce on 2 x 8 H100, NVIDIA/nccl issue 1453);
 # nccl-tests measures an 8-byte all-reduce over 16 GPUs at 47.60 µs over NDR InfiniBand (2 x 8 H20,
 # 16 ConnectX-7, NCCL 2.21.5, NVIDIA/nccl issue 1244) and 69.12 µs over EFA (2 x p5.48xlarge, NCCL
 # 2.27.7, aws-samples/awsome-distributed-training@0162aacd micro-benchmarks/nccl-tests/README.md
