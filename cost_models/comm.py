@@ -31,7 +31,9 @@ NODES_CURVES), and applied to every collective of that span by its buffer size. 
 NCCL's own constants (src/graph/tuning.cc at v2.30.7-1; the cluster presets carry its hwLatencies,
 Ring/Simple 3.4 µs per NVLink step and 14 µs per network step): base latency per protocol and
 per-step latency per protocol and link, the fastest protocol and algorithm (ring; tree for
-all-reduce across nodes) taken.
+all-reduce across nodes) taken. An all-reduce across nodes below the cross-node curves' first size
+(1 MiB) costs no more than NCCL's tree LL, its modelled start-up at the measured/modelled ratio of
+16-GPU nccl-tests runs (small_all_reduce_seconds).
 
 Measured clusters: where a cluster preset carries bus bandwidths measured on that cluster across
 nodes (ClusterSpec.measured_busbw: a collective over N whole nodes at one message size), a group
@@ -57,10 +59,10 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
-from cost_models.enums import ScaleupTopology
+from cost_models.enums import Fabric, ScaleupTopology
 from cost_models.hardware import ClusterSpec
 from cost_models.interp import log2_interp
-from cost_models.units import MiB, US
+from cost_models.units import GB, MiB, US
 
 
 class Collective(StrEnum):
@@ -134,6 +136,41 @@ NODES_CURVES = {  # nodes of 8 GPUs -> share at NODES_SIZES_BYTES
     128: (0.0135, 0.049, 0.135, 0.338, 0.689, 0.897, 1.0),
     1024: (0.0082, 0.033, 0.087, 0.286, 0.613, 0.837, 1.0),
 }
+
+
+# A small all-reduce across nodes, below the smallest size the cross-node curves were read at
+# (NODES_SIZES_BYTES[0]): there the curves carry no measurement, and reading them down (a share
+# proportional to the size) prices any message like a 1 MiB one, which grows with the node count as
+# the 1 MiB share falls. NCCL runs it as its cost model picks (NVIDIA/nccl@73cf1122 = v2.30.7-1,
+# src/enqueue.cc:2028-2041 topoGetAlgoInfo takes the least ncclTopoGetAlgoTime): with tens of bytes, tree LL,
+# whose start-up grows with log2 of the nodes where a ring's grows with the nodes. Its time there
+# (src/graph/tuning.cc, v2.30.7-1):
+#   latency = base + 2·((ppn − 1)·intra + log2i(nNodes)·inter)          :416, log2i rounds down
+#             (src/include/utils.h:56, bitops.h:292 log2Down)
+#   base 6.8 µs, intra 0.6 µs (NVLink), inter 5.0 µs (NET) for Tree/LL     :151, :159, :171
+#   busBw = min(nChannels·bw / 3.8, llMaxBw), times 0.5 for a tree         :332, :378-381
+#   llMaxBw across nodes by host CPU: Intel 39.0 GB/s at 2 nodes, 20.4 beyond; AMD 22.5, 19.0
+#             (:179-180, row by CPU vendor and column by node count :267-272); the lower taken, the
+#             host not being part of a cluster preset
+#   time = latency + bytes / (bw · treeCorrectionFactor[LL][log2i(bytes/64)])   :624, :639-653
+# NCCL's latency constants price a 2-node, 8-GPU-a-node all-reduce at 6.8 + 2·(7·0.6 + 5.0) = 25.2 µs
+# (its log prints 25.214764 µs, tree LL, for a 128-byte all-reduce on 2 x 8 H100, NVIDIA/nccl issue 1453);
+# nccl-tests measures an 8-byte all-reduce over 16 GPUs at 47.60 µs over NDR InfiniBand (2 x 8 H20,
+# 16 ConnectX-7, NCCL 2.21.5, NVIDIA/nccl issue 1244) and 69.12 µs over EFA (2 x p5.48xlarge, NCCL
+# 2.27.7, aws-samples/awsome-distributed-training@0162aacd micro-benchmarks/nccl-tests/README.md
+# "Results"). The model's start-up is taken at the measured/modelled ratio of the cluster's fabric,
+# the same at every node count (no measurement of a tiny all-reduce beyond 2 nodes was found); a
+# fabric without a measurement takes the larger ratio. The bytes run at the LL bandwidth as modelled.
+TREE_LL_BASE_LATENCY_S = 6.8 * US
+TREE_LL_STEP_LATENCY_NVLINK_S = 0.6 * US
+TREE_LL_STEP_LATENCY_NET_S = 5.0 * US
+LL_MAX_BUSBW_BYTES_PER_S = {2: min(39.0, 22.5) * GB, 3: min(20.4, 19.0) * GB}  # nodes 2, 3 and more
+TREE_LL_BUSBW_DIVISOR = 3.8
+TREE_BUS_TO_ALG = 0.5
+# treeCorrectionFactor, LL row: sizes 64 B·2^i, i = 0..23
+TREE_LL_CORRECTION = (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0)
+# the measured 8-byte all-reduce over 2 nodes of 8 GPUs (sources above), per fabric
+SMALL_ALL_REDUCE_16_GPUS_S = {Fabric.INFINIBAND: 47.60 * US, Fabric.EFA: 69.12 * US}
 
 
 # SMs an NCCL collective occupies while it runs (one thread block per channel): the ring channel
@@ -308,8 +345,37 @@ def collective_time(op: Collective, size_bytes: float, where: Placement, cluster
     plateau_bytes_per_s = bus_bandwidth(op, where, cluster, flat=flat)
     busbw = plateau_bytes_per_s * share
     measured = measured_busbw(op, size_bytes, nodes, cluster) if k < n else None
-    return max(floor, moved / (busbw if measured is None else min(busbw, measured)),
+    time = max(floor, moved / (busbw if measured is None else min(busbw, measured)),
                ring_fill_seconds(op, moved, plateau_bytes_per_s, where, cluster, latency_s=latency[False, "simple"]))
+    if op is Collective.ALL_REDUCE and k < n and size_bytes < NODES_SIZES_BYTES[0]:
+        # below the cross-node curves, no dearer than NCCL's tree LL (small_all_reduce_seconds)
+        return min(time, small_all_reduce_seconds(size_bytes, where, cluster))
+    return time
+
+
+def _tree_ll_latency(per_node: int, nodes: int, cluster: ClusterSpec | None) -> float:
+    """NCCL's modelled start-up of a tree LL all-reduce (tuning.cc:416), on the preset's links where
+    `cluster` is given (its Simple-ring latencies scale NCCL's, as _latency's do), else NCCL's own."""
+    nvl, net = TREE_LL_STEP_LATENCY_NVLINK_S, TREE_LL_STEP_LATENCY_NET_S
+    if cluster is not None:
+        nvl, net = _scale(cluster, nvl, net=False), _scale(cluster, net, net=True)
+    levels = nodes.bit_length() - 1  # log2i: log2 rounded down
+    return TREE_LL_BASE_LATENCY_S + 2 * ((per_node - 1) * nvl + levels * net)
+
+
+def small_all_reduce_seconds(size_bytes: float, where: Placement, cluster: ClusterSpec) -> float:
+    """A small all-reduce across nodes as NCCL's tree LL runs it (comment above
+    SMALL_ALL_REDUCE_16_GPUS_S): the modelled start-up at the measured/modelled ratio of the cluster's
+    fabric, plus the bytes at the LL protocol's tree bandwidth."""
+    k = where.per_domain
+    nodes = max(2, where.n // k)
+    measured = SMALL_ALL_REDUCE_16_GPUS_S.get(cluster.fabric, max(SMALL_ALL_REDUCE_16_GPUS_S.values()))
+    ratio = measured / _tree_ll_latency(8, 2, None)
+    ll_busbw = min(bus_bandwidth(Collective.ALL_REDUCE, where, cluster) / TREE_LL_BUSBW_DIVISOR,
+                   LL_MAX_BUSBW_BYTES_PER_S[min(nodes, 3)])
+    level = int(size_bytes) // 64
+    correction = TREE_LL_CORRECTION[min(level.bit_length() - 1, len(TREE_LL_CORRECTION) - 1)] if level else 1.0
+    return ratio * _tree_ll_latency(k, nodes, cluster) + size_bytes / (TREE_BUS_TO_ALG * ll_busbw * correction)
 
 
 def ring_fill_seconds(op: Collective, moved_bytes: float, plateau_bytes_per_s: float, where: Placement, cluster: ClusterSpec,

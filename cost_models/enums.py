@@ -152,7 +152,8 @@ class ScaleupTopology(StrEnum):
 
 
 class Fabric(StrEnum):
-    """The scale-out network between nodes; it decides the launch's network environment only."""
+    """The scale-out network between nodes: it decides the launch's network environment, and the
+    measured start-up of a small all-reduce across nodes (cost_models.comm.SMALL_ALL_REDUCE_16_GPUS_S)."""
 
     INFINIBAND = "infiniband"
     ROCE = "roce"  # RDMA over Converged Ethernet

@@ -140,7 +140,9 @@ class ClusterSpec(_SIFromHuman):
     nic_bandwidth_bytes_per_s: Bandwidth  # scale-out, per GPU per direction
     nic_latency_s: Latency
     network_tiers: tuple[NetworkTier, ...] = ()
-    fabric: Fabric = Fabric.UNSPECIFIED  # decides the launch's NCCL/libfabric environment only
+    # decides the launch's NCCL/libfabric environment and a small cross-node all-reduce's measured
+    # start-up (cost_models.comm.SMALL_ALL_REDUCE_16_GPUS_S)
+    fabric: Fabric = Fabric.UNSPECIFIED
     # EFA devices per node, as the Kubernetes device plugin counts them (vpc.amazonaws.com/efa);
     # required with fabric "efa" for job.yaml's resource request.
     efa_devices_per_node: Count | None = None

@@ -584,7 +584,8 @@ def te_amax_reduction_seconds(job: Job) -> float:
     message is its modules' fp32 amaxes, 3 per GEMM forward and 2 backward (TransformerEngine@8e5f00f2
     transformer_engine/pytorch/module.py:329-333): 48 bytes for a dense layer's four GEMMs, below the
     smallest size the collective curves resolve (1 KiB inside a scale-up domain, 1 MiB across them), where
-    collective_time is the same for any size; priced at one fp32 amax. A recomputed forward reduces
+    collective_time is its latency (the curve's first point inside a domain, NCCL's tree LL across
+    nodes: comm.small_all_reduce_seconds) and the bytes hardly count; priced at one fp32 amax. A recomputed forward reduces
     nothing (module.py:584-586, 649-651 under release_v0.8; not counted)."""
     group = job.training.te_amax_reduction
     if group is AmaxGroup.NONE:

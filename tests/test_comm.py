@@ -71,6 +71,45 @@ def test_small_messages_pay_nccls_latency():
     assert collective_time(Collective.ALL_REDUCE, 32 * 1024, placement(a100, 8, 1), a100) == pytest.approx(43.83e-6, rel=0.25)
 
 
+# NCCL v2.30.7-1 tuning.cc tree LL: base 6.8 µs (:151), 0.6 µs a NVLink step (:159), 5.0 µs a network
+# level (:171), start-up 6.8 + 2·((ppn − 1)·0.6 + log2i(nodes)·5.0) (:416); 25.2 µs at 2 nodes of 8.
+# Measured 8-byte all-reduce over 2 x 8 GPUs: 47.60 µs over InfiniBand (nccl issue 1244), 69.12 µs
+# over EFA (awsome-distributed-training 2 x p5); the ratio to 25.2 scales the model.
+IB_RATIO, EFA_RATIO = 47.60 / 25.2, 69.12 / 25.2
+
+
+@pytest.mark.parametrize(("nodes", "levels", "ll_cap"), [(2, 1, 22.5e9), (8, 3, 19.0e9), (56, 5, 19.0e9)])
+def test_a_tiny_all_reduce_across_nodes_costs_nccls_tree_ll(nodes, levels, ll_cap):
+    # 4 bytes over `nodes` whole DGX H100 nodes (InfiniBand): 2 nodes 47.60 µs, 8 nodes
+    # (6.8 + 2·(4.2 + 3·5.0)) x 1.889 = 85.38 µs, 56 nodes (log2i 5) 65.2 x 1.889 = 123.16 µs; the
+    # bytes at half the LL cap (22.5 GB/s at 2 nodes, 19.0 beyond: the lower host row, :179-180) add
+    # under 1 ns. Reading the 1 MiB curve point flat gave 55, 174 and 376 µs.
+    t = collective_time(Collective.ALL_REDUCE, 4, placement(H100, 8 * nodes, 1), H100)
+    hand = (6.8e-6 + 2 * (7 * 0.6e-6 + levels * 5.0e-6)) * IB_RATIO + 4 / (0.5 * ll_cap)
+    assert t == pytest.approx(hand, rel=1e-6)
+    assert t == pytest.approx({2: 47.60e-6, 8: 85.38e-6, 56: 123.16e-6}[nodes], abs=0.01e-6)
+
+
+def test_a_tiny_all_reduce_over_16_gpus_stays_in_the_measured_band():
+    # the 8-byte all-reduces measured over 2 nodes of 8 H100-class GPUs took 47.60 (InfiniBand) to
+    # 69.12 µs (EFA); both fabrics' presets price theirs inside that band (EFA's stays at its size
+    # curve's 54.8 µs, below its tree LL cap of 69.12)
+    for cluster in (H100, CLUSTERS["hf-science-p5"]):
+        t = collective_time(Collective.ALL_REDUCE, 8, placement(cluster, 16, 1), cluster)
+        assert 47.60e-6 * (1 - 1e-6) <= t <= 69.12e-6
+    efa = CLUSTERS["hf-science-p5"]
+    assert collective_time(Collective.ALL_REDUCE, 8, placement(efa, 64, 1), efa) == pytest.approx(
+        45.2e-6 * EFA_RATIO, rel=1e-4)  # 8 nodes at EFA's ratio: 123.98 µs
+
+
+def test_from_1_mib_up_the_cross_node_curve_prices_the_all_reduce():
+    # 1 MiB over 8 nodes: the all-reduce scan's share at 1 MiB, 0.040 at 4 nodes and 0.016 at 32,
+    # read in log2 at 8: 0.032; 2·63/64 MiB at 0.032 x 370.8 GB/s = 174.0 µs, above the tree LL's
+    # 85.4 µs + 1 MiB at 0.5 x 19 GB/s, which is not applied at this size
+    t = collective_time(Collective.ALL_REDUCE, MiB, placement(H100, 64, 1), H100)
+    assert t == pytest.approx(2 * 63 / 64 * MiB / (0.032 * 18 * 20.6e9), rel=1e-3)
+
+
 def test_a_ring_reduce_scatter_across_many_nodes_pays_its_steps():
     # 100 MiB reduce-scattered over 336 ranks, 2 a node (stride 4: GPT-3's data-parallel group at tp
     # 4): 168 nodes, a ring of 335 steps, 167 of them over the network. NCCL's ring latency (Simple)

@@ -1,6 +1,7 @@
 """Transformer Engine's delayed-scaling amax all-reduce that the compute stream waits for
 (TrainingSpec.te_amax_reduction): the count per micro-batch, the price of one reduction worked by hand
-from the collective curves, the step it adds, which MLPerf GPT-3 submissions run it, and the refusals."""
+from the collective curves and NCCL's tree LL model, the step it adds, which MLPerf GPT-3 submissions
+run it, and the refusals."""
 
 from __future__ import annotations
 
@@ -29,27 +30,27 @@ def mlperf_job(run_id: str, **training) -> Job:
     return resolve(model, cluster, spec.model_copy(update=training), layout)
 
 
-def test_v30_64_nodes_waits_for_3072_reductions_of_174_us():
+def test_v30_64_nodes_waits_for_3072_reductions_of_85_us():
     # mlperf-v3.0-nvidia-gpt3-dgxh100-64x8: tp 4, pp 8, vpp 12, dp 16, global batch 2048 at micro-batch
     # 1, so 2048 / 16 = 128 micro-batches a rank, each running 12 model chunks forward and backward:
     # 2 x 12 = 24 reductions per micro-batch, 3072 per step. The group is tp x dp = 64 ranks, 8 whole
     # nodes. An amax message (tens of bytes) sits below the 1 MiB where the cross-node curve starts,
-    # so it takes what 1 MiB takes: the all-reduce scan's share of the plateau at 1 MiB, 0.040 at
-    # 4 nodes and 0.016 at 32, read linearly in log2 of the nodes at 8: 0.040 - 0.024 / 3 = 0.032;
-    # 2·63/64 MiB moved at 0.032 x 370.8 GB/s = 174.0 µs (NCCL's own tree LL latency, 31 µs, is lower).
+    # so it takes NCCL's tree LL (nccl v2.30.7-1 tuning.cc:416): 6.8 + 2·(7·0.6 + log2(8)·5.0) = 45.2 µs,
+    # at the InfiniBand ratio of the measured 16-GPU 47.60 µs over the modelled 25.2 µs: 85.38 µs,
+    # plus 4 bytes at half the 19.0 GB/s LL cap (0.4 ns).
     job = mlperf_job("mlperf-v3.0-nvidia-gpt3-dgxh100-64x8")
     assert job.training.te_amax_reduction is AmaxGroup.TP_DP
     assert (job.num_microbatches, job.layout.vpp, job.layout.tp * job.dp) == (128, 12, 64)
-    one = 2 * 63 / 64 * MiB / (BUSBW * 0.032)
-    assert one == pytest.approx(174.0e-6, abs=0.1e-6)
-    assert te_amax_reduction_seconds(job) == pytest.approx(24 * one, rel=1e-9)
+    one = 45.2e-6 * 47.60 / 25.2 + 4 / (0.5 * 19.0e9)
+    assert one == pytest.approx(85.38e-6, abs=0.01e-6)
+    assert te_amax_reduction_seconds(job) == pytest.approx(24 * one, rel=1e-6)
     # the step: 128 micro-batches of the critical rank, and in the pipeline's fill and drain the
-    # other 7 ranks' share of theirs, 1/vpp of a micro-batch each: (128·24 + 7·24/12)·174 µs = 0.537 s
+    # other 7 ranks' share of theirs, 1/vpp of a micro-batch each: (128·24 + 7·24/12)·85.4 µs = 0.263 s
     off = mlperf_job("mlperf-v3.0-nvidia-gpt3-dgxh100-64x8", te_amax_reduction=AmaxGroup.NONE)
     with_amax, without = time_estimate(job), time_estimate(off)
     added = (128 * 24 + 7 * 2) * one
-    assert with_amax.step_s - without.step_s == pytest.approx(added, rel=1e-6)
-    assert float(with_amax.breakdown.value("dp") - without.breakdown.value("dp")) == pytest.approx(128 * 24 * one, rel=1e-6)
+    assert with_amax.step_s - without.step_s == pytest.approx(added, rel=1e-5)
+    assert float(with_amax.breakdown.value("dp") - without.breakdown.value("dp")) == pytest.approx(128 * 24 * one, rel=1e-5)
 
 
 def test_v40_reduces_over_tp_inside_the_node():
@@ -63,15 +64,16 @@ def test_v40_reduces_over_tp_inside_the_node():
     assert te_amax_reduction_seconds(job) == pytest.approx(2 * 8 * one, rel=1e-9)
 
 
-def test_message_size_below_the_curves_does_not_move_the_price():
+def test_message_size_below_the_curves_hardly_moves_the_price():
     # One fp32 amax (4 B) stands for a chunk's 48 bytes per dense layer: both lie below the smallest
-    # size either curve resolves, where a collective takes the same time at any size.
+    # size either curve resolves, where a collective costs its latency; across nodes the 92 bytes more
+    # at NCCL's LL tree bandwidth (half of 19.0 GB/s) add 10 ns to about 120 µs, under 1e-4 of it.
     job = mlperf_job("mlperf-v3.0-coreweave-gpt3-hgxh100-448x8")
     cl = job.cluster.spec
     for n in (4, 448):
         where = placement(cl, n, 1)
         assert collective_time(Collective.ALL_REDUCE, 4, where, cl) == pytest.approx(
-            collective_time(Collective.ALL_REDUCE, 96, where, cl), rel=1e-9)
+            collective_time(Collective.ALL_REDUCE, 96, where, cl), rel=1e-4)
 
 
 def test_mlperf_gpt3_rows_by_the_te_they_build():
