@@ -523,7 +523,10 @@ class Space:
         # most rows of any Stages)
         rks = [rank_kinds(problem, p) for p in self.stages]
         U = max(len(r.weights) for r in rks)
-        V = max(max(len(r.chunks0), len(r.chunks1)) for r in rks)
+        # a rank's lightest chunk is the least over its distinct chunks (a rank's chunks mostly repeat
+        # one or two layer counts: 63 chunks, 2 distinct, at pp 2 vpp 63), so only those are tabulated
+        distinct = [tuple(tuple(dict.fromkeys(chunks)) for chunks in (r.chunks0, r.chunks1)) for r in rks]
+        V = max(max(len(c0), len(c1)) for c0, c1 in distinct)
         row_rec = np.zeros((T, U, K), dtype=i64)
         row_plain = np.zeros((T, U, K), dtype=i64)
         row_w = np.zeros((T, U), dtype=i64)
@@ -535,9 +538,12 @@ class Space:
             u = len(r.weights)
             row_rec[t, :u], row_plain[t, :u] = r.recomputed, r.plain
             row_w[t, :u], row_last[t, :u] = r.weights, r.last
-            for rank, chunks in enumerate((r.chunks0, r.chunks1)):
+            for rank, chunks in enumerate(distinct[t]):
                 for v, (cr, cpl) in enumerate(chunks):
                     ch_rec[rank, t, v], ch_plain[rank, t, v], ch_used[rank, t, v] = cr, cpl, True
+        # rank 0's layers under the recompute mode and without it, over all its chunks
+        rec0 = np.array([sum(sum(cr) for cr, _ in r.chunks0) for r in rks], dtype=i64)
+        plain0 = np.array([sum(sum(cpl) for _, cpl in r.chunks0) for r in rks], dtype=i64)
         layers0 = np.array([r.layers0 for r in rks], dtype=i64).reshape(T, K)
         layers1 = np.array([r.layers1 for r in rks], dtype=i64).reshape(T, K)
         m = self.microbatches
@@ -650,7 +656,7 @@ class Space:
         self.cell_lb += np.floor(cal.gpu_speed_cv * expected_max_normal(problem.gpus) * m * least).astype(i64)
         # rank 0's backward compute of one micro-batch, at most: what its gradient traffic can hide behind
         bwd = np.array([t.backward_ns for t in tabs()], dtype=i64).reshape(S, 3)
-        self.window0 = (ch_rec[0][ti].sum(axis=(1, 2)) * bwd[si, mode[ti]] + ch_plain[0][ti].sum(axis=(1, 2)) * bwd[si, 0]
+        self.window0 = (rec0[ti] * bwd[si, mode[ti]] + plain0[ti] * bwd[si, 0]
                         + np.where(st_pp[ti] == 1, head[si], 0))
 
         # the FSDP term of every (cell, sharding) at pp = 1
