@@ -62,7 +62,7 @@ from cost_models.step_time import (
     fsdp_layer_comm,
     fsdp_per_microbatch,
     interleaved_grad_sync_chunks,
-    layer_pass,
+    layer_passes,
     time_estimate,
 )
 from planner.space import (
@@ -288,10 +288,10 @@ def shard_table(problem: Problem, shard: Shard, cal: Calibration, *, priced: boo
 
     def kind_passes(kind):  # type: ignore[no-untyped-def]
         if kind.moe:
-            return [layer_pass(job, kind, mode=mode, cal=cal) for mode in MODES]
+            return layer_passes(job, kind, modes=MODES, cal=cal)
         key = (kind, shard.tp, shard.sp, shard.cp, shard.mbs)
         if key not in memo:
-            memo[key] = [layer_pass(job, kind, mode=mode, cal=cal) for mode in MODES]
+            memo[key] = layer_passes(job, kind, modes=MODES, cal=cal)
         return memo[key]
 
     per_kind = [kind_passes(kind) for kind in kinds]
