@@ -455,6 +455,25 @@ def state_coefficients(problem: Problem, sh: Sharding) -> tuple[int, int]:
     return sum(n for n, s in kept if not s), sum(n for n, s in kept if s)
 
 
+def extreme_rows(counts, used, *, largest: bool):  # type: ignore[no-untyped-def]
+    """Per Stages (counts: (T, U, F) of non-negative counts; used: (T, U)), the used rows that no
+    other used row covers (largest: has at least every count; else: at most every count), with ties
+    to the first: (indices (T, U'), which of them are used (T, U')). A sum of the counts with
+    non-negative weights is largest (least) over all used rows where it is over these."""
+    import numpy as np
+
+    a, b = counts[:, :, None, :], counts[:, None, :, :]  # row u, row v
+    covers = (b >= a).all(axis=3) if largest else (b <= a).all(axis=3)  # [t, u, v]: v covers u
+    equal = (a == b).all(axis=3)
+    U = counts.shape[1]
+    before = np.arange(U)[None, :] < np.arange(U)[:, None]  # [u, v]: v comes before u
+    beaten = (covers & (~equal | before[None]) & used[:, None, :]).any(axis=2)
+    keep = used & ~beaten
+    width = max(1, int(keep.sum(axis=1).max()))
+    order = np.argsort(~keep, axis=1, kind="stable")[:, :width]
+    return order, np.take_along_axis(keep, order, axis=1)
+
+
 class Space:
     """The bound over every layout of the space, as arrays: cells are the (Shard, Stages) pairs
     whose degrees divide the GPUs and the batch; each cell takes each legal Sharding.
@@ -638,21 +657,36 @@ class Space:
         k_pass, k_comp = per_kind("kind_pass_ns", 3), per_kind("kind_compute_ns", 3)
         head = col(tabs(), "head_ns")
 
-        def rank_sums(table):  # type: ignore[no-untyped-def]
-            """(cell, row): the sum over a row's layers of a per-kind table, each under its mode."""
+        # S_r of a row is Σ_k (recomputed layers · pass under the mode + plain layers · pass without
+        # recompute) + the head on the last rank, every term ≥ 0: a row with no fewer layers of each
+        # kind (and the head where the other has it) than another has no smaller sum. So the largest
+        # S_r is the largest over the rows no other row covers, the least over those that cover no
+        # other, and Σ_r S_r is the same sum over the layer counts weighted by ranks.
+        assert (k_pass >= 0).all() and (k_comp >= 0).all() and (head >= 0).all()
+        counts = np.concatenate([row_rec, row_plain, row_last[:, :, None]], axis=2)  # (T, U, 2K + 1)
+        top_rows, top_used = extreme_rows(counts, row_w > 0, largest=True)
+        least_rows, least_used = extreme_rows(counts, row_w > 0, largest=False)
+        w_rec, w_plain = (row_w[:, :, None] * row_rec).sum(axis=1), (row_w[:, :, None] * row_plain).sum(axis=1)  # (T, K)
+        w_last = (row_w * row_last).sum(axis=1)
+
+        def rank_sums(table, rows):  # type: ignore[no-untyped-def]
+            """(cell, row): S_r of the rows `rows` (T, U') picks, with a per-kind table under each
+            layer's mode, and the head on the last rank."""
             in_mode = np.take_along_axis(table[si], mode[ti][:, None, None], axis=2)[:, :, 0]  # (C, K)
-            return (np.einsum("cuk,ck->cu", row_rec[ti], in_mode) + np.einsum("cuk,ck->cu", row_plain[ti], table[si, :, 0]))
+            rec = np.take_along_axis(row_rec, rows[:, :, None], axis=1)[ti]
+            plain = np.take_along_axis(row_plain, rows[:, :, None], axis=1)[ti]
+            last = np.take_along_axis(row_last, rows, axis=1)[ti]
+            return (np.einsum("cuk,ck->cu", rec, in_mode) + np.einsum("cuk,ck->cu", plain, table[si, :, 0])
+                    + last * head[si][:, None])
 
         # the step bound of every cell (cell_bound, vectorised): S_r summed over each rank's layers by kind
-        used_row = row_w[ti] > 0
-        per_rank = rank_sums(k_pass) + row_last[ti] * head[si][:, None]
-        top = np.where(used_row, per_rank, 0).max(axis=1)
-        total = (row_w[ti] * per_rank).sum(axis=1)
+        top = np.where(top_used[ti], rank_sums(k_pass, top_rows), 0).max(axis=1)
+        in_mode = np.take_along_axis(k_pass[si], mode[ti][:, None, None], axis=2)[:, :, 0]
+        total = (w_rec[ti] * in_mode).sum(axis=1) + (w_plain[ti] * k_pass[si, :, 0]).sum(axis=1) + w_last[ti] * head[si]
         self.cell_lb = m * top + (total - top) // st_vpp[ti]
         # the straggler term: gpu_speed_cv · E[max of N normals] of the step's compute, which is at
         # least m times the least compute any rank's layers (and the last rank's head) take
-        rank_compute = rank_sums(k_comp) + row_last[ti] * head[si][:, None]
-        least = np.where(used_row, rank_compute, np.iinfo(i64).max).min(axis=1)
+        least = np.where(least_used[ti], rank_sums(k_comp, least_rows), np.iinfo(i64).max).min(axis=1)
         self.cell_lb += np.floor(cal.gpu_speed_cv * expected_max_normal(problem.gpus) * m * least).astype(i64)
         # rank 0's backward compute of one micro-batch, at most: what its gradient traffic can hide behind
         bwd = np.array([t.backward_ns for t in tabs()], dtype=i64).reshape(S, 3)
