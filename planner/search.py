@@ -310,7 +310,7 @@ def shard_table(problem: Problem, shard: Shard, cal: Calibration, *, priced: boo
     )
 
 
-def fsdp_ns(problem: Problem, shard: Shard, sharding: Sharding, table: ShardTable, cal: Calibration) -> tuple[int, list[list[int]]]:
+def fsdp_ns(problem: Problem, shard: Shard, sharding: Sharding, table: ShardTable, cal: Calibration) -> tuple[int, Any]:
     """Exposed parameter gathers and gradient reduce-scatters of one micro-batch when FSDP works per
     micro-batch (step_time.fsdp_per_microbatch; the backward gathers only where fsdp_gathers has them)
     at pp = 1, where the only rank runs the layers in model order, and the compute they slow while
@@ -325,13 +325,16 @@ def fsdp_ns(problem: Problem, shard: Shard, sharding: Sharding, table: ShardTabl
     backward one as contention, k = s/(1 − s) with s the share of SMs the collective holds (not for
     DeepSpeed, whose prefetch limit hides less: its g(1 − c) + max(0, g·c − f) is at least max(0, g − f)).
 
-    Returns (the fixed part: the first terms and the forward sum; for each recompute mode the
-    backward terms summed over layers 1..j−1 for j = 0..L, as if those layers ran under it, so that
-    a split at the first R recomputed layers reads two prefix sums); zeros where there is no FSDP."""
+    Returns (the fixed part: the first terms and the forward sum; an array [mode, j] of the
+    backward terms summed over layers 1..j−1 for j = 0..L, as if those layers ran under that
+    recompute mode, so that a split at the first R recomputed layers reads two prefix sums); zeros
+    where there is no FSDP."""
+    import numpy as np
+
     n = problem.model.num_layers
     job = shape_job(problem, shard, sharding)
     if job is None or not fsdp_per_microbatch(job) or job.dense_shard_group == 1:
-        return (0, [[0] * (n + 1) for _ in MODES])
+        return (0, np.zeros((len(MODES), n + 1), dtype=np.int64))
     by_kind = {kind: fsdp_layer_comm(job, i) for kind, i in problem.model.layer_kinds.items()}
     g = [by_kind[kind][0] * NS for kind in problem.model.kinds_by_layer]
     r = [by_kind[kind][1] * NS for kind in problem.model.kinds_by_layer]
@@ -340,14 +343,11 @@ def fsdp_ns(problem: Problem, shard: Shard, sharding: Sharding, table: ShardTabl
     k = s / (1 - s)
     fixed = fg * g[0] + bg * g[-1] + r[0] + sum(max(0.0, fg * x - table.forward_ns) + k * min(fg * x, table.forward_min_ns)
                                                 for x in g[1:])
-    cum = []
-    for b, bmin in zip(table.backward_ns, table.backward_min_ns):
-        total, out = 0.0, [0, 0]
-        for j in range(1, n):
-            x = bg * g[j - 1] + r[j]
-            total += max(0.0, x - b) + k * min(x, bmin)
-            out.append(int(total))
-        cum.append(out[: n + 1])
+    # layer j's backward term, j = 1..n−1, summed in layer order (cumsum adds one after another, as a loop would)
+    x = bg * np.array(g[:-1]) + np.array(r[1:])
+    cum = np.zeros((len(MODES), n + 1), dtype=np.int64)
+    for mi, (b, bmin) in enumerate(zip(table.backward_ns, table.backward_min_ns)):
+        cum[mi, 2:] = np.cumsum(np.maximum(0.0, x - b) + k * np.minimum(x, float(bmin)))[: n - 1].astype(np.int64)
     return (int(fixed), cum)
 
 
@@ -699,7 +699,7 @@ class Space:
             if z.zero >= Zero.GRADIENTS:  # fsdp_ns: zeros where FSDP does not work per micro-batch
                 L = problem.model.num_layers
                 f = [fsdp_ns(problem, self.shards[s], z, self.tables[s], cal) if s in priced and s in pp1
-                     else (0, [[0] * (L + 1)] * 3) for s in range(S)]
+                     else (0, np.zeros((3, L + 1), dtype=i64)) for s in range(S)]
                 fixed = np.array([x[0] for x in f], dtype=i64)
                 cum = np.array([x[1] for x in f], dtype=i64).reshape(S, 3, L + 1)
                 # the only rank's first R layers run under the recompute mode, the rest without
