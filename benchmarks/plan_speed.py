@@ -15,10 +15,13 @@ import sys
 import time
 from pathlib import Path
 
+# (model, cluster, GPUs, sequence length, global batch)
 CASES = [
-    ("llama-3.1-405b", 16384, 8192, 2048),
-    ("llama-3.1-70b", 64, 8192, 128),
-    ("mixtral-8x22b", 256, 4096, 1024),
+    ("llama-3.1-405b", "dgx-h100", 16384, 8192, 2048),
+    ("llama-3.1-70b", "dgx-h100", 64, 8192, 128),
+    ("mixtral-8x22b", "dgx-h100", 256, 4096, 1024),
+    # an NVL72 rack's NVLink domain lets tp reach 64 of the 128 heads: many more Shards than on 8-GPU nodes
+    ("llama-3.1-405b", "gb200-nvl72", 512, 8192, 1024),
 ]
 
 
@@ -37,8 +40,8 @@ NOTES = """What the time goes to, for Llama-3.1-405B on 16,384 GPUs (cProfile):
 """
 
 
-def run(model: str, gpus: int, seq: int, gbs: int) -> dict:
-    cmd = [sys.executable, "-m", "planner.cli", "plan", model, "--cluster", "dgx-h100", "--gpus", str(gpus),
+def run(model: str, cluster: str, gpus: int, seq: int, gbs: int) -> dict:
+    cmd = [sys.executable, "-m", "planner.cli", "plan", model, "--cluster", cluster, "--gpus", str(gpus),
            "--seq-len", str(seq), "--global-batch-size", str(gbs), "--json", "--timings"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
@@ -56,16 +59,16 @@ def main() -> int:
     parser.add_argument("--write", type=Path, help="write the table into this markdown file")
     parser.add_argument("--repeat", type=int, default=3, help="runs per case; the fastest is reported")
     args = parser.parse_args()
-    lines = ["| model | GPUs | seq | global batch | search s | end-to-end s | end-to-end CPU s | layouts scored | proven | best layout | step s |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|"]
-    for model, gpus, seq, gbs in CASES:
-        runs = [run(model, gpus, seq, gbs) for _ in range(args.repeat)]
+    lines = ["| model | cluster | GPUs | seq | global batch | search s | end-to-end s | end-to-end CPU s | layouts scored | proven | best layout | step s |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|"]
+    for model, cluster, gpus, seq, gbs in CASES:
+        runs = [run(model, cluster, gpus, seq, gbs) for _ in range(args.repeat)]
         r = min(runs, key=lambda x: x["wall_s"])
         r["cpu_s"] = min(x["cpu_s"] for x in runs)
         r["seconds"] = min(x["seconds"] for x in runs)
         b = r["best"]
         layout = f"tp{b['tp']} pp{b['pp']} vpp{b['vpp']} dp{b['dp']} cp{b['cp']} ep{b['ep']} z{b['zero']} mbs{b['mbs']} {b['recompute']}{(' k=' + str(b['recompute_layers'])) if b['recompute_layers'] else ''}"
-        lines.append(f"| {model} | {gpus} | {seq} | {gbs} | {r['seconds']:.2f} | {r['wall_s']:.2f} | {r['cpu_s']:.2f} | "
+        lines.append(f"| {model} | {cluster} | {gpus} | {seq} | {gbs} | {r['seconds']:.2f} | {r['wall_s']:.2f} | {r['cpu_s']:.2f} | "
                      f"{r['candidates']} | {'yes' if r['optimal'] else 'no'} | {layout} | {r['step_s']:.2f} |")
         print(lines[-1], flush=True)
     text = "\n".join(lines)
