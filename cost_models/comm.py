@@ -285,8 +285,9 @@ def bus_bandwidth(op: Collective, where: Placement, cluster: ClusterSpec, *, fla
 
 
 # A search prices the same few hundred collectives thousands of times (Mixtral-8x22B at 256 H100s:
-# 12,220 prices of 250 collectives); the price is a pure function of its arguments.
-@lru_cache(maxsize=1 << 16)
+# 12,220 prices of 250 collectives); the price is a pure function of its arguments (typed: an int
+# and an equal float of bytes are kept apart, each priced as it was).
+@lru_cache(maxsize=1 << 16, typed=True)
 def collective_time(op: Collective, size_bytes: float, where: Placement, cluster: ClusterSpec, *, flat: bool = False) -> float:
     """Seconds for one collective of a group placed as `where` (see the module docstring): the
     bytes over the plateau bus bandwidth times its size share, never less than NCCL's latency, nor,
