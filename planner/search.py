@@ -695,10 +695,11 @@ class Space:
 
         # the FSDP term of every (cell, sharding) at pp = 1
         self.lb = np.repeat(self.cell_lb[:, None], Z, axis=1)
+        priced_pp1 = set(priced) & pp1
         for zi, z in enumerate(self.shardings):
             if z.zero >= Zero.GRADIENTS:  # fsdp_ns: zeros where FSDP does not work per micro-batch
                 L = problem.model.num_layers
-                f = [fsdp_ns(problem, self.shards[s], z, self.tables[s], cal) if s in priced and s in pp1
+                f = [fsdp_ns(problem, self.shards[s], z, self.tables[s], cal) if s in priced_pp1
                      else (0, np.zeros((3, L + 1), dtype=i64)) for s in range(S)]
                 fixed = np.array([x[0] for x in f], dtype=i64)
                 cum = np.array([x[1] for x in f], dtype=i64).reshape(S, 3, L + 1)
