@@ -1974,7 +1974,7 @@ def expected_max_normal(n: int) -> float:
 
 
 def time_estimate(job: Job, *, calibration: Calibration = DEFAULT) -> TimeEstimate:
-    modes = {job.recompute_mode(0), job.recompute_mode(10**9), job.layout.recompute, Recompute.NONE}
+    modes = tuple({job.recompute_mode(0), job.recompute_mode(10**9), job.layout.recompute, Recompute.NONE})
     passes = {(kind, mode): lp for kind in job.model.layer_kinds
               for mode, lp in zip(modes, layer_passes(job, kind, modes=modes, cal=calibration))}
     alike: dict[tuple, StageTime] = {}  # ranks with equal signatures cost the same
