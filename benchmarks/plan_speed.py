@@ -15,10 +15,13 @@ import sys
 import time
 from pathlib import Path
 
+# (model, cluster, GPUs, sequence length, global batch)
 CASES = [
-    ("llama-3.1-405b", 16384, 8192, 2048),
-    ("llama-3.1-70b", 64, 8192, 128),
-    ("mixtral-8x22b", 256, 4096, 1024),
+    ("llama-3.1-405b", "dgx-h100", 16384, 8192, 2048),
+    ("llama-3.1-70b", "dgx-h100", 64, 8192, 128),
+    ("mixtral-8x22b", "dgx-h100", 256, 4096, 1024),
+    # an NVL72 rack's NVLink domain lets tp reach 64 of the 128 heads: many more Shards than on 8-GPU nodes
+    ("llama-3.1-405b", "gb200-nvl72", 512, 8192, 1024),
 ]
 
 
@@ -26,8 +29,13 @@ NOTES = """What the time goes to, for Llama-3.1-405B on 16,384 GPUs (cProfile):
 
 - imports: about 0.4 s for ortools' CP-SAT (imported without pandas), 0.2 s for numpy and 0.3 s
   for pydantic and the cost model;
-- the bound tables (`planner.search.Space`): per Shard one exact layer pass per recompute mode, and
-  numpy over every (Shard, Stages, Sharding);
+- the bound tables (`planner.search.Space`): per Shard the layer's kernels and collectives, priced
+  once for all three recompute modes (`cost_models.step_time.layer_passes`; GEMM, attention and
+  collective prices are kept per shape, which a search asks for about ten times each), and numpy
+  over every (Shard, Stages, Sharding). On Llama-3.1-405B at 512 GB200 NVL72 GPUs, whose NVLink
+  domain takes tp to 64 (260 Shards, 140 on 8-GPU nodes), they take about 0.85 s of CPU (measured
+  while other jobs ran): 0.2 s the pipeline splits below, 0.16 s the layer passes, 0.3 s the memory
+  bound, 0.1 s the step bound's rank sums and 0.05 s the FSDP term;
 - the pipeline splits: per (pp, vpp) one small CP-SAT model for the uneven ends and three for the
   memory splits (every rank's layers), about 3 to 6 ms each up to pp 16 and 20 ms at pp 32 and 64
   (measured while other jobs ran);
@@ -37,8 +45,8 @@ NOTES = """What the time goes to, for Llama-3.1-405B on 16,384 GPUs (cProfile):
 """
 
 
-def run(model: str, gpus: int, seq: int, gbs: int) -> dict:
-    cmd = [sys.executable, "-m", "planner.cli", "plan", model, "--cluster", "dgx-h100", "--gpus", str(gpus),
+def run(model: str, cluster: str, gpus: int, seq: int, gbs: int) -> dict:
+    cmd = [sys.executable, "-m", "planner.cli", "plan", model, "--cluster", cluster, "--gpus", str(gpus),
            "--seq-len", str(seq), "--global-batch-size", str(gbs), "--json", "--timings"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
@@ -56,16 +64,16 @@ def main() -> int:
     parser.add_argument("--write", type=Path, help="write the table into this markdown file")
     parser.add_argument("--repeat", type=int, default=3, help="runs per case; the fastest is reported")
     args = parser.parse_args()
-    lines = ["| model | GPUs | seq | global batch | search s | end-to-end s | end-to-end CPU s | layouts scored | proven | best layout | step s |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|"]
-    for model, gpus, seq, gbs in CASES:
-        runs = [run(model, gpus, seq, gbs) for _ in range(args.repeat)]
+    lines = ["| model | cluster | GPUs | seq | global batch | search s | end-to-end s | end-to-end CPU s | layouts scored | proven | best layout | step s |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|"]
+    for model, cluster, gpus, seq, gbs in CASES:
+        runs = [run(model, cluster, gpus, seq, gbs) for _ in range(args.repeat)]
         r = min(runs, key=lambda x: x["wall_s"])
         r["cpu_s"] = min(x["cpu_s"] for x in runs)
         r["seconds"] = min(x["seconds"] for x in runs)
         b = r["best"]
         layout = f"tp{b['tp']} pp{b['pp']} vpp{b['vpp']} dp{b['dp']} cp{b['cp']} ep{b['ep']} z{b['zero']} mbs{b['mbs']} {b['recompute']}{(' k=' + str(b['recompute_layers'])) if b['recompute_layers'] else ''}"
-        lines.append(f"| {model} | {gpus} | {seq} | {gbs} | {r['seconds']:.2f} | {r['wall_s']:.2f} | {r['cpu_s']:.2f} | "
+        lines.append(f"| {model} | {cluster} | {gpus} | {seq} | {gbs} | {r['seconds']:.2f} | {r['wall_s']:.2f} | {r['cpu_s']:.2f} | "
                      f"{r['candidates']} | {'yes' if r['optimal'] else 'no'} | {layout} | {r['step_s']:.2f} |")
         print(lines[-1], flush=True)
     text = "\n".join(lines)

@@ -58,6 +58,7 @@ import bisect
 import math
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import lru_cache
 
 from cost_models.enums import Fabric, ScaleupTopology
 from cost_models.hardware import ClusterSpec
@@ -320,6 +321,10 @@ def bus_bandwidth(op: Collective, where: Placement, cluster: ClusterSpec, *, fla
     return min(nvlink_busbw(cluster) * domain_link_share(cluster, k), k * nic)
 
 
+# A search prices the same few hundred collectives thousands of times (Mixtral-8x22B at 256 H100s:
+# 12,220 prices of 250 collectives); the price is a pure function of its arguments (typed: an int
+# and an equal float of bytes are kept apart, each priced as it was).
+@lru_cache(maxsize=1 << 16, typed=True)
 def collective_time(op: Collective, size_bytes: float, where: Placement, cluster: ClusterSpec, *, flat: bool = False) -> float:
     """Seconds for one collective of a group placed as `where` (see the module docstring): the
     bytes over the plateau bus bandwidth times its size share, never less than NCCL's latency, nor,

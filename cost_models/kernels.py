@@ -56,7 +56,7 @@ import math
 import tomllib
 from dataclasses import dataclass
 from enum import StrEnum
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 
 from cost_models.enums import AttentionBackend as AttentionFamily, Precision
@@ -439,6 +439,15 @@ def gemm_efficiency(m: int, n: int, k: int, count: int, gpu: GPUSpec, precision:
     return _shape_efficiency(m, n, k, count, gpu, key, ceiling=tensor_core_ceiling(gpu, precision), out_bytes=out_bytes)
 
 
+# The search prices one layer under many Shards and recompute modes, and each pass asks for the
+# same GEMM and attention shapes again (Llama-3.1-405B at 512 GB200 GPUs: 7,266 GEMM prices of 744
+# shapes, 2,424 attention rates of 220): both are pure functions of their arguments, so they are
+# kept, like the ceilings above, for as many shapes as a search meets (typed: an int and an equal
+# float are kept apart, each priced as it was).
+PRICE_CACHE = 1 << 16
+
+
+@lru_cache(maxsize=PRICE_CACHE, typed=True)
 def gemm_seconds(m: int, n: int, k: int, count: int, gpu: GPUSpec, precision: Precision, *, operand_bytes: float, out_bytes: int = 2) -> float:
     """Seconds of the GEMM; `out_bytes` per output element moved by its epilogue (the element size,
     twice it for a GEMM accumulating into its output)."""
@@ -498,6 +507,7 @@ def family_available(gpu: GPUSpec, family: AttentionFamily) -> bool:
     return family in table_for(gpu).attention
 
 
+@lru_cache(maxsize=PRICE_CACHE, typed=True)
 def attention_rate(
     gpu: GPUSpec, family: AttentionFamily, p: Pass, *, causal: bool, head_dim: int, q_len: int, k_len: int, batch_heads: int
 ) -> float:

@@ -22,7 +22,7 @@ from cost_models.errors import SpecError
 from cost_models.flops import layer_gemms
 from cost_models.job import Job
 from cost_models.model_spec import LayerKind
-from cost_models.states import local_layer_params, mtp_module_params, rank_params, rank_state_bytes
+from cost_models.states import local_layer_params, mtp_module_params, rank_layer_params, rank_params, rank_state_bytes
 from cost_models.units import MiB
 
 # --- runtime constants (outside the models, each with its source) --------------------------------
@@ -446,7 +446,8 @@ def _largest_modules(job: Job, rank: int) -> tuple[int, int]:
 
 def _largest_layers(job: Job, rank: int) -> tuple[int, int]:
     """The parameters on this rank of the stage's two largest decoder layers (0 where it has fewer)."""
-    first, after = sorted([local_layer_params(job, i).total for i in job.stage_layer_ids(rank)] + [0, 0], reverse=True)[:2]
+    # two layers of each kind at most can be the two largest
+    first, after = sorted([p.total for p, n in rank_layer_params(job, rank) for _ in range(min(n, 2))] + [0, 0], reverse=True)[:2]
     return first, after
 
 

@@ -8,6 +8,7 @@ rank). States are then sharded over data parallelism according to the framework'
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from cost_models.breakdown import Breakdown
@@ -183,16 +184,28 @@ def mtp_module_params(job: Job) -> LayerParams:
     return LayerParams(dense=last.dense + extra, expert=last.expert)
 
 
+def rank_layer_params(job: Job, rank: int) -> tuple[tuple[LayerParams, int], ...]:
+    """Pipeline rank `rank`'s decoder layers as (one layer's parameters, how many layers), one entry
+    per layer kind it holds, in the order of ModelSpec.layer_kinds: every layer of a kind holds the
+    same parameters (local_layer_params), so sums over the rank's layers are sums over its kinds."""
+    key = ("rank_layer_params", rank)
+    if key not in job.memo:
+        counts = Counter(map(job.model.kinds_by_layer.__getitem__, job.stage_layer_ids(rank)))
+        job.memo[key] = tuple((local_layer_params(job, first), counts[kind]) for kind, first in job.model.layer_kinds.items()
+                              if kind in counts)
+    return job.memo[key]
+
+
 def _rank_params(job: Job, rank: int) -> Breakdown:
-    layers = [local_layer_params(job, i) for i in job.stage_layer_ids(rank)]
+    layers = rank_layer_params(job, rank)
     m = job.model
     if rank == job.layout.pp - 1 and m.mtp_layers:
-        layers += [mtp_module_params(job)] * m.mtp_layers
+        layers = [*layers, (mtp_module_params(job), m.mtp_layers)]
     return Breakdown.of(
         "params",
         embedding=embedding_params_local(job) if rank == 0 else 0,
-        layers=sum(p.dense for p in layers),
-        experts=sum(p.expert for p in layers),
+        layers=sum(p.dense * n for p, n in layers),
+        experts=sum(p.expert * n for p, n in layers),
         head=head_params_local(job) if rank == job.layout.pp - 1 else 0,
     )
 

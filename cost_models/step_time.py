@@ -46,6 +46,7 @@ collective, and TE's userbuffer kernels the 16 SMs they reserve.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from functools import cached_property
 from statistics import NormalDist
@@ -791,45 +792,56 @@ def pruned_block_output(job: Job, kind: LayerKind, mode: Recompute, cal: Calibra
 
 
 def layer_pass(job: Job, kind: LayerKind, *, mode: Recompute, cal: Calibration) -> LayerPass:
+    return layer_passes(job, kind, modes=(mode,), cal=cal)[0]
+
+
+def layer_passes(job: Job, kind: LayerKind, *, modes: Iterable[Recompute], cal: Calibration) -> list[LayerPass]:
+    """layer_pass under each recompute mode of `modes`: the layer's kernels, its forward and backward
+    tp exposure and its cp exposure do not depend on the mode, so they are priced once."""
     lt = layer_time(job, kind, cal=cal)
-    flops = layer_flops(job, kind, mode=mode)
     blocks = tp_blocks(job, kind, cal=cal)
-    pruned = pruned_block_output(job, kind, mode, cal, blocks)
-    recompute = sum(_recomputed(job, kind, lt, mode, pruned))
-    # passes that run the layer's forward collectives: forward, and forward again under full
-    # recompute (selective recompute repeats local work only)
-    fwd_passes = 2 if mode is Recompute.FULL else 1
     forward = tp_exposure(job, blocks, backward=False, cal=cal)
-    # the recomputed forward: the forward's collectives again, less fc2's where it is pruned
-    again = Exposure()
-    if mode is Recompute.FULL:
-        again = forward if pruned is None else tp_exposure(job, blocks, backward=False, cal=cal, without_row=pruned.row.name)
-    tp = forward + again + tp_exposure(job, blocks, backward=True, cal=cal)
+    backward = tp_exposure(job, blocks, backward=True, cal=cal)
     amax_f, amax_b = float8_amax_seconds(job, blocks)
-    tp += Exposure(amax_f * fwd_passes + amax_b)
-    pruned_flop = pruned.row.flop if pruned is not None else 0.0
-    if mode is Recompute.SELECTIVE:
-        tp += sac_regather(job, blocks, cal)
-    etp = _etp_comm(job) * (fwd_passes + 1) if kind.moe else 0.0
+    etp_comm = _etp_comm(job) if kind.moe else 0.0
     cp_f, cp_b = cp_exposure(job, cal) if kind.mixer is MixerKind.ATTENTION else (Exposure(), Exposure())
     if kind.mixer is MixerKind.MAMBA and job.layout.cp > 1:
         a2a = mamba_cp_seconds(job)
         cp_f, cp_b = Exposure(a2a), Exposure(a2a)
-    cp = cp_f.times(fwd_passes) + cp_b
-    # TrainingSpec.sac_recomputes_all_to_all: the recomputed forward runs the all-to-alls again
-    ep_passes = fwd_passes + 1 + (mode is Recompute.SELECTIVE and job.training.sac_recomputes_all_to_all)
-    ep = ep_exposure(job, ep_passes, lt.gemm + lt.gemm_backward + lt.attention + lt.attention_backward, cal) if kind.moe else Exposure()
-    compute = Breakdown.of(
-        "s",
-        gemm=lt.gemm + lt.gemm_backward,
-        attention=lt.attention + lt.attention_backward,
-        elementwise=lt.elementwise + lt.elementwise_backward + lt.fp8_cast + lt.fp8_cast_backward,
-        recompute=recompute,
-        contention=tp.contention + cp.contention + ep.contention,
-    )
-    comm = Breakdown.of("s", tp=tp.exposed + etp, cp=cp.exposed, ep=ep.exposed)
-    return LayerPass(compute=compute, forward_s=lt.total, comm=comm, flop=flops.total - pruned_flop,
-                     recompute_flop=flops.recompute - pruned_flop)
+    out = []
+    for mode in modes:
+        flops = layer_flops(job, kind, mode=mode)
+        pruned = pruned_block_output(job, kind, mode, cal, blocks)
+        recompute = sum(_recomputed(job, kind, lt, mode, pruned))
+        # passes that run the layer's forward collectives: forward, and forward again under full
+        # recompute (selective recompute repeats local work only)
+        fwd_passes = 2 if mode is Recompute.FULL else 1
+        # the recomputed forward: the forward's collectives again, less fc2's where it is pruned
+        again = Exposure()
+        if mode is Recompute.FULL:
+            again = forward if pruned is None else tp_exposure(job, blocks, backward=False, cal=cal, without_row=pruned.row.name)
+        tp = forward + again + backward
+        tp += Exposure(amax_f * fwd_passes + amax_b)
+        pruned_flop = pruned.row.flop if pruned is not None else 0.0
+        if mode is Recompute.SELECTIVE:
+            tp += sac_regather(job, blocks, cal)
+        etp = etp_comm * (fwd_passes + 1) if kind.moe else 0.0
+        cp = cp_f.times(fwd_passes) + cp_b
+        # TrainingSpec.sac_recomputes_all_to_all: the recomputed forward runs the all-to-alls again
+        ep_passes = fwd_passes + 1 + (mode is Recompute.SELECTIVE and job.training.sac_recomputes_all_to_all)
+        ep = ep_exposure(job, ep_passes, lt.gemm + lt.gemm_backward + lt.attention + lt.attention_backward, cal) if kind.moe else Exposure()
+        compute = Breakdown.of(
+            "s",
+            gemm=lt.gemm + lt.gemm_backward,
+            attention=lt.attention + lt.attention_backward,
+            elementwise=lt.elementwise + lt.elementwise_backward + lt.fp8_cast + lt.fp8_cast_backward,
+            recompute=recompute,
+            contention=tp.contention + cp.contention + ep.contention,
+        )
+        comm = Breakdown.of("s", tp=tp.exposed + etp, cp=cp.exposed, ep=ep.exposed)
+        out.append(LayerPass(compute=compute, forward_s=lt.total, comm=comm, flop=flops.total - pruned_flop,
+                             recompute_flop=flops.recompute - pruned_flop))
+    return out
 
 
 # --- data parallelism ------------------------------------------------------------------------------
@@ -1986,8 +1998,9 @@ def expected_max_normal(n: int) -> float:
 
 
 def time_estimate(job: Job, *, calibration: Calibration = DEFAULT) -> TimeEstimate:
-    modes = {job.recompute_mode(0), job.recompute_mode(10**9), job.layout.recompute, Recompute.NONE}
-    passes = {(kind, mode): layer_pass(job, kind, mode=mode, cal=calibration) for kind in job.model.layer_kinds for mode in modes}
+    modes = tuple({job.recompute_mode(0), job.recompute_mode(10**9), job.layout.recompute, Recompute.NONE})
+    passes = {(kind, mode): lp for kind in job.model.layer_kinds
+              for mode, lp in zip(modes, layer_passes(job, kind, modes=modes, cal=calibration))}
     alike: dict[tuple, StageTime] = {}  # ranks with equal signatures cost the same
     stages = []
     for r in range(job.layout.pp):

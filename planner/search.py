@@ -62,7 +62,7 @@ from cost_models.step_time import (
     fsdp_layer_comm,
     fsdp_per_microbatch,
     interleaved_grad_sync_chunks,
-    layer_pass,
+    layer_passes,
     time_estimate,
 )
 from planner.space import (
@@ -288,10 +288,10 @@ def shard_table(problem: Problem, shard: Shard, cal: Calibration, *, priced: boo
 
     def kind_passes(kind):  # type: ignore[no-untyped-def]
         if kind.moe:
-            return [layer_pass(job, kind, mode=mode, cal=cal) for mode in MODES]
+            return layer_passes(job, kind, modes=MODES, cal=cal)
         key = (kind, shard.tp, shard.sp, shard.cp, shard.mbs)
         if key not in memo:
-            memo[key] = [layer_pass(job, kind, mode=mode, cal=cal) for mode in MODES]
+            memo[key] = layer_passes(job, kind, modes=MODES, cal=cal)
         return memo[key]
 
     per_kind = [kind_passes(kind) for kind in kinds]
@@ -310,7 +310,7 @@ def shard_table(problem: Problem, shard: Shard, cal: Calibration, *, priced: boo
     )
 
 
-def fsdp_ns(problem: Problem, shard: Shard, sharding: Sharding, table: ShardTable, cal: Calibration) -> tuple[int, list[list[int]]]:
+def fsdp_ns(problem: Problem, shard: Shard, sharding: Sharding, table: ShardTable, cal: Calibration) -> tuple[int, Any]:
     """Exposed parameter gathers and gradient reduce-scatters of one micro-batch when FSDP works per
     micro-batch (step_time.fsdp_per_microbatch; the backward gathers only where fsdp_gathers has them)
     at pp = 1, where the only rank runs the layers in model order, and the compute they slow while
@@ -325,13 +325,16 @@ def fsdp_ns(problem: Problem, shard: Shard, sharding: Sharding, table: ShardTabl
     backward one as contention, k = s/(1 − s) with s the share of SMs the collective holds (not for
     DeepSpeed, whose prefetch limit hides less: its g(1 − c) + max(0, g·c − f) is at least max(0, g − f)).
 
-    Returns (the fixed part: the first terms and the forward sum; for each recompute mode the
-    backward terms summed over layers 1..j−1 for j = 0..L, as if those layers ran under it, so that
-    a split at the first R recomputed layers reads two prefix sums); zeros where there is no FSDP."""
+    Returns (the fixed part: the first terms and the forward sum; an array [mode, j] of the
+    backward terms summed over layers 1..j−1 for j = 0..L, as if those layers ran under that
+    recompute mode, so that a split at the first R recomputed layers reads two prefix sums); zeros
+    where there is no FSDP."""
+    import numpy as np
+
     n = problem.model.num_layers
     job = shape_job(problem, shard, sharding)
     if job is None or not fsdp_per_microbatch(job) or job.dense_shard_group == 1:
-        return (0, [[0] * (n + 1) for _ in MODES])
+        return (0, np.zeros((len(MODES), n + 1), dtype=np.int64))
     by_kind = {kind: fsdp_layer_comm(job, i) for kind, i in problem.model.layer_kinds.items()}
     g = [by_kind[kind][0] * NS for kind in problem.model.kinds_by_layer]
     r = [by_kind[kind][1] * NS for kind in problem.model.kinds_by_layer]
@@ -340,14 +343,11 @@ def fsdp_ns(problem: Problem, shard: Shard, sharding: Sharding, table: ShardTabl
     k = s / (1 - s)
     fixed = fg * g[0] + bg * g[-1] + r[0] + sum(max(0.0, fg * x - table.forward_ns) + k * min(fg * x, table.forward_min_ns)
                                                 for x in g[1:])
-    cum = []
-    for b, bmin in zip(table.backward_ns, table.backward_min_ns):
-        total, out = 0.0, [0, 0]
-        for j in range(1, n):
-            x = bg * g[j - 1] + r[j]
-            total += max(0.0, x - b) + k * min(x, bmin)
-            out.append(int(total))
-        cum.append(out[: n + 1])
+    # layer j's backward term, j = 1..n−1, summed in layer order (cumsum adds one after another, as a loop would)
+    x = bg * np.array(g[:-1]) + np.array(r[1:])
+    cum = np.zeros((len(MODES), n + 1), dtype=np.int64)
+    for mi, (b, bmin) in enumerate(zip(table.backward_ns, table.backward_min_ns)):
+        cum[mi, 2:] = np.cumsum(np.maximum(0.0, x - b) + k * np.minimum(x, float(bmin)))[: n - 1].astype(np.int64)
     return (int(fixed), cum)
 
 
@@ -455,6 +455,25 @@ def state_coefficients(problem: Problem, sh: Sharding) -> tuple[int, int]:
     return sum(n for n, s in kept if not s), sum(n for n, s in kept if s)
 
 
+def extreme_rows(counts, used, *, largest: bool):  # type: ignore[no-untyped-def]
+    """Per Stages (counts: (T, U, F) of non-negative counts; used: (T, U)), the used rows that no
+    other used row covers (largest: has at least every count; else: at most every count), with ties
+    to the first: (indices (T, U'), which of them are used (T, U')). A sum of the counts with
+    non-negative weights is largest (least) over all used rows where it is over these."""
+    import numpy as np
+
+    a, b = counts[:, :, None, :], counts[:, None, :, :]  # row u, row v
+    covers = (b >= a).all(axis=3) if largest else (b <= a).all(axis=3)  # [t, u, v]: v covers u
+    equal = (a == b).all(axis=3)
+    U = counts.shape[1]
+    before = np.arange(U)[None, :] < np.arange(U)[:, None]  # [u, v]: v comes before u
+    beaten = (covers & (~equal | before[None]) & used[:, None, :]).any(axis=2)
+    keep = used & ~beaten
+    width = max(1, int(keep.sum(axis=1).max()))
+    order = np.argsort(~keep, axis=1, kind="stable")[:, :width]
+    return order, np.take_along_axis(keep, order, axis=1)
+
+
 class Space:
     """The bound over every layout of the space, as arrays: cells are the (Shard, Stages) pairs
     whose degrees divide the GPUs and the batch; each cell takes each legal Sharding.
@@ -523,7 +542,10 @@ class Space:
         # most rows of any Stages)
         rks = [rank_kinds(problem, p) for p in self.stages]
         U = max(len(r.weights) for r in rks)
-        V = max(max(len(r.chunks0), len(r.chunks1)) for r in rks)
+        # a rank's lightest chunk is the least over its distinct chunks (a rank's chunks mostly repeat
+        # one or two layer counts: 63 chunks, 2 distinct, at pp 2 vpp 63), so only those are tabulated
+        distinct = [tuple(tuple(dict.fromkeys(chunks)) for chunks in (r.chunks0, r.chunks1)) for r in rks]
+        V = max(max(len(c0), len(c1)) for c0, c1 in distinct)
         row_rec = np.zeros((T, U, K), dtype=i64)
         row_plain = np.zeros((T, U, K), dtype=i64)
         row_w = np.zeros((T, U), dtype=i64)
@@ -535,9 +557,12 @@ class Space:
             u = len(r.weights)
             row_rec[t, :u], row_plain[t, :u] = r.recomputed, r.plain
             row_w[t, :u], row_last[t, :u] = r.weights, r.last
-            for rank, chunks in enumerate((r.chunks0, r.chunks1)):
+            for rank, chunks in enumerate(distinct[t]):
                 for v, (cr, cpl) in enumerate(chunks):
                     ch_rec[rank, t, v], ch_plain[rank, t, v], ch_used[rank, t, v] = cr, cpl, True
+        # rank 0's layers under the recompute mode and without it, over all its chunks
+        rec0 = np.array([sum(sum(cr) for cr, _ in r.chunks0) for r in rks], dtype=i64)
+        plain0 = np.array([sum(sum(cpl) for _, cpl in r.chunks0) for r in rks], dtype=i64)
         layers0 = np.array([r.layers0 for r in rks], dtype=i64).reshape(T, K)
         layers1 = np.array([r.layers1 for r in rks], dtype=i64).reshape(T, K)
         m = self.microbatches
@@ -632,34 +657,50 @@ class Space:
         k_pass, k_comp = per_kind("kind_pass_ns", 3), per_kind("kind_compute_ns", 3)
         head = col(tabs(), "head_ns")
 
-        def rank_sums(table):  # type: ignore[no-untyped-def]
-            """(cell, row): the sum over a row's layers of a per-kind table, each under its mode."""
+        # S_r of a row is Σ_k (recomputed layers · pass under the mode + plain layers · pass without
+        # recompute) + the head on the last rank, every term ≥ 0: a row with no fewer layers of each
+        # kind (and the head where the other has it) than another has no smaller sum. So the largest
+        # S_r is the largest over the rows no other row covers, the least over those that cover no
+        # other, and Σ_r S_r is the same sum over the layer counts weighted by ranks.
+        assert (k_pass >= 0).all() and (k_comp >= 0).all() and (head >= 0).all()
+        counts = np.concatenate([row_rec, row_plain, row_last[:, :, None]], axis=2)  # (T, U, 2K + 1)
+        top_rows, top_used = extreme_rows(counts, row_w > 0, largest=True)
+        least_rows, least_used = extreme_rows(counts, row_w > 0, largest=False)
+        w_rec, w_plain = (row_w[:, :, None] * row_rec).sum(axis=1), (row_w[:, :, None] * row_plain).sum(axis=1)  # (T, K)
+        w_last = (row_w * row_last).sum(axis=1)
+
+        def rank_sums(table, rows):  # type: ignore[no-untyped-def]
+            """(cell, row): S_r of the rows `rows` (T, U') picks, with a per-kind table under each
+            layer's mode, and the head on the last rank."""
             in_mode = np.take_along_axis(table[si], mode[ti][:, None, None], axis=2)[:, :, 0]  # (C, K)
-            return (np.einsum("cuk,ck->cu", row_rec[ti], in_mode) + np.einsum("cuk,ck->cu", row_plain[ti], table[si, :, 0]))
+            rec = np.take_along_axis(row_rec, rows[:, :, None], axis=1)[ti]
+            plain = np.take_along_axis(row_plain, rows[:, :, None], axis=1)[ti]
+            last = np.take_along_axis(row_last, rows, axis=1)[ti]
+            return (np.einsum("cuk,ck->cu", rec, in_mode) + np.einsum("cuk,ck->cu", plain, table[si, :, 0])
+                    + last * head[si][:, None])
 
         # the step bound of every cell (cell_bound, vectorised): S_r summed over each rank's layers by kind
-        used_row = row_w[ti] > 0
-        per_rank = rank_sums(k_pass) + row_last[ti] * head[si][:, None]
-        top = np.where(used_row, per_rank, 0).max(axis=1)
-        total = (row_w[ti] * per_rank).sum(axis=1)
+        top = np.where(top_used[ti], rank_sums(k_pass, top_rows), 0).max(axis=1)
+        in_mode = np.take_along_axis(k_pass[si], mode[ti][:, None, None], axis=2)[:, :, 0]
+        total = (w_rec[ti] * in_mode).sum(axis=1) + (w_plain[ti] * k_pass[si, :, 0]).sum(axis=1) + w_last[ti] * head[si]
         self.cell_lb = m * top + (total - top) // st_vpp[ti]
         # the straggler term: gpu_speed_cv · E[max of N normals] of the step's compute, which is at
         # least m times the least compute any rank's layers (and the last rank's head) take
-        rank_compute = rank_sums(k_comp) + row_last[ti] * head[si][:, None]
-        least = np.where(used_row, rank_compute, np.iinfo(i64).max).min(axis=1)
+        least = np.where(least_used[ti], rank_sums(k_comp, least_rows), np.iinfo(i64).max).min(axis=1)
         self.cell_lb += np.floor(cal.gpu_speed_cv * expected_max_normal(problem.gpus) * m * least).astype(i64)
         # rank 0's backward compute of one micro-batch, at most: what its gradient traffic can hide behind
         bwd = np.array([t.backward_ns for t in tabs()], dtype=i64).reshape(S, 3)
-        self.window0 = (ch_rec[0][ti].sum(axis=(1, 2)) * bwd[si, mode[ti]] + ch_plain[0][ti].sum(axis=(1, 2)) * bwd[si, 0]
+        self.window0 = (rec0[ti] * bwd[si, mode[ti]] + plain0[ti] * bwd[si, 0]
                         + np.where(st_pp[ti] == 1, head[si], 0))
 
         # the FSDP term of every (cell, sharding) at pp = 1
         self.lb = np.repeat(self.cell_lb[:, None], Z, axis=1)
+        priced_pp1 = set(priced) & pp1
         for zi, z in enumerate(self.shardings):
             if z.zero >= Zero.GRADIENTS:  # fsdp_ns: zeros where FSDP does not work per micro-batch
                 L = problem.model.num_layers
-                f = [fsdp_ns(problem, self.shards[s], z, self.tables[s], cal) if s in priced and s in pp1
-                     else (0, [[0] * (L + 1)] * 3) for s in range(S)]
+                f = [fsdp_ns(problem, self.shards[s], z, self.tables[s], cal) if s in priced_pp1
+                     else (0, np.zeros((3, L + 1), dtype=i64)) for s in range(S)]
                 fixed = np.array([x[0] for x in f], dtype=i64)
                 cum = np.array([x[1] for x in f], dtype=i64).reshape(S, 3, L + 1)
                 # the only rank's first R layers run under the recompute mode, the rest without

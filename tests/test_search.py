@@ -53,6 +53,13 @@ HYBRID_MOE_TINY = ModelSpec(
     moe=dict(num_experts=4, top_k=2, expert_ffn_hidden_size=256, num_shared_experts=1, router_score="sigmoid", expert_bias=True),
 )
 
+# Sixteen heads, so that on an NVL72 rack (one NVLink domain of 72 GPUs) tp reaches 16: the Shards
+# of the bound tables go past the 8-GPU node's tp of 8.
+LLAMA_TINY_16H = ModelSpec(
+    name="llama-tiny-16h", num_layers=8, hidden_size=512, ffn_hidden_size=1376, num_attention_heads=16, num_kv_heads=4,
+    vocab_size=1000, max_position_embeddings=4096,
+)
+
 
 def problem(model: ModelSpec, gpus: int, *, seq: int = 2048, gbs: int = 16, framework: str = "megatron",
             cluster: str = "dgx-h100", **fixed) -> Problem:
@@ -73,6 +80,8 @@ CASES = [
     (HYBRID_TINY, 4, 8, "megatron", 2048),
     (HYBRID_MOE_TINY, 2, 4, "megatron", 1024),
     (LLAMA_TINY_8, 4, 8, "megatron", 2048, dict(tp=1, cp=1, mbs=1)),  # fixed: brute force stays about a second
+    # 16 GB200s of an NVL72 rack, tp 1 to 16 (cp and mbs fixed: brute force stays under two seconds)
+    (LLAMA_TINY_16H, 16, 16, "megatron", 1024, dict(cp=1, mbs=1, cluster="gb200-nvl72")),
 ]
 
 
@@ -162,6 +171,56 @@ def test_the_memory_bound_holds_where_the_peak_is_the_optimizer_step():
         steps += out.memory.peak_stage.breakdown.value("model_states/fp32_gradients") > 0
         checked += 1
     assert 0 < steps < checked
+
+
+@pytest.mark.parametrize("p", [
+    problem(LLAMA_TINY_16H, 16, gbs=16, seq=1024, cluster="gb200-nvl72"),
+    problem(MOE_MIXED_TINY, 4, gbs=16),
+    problem(HYBRID_MOE_TINY, 4, gbs=8),
+], ids=lambda p: f"{p.model.name}-{p.gpus}gpu-{p.framework}")
+def test_the_step_bound_arrays_are_the_bound_summed_over_every_rank(p):
+    """Space states the step bound over whole arrays, with each Stages' rank rows cut to those
+    that can hold the largest and the least S_r and its chunks to the distinct ones. Cell by cell,
+    from RankKinds and the Shard tables as they are: S_r of every rank row (Σ over kinds of the
+    layers under the recompute mode times that mode's pass, the others times the pass without
+    recompute, plus the head on the last rank), LB = m·max S_r + (Σ_r S_r − max S_r) // vpp + the
+    straggler term on the least compute; rank 0's lightest chunk over all its chunks; its backward
+    window over all its layers. Integers throughout, so equal, not close."""
+    from cost_models.calibration import DEFAULT
+    from cost_models.memory import inflight_counts
+    from cost_models.enums import Schedule
+    from cost_models.step_time import expected_max_normal
+    from planner.search import MODES, rank_kinds
+
+    space = Space(p, cal=DEFAULT)
+    spread = DEFAULT.gpu_speed_cv * expected_max_normal(p.gpus)
+    rows = {t: rank_kinds(p, st) for t, st in enumerate(space.stages)}
+    checked = 0
+    for c in range(len(space)):
+        s, t = int(space.cell_shard[c]), int(space.cell_stages[c])
+        table, rk, st = space.tables[s], rows[t], space.stages[t]
+        mi, m = MODES.index(st.recompute), int(space.microbatches[c])
+
+        def rank_sum(per_kind, rec, plain, last):  # type: ignore[no-untyped-def]
+            return (sum(n * per_kind[k][mi] + q * per_kind[k][0] for k, (n, q) in enumerate(zip(rec, plain)))
+                    + last * table.head_ns)
+
+        passes = [rank_sum(table.kind_pass_ns, *r) for r in zip(rk.recomputed, rk.plain, rk.last)]
+        computes = [rank_sum(table.kind_compute_ns, *r) for r in zip(rk.recomputed, rk.plain, rk.last)]
+        top, total = max(passes), sum(w * x for w, x in zip(rk.weights, passes))
+        lb = m * top + (total - top) // st.vpp + int(np.floor(spread * m * min(computes)))
+        assert space.cell_lb[c] == lb, (c, st, space.cell_lb[c], lb)
+        # rank 0: in-flight micro-batches times its lightest chunk's kept activations
+        kept = [sum(n * table.kind_kept_bytes[k][mi] + q * table.kind_kept_bytes[k][0] for k, (n, q) in enumerate(zip(*ch)))
+                for ch in rk.chunks0]
+        schedule = Schedule.INTERLEAVED if st.vpp > 1 else Schedule.ONE_F_ONE_B
+        assert space.acts0[c] == sum(inflight_counts(st.pp, st.vpp, m, 0, schedule)) * min(kept)
+        window = sum(sum(rec) * table.backward_ns[mi] + sum(plain) * table.backward_ns[0] for rec, plain in rk.chunks0)
+        assert space.window0[c] == window + (table.head_ns if st.pp == 1 else 0)
+        checked += 1
+    assert checked == len(space) > 0
+    # the cut rows matter: some Stages have more rank rows, or more chunks, than are distinct or uncovered
+    assert any(len(r.weights) > 2 for r in rows.values()) and any(len(set(r.chunks0)) < len(r.chunks0) for r in rows.values())
 
 
 @st.composite
