@@ -166,3 +166,15 @@ def test_fp8_attention_launch_is_refused_for_megatron_lm(tmp_path):
     assert ok.exit_code == 0, ok.output
     train = (tmp_path / "plain" / "train.sh").read_text()
     assert "--fp8-recipe tensorwise" in train and "dot-product" not in train and "DPA" not in train
+
+
+def test_a_searched_launch_refused_for_the_settings_names_no_layout_way_out(tmp_path):
+    # a refusal of the training settings (not a LayoutError) holds for every layout the search could
+    # give: the one line says so and does not send the user to --fix or --rank
+    base = ["launch", "llama-3.1-8b", *B200, "--dtype", "fp8", "--seq-len", "8192", "--global-batch-size", "32"]
+    result = runner.invoke(app, [*base, "--fp8-attention", "--out", str(tmp_path / "fp8")])
+    assert result.exit_code == 2, result.output
+    line = " ".join(result.output.split())
+    assert line.startswith("error: no plan of the search can be launched: fp8_attention has no Megatron-LM flag"), line
+    assert "--fix" not in line and "--rank" not in line and "Traceback" not in result.output
+    assert not (tmp_path / "fp8").exists()

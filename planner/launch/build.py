@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cost_models.enums import Framework
-from cost_models.errors import SpecError
+from cost_models.errors import LayoutError, SpecError
 from cost_models.job import Job
 from planner import __version__
 from planner.launch import deepspeed, kubernetes, megatron, slurm, torchtitan
@@ -371,6 +371,8 @@ def run_launch(
         f"layouts, so a faster one may exist; raise --time-limit or pin axes with --fix")
     try:
         return build_launch(plans[k - 1], options, rank=k, unproven=unproven)
-    except SpecError as e:
+    except LayoutError as e:
         raise SpecError(f"plan #{k} of the search cannot be launched: {e}; steer the search with --fix "
                         f"(e.g. --fix pp=1) or pick another --rank") from None
+    except SpecError as e:  # the model or the training settings (launch_refusal): no layout helps
+        raise SpecError(f"no plan of the search can be launched: {e}") from None
