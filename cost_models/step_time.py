@@ -586,8 +586,8 @@ def te_amax_reduction_seconds(job: Job) -> float:
     transformer_engine/pytorch/module.py:329-333): 48 bytes for a dense layer's four GEMMs, below the
     smallest size the collective curves resolve (1 KiB inside a scale-up domain, 1 MiB across them), where
     collective_time is its latency (the curve's first point inside a domain, NCCL's tree LL across
-    nodes: comm.small_all_reduce_seconds) and the bytes hardly count; priced at one fp32 amax. A recomputed forward reduces
-    nothing (module.py:584-586, 649-651 under release_v0.8; not counted)."""
+    nodes: comm.small_all_reduce_seconds) and the bytes hardly count; priced at one fp32 amax. A
+    recomputed forward reduces nothing (module.py:584-586, 649-651 under release_v0.8; not counted)."""
     group = job.training.te_amax_reduction
     if group is AmaxGroup.NONE:
         return 0.0
@@ -1969,21 +1969,23 @@ class TimeEstimate:
         recomputed = sum(s.recompute_flop for s in self.stages)
         return self.mfu * executed / (executed - recomputed) if executed > recomputed else self.mfu
 
+    def _mfu_at_own_peak(self, precision: Precision) -> float | None:
+        """MFU against the GPU's dense peak of `precision` (its attribute of the same name), for runs
+        at that precision on GPUs that have one (None otherwise)."""
+        peak = getattr(self.job.cluster.gpu.peak_flop_per_s, precision.value)
+        if self.job.training.precision is not precision or peak is None:
+            return None
+        return self.model_flop_per_s_per_gpu / peak
+
     @property
     def mfu_fp8(self) -> float | None:
         """MFU against the dense fp8 peak, for fp8 runs on GPUs that have one (None otherwise)."""
-        fp8 = self.job.cluster.gpu.peak_flop_per_s.fp8
-        if self.job.training.precision is not Precision.FP8 or fp8 is None:
-            return None
-        return self.model_flop_per_s_per_gpu / fp8
+        return self._mfu_at_own_peak(Precision.FP8)
 
     @property
     def mfu_fp4(self) -> float | None:
         """MFU against the dense fp4 peak, for NVFP4 runs on GPUs that have one (None otherwise)."""
-        fp4 = self.job.cluster.gpu.peak_flop_per_s.fp4
-        if self.job.training.precision is not Precision.FP4 or fp4 is None:
-            return None
-        return self.model_flop_per_s_per_gpu / fp4
+        return self._mfu_at_own_peak(Precision.FP4)
 
     @property
     def bottleneck(self) -> str:
