@@ -98,6 +98,23 @@ def launch_refusal(job: Job, options: LaunchOptions = LaunchOptions()) -> SpecEr
     return None
 
 
+def settings_refusal(model: Any, cluster: Any, training: Any, options: LaunchOptions = LaunchOptions()) -> SpecError | None:
+    """What `planner launch` refuses of the model or the training settings, whatever the layout
+    (launch_refusal of the plain layout, where it is not a LayoutError), or None: said before a
+    search rather than after it. A problem the rules refuse (rules.problem_violations) is left to the
+    search, which says it in its own words."""
+    from cost_models.rules import fill_defaults, problem_violations
+    from cost_models.layout import Layout
+
+    try:
+        if problem_violations(model, cluster, training):
+            return None
+        refused = launch_refusal(fill_defaults(model, cluster, training, Layout()), options)
+    except SpecError:
+        return None
+    return None if refused is None or isinstance(refused, LayoutError) else refused
+
+
 def single_axes(job: Job, options: LaunchOptions = LaunchOptions()) -> dict[str, str]:
     """The layout axes `planner launch` with these options runs only at 1 for this model and training,
     each with its refusal ({} the degree): the search keeps them at 1 (planner.space.Problem)."""
@@ -346,7 +363,7 @@ def run_launch(
     with the axes in `fixes` pinned as `planner plan --fix` pins them, within `time_limit_s` (None: the
     search's default). `flags`: as for planner.runners.build_job."""
     from cost_models.calibration import DEFAULT
-    from planner.runners import SEARCH_TIME_LIMIT_S, run_estimate, run_plan
+    from planner.runners import SEARCH_TIME_LIMIT_S, load_specs, run_estimate, run_plan
 
     cal = calibration or DEFAULT
     given = sorted(k for k, v in layout.items() if v is not None)
@@ -360,6 +377,9 @@ def run_launch(
     k = 1 if rank is None else rank
     if k < 1:
         raise SpecError(f"--rank({k}) must be at least 1")
+    refused = settings_refusal(*load_specs(model, cluster, gpus, training), options)
+    if refused is not None:
+        raise SpecError(f"no plan of the search can be launched: {refused}")
     found = run_plan(model, cluster, gpus, training=training, fixes=fixes or [], top=k, headroom=headroom, calibration=cal,
                      launch=options, time_limit_s=time_limit_s)
     plans = found.plans
