@@ -647,10 +647,15 @@ def _fp8_recipe(job: Job) -> str | None:
         return f"fp8_recipe delayed is Megatron's --fp8-recipe delayed (framework={tr.framework}); use tensorwise"
     gpu = job.cluster.gpu
     if recipe is Fp8Recipe.MXFP8 and gpu.before_blackwell:
-        cc = ".".join(map(str, gpu.compute_capability))
         return (f"fp8_recipe mxfp8 needs Blackwell tensor cores, compute capability 10.0 or later "
-                f"({gpu.name} is {gpu.architecture}, {cc}); use tensorwise")
+                f"({_gpu_is(gpu)}); use tensorwise")
     return None
+
+
+def _gpu_is(gpu) -> str:  # type: ignore[no-untyped-def]
+    """"H100-SXM is hopper, 9.0": the GPU's name, generation and compute capability, as the hardware
+    refusals say them."""
+    return f"{gpu.name} is {gpu.architecture or 'another architecture'}, {'.'.join(map(str, gpu.compute_capability))}"
 
 
 def _fp8_hardware(job: Job) -> str | None:
@@ -671,9 +676,8 @@ def _fp4(job: Job) -> str | None:
                 f"(framework={tr.framework}: torchtitan's quantisation converters train float8 and MXFP8, DeepSpeed "
                 "has no fp4 setting); use framework megatron, or precision fp8")
     if gpu.compute_capability < (10, 0) or gpu.peak_flop_per_s.fp4 is None:
-        cc = ".".join(map(str, gpu.compute_capability))
-        return (f"precision fp4 needs NVFP4 tensor cores, compute capability 10.0 or later (Blackwell); {gpu.name} is "
-                f"{gpu.architecture or 'another architecture'}, {cc}; use fp8 or bf16")
+        return (f"precision fp4 needs NVFP4 tensor cores, compute capability 10.0 or later (Blackwell); {_gpu_is(gpu)}; "
+                "use fp8 or bf16")
     if tr.tp_comm_overlap:
         return ("precision fp4 runs without tp_comm_overlap: Transformer Engine's userbuffers gather fp8 and MXFP8 "
                 "tensors only, not NVFP4; drop tp_comm_overlap, or use precision fp8")
@@ -701,7 +705,7 @@ def _fp8_attention(job: Job) -> str | None:
     if tr.framework is not MEGATRON:
         return (f"fp8_attention is Transformer Engine's fp8 dot-product attention under Megatron "
                 f"(framework={tr.framework}); drop it, or use framework megatron")
-    if tr.precision not in (Precision.FP8, Precision.FP4):
+    if not tr.precision.low:
         return (f"fp8_attention runs inside Transformer Engine's fp8 autocast, which needs precision fp8 or fp4 "
                 f"(precision={tr.precision}); use precision fp8, or drop it")
     if tr.precision is Precision.FP8 and tr.fp8_recipe not in (Fp8Recipe.TENSORWISE, Fp8Recipe.DELAYED):
@@ -711,9 +715,9 @@ def _fp8_attention(job: Job) -> str | None:
     if tr.attention is not AttentionKernel.FLASH or backend not in (None, AttentionBackend.CUDNN):
         return (f"fp8_attention runs on cuDNN's fused attention only (attention={tr.attention}, "
                 f"attention_backend={backend or 'default'}); use flash attention with attention_backend cudnn, or drop it")
-    cc = gpu.compute_capability
-    where = f"{gpu.name} is {gpu.architecture or 'another architecture'}, {'.'.join(map(str, cc))}"
-    if gpu.vendor == "amd" or cc < (9, 0) or not kernels.fp8_attention_available(gpu):
+    cc, where = gpu.compute_capability, _gpu_is(gpu)
+    # cc: a GPU without a kernel table of its own reads Hopper's, which has fp8 attention curves
+    if cc < (9, 0) or not kernels.fp8_attention_available(gpu):
         return f"fp8_attention needs cuDNN's fp8 attention, on NVIDIA Hopper or Blackwell (compute capability 9.0+); {where}; drop it"
     if tr.fp8_attention_current and cc < (10, 0):
         return (f"fp8_attention with current scaling (fp8_recipe tensorwise) needs compute capability 10.0 or later "
