@@ -1308,7 +1308,7 @@ def mlperf_setting(table: tuple[tuple, ...], run_id: str) -> tuple | None:
 def _mlperf(entry: dict) -> Mapped:
     """MLPerf Training submissions running NVIDIA's NeMo / Megatron-core code with Transformer Engine."""
     lay, m, hw = entry["layout"], entry["model"], entry["hardware"]
-    gpu, prec = hw["gpu"], hw["precision"] or ""
+    prec = hw["precision"] or ""
     # NVFP4 (v5.1 NVIDIA GB200 and GB300 configs *_fp4.sh, all sourcing one config_common_fp4.sh per
     # implementation): config_common_fp4.sh sets FP4=True, FP4_RECIPE=nvfp4, FP8=False,
     # FP8_PARAM_GATHER=False, TP_COMM_OVERLAP=False and NVTE_NVFP4_DISABLE_RHT=1 (also stochastic
@@ -1378,7 +1378,7 @@ def _mlperf(entry: dict) -> Mapped:
     fp8_attention = mlperf_setting(MLPERF_FP8_ATTENTION, entry["id"])
     if fp8_attention:
         notes.append(f"fp8 dot-product attention, current scaling, 16-bit output ({fp8_attention[0]})")
-    amax = mlperf_setting(MLPERF_TE_AMAX_REDUCTION, entry["id"]) if not (fp4 or current) else None
+    amax = mlperf_setting(MLPERF_TE_AMAX_REDUCTION, entry["id"])
     if amax:
         notes.append(f"Transformer Engine's amax all-reduce over {amax[0]} after each model chunk's forward and backward, "
                      f"waited on ({amax[1]})")

@@ -130,7 +130,7 @@ def _specs(
     account_for_embedding, account_for_loss, pp_layout,
     seq_len, global_batch_size, framework, dtype, fp8_recipe, optimizer, attention, compile, tp_comm_overlap,
     attention_backend, moe_dispatch, moe_load_factor, fp8_param_gather, grad_reduce_in_bf16, vocab_divisible_by,
-    fp8_attention=None,
+    fp8_attention,
 ) -> tuple[dict, dict]:  # type: ignore[no-untyped-def]
     """(training, layout) field dicts from the shared flags; None = derive."""
     layout = dict(

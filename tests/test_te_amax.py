@@ -18,7 +18,6 @@ from planner.launch.megatron import train_sh
 from planner.launch.target import Target
 from tests.helpers import make_job
 
-MiB = 2**20
 # DGX H100: NVLink bus bandwidth 18 links x 20.6 GB/s (NCCL topo.h, cost_models.comm), against
 # 8 GPUs x 400 Gb/s NICs x 0.94 = 376 GB/s; the lower one carries a multi-node ring
 BUSBW = 18 * 20.6e9
