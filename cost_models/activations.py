@@ -32,6 +32,13 @@ FP32 = 4
 # other axis (quantizer.cpp:1205-1216), never the row-wise one reinterpreted.
 NVFP4_BYTES = 0.5 + 1 / 16
 FP8_BYTES = 1  # an fp8 (e4m3 / e5m2) element
+
+
+def operand_bytes(precision: Precision) -> float:
+    """Bytes per element of a quantised GEMM operand at the precision: FP8_BYTES for fp8,
+    NVFP4_BYTES for NVFP4, else the 16-bit ACT_BYTES."""
+    return {Precision.FP8: FP8_BYTES, Precision.FP4: NVFP4_BYTES}.get(precision, ACT_BYTES)
+
 MASK_BYTES = 1  # dropout masks are bytes (Korthikanti Sec. 4.1)
 INDEX_BYTES = 8  # int64 token ids
 
@@ -102,7 +109,7 @@ class Dims:
     # column-wise one (TransformerEngine@40c69e75 transformer_engine/pytorch/module/
     # layernorm_linear.py:400-414: rowwise is dropped only for MXFP8 / block scaling or without the
     # gather)
-    norm_fed_bytes: float = 0.0
+    norm_fed_bytes: float
 
     @property
     def t(self) -> int:
@@ -124,6 +131,7 @@ def dims(job: Job, conv: Convention | None = None) -> Dims:
     if tr.eager_swiglu:
         conv = replace(conv, swiglu_widths=4)
     tp = lay.tp
+    lin = saved_input_bytes(job, conv)
     return Dims(
         b=lay.mbs,
         s=job.seq_per_rank,
@@ -136,9 +144,9 @@ def dims(job: Job, conv: Convention | None = None) -> Dims:
         f=m.ffn_hidden_size // tp,
         # TrainingSpec.tp_replicated_vocab: every rank's logits span the whole vocabulary
         vocab=local_vocab(job),
-        lin_bytes=saved_input_bytes(job, conv),
+        lin_bytes=lin,
         conv=conv,
-        norm_fed_bytes=saved_input_bytes(job, conv) * (2 if tr.precision is Precision.FP4 and job.sp and tp > 1 else 1),
+        norm_fed_bytes=lin * (2 if tr.precision is Precision.FP4 and job.sp and tp > 1 else 1),
     )
 
 
@@ -148,10 +156,7 @@ def saved_input_bytes(job: Job, conv: Convention) -> float:
     usage alone, its row-wise data dropped after the fprop (TransformerEngine@40c69e75
     transformer_engine/pytorch/module/linear.py:370-385 update_usage(rowwise_usage=False,
     columnwise_usage=True); layernorm_linear.py likewise), NVFP4_BYTES; else the 16-bit input."""
-    p = job.training.precision
-    if p is Precision.FP4 and conv.fp8_saves_fp8_inputs:
-        return NVFP4_BYTES
-    return 1 if p is Precision.FP8 and conv.fp8_saves_fp8_inputs else ACT_BYTES
+    return operand_bytes(job.training.precision) if conv.fp8_saves_fp8_inputs else ACT_BYTES
 
 
 def block_output_mask(job: Job) -> bool:
@@ -242,7 +247,7 @@ def attention_items(job: Job, d: Dims, *, rope: bool = True) -> Breakdown:
     # fp8 attention (TrainingSpec.fp8_attention) keeps the quantised q, k, v for its backward, not
     # the 16-bit ones (TransformerEngine@40c69e75 transformer_engine/pytorch/attention/
     # dot_product_attention/backends.py:1194-1201)
-    qkv_bytes = FP8_BYTES if tr.fp8_attention and tr.attention is AttentionKernel.FLASH else ACT_BYTES
+    qkv_bytes = FP8_BYTES if tr.fp8_attention else ACT_BYTES  # fp8_attention runs on flash attention only (rules)
     items["query"] = t * d.q * qkv_bytes
     items["key"] = t * k_width * qkv_bytes
     items["value"] = t * v_width * qkv_bytes

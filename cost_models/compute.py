@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from cost_models import kernels as K
-from cost_models.activations import CONVENTIONS, NVFP4_BYTES
+from cost_models.activations import CONVENTIONS, NVFP4_BYTES, operand_bytes
 from cost_models.calibration import Calibration
 from cost_models.enums import (
     AttentionBackend,
@@ -142,11 +142,6 @@ def _gemm_precision(job: Job) -> Precision:
     if (p is Precision.FP8 and not peaks.fp8) or (p is Precision.FP4 and not peaks.fp4):
         return Precision.BF16
     return p
-
-
-def operand_bytes(precision: Precision) -> float:
-    """Bytes per element of a GEMM operand at the precision: 1 for fp8, NVFP4_BYTES for NVFP4."""
-    return {Precision.FP8: 1, Precision.FP4: NVFP4_BYTES}.get(precision, ACT_BYTES)
 
 
 def gemm_seconds(g: Gemm, gpu: GPUSpec, precision: Precision, cal: Calibration, *, out_bytes: int = ACT_BYTES) -> float:

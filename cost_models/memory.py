@@ -640,18 +640,17 @@ def stage_buffers(job: Job, rank: int) -> Breakdown:
         # Reducer::initialize_buckets `replica.contents = at::empty(...)` and
         # mark_variable_ready_dense `bucket_view.copy_(grad)`).
         buckets += 2 * stage_params
-    if fw is Framework.MEGATRON and job.training.precision is Precision.FP8:
-        # Transformer Engine caches each weight's fp8 copy and its transpose across micro-batches;
-        # with fp8 parameters (--fp8-param-gather) the weight is its own fp8 copy and only the
-        # transpose is kept (TE Float8Tensor's transpose cache).
-        per = 1 if job.training.fp8_param_gather else 2
-        fp8_cache = per * int(params.value("layers") + params.value("experts"))
-    if fw is Framework.MEGATRON and job.training.precision is Precision.FP4:
-        # Under NVFP4 the same cache (get_weight_workspace, cache_name "weight") holds each weight's
-        # NVFP4 tensor with both usages, row-wise for the fprop and column-wise for the dgrad, each
-        # NVFP4_BYTES per element (TransformerEngine@40c69e75 transformer_engine/pytorch/module/
-        # linear.py:237-263; csrc/quantizer.cpp:1198-1217).
-        fp8_cache = 2 * act.NVFP4_BYTES * (params.value("layers") + params.value("experts"))
+    precision = job.training.precision
+    if fw is Framework.MEGATRON and precision.low:
+        # Transformer Engine caches each weight's quantised copy across micro-batches: under fp8 the
+        # copy and its transpose, and with fp8 parameters (--fp8-param-gather) the weight is its own
+        # fp8 copy and only the transpose is kept (TE Float8Tensor's transpose cache); under NVFP4 the
+        # same cache (get_weight_workspace, cache_name "weight") holds the weight's row-wise usage for
+        # the fprop and its column-wise one for the dgrad, NVFP4_BYTES per element each
+        # (TransformerEngine@40c69e75 transformer_engine/pytorch/module/linear.py:237-263;
+        # csrc/quantizer.cpp:1198-1217).
+        per = 1 if precision is Precision.FP8 and job.training.fp8_param_gather else 2
+        fp8_cache = per * act.operand_bytes(precision) * (params.value("layers") + params.value("experts"))
     return Breakdown.of(
         "bytes",
         unsharded_params=unsharded_params,
