@@ -25,7 +25,8 @@ CASES = [
 ]
 
 
-NOTES = """What the time goes to, for Llama-3.1-405B on 16,384 GPUs (cProfile):
+NOTES = """What the time goes to, for Llama-3.1-405B on 16,384 GPUs (cProfile; the bound tables also
+on 512 GB200 NVL72 GPUs):
 
 - imports: about 0.4 s for ortools' CP-SAT (imported without pandas), 0.2 s for numpy and 0.3 s
   for pydantic and the cost model;

@@ -347,7 +347,7 @@ def fsdp_ns(problem: Problem, shard: Shard, sharding: Sharding, table: ShardTabl
     x = bg * np.array(g[:-1]) + np.array(r[1:])
     cum = np.zeros((len(MODES), n + 1), dtype=np.int64)
     for mi, (b, bmin) in enumerate(zip(table.backward_ns, table.backward_min_ns)):
-        cum[mi, 2:] = np.cumsum(np.maximum(0.0, x - b) + k * np.minimum(x, float(bmin)))[: n - 1].astype(np.int64)
+        cum[mi, 2:] = np.cumsum(np.maximum(0.0, x - b) + k * np.minimum(x, float(bmin))).astype(np.int64)
     return (int(fixed), cum)
 
 
@@ -457,17 +457,15 @@ def state_coefficients(problem: Problem, sh: Sharding) -> tuple[int, int]:
 
 def extreme_rows(counts, used, *, largest: bool):  # type: ignore[no-untyped-def]
     """Per Stages (counts: (T, U, F) of non-negative counts; used: (T, U)), the used rows that no
-    other used row covers (largest: has at least every count; else: at most every count), with ties
-    to the first: (indices (T, U'), which of them are used (T, U')). A sum of the counts with
+    other used row covers (largest: has at least every count; else: at most every count; rank_kinds
+    leaves no two used rows equal): (indices (T, U'), which of them are used (T, U')). A sum of the counts with
     non-negative weights is largest (least) over all used rows where it is over these."""
     import numpy as np
 
     a, b = counts[:, :, None, :], counts[:, None, :, :]  # row u, row v
     covers = (b >= a).all(axis=3) if largest else (b <= a).all(axis=3)  # [t, u, v]: v covers u
     equal = (a == b).all(axis=3)
-    U = counts.shape[1]
-    before = np.arange(U)[None, :] < np.arange(U)[:, None]  # [u, v]: v comes before u
-    beaten = (covers & (~equal | before[None]) & used[:, None, :]).any(axis=2)
+    beaten = (covers & ~equal & used[:, None, :]).any(axis=2)
     keep = used & ~beaten
     width = max(1, int(keep.sum(axis=1).max()))
     order = np.argsort(~keep, axis=1, kind="stable")[:, :width]

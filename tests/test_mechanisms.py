@@ -493,7 +493,7 @@ def test_transformer_engine_gather_bytes_follow_the_recipe_not_the_release():
     # its e8m0 scale per 32 elements forward (1 + 1/32 = 1.03125 bytes), both usages of an output
     # gradient (2.0625; distributed.py:1528-1571); NVFP4 0.5625 and 1.125. 16-bit jobs, and fp8 jobs
     # without sequence parallelism (whose tp all-reduces the 16-bit outputs), stay at 16 bits.
-    from cost_models.compute import MXFP8_BYTES, te_quantized_gathers, tp_gather_bytes, tp_grad_gather_bytes
+    from cost_models.compute import te_quantized_gathers, tp_gather_bytes, tp_grad_gather_bytes
     from cost_models.step_time import ub_gather_bytes
 
     def job(cluster: str = "dgx-h100", sp: bool | None = None, **training):
@@ -503,7 +503,6 @@ def test_transformer_engine_gather_bytes_follow_the_recipe_not_the_release():
         nccl = job(precision="fp8", fp8_recipe=recipe)
         ub = job(precision="fp8", fp8_recipe=recipe, tp_comm_overlap=True)
         assert (tp_gather_bytes(nccl), tp_grad_gather_bytes(nccl)) == (1, 1) == (ub_gather_bytes(ub), ub_gather_bytes(ub))
-    assert MXFP8_BYTES == 1.03125
     mx = job("dgx-b200", precision="fp8", fp8_recipe="mxfp8")
     assert (tp_gather_bytes(mx), tp_grad_gather_bytes(mx)) == (1.03125, 2.0625)
     fp4 = job("dgx-b200", precision="fp4")
