@@ -63,6 +63,7 @@ from functools import lru_cache
 from cost_models.enums import Fabric, ScaleupTopology
 from cost_models.hardware import ClusterSpec
 from cost_models.interp import log2_interp
+from cost_models.kernels import PRICE_CACHE
 from cost_models.units import GB, MiB, US
 
 
@@ -89,13 +90,13 @@ def bus_factor(op: Collective, n: int) -> float:
 # on 8 MI300X of an Azure ND MI300X v5 VM, 313.9-316.8 GB/s from 1 GB to 8 GB messages (RCCL 2.22.3,
 # rccl-tests in place; samuel-bohman/AI-benchmarking-guide@3de0c294 Azure_Results/ND_MI300X_v5_results.md
 # "RCCL Bandwidth"), 316.8 at 8 GB over 448 GB/s.
-NVLINK_BUSBW_FRACTION = {"ampere": 12 * 20.0 / 300, "hopper": 18 * 20.6 / 450, "blackwell": 18 * 40.1 / 900,
-                         "cdna3": 316.8 / 448}
+NCCL_NVLINK_BUSBW_FRACTION = {"ampere": 12 * 20.0 / 300, "hopper": 18 * 20.6 / 450, "blackwell": 18 * 40.1 / 900}
+NVLINK_BUSBW_FRACTION = {**NCCL_NVLINK_BUSBW_FRACTION, "cdna3": 316.8 / 448}
 # Measured NVLink all-to-all plateau over the raw rate (GTC25 S72583: A100 210, H100 320, B200 640 GB/s).
 NVLINK_ALL_TO_ALL_FRACTION = {"ampere": 210 / 300, "hopper": 320 / 450, "blackwell": 640 / 900}
 # A generation without measurements (Ada PCIe, a user's GPU; AMD Infinity Fabric's all-to-all and
-# copy-engine rates) takes the lowest.
-DEFAULT_NVLINK_FRACTION = min(v for k, v in NVLINK_BUSBW_FRACTION.items() if k != "cdna3")
+# copy-engine rates) takes the lowest of NCCL's NVLink model.
+DEFAULT_NVLINK_FRACTION = min(NCCL_NVLINK_BUSBW_FRACTION.values())
 DEFAULT_NVLINK_ALL_TO_ALL_FRACTION = min(NVLINK_ALL_TO_ALL_FRACTION.values())
 # A peer-to-peer copy on the copy engine (cudaMemcpyAsync between two GPUs of one NVLink domain,
 # no NCCL protocol and no SMs) over the raw per-direction NVLink rate: p2pBandwidthLatencyTest
@@ -324,7 +325,7 @@ def bus_bandwidth(op: Collective, where: Placement, cluster: ClusterSpec, *, fla
 # A search prices the same few hundred collectives thousands of times (Mixtral-8x22B at 256 H100s:
 # 12,220 prices of 250 collectives); the price is a pure function of its arguments (typed: an int
 # and an equal float of bytes are kept apart, each priced as it was).
-@lru_cache(maxsize=1 << 16, typed=True)
+@lru_cache(maxsize=PRICE_CACHE, typed=True)
 def collective_time(op: Collective, size_bytes: float, where: Placement, cluster: ClusterSpec, *, flat: bool = False) -> float:
     """Seconds for one collective of a group placed as `where` (see the module docstring): the
     bytes over the plateau bus bandwidth times its size share, never less than NCCL's latency, nor,

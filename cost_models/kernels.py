@@ -307,7 +307,11 @@ def _dtype_key(precision: Precision) -> str:
 
 def _datasheet_peak(gpu: GPUSpec, key: str) -> float:
     p = gpu.peak_flop_per_s
-    return {"fp4": p.fp4 or p.fp8 or p.bf16, "fp8": p.fp8 or p.bf16, "fp16": p.fp16, "bf16": p.bf16}[key]
+    # fp4 only reaches here on a GPU with an fp4 peak (compute._gemm_precision prices NVFP4 on one
+    # without it in 16-bit), so none stands in for it
+    peak = {"fp4": p.fp4, "fp8": p.fp8 or p.bf16, "fp16": p.fp16, "bf16": p.bf16}[key]
+    assert peak is not None, f"{gpu.name} has no {key} peak"
+    return peak
 
 
 def _measured(gpu: GPUSpec, key: str, regime: str) -> list[tuple[float, tuple[int, int, int] | None]]:
