@@ -169,8 +169,9 @@ TREE_LL_STEP_LATENCY_NET_S = 5.0 * US
 LL_MAX_BUSBW_BYTES_PER_S = {2: min(39.0, 22.5) * GB, 3: min(20.4, 19.0) * GB}  # nodes 2, 3 and more
 TREE_LL_BUSBW_DIVISOR = 3.8
 TREE_BUS_TO_ALG = 0.5
-# treeCorrectionFactor, LL row: sizes 64 B·2^i, i = 0..23
-TREE_LL_CORRECTION = (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0)
+# treeCorrectionFactor, LL row: sizes 64 B·2^i, i = 0..13 (below 1 MiB, the only sizes priced here;
+# the row goes on .5, .6, .7, .8, .9, 1.0 ... to i = 23)
+TREE_LL_CORRECTION = (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4)
 # the measured 8-byte all-reduce over 2 nodes of 8 GPUs (sources above), per fabric
 SMALL_ALL_REDUCE_16_GPUS_S = {Fabric.INFINIBAND: 47.60 * US, Fabric.EFA: 69.12 * US}
 
@@ -359,29 +360,35 @@ def collective_time(op: Collective, size_bytes: float, where: Placement, cluster
     return time
 
 
-def _tree_ll_latency(per_node: int, nodes: int, cluster: ClusterSpec | None) -> float:
-    """NCCL's modelled start-up of a tree LL all-reduce (tuning.cc:416), on the preset's links where
-    `cluster` is given (its Simple-ring latencies scale NCCL's, as _latency's do), else NCCL's own."""
-    nvl, net = TREE_LL_STEP_LATENCY_NVLINK_S, TREE_LL_STEP_LATENCY_NET_S
-    if cluster is not None:
-        nvl, net = _scale(cluster, nvl, net=False), _scale(cluster, net, net=True)
+def _tree_ll_latency(per_node: int, nodes: int, nvl: float = TREE_LL_STEP_LATENCY_NVLINK_S,
+                     net: float = TREE_LL_STEP_LATENCY_NET_S) -> float:
+    """NCCL's modelled start-up of a tree LL all-reduce (tuning.cc:416), at NCCL's own step latencies
+    unless given (a preset's, scaled as _latency's are)."""
     levels = nodes.bit_length() - 1  # log2i: log2 rounded down
     return TREE_LL_BASE_LATENCY_S + 2 * ((per_node - 1) * nvl + levels * net)
 
 
+# NCCL's own model of the measured case, 2 nodes of 8 GPUs: 25.2 µs (NVIDIA/nccl issue 1453 logs
+# 25.214764 µs for tree LL at 128 bytes on 2 x 8 H100)
+TREE_LL_16_GPUS_S = _tree_ll_latency(8, 2)
+
+
 def small_all_reduce_seconds(size_bytes: float, where: Placement, cluster: ClusterSpec) -> float:
-    """A small all-reduce across nodes as NCCL's tree LL runs it (comment above
+    """A small all-reduce (below NODES_SIZES_BYTES[0], 1 MiB: collective_time's only call) across
+    nodes as NCCL's tree LL runs it (comment above
     SMALL_ALL_REDUCE_16_GPUS_S): the modelled start-up at the measured/modelled ratio of the cluster's
     fabric, plus the bytes at the LL protocol's tree bandwidth."""
     k = where.per_domain
     nodes = max(2, where.n // k)
     measured = SMALL_ALL_REDUCE_16_GPUS_S.get(cluster.fabric, max(SMALL_ALL_REDUCE_16_GPUS_S.values()))
-    ratio = measured / _tree_ll_latency(8, 2, None)
+    ratio = measured / TREE_LL_16_GPUS_S
     ll_busbw = min(bus_bandwidth(Collective.ALL_REDUCE, where, cluster) / TREE_LL_BUSBW_DIVISOR,
                    LL_MAX_BUSBW_BYTES_PER_S[min(nodes, 3)])
     level = int(size_bytes) // 64
-    correction = TREE_LL_CORRECTION[min(level.bit_length() - 1, len(TREE_LL_CORRECTION) - 1)] if level else 1.0
-    return ratio * _tree_ll_latency(k, nodes, cluster) + size_bytes / (TREE_BUS_TO_ALG * ll_busbw * correction)
+    correction = TREE_LL_CORRECTION[level.bit_length() - 1] if level else 1.0  # collective_time: below 1 MiB
+    nvl = _scale(cluster, TREE_LL_STEP_LATENCY_NVLINK_S, net=False)
+    net = _scale(cluster, TREE_LL_STEP_LATENCY_NET_S, net=True)
+    return ratio * _tree_ll_latency(k, nodes, nvl, net) + size_bytes / (TREE_BUS_TO_ALG * ll_busbw * correction)
 
 
 def ring_fill_seconds(op: Collective, moved_bytes: float, plateau_bytes_per_s: float, where: Placement, cluster: ClusterSpec,
