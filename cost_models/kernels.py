@@ -137,30 +137,32 @@ def _eager_bmm(raw: dict | None) -> EagerBmm | None:
 
 @dataclass(frozen=True)
 class Fp8Attention:
-    """cuDNN's fp8 fused attention and its 16-bit kernels timed at the same shapes on one GPU, in
-    FLOP/s by (dtype "bf16" or "fp8", pass, causal) over seq_lens, per measured GPU; `default` is the
-    GPU whose curves the generation's other GPUs read."""
+    """cuDNN's fp8 fused attention against its 16-bit kernels timed at the same shapes on one GPU:
+    the speedup (fp8 over 16-bit TFLOP/s) by (pass, causal) over seq_lens, per measured GPU;
+    `default` is the GPU whose speedups the generation's other GPUs read."""
 
     seq_lens: tuple[int, ...]
-    by_gpu: dict[str, dict[tuple[str, Pass, bool], tuple[float, ...]]]
+    speedups: dict[str, dict[tuple[Pass, bool], tuple[float, ...]]]
     default: str
     source: str
 
 
 def _fp8_attention(raw: dict | None) -> Fp8Attention | None:
+    """The [attention_fp8] table's TFLOP/s curves (dtype, pass, mask) read as fp8 over bf16 speedups."""
     if raw is None:
         return None
     seq_lens = tuple(raw["seq_lens"])
-    by_gpu: dict[str, dict[tuple[str, Pass, bool], tuple[float, ...]]] = {}
+    speedups: dict[str, dict[tuple[Pass, bool], tuple[float, ...]]] = {}
     for gpu, body in raw.items():
         if not isinstance(body, dict):
             continue
-        curves = {(dtype, Pass(p), mask == "causal"): tuple(v * TFLOP for v in values)
+        curves = {(dtype, Pass(p), mask == "causal"): tuple(values)
                   for dtype, passes in body.items() for p, masks in passes.items() for mask, values in masks.items()}
         assert all(len(v) == len(seq_lens) for v in curves.values()) and len(curves) == 8, gpu
-        by_gpu[gpu] = curves
-    assert raw["default"] in by_gpu
-    return Fp8Attention(seq_lens, by_gpu, raw["default"], raw["source"])
+        speedups[gpu] = {(p, causal): tuple(f / b for f, b in zip(curves["fp8", p, causal], curves["bf16", p, causal]))
+                         for _, p, causal in curves}
+    assert raw["default"] in speedups
+    return Fp8Attention(seq_lens, speedups, raw["default"], raw["source"])
 
 
 @dataclass(frozen=True)
@@ -545,9 +547,8 @@ def fp8_attention_speedup(gpu: GPUSpec, p: Pass, *, causal: bool, k_len: float) 
     measured)."""
     fp8 = table_for(gpu).fp8_attention
     assert fp8 is not None, f"{gpu.name}: no fp8 attention measurement for its generation"
-    curves = fp8.by_gpu.get(gpu.name, fp8.by_gpu[fp8.default])
-    ratios = [f / b for f, b in zip(curves["fp8", p, causal], curves["bf16", p, causal])]
-    return log2_interp(fp8.seq_lens, ratios, _clamped(fp8.seq_lens, k_len))
+    speedups = fp8.speedups.get(gpu.name, fp8.speedups[fp8.default])
+    return log2_interp(fp8.seq_lens, speedups[p, causal], _clamped(fp8.seq_lens, k_len))
 
 
 # --- memory-bound kernels -------------------------------------------------------------------------
