@@ -381,7 +381,7 @@ def validate(
     attention_backend: AttnBackendOpt = None, moe_dispatch: MoeDispatchOpt = None, moe_load_factor: MoeLoadOpt = None,
     fp8_param_gather: Fp8ParamsOpt = None, fp8_attention: Fp8AttnOpt = None, grad_reduce_in_bf16: GradBf16 = None, vocab_divisible_by: VocabDivisibleBy = None,
     nproc_per_node: Annotated[IntOpt, typer.Option("--nproc-per-node", help="Ranks to start on this node (default: the plan's GPUs, at most the GPUs or CPU cores present).")] = None,
-    steps: Annotated[int, typer.Option("--steps", help="Timed training steps after the warm-up.")] = 10,
+    steps: Annotated[int, typer.Option("--steps", help="Timed training steps after the warm-up (on GPUs as many again run under the profiler).")] = 10,
     warmup: Annotated[int, typer.Option("--warmup", help="Untimed steps first.")] = 3,
     backend: Annotated[Optional[ValidateBackend], typer.Option("--backend", help="nccl (GPUs) or gloo (CPU); default nccl when CUDA is available.")] = None,
     fp32: Annotated[bool, typer.Option("--fp32", help="Compute in fp32 instead of the plan's dtype (bit-for-bit comparisons on CPU).")] = False,

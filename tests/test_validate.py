@@ -595,6 +595,34 @@ def test_validate_predicts_for_the_gpu_the_worker_reports(tmp_path, monkeypatch)
     assert next(r for r in doc["comparison"] if r["term"] == "MFU")["note"].startswith("of H200's")
 
 
+def test_validate_times_the_step_without_the_profiler_on_a_gpu(tmp_path, monkeypatch):
+    """A GPU rank's result with one step timed without the profiler (150 ms) and one with it (200 ms,
+    of which 120 ms kernels and 80 ms idle): the step-time row reads 150 ms and the idle row 150 - 120
+    = 30 ms, since the profiler slows the host, not the kernels; validate.json says the profiler was
+    off for the step and keeps the profiled median."""
+    from planner.validate import command
+    from planner.validate.runner import LaunchResult
+
+    comm = {k: {"busy_s": 0.0, "exposed_s": 0.0} for k in ("tp", "cp", "ep", "dp", "pp", "unattributed")}
+    step = {"step_s": 0.2, "compute_s": 0.1, "optimizer_s": 0.02, "other_s": 0.08, "comm": comm,
+            "classes": {"gemm_s": 0.06, "attention_s": 0.02, "elementwise_s": 0.02}}
+    rank = {"rank": 0, "coord": {"pp": 0, "dp_replicate": 0, "dp_shard": 0, "cp": 0, "tp": 0}, "stage_ids": [0],
+            "step_times_s": [0.2], "unprofiled_step_times_s": [0.15], "losses": [4.8, 4.7],
+            "state_bytes": {"weights": 0, "gradients": 0, "optimizer_states": 0},
+            "peak_memory": {}, "split": {"steps": [step]}, "trace": None, "check": {}, "linear_dtypes": {},
+            "optimizer": {"class": "AdamW", "implementation": "fused", "fused": True, "foreach": None},
+            "device": {"type": "cuda", "name": "NVIDIA H100 80GB HBM3", "total_memory_bytes": 85520809984, "sm_count": 132}}
+    monkeypatch.setattr(command, "launch", lambda *a, **k: LaunchResult(
+        ok=True, cause=None, returncode=0, wall_s=1.0, launch_id="fake", command=[], results={command.RUN_NAME: [rank]}))
+    run_validate(TINY, cluster="dgx-h100", gpus=1, training=TRAINING, layout={}, out_dir=tmp_path / "v",
+                 options=Options(steps=1, warmup=0, backend="gloo", nproc=1))
+    doc = json.loads((tmp_path / "v" / "validate.json").read_text())
+    rows = {r["term"]: r for r in doc["comparison"]}
+    assert rows["step time"]["measured"] == pytest.approx(0.15) and "without the profiler (200.0 ms with it" in rows["step time"]["note"]
+    assert rows["bubble / idle"]["measured"] == pytest.approx(0.03)
+    assert doc["measured"]["step_s"]["profiler"] == "off" and doc["measured"]["profiled_step_s"]["median"] == pytest.approx(0.2)
+
+
 def _alive_with_marker(launch_id: str) -> list[int]:
     return find_processes(launch_id)
 

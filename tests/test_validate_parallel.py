@@ -127,8 +127,9 @@ RUNS_4 = {
 
 def _batch(tmp_path_factory, name: str, runs: dict, nproc: int, bf16: dict | None = None, meta: dict | None = None):
     out = tmp_path_factory.mktemp(name)
-    docs = [run_doc(job, name=n, steps=STEPS, warmup=WARMUP, fp32=True, check=True, lr=LR, profile=n in PROFILED)
-            for n, job in runs.items()]
+    # a profiled run also times a step without the profiler first, as validate does on GPUs
+    docs = [run_doc(job, name=n, steps=STEPS, warmup=WARMUP, fp32=True, check=True, lr=LR, profile=n in PROFILED,
+                    unprofiled_steps=int(n in PROFILED)) for n, job in runs.items()]
     docs += [run_doc(job, name=n, steps=STEPS, warmup=WARMUP, fp32=False, check=False, lr=LR, profile=False) for n, job in (bf16 or {}).items()]
     docs += [run_doc(job, name=n, steps=STEPS, warmup=WARMUP, fp32=True, check=False, lr=LR, profile=False) for n, job in (meta or {}).items()]
     emit(out, job_doc(docs, backend="gloo", device="cpu", step_timeout_s=60))
@@ -151,7 +152,8 @@ _REFERENCES: dict[str, dict] = {}
 
 
 def _reference(run: dict) -> dict:
-    key = json.dumps({k: run[k] for k in ("model", "global_batch", "seq_len", "steps", "warmup", "seed", "optimizer")}, sort_keys=True)
+    key = json.dumps({k: run[k] for k in ("model", "global_batch", "seq_len", "steps", "warmup", "unprofiled_steps", "seed",
+                                          "optimizer")}, sort_keys=True)
     if key not in _REFERENCES:
         _REFERENCES[key] = worker.reference(run)
     return _REFERENCES[key]
@@ -270,3 +272,15 @@ def test_ring_transfers_overlap_the_attention_steps(two):
     for i in range(0, 4 * 4, 4):
         issue, first, wait, second = fwd[i : i + 4]
         assert issue[1] <= first[1] and first[2] <= wait[1] <= second[1], fwd[i : i + 4]
+
+
+def test_profiled_run_times_steps_without_the_profiler_first(two):
+    """The cp run (one unprofiled step, as validate runs on GPUs): each rank times that step apart
+    from the STEPS profiled ones, its trace's split covers only the profiled steps, and its losses,
+    equal to the reference's at every step above, cover warm-up, unprofiled and profiled steps."""
+    _, docs, result = two
+    assert docs["cp"]["unprofiled_steps"] == 1
+    for r in result.results["cp"]:
+        assert len(r["unprofiled_step_times_s"]) == 1 and len(r["step_times_s"]) == STEPS
+        assert len(r["split"]["steps"]) == STEPS and len(r["losses"]) == WARMUP + 1 + STEPS
+    assert all(r["unprofiled_step_times_s"] == [] for r in result.results["tp_sp"])

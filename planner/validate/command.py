@@ -192,7 +192,9 @@ def run_validate(
     plan, notes = native_job(model, cluster_spec, n_gpus, tr, lay)
     backend, device, nproc = _device(options.backend, options.nproc, plan.gpus)
     slice_ = choose_slice(plan, nproc)
-    run = run_doc(slice_.job, name=RUN_NAME, steps=options.steps, warmup=options.warmup, fp32=options.fp32)
+    # on a GPU the timed steps run without the profiler, then as many again with it for the split
+    run = run_doc(slice_.job, name=RUN_NAME, steps=options.steps, warmup=options.warmup, fp32=options.fp32,
+                  unprofiled_steps=options.steps if device == "cuda" else 0)
     doc = job_doc([run], backend=backend, device=device, step_timeout_s=options.step_timeout_s, debug=options.debug)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / MARKER_FILE).write_text("planner validate writes this directory (job.json, worker.py, launch.log, validate.json, ...)\n")

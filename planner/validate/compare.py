@@ -49,7 +49,7 @@ class Row:
 
 @dataclass(frozen=True)
 class Measured:
-    steps_s: list[float]  # per timed step, the slowest rank
+    steps_s: list[float]  # per timed step, the slowest rank; the steps without the profiler where there are any
     critical_rank: int
     split: dict[str, Any]  # medians over the profiled steps of the critical rank
     split_steps: list[dict[str, Any]]  # the critical rank's per-step split
@@ -59,15 +59,36 @@ class Measured:
     world: int
     optimizer: dict[str, Any]  # the critical rank's optimizer: class and implementation (worker.make_optimizer)
     device: dict[str, Any]  # the device the critical rank ran on (worker.device_info)
+    profiled_steps_s: list[float] = field(default_factory=list)  # per profiled step, the slowest rank
 
     @property
     def step_s(self) -> float:
         return statistics.median(self.steps_s)
 
+    @property
+    def unprofiled(self) -> bool:
+        """Whether steps_s were timed without the profiler (and the split from other, profiled steps)."""
+        return bool(self.profiled_steps_s) and self.steps_s is not self.profiled_steps_s
+
+    @property
+    def idle_s(self) -> float | None:
+        """The step's time outside kernels: the profiled split's, or, with steps timed without the
+        profiler, that step less the kernel time (compute, optimizer, exposed communication) of the
+        profiled steps, whose host-side recording slows only the host."""
+        if not self.split:
+            return None
+        if not self.unprofiled:
+            return self.split["other_s"]
+        busy = self.split["step_s"] - self.split["other_s"]
+        return max(0.0, self.step_s - busy)
+
     def to_json(self) -> dict[str, Any]:
         s = sorted(self.steps_s)
         return {
-            "step_s": {"median": self.step_s, "min": s[0], "max": s[-1], "steps": self.steps_s},
+            "step_s": {"median": self.step_s, "min": s[0], "max": s[-1], "steps": self.steps_s,
+                       "profiler": "off" if self.unprofiled else "on"},
+            "profiled_step_s": ({"median": statistics.median(self.profiled_steps_s), "steps": self.profiled_steps_s}
+                                if self.profiled_steps_s else None),
             "critical_rank": self.critical_rank,
             "split": self.split,
             "split_steps": self.split_steps,
@@ -95,8 +116,12 @@ def _median_split(steps: list[dict[str, Any]]) -> dict[str, Any]:
 def measure(results: list[dict[str, Any]]) -> Measured:
     """Combine the ranks' result files of one run."""
     by_rank = {r["rank"]: r for r in results}
-    n = min(len(r["step_times_s"]) for r in results)
-    steps = [max(r["step_times_s"][k] for r in results) for k in range(n)]
+    def slowest(key: str) -> list[float]:
+        n = min(len(r.get(key) or []) for r in results)
+        return [max(r[key][k] for r in results) for k in range(n)]
+
+    profiled = slowest("step_times_s")
+    steps = slowest("unprofiled_step_times_s") or profiled
     splits = {r["rank"]: (r.get("split") or {}).get("steps", []) for r in results}
     med = {rank: _median_split(s) for rank, s in splits.items()}
     critical = max(sorted(by_rank), key=lambda rank: med[rank].get("compute_s", 0.0))
@@ -111,6 +136,7 @@ def measure(results: list[dict[str, Any]]) -> Measured:
         world=len(results),
         optimizer=by_rank[critical]["optimizer"],
         device=by_rank[critical]["device"],
+        profiled_steps_s=profiled,
     )
 
 
@@ -168,8 +194,11 @@ def rows(slice_: Slice, time: TimeEstimate, measured: Measured, *, device: str, 
     job = slice_.job
     br = time.breakdown
     sp = measured.split
-    out = [Row("step time", "s", time.step_s, measured.step_s,
-               f"median of {len(measured.steps_s)} steps, {min(measured.steps_s) * 1e3:.1f}-{max(measured.steps_s) * 1e3:.1f} ms")]
+    steps = (f"median of {len(measured.steps_s)} steps, {min(measured.steps_s) * 1e3:.1f}-{max(measured.steps_s) * 1e3:.1f} ms")
+    if measured.unprofiled:
+        steps += (f", without the profiler ({statistics.median(measured.profiled_steps_s) * 1e3:.1f} ms with it, "
+                  "the steps the split below is read from)")
+    out = [Row("step time", "s", time.step_s, measured.step_s, steps)]
     if sp:
         out.append(Row("compute", "s", float(br.value("compute")), sp["compute_s"], f"rank {measured.critical_rank}"))
         out += kernel_rows(time, sp, device=device)
@@ -185,7 +214,10 @@ def rows(slice_: Slice, time: TimeEstimate, measured: Measured, *, device: str, 
         if lost.get("busy_s", 0.0) > 0:
             out.append(Row("unattributed comm exposed", "s", None, lost["exposed_s"],
                            f"busy {lost['busy_s'] * 1e3:.1f} ms of NCCL kernels whose process group the trace does not name"))
-        out.append(Row("bubble / idle", "s", time.bubble_s, sp["other_s"], "measured: bubble, waits and host time between operators"))
+        idle_note = "measured: bubble, waits and host time between operators"
+        if measured.unprofiled:
+            idle_note += "; the step without the profiler less the profiled steps' kernel time"
+        out.append(Row("bubble / idle", "s", time.bubble_s, measured.idle_s, idle_note))
         out.append(Row("optimizer", "s", float(br.value("optimizer")), sp["optimizer_s"]))
     step = measured.step_s
     tokens_per_s_gpu = time.tokens_per_step / step / job.gpus

@@ -458,8 +458,10 @@ def mamba_doc(mb: MambaSpec) -> dict[str, Any]:
 
 
 def run_doc(job: Job, *, name: str, steps: int, warmup: int, fp32: bool = False, seed: int = 0,
-            check: bool = False, profile: bool = True, lr: float | None = None) -> dict[str, Any]:
-    """One entry of job.json's `runs`: everything the worker needs to build and train the slice."""
+            check: bool = False, profile: bool = True, lr: float | None = None, unprofiled_steps: int = 0) -> dict[str, Any]:
+    """One entry of job.json's `runs`: everything the worker needs to build and train the slice.
+    `unprofiled_steps` timed steps run without the profiler between the warm-up and the `steps`
+    profiled ones."""
     lay = job.layout
     full_layers = [
         lid for chunks in job.stage_chunks for chunk in chunks for pos, lid in enumerate(chunk)
@@ -488,6 +490,7 @@ def run_doc(job: Job, *, name: str, steps: int, warmup: int, fp32: bool = False,
         "optimizer": opt,
         "steps": steps,
         "warmup": warmup,
+        "unprofiled_steps": unprofiled_steps,
         "seed": seed,
         "profile": profile,
         "check": check,

@@ -817,7 +817,7 @@ def reference(run: dict) -> dict:
     init_parameters(model, run["seed"])
     opt = make_optimizer(model.parameters(), run["optimizer"])
     losses, grads = [], {}
-    for step in range(run["steps"] + run["warmup"]):
+    for step in range(run["warmup"] + run.get("unprofiled_steps", 0) + run["steps"]):
         x, y = batch(run, step)
         loss = loss_fn(model(x), y)
         loss.backward()
@@ -1400,16 +1400,20 @@ def run_one(job: dict, run: dict, out: str, progress: Progress, device) -> dict:
         return loss.item()
 
     prof_ctx = None
-    total_steps = run["warmup"] + run["steps"]
-    step_times, losses, first_grads, measured, linear_dtypes = [], [], None, {}, {}
+    # warm-up, then the steps timed without the profiler (its host-side recording of every operator
+    # slows a host-bound step), then the profiled steps the time split is read from
+    unprofiled = run.get("unprofiled_steps", 0)
+    first_profiled = run["warmup"] + unprofiled
+    total_steps = first_profiled + run["steps"]
+    step_times, unprofiled_times, losses, first_grads, measured, linear_dtypes = [], [], [], None, {}, {}
     from torch.profiler import ProfilerActivity, profile, record_function
 
     sync = groups.new(list(range(world)), "sync", "validate_sync")
     for step in range(total_steps):
-        if step == run["warmup"]:
-            if device.type == "cuda":  # the peak of the measured steps, with the profiler on or off
-                torch.cuda.synchronize(device)
-                torch.cuda.reset_peak_memory_stats(device)
+        if step == run["warmup"] and device.type == "cuda":  # the peak of the measured steps, with the profiler on or off
+            torch.cuda.synchronize(device)
+            torch.cuda.reset_peak_memory_stats(device)
+        if step == first_profiled:
             if run.get("profile", True):
                 activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
                 prof_ctx = profile(activities=activities, profile_memory=device.type == "cpu")
@@ -1430,8 +1434,10 @@ def run_one(job: dict, run: dict, out: str, progress: Progress, device) -> dict:
         if grads is not None:
             first_grads = grads
         losses.append(global_loss(loss))
-        if step >= run["warmup"]:
+        if step >= first_profiled:
             step_times.append(seconds)
+        elif step >= run["warmup"]:
+            unprofiled_times.append(seconds)
         progress.end_step(run["name"], step, seconds)
     dist.barrier(group=sync)
     rundir = os.path.join(out, run["name"])
@@ -1444,7 +1450,7 @@ def run_one(job: dict, run: dict, out: str, progress: Progress, device) -> dict:
     if prof_ctx is not None:
         prof_ctx.__exit__(None, None, None)
         prof_ctx.export_chrome_trace(trace_path)
-        split = analyze_trace(trace_path, threading.get_native_id(), groups.thread_kind, run["warmup"], total_steps,
+        split = analyze_trace(trace_path, threading.get_native_id(), groups.thread_kind, first_profiled, total_steps,
                               group_kind=groups.name_kind)
         if device.type != "cuda":
             peak = {"profiler_peak_bytes": split.pop("peak_allocated_bytes", None)}
@@ -1463,6 +1469,7 @@ def run_one(job: dict, run: dict, out: str, progress: Progress, device) -> dict:
         "coord": coord,
         "stage_ids": stage_ids,
         "step_times_s": step_times,
+        "unprofiled_step_times_s": unprofiled_times,
         "losses": losses,
         "state_bytes": measured,
         "peak_memory": peak,
