@@ -964,7 +964,11 @@ def fsdp_copy_seconds(job: Job, layer_id: int, cal: Calibration, rank: int = 0) 
     _fully_shard/_fsdp_collectives.py: foreach_all_gather_copy_out splits the flat all-gather output
     into the unsharded parameters, 2 + 2 bytes per parameter, after the forward and the backward
     gather; foreach_reduce copies the unsharded 16-bit gradients into the flat fp32 reduce-scatter
-    input, 2 + 4 bytes). Under torch's pipelining (_pipelined_fsdp) pipeline rank `rank` gathers
+    input, 2 + 4 bytes). They run on a shard group of one too: the copies are per rank, and a
+    one-rank share under validate runs them. The cast of the fp32 shard into the all-gather input
+    (_get_param_all_gather_inputs and all_gather_copy_in_cuda, 10/n bytes per parameter for a group
+    of n) runs on FSDP2's all-gather copy-in stream beside the compute (torch 2.13.0, git cf30153c,
+    _fsdp_collectives.py:336-362) and is not counted. Under torch's pipelining (_pipelined_fsdp) pipeline rank `rank` gathers
     as pipelined_gathers has it, and the one reduce-scatter of the step copies the accumulated
     gradient, already in the reduce dtype (pipelined_grad_accumulation_seconds): 4 + 4 bytes once
     per step, 1/m of it per micro-batch. torchtitan only; DeepSpeed and FSDP1 gather into flat
@@ -1739,7 +1743,8 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[LayerKi
     comm = {k: 0.0 for k in COMM_KINDS}
     flop = recompute_flop = 0.0
     backward_s = 0.0
-    fsdp = fsdp_per_microbatch(job) and job.dense_shard_group > 1
+    fsdp_copies = fsdp_per_microbatch(job)
+    fsdp = fsdp_copies and job.dense_shard_group > 1
     gathers: list[float] = []
     reduces: list[float] = []
     fwd_compute: list[float] = []
@@ -1763,6 +1768,7 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[LayerKi
             reduces.append(0.0 if _pipelined_fsdp(job) else r)  # after the last backward (dp_tail)
             p = local_layer_params(job, layer_id)
             layer_params.append(p.dense + p.expert)
+        if fsdp_copies:
             parts["sharding"] += fsdp_copy_seconds(job, layer_id, cal, rank)
     parts["elementwise"] += rank_memory_seconds(job, rank, cal)
     # the amax all-reduces over tp count as tp communication, over a whole stage as data-parallel
@@ -2025,7 +2031,7 @@ def compute_by_kernel(est: TimeEstimate) -> Breakdown:
     equals the breakdown's compute only when both count the same kernels."""
     job, cal, crit = est.job, est.calibration, est.critical
     gemm = attention = memory = 0.0
-    fsdp = fsdp_per_microbatch(job) and job.dense_shard_group > 1
+    fsdp = fsdp_per_microbatch(job)
     for pos, layer_id in stage_layers(job, crit.rank):
         kind = job.model.layer_kind(layer_id)
         lt = layer_time(job, kind, cal=cal)

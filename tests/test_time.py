@@ -941,6 +941,22 @@ def test_fsdp2_copies_are_priced_by_their_bytes_and_follow_memory_scale():
     assert fsdp_copy_seconds(make_job(LLAMA_TINY, gpus=8, zero=1, training=dict(seq_len=128)), 0, DEFAULT) == 0
 
 
+def test_fsdp2_copies_run_on_a_shard_group_of_one():
+    # FSDP2 on one rank (a one-rank share under validate: the H200 traces of benchmarks/data/measured
+    # show its copies every step) pays the same 14 bytes per parameter as on 8; they are the compute
+    # breakdown's sharding part, layer by layer, with no collective priced beside them.
+    from cost_models.step_time import fsdp_copy_seconds
+
+    job = make_job(LLAMA_TINY, gpus=1, zero=3, training=dict(seq_len=128, framework="torchtitan"))
+    eight = make_job(LLAMA_TINY, gpus=8, zero=3, training=dict(seq_len=128, framework="torchtitan"))
+    assert fsdp_copy_seconds(job, 0, DEFAULT) == pytest.approx(fsdp_copy_seconds(eight, 0, DEFAULT))
+    assert fsdp_copy_seconds(job, 0, DEFAULT) > 0
+    est = time_estimate(job)
+    layers = sum(fsdp_copy_seconds(job, i, DEFAULT) for i in range(job.model.num_layers)) * job.num_microbatches
+    assert float(est.breakdown.value("compute/sharding")) == pytest.approx(layers)
+    assert float(est.breakdown.value("dp")) == 0
+
+
 def test_fsdp2_zero2_gathers_every_micro_batch_once_and_reduces_every_micro_batch():
     # zero 2 under FSDP2 (reshard_after_forward=False): each micro-batch gathers a layer before its
     # forward only, the backward reshards it and reduce-scatters its gradients. One copy-out (2 + 2
