@@ -844,3 +844,19 @@ def test_ring_transfers_are_cp_and_pipeline_transfers_pp(tmp_path):
     (step,) = worker.analyze_trace(str(path), 1, {}, 0, 1)["steps"]
     assert step["comm"]["cp"]["busy_s"] == pytest.approx(300e-6)
     assert step["comm"]["pp"]["busy_s"] == pytest.approx(100e-6)
+
+
+def test_a_host_bound_step_is_named():
+    """Idle beyond the predicted bubble by more than a tenth of the step gets a note: 30 ms idle of a
+    150 ms step (the unprofiled step less 120 ms of the profiled steps' kernels) with no bubble
+    predicted; with 20 ms of bubble predicted the 10 ms left is under the 15 ms share, and no note."""
+    from planner.validate.command import host_bound_note
+    from planner.validate.compare import Measured
+
+    comm = {k: {"busy_s": 0.0, "exposed_s": 0.0} for k in ("tp", "cp", "ep", "dp", "pp", "unattributed")}
+    split = {"step_s": 0.2, "compute_s": 0.1, "optimizer_s": 0.02, "other_s": 0.08, "comm": comm}
+    m = Measured(steps_s=[0.15], critical_rank=0, split=split, split_steps=[split], state_bytes={}, stage_of_rank={0: 0},
+                 peak={}, world=1, optimizer={}, device={}, profiled_steps_s=[0.2])
+    assert m.idle_s == pytest.approx(0.03)
+    assert host_bound_note(m, 0.0).startswith("the GPU stood idle 30 ms of each 150 ms step beyond the predicted bubble (0 ms)")
+    assert host_bound_note(m, 0.02) is None

@@ -217,6 +217,9 @@ def run_validate(
     table: list[Row] = []
     if measured is not None:
         table = rows(slice_, prediction.time, measured, device=device, dtype=run["dtype"])
+        host = host_bound_note(measured, prediction.time.bubble_s) if device == "cuda" else None
+        if host:
+            notes = [*notes, host]
         states = check_states(slice_, measured)
         if options.calibrate is not None:
             what = f"{job.model.name}, {slice_.ranks} ranks, {device}"
@@ -235,6 +238,22 @@ def run_validate(
 
     (out_dir / "validate.json").write_text(json.dumps(finite_json(doc_out), indent=1, default=str, allow_nan=False) + "\n")
     return report
+
+
+# the share of a step the GPU may stand idle beyond the predicted bubble before validate names it
+HOST_BOUND_SHARE = 0.1
+
+
+def host_bound_note(measured: Measured, predicted_bubble_s: float) -> str | None:
+    """A note where the GPU stood idle for more of the step than the predicted pipeline bubble, by more
+    than HOST_BOUND_SHARE of the step: time the host took to launch the kernels (or waits for other
+    ranks), which the cost model does not price."""
+    idle = measured.idle_s
+    if idle is None or idle - predicted_bubble_s <= HOST_BOUND_SHARE * measured.step_s:
+        return None
+    return (f"the GPU stood idle {idle * 1e3:.0f} ms of each {measured.step_s * 1e3:.0f} ms step beyond the predicted "
+            f"bubble ({predicted_bubble_s * 1e3:.0f} ms): the host launching kernels one by one, or waits for other "
+            "ranks; the cost model prices no host time, so a step this host-bound reads faster than measured")
 
 
 # --- rendering -------------------------------------------------------------------------------------
