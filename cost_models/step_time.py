@@ -964,11 +964,16 @@ def fsdp_copy_seconds(job: Job, layer_id: int, cal: Calibration, rank: int = 0) 
     _fully_shard/_fsdp_collectives.py: foreach_all_gather_copy_out splits the flat all-gather output
     into the unsharded parameters, 2 + 2 bytes per parameter, after the forward and the backward
     gather; foreach_reduce copies the unsharded 16-bit gradients into the flat fp32 reduce-scatter
-    input, 2 + 4 bytes). They run on a shard group of one too: the copies are per rank, and a
-    one-rank share under validate runs them. The cast of the fp32 shard into the all-gather input
-    (_get_param_all_gather_inputs and all_gather_copy_in_cuda, 10/n bytes per parameter for a group
-    of n) runs on FSDP2's all-gather copy-in stream beside the compute (torch 2.13.0, git cf30153c,
-    _fsdp_collectives.py:336-362) and is not counted. Under torch's pipelining (_pipelined_fsdp) pipeline rank `rank` gathers
+    input, 2 + 4 bytes). Before each gather _get_param_all_gather_inputs casts the fp32 shard into a
+    flat 16-bit buffer with one foreach copy (4 + 2 bytes per shard element) and all_gather_copy_in_cuda
+    copies that into the all-gather input (2 + 2): 10/n bytes per parameter for a shard group of n
+    (torch 2.13.0, git cf30153c, _fsdp_collectives.py:263-276, 336-362, 381-425). That copy-in runs on
+    FSDP2's copy-in stream, but beside GEMMs that fill every SM it takes GPU time of its own: on an
+    H200 the whole 1.7B GPT plan's kernels add up to 205.9 ms a step against 204.2 ms of their union
+    (benchmarks/data/measured/h200-validate-trace-summary-2026-11-27c.json and the run's split), and
+    its casts and copies (777 bf16 copy kernels, 6.7 ms, and about half the 802 device copies, 7.4 ms)
+    match these bytes. All of them run on a shard group of one too: the copies are per rank, and a
+    one-rank share under validate runs them. Under torch's pipelining (_pipelined_fsdp) pipeline rank `rank` gathers
     as pipelined_gathers has it, and the one reduce-scatter of the step copies the accumulated
     gradient, already in the reduce dtype (pipelined_grad_accumulation_seconds): 4 + 4 bytes once
     per step, 1/m of it per micro-batch. torchtitan only; DeepSpeed and FSDP1 gather into flat
@@ -985,7 +990,9 @@ def fsdp_copy_seconds(job: Job, layer_id: int, cal: Calibration, rank: int = 0) 
     if _pipelined_fsdp(job):
         gathers = sum(pipelined_gathers(job, rank))
         reduces, reduce_bytes = 1 / job.num_microbatches, 2 * _grad_bytes(job)
-    return memory_seconds(job, params * (gathers * (2 + 2) + reduces * reduce_bytes), cal, launches=reduces + gathers)
+    copy_in = (FP32 + ACT_BYTES + 2 * ACT_BYTES) / job.dense_shard_group
+    return memory_seconds(job, params * (gathers * (copy_in + 2 + 2) + reduces * reduce_bytes), cal,
+                          launches=reduces + 3 * gathers)
 
 
 def fsdp1_bytes_per_param(job: Job) -> float:

@@ -256,12 +256,13 @@ def test_step_time_out_of_sample():
     # kernel table (torchao's four MI300X runs, 34-53% each, priced by cdna3.toml's measured anchors and
     # stand-ins), the GB300 preset (two fp8 runs) and precision fp4 (six NVFP4 runs), nothing fitted to
     # any of them, took it from 3.6%; the bound follows that evidence, so the 273 runs before them keep
-    # their own (3.6% today, plus a tenth of a point)
+    # their own (3.7% today, plus a tenth of a point: FSDP2's copy-in, priced since an H200 trace showed
+    # its bytes taking GPU time, moved them from 3.64% to 3.73%, most on KempnerForge's small shard groups)
     assert statistics.median(errors) <= 0.040
     new_hardware = {"MI300X", "GB300"}
     earlier_runs = [abs(r.error) for r in rows
                     if r.run.cluster.gpu.name not in new_hardware and r.run.training.precision is not Precision.FP4]
-    assert len(earlier_runs) == 273 and statistics.median(earlier_runs) <= 0.037
+    assert len(earlier_runs) == 273 and statistics.median(earlier_runs) <= 0.038
     by_source: dict[str, list[float]] = defaultdict(list)
     for r in rows:
         by_source[r.family].append(abs(r.error))
