@@ -28,12 +28,13 @@ Bus bandwidth (measured plateaus):
 Size: the share of the plateau a message reaches is read off published nccl-tests all-reduce
 curves, one for a single NVLink domain and one per node count across nodes (DOMAIN_CURVE,
 NODES_CURVES), and applied to every collective of that span by its buffer size. Latency floor:
-NCCL's own constants (src/graph/tuning.cc at v2.30.7-1; the cluster presets carry its hwLatencies,
-Ring/Simple 3.4 µs per NVLink step and 14 µs per network step): base latency per protocol and
-per-step latency per protocol and link, the fastest protocol and algorithm (ring; tree for
+NCCL's own latency model (src/graph/tuning.cc at v2.30.7-1, nccl_latency): a base latency and a hop
+latency on NVLink and on the network per (algorithm, protocol), one table for every path (the
+cluster presets carry its Ring/Simple hop latencies of their links, 3.4 µs NVLink and 14 µs network
+on NVIDIA clusters, and scale the rest); the fastest protocol and algorithm (ring; tree for
 all-reduce across nodes) taken. An all-reduce across nodes below the cross-node curves' first size
-(1 MiB) costs no more than NCCL's tree LL, its modelled start-up at the measured/modelled ratio of
-16-GPU nccl-tests runs (small_all_reduce_seconds).
+(1 MiB) costs no more than NCCL's tree LL, that table's Tree/LL start-up at the measured/modelled
+ratio of 16-GPU nccl-tests runs (small_all_reduce_seconds).
 
 Measured clusters: where a cluster preset carries bus bandwidths measured on that cluster across
 nodes (ClusterSpec.measured_busbw: a collective over N whole nodes at one message size), a group
@@ -55,7 +56,6 @@ only the links among themselves (domain_link_share).
 from __future__ import annotations
 
 import bisect
-import math
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
@@ -65,6 +65,21 @@ from cost_models.hardware import ClusterSpec
 from cost_models.interp import log2_interp
 from cost_models.kernels import PRICE_CACHE
 from cost_models.units import GB, MiB, US
+
+
+class Algorithm(StrEnum):
+    """The NCCL algorithms the latency model prices (NCCL_ALGO_TREE, NCCL_ALGO_RING)."""
+
+    TREE = "tree"
+    RING = "ring"
+
+
+class Protocol(StrEnum):
+    """NCCL's protocols (NCCL_PROTO_LL, NCCL_PROTO_LL128, NCCL_PROTO_SIMPLE)."""
+
+    LL = "ll"
+    LL128 = "ll128"
+    SIMPLE = "simple"
 
 
 class Collective(StrEnum):
@@ -110,11 +125,28 @@ NIC_BUSBW_FRACTION = 0.94
 # Cross-node all-to-all over the per-NIC model: 48/62.7 (DGX H100) and 24/31.3 (DGX A100), GTC25.
 CROSS_NODE_ALL_TO_ALL_FRACTION = 0.77
 
-# NCCL tuning.cc v2.30.7-1 (shared/reference/collectives.md §2.2, 2.3): base latencies, and the
-# per-step latency of each protocol relative to Simple's (the presets carry Simple's).
-BASE_LATENCY_S = {"simple": 8.4 * US, "ll128": 14.0 * US, "ll": 6.6 * US}
-STEP_LATENCY_NVLINK_S = {"simple": 3.4 * US, "ll128": 1.9 * US, "ll": 0.6 * US}
-STEP_LATENCY_NET_S = {"simple": 14.0 * US, "ll128": 4.0 * US, "ll": 2.7 * US}
+# NCCL's latency model (NVIDIA/nccl@73cf1122 = v2.30.7-1, src/graph/tuning.cc, the default tuner
+# constants ncclTunerConstantsDefaults), by (algorithm, protocol); shared/reference/collectives.md §2.2, 2.3.
+# Each row as tuning.cc writes it, (LL, LL128, Simple) in µs for Tree and for Ring.
+
+
+def _by_algorithm_protocol(*, tree: tuple[float, float, float], ring: tuple[float, float, float]) -> dict[tuple[Algorithm, Protocol], float]:
+    return {(a, p): us * US for a, row in ((Algorithm.TREE, tree), (Algorithm.RING, ring)) for p, us in zip(Protocol, row, strict=True)}
+
+
+# start-up of a collective, baseLatencies[algo][proto] (:151)
+BASE_LATENCY_S = _by_algorithm_protocol(tree=(6.8, 14.0, 8.4), ring=(6.6, 14.0, 8.4))
+# one hop over NVLink, hwLatencies[NCCL_HW_NVLINK][algo][proto] (:159)
+HOP_LATENCY_NVLINK_S = _by_algorithm_protocol(tree=(0.6, 1.25, 4.0), ring=(0.6, 1.9, 3.4))
+# one hop over the network, hwLatencies[NCCL_HW_NET][algo][proto] (:171)
+HOP_LATENCY_NET_S = _by_algorithm_protocol(tree=(5.0, 8.5, 14.0), ring=(2.7, 4.0, 14.0))
+# A ring across nodes launches every step through the host's network proxy: each NVLink step costs
+# at least the network post overhead, three times that for Simple (getNetOverhead :225-233,
+# :404-410): 1 µs on Intel x86 and non-x86 hosts, 2 µs on AMD x86; the lower, the host not being
+# part of a cluster preset (as for llMaxBw below).
+NET_POST_OVERHEAD_S = 1.0 * US
+SIMPLE_NET_POST_OVERHEADS = 3
+
 # Bus bandwidth against message size, as a share of the plateau, from published nccl-tests
 # all-reduce curves (shared/reference/collectives.md §1.2, §1.6). The share folds in everything that
 # keeps a mid-size collective off its plateau in NCCL (too few bytes per channel and pipeline step,
@@ -147,25 +179,22 @@ NODES_CURVES = {  # nodes of 8 GPUs -> share at NODES_SIZES_BYTES
 # src/enqueue.cc:2028-2041 topoGetAlgoInfo takes the least ncclTopoGetAlgoTime): with tens of bytes, tree LL,
 # whose start-up grows with log2 of the nodes where a ring's grows with the nodes. Its time there
 # (src/graph/tuning.cc, v2.30.7-1):
-#   latency = base + 2·((ppn − 1)·intra + log2i(nNodes)·inter)          :416, log2i rounds down
-#             (src/include/utils.h:56, bitops.h:292 log2Down)
-#   base 6.8 µs, intra 0.6 µs (NVLink), inter 5.0 µs (NET) for Tree/LL     :151, :159, :171
+#   latency = base + 2·((ppn − 1)·intra + log2i(nNodes)·inter)          :416 (nccl_latency, Tree/LL:
+#             base 6.8 µs, intra 0.6 µs NVLink, inter 5.0 µs network, :151, :159, :171)
 #   busBw = min(nChannels·bw / 3.8, llMaxBw), times 0.5 for a tree         :332, :378-381
 #   llMaxBw across nodes by host CPU: Intel 39.0 GB/s at 2 nodes, 20.4 beyond; AMD 22.5, 19.0
 #             (:179-180, row by CPU vendor and column by node count :267-272); the lower taken, the
 #             host not being part of a cluster preset
 #   time = latency + bytes / (bw · treeCorrectionFactor[LL][log2i(bytes/64)])   :624, :639-653
 # NCCL's latency constants price a 2-node, 8-GPU-a-node all-reduce at 6.8 + 2·(7·0.6 + 5.0) = 25.2 µs
-# (its log prints 25.214764 µs, tree LL, for a 128-byte all-reduce on 2 x 8 H100, NVIDIA/nccl issue 1453);
-# nccl-tests measures an 8-byte all-reduce over 16 GPUs at 47.60 µs over NDR InfiniBand (2 x 8 H20,
+# (its log prints 25.214764 µs, tree LL, for a 128-byte all-reduce on 8-GPU H100 nodes, NVIDIA/nccl
+# issue 1453). Measured, the wall time of that collective: nccl-tests all_reduce_perf times an 8-byte
+# all-reduce over 16 GPUs at 47.60 µs over NDR InfiniBand (2 x 8 H20,
 # 16 ConnectX-7, NCCL 2.21.5, NVIDIA/nccl issue 1244) and 69.12 µs over EFA (2 x p5.48xlarge, NCCL
 # 2.27.7, aws-samples/awsome-distributed-training@0162aacd micro-benchmarks/nccl-tests/README.md
 # "Results"). The model's start-up is taken at the measured/modelled ratio of the cluster's fabric,
 # the same at every node count (no measurement of a tiny all-reduce beyond 2 nodes was found); a
 # fabric without a measurement takes the larger ratio. The bytes run at the LL bandwidth as modelled.
-TREE_LL_BASE_LATENCY_S = 6.8 * US
-TREE_LL_STEP_LATENCY_NVLINK_S = 0.6 * US
-TREE_LL_STEP_LATENCY_NET_S = 5.0 * US
 LL_MAX_BUSBW_BYTES_PER_S = {2: min(39.0, 22.5) * GB, 3: min(20.4, 19.0) * GB}  # nodes 2, 3 and more
 TREE_LL_BUSBW_DIVISOR = 3.8
 TREE_BUS_TO_ALG = 0.5
@@ -244,28 +273,47 @@ def nic_busbw(cluster: ClusterSpec, span_gpus: int) -> float:
     return cluster.nic_bandwidth_bytes_per_s * NIC_BUSBW_FRACTION / oversubscription(cluster, span_gpus)
 
 
-def _scale(cluster: ClusterSpec, latency_s: float, net: bool) -> float:
-    """A protocol's per-step latency on the preset's links: the preset gives Simple's."""
-    simple = cluster.nic_latency_s if net else cluster.scaleup_latency_s
-    return latency_s * simple / (STEP_LATENCY_NET_S if net else STEP_LATENCY_NVLINK_S)["simple"]
-
-
-def _latency(op: Collective, where: Placement, cluster: ClusterSpec, protocol: str, tree: bool) -> float:
-    """NCCL's start-up time of one collective (tuning.cc: base latency plus a per-step latency per
-    hop, NVLink or network): ring steps 2(n−1) for all-reduce, n−1 otherwise; a tree all-reduce
-    chains through each node (2(k−1) NVLink steps) and goes up and down log2(nodes) network levels."""
-    n, k = where.n, where.per_domain
-    nodes = max(1, n // k)
-    a_nvl = _scale(cluster, STEP_LATENCY_NVLINK_S[protocol], net=False)
-    a_net = _scale(cluster, STEP_LATENCY_NET_S[protocol], net=True)
-    base = BASE_LATENCY_S[protocol]
-    if tree:
-        return base + 2 * (k - 1) * a_nvl + 2 * math.log2(nodes) * a_net
+def nccl_latency(op: Collective, n: int, per_node: int, algorithm: Algorithm, protocol: Protocol,
+                 *, nvlink_scale: float = 1.0, net_scale: float = 1.0) -> float:
+    """NCCL's modelled start-up of one collective over n ranks, `per_node` of them in each scale-up
+    domain (NVIDIA/nccl v2.30.7-1 src/graph/tuning.cc:384-417): the (algorithm, protocol) base latency
+    plus a hop latency per step, its NVLink and network hop latencies (HOP_LATENCY_*) times the
+    given scales.
+    - Ring: 2(n−1) steps for an all-reduce, n−1 otherwise (:289-291), 2(nodes−1) resp. nodes−1 of
+      them over the network (:411-412); across nodes an NVLink step costs at least the host's network
+      post overhead (:404-410), and with one rank a node a network step is priced as Tree's (:386-388).
+    - Tree (all-reduce): up and down the chain in each node and the log2i(nodes) levels between
+      nodes (:416; log2i rounds down, src/include/utils.h:56).
+    A send/recv is one ring step (NCCL's point-to-point has no tuning model of its own); an
+    all-to-all a ring's n−1 steps."""
+    k = per_node
+    nodes = -(-n // k)  # the domains the group touches
+    base = BASE_LATENCY_S[algorithm, protocol]
+    nvl = HOP_LATENCY_NVLINK_S[algorithm, protocol] * nvlink_scale
+    net = HOP_LATENCY_NET_S[Algorithm.TREE if k == 1 and nodes > 1 else algorithm, protocol] * net_scale
+    if algorithm is Algorithm.TREE:
+        assert op is Collective.ALL_REDUCE, op  # NCCL runs only all-reduces as a tree (tuning.cc:294-298)
+        levels = nodes.bit_length() - 1  # log2i
+        return base + 2 * ((k - 1) * nvl + levels * net)
     if op is Collective.SEND_RECV:
-        return base + (a_nvl if nodes == 1 else a_net)
+        return base + (nvl if nodes == 1 else HOP_LATENCY_NET_S[algorithm, protocol] * net_scale)
+    if nodes > 1:
+        overhead = NET_POST_OVERHEAD_S * (SIMPLE_NET_POST_OVERHEADS if protocol is Protocol.SIMPLE else 1)
+        nvl = max(nvl, overhead)
     per = 2 if op is Collective.ALL_REDUCE else 1
     net_steps = per * (nodes - 1)
-    return base + (per * (n - 1) - net_steps) * a_nvl + net_steps * a_net
+    return base + (per * (n - 1) - net_steps) * nvl + net_steps * net
+
+
+def _latency(op: Collective, where: Placement, cluster: ClusterSpec, algorithm: Algorithm, protocol: Protocol) -> float:
+    """nccl_latency on the cluster's links: the preset carries NCCL's Ring/Simple hop latency of its
+    scale-up link and of its network (tuning.cc's for NVLink and InfiniBand, RCCL's for xGMI, NCCL's
+    PCI row for a PCIe node), and every (algorithm, protocol) hop latency is scaled by the preset's
+    over NCCL's NVLink resp. network Ring/Simple one."""
+    ring_simple = (Algorithm.RING, Protocol.SIMPLE)
+    return nccl_latency(op, where.n, where.per_domain, algorithm, protocol,
+                        nvlink_scale=cluster.scaleup_latency_s / HOP_LATENCY_NVLINK_S[ring_simple],
+                        net_scale=cluster.nic_latency_s / HOP_LATENCY_NET_S[ring_simple])
 
 
 def _share_curve(xs: tuple[float, ...], ys: tuple[float, ...], size_bytes: float) -> float:
@@ -339,9 +387,11 @@ def collective_time(op: Collective, size_bytes: float, where: Placement, cluster
         return 0.0
     nodes = max(1, n // k)
     share = size_share(size_bytes, nodes)
-    trees = (False, True) if op is Collective.ALL_REDUCE and k < n else (False,)
-    # NCCL's start-up per (tree, protocol); the Simple ring's is also ring_fill_seconds' latency
-    latency = {(tree, protocol): _latency(op, where, cluster, protocol, tree) for tree in trees for protocol in BASE_LATENCY_S}
+    # NCCL's start-up per (algorithm, protocol); the Simple ring's is also ring_fill_seconds' latency.
+    # A tree only for an all-reduce across domains: inside one, NCCL's tree is a chain whose start-up
+    # is never below the ring's (LL: the same 0.6 µs a step on a 0.2 µs higher base, tuning.cc:151, :159)
+    algorithms = (Algorithm.RING, Algorithm.TREE) if op is Collective.ALL_REDUCE and k < n else (Algorithm.RING,)
+    latency = {(a, p): _latency(op, where, cluster, a, p) for a in algorithms for p in Protocol}
     floor = min(latency.values())
     if op is Collective.ALL_TO_ALL and k < n:
         # (k−1)/n of what a rank sends stays on NVLink, (n−k)/n leaves through its NIC, at once
@@ -353,42 +403,33 @@ def collective_time(op: Collective, size_bytes: float, where: Placement, cluster
     busbw = plateau_bytes_per_s * share
     measured = measured_busbw(op, size_bytes, nodes, cluster) if k < n else None
     time = max(floor, moved / (busbw if measured is None else min(busbw, measured)),
-               ring_fill_seconds(op, moved, plateau_bytes_per_s, where, cluster, latency_s=latency[False, "simple"]))
+               ring_fill_seconds(op, moved, plateau_bytes_per_s, where, cluster,
+                                 latency_s=latency[Algorithm.RING, Protocol.SIMPLE]))
     if op is Collective.ALL_REDUCE and k < n and size_bytes < NODES_SIZES_BYTES[0]:
         # below the cross-node curves, no dearer than NCCL's tree LL (small_all_reduce_seconds)
         return min(time, small_all_reduce_seconds(size_bytes, where, cluster))
     return time
 
 
-def _tree_ll_latency(per_node: int, nodes: int, nvl: float = TREE_LL_STEP_LATENCY_NVLINK_S,
-                     net: float = TREE_LL_STEP_LATENCY_NET_S) -> float:
-    """NCCL's modelled start-up of a tree LL all-reduce (tuning.cc:416), at NCCL's own step latencies
-    unless given (a preset's, scaled as _latency's are)."""
-    levels = nodes.bit_length() - 1  # log2i: log2 rounded down
-    return TREE_LL_BASE_LATENCY_S + 2 * ((per_node - 1) * nvl + levels * net)
-
-
-# NCCL's own model of the measured case, 2 nodes of 8 GPUs: 25.2 µs (NVIDIA/nccl issue 1453 logs
-# 25.214764 µs for tree LL at 128 bytes on 2 x 8 H100)
-TREE_LL_16_GPUS_S = _tree_ll_latency(8, 2)
+# NCCL's own model of the measured case, 2 nodes of 8 GPUs: 25.2 µs (comment above
+# SMALL_ALL_REDUCE_16_GPUS_S)
+TREE_LL_16_GPUS_S = nccl_latency(Collective.ALL_REDUCE, 16, 8, Algorithm.TREE, Protocol.LL)
 
 
 def small_all_reduce_seconds(size_bytes: float, where: Placement, cluster: ClusterSpec) -> float:
     """A small all-reduce (below NODES_SIZES_BYTES[0], 1 MiB: collective_time's only call) across
-    nodes as NCCL's tree LL runs it (comment above
-    SMALL_ALL_REDUCE_16_GPUS_S): the modelled start-up at the measured/modelled ratio of the cluster's
-    fabric, plus the bytes at the LL protocol's tree bandwidth."""
-    k = where.per_domain
-    nodes = max(2, where.n // k)
+    nodes as NCCL's tree LL runs it (comment above SMALL_ALL_REDUCE_16_GPUS_S): its start-up as
+    collective_time's latency floor prices it (_latency, Tree/LL), at the measured/modelled ratio of
+    the cluster's fabric, plus the bytes at the LL protocol's tree bandwidth."""
+    nodes = -(-where.n // where.per_domain)  # as nccl_latency counts them
     measured = SMALL_ALL_REDUCE_16_GPUS_S.get(cluster.fabric, max(SMALL_ALL_REDUCE_16_GPUS_S.values()))
     ratio = measured / TREE_LL_16_GPUS_S
     ll_busbw = min(bus_bandwidth(Collective.ALL_REDUCE, where, cluster) / TREE_LL_BUSBW_DIVISOR,
                    LL_MAX_BUSBW_BYTES_PER_S[min(nodes, 3)])
     level = int(size_bytes) // 64
     correction = TREE_LL_CORRECTION[level.bit_length() - 1] if level else 1.0  # collective_time: below 1 MiB
-    nvl = _scale(cluster, TREE_LL_STEP_LATENCY_NVLINK_S, net=False)
-    net = _scale(cluster, TREE_LL_STEP_LATENCY_NET_S, net=True)
-    return ratio * _tree_ll_latency(k, nodes, nvl, net) + size_bytes / (TREE_BUS_TO_ALG * ll_busbw * correction)
+    start_up = _latency(Collective.ALL_REDUCE, where, cluster, Algorithm.TREE, Protocol.LL)
+    return ratio * start_up + size_bytes / (TREE_BUS_TO_ALG * ll_busbw * correction)
 
 
 def ring_fill_seconds(op: Collective, moved_bytes: float, plateau_bytes_per_s: float, where: Placement, cluster: ClusterSpec,
@@ -407,7 +448,7 @@ def ring_fill_seconds(op: Collective, moved_bytes: float, plateau_bytes_per_s: f
     if op not in (Collective.REDUCE_SCATTER, Collective.ALL_GATHER) or k >= n or k < 2:
         return 0.0
     if latency_s is None:
-        latency_s = _latency(op, where, cluster, "simple", False)
+        latency_s = _latency(op, where, cluster, Algorithm.RING, Protocol.SIMPLE)
     return latency_s + moved_bytes / plateau_bytes_per_s
 
 

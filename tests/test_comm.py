@@ -102,6 +102,61 @@ def test_a_tiny_all_reduce_over_16_gpus_stays_in_the_measured_band():
         45.2e-6 * EFA_RATIO, rel=1e-4)  # 8 nodes at EFA's ratio: 123.98 µs
 
 
+def test_nccls_tree_ll_model_of_16_gpus_is_its_logged_time():
+    # NCCL's tree LL start-up over 2 nodes of 8: 6.8 + 2·(7·0.6 + log2i(2)·5.0) = 25.2 µs
+    # (tuning.cc:151, :159, :171, :416); its log (nccl issue 1453, 8-GPU H100 nodes) prints 25.214764 µs
+    # for a 128-byte all-reduce, the latency plus 128 bytes at the LL tree bandwidth (a few GB/s:
+    # under 0.02 µs), so the two agree to 0.02 µs
+    assert comm.TREE_LL_16_GPUS_S == pytest.approx(25.2e-6, rel=1e-9)
+    assert 0 < 25.214764e-6 - comm.TREE_LL_16_GPUS_S < 0.02e-6
+
+
+@pytest.mark.parametrize(("algorithm", "protocol", "micro_s"), [
+    # 4 nodes of 8 (log2i 2 levels), base + 2·(7·intra + 2·inter), tuning.cc:151, :159, :171, :416
+    (comm.Algorithm.TREE, comm.Protocol.LL, 6.8 + 2 * (7 * 0.6 + 2 * 5.0)),  # 35.2
+    (comm.Algorithm.TREE, comm.Protocol.LL128, 14.0 + 2 * (7 * 1.25 + 2 * 8.5)),  # 65.5
+    (comm.Algorithm.TREE, comm.Protocol.SIMPLE, 8.4 + 2 * (7 * 4.0 + 2 * 14.0)),  # 120.4
+    # a ring of 32: 62 steps, 2·3 = 6 of them over the network (:411-412); an NVLink step across
+    # nodes costs at least the host's 1 µs post overhead, 3 µs for Simple (:404-410)
+    (comm.Algorithm.RING, comm.Protocol.LL, 6.6 + 56 * 1.0 + 6 * 2.7),  # 78.8
+    (comm.Algorithm.RING, comm.Protocol.LL128, 14.0 + 56 * 1.9 + 6 * 4.0),  # 144.4
+    (comm.Algorithm.RING, comm.Protocol.SIMPLE, 8.4 + 56 * 3.4 + 6 * 14.0),  # 282.8
+])
+def test_the_latency_floor_and_the_tree_ll_price_read_one_table(algorithm, protocol, micro_s):
+    # an all-reduce over 4 DGX H100 nodes (the preset carries NCCL's own Ring/Simple hop latencies,
+    # so nothing is scaled): each (algorithm, protocol) start-up from tuning.cc's tables
+    where = placement(H100, 32, 1)
+    assert comm._latency(Collective.ALL_REDUCE, where, H100, algorithm, protocol) == pytest.approx(micro_s * 1e-6, rel=1e-9)
+
+
+def test_a_small_all_reduce_across_nodes_is_the_floors_tree_ll_at_the_measured_ratio():
+    # small_all_reduce_seconds takes the same Tree/LL start-up as collective_time's floor, at 47.60/25.2
+    # (InfiniBand); 8 bytes add 8 / (0.5 · 19 GB/s) under 1 ns
+    where = placement(H100, 32, 1)
+    floor = comm._latency(Collective.ALL_REDUCE, where, H100, comm.Algorithm.TREE, comm.Protocol.LL)
+    assert comm.small_all_reduce_seconds(8, where, H100) == pytest.approx(floor * IB_RATIO + 8 / (0.5 * 19e9), rel=1e-9)
+
+
+def test_a_ring_with_one_rank_a_node_pays_trees_network_hop():
+    # ppn 1: NCCL prices a ring's network steps at Tree's network latency (tuning.cc:386-388): an LL
+    # all-reduce over 4 ranks on 4 nodes, 6.6 + 6 x 5.0 = 36.6 µs (Ring's own 2.7 would give 22.8);
+    # Simple is 14 µs for both: 8.4 + 6 x 14 = 92.4 µs
+    where = placement(H100, 4, 8)
+    assert where.per_domain == 1
+    ring = comm.Algorithm.RING
+    assert comm._latency(Collective.ALL_REDUCE, where, H100, ring, comm.Protocol.LL) == pytest.approx(36.6e-6, rel=1e-9)
+    assert comm._latency(Collective.ALL_REDUCE, where, H100, ring, comm.Protocol.SIMPLE) == pytest.approx(92.4e-6, rel=1e-9)
+
+
+def test_an_uneven_group_counts_every_domain_it_touches():
+    # 3 ranks 4 apart on 8-GPU nodes: 2 in the first node, 1 in the second; the ring crosses the
+    # network twice (2·(2 − 1) steps of 4): LL 6.6 + 2 x 1.0 + 2 x 2.7 = 14.0 µs
+    where = placement(H100, 3, 4)
+    assert (where.n, where.per_domain) == (3, 2)
+    assert comm._latency(Collective.ALL_REDUCE, where, H100, comm.Algorithm.RING, comm.Protocol.LL) == pytest.approx(
+        14.0e-6, rel=1e-9)
+
+
 def test_from_1_mib_up_the_cross_node_curve_prices_the_all_reduce():
     # 1 MiB over 8 nodes: the all-reduce scan's share at 1 MiB, 0.040 at 4 nodes and 0.016 at 32,
     # read in log2 at 8: 0.032; 2·63/64 MiB at 0.032 x 370.8 GB/s = 174.0 µs, above the tree LL's
