@@ -1287,11 +1287,39 @@ MLPERF_FP8_ATTENTION = (
 # training_results_v3.1@d06288b2): tp only and waited for a chunk later, so none here. v4.0 (NVIDIA, smc):
 # TE v1.6rc1 = 9e4091e7 (NVIDIA nemo/Dockerfile:47, smc :52), Megatron core_v0.7.0.beta / core_r0.7.0.beta
 # (:87, :92) with mcore_gpt: True (conf/custom.yaml:39): synchronous over tp, the NVTE_* variables that
-# config_common.sh:51-52 still exports no longer read (training_results_v4.0@6fe95437). v4.1 on: not read
-# (none). (id prefix, group, where.)
+# config_common.sh:51-52 still exports no longer read (training_results_v4.0@6fe95437). v4.1 (NVIDIA,
+# Oracle): PyTorch NGC 24.09's TE, NeMo and Megatron 24.09-alpha.rc0 (eos_n64_ngc24.09_nemo/Dockerfile:22,
+# 49, 56, 73; Oracle DGXH100_*/Dockerfile the same lines) with mcore_gpt: True (conf/custom.yaml:40) and
+# FP8_REDUCE_AMAX=True (config_fp8.sh:6): Megatron's block autocast over get_amax_reduction_group(
+# with_context_parallel=True), tp x cp (Megatron-LM@dd182053 transformer_block.py:404-413,
+# parallel_state.py:971-977), synchronous in TE 1.9 to 2.x (TrainingSpec.te_amax_reduction); B200's
+# per-layer CUDA graphs (config_DGXB200_8x8x1024x4x8_mbs2_cg.sh:28) leave both reductions outside the
+# graphs (TransformerEngine@e79d915a = v1.9 transformer_engine/pytorch/graph.py:316, 340, 398)
+# (training_results_v4.1@b87b9e39). v5.0 Llama 3.1 405B on H100 and H200 (NVIDIA eos-dfw, Nebius):
+# NGC 25.01's TE, NeMo v2.2.0, Megatron core_r0.11.0 (eos-dfw_n64_ngc25.01_nemo/Dockerfile:22, 58, 73, 103),
+# reduce_amax and tp_only_amax_red left True (conf/custom.yaml:112-113, pretrain.py:238; no config sets
+# FP8_REDUCE_AMAX or TP_ONLY_AMAX_RED), so tp x cp (Megatron-LM@7c00175e transformer_block.py:506-528,
+# parallel_state.py:1241-1253), no CUDA graph (MCORE_CUDA_GRAPH and LAYER_CUDA_GRAPH unset, custom.yaml:73,
+# 81) (training_results_v5.0@0fdc28f0). The v5.0 GB200 submissions (NVIDIA tyche, IBM+CoreWeave carina)
+# source config_common_cg.sh, FULL_CUDA_GRAPH=True (the copies under tyche_ngpu512 and carina_*;
+# tyche_ngpu256's config sources one its directory does not publish): the whole step captured in one
+# CUDA graph, where TE 2.2.1 skips the backward reduction (module/linear.py:707) and the forward one
+# replays inside the graph, not this mechanism: none (their tp x cp of 8 GPUs is one NVLink domain).
+# v5.1 Cisco: TE v2.5, NeMo v2.4.0, Megatron core_v0.13.1 (Cisco/benchmarks/llama31_8b/implementations/
+# nemo/Dockerfile:65, 80, 110), tp_only_amax_red True (conf/custom.yaml:121, pretrain.py:238), no CUDA
+# graph (config_DGXH100_*.sh MCORE_CUDA_GRAPH=False): tp x cp (Megatron-LM@ea651a3b fp8_utils.py:475-477),
+# one GPU at tp 1 and cp 1, where TE skips the collective (v2.2.1 fp8.py:356-361)
+# (training_results_v5.1@441d65f4). v5.1 NVIDIA, Oracle and University of Florida: current scaling or
+# NVFP4, no amax buffer (none). (id prefix, group, where.)
 MLPERF_TE_AMAX_REDUCTION = (
     ("mlperf-v3.0-", AmaxGroup.TP_DP, "TE release_v0.8 defaults, v3.0 gpt3 Dockerfile:47, config_fp8.sh:6"),
     ("mlperf-v4.0-", AmaxGroup.TP, "TE v1.6rc1 under Megatron core 0.7, v4.0 gpt3 nemo/Dockerfile:47, conf/custom.yaml:39"),
+    ("mlperf-v4.1-", AmaxGroup.TP_CP, "Megatron 24.09-alpha.rc0, v4.1 gpt3 Dockerfile:73, conf/custom.yaml:40"),
+    ("mlperf-v5.0-nvidia-llama405b-hgxh100-", AmaxGroup.TP_CP,
+     "tp_only_amax_red, v5.0 llama31_405b eos-dfw conf/custom.yaml:113, Dockerfile:103"),
+    ("mlperf-v5.0-nebius-llama405b-h200-", AmaxGroup.TP_CP,
+     "tp_only_amax_red, v5.0 Nebius llama31_405b conf/custom.yaml:113, Dockerfile:103"),
+    ("mlperf-v5.1-cisco-", AmaxGroup.TP_CP, "tp_only_amax_red, v5.1 Cisco llama31_8b conf/custom.yaml:121, Dockerfile:110"),
 )
 
 

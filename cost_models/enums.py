@@ -79,6 +79,12 @@ class AmaxGroup(StrEnum):
 
     NONE = "none"  # no all-reduce the compute stream waits for (asynchronous, or not reduced)
     TP = "tp"  # the tensor-parallel group
+    # tp x cp, contiguous in the rank order: Megatron core's TransformerConfig.tp_only_amax_red, its
+    # fp8_autocast group get_amax_reduction_group(with_context_parallel=True, tp_only_amax_red=True)
+    # (Megatron-LM@7c00175e = core_r0.11.0 megatron/core/parallel_state.py:1241-1253), and what core
+    # 24.09-alpha.rc0's get_amax_reduction_group(with_context_parallel=True) returns, it having no
+    # tp_only_amax_red (Megatron-LM@dd182053 parallel_state.py:971-977, transformer_block.py:411)
+    TP_CP = "tp_cp"
     TP_DP = "tp_dp"  # every rank of one pipeline stage: tp x cp x dp, contiguous in the rank order
 
 

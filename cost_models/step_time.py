@@ -587,12 +587,19 @@ def te_amax_reduction_seconds(job: Job) -> float:
     smallest size the collective curves resolve (1 KiB inside a scale-up domain, 1 MiB across them), where
     collective_time is its latency (the curve's first point inside a domain, NCCL's tree LL across
     nodes: comm.small_all_reduce_seconds) and the bytes hardly count; priced at one fp32 amax. A
-    recomputed forward reduces nothing (module.py:584-586, 649-651 under release_v0.8; not counted)."""
+    recomputed forward reduces nothing (module.py:584-586, 649-651 under release_v0.8; not counted).
+    From TE 1.9 to 2.x (TransformerEngine@e79d915a = v1.9 through @d0c452cc = v2.2.1 and @40c69e75 =
+    v2.8) the count and the wait are the same: the outermost autocast's exit in grad mode
+    (v2.2.1 transformer_engine/pytorch/fp8.py:439-448) and the backward of the autocast's first module
+    (module/linear.py:351-357, 707-710) each run torch.distributed.all_reduce(MAX, async_op=False)
+    (fp8.py:330-338) on the concatenated amaxes; the message is then every delayed-scaling module the
+    rank has registered with that recipe and group, all its chunks (fp8.py:204-260, 341-361), 12 bytes
+    a GEMM forward and 8 backward: 768 bytes for 16 dense layers, still on the curves' latency."""
     group = job.training.te_amax_reduction
     if group is AmaxGroup.NONE:
         return 0.0
     lay = job.layout
-    n = lay.tp if group is AmaxGroup.TP else lay.tp * lay.cp * job.dp
+    n = {AmaxGroup.TP: lay.tp, AmaxGroup.TP_CP: lay.tp * lay.cp}.get(group, lay.tp * lay.cp * job.dp)
     if n == 1:
         return 0.0
     one = collective_time(Collective.ALL_REDUCE, FP32, placement(job.cluster.spec, n, 1), job.cluster.spec)
@@ -1778,8 +1785,11 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[LayerKi
         if fsdp_copies:
             parts["sharding"] += fsdp_copy_seconds(job, layer_id, cal, rank)
     parts["elementwise"] += rank_memory_seconds(job, rank, cal)
-    # the amax all-reduces over tp count as tp communication, over a whole stage as data-parallel
-    comm["tp" if job.training.te_amax_reduction is AmaxGroup.TP else "dp"] += te_amax_reduction_seconds(job)
+    # the amax all-reduces over tp count as tp communication, over tp x cp as context-parallel where
+    # cp > 1, over a whole stage as data-parallel
+    amax_group = job.training.te_amax_reduction
+    amax_kind = {AmaxGroup.TP: "tp", AmaxGroup.TP_CP: "cp" if job.layout.cp > 1 else "tp"}.get(amax_group, "dp")
+    comm[amax_kind] += te_amax_reduction_seconds(job)
     if fsdp and gathers:
         counts = pipelined_gathers(job, rank) if _pipelined_fsdp(job) else fsdp_gathers(job)
         exposure = _fsdp_exposure(job, gathers, reduces, fwd_compute, bwd_compute, layer_params, cal, counts)

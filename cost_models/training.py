@@ -120,6 +120,16 @@ class TrainingSpec(Spec):
     #   core 0.7's autocast group is the tensor-parallel group (transformer_block.py:365-367), and its
     #   TEDelayedScaling leaves reduce_amax at DelayedScaling's default True (custom_layers/
     #   transformer_engine.py:543-561; TE common/recipe/__init__.py:128): TP.
+    # - TE v1.9 to v2.x (TransformerEngine@e79d915a = v1.9, @d0c452cc = v2.2.1, @40c69e75 = v2.8): the same
+    #   synchronous reductions, at the outermost autocast's exit in grad mode (v2.2.1 transformer_engine/
+    #   pytorch/fp8.py:439-448) and in the backward of its first module (module/linear.py:351-357, 707-710),
+    #   all_reduce with async_op=False (fp8.py:330-338); the NVTE_* variables are read by the Paddle code
+    #   only. Megatron core builds one autocast around a chunk's layers for delayed scaling
+    #   (Megatron-LM@ea651a3b = core_v0.13.1 transformer_block.py:551-560) over
+    #   get_amax_reduction_group(with_context_parallel=True, tp_only_amax_red) (fp8_utils.py:475-477;
+    #   Megatron-LM@d98e8a64 fp8_utils.py:858-861): tp x cp x dp (TP_DP), or tp x cp (TP_CP) with
+    #   TransformerConfig.tp_only_amax_red, which NeMo's MLPerf Llama 3.1 code sets by default
+    #   (training_results_v5.0@0fdc28f0 .../llama31_405b/implementations/*/conf/custom.yaml:113, pretrain.py:238).
     # Megatron, precision fp8, fp8_recipe delayed only.
     te_amax_reduction: AmaxGroup = AmaxGroup.NONE
     # Megatron --grad-reduce-in-bf16 (megatron-core DistributedDataParallelConfig grad_reduce_in_fp32=

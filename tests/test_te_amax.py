@@ -1,7 +1,7 @@
 """Transformer Engine's delayed-scaling amax all-reduce that the compute stream waits for
 (TrainingSpec.te_amax_reduction): the count per micro-batch, the price of one reduction worked by hand
-from the collective curves and NCCL's tree LL model, the step it adds, which MLPerf GPT-3 submissions
-run it, and the refusals."""
+from the collective curves and NCCL's tree LL model, the step it adds, which MLPerf GPT-3 and Llama 3.1
+submissions run it, and the refusals."""
 
 from __future__ import annotations
 
@@ -78,10 +78,10 @@ def test_message_size_below_the_curves_hardly_moves_the_price():
 def test_mlperf_gpt3_rows_by_the_te_they_build():
     # v3.0: TE release_v0.8 defaults (tp x dp, synchronous); v3.1: NVTE_DP_AMAX_REDUCE_INTERVAL=0 and
     # NVTE_ASYNC_AMAX_REDUCTION=1 (tp only, waited for a chunk later: none); v4.0: TE v1.6rc1 (tp);
-    # v4.1 and later not read (none)
+    # v4.1: Megatron 24.09-alpha.rc0's block autocast over tp x cp, synchronous in TE 1.9 on
     rows = [e for e in entries() if e["id"].startswith("mlperf-") and "-gpt3-" in e["id"]]
     want = {"mlperf-v3.0-": AmaxGroup.TP_DP, "mlperf-v3.1-": AmaxGroup.NONE, "mlperf-v4.0-": AmaxGroup.TP,
-            "mlperf-v4.1-": AmaxGroup.NONE}
+            "mlperf-v4.1-": AmaxGroup.TP_CP}
     seen = set()
     for e in rows:
         version = e["id"][:12]
@@ -89,6 +89,58 @@ def test_mlperf_gpt3_rows_by_the_te_they_build():
         assert training.te_amax_reduction is want[version], e["id"]
         seen.add(version)
     assert seen == set(want)
+
+
+def test_v50_llama405b_waits_over_tp_x_cp_across_two_nodes():
+    # mlperf-v5.0-nvidia-llama405b-hgxh100-64x8: NeMo's tp_only_amax_red (conf/custom.yaml:113) makes
+    # Megatron core 0.11's group tp x cp = 8 x 2 = 16 ranks, two whole nodes. Global batch 1152 over dp 4
+    # at micro-batch 1: 288 micro-batches a rank, each running vpp 8 chunks forward and backward, 16
+    # reductions. Two nodes of 8 are the measured case of comm.SMALL_ALL_REDUCE_16_GPUS_S: NCCL's tree
+    # LL start-up 6.8 + 2·(7·0.6 + log2(2)·5.0) = 25.2 µs is the modelled one, so the ratio leaves the
+    # measured 47.60 µs; plus 4 bytes at half of the 2-node LL cap of 22.5 GB/s (0.36 ns).
+    job = mlperf_job("mlperf-v5.0-nvidia-llama405b-hgxh100-64x8")
+    assert job.training.te_amax_reduction is AmaxGroup.TP_CP
+    assert (job.num_microbatches, job.layout.vpp, job.layout.tp, job.layout.cp) == (288, 8, 8, 2)
+    one = 47.60e-6 + 4 / (0.5 * 22.5e9)
+    assert te_amax_reduction_seconds(job) == pytest.approx(16 * one, rel=1e-6)
+    # the step: 288·16 on the critical rank plus the other 7 ranks' fill and drain share, 16/8 each:
+    # (4608 + 14) x 47.60 µs = 0.2200 s, booked as context-parallel time
+    off = mlperf_job("mlperf-v5.0-nvidia-llama405b-hgxh100-64x8", te_amax_reduction=AmaxGroup.NONE)
+    with_amax, without = time_estimate(job), time_estimate(off)
+    assert with_amax.step_s - without.step_s == pytest.approx((288 * 16 + 7 * 2) * one, rel=1e-5)
+    assert float(with_amax.breakdown.value("cp") - without.breakdown.value("cp")) == pytest.approx(288 * 16 * one, rel=1e-5)
+
+
+def test_tp_x_cp_at_cp_1_is_the_tp_group():
+    # mlperf-v4.1-nvidia-gpt3-dgxh100-64x8: tp 4, cp 1, so the tp x cp group is the 4 tp ranks of one
+    # NVLink domain, priced as v4.0's tp group is: 1 KiB at 0.00015 of the bus bandwidth, 27.6 µs;
+    # 96 layers over pp 8 x vpp 6, 12 reductions per micro-batch
+    job = mlperf_job("mlperf-v4.1-nvidia-gpt3-dgxh100-64x8")
+    assert job.training.te_amax_reduction is AmaxGroup.TP_CP and job.layout.cp == 1
+    one = 2 * 3 / 4 * 1024 / (BUSBW * 0.00015)
+    assert te_amax_reduction_seconds(job) == pytest.approx(2 * 6 * one, rel=1e-9)
+    assert te_amax_reduction_seconds(job) == te_amax_reduction_seconds(
+        mlperf_job("mlperf-v4.1-nvidia-gpt3-dgxh100-64x8", te_amax_reduction=AmaxGroup.TP))
+
+
+def test_mlperf_llama_rows_by_the_code_they_run():
+    # v5.0 H100 and H200: NeMo v2.2.0 + Megatron core_r0.11.0 with tp_only_amax_red, no CUDA graph (tp x cp);
+    # v5.0 GB200: the whole step in one CUDA graph (none); v5.1 Cisco: core_v0.13.1 with tp_only_amax_red
+    # (tp x cp), where tp 1 and cp 1 leave a group of one that TE does not reduce over; v5.1 NVIDIA,
+    # Oracle and University of Florida: current scaling or NVFP4 (none)
+    want = {"mlperf-v5.0-nvidia-llama405b-hgxh100-": AmaxGroup.TP_CP, "mlperf-v5.0-nebius-": AmaxGroup.TP_CP,
+            "mlperf-v5.0-nvidia-llama405b-gb200-": AmaxGroup.NONE, "mlperf-v5.0-ibm-coreweave-": AmaxGroup.NONE,
+            "mlperf-v5.1-cisco-": AmaxGroup.TP_CP, "mlperf-v5.1-nvidia-": AmaxGroup.NONE,
+            "mlperf-v5.1-oracle-": AmaxGroup.NONE, "mlperf-v5.1-uf-": AmaxGroup.NONE}
+    seen = set()
+    for e in entries():
+        prefix = next((p for p in want if e["id"].startswith(p)), None)
+        if prefix is None:
+            continue
+        assert MAPPINGS[e["group"]](e)[2].te_amax_reduction is want[prefix], e["id"]
+        seen.add(prefix)
+    assert seen == set(want)
+    assert te_amax_reduction_seconds(mlperf_job("mlperf-v5.1-cisco-llama8b-h100-8x8")) == 0.0
 
 
 def test_default_prices_nothing():
@@ -117,5 +169,8 @@ def test_megatron_lm_launch_refuses_tp_only():
     with pytest.raises(SpecError, match="te_amax_reduction tp is TransformerConfig.tp_only_amax_red") as err:
         train_sh(Target(job=job))
     assert "\n" not in str(err.value)
+    tp_cp = make_job("llama-3.1-8b", gpus=16, tp=2, pp=2, training={**training, "te_amax_reduction": "tp_cp"})
+    with pytest.raises(SpecError, match="te_amax_reduction tp_cp is TransformerConfig.tp_only_amax_red"):
+        train_sh(Target(job=tp_cp))
     ok = make_job("llama-3.1-8b", gpus=16, tp=2, pp=2, training={**training, "te_amax_reduction": "tp_dp"})
     assert "--fp8-recipe delayed" in train_sh(Target(job=ok))

@@ -67,9 +67,9 @@ def check(target: Target) -> None:
             "fp8_dot_product_attention (Megatron-LM@d98e8a64 megatron/training/arguments.py:2307, 2333: \"no CLI "
             "argument exists for these\"), which NeMo sets in its model config; drop --fp8-attention to write a Megatron-LM launch"
         )
-    if tr.te_amax_reduction is AmaxGroup.TP:
+    if tr.te_amax_reduction in (AmaxGroup.TP, AmaxGroup.TP_CP):
         raise SpecError(
-            "te_amax_reduction tp is TransformerConfig.tp_only_amax_red, which Megatron-LM's arguments leave without "
+            f"te_amax_reduction {tr.te_amax_reduction} is TransformerConfig.tp_only_amax_red, which Megatron-LM's arguments leave without "
             "a flag (Megatron-LM@d98e8a64 megatron/training/arguments.py:2307, 2335); its delayed scaling reduces the "
             "amaxes over tp x cp x dp (megatron/core/fp8_utils.py:859-860): use te_amax_reduction tp_dp or none to write "
             "a Megatron-LM launch"
