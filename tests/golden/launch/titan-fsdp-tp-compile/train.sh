@@ -12,7 +12,7 @@ CHECKPOINT_DIR="${CHECKPOINT_DIR:?set CHECKPOINT_DIR to a directory every node c
 DATASET="${DATASET:-c4}"
 STEPS="${STEPS:-1000}"
 # Steps between checkpoints: the plan's Daly interval (558.5 min) over its predicted step time.
-SAVE_INTERVAL="${SAVE_INTERVAL:-122768}"
+SAVE_INTERVAL="${SAVE_INTERVAL:-121268}"
 
 RUN_NAME=llama-3.1-8b
 
