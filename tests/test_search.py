@@ -18,7 +18,7 @@ from cost_models.training import TrainingSpec
 from planner import presets
 from planner.cli import app
 import planner.search
-from planner.search import Plan, Rejected, Space, brute_force, evaluate, problem_waiver, search
+from planner.search import Plan, Rejected, Space, brute_force, evaluate, extreme_rows, problem_waiver, search
 from planner.space import Problem, parse_fixes
 from tests.helpers import GPT_TINY, LLAMA_TINY
 
@@ -173,11 +173,20 @@ def test_the_memory_bound_holds_where_the_peak_is_the_optimizer_step():
     assert 0 < steps < checked
 
 
-@pytest.mark.parametrize("p", [
+# Problems whose Stages have rank rows of several layer counts (uneven splits, mixed layer kinds):
+# the step bound's rank rows and rank 0's chunks are cut there, not just merged
+CUT_PROBLEMS = [
     problem(LLAMA_TINY_16H, 16, gbs=16, seq=1024, cluster="gb200-nvl72"),
     problem(MOE_MIXED_TINY, 4, gbs=16),
     problem(HYBRID_MOE_TINY, 4, gbs=8),
-], ids=lambda p: f"{p.model.name}-{p.gpus}gpu-{p.framework}")
+]
+
+
+def _cut_id(p) -> str:  # type: ignore[no-untyped-def]
+    return f"{p.model.name}-{p.gpus}gpu-{p.framework}"
+
+
+@pytest.mark.parametrize("p", CUT_PROBLEMS, ids=_cut_id)
 def test_the_step_bound_arrays_are_the_bound_summed_over_every_rank(p):
     """Space states the step bound over whole arrays, with each Stages' rank rows cut to those
     that can hold the largest and the least S_r and its chunks to the distinct ones. Cell by cell,
@@ -219,8 +228,78 @@ def test_the_step_bound_arrays_are_the_bound_summed_over_every_rank(p):
         assert space.window0[c] == window + (table.head_ns if st.pp == 1 else 0)
         checked += 1
     assert checked == len(space) > 0
-    # the cut rows matter: some Stages have more rank rows, or more chunks, than are distinct or uncovered
-    assert any(len(r.weights) > 2 for r in rows.values()) and any(len(set(r.chunks0)) < len(r.chunks0) for r in rows.values())
+    # the equalities above are over rows and chunks the arrays were built without: in some Stages the
+    # cut dropped rank rows (covered by another row for the largest S_r, or covering one for the
+    # least) and repeated chunks of rank 0
+    cut = 0
+    for r in rows.values():
+        counts = np.array([[*rec, *plain, int(last)] for rec, plain, last in zip(r.recomputed, r.plain, r.last)])[None]
+        used = np.ones(counts.shape[:2], dtype=bool)
+        cut += any(planner.search.extreme_rows(counts, used, largest=big)[1].sum() < used.sum() for big in (True, False))
+    assert cut > 0
+    assert any(len(set(r.chunks0)) < len(r.chunks0) for r in rows.values())
+
+
+def _every_used_row(counts, used, *, largest):  # type: ignore[no-untyped-def]
+    """extreme_rows without the cut: every used row."""
+    order = np.argsort(~used, axis=1, kind="stable")
+    return order, np.take_along_axis(used, order, axis=1)
+
+
+def _one_kept_row_less(counts, used, *, largest):  # type: ignore[no-untyped-def]
+    """extreme_rows cut too far: less the first row it keeps, where it keeps more than one."""
+    rows, kept = extreme_rows(counts, used, largest=largest)
+    kept = kept.copy()
+    kept[kept.sum(axis=1) > 1, 0] = False
+    return rows, kept
+
+
+@pytest.mark.parametrize("p", CUT_PROBLEMS, ids=_cut_id)
+def test_cutting_the_rank_rows_changes_the_speed_not_the_bound(p, monkeypatch):
+    """Space keeps, per Stages, only the rank rows that can hold the largest or the least S_r
+    (extreme_rows): the claim is that this saves work and moves no bound. Without the cut every cell's
+    step bound is the same integer and the search returns the same plans. Cut one row further (the
+    first of those kept, where more than one is), the bound of some cell moves: a row the cut keeps
+    holds some cell's largest or least S_r alone, so the first comparison is one a cut dropping a
+    row it must keep fails."""
+    from cost_models.calibration import DEFAULT
+
+    cut = Space(p, cal=DEFAULT)
+    plans = [x.key for x in search(p, top=3).plans]
+    monkeypatch.setattr(planner.search, "extreme_rows", _every_used_row)
+    whole = Space(p, cal=DEFAULT)
+    assert np.array_equal(cut.cell_lb, whole.cell_lb)
+    assert np.array_equal(cut.lb, whole.lb)
+    assert [x.key for x in search(p, top=3).plans] == plans
+    monkeypatch.setattr(planner.search, "extreme_rows", _one_kept_row_less)
+    too_far = Space(p, cal=DEFAULT)
+    assert (too_far.cell_lb != whole.cell_lb).any()
+
+
+def test_extreme_rows_keeps_each_row_some_weighting_needs():
+    """Rows of layer counts (two kinds and the head): A (3, 0, 0), B (0, 3, 0), C (2, 2, 0),
+    D (1, 1, 0), E (1, 1, 1). Largest sum: C covers D (no smaller in any count), so D goes; no row
+    covers A, B, C or E, and each is the unique largest under some non-negative weights: A at
+    (1, 0, 0) (3 against 2), B at (0, 1, 0), C at (1, 1, 0) (4 against 3), E at (0, 0, 1). Least
+    sum: D lies under C and E in every count, so they go; nothing lies under A, B or D, each the
+    unique least somewhere: A at (0, 1, 0) (0 against 1), B at (1, 0, 0), D at (1, 1, 0) (2 against
+    3). A cut that dropped any kept row would move a bound; one that kept a dropped row would not."""
+    counts = np.array([[[3, 0, 0], [0, 3, 0], [2, 2, 0], [1, 1, 0], [1, 1, 1], [0, 0, 0]]])
+    used = np.array([[True, True, True, True, True, False]])  # the last row is padding
+    rows, kept = planner.search.extreme_rows(counts, used, largest=True)
+    assert sorted(rows[0][kept[0]].tolist()) == [0, 1, 2, 4]
+    rows, kept = planner.search.extreme_rows(counts, used, largest=False)
+    assert sorted(rows[0][kept[0]].tolist()) == [0, 1, 3]
+    # over many non-negative weightings the largest and least sums over the kept rows are those over
+    # every used row (the cut moves no bound); 200 draws of a fixed generator, exact integers
+    rng = np.random.default_rng(0)
+    every = counts[0][used[0]]
+    top_rows = planner.search.extreme_rows(counts, used, largest=True)
+    least_rows = planner.search.extreme_rows(counts, used, largest=False)
+    for _ in range(200):
+        w = rng.integers(0, 10, size=3)
+        assert (counts[0][top_rows[0][0][top_rows[1][0]]] @ w).max() == (every @ w).max()
+        assert (counts[0][least_rows[0][0][least_rows[1][0]]] @ w).min() == (every @ w).min()
 
 
 @st.composite
