@@ -373,17 +373,26 @@ def fsdp_ns(problem: Problem, shard: Shard, sharding: Sharding, table: ShardTabl
     return (int(fixed), cum)
 
 
-def pp1_buffers(problem: Problem, shard: Shard, sharding: Sharding) -> int:
+def pp1_head_bytes(problem: Problem, shard: Shard) -> int:
+    """The output layer's activations and the loss's working set on the only pipeline rank (at pp = 1
+    it is also the last): one micro-batch's, which depend on the Shard alone (head_activations and
+    loss_workspace read the layer shapes, the precision and the loss, not the Sharding)."""
+    job = shape_job(problem, shard)
+    assert job is not None
+    return int(head_activations(job).total) + loss_workspace(job)
+
+
+def pp1_buffers(problem: Problem, shard: Shard, sharding: Sharding, head: int | None = None) -> int:
     """Unsharded copies, buckets and caches of the only pipeline rank, its output layer's activations
     and the loss's working set,
     with their share of the allocator's fragmentation: at pp = 1 they depend on the Shard and the
-    Sharding alone."""
+    Sharding alone. `head`: the Shard's pp1_head_bytes, where the caller has it already."""
     job = shape_job(problem, shard, sharding)
     if job is None:
         return 0
     b = stage_buffers(job, 0)
-    # the only rank is also the last: the output layer's activations and the loss's working set
-    head = int(head_activations(job).total) + loss_workspace(job)
+    if head is None:
+        head = pp1_head_bytes(problem, shard)
     dynamic = b.value("unsharded_params") + b.value("unsharded_grads") + head
     return int(b.total) + head + max(0, int(FRAGMENTATION * dynamic) - 1)
 
@@ -639,6 +648,8 @@ class Space:
         cp_c = sh_cp[si]
         one_stage = pp_c == 1
         pp1 = set(si[one_stage].tolist())
+        # the only rank's output layer and loss: per Shard, the same under every Sharding
+        heads1 = {s: pp1_head_bytes(problem, self.shards[s]) for s in sorted(pp1)}
         # each cell's Shard degrees as arrays, for the framework's sharding rules
         degrees = types.SimpleNamespace(tp=sh_tp[si], cp=cp_c, ep=shard_col["ep"], etp=shard_col["etp"])
         for zi, z in enumerate(self.shardings):
@@ -646,7 +657,7 @@ class Space:
             group = self.dp if z.dp_shard is None else np.full(C, z.dp_shard, dtype=i64)
             rep, shd = self.coef[zi]
             expert_group = np.maximum(1, edp * group // np.maximum(self.dp, 1))
-            buffers = np.array([pp1_buffers(problem, self.shards[s], z) if s in pp1 else 0 for s in range(S)], dtype=i64)
+            buffers = np.array([pp1_buffers(problem, self.shards[s], z, heads1[s]) if s in pp1 else 0 for s in range(S)], dtype=i64)
             # FSDP2 that keeps a pipeline stage gathered (memory.gathers_whole_stage, torchtitan only): its
             # 16-bit weights and fp32 unsharded gradients beyond the states, per local parameter
             # (memory.stage_buffers). The sharded gradients the first backward leaves out of the states
