@@ -423,32 +423,32 @@ def _kinds_before(model: ModelSpec) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(itertools.accumulate((kind == k for kind in kind_of), initial=0)) for k in range(len(index)))
 
 
-def rank_kinds(problem: Problem, st: Stages) -> RankKinds:
-    """Job.stage_chunks and Job.recompute_mode for a Stages, counted per layer kind."""
+def rank_kinds(problem: Problem, st: Stages, memo: dict | None = None) -> RankKinds:
+    """Job.stage_chunks and Job.recompute_mode for a Stages, counted per layer kind. `memo` (one per
+    model) keeps the counts of layer runs, which the Stages of one split under each recompute plan
+    ask for again."""
     model = problem.model
     K = len(model.layer_kinds)
     sizes = st.sizes(model.num_layers)
-    starts = [sum(sizes[:i]) for i in range(len(sizes))]
     before = _kinds_before(model)
+    memo = {} if memo is None else memo
 
     def count(a: int, b: int) -> tuple[int, ...]:
-        return tuple(before[k][b] - before[k][a] for k in range(K))
+        if (a, b) not in memo:
+            memo[a, b] = tuple(before[k][b] - before[k][a] for k in range(K))
+        return memo[a, b]
 
-    ranks: list[list[tuple[tuple[int, ...], tuple[int, ...]]]] = []
-    for r in range(st.pp):
-        chunks = []
-        for v in range(st.vpp):
-            g = v * st.pp + r
-            # the first `cut` layers of a chunk run under the recompute mode (Job.recompute_mode)
-            if st.recompute is Recompute.NONE:
-                cut = 0
-            elif st.recompute is Recompute.FULL and st.recompute_layers is not None:
-                cut = min(st.recompute_layers, sizes[g])
-            else:
-                cut = sizes[g]
-            a = starts[g]
-            chunks.append((count(a, a + cut), count(a + cut, a + sizes[g])))
-        ranks.append(chunks)
+    # the first `cut` layers of a chunk run under the recompute mode (Job.recompute_mode)
+    if st.recompute is Recompute.NONE:
+        cuts = [0] * len(sizes)
+    elif st.recompute is Recompute.FULL and st.recompute_layers is not None:
+        cuts = [min(st.recompute_layers, size) for size in sizes]
+    else:
+        cuts = list(sizes)
+    starts = list(itertools.accumulate(sizes[:-1], initial=0))
+    chunks = [(count(a, a + cut), count(a + cut, a + size)) for a, cut, size in zip(starts, cuts, sizes)]
+    # rank r's chunks are the virtual stages v·pp + r
+    ranks = [chunks[r::st.pp] for r in range(st.pp)]
     second = 1
     if st.layers is not None:
         # a memory split moves layers towards the later ranks, and its peak with them: bound the rank
@@ -457,16 +457,19 @@ def rank_kinds(problem: Problem, st: Stages) -> RankKinds:
         held = held_per_chunk(st.pp, st.vpp) if st.recompute is not Recompute.FULL else [1] * st.pp
         second = max(range(1, st.pp), key=lambda r: (st.layers[r] * held[r], st.layers[r], -r))
     rows: dict[tuple, int] = {}
-    for r, chunks in enumerate(ranks):
-        rec = tuple(sum(c[0][k] for c in chunks) for k in range(K))
-        plain = tuple(sum(c[1][k] for c in chunks) for k in range(K))
+    sums: list[tuple[tuple[int, ...], tuple[int, ...]]] = []  # each rank's (recomputed, plain) per kind
+    for r, own in enumerate(ranks):
+        rec = tuple(map(sum, zip(*(c[0] for c in own))))
+        plain = tuple(map(sum, zip(*(c[1] for c in own))))
+        sums.append((rec, plain))
         key = (rec, plain, r == st.pp - 1)
         rows[key] = rows.get(key, 0) + 1
 
     def layers(r: int) -> tuple[int, ...]:
         if r >= st.pp:
             return (0,) * K
-        return tuple(sum(c[0][k] + c[1][k] for c in ranks[r]) for k in range(K))
+        rec, plain = sums[r]
+        return tuple(x + y for x, y in zip(rec, plain))
 
     return RankKinds(
         recomputed=tuple(k[0] for k in rows), plain=tuple(k[1] for k in rows), weights=tuple(rows.values()),
@@ -569,7 +572,8 @@ class Space:
 
         # per layer kind: each rank's layers of each kind (rows of equal ranks merged, padded to the
         # most rows of any Stages)
-        rks = [rank_kinds(problem, p) for p in self.stages]
+        runs: dict = {}  # rank_kinds' counts of layer runs, shared by the Stages
+        rks = [rank_kinds(problem, p, runs) for p in self.stages]
         U = max(len(r.weights) for r in rks)
         # a rank's lightest chunk is the least over its distinct chunks (a rank's chunks mostly repeat
         # one or two layer counts: 63 chunks, 2 distinct, at pp 2 vpp 63), so only those are tabulated
