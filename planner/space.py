@@ -15,7 +15,7 @@ Bounds of the search, beyond the frameworks' rules:
 - cp keeps at least MIN_CP_TOKENS tokens per rank (ring attention below that is all latency);
 - mbs divides the global batch and is at most MAX_MBS;
 - a pipeline depth takes, per vpp, the even split where the layers divide, the uneven split of
-  the CP-SAT model in `_split` (ends no heavier than the middle; what
+  `_split` (ends no heavier than the middle, counted; what
   --decoder-first/last-pipeline-num-layers are used for), and up to three memory splits of the
   CP-SAT model in `_memory_splits` (every rank's layers, fewer where more micro-batches are in
   flight; --pipeline-model-parallel-layout, where the framework can launch it);
@@ -607,7 +607,7 @@ def account_ok(problem: Problem) -> bool:
 
 def splits(problem: Problem, pp: int, head: float) -> list[Split]:
     """(vpp, first, last, layers, (embedding, loss)) of a pipeline depth: per vpp, the even split
-    where the layers divide; the CP-SAT split (_split) as Megatron's
+    where the layers divide; the uneven split (_split) as Megatron's
     --decoder-first/last-pipeline-num-layers, None where an end holds as many layers as a middle
     stage; the memory splits (_memory_splits) whose per-rank counts neither of those has, as
     first/last where the middle ranks are equal, else as every rank's layers (layers; first and last
