@@ -34,12 +34,14 @@ on 512 GB200 NVL72 GPUs):
   once for all three recompute modes (`cost_models.step_time.layer_passes`; GEMM, attention and
   collective prices are kept per shape, which a search asks for about ten times each), and numpy
   over every (Shard, Stages, Sharding). On Llama-3.1-405B at 512 GB200 NVL72 GPUs, whose NVLink
-  domain takes tp to 64 (260 Shards, 140 on 8-GPU nodes), they take about 0.85 s of CPU (measured
-  while other jobs ran): 0.2 s the pipeline splits below, 0.16 s the layer passes, 0.3 s the memory
-  bound, 0.1 s the step bound's rank sums and 0.05 s the FSDP term;
-- the pipeline splits: per (pp, vpp) one small CP-SAT model for the uneven ends and three for the
-  memory splits (every rank's layers), about 3 to 6 ms each up to pp 16 and 20 ms at pp 32 and 64
-  (measured while other jobs ran);
+  domain takes tp to 64 (260 Shards, 140 on 8-GPU nodes), they take about 0.74 s of CPU (measured
+  while other jobs ran): 0.08 s the pipeline splits below, 0.14 s the layer passes, 0.29 s the
+  memory bound (each rank's layers by kind, activations and states per Shard, in-flight
+  micro-batches, the pp 1 buffers per Sharding), 0.07 s the step bound's rank sums and 0.05 s the
+  FSDP term;
+- the pipeline splits: per (pp, vpp) the uneven ends, counted (`planner.space._split`, 30 to 120
+  µs), and three small CP-SAT models for the memory splits (every rank's layers), about 1 to 5 ms
+  the three up to pp 16 and 6 to 14 ms at pp 32 and 64 (measured while other jobs ran);
 - the CP-SAT bands;
 - exact re-scoring of every layout whose bound lies below the 10th best step: about 10 ms each
   at pp 32.

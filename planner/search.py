@@ -222,6 +222,28 @@ def cp_model():  # type: ignore[no-untyped-def]
     return module
 
 
+@functools.cache
+def _model_class():  # type: ignore[no-untyped-def]
+    cp = cp_model()
+
+    class Model(cp.CpModel):  # type: ignore[name-defined,misc]
+        """A CpModel without the camel-case aliases (AddElement, NewIntVar, ...) that ortools'
+        constructor wraps every add_/new_/clear_ method in, on every instance (ortools 9.15
+        cp_model.py CpModel.__init__ -> _add_pre_pep8_methods): about 0.5 ms a model on the CI machine,
+        and a search builds some hundred small models. The planner calls the snake-case names only;
+        the model itself is the same."""
+
+        def _add_pre_pep8_methods(self) -> None:
+            pass
+
+    return Model
+
+
+def new_model():  # type: ignore[no-untyped-def]
+    """An empty CP-SAT model (cp_model().CpModel without the per-instance camel-case aliases)."""
+    return _model_class()()
+
+
 # --- tables of the bound --------------------------------------------------------------------------
 
 
@@ -351,17 +373,26 @@ def fsdp_ns(problem: Problem, shard: Shard, sharding: Sharding, table: ShardTabl
     return (int(fixed), cum)
 
 
-def pp1_buffers(problem: Problem, shard: Shard, sharding: Sharding) -> int:
+def pp1_head_bytes(problem: Problem, shard: Shard) -> int:
+    """The output layer's activations and the loss's working set on the only pipeline rank (at pp = 1
+    it is also the last): one micro-batch's, which depend on the Shard alone (head_activations and
+    loss_workspace read the layer shapes, the precision and the loss, not the Sharding)."""
+    job = shape_job(problem, shard)
+    assert job is not None
+    return int(head_activations(job).total) + loss_workspace(job)
+
+
+def pp1_buffers(problem: Problem, shard: Shard, sharding: Sharding, head: int | None = None) -> int:
     """Unsharded copies, buckets and caches of the only pipeline rank, its output layer's activations
     and the loss's working set,
     with their share of the allocator's fragmentation: at pp = 1 they depend on the Shard and the
-    Sharding alone."""
+    Sharding alone. `head`: the Shard's pp1_head_bytes, where the caller has it already."""
     job = shape_job(problem, shard, sharding)
     if job is None:
         return 0
     b = stage_buffers(job, 0)
-    # the only rank is also the last: the output layer's activations and the loss's working set
-    head = int(head_activations(job).total) + loss_workspace(job)
+    if head is None:
+        head = pp1_head_bytes(problem, shard)
     dynamic = b.value("unsharded_params") + b.value("unsharded_grads") + head
     return int(b.total) + head + max(0, int(FRAGMENTATION * dynamic) - 1)
 
@@ -392,32 +423,32 @@ def _kinds_before(model: ModelSpec) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(itertools.accumulate((kind == k for kind in kind_of), initial=0)) for k in range(len(index)))
 
 
-def rank_kinds(problem: Problem, st: Stages) -> RankKinds:
-    """Job.stage_chunks and Job.recompute_mode for a Stages, counted per layer kind."""
+def rank_kinds(problem: Problem, st: Stages, memo: dict | None = None) -> RankKinds:
+    """Job.stage_chunks and Job.recompute_mode for a Stages, counted per layer kind. `memo` (one per
+    model) keeps the counts of layer runs, which the Stages of one split under each recompute plan
+    ask for again."""
     model = problem.model
     K = len(model.layer_kinds)
     sizes = st.sizes(model.num_layers)
-    starts = [sum(sizes[:i]) for i in range(len(sizes))]
     before = _kinds_before(model)
+    memo = {} if memo is None else memo
 
     def count(a: int, b: int) -> tuple[int, ...]:
-        return tuple(before[k][b] - before[k][a] for k in range(K))
+        if (a, b) not in memo:
+            memo[a, b] = tuple(before[k][b] - before[k][a] for k in range(K))
+        return memo[a, b]
 
-    ranks: list[list[tuple[tuple[int, ...], tuple[int, ...]]]] = []
-    for r in range(st.pp):
-        chunks = []
-        for v in range(st.vpp):
-            g = v * st.pp + r
-            # the first `cut` layers of a chunk run under the recompute mode (Job.recompute_mode)
-            if st.recompute is Recompute.NONE:
-                cut = 0
-            elif st.recompute is Recompute.FULL and st.recompute_layers is not None:
-                cut = min(st.recompute_layers, sizes[g])
-            else:
-                cut = sizes[g]
-            a = starts[g]
-            chunks.append((count(a, a + cut), count(a + cut, a + sizes[g])))
-        ranks.append(chunks)
+    # the first `cut` layers of a chunk run under the recompute mode (Job.recompute_mode)
+    if st.recompute is Recompute.NONE:
+        cuts = [0] * len(sizes)
+    elif st.recompute is Recompute.FULL and st.recompute_layers is not None:
+        cuts = [min(st.recompute_layers, size) for size in sizes]
+    else:
+        cuts = list(sizes)
+    starts = list(itertools.accumulate(sizes[:-1], initial=0))
+    chunks = [(count(a, a + cut), count(a + cut, a + size)) for a, cut, size in zip(starts, cuts, sizes)]
+    # rank r's chunks are the virtual stages v·pp + r
+    ranks = [chunks[r::st.pp] for r in range(st.pp)]
     second = 1
     if st.layers is not None:
         # a memory split moves layers towards the later ranks, and its peak with them: bound the rank
@@ -426,16 +457,19 @@ def rank_kinds(problem: Problem, st: Stages) -> RankKinds:
         held = held_per_chunk(st.pp, st.vpp) if st.recompute is not Recompute.FULL else [1] * st.pp
         second = max(range(1, st.pp), key=lambda r: (st.layers[r] * held[r], st.layers[r], -r))
     rows: dict[tuple, int] = {}
-    for r, chunks in enumerate(ranks):
-        rec = tuple(sum(c[0][k] for c in chunks) for k in range(K))
-        plain = tuple(sum(c[1][k] for c in chunks) for k in range(K))
+    sums: list[tuple[tuple[int, ...], tuple[int, ...]]] = []  # each rank's (recomputed, plain) per kind
+    for r, own in enumerate(ranks):
+        rec = tuple(map(sum, zip(*(c[0] for c in own))))
+        plain = tuple(map(sum, zip(*(c[1] for c in own))))
+        sums.append((rec, plain))
         key = (rec, plain, r == st.pp - 1)
         rows[key] = rows.get(key, 0) + 1
 
     def layers(r: int) -> tuple[int, ...]:
         if r >= st.pp:
             return (0,) * K
-        return tuple(sum(c[0][k] + c[1][k] for c in ranks[r]) for k in range(K))
+        rec, plain = sums[r]
+        return tuple(x + y for x, y in zip(rec, plain))
 
     return RankKinds(
         recomputed=tuple(k[0] for k in rows), plain=tuple(k[1] for k in rows), weights=tuple(rows.values()),
@@ -538,7 +572,8 @@ class Space:
 
         # per layer kind: each rank's layers of each kind (rows of equal ranks merged, padded to the
         # most rows of any Stages)
-        rks = [rank_kinds(problem, p) for p in self.stages]
+        runs: dict = {}  # rank_kinds' counts of layer runs, shared by the Stages
+        rks = [rank_kinds(problem, p, runs) for p in self.stages]
         U = max(len(r.weights) for r in rks)
         # a rank's lightest chunk is the least over its distinct chunks (a rank's chunks mostly repeat
         # one or two layer counts: 63 chunks, 2 distinct, at pp 2 vpp 63), so only those are tabulated
@@ -617,30 +652,45 @@ class Space:
         cp_c = sh_cp[si]
         one_stage = pp_c == 1
         pp1 = set(si[one_stage].tolist())
+        # the only rank's output layer and loss: per Shard, the same under every Sharding
+        heads1 = {s: pp1_head_bytes(problem, self.shards[s]) for s in sorted(pp1)}
         # each cell's Shard degrees as arrays, for the framework's sharding rules
         degrees = types.SimpleNamespace(tp=sh_tp[si], cp=cp_c, ep=shard_col["ep"], etp=shard_col["etp"])
+        has_experts = bool(self.experts0.any()), bool(experts1.any())
+        shard_ranks: dict[int | None, tuple[Any, Any]] = {}  # per HSDP group: the dense and expert states' shard ranks
         for zi, z in enumerate(self.shardings):
             self.legal[:, zi] = sharding_ok(problem, pp_c, z, self.dp, degrees)  # type: ignore[arg-type]
-            group = self.dp if z.dp_shard is None else np.full(C, z.dp_shard, dtype=i64)
+            if z.dp_shard not in shard_ranks:
+                group = self.dp if z.dp_shard is None else np.full(C, z.dp_shard, dtype=i64)
+                shard_ranks[z.dp_shard] = (group * cp_c, np.maximum(1, edp * group // np.maximum(self.dp, 1)))
+            dense_ranks, expert_group = shard_ranks[z.dp_shard]
             rep, shd = self.coef[zi]
-            expert_group = np.maximum(1, edp * group // np.maximum(self.dp, 1))
-            buffers = np.array([pp1_buffers(problem, self.shards[s], z) if s in pp1 else 0 for s in range(S)], dtype=i64)
+
+            def sharded(params, any_params: bool, ranks):  # type: ignore[no-untyped-def]
+                """The sharded states' bytes per rank: none where the Sharding shards no state or there are
+                no such parameters (the division, the costliest step here, skipped)."""
+                return (params * shd) // ranks if shd and any_params else 0
+
+            buffers = np.array([pp1_buffers(problem, self.shards[s], z, heads1[s]) if s in pp1 else 0 for s in range(S)], dtype=i64)
             # FSDP2 that keeps a pipeline stage gathered (memory.gathers_whole_stage, torchtitan only): its
             # 16-bit weights and fp32 unsharded gradients beyond the states, per local parameter
             # (memory.stage_buffers). The sharded gradients the first backward leaves out of the states
             # come back as scatter_stream_grads' reserved blocks, since torchtitan's states hold no fp32
             # gradient copy that would make the optimizer step its own peak (states.convention,
             # memory.step_peak; tests/test_search.py holds the bound below every exact peak).
-            whole = ~one_stage & gathers_whole_stage(problem.training.framework, z.zero, pipelined=True)
+            gathers = gathers_whole_stage(problem.training.framework, z.zero, pipelined=True)
+            whole = ~one_stage & gathers
 
             def gathered(dense, experts):  # type: ignore[no-untyped-def]
+                if not gathers:
+                    return 0
                 return np.where(whole, (GATHERED_WEIGHT_BYTES + GATHERED_GRAD_BYTES) * (dense + experts), 0)
 
-            self.pair_bytes[:, zi] = (self.experts0 * rep + (self.experts0 * shd) // expert_group
+            self.pair_bytes[:, zi] = (self.experts0 * rep + sharded(self.experts0, has_experts[0], expert_group)
                                       + np.where(one_stage, buffers[si], 0) + gathered(self.params0, self.experts0))
-            self.mem[:, zi] = overhead + self.params0 * rep + (self.params0 * shd) // (group * cp_c) + self.acts0 + self.pair_bytes[:, zi]
-            mem1 = np.where(one_stage, 0, fixed1 + (params1 + experts1) * rep + (params1 * shd) // (group * cp_c)
-                            + (experts1 * shd) // expert_group + gathered(params1, experts1))
+            self.mem[:, zi] = overhead + self.params0 * rep + sharded(self.params0, True, dense_ranks) + self.acts0 + self.pair_bytes[:, zi]
+            mem1 = np.where(one_stage, 0, fixed1 + (params1 + experts1) * rep + sharded(params1, True, dense_ranks)
+                            + sharded(experts1, has_experts[1], expert_group) + gathered(params1, experts1))
             self.mem1[:, zi] = mem1
             self.mem[:, zi] = np.maximum(self.mem[:, zi], mem1)
 
@@ -757,7 +807,7 @@ class BandModel:
 
     def __init__(self, space: Space, cells: list[int], lo: int, hi: int, usable: int) -> None:
         self.space, self.cells = space, cells
-        m = self.m = cp_model().CpModel()
+        m = self.m = new_model()
         B, Z, n = len(cells), len(space.shardings), space.problem.gpus
         self.c = m.new_int_var(0, B - 1, "cell")
         self.z = m.new_int_var(0, Z - 1, "sharding")

@@ -15,7 +15,7 @@ Bounds of the search, beyond the frameworks' rules:
 - cp keeps at least MIN_CP_TOKENS tokens per rank (ring attention below that is all latency);
 - mbs divides the global batch and is at most MAX_MBS;
 - a pipeline depth takes, per vpp, the even split where the layers divide, the uneven split of
-  the CP-SAT model in `_split` (ends no heavier than the middle; what
+  `_split` (ends no heavier than the middle, counted; what
   --decoder-first/last-pipeline-num-layers are used for), and up to three memory splits of the
   CP-SAT model in `_memory_splits` (every rank's layers, fewer where more micro-batches are in
   flight; --pipeline-model-parallel-layout, where the framework can launch it);
@@ -357,20 +357,65 @@ def head_in_layers(problem: Problem) -> float:
 
 
 def _split(num_layers: int, pp: int, vpp: int, head: float) -> tuple[int, int, int] | None:
-    """The uneven pipeline split as a CP-SAT model: f decoder layers on the first stage, l on the
+    """The uneven pipeline split: f decoder layers on the first stage, l on the
     last and c on each middle one, f + l + (pp−2)·c = L, each a multiple of vpp (equal model
     chunks); the ends no heavier than the middle. Stage time is counted in layer passes, the last
     stage's plus `head`. Minimise the slowest stage (the step grows with it: m·T_max, and the
     bubble's ΣT is the same for every split), then the first stage's layers (it holds the most
-    in-flight micro-batches, so memory peaks there). (f, l, c), or None when no split exists."""
+    in-flight micro-batches, so memory peaks there). (f, l, c), or None when no split exists.
+
+    Solved by counting rather than by the CP-SAT model of _split_model, which states the same
+    problem (a model costs about 2 ms to build and solve, the count some microseconds): for each c
+    the best f is the least one that brings the last stage down to the middle's time, so the
+    optimum is the best of one candidate per c. Where two candidates tie (a head of a whole number
+    of model chunks can make two splits equally good), which optimum the solver returns is its own
+    choice, so that case is left to _split_model; tests/test_search.py checks both agree."""
     if num_layers % vpp or num_layers // vpp < pp:
         return None
-    from planner.search import cp_model
+    n = num_layers // vpp
+    unit = 1000
+    a, h = unit * vpp, round(head * unit)  # a model chunk's time, the head's: _split_model's units
+    best: tuple[int, int, int] | None = None  # (objective, f, c)
+    tied = False
+    for c in range(1, n + 1):
+        if pp == 2:  # c is l: the first stage and the last make the whole split
+            if c >= n:
+                break
+            f = n - c
+        else:
+            rest = n - (pp - 2) * c  # f + l
+            lo, hi = max(1, rest - c), min(c, rest - 1)
+            if lo > hi:
+                continue
+            # the last stage, a·l + h, is no slower than a middle one once f ≥ rest − c + ceil(h / a);
+            # below that each layer more on the first stage saves a chunk of the slowest stage
+            f = min(max(lo, rest - c - (-h // a)), hi)
+        l = n - f - (pp - 2) * c if pp > 2 else c
+        objective = max(a * f, a * c, a * l + h) * (num_layers + 1) + f
+        if best is None or objective < best[0]:
+            best, tied = (objective, f, c), False
+        elif objective == best[0]:
+            tied = True
+    if best is None:
+        return None
+    if tied:
+        return _split_model(num_layers, pp, vpp, head)
+    _, f, c = best
+    l = n - f - (pp - 2) * c if pp > 2 else c
+    return vpp * f, vpp * l, vpp * c
+
+
+def _split_model(num_layers: int, pp: int, vpp: int, head: float) -> tuple[int, int, int] | None:
+    """_split as a CP-SAT model: the reference it is checked against, and its answer where two
+    splits tie."""
+    if num_layers % vpp or num_layers // vpp < pp:
+        return None
+    from planner.search import cp_model, new_model
 
     cp = cp_model()
     unit = 1000
     h = round(head * unit)
-    m = cp.CpModel()
+    m = new_model()
     f, l, c = (m.new_int_var(1, num_layers // vpp, n) for n in ("first", "last", "middle"))
     if pp > 2:
         m.add(f + l + (pp - 2) * c == num_layers // vpp)
@@ -418,7 +463,7 @@ def _memory_splits(num_layers: int, pp: int, vpp: int, head: float) -> tuple[tup
         return ()
     if chunks == pp:
         return ((vpp,) * pp,)  # one chunk per rank: the even split, the only one
-    from planner.search import cp_model
+    from planner.search import cp_model, new_model
 
     cp = cp_model()
     unit = 1000
@@ -431,7 +476,7 @@ def _memory_splits(num_layers: int, pp: int, vpp: int, head: float) -> tuple[tup
     t0 = min(max(unit * vpp * -(-(chunks - c) // (pp - 1)), unit * vpp * c + h) for c in range(1, chunks - pp + 2))
     out: list[tuple[int, ...]] = []
     for slack in MEMORY_SPLIT_SLACK:
-        m = cp.CpModel()
+        m = new_model()
         cap = t0 + slack * unit * vpp
         # each rank's chunks within the cap on its time (a domain, which CP-SAT searches faster than a
         # constraint: 64 ranks 10 ms a model against 16 ms), and leaving the others one each
@@ -562,7 +607,7 @@ def account_ok(problem: Problem) -> bool:
 
 def splits(problem: Problem, pp: int, head: float) -> list[Split]:
     """(vpp, first, last, layers, (embedding, loss)) of a pipeline depth: per vpp, the even split
-    where the layers divide; the CP-SAT split (_split) as Megatron's
+    where the layers divide; the uneven split (_split) as Megatron's
     --decoder-first/last-pipeline-num-layers, None where an end holds as many layers as a middle
     stage; the memory splits (_memory_splits) whose per-rank counts neither of those has, as
     first/last where the middle ranks are equal, else as every rank's layers (layers; first and last

@@ -534,6 +534,31 @@ def test_a_large_vocabulary_moves_layers_off_the_last_stage():
     assert even.time.step_s > best.time.step_s * (1 + TIE_RESOLUTION)
 
 
+def test_the_uneven_split_is_counted_as_its_cp_sat_model_solves_it():
+    from planner.space import _split, _split_model
+
+    # 10 layers over pp 3, vpp 1. Without a head: a middle stage of 4 leaves f + l = 6, both at most 4,
+    # and the slowest stage is 4 from f = 2 on (l = 4); a middle of 3 cannot hold the rest (f + l = 7
+    # > 6), a middle of 5 makes 5 the slowest. So (2, 4, 4). A head of 1.5 layers: at c = 4 the last
+    # stage takes l + 1.5 ≤ 4 from l = 2, f = 4: (4, 2, 4), two layers off the last stage.
+    assert _split(10, 3, 1, 0.0) == (2, 4, 4)
+    assert _split(10, 3, 1, 1.5) == (4, 2, 4)
+    # pp 2: f + l = 10, slowest max(f, l + 1.5), least at f = 6 (6 against 5.5): (6, 4, 4)
+    assert _split(10, 2, 1, 1.5) == (6, 4, 4)
+    # no split: fewer chunks than stages, or chunks that do not divide the layers; at pp 10 with 11
+    # layers the middle stages take one each and the ends 3 between them, one more than one each
+    assert _split(6, 8, 1, 0.5) is None and _split(10, 2, 3, 0.5) is None and _split(11, 10, 1, 0.5) is None
+    # the same optimum as the CP-SAT model on every shape of a grid (whole-chunk heads included,
+    # where two splits could tie and the model answers); the optimum is unique, so any exact
+    # method finds the model's answer
+    for layers in [*range(1, 41), 62, 80, 126]:
+        for pp in (2, 3, 4, 5, 8):
+            for vpp in range(1, 5):
+                for head in (0.37, 1.0, 2.718):
+                    if pp <= layers:
+                        assert _split(layers, pp, vpp, head) == _split_model(layers, pp, vpp, head), (layers, pp, vpp, head)
+
+
 def test_memory_splits_move_layers_to_the_ranks_with_fewer_micro_batches_in_flight():
     # 8 layers, pp 4, vpp 1, no head: 1F1B ranks hold 4/3/2/1 micro-batches (held_per_chunk), the
     # time-balanced optimum is 2 layers per rank (T0 = 2). Slack 0: only 2/2/2/2 (loads 8/6/4/2).
