@@ -847,8 +847,8 @@ def qkv_copy_seconds(job: Job, kind: LayerKind, *, backward: bool, cal: Calibrat
 
 
 def bias_grad_seconds(job: Job, kind: LayerKind, cal: Calibration) -> float:
-    """Megatron's bias gradients that no GEMM epilogue computes, one reduction kernel each per
-    backward, reading the 16-bit output gradient once (the reduced bias gradient is a row).
+    """The bias gradients that no GEMM epilogue computes, one reduction kernel each per backward,
+    reading the 16-bit output gradient once (the reduced bias gradient is a row).
 
     Megatron adds the biases of linear_proj, linear_fc1 and linear_fc2 outside their GEMMs
     (skip_bias_add=True, Megatron-LM@d98e8a64 megatron/core/transformer/attention.py:420,
@@ -859,13 +859,21 @@ def bias_grad_seconds(job: Job, kind: LayerKind, cal: Calibration) -> float:
     broadcast add's gradient likewise), which autograd reduces to the bias's shape with at::sum_to
     (pytorch/pytorch@e1253a95 torch/csrc/autograd/engine.cpp validate_outputs). linear_qkv keeps
     its bias (skip_bias_add=False, attention.py:1699) and Transformer Engine's GEMM adds it and
-    reduces its gradient in the cuBLASLt epilogue. Routed experts' biases are not counted."""
+    reduces its gradient in the cuBLASLt epilogue. Routed experts' biases are not counted.
+
+    torchtitan and DeepSpeed run nn.Linear: its forward adds the bias in the GEMM's epilogue (the
+    `_bias` cuBLASLt kernels of the H200 traces of benchmarks/data/measured), and autograd reduces
+    the output gradient to every bias's shape with one sum kernel each (the addmm derivative of
+    pytorch/pytorch tools/autograd/derivatives.yaml, `self: maybe_multiply(grad, beta.conj())`, summed
+    to the bias's size by at::sum_to in validate_outputs as above; 145 bf16 sum kernels a step, 4.4 ms,
+    in the 1.7B GPT's H200 trace, h200-validate-trace-summary-2026-11-27c.json): the qkv projection's
+    too."""
     m = job.model
-    if job.training.framework is not Framework.MEGATRON:
-        return 0.0
     t = tokens(job)
     residual_tokens = t / (job.layout.tp if job.sp else 1)
     widths = []  # elements of each reduced gradient
+    if job.training.framework is not Framework.MEGATRON and m.qkv_bias and kind.mixer is MixerKind.ATTENTION:
+        widths.append(qkv_elements(job))
     if m.out_bias and kind.mixer is MixerKind.ATTENTION:
         widths.append(m.hidden_size * residual_tokens)
     if m.mlp_bias and kind.mlp and not kind.moe:

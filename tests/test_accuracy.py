@@ -252,17 +252,19 @@ def test_step_time_out_of_sample():
         assert getattr(DEFAULT, name) == pytest.approx(getattr(fitted, name), rel=1e-3), name
     rows, _ = time_accuracy.leave_one_source_out(grid)
     errors = [abs(r.error) for r in rows]
-    # the out-of-sample target is 6%. 3.9% over 285 runs today: the twelve runs added with the CDNA3
+    # the out-of-sample target is 6%. 4.0% over 285 runs today: the twelve runs added with the CDNA3
     # kernel table (torchao's four MI300X runs, 34-53% each, priced by cdna3.toml's measured anchors and
     # stand-ins), the GB300 preset (two fp8 runs) and precision fp4 (six NVFP4 runs), nothing fitted to
-    # any of them, took it from 3.6%; the bound follows that evidence, so the 273 runs before them keep
-    # their own (3.7% today, plus a tenth of a point: FSDP2's copy-in, priced since an H200 trace showed
-    # its bytes taking GPU time, moved them from 3.64% to 3.73%, most on KempnerForge's small shard groups)
-    assert statistics.median(errors) <= 0.040
+    # any of them, took it from 3.6% to 3.9%; the bound follows that evidence, so the 273 runs before
+    # them keep their own. Two mechanisms an H200 trace of planner validate showed taking GPU time moved
+    # both by two tenths of a point: FSDP2's copy-in before each gather (the 273 runs 3.64% -> 3.73%,
+    # most on KempnerForge's small shard groups) and eager torch's bias-gradient reductions (3.73% ->
+    # 3.83%, MPT's 45 biased rows; all 285 runs 3.90% -> 4.03%). Each bound is today's plus a tenth.
+    assert statistics.median(errors) <= 0.041
     new_hardware = {"MI300X", "GB300"}
     earlier_runs = [abs(r.error) for r in rows
                     if r.run.cluster.gpu.name not in new_hardware and r.run.training.precision is not Precision.FP4]
-    assert len(earlier_runs) == 273 and statistics.median(earlier_runs) <= 0.038
+    assert len(earlier_runs) == 273 and statistics.median(earlier_runs) <= 0.039
     by_source: dict[str, list[float]] = defaultdict(list)
     for r in rows:
         by_source[r.family].append(abs(r.error))

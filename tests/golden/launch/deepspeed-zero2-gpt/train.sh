@@ -14,7 +14,7 @@ DATA_DTYPE="${DATA_DTYPE:-uint32}"
 TRAIN_ITERS="${TRAIN_ITERS:-1000}"
 LR="${LR:-3e-4}"
 # Steps between checkpoints: the plan's Daly interval (150.3 min) over its predicted step time.
-SAVE_INTERVAL="${SAVE_INTERVAL:-157779}"
+SAVE_INTERVAL="${SAVE_INTERVAL:-154583}"
 
 # Rendezvous: job.sbatch exports these on every node; a one-node run needs none of them.
 NNODES=1
