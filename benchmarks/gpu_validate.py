@@ -44,22 +44,11 @@ def _load(name: str) -> dict:
     return json.loads((MEASURED / name).read_text())
 
 
-def measured_of(doc: dict) -> Measured:
-    """The report's measurements as compare.measure made them (one rank)."""
-    m = doc["measured"]
-    if m["ranks"] != 1:
-        raise ValueError("only one-rank reports are re-predicted here")
-    return Measured(steps_s=m["step_s"]["steps"], critical_rank=0, split=m["split"], split_steps=m["split_steps"],
-                    state_bytes={int(k): v for k, v in m["state_bytes"].items()}, stage_of_rank={0: 0},
-                    peak={int(k): v for k, v in m["peak_memory"].items()}, world=1, optimizer=m["optimizer"],
-                    device=m["device"], profiled_steps_s=(m.get("profiled_step_s") or {}).get("steps", []))
-
-
 def compare(doc: dict) -> tuple[list[Row], object]:
     """Rows of the cost model as it is now against the report's measurements, and the slice."""
     p = doc["plan"]
     plan, _ = native_job(load_model(p["model"]), load_cluster(p["cluster"]), p["gpus"], p["training"], p["layout"])
-    meas = measured_of(doc)
+    meas = Measured.from_json(doc["measured"])
     sl = match_device(choose_slice(plan, 1), meas.device, presets.gpus()).slice
     return rows(sl, time_estimate(sl.job), meas, device="cuda", dtype="bfloat16"), sl
 

@@ -621,6 +621,11 @@ def test_validate_times_the_step_without_the_profiler_on_a_gpu(tmp_path, monkeyp
     assert rows["step time"]["measured"] == pytest.approx(0.15) and "without the profiler (200.0 ms with it" in rows["step time"]["note"]
     assert rows["bubble / idle"]["measured"] == pytest.approx(0.03)
     assert doc["measured"]["step_s"]["profiler"] == "off" and doc["measured"]["profiled_step_s"]["median"] == pytest.approx(0.2)
+    # read back (benchmarks/gpu_validate.py predicts stored reports again), the same measurements
+    from planner.validate.compare import Measured
+
+    back = Measured.from_json(doc["measured"])
+    assert back.unprofiled and back.step_s == pytest.approx(0.15) and back.idle_s == pytest.approx(0.03)
 
 
 def _alive_with_marker(launch_id: str) -> list[int]:

@@ -59,7 +59,9 @@ class Measured:
     world: int
     optimizer: dict[str, Any]  # the critical rank's optimizer: class and implementation (worker.make_optimizer)
     device: dict[str, Any]  # the device the critical rank ran on (worker.device_info)
-    profiled_steps_s: list[float] = field(default_factory=list)  # per profiled step, the slowest rank
+    # per profiled step, the slowest rank, where steps_s were timed without the profiler (else empty:
+    # steps_s are the profiled steps)
+    profiled_steps_s: list[float] = field(default_factory=list)
 
     @property
     def step_s(self) -> float:
@@ -68,7 +70,7 @@ class Measured:
     @property
     def unprofiled(self) -> bool:
         """Whether steps_s were timed without the profiler (and the split from other, profiled steps)."""
-        return bool(self.profiled_steps_s) and self.steps_s is not self.profiled_steps_s
+        return bool(self.profiled_steps_s)
 
     @property
     def idle_s(self) -> float | None:
@@ -93,11 +95,26 @@ class Measured:
             "split": self.split,
             "split_steps": self.split_steps,
             "state_bytes": {str(r): v for r, v in self.state_bytes.items()},
+            "stage_of_rank": {str(r): v for r, v in self.stage_of_rank.items()},
             "peak_memory": {str(r): v for r, v in self.peak.items()},
             "ranks": self.world,
             "optimizer": self.optimizer,
             "device": self.device,
         }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Measured:
+        """The inverse of to_json: a validate.json's `measured`. Reports written before it kept
+        stage_of_rank hold one rank, on pipeline rank 0."""
+        stages = doc.get("stage_of_rank") or ({"0": 0} if doc["ranks"] == 1 else None)
+        if stages is None:
+            raise ValueError("a report of several ranks without stage_of_rank")
+        return cls(steps_s=doc["step_s"]["steps"], critical_rank=doc["critical_rank"], split=doc["split"],
+                   split_steps=doc["split_steps"], state_bytes={int(r): v for r, v in doc["state_bytes"].items()},
+                   stage_of_rank={int(r): v for r, v in stages.items()},
+                   peak={int(r): v for r, v in doc["peak_memory"].items()}, world=doc["ranks"],
+                   optimizer=doc["optimizer"], device=doc["device"],
+                   profiled_steps_s=(doc.get("profiled_step_s") or {}).get("steps", []))
 
 
 def _median_split(steps: list[dict[str, Any]]) -> dict[str, Any]:
@@ -120,13 +137,12 @@ def measure(results: list[dict[str, Any]]) -> Measured:
         n = min(len(r.get(key) or []) for r in results)
         return [max(r[key][k] for r in results) for k in range(n)]
 
-    profiled = slowest("step_times_s")
-    steps = slowest("unprofiled_step_times_s") or profiled
+    profiled, unprofiled = slowest("step_times_s"), slowest("unprofiled_step_times_s")
     splits = {r["rank"]: (r.get("split") or {}).get("steps", []) for r in results}
     med = {rank: _median_split(s) for rank, s in splits.items()}
     critical = max(sorted(by_rank), key=lambda rank: med[rank].get("compute_s", 0.0))
     return Measured(
-        steps_s=steps,
+        steps_s=unprofiled or profiled,
         critical_rank=critical,
         split=med[critical],
         split_steps=splits[critical],
@@ -136,7 +152,7 @@ def measure(results: list[dict[str, Any]]) -> Measured:
         world=len(results),
         optimizer=by_rank[critical]["optimizer"],
         device=by_rank[critical]["device"],
-        profiled_steps_s=profiled,
+        profiled_steps_s=profiled if unprofiled else [],
     )
 
 

@@ -306,7 +306,7 @@ def launch(
 ) -> LaunchResult:
     """Run out_dir/worker.py on `nproc` local ranks under torchrun and wait for it, or tear it down."""
     doc = json.loads((out_dir / "job.json").read_text())
-    per_rank_steps = sum(r["warmup"] + r.get("unprofiled_steps", 0) + r["steps"] for r in doc["runs"])
+    per_rank_steps = sum(r["warmup"] + r["unprofiled_steps"] + r["steps"] for r in doc["runs"])
     launch_id = uuid.uuid4().hex
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
            "--max-restarts=0", "worker.py", "job.json"]

@@ -817,7 +817,7 @@ def reference(run: dict) -> dict:
     init_parameters(model, run["seed"])
     opt = make_optimizer(model.parameters(), run["optimizer"])
     losses, grads = [], {}
-    for step in range(run["warmup"] + run.get("unprofiled_steps", 0) + run["steps"]):
+    for step in range(run["warmup"] + run["unprofiled_steps"] + run["steps"]):
         x, y = batch(run, step)
         loss = loss_fn(model(x), y)
         loss.backward()
@@ -1402,7 +1402,7 @@ def run_one(job: dict, run: dict, out: str, progress: Progress, device) -> dict:
     prof_ctx = None
     # warm-up, then the steps timed without the profiler (its host-side recording of every operator
     # slows a host-bound step), then the profiled steps the time split is read from
-    unprofiled = run.get("unprofiled_steps", 0)
+    unprofiled = run["unprofiled_steps"]
     first_profiled = run["warmup"] + unprofiled
     total_steps = first_profiled + run["steps"]
     step_times, unprofiled_times, losses, first_grads, measured, linear_dtypes = [], [], [], None, {}, {}
