@@ -979,8 +979,12 @@ def fsdp_copy_seconds(job: Job, layer_id: int, cal: Calibration, rank: int = 0) 
     H200 the whole 1.7B GPT plan's kernels add up to 205.9 ms a step against 204.2 ms of their union
     (benchmarks/data/measured/h200-validate-trace-summary-2026-11-27c.json and the run's split), and
     its casts and copies (777 bf16 copy kernels, 6.7 ms, and about half the 802 device copies, 7.4 ms)
-    match these bytes. All of them run on a shard group of one too: the copies are per rank, and a
-    one-rank share under validate runs them. Under torch's pipelining (_pipelined_fsdp) pipeline rank `rank` gathers
+    match these bytes. They are priced on a shard group of one too, as the memory model counts FSDP's
+    gathered buffers there: KempnerForge keeps a dp_shard dimension of size 1 in its mesh whenever tp or
+    ep is on (KempnerForge@5666d0d kempnerforge/distributed/setup.py), and validate's worker wraps a
+    one-rank mesh, while torchtitan itself calls fully_shard only when its fsdp mesh has more than one
+    rank or ep is on (its models' parallelize functions: `if parallel_dims.fsdp_enabled or
+    parallel_dims.ep_enabled`). Under torch's pipelining (_pipelined_fsdp) pipeline rank `rank` gathers
     as pipelined_gathers has it, and the one reduce-scatter of the step copies the accumulated
     gradient, already in the reduce dtype (pipelined_grad_accumulation_seconds): 4 + 4 bytes once
     per step, 1/m of it per micro-batch. torchtitan only; DeepSpeed and FSDP1 gather into flat
@@ -997,8 +1001,13 @@ def fsdp_copy_seconds(job: Job, layer_id: int, cal: Calibration, rank: int = 0) 
     if _pipelined_fsdp(job):
         gathers = sum(pipelined_gathers(job, rank))
         reduces, reduce_bytes = 1 / job.num_microbatches, 2 * _grad_bytes(job)
-    copy_in = (FP32 + ACT_BYTES + 2 * ACT_BYTES) / job.dense_shard_group
-    return memory_seconds(job, params * (gathers * (copy_in + 2 + 2) + reduces * reduce_bytes), cal,
+    # the shard's cast and its copy into the all-gather input: 10 bytes per shard element, over the
+    # dense shard group for dense parameters and the expert one for experts
+    shard_elements = p.dense / job.dense_shard_group + p.expert / job.expert_shard_group
+    copy_in_bytes = gathers * (FP32 + ACT_BYTES + 2 * ACT_BYTES) * shard_elements
+    # per gather three kernels (the cast's foreach copy, the copy into the all-gather input, the
+    # copy-out), per reduce-scatter one (the copy-in of the gradients)
+    return memory_seconds(job, params * (gathers * (2 + 2) + reduces * reduce_bytes) + copy_in_bytes, cal,
                           launches=reduces + 3 * gathers)
 
 

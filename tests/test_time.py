@@ -960,6 +960,24 @@ def test_fsdp2_copies_run_on_a_shard_group_of_one():
     assert float(est.breakdown.value("dp")) == 0
 
 
+def test_fsdp2_copy_in_reads_each_shard_of_its_own_group():
+    # Mixtral-8x7B under torchtitan on 16 GPUs, ep 8, zero 3: dense parameters sharded over all 16
+    # ranks, the experts over the 2 expert-data-parallel ranks. Per layer and micro-batch two gathers,
+    # each copying in 10 bytes per shard element (10/16 per dense parameter, 10/2 per expert one) and
+    # copying out 2 + 2 per parameter, and one gradient copy-in of 2 + 4: 7 kernels.
+    from cost_models import kernels as K
+    from cost_models.states import local_layer_params
+    from cost_models.step_time import fsdp_copy_seconds
+
+    job = make_job(presets.models()["mixtral-8x7b"], gpus=16, ep=8, zero=3,
+                   training=dict(seq_len=4096, framework="torchtitan"))
+    assert (job.dense_shard_group, job.expert_shard_group) == (16, 2)
+    p = local_layer_params(job, 0)
+    d, e = p.dense, p.expert
+    moved = (d + e) * (2 * 4 + 6) + 2 * 10 * (d / 16 + e / 2)
+    assert fsdp_copy_seconds(job, 0, DEFAULT) == pytest.approx(K.memory_seconds(moved, job.cluster.gpu, launches=7))
+
+
 def test_fsdp2_zero2_gathers_every_micro_batch_once_and_reduces_every_micro_batch():
     # zero 2 under FSDP2 (reshard_after_forward=False): each micro-batch gathers a layer before its
     # forward only, the backward reshards it and reduce-scatters its gradients. One copy-in from the
