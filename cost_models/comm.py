@@ -225,6 +225,11 @@ class Placement:
     per_domain: int  # members inside one scale-up domain
     span_gpus: int  # GPUs from the group's first to its last member, + 1 domain
 
+    @property
+    def domains(self) -> int:
+        """The scale-up domains (nodes) the group touches: an uneven group counts its last, part-filled one."""
+        return -(-self.n // self.per_domain)
+
 
 def placement(cluster: ClusterSpec, n: int, stride: int) -> Placement:
     domain = cluster.scaleup_domain_gpus
@@ -290,13 +295,14 @@ def nccl_latency(op: Collective, n: int, per_node: int, algorithm: Algorithm, pr
     nodes = -(-n // k)  # the domains the group touches
     base = BASE_LATENCY_S[algorithm, protocol]
     nvl = HOP_LATENCY_NVLINK_S[algorithm, protocol] * nvlink_scale
-    net = HOP_LATENCY_NET_S[Algorithm.TREE if k == 1 and nodes > 1 else algorithm, protocol] * net_scale
+    one_a_node = k == 1 and nodes > 1 and op is not Collective.SEND_RECV
+    net = HOP_LATENCY_NET_S[Algorithm.TREE if one_a_node else algorithm, protocol] * net_scale
     if algorithm is Algorithm.TREE:
         assert op is Collective.ALL_REDUCE, op  # NCCL runs only all-reduces as a tree (tuning.cc:294-298)
         levels = nodes.bit_length() - 1  # log2i
         return base + 2 * ((k - 1) * nvl + levels * net)
     if op is Collective.SEND_RECV:
-        return base + (nvl if nodes == 1 else HOP_LATENCY_NET_S[algorithm, protocol] * net_scale)
+        return base + (nvl if nodes == 1 else net)
     if nodes > 1:
         overhead = NET_POST_OVERHEAD_S * (SIMPLE_NET_POST_OVERHEADS if protocol is Protocol.SIMPLE else 1)
         nvl = max(nvl, overhead)
@@ -385,7 +391,7 @@ def collective_time(op: Collective, size_bytes: float, where: Placement, cluster
     n, k = where.n, where.per_domain
     if n <= 1 or size_bytes <= 0:
         return 0.0
-    nodes = max(1, n // k)
+    nodes = where.domains
     share = size_share(size_bytes, nodes)
     # NCCL's start-up per (algorithm, protocol); the Simple ring's is also ring_fill_seconds' latency.
     # A tree only for an all-reduce across domains: inside one, NCCL's tree is a chain whose start-up
@@ -407,7 +413,8 @@ def collective_time(op: Collective, size_bytes: float, where: Placement, cluster
                                  latency_s=latency[Algorithm.RING, Protocol.SIMPLE]))
     if op is Collective.ALL_REDUCE and k < n and size_bytes < NODES_SIZES_BYTES[0]:
         # below the cross-node curves, no dearer than NCCL's tree LL (small_all_reduce_seconds)
-        return min(time, small_all_reduce_seconds(size_bytes, where, cluster))
+        return min(time, small_all_reduce_seconds(size_bytes, where, cluster,
+                                                  start_up_s=latency[Algorithm.TREE, Protocol.LL]))
     return time
 
 
@@ -416,20 +423,19 @@ def collective_time(op: Collective, size_bytes: float, where: Placement, cluster
 TREE_LL_16_GPUS_S = nccl_latency(Collective.ALL_REDUCE, 16, 8, Algorithm.TREE, Protocol.LL)
 
 
-def small_all_reduce_seconds(size_bytes: float, where: Placement, cluster: ClusterSpec) -> float:
+def small_all_reduce_seconds(size_bytes: float, where: Placement, cluster: ClusterSpec, *, start_up_s: float) -> float:
     """A small all-reduce (below NODES_SIZES_BYTES[0], 1 MiB: collective_time's only call) across
-    nodes as NCCL's tree LL runs it (comment above SMALL_ALL_REDUCE_16_GPUS_S): its start-up as
-    collective_time's latency floor prices it (_latency, Tree/LL), at the measured/modelled ratio of
-    the cluster's fabric, plus the bytes at the LL protocol's tree bandwidth."""
-    nodes = -(-where.n // where.per_domain)  # as nccl_latency counts them
+    nodes as NCCL's tree LL runs it (comment above SMALL_ALL_REDUCE_16_GPUS_S): `start_up_s`, its
+    Tree/LL start-up as collective_time's latency floor prices it (_latency), at the measured/modelled
+    ratio of the cluster's fabric, plus the bytes at the LL protocol's tree bandwidth."""
+    nodes = where.domains
     measured = SMALL_ALL_REDUCE_16_GPUS_S.get(cluster.fabric, max(SMALL_ALL_REDUCE_16_GPUS_S.values()))
     ratio = measured / TREE_LL_16_GPUS_S
     ll_busbw = min(bus_bandwidth(Collective.ALL_REDUCE, where, cluster) / TREE_LL_BUSBW_DIVISOR,
                    LL_MAX_BUSBW_BYTES_PER_S[min(nodes, 3)])
     level = int(size_bytes) // 64
     correction = TREE_LL_CORRECTION[level.bit_length() - 1] if level else 1.0  # collective_time: below 1 MiB
-    start_up = _latency(Collective.ALL_REDUCE, where, cluster, Algorithm.TREE, Protocol.LL)
-    return ratio * start_up + size_bytes / (TREE_BUS_TO_ALG * ll_busbw * correction)
+    return ratio * start_up_s + size_bytes / (TREE_BUS_TO_ALG * ll_busbw * correction)
 
 
 def ring_fill_seconds(op: Collective, moved_bytes: float, plateau_bytes_per_s: float, where: Placement, cluster: ClusterSpec,
