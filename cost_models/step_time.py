@@ -577,6 +577,20 @@ def float8_amax_seconds(job: Job, blocks: tuple[Block, ...]) -> tuple[float, flo
     return fwd * one, bwd * one
 
 
+def te_amax_group(job: Job) -> tuple[int, str]:
+    """The ranks of TrainingSpec.te_amax_reduction's group and the communication kind its wait is
+    booked as: tp; tp x cp, as context-parallel time where cp > 1; every rank of a pipeline stage
+    (tp x cp x dp) as data-parallel. No reduction: a group of one."""
+    lay, group = job.layout, job.training.te_amax_reduction
+    if group is AmaxGroup.NONE:
+        return 1, "tp"
+    if group is AmaxGroup.TP:
+        return lay.tp, "tp"
+    if group is AmaxGroup.TP_CP:
+        return lay.tp * lay.cp, "cp" if lay.cp > 1 else "tp"
+    return lay.tp * lay.cp * job.dp, "dp"
+
+
 def te_amax_reduction_seconds(job: Job) -> float:
     """Seconds one micro-batch waits on a pipeline rank for Transformer Engine's delayed-scaling amax
     all-reduces (TrainingSpec.te_amax_reduction, which cites the code): one when each model chunk's
@@ -588,20 +602,13 @@ def te_amax_reduction_seconds(job: Job) -> float:
     collective_time is its latency (the curve's first point inside a domain, NCCL's tree LL across
     nodes: comm.small_all_reduce_seconds) and the bytes hardly count; priced at one fp32 amax. A
     recomputed forward reduces nothing (module.py:584-586, 649-651 under release_v0.8; not counted).
-    From TE 1.9 to 2.x (TransformerEngine@e79d915a = v1.9 through @d0c452cc = v2.2.1 and @40c69e75 =
-    v2.8) the count and the wait are the same: the outermost autocast's exit in grad mode
-    (v2.2.1 transformer_engine/pytorch/fp8.py:439-448) and the backward of the autocast's first module
-    (module/linear.py:351-357, 707-710) each run torch.distributed.all_reduce(MAX, async_op=False)
-    (fp8.py:330-338) on the concatenated amaxes; the message is then every delayed-scaling module the
-    rank has registered with that recipe and group, all its chunks (fp8.py:204-260, 341-361), 12 bytes
-    a GEMM forward and 8 backward: 768 bytes for 16 dense layers, still on the curves' latency."""
-    group = job.training.te_amax_reduction
-    if group is AmaxGroup.NONE:
-        return 0.0
-    lay = job.layout
-    n = {AmaxGroup.TP: lay.tp, AmaxGroup.TP_CP: lay.tp * lay.cp}.get(group, lay.tp * lay.cp * job.dp)
+    From TE 1.9 on the message is every delayed-scaling module the rank has registered with that
+    recipe and group, all its chunks (TransformerEngine@d0c452cc fp8.py:204-260, 341-361), 12 bytes a
+    GEMM forward and 8 backward: 768 bytes for 16 dense layers, still on the curves' latency."""
+    n, _ = te_amax_group(job)
     if n == 1:
         return 0.0
+    lay = job.layout
     one = collective_time(Collective.ALL_REDUCE, FP32, placement(job.cluster.spec, n, 1), job.cluster.spec)
     return 2 * lay.vpp * one
 
@@ -1794,11 +1801,7 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[LayerKi
         if fsdp_copies:
             parts["sharding"] += fsdp_copy_seconds(job, layer_id, cal, rank)
     parts["elementwise"] += rank_memory_seconds(job, rank, cal)
-    # the amax all-reduces over tp count as tp communication, over tp x cp as context-parallel where
-    # cp > 1, over a whole stage as data-parallel
-    amax_group = job.training.te_amax_reduction
-    amax_kind = {AmaxGroup.TP: "tp", AmaxGroup.TP_CP: "cp" if job.layout.cp > 1 else "tp"}.get(amax_group, "dp")
-    comm[amax_kind] += te_amax_reduction_seconds(job)
+    comm[te_amax_group(job)[1]] += te_amax_reduction_seconds(job)  # booked by its group
     if fsdp and gathers:
         counts = pipelined_gathers(job, rank) if _pipelined_fsdp(job) else fsdp_gathers(job)
         exposure = _fsdp_exposure(job, gathers, reduces, fwd_compute, bwd_compute, layer_params, cal, counts)

@@ -120,7 +120,6 @@ def test_mlperf_gpt3_rows_wait_for_what_their_te_reduces():
     # the deeper the tree, the longer the wait: CoreWeave's 96, 192 and 448 nodes (tp x dp over 12, 24
     # and 56 nodes: depths 3, 4 and 5)
     coreweave = [per_reduction["mlperf-v3.0-"][f"mlperf-v3.0-coreweave-gpt3-hgxh100-{n}x8"] for n in (96, 192, 448)]
-    assert coreweave == sorted(coreweave) and len(set(coreweave)) == 3
     assert [round(x * 1e6, 1) for x in coreweave] == [85.4, 104.3, 123.2]
 
 
