@@ -11,6 +11,7 @@ the model's of the day it ran.
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -40,12 +41,16 @@ TERMS = ("step time", "compute", "compute: GEMM", "compute: attention", "compute
          "optimizer", "memory peak allocated", "memory peak reserved")
 
 
+@functools.cache
 def _load(name: str) -> dict:
     return json.loads((MEASURED / name).read_text())
 
 
-def compare(doc: dict) -> tuple[list[Row], object]:
-    """Rows of the cost model as it is now against the report's measurements, and the slice."""
+@functools.cache
+def compare(name: str) -> tuple[list[Row], object]:
+    """Rows of the cost model as it is now against the stored report's measurements, and the slice
+    (the table and its introduction both read them)."""
+    doc = _load(name)
     p = doc["plan"]
     plan, _ = native_job(load_model(p["model"]), load_cluster(p["cluster"]), p["gpus"], p["training"], p["layout"])
     meas = Measured.from_json(doc["measured"])
@@ -71,7 +76,7 @@ def table() -> str:
     runs = []
     for name in REPORTS:
         doc = _load(name)
-        got, sl = compare(doc)
+        got, sl = compare(name)
         dev, plan, lay = doc["measured"]["device"], doc["plan"], doc["plan"]["layout"]
         runs.append(f"- `{name}`: {plan['model']} on {plan['gpus']}x {plan['cluster']} (tp {lay['tp']}, mbs {lay['mbs']}, "
                     f"seq {plan['training']['seq_len']}, recompute {lay['recompute']}, {plan['training']['framework']}); "
@@ -91,9 +96,11 @@ def intro() -> str:
     """The section's introduction, its figures read from the stored reports and the trace summary."""
     docs = {n: _load(n) for n in REPORTS}
     traces = _load(TRACES)
+    # the 8B shares' traces (the summary names each by the validate --out directory it was read from:
+    # /tmp/gpt/... is the GPT plan's)
     launches = [sum(r[1] for r in t["runtime"] if "Launch" in r[0]) / t["steps"] for p, t in traces.items() if "/gpt/" not in p]
     sel = docs[SELECTIVE_H200]["measured"]
-    got = {n: {r.term: r for r in compare(d)[0]} for n, d in docs.items()}
+    got = {n: {r.term: r for r in compare(n)[0]} for n in REPORTS}
     worst_mem = max(abs(r.error) for rs in got.values() for t, r in rs.items() if t.startswith("memory peak") and r.error is not None)
     idle = [rs["bubble / idle"].measured for n, rs in got.items() if "llama8b" in n]
 
