@@ -78,9 +78,6 @@ def test_an_mi300x_fp8_gemm_from_azures_hipblaslt_timings_by_hand():
     m, n, k = 8192, 28672, 4096
     expected = 2 * m * n * k / (c * 7168 / 7296 * k / (k + c / 5.3e12)) + K.table_for(MI300X).launch_s
     assert K.gemm_seconds(m, n, k, 1, MI300X, Precision.FP8, operand_bytes=1) == pytest.approx(expected, rel=1e-9)
-    # the fp8 GEMM is priced at the timings, not the datasheet: 2614.9 TFLOP/s dense would make it
-    # over twice as fast as the ceiling gives
-    assert c < 0.5 * MI300X.peak_flop_per_s.fp8
 
 
 def test_mi300x_sdpa_attention_from_the_stand_in_curve_by_hand():
