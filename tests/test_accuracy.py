@@ -257,9 +257,11 @@ def test_step_time_out_of_sample():
     # stand-ins), the GB300 preset (two fp8 runs) and precision fp4 (six NVFP4 runs), nothing fitted to
     # any of them, took it from 3.6% to 3.9%; the bound follows that evidence, so the 273 runs before
     # them keep their own. Two mechanisms an H200 trace of planner validate showed taking GPU time moved
-    # both by two tenths of a point: FSDP2's copy-in before each gather (the 273 runs 3.64% -> 3.73%,
-    # most on KempnerForge's small shard groups) and eager torch's bias-gradient reductions (3.73% ->
-    # 3.83%, MPT's 45 biased rows; all 285 runs 3.90% -> 4.03%). Each bound is today's plus a tenth.
+    # them: FSDP2's copy-in before each gather (the 273 runs 3.64% -> 3.73%, most on KempnerForge's small
+    # shard groups) and eager torch's bias-gradient reductions (the 273 runs 3.73% -> 3.83%, MPT's 45
+    # biased rows). Together the 273 runs moved 0.20 points (3.64% -> 3.83%); all 285 runs moved 0.13,
+    # almost all of it with the bias reductions (3.90% -> 4.03%). Each bound is today's plus a tenth of a
+    # point, rounded down to a tenth: 4.03 + 0.1 -> 4.1% and 3.83 + 0.1 -> 3.9%.
     assert statistics.median(errors) <= 0.041
     new_hardware = {"MI300X", "GB300"}
     earlier_runs = [abs(r.error) for r in rows
@@ -296,20 +298,24 @@ def test_step_time_out_of_sample():
     # the mlperf p90 12.8 -> 14.1% and the p90 13.7 -> 14.1%, the medians unchanged. The same all-reduce
     # over tp x cp where Megatron core's tp_only_amax_red or its 24.09 group ask for it (MLPerf v4.1 GPT-3,
     # v5.0 Llama 3.1 405B on H100 and H200, v5.1 Cisco) moved those rows 0.1-0.4 points slower, every
-    # median and p90 unchanged
-    today = {"fp8lm": 0.025, "kempnerforge": 0.055, "korthikanti2022": 0.051, "mlperf": 0.041, "mpt": 0.059,
-             "nanotron_ultrascale": 0.063, "narayanan2021": 0.021, "sail_pipeline": 0.027, "torchtitan": 0.031,
-             "torchtitan_docs_2024": 0.015}
+    # median and p90 unchanged. FSDP2's copy-in before each gather took kempnerforge 5.7 -> 5.9 and
+    # torchtitan 3.1 -> 3.2; eager torch's bias-gradient reductions took mpt 5.9 -> 6.3 (its 27 earlier
+    # rows 4.3 -> 4.6, its 18 large-scale rows 9.7 -> 8.5). `today` holds each source's median as
+    # time_accuracy.leave_one_source_out measures it at this commit (rounded to a tenth of a point),
+    # and each bound is today's plus a point
+    today = {"fp8lm": 0.025, "kempnerforge": 0.059, "korthikanti2022": 0.052, "mlperf": 0.049, "mpt": 0.063,
+             "nanotron_ultrascale": 0.068, "narayanan2021": 0.019, "sail_pipeline": 0.027, "torchtitan": 0.032,
+             "torchtitan_docs_2024": 0.014}
     for source, errs in by_source.items():
         if len(errs) >= 5:
             assert statistics.median(errs) <= today[source] + 0.01, source
-    # the 27 MPT rows before the large-scale table keep their own bound (4.3% today, plus a point)
+    # the 27 MPT rows before the large-scale table keep their own bound (4.6% today, plus a point)
     earlier = [abs(r.error) for r in rows if r.family == "mpt" and not re.fullmatch(r"mpt-h100-.*-(128|256|512)gpu", r.run.id)]
-    assert len(earlier) == 27 and statistics.median(earlier) <= 0.053
+    assert len(earlier) == 27 and statistics.median(earlier) <= 0.056
     # the 18 large-scale rows: 11.0% before llm-foundry's unpad and pad around flash-attn 2 were
-    # priced, 9.7% today, plus a point
+    # priced, 9.7% before the bias-gradient reductions, 8.5% today, plus a point
     large = [abs(r.error) for r in rows if r.family == "mpt" and re.fullmatch(r"mpt-h100-.*-(128|256|512)gpu", r.run.id)]
-    assert len(large) == 18 and statistics.median(large) <= 0.107
+    assert len(large) == 18 and statistics.median(large) <= 0.095
     # KempnerForge's tail, once its unsplit vocabulary is priced in the step (loss over the whole
     # vocabulary, logits all-gather, unsplit output layer on pipeline stages; 32.5% before) and its
     # tp-2 pairs run over the 6 NVLinks between two GPUs of a switchless 4-GPU board (21.5% before):

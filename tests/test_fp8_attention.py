@@ -41,6 +41,7 @@ def test_fp8_kernels_run_at_the_measured_ratio_to_the_16_bit_ones():
     # kernels take the 16-bit ones' time (less launches) times 1856/2897 = 0.6407 and 1435/1781 =
     # 0.8057, against GB200's 0.7689 and 0.9161 above; priced with GB200's run instead they would not.
     gb300_8b = {**GB200_8B, "cluster": "gb300-nvl72"}
+    launch = K.table_for(presets.gpus()["GB300"]).launch_s
     bf16 = attention_kernels(make_job("llama-3.1-8b", training=FP4, **gb300_8b), DEFAULT)
     fp8 = attention_kernels(make_job("llama-3.1-8b", training={**FP4, "fp8_attention": True}, **gb300_8b), DEFAULT)
     assert (fp8.first_fwd - launch) == pytest.approx((bf16.first_fwd - launch) * 1856 / 2897, rel=1e-9)
@@ -48,11 +49,13 @@ def test_fp8_kernels_run_at_the_measured_ratio_to_the_16_bit_ones():
     # Blackwell Ultra doubles the special-function (exponential) rate (presets/gpus.toml GB300 source:
     # NVIDIA's Blackwell Ultra blog), which the softmax of an fp8 kernel, its matmuls twice as fast,
     # leans on more than a 16-bit kernel's: so GB300's fp8 kernels gain more over its 16-bit ones than
-    # GB200's at every length and pass, on and between the measured lengths
+    # GB200's at every length both were measured at, in each pass
     gb300, gb200 = presets.gpus()["GB300"], presets.gpus()["GB200"]
+    fp8_table = K.table_for(gb300).fp8_attention
+    assert fp8_table is not None and {"GB200", "GB300"} <= set(fp8_table.speedups)
     for p in K.Pass:
         for causal in (True, False):
-            for k_len in (2048, 3000, 8192, 12000, 32768):
+            for k_len in fp8_table.seq_lens:
                 ultra = K.fp8_attention_speedup(gb300, p, causal=causal, k_len=k_len)
                 assert ultra > K.fp8_attention_speedup(gb200, p, causal=causal, k_len=k_len), (p, causal, k_len)
     # between the measured lengths linear in log2 of the key length: halfway from 4096 to 8192
