@@ -258,6 +258,10 @@ def kernel_table(architecture: str) -> KernelTable | None:
         partner = _partner_for_split(architecture, family, families)
         families[family] = Curves(_split_passes(raw, partner), raw["source"])
     mb = data["memory_bound"]
+    op_fractions = dict(mb.get("ops", {}))
+    if "ops_from" in mb:  # the other table's fractions at the same share of its streaming rate
+        base = kernel_table(mb["ops_from"])
+        op_fractions = {op: f * mb["stream_fraction"] / base.stream_fraction for op, f in base.op_fractions.items()}
     return KernelTable(
         architecture=architecture,
         reference_gpu=data["reference_gpu"],
@@ -267,7 +271,7 @@ def kernel_table(architecture: str) -> KernelTable | None:
         bench_hidden=att["bench_hidden"],
         attention=families,
         stream_fraction=mb["stream_fraction"],
-        op_fractions=dict(mb.get("ops", {})),
+        op_fractions=op_fractions,
         launch_s=mb["launch_s"],
         te_fp8_overhead={k: v for k, v in data.get("fp8", {}).items() if k != "source"},
         rowwise=_rowwise_grid(data.get("torchao_rowwise")),
