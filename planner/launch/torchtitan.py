@@ -209,9 +209,9 @@ def check(target: Target) -> None:
     job = target.job
     lay, tr = job.layout, job.training
     v = target.options.torchtitan_version
-    if tr.precision in (Precision.FP16, Precision.FP4):
-        raise SpecError(f"training: torchtitan trains in bf16 or fp8 (mixed_precision_param: bfloat16, float32; float8 and "
-                        f"MXFP8 converters), not {tr.precision}; use --dtype bf16 or fp8")
+    if tr.precision is Precision.FP16:  # fp4 never gets here: the fp4 rule (cost_models.rules) refuses it first
+        raise SpecError("training: torchtitan trains in bf16 or fp8 (mixed_precision_param: bfloat16, float32; float8 and "
+                        "MXFP8 converters), not fp16; use --dtype bf16 or fp8")
     m = job.model
     if m.sliding_window is not None and tr.seq_len > m.sliding_window and target.options.torchtitan_model is None:
         # torchtitan 0.3.0's llama3 modules (the ones a model config is generated for) attend in full
