@@ -12,7 +12,7 @@ CHECKPOINT_DIR="${CHECKPOINT_DIR:?set CHECKPOINT_DIR to a directory every node c
 DATASET="${DATASET:-c4}"
 STEPS="${STEPS:-1000}"
 # Steps between checkpoints: the plan's Daly interval (1088.0 min) over its predicted step time.
-SAVE_INTERVAL="${SAVE_INTERVAL:-74996}"
+SAVE_INTERVAL="${SAVE_INTERVAL:-74521}"
 
 RUN_NAME=qwen3-30b-a3b
 
