@@ -382,17 +382,15 @@ def pp1_head_bytes(problem: Problem, shard: Shard) -> int:
     return int(head_activations(job).total) + loss_workspace(job)
 
 
-def pp1_buffers(problem: Problem, shard: Shard, sharding: Sharding, head: int | None = None) -> int:
+def pp1_buffers(problem: Problem, shard: Shard, sharding: Sharding, head: int) -> int:
     """Unsharded copies, buckets and caches of the only pipeline rank, its output layer's activations
     and the loss's working set,
     with their share of the allocator's fragmentation: at pp = 1 they depend on the Shard and the
-    Sharding alone. `head`: the Shard's pp1_head_bytes, where the caller has it already."""
+    Sharding alone. `head`: the Shard's pp1_head_bytes, priced once per Shard by the caller."""
     job = shape_job(problem, shard, sharding)
     if job is None:
         return 0
     b = stage_buffers(job, 0)
-    if head is None:
-        head = pp1_head_bytes(problem, shard)
     dynamic = b.value("unsharded_params") + b.value("unsharded_grads") + head
     return int(b.total) + head + max(0, int(FRAGMENTATION * dynamic) - 1)
 
