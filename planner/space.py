@@ -375,7 +375,7 @@ def _split(num_layers: int, pp: int, vpp: int, head: float) -> tuple[int, int, i
     n = num_layers // vpp
     unit = 1000
     a, h = unit * vpp, round(head * unit)  # a model chunk's time, the head's: _split_model's units
-    best: tuple[int, int, int] | None = None  # (objective, f, c)
+    best: tuple[int, int, int, int] | None = None  # (objective, f, l, c)
     tied = False
     for c in range(1, n + 1):
         if pp == 2:  # c is l: the first stage and the last make the whole split
@@ -393,15 +393,14 @@ def _split(num_layers: int, pp: int, vpp: int, head: float) -> tuple[int, int, i
         l = n - f - (pp - 2) * c if pp > 2 else c
         objective = max(a * f, a * c, a * l + h) * (num_layers + 1) + f
         if best is None or objective < best[0]:
-            best, tied = (objective, f, c), False
+            best, tied = (objective, f, l, c), False
         elif objective == best[0]:
             tied = True
     if best is None:
         return None
     if tied:
         return _split_model(num_layers, pp, vpp, head)
-    _, f, c = best
-    l = n - f - (pp - 2) * c if pp > 2 else c
+    _, f, l, c = best
     return vpp * f, vpp * l, vpp * c
 
 
