@@ -289,20 +289,20 @@ def test_extreme_rows_keeps_each_row_some_weighting_needs():
     3). A cut that dropped any kept row would move a bound; one that kept a dropped row would not."""
     counts = np.array([[[3, 0, 0], [0, 3, 0], [2, 2, 0], [1, 1, 0], [1, 1, 1], [0, 0, 0]]])
     used = np.array([[True, True, True, True, True, False]])  # the last row is padding
-    rows, kept = planner.search.extreme_rows(counts, used, largest=True)
-    assert sorted(rows[0][kept[0]].tolist()) == [0, 1, 2, 4]
-    rows, kept = planner.search.extreme_rows(counts, used, largest=False)
-    assert sorted(rows[0][kept[0]].tolist()) == [0, 1, 3]
+    rows, kept = extreme_rows(counts, used, largest=True)
+    top = rows[0][kept[0]]
+    assert sorted(top.tolist()) == [0, 1, 2, 4]
+    rows, kept = extreme_rows(counts, used, largest=False)
+    least = rows[0][kept[0]]
+    assert sorted(least.tolist()) == [0, 1, 3]
     # over many non-negative weightings the largest and least sums over the kept rows are those over
     # every used row (the cut moves no bound); 200 draws of a fixed generator, exact integers
     rng = np.random.default_rng(0)
     every = counts[0][used[0]]
-    top_rows = planner.search.extreme_rows(counts, used, largest=True)
-    least_rows = planner.search.extreme_rows(counts, used, largest=False)
     for _ in range(200):
         w = rng.integers(0, 10, size=3)
-        assert (counts[0][top_rows[0][0][top_rows[1][0]]] @ w).max() == (every @ w).max()
-        assert (counts[0][least_rows[0][0][least_rows[1][0]]] @ w).min() == (every @ w).min()
+        assert (counts[0][top] @ w).max() == (every @ w).max()
+        assert (counts[0][least] @ w).min() == (every @ w).min()
 
 
 @st.composite
