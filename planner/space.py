@@ -369,18 +369,15 @@ def _split(num_layers: int, pp: int, vpp: int, head: float) -> tuple[int, int, i
     bubble's ΣT is the same for every split), then the first stage's layers (it holds the most
     in-flight micro-batches, so memory peaks there). (f, l, c), or None when no split exists.
 
-    Solved by counting rather than by the CP-SAT model of _split_model, which states the same
-    problem (a model costs about 2 ms to build and solve, the count some microseconds): for each c
-    the best f is the least one that brings the last stage down to the middle's time, so the
-    optimum is the best of one candidate per c. Where two candidates tie (a head of a whole number
-    of model chunks can make two splits equally good), which optimum the solver returns is its own
-    choice, so that case is left to _split_model; tests/test_search.py checks both agree."""
+    Solved by counting rather than by a CP-SAT model of the same problem (a model costs about 2 ms
+    to build and solve, the count some microseconds): for each c the best f is the least one that
+    brings the last stage down to the middle's time, so the optimum is the best of one candidate
+    per c. tests/test_search.py checks it against that model."""
     if num_layers % vpp or num_layers // vpp < pp:
         return None
     n = num_layers // vpp
     a, h = UNITS_PER_LAYER * vpp, round(head * UNITS_PER_LAYER)  # a model chunk's time, the head's
     best: tuple[int, int, int, int] | None = None  # (objective, f, l, c)
-    tied = False
     for c in range(1, n + 1):
         if pp == 2:  # c is l: the first stage and the last make the whole split
             if c >= n:
@@ -397,43 +394,11 @@ def _split(num_layers: int, pp: int, vpp: int, head: float) -> tuple[int, int, i
         l = n - f - (pp - 2) * c if pp > 2 else c
         objective = max(a * f, a * c, a * l + h) * (num_layers + 1) + f
         if best is None or objective < best[0]:
-            best, tied = (objective, f, l, c), False
-        elif objective == best[0]:
-            tied = True
+            best = (objective, f, l, c)
     if best is None:
         return None
-    if tied:
-        return _split_model(num_layers, pp, vpp, head)
     _, f, l, c = best
     return vpp * f, vpp * l, vpp * c
-
-
-def _split_model(num_layers: int, pp: int, vpp: int, head: float) -> tuple[int, int, int] | None:
-    """_split as a CP-SAT model: the reference it is checked against, and its answer where two
-    splits tie."""
-    if num_layers % vpp or num_layers // vpp < pp:
-        return None
-    from planner.search import cp_model, new_model
-
-    cp = cp_model()
-    a, h = UNITS_PER_LAYER * vpp, round(head * UNITS_PER_LAYER)  # a model chunk's time, the head's
-    m = new_model()
-    f, l, c = (m.new_int_var(1, num_layers // vpp, n) for n in ("first", "last", "middle"))
-    if pp > 2:
-        m.add(f + l + (pp - 2) * c == num_layers // vpp)
-        m.add(f <= c)
-        m.add(l <= c)
-    else:
-        m.add(f + l == num_layers // vpp)
-        m.add(c == l)
-    slowest = m.new_int_var(0, num_layers * UNITS_PER_LAYER + h, "slowest")
-    m.add_max_equality(slowest, [a * f, a * c, a * l + h])
-    m.minimize(slowest * (num_layers + 1) + f)
-    solver = cp.CpSolver()
-    solver.parameters.num_workers = 1
-    if solver.solve(m) != cp.OPTIMAL:
-        return None
-    return vpp * solver.value(f), vpp * solver.value(l), vpp * solver.value(c)
 
 
 # How much slower than the time-balanced optimum the slowest stage of a memory split may be, in

@@ -537,8 +537,39 @@ def test_a_large_vocabulary_moves_layers_off_the_last_stage():
     assert even.time.step_s > best.time.step_s * (1 + TIE_RESOLUTION)
 
 
+def _split_model(num_layers: int, pp: int, vpp: int, head: float) -> tuple[int, int, int] | None:
+    """planner.space._split's problem as a CP-SAT model, the reference the count is checked against:
+    f, l, c model chunks on the first, last and each middle stage, f + l + (pp − 2)·c = L / vpp, the
+    ends no larger than the middle (pp 2: c stands for l); minimise the slowest stage (the last's
+    plus the head), then f."""
+    if num_layers % vpp or num_layers // vpp < pp:
+        return None
+    from planner.search import cp_model, new_model
+    from planner.space import UNITS_PER_LAYER
+
+    cp = cp_model()
+    a, h = UNITS_PER_LAYER * vpp, round(head * UNITS_PER_LAYER)  # a model chunk's time, the head's
+    m = new_model()
+    f, l, c = (m.new_int_var(1, num_layers // vpp, n) for n in ("first", "last", "middle"))
+    if pp > 2:
+        m.add(f + l + (pp - 2) * c == num_layers // vpp)
+        m.add(f <= c)
+        m.add(l <= c)
+    else:
+        m.add(f + l == num_layers // vpp)
+        m.add(c == l)
+    slowest = m.new_int_var(0, num_layers * UNITS_PER_LAYER + h, "slowest")
+    m.add_max_equality(slowest, [a * f, a * c, a * l + h])
+    m.minimize(slowest * (num_layers + 1) + f)
+    solver = cp.CpSolver()
+    solver.parameters.num_workers = 1
+    if solver.solve(m) != cp.OPTIMAL:
+        return None
+    return vpp * solver.value(f), vpp * solver.value(l), vpp * solver.value(c)
+
+
 def test_the_uneven_split_is_counted_as_its_cp_sat_model_solves_it():
-    from planner.space import _split, _split_model
+    from planner.space import _split
 
     # 10 layers over pp 3, vpp 1. Without a head: a middle stage of 4 leaves f + l = 6, both at most 4,
     # and the slowest stage is 4 from f = 2 on (l = 4); a middle of 3 cannot hold the rest (f + l = 7
@@ -551,9 +582,10 @@ def test_the_uneven_split_is_counted_as_its_cp_sat_model_solves_it():
     # no split: fewer chunks than stages, or chunks that do not divide the layers; at pp 10 with 11
     # layers the middle stages take one each and the ends 3 between them, one more than one each
     assert _split(6, 8, 1, 0.5) is None and _split(10, 2, 3, 0.5) is None and _split(11, 10, 1, 0.5) is None
-    # the same optimum as the CP-SAT model on every shape of a grid (whole-chunk heads included,
-    # where two splits could tie and the model answers); the optimum is unique, so any exact
-    # method finds the model's answer
+    # the same optimum as the CP-SAT model on every shape of a grid, whole-chunk heads included. The
+    # optimum is unique (two splits of the same slowest stage and first stage would differ in c, and
+    # moving a chunk between the ends of one of them gives a better split), so any exact method
+    # finds the model's answer
     for layers in [*range(1, 41), 62, 80, 126]:
         for pp in (2, 3, 4, 5, 8):
             for vpp in range(1, 5):
