@@ -382,17 +382,15 @@ def pp1_head_bytes(problem: Problem, shard: Shard) -> int:
     return int(head_activations(job).total) + loss_workspace(job)
 
 
-def pp1_buffers(problem: Problem, shard: Shard, sharding: Sharding, head: int | None = None) -> int:
+def pp1_buffers(problem: Problem, shard: Shard, sharding: Sharding, head: int) -> int:
     """Unsharded copies, buckets and caches of the only pipeline rank, its output layer's activations
     and the loss's working set,
     with their share of the allocator's fragmentation: at pp = 1 they depend on the Shard and the
-    Sharding alone. `head`: the Shard's pp1_head_bytes, where the caller has it already."""
+    Sharding alone. `head`: the Shard's pp1_head_bytes, priced once per Shard by the caller."""
     job = shape_job(problem, shard, sharding)
     if job is None:
         return 0
     b = stage_buffers(job, 0)
-    if head is None:
-        head = pp1_head_bytes(problem, shard)
     dynamic = b.value("unsharded_params") + b.value("unsharded_grads") + head
     return int(b.total) + head + max(0, int(FRAGMENTATION * dynamic) - 1)
 
@@ -656,7 +654,6 @@ class Space:
         heads1 = {s: pp1_head_bytes(problem, self.shards[s]) for s in sorted(pp1)}
         # each cell's Shard degrees as arrays, for the framework's sharding rules
         degrees = types.SimpleNamespace(tp=sh_tp[si], cp=cp_c, ep=shard_col["ep"], etp=shard_col["etp"])
-        has_experts = bool(self.experts0.any()), bool(experts1.any())
         shard_ranks: dict[int | None, tuple[Any, Any]] = {}  # per HSDP group: the dense and expert states' shard ranks
         for zi, z in enumerate(self.shardings):
             self.legal[:, zi] = sharding_ok(problem, pp_c, z, self.dp, degrees)  # type: ignore[arg-type]
@@ -665,12 +662,6 @@ class Space:
                 shard_ranks[z.dp_shard] = (group * cp_c, np.maximum(1, edp * group // np.maximum(self.dp, 1)))
             dense_ranks, expert_group = shard_ranks[z.dp_shard]
             rep, shd = self.coef[zi]
-
-            def sharded(params, any_params: bool, ranks):  # type: ignore[no-untyped-def]
-                """The sharded states' bytes per rank: none where the Sharding shards no state or there are
-                no such parameters (the division, the costliest step here, skipped)."""
-                return (params * shd) // ranks if shd and any_params else 0
-
             buffers = np.array([pp1_buffers(problem, self.shards[s], z, heads1[s]) if s in pp1 else 0 for s in range(S)], dtype=i64)
             # FSDP2 that keeps a pipeline stage gathered (memory.gathers_whole_stage, torchtitan only): its
             # 16-bit weights and fp32 unsharded gradients beyond the states, per local parameter
@@ -678,19 +669,16 @@ class Space:
             # come back as scatter_stream_grads' reserved blocks, since torchtitan's states hold no fp32
             # gradient copy that would make the optimizer step its own peak (states.convention,
             # memory.step_peak; tests/test_search.py holds the bound below every exact peak).
-            gathers = gathers_whole_stage(problem.training.framework, z.zero, pipelined=True)
-            whole = ~one_stage & gathers
+            whole = ~one_stage & gathers_whole_stage(problem.training.framework, z.zero, pipelined=True)
 
             def gathered(dense, experts):  # type: ignore[no-untyped-def]
-                if not gathers:
-                    return 0
                 return np.where(whole, (GATHERED_WEIGHT_BYTES + GATHERED_GRAD_BYTES) * (dense + experts), 0)
 
-            self.pair_bytes[:, zi] = (self.experts0 * rep + sharded(self.experts0, has_experts[0], expert_group)
+            self.pair_bytes[:, zi] = (self.experts0 * rep + (self.experts0 * shd) // expert_group
                                       + np.where(one_stage, buffers[si], 0) + gathered(self.params0, self.experts0))
-            self.mem[:, zi] = overhead + self.params0 * rep + sharded(self.params0, True, dense_ranks) + self.acts0 + self.pair_bytes[:, zi]
-            mem1 = np.where(one_stage, 0, fixed1 + (params1 + experts1) * rep + sharded(params1, True, dense_ranks)
-                            + sharded(experts1, has_experts[1], expert_group) + gathered(params1, experts1))
+            self.mem[:, zi] = overhead + self.params0 * rep + (self.params0 * shd) // dense_ranks + self.acts0 + self.pair_bytes[:, zi]
+            mem1 = np.where(one_stage, 0, fixed1 + (params1 + experts1) * rep + (params1 * shd) // dense_ranks
+                            + (experts1 * shd) // expert_group + gathered(params1, experts1))
             self.mem1[:, zi] = mem1
             self.mem[:, zi] = np.maximum(self.mem[:, zi], mem1)
 

@@ -340,6 +340,11 @@ def shards(problem: Problem) -> Iterator[Shard]:
                             yield Shard(tp=tp, sp=sp, cp=cp, ep=ep, etp=etp, mbs=mbs)
 
 
+# The pipeline-split models count stage time in integers, UNITS_PER_LAYER to a decoder layer pass: the
+# head (head_in_layers, the output layer and loss in layer passes) is resolved to 1/1000 of a layer pass.
+UNITS_PER_LAYER = 1000
+
+
 def head_in_layers(problem: Problem) -> float:
     """The output layer and loss (forward + backward) in decoder-layer passes, on one GPU of the
     model's plain layout (tp 1, mbs 1): what the last pipeline stage carries beyond its layers.
@@ -364,19 +369,15 @@ def _split(num_layers: int, pp: int, vpp: int, head: float) -> tuple[int, int, i
     bubble's ΣT is the same for every split), then the first stage's layers (it holds the most
     in-flight micro-batches, so memory peaks there). (f, l, c), or None when no split exists.
 
-    Solved by counting rather than by the CP-SAT model of _split_model, which states the same
-    problem (a model costs about 2 ms to build and solve, the count some microseconds): for each c
-    the best f is the least one that brings the last stage down to the middle's time, so the
-    optimum is the best of one candidate per c. Where two candidates tie (a head of a whole number
-    of model chunks can make two splits equally good), which optimum the solver returns is its own
-    choice, so that case is left to _split_model; tests/test_search.py checks both agree."""
+    Solved by counting rather than by a CP-SAT model of the same problem (a model costs about 2 ms
+    to build and solve, the count some microseconds): for each c the best f is the least one that
+    brings the last stage down to the middle's time, so the optimum is the best of one candidate
+    per c. tests/test_search.py checks it against that model."""
     if num_layers % vpp or num_layers // vpp < pp:
         return None
     n = num_layers // vpp
-    unit = 1000
-    a, h = unit * vpp, round(head * unit)  # a model chunk's time, the head's: _split_model's units
-    best: tuple[int, int, int] | None = None  # (objective, f, c)
-    tied = False
+    a, h = UNITS_PER_LAYER * vpp, round(head * UNITS_PER_LAYER)  # a model chunk's time, the head's
+    best: tuple[int, int, int, int] | None = None  # (objective, f, l, c)
     for c in range(1, n + 1):
         if pp == 2:  # c is l: the first stage and the last make the whole split
             if c >= n:
@@ -393,45 +394,11 @@ def _split(num_layers: int, pp: int, vpp: int, head: float) -> tuple[int, int, i
         l = n - f - (pp - 2) * c if pp > 2 else c
         objective = max(a * f, a * c, a * l + h) * (num_layers + 1) + f
         if best is None or objective < best[0]:
-            best, tied = (objective, f, c), False
-        elif objective == best[0]:
-            tied = True
+            best = (objective, f, l, c)
     if best is None:
         return None
-    if tied:
-        return _split_model(num_layers, pp, vpp, head)
-    _, f, c = best
-    l = n - f - (pp - 2) * c if pp > 2 else c
+    _, f, l, c = best
     return vpp * f, vpp * l, vpp * c
-
-
-def _split_model(num_layers: int, pp: int, vpp: int, head: float) -> tuple[int, int, int] | None:
-    """_split as a CP-SAT model: the reference it is checked against, and its answer where two
-    splits tie."""
-    if num_layers % vpp or num_layers // vpp < pp:
-        return None
-    from planner.search import cp_model, new_model
-
-    cp = cp_model()
-    unit = 1000
-    h = round(head * unit)
-    m = new_model()
-    f, l, c = (m.new_int_var(1, num_layers // vpp, n) for n in ("first", "last", "middle"))
-    if pp > 2:
-        m.add(f + l + (pp - 2) * c == num_layers // vpp)
-        m.add(f <= c)
-        m.add(l <= c)
-    else:
-        m.add(f + l == num_layers // vpp)
-        m.add(c == l)
-    slowest = m.new_int_var(0, num_layers * unit + h, "slowest")
-    m.add_max_equality(slowest, [unit * vpp * f, unit * vpp * c, unit * vpp * l + h])
-    m.minimize(slowest * (num_layers + 1) + f)
-    solver = cp.CpSolver()
-    solver.parameters.num_workers = 1
-    if solver.solve(m) != cp.OPTIMAL:
-        return None
-    return vpp * solver.value(f), vpp * solver.value(l), vpp * solver.value(c)
 
 
 # How much slower than the time-balanced optimum the slowest stage of a memory split may be, in
@@ -466,21 +433,20 @@ def _memory_splits(num_layers: int, pp: int, vpp: int, head: float) -> tuple[tup
     from planner.search import cp_model, new_model
 
     cp = cp_model()
-    unit = 1000
-    h = round(head * unit)
+    a, h = UNITS_PER_LAYER * vpp, round(head * UNITS_PER_LAYER)  # a model chunk's time, the head's
     held = held_per_chunk(pp, vpp)
-    top_time = unit * vpp * chunks + h
+    top_time = a * chunks + h
     top_load = max(held) * chunks  # also bounds Σ_r held_r·x_r, as Σ x_r = chunks
     # T0: with c chunks on the last rank the others' slowest holds at least ceil((chunks − c)/(pp − 1))
     # chunks, and an even share of them reaches it
-    t0 = min(max(unit * vpp * -(-(chunks - c) // (pp - 1)), unit * vpp * c + h) for c in range(1, chunks - pp + 2))
+    t0 = min(max(a * -(-(chunks - c) // (pp - 1)), a * c + h) for c in range(1, chunks - pp + 2))
     out: list[tuple[int, ...]] = []
     for slack in MEMORY_SPLIT_SLACK:
         m = new_model()
-        cap = t0 + slack * unit * vpp
+        cap = t0 + slack * a
         # each rank's chunks within the cap on its time (a domain, which CP-SAT searches faster than a
         # constraint: 64 ranks 10 ms a model against 16 ms), and leaving the others one each
-        x = [m.new_int_var(1, min(chunks - pp + 1, (cap - (h if r == pp - 1 else 0)) // (unit * vpp)), f"chunks_{r}")
+        x = [m.new_int_var(1, min(chunks - pp + 1, (cap - (h if r == pp - 1 else 0)) // a), f"chunks_{r}")
              for r in range(pp)]
         m.add(sum(x) == chunks)
         # ranks before the last in non-decreasing order: swapping two of them into it keeps every
@@ -488,7 +454,7 @@ def _memory_splits(num_layers: int, pp: int, vpp: int, head: float) -> tuple[tup
         for r in range(pp - 2):
             m.add(x[r] <= x[r + 1])
         slowest = m.new_int_var(0, top_time, "slowest")
-        m.add_max_equality(slowest, [unit * vpp * x[r] + (h if r == pp - 1 else 0) for r in range(pp)])
+        m.add_max_equality(slowest, [a * x[r] + (h if r == pp - 1 else 0) for r in range(pp)])
         m.add(slowest <= cap)
         load = m.new_int_var(0, top_load, "load")
         m.add_max_equality(load, [held[r] * x[r] for r in range(pp)])
