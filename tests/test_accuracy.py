@@ -253,7 +253,7 @@ def test_step_time_out_of_sample():
     rows, _ = time_accuracy.leave_one_source_out(grid)
     errors = [abs(r.error) for r in rows]
     # the out-of-sample target is 6%. 4.0% over 285 runs today: the twelve runs added with the CDNA3
-    # kernel table (torchao's four MI300X runs, 34-53% each, priced by cdna3.toml's measured anchors and
+    # kernel table (torchao's four MI300X runs, 33-52% each, priced by cdna3.toml's measured anchors and
     # stand-ins), the GB300 preset (two fp8 runs) and precision fp4 (six NVFP4 runs), nothing fitted to
     # any of them, took it from 3.6% to 3.9%; the bound follows that evidence, so the 273 runs before
     # them keep their own. Two mechanisms an H200 trace of planner validate showed taking GPU time moved
