@@ -52,7 +52,7 @@ from cost_models.memory import inflight_counts
 from cost_models.mamba_shard import cp_error as mamba_cp_error
 from cost_models.model_spec import ModelSpec
 from cost_models.training import TrainingSpec
-from planner.launch.options import LaunchOptions, TitanVersion
+from planner.launch.options import LaunchOptions, TitanVersion, titan02_keeps_mixed_precision
 
 MIN_CP_TOKENS = 1024
 MAX_MBS = 16
@@ -739,7 +739,8 @@ def sharding_ok(problem: Problem, pp, sh: Sharding, dp, shard: Shard | None = No
     """Whether a Sharding is legal at pipeline depth pp with dp data-parallel ranks (and, given, the
     Shard's tp, cp, ep and etp, or arrays of them). Written with `&` so that pp, dp and the Shard's
     degrees may be ints or numpy arrays (planner.search tests every cell at once). The rules are
-    cost_models.rules' _zero_megatron, _zero_deepspeed, _zero_titan and torchtitan's expert mesh."""
+    cost_models.rules' _zero_megatron, _zero_deepspeed, _zero_titan and torchtitan's expert mesh, and for a
+    torchtitan 0.2 launch planner.launch.options.titan02_keeps_mixed_precision."""
     fw = problem.framework
     if sh.dp_shard is not None and sh.zero is Zero.NONE:
         return pp != pp  # False, or all False
@@ -754,6 +755,8 @@ def sharding_ok(problem: Problem, pp, sh: Sharding, dp, shard: Shard | None = No
         tp, cp, ep, etp = shard.tp, shard.cp, shard.ep, shard.etp
         if sh.zero is Zero.NONE:  # torchtitan's DDP alone (rules._zero_titan)
             ok = ok & (tp == 1) & (pp == 1) & (cp == 1) & (ep == 1)
+        elif problem.launch.torchtitan_version is TitanVersion.V02:
+            ok = ok & titan02_keeps_mixed_precision(tp=tp, pp=pp, cp=cp, ep=ep, dp=dp, dp_shard=sh.dp_shard or dp)
         # the ranks torchtitan carves ep (x etp) out of (rules, torchtitan's expert mesh)
         ok = ok & ((sh.dp_shard or dp) * cp * tp % (ep * etp) == 0)
     return ok

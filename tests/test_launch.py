@@ -353,6 +353,10 @@ def test_slug():
     (["qwen3-30b-a3b", "-g", "16", "--framework", "torchtitan", "--tp", "2", "--ep", "4", "--etp", "2"], "etp(2) must be 1"),
     (["llama-3.1-8b", "-g", "8", "--framework", "torchtitan", "--dtype", "fp8"], "rowwise"),
     (["llama-3.1-8b", "-g", "8", "--framework", "torchtitan", "--tp", "2", "--no-sp", "--torchtitan-version", "0.2"], "sequence parallel"),
+    # torchtitan 0.2 applies fully_shard only at dp_shard or cp above 1: tp without it trains in fp32,
+    # data parallelism alone runs DDP (planner.launch.options.titan02_keeps_mixed_precision)
+    (["llama-3.1-8b", "-g", "8", "--framework", "torchtitan", "--tp", "8", "--torchtitan-version", "0.2"], "train this layout in fp32"),
+    (["llama-3.1-8b", "-g", "8", "--framework", "torchtitan", "--zero", "3", "--dp-shard", "1", "--torchtitan-version", "0.2"], "run DDP instead"),
     (["mixtral-8x7b", "-g", "32", "--ep", "8", "--framework", "torchtitan"], "no registry entry"),
     (["minitron-4b", "-g", "8", "--framework", "torchtitan"], "torchtitan has no Nemotron-4 model"),
     (["deepseek-v2-lite", "-g", "8", "--ep", "8", "--framework", "torchtitan"], "torchtitan's deepseek_v3 module"),
@@ -700,6 +704,20 @@ def test_plan_ranks_only_what_the_chosen_torchtitan_version_launches(tmp_path):
                                  "--torchtitan-version", "0.2", "--rank", "2", "--out", str(tmp_path / "o")])
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "o" / "plan.json").read_text())["layout"]["pp"] == 1
+
+
+def test_plan_for_torchtitan_02_keeps_fsdp_under_tp_and_pp():
+    # With dp fixed at 1, the 0.3 search ranks tp/pp layouts with a shard group of one first (0.3 applies
+    # fully_shard at every degree); torchtitan 0.2 would train those in fp32, so its search keeps only
+    # layouts with cp > 1, where fully_shard still runs, and 0.3's list must hold at least one of the other kind.
+    def plans(version):
+        result = runner.invoke(app, ["plan", "llama-3.1-8b", "-c", "dgx-h100", "-g", "8", "--framework", "torchtitan",
+                                     "--fix", "dp=1", "--torchtitan-version", version, "--json"])
+        assert result.exit_code == 0, result.output
+        return [p["layout"] for p in json.loads(result.output)["plans"]]
+    assert any(lay["cp"] == 1 for lay in plans("0.3"))
+    v02 = plans("0.2")
+    assert v02 and all(lay["cp"] > 1 for lay in v02)
 
 
 def test_torchtitan_03_refuses_tied_embeddings_under_a_pipeline(tmp_path):

@@ -27,6 +27,7 @@ from cost_models.job import Job
 from cost_models.model_spec import ModelSpec
 from planner.launch.shell import Raw, Word, command
 from planner.launch.slurm import environment_lines, layout_summary, script_head, torchrun_head
+from planner.launch.options import titan02_keeps_mixed_precision
 from planner.launch.target import CHECKPOINT_DIR_LINE, File, Target, TitanVersion, check_single_axes, save_interval_lines
 
 PLAN_MODULE = "torchtitan_plan"  # torchtitan_plan.py, the config function for 0.3.x
@@ -238,6 +239,15 @@ def check(target: Target) -> None:
                 f"expert_tensor_parallel_degree); etp({job.etp}) must be 1, or use --torchtitan-version 0.2"
             )
     check_single_axes(target, single_axes(target))
+    if v is TitanVersion.V02 and job.zero is not Zero.NONE and not titan02_keeps_mixed_precision(
+            tp=lay.tp, pp=lay.pp, cp=lay.cp, ep=lay.ep, dp=lay.dp, dp_shard=lay.dp_shard):
+        raise LayoutError(
+            f"layout: torchtitan 0.2 applies FSDP2 only at dp_shard > 1 or cp > 1 (or ep > 1), and dp_shard is "
+            f"{lay.dp_shard} with cp {lay.cp}: it would "
+            + ("train this layout in fp32 (mixed precision needs FSDP with tp or pp)" if lay.tp * lay.pp > 1
+               else "run DDP instead")
+            + "; use --torchtitan-version 0.3 (fully_shard at every degree), a layout with dp_shard >= 2 or cp >= 2"
+            + ("" if lay.tp * lay.pp > 1 else ", or zero 0"))
     if v is TitanVersion.V02 and lay.tp > 1 and not job.sp:
         raise LayoutError("layout: torchtitan 0.2 always runs sequence parallel with tp > 1; use --sp or --torchtitan-version 0.3")
     if tr.precision is Precision.FP8 and v is TitanVersion.V03 and titan_model(target).generated:
