@@ -22,6 +22,8 @@ CASES = [
     ("mixtral-8x22b", "dgx-h100", 256, 4096, 1024),
     # an NVL72 rack's NVLink domain lets tp reach 64 of the 128 heads: many more Shards than on 8-GPU nodes
     ("llama-3.1-405b", "gb200-nvl72", 512, 8192, 1024),
+    # 256 experts, 61 layers: ep up to 256 and Megatron's recompute depth per layer give the most layouts near the top
+    ("deepseek-v3", "dgx-h100", 1024, 4096, 1024),
 ]
 
 

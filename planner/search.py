@@ -939,8 +939,14 @@ def search(
         if not len(above):
             optimal = True  # every layout has been scored
             break
-        # next: up to the k-th best step found, or (fewer than k found) the next k bounds
-        nxt = int(plans[top - 1].time.step_s * NS) if len(plans) >= top else int(above[min(top, len(above)) - 1])
+        # next: the next max(k, scored) bounds, so that each band at most doubles the layouts scored,
+        # and never past the k-th best step found (a layout whose bound lies above it cannot enter the
+        # top k). A band straight to the k-th best step would score every layout below a k-th best
+        # that later bands improve on: a layout whose bound is far below its step (a deep pipeline
+        # whose stages differ) can set the k-th best high after the first band.
+        nxt = int(above[min(max(top, scored), len(above)) - 1])
+        if len(plans) >= top:
+            nxt = min(nxt, int(plans[top - 1].time.step_s * NS))
         lo, hi = hi, max(nxt, int(above[0]))
     plans = ranked(plans)
     return SearchResult(plans[:top], time.perf_counter() - start, scored, optimal, "cp-sat", rejected,
