@@ -248,8 +248,8 @@ def new_model():  # type: ignore[no-untyped-def]
 
 
 def shape_job(problem: Problem, shard: Shard, sharding: Sharding | None = None, stages: Stages | None = None) -> Job | None:
-    """The job of a Shard (with a Sharding, and a pipeline split; else pp = 1) whose per-layer and
-    per-rank costs the bound tables read; None where the HSDP group does not tile dp."""
+    """The job of a Shard (with a Sharding, and a pipeline split with its virtual stages; else pp = 1)
+    whose per-layer and per-rank costs the bound tables read; None where the HSDP group does not tile dp."""
     pp = stages.pp if stages is not None else 1
     dp = problem.gpus // (shard.tp * shard.cp * pp)
     extra: dict = {}
@@ -258,7 +258,7 @@ def shape_job(problem: Problem, shard: Shard, sharding: Sharding | None = None, 
             return None
         extra.update(zero=sharding.zero, dp_shard=sharding.dp_shard)
     if stages is not None:
-        extra.update(pp=stages.pp, pp_first_stage_layers=stages.first, pp_last_stage_layers=stages.last,
+        extra.update(pp=stages.pp, vpp=stages.vpp, pp_first_stage_layers=stages.first, pp_last_stage_layers=stages.last,
                      pp_layout=stages.pp_layout, account_for_embedding=stages.embedding, account_for_loss=stages.loss)
     lay = Layout(tp=shard.tp, sp=shard.sp, cp=shard.cp, ep=shard.ep, etp=shard.etp, mbs=shard.mbs, **extra)
     return fill_defaults(problem.model, problem.cluster, problem.training, lay)
