@@ -401,7 +401,7 @@ class RankKinds:
     split into those that run under the recompute mode and those that do not, with ranks of equal
     counts merged: what the bound sums each Shard's per-kind numbers over."""
 
-    recomputed: tuple[tuple[int, ...], ...]  # [row][kind] layers under the recompute mode
+    recomputed: tuple[tuple[int, ...], ...]  # [row][kind] layers under the recompute mode; row 0 is rank 0's
     plain: tuple[tuple[int, ...], ...]  # [row][kind] layers without recompute
     weights: tuple[int, ...]  # how many ranks each row stands for
     last: tuple[bool, ...]  # whether the row is the last rank's (it adds the output layer and loss)
@@ -591,9 +591,9 @@ class Space:
             for rank, chunks in enumerate(distinct[t]):
                 for v, (cr, cpl) in enumerate(chunks):
                     ch_rec[rank, t, v], ch_plain[rank, t, v], ch_used[rank, t, v] = cr, cpl, True
-        # rank 0's layers under the recompute mode and without it, over all its chunks
-        rec0 = np.array([sum(sum(cr) for cr, _ in r.chunks0) for r in rks], dtype=i64)
-        plain0 = np.array([sum(sum(cpl) for _, cpl in r.chunks0) for r in rks], dtype=i64)
+        # rank 0's layers under the recompute mode and without it, over all its chunks: its row is the
+        # first of each Stages' rows (rank_kinds adds the ranks in order)
+        rec0, plain0 = row_rec[:, 0].sum(axis=1), row_plain[:, 0].sum(axis=1)
         layers0 = np.array([r.layers0 for r in rks], dtype=i64).reshape(T, K)
         layers1 = np.array([r.layers1 for r in rks], dtype=i64).reshape(T, K)
         m = self.microbatches
@@ -740,7 +740,7 @@ class Space:
                 fixed = np.array([x[0] for x in f], dtype=i64)
                 cum = np.array([x[1] for x in f], dtype=i64).reshape(S, 3, L + 1)
                 # the only rank's first R layers run under the recompute mode, the rest without
-                R = np.minimum(row_rec[ti, 0].sum(axis=1), L)
+                R = np.minimum(rec0[ti], L)
                 exposed = (fixed[si] + cum[si, mode[ti], R] + cum[si, 0, L] - cum[si, 0, R])
                 self.lb[:, zi] += np.where(one_stage, m * exposed, 0)
 
@@ -932,12 +932,11 @@ def search(
             timed_out = True
             break
         plans.sort(key=lambda p: p.key)
-        if len(plans) >= top and plans[top - 1].time.step_s * NS <= hi:
-            optimal = True
-            break
         above = bounds[bounds > hi]
-        if not len(above):
-            optimal = True  # every layout has been scored
+        # proven once no unscored layout's bound reaches the k-th best step (strictly: one whose
+        # bound equals it could still tie and win the tie-break), or every layout has been scored
+        if not len(above) or (len(plans) >= top and plans[top - 1].time.step_s * NS < above[0]):
+            optimal = True
             break
         # next: the next max(k, scored) bounds, so that each band at most doubles the layouts scored,
         # and never past the k-th best step found (a layout whose bound lies above it cannot enter the
@@ -946,8 +945,8 @@ def search(
         # whose stages differ) can set the k-th best high after the first band.
         nxt = int(above[min(max(top, scored), len(above)) - 1])
         if len(plans) >= top:
-            nxt = min(nxt, int(plans[top - 1].time.step_s * NS))
-        lo, hi = hi, max(nxt, int(above[0]))
+            nxt = min(nxt, int(plans[top - 1].time.step_s * NS))  # at least above[0]: not proven above
+        lo, hi = hi, nxt
     plans = ranked(plans)
     return SearchResult(plans[:top], time.perf_counter() - start, scored, optimal, "cp-sat", rejected,
                         float(bounds[0]) / NS if len(bounds) else None, timed_out)

@@ -345,6 +345,11 @@ def shards(problem: Problem) -> Iterator[Shard]:
 UNITS_PER_LAYER = 1000
 
 
+def chunk_and_head_units(vpp: int, head: float) -> tuple[int, int]:
+    """(a model chunk's time, the head's) in units: a chunk of the splits counts vpp decoder layer passes."""
+    return UNITS_PER_LAYER * vpp, round(head * UNITS_PER_LAYER)
+
+
 def head_in_layers(problem: Problem) -> float:
     """The output layer and loss (forward + backward) in decoder-layer passes, on one GPU of the
     model's plain layout (tp 1, mbs 1): what the last pipeline stage carries beyond its layers.
@@ -376,7 +381,7 @@ def _split(num_layers: int, pp: int, vpp: int, head: float) -> tuple[int, int, i
     if num_layers % vpp or num_layers // vpp < pp:
         return None
     n = num_layers // vpp
-    a, h = UNITS_PER_LAYER * vpp, round(head * UNITS_PER_LAYER)  # a model chunk's time, the head's
+    a, h = chunk_and_head_units(vpp, head)
     best: tuple[int, int, int, int] | None = None  # (objective, f, l, c)
     for c in range(1, n + 1):
         if pp == 2:  # c is l: the first stage and the last make the whole split
@@ -433,7 +438,7 @@ def _memory_splits(num_layers: int, pp: int, vpp: int, head: float) -> tuple[tup
     from planner.search import cp_model, new_model
 
     cp = cp_model()
-    a, h = UNITS_PER_LAYER * vpp, round(head * UNITS_PER_LAYER)  # a model chunk's time, the head's
+    a, h = chunk_and_head_units(vpp, head)
     held = held_per_chunk(pp, vpp)
     top_time = a * chunks + h
     top_load = max(held) * chunks  # also bounds Σ_r held_r·x_r, as Σ x_r = chunks

@@ -574,10 +574,10 @@ def _split_model(num_layers: int, pp: int, vpp: int, head: float) -> tuple[int, 
     if num_layers % vpp or num_layers // vpp < pp:
         return None
     from planner.search import cp_model, new_model
-    from planner.space import UNITS_PER_LAYER
+    from planner.space import UNITS_PER_LAYER, chunk_and_head_units
 
     cp = cp_model()
-    a, h = UNITS_PER_LAYER * vpp, round(head * UNITS_PER_LAYER)  # a model chunk's time, the head's
+    a, h = chunk_and_head_units(vpp, head)
     m = new_model()
     f, l, c = (m.new_int_var(1, num_layers // vpp, n) for n in ("first", "last", "middle"))
     if pp > 2:
