@@ -35,6 +35,16 @@ class _SIFromHuman(Spec):
     def _units(cls, data: Any) -> Any:
         return to_si(data) if isinstance(data, dict) else data
 
+    @cached_property
+    def hash_key(self) -> int:
+        """The hash of every field, taken once. The kernel and collective prices cache on the GPU and
+        cluster specs (cost_models.kernels, comm.collective_time) in the search's inner loops, where
+        pydantic's own hash of a frozen model walks every field and nested spec again on each call."""
+        return hash(tuple(getattr(self, name) for name in type(self).model_fields))
+
+    def __hash__(self) -> int:
+        return self.hash_key
+
 
 class PeakFlops(_SIFromHuman):
     """Dense (no structured sparsity) tensor-core peaks per operand type, FLOP/s."""
@@ -86,16 +96,6 @@ class GPUSpec(_SIFromHuman):
     # nvidia-smi prints it): how planner validate knows which preset a run's GPU is
     device_names: tuple[Annotated[str, Field(min_length=1, max_length=256)], ...] = ()
     source: str = ""
-
-    @cached_property
-    def hash_key(self) -> int:
-        """The hash of every field, taken once. The kernel prices cache on the GPU spec
-        (cost_models.kernels, functools.cache) in the search's inner loops, where pydantic's own hash of
-        a frozen model walks every field and nested measurement again on each call."""
-        return hash(tuple(getattr(self, name) for name in type(self).model_fields))
-
-    def __hash__(self) -> int:
-        return self.hash_key
 
     @property
     def before_blackwell(self) -> bool:
