@@ -278,10 +278,10 @@ def nic_busbw(cluster: ClusterSpec, span_gpus: int) -> float:
     return cluster.nic_bandwidth_bytes_per_s * NIC_BUSBW_FRACTION / oversubscription(cluster, span_gpus)
 
 
-def nccl_latency(op: Collective, n: int, per_node: int, algorithm: Algorithm, protocol: Protocol,
+def nccl_latency(op: Collective, where: Placement, algorithm: Algorithm, protocol: Protocol,
                  *, nvlink_scale: float = 1.0, net_scale: float = 1.0) -> float:
-    """NCCL's modelled start-up of one collective over n ranks, `per_node` of them in each scale-up
-    domain (NVIDIA/nccl v2.30.7-1 src/graph/tuning.cc:384-417): the (algorithm, protocol) base latency
+    """NCCL's modelled start-up of one collective over where.n ranks, where.per_domain of them in each
+    scale-up domain (NVIDIA/nccl v2.30.7-1 src/graph/tuning.cc:384-417): the (algorithm, protocol) base latency
     plus a hop latency per step, its NVLink and network hop latencies (HOP_LATENCY_*) times the
     given scales.
     - Ring: 2(n−1) steps for an all-reduce, n−1 otherwise (:289-291), 2(nodes−1) resp. nodes−1 of
@@ -291,8 +291,7 @@ def nccl_latency(op: Collective, n: int, per_node: int, algorithm: Algorithm, pr
       nodes (:416; log2i rounds down, src/include/utils.h:56).
     A send/recv is one ring step (NCCL's point-to-point has no tuning model of its own); an
     all-to-all a ring's n−1 steps."""
-    k = per_node
-    nodes = -(-n // k)  # the domains the group touches
+    n, k, nodes = where.n, where.per_domain, where.domains
     base = BASE_LATENCY_S[algorithm, protocol]
     nvl = HOP_LATENCY_NVLINK_S[algorithm, protocol] * nvlink_scale
     one_a_node = k == 1 and nodes > 1 and op is not Collective.SEND_RECV
@@ -317,7 +316,7 @@ def _latency(op: Collective, where: Placement, cluster: ClusterSpec, algorithm: 
     PCI row for a PCIe node), and every (algorithm, protocol) hop latency is scaled by the preset's
     over NCCL's NVLink resp. network Ring/Simple one."""
     ring_simple = (Algorithm.RING, Protocol.SIMPLE)
-    return nccl_latency(op, where.n, where.per_domain, algorithm, protocol,
+    return nccl_latency(op, where, algorithm, protocol,
                         nvlink_scale=cluster.scaleup_latency_s / HOP_LATENCY_NVLINK_S[ring_simple],
                         net_scale=cluster.nic_latency_s / HOP_LATENCY_NET_S[ring_simple])
 
@@ -409,8 +408,7 @@ def collective_time(op: Collective, size_bytes: float, where: Placement, cluster
     busbw = plateau_bytes_per_s * share
     measured = measured_busbw(op, size_bytes, nodes, cluster) if k < n else None
     time = max(floor, moved / (busbw if measured is None else min(busbw, measured)),
-               ring_fill_seconds(op, moved, plateau_bytes_per_s, where, cluster,
-                                 latency_s=latency[Algorithm.RING, Protocol.SIMPLE]))
+               ring_fill_seconds(op, moved, plateau_bytes_per_s, where, latency_s=latency[Algorithm.RING, Protocol.SIMPLE]))
     if op is Collective.ALL_REDUCE and k < n and size_bytes < NODES_SIZES_BYTES[0]:
         # below the cross-node curves, no dearer than NCCL's tree LL (small_all_reduce_seconds)
         return min(time, small_all_reduce_seconds(size_bytes, where, cluster,
@@ -420,7 +418,7 @@ def collective_time(op: Collective, size_bytes: float, where: Placement, cluster
 
 # NCCL's own model of the measured case, 2 nodes of 8 GPUs: 25.2 µs (comment above
 # SMALL_ALL_REDUCE_16_GPUS_S)
-TREE_LL_16_GPUS_S = nccl_latency(Collective.ALL_REDUCE, 16, 8, Algorithm.TREE, Protocol.LL)
+TREE_LL_16_GPUS_S = nccl_latency(Collective.ALL_REDUCE, Placement(16, 8, 16), Algorithm.TREE, Protocol.LL)
 
 
 def small_all_reduce_seconds(size_bytes: float, where: Placement, cluster: ClusterSpec, *, start_up_s: float) -> float:
@@ -438,8 +436,8 @@ def small_all_reduce_seconds(size_bytes: float, where: Placement, cluster: Clust
     return ratio * start_up_s + size_bytes / (TREE_BUS_TO_ALG * ll_busbw * correction)
 
 
-def ring_fill_seconds(op: Collective, moved_bytes: float, plateau_bytes_per_s: float, where: Placement, cluster: ClusterSpec,
-                      *, latency_s: float | None = None) -> float:
+def ring_fill_seconds(op: Collective, moved_bytes: float, plateau_bytes_per_s: float, where: Placement,
+                      *, latency_s: float) -> float:
     """A ring reduce-scatter or all-gather across scale-up domains, as NCCL prices it: the ring's
     latency, per-step latencies over its n − 1 steps (_latency, Simple), plus the bytes at the plateau
     bus bandwidth (NVIDIA/nccl v2.30.7-1 src/graph/tuning.cc:411-412 ring latency, :653 ncclTopoGetAlgoTime
@@ -448,13 +446,11 @@ def ring_fill_seconds(op: Collective, moved_bytes: float, plateau_bytes_per_s: f
     members in each domain has no other algorithm for these two collectives (tuning.cc:295-297 leaves
     them PAT, ring, NVLS and CollNet; PAT needs one GPU per node, :220; NVLS across nodes and CollNet
     need CollNet (SHARP) enabled, :503-506), so its time is at least this. 0 for other collectives,
-    within one domain, and for one member per domain. `latency_s`: that ring latency where the caller
-    has it (collective_time)."""
+    within one domain, and for one member per domain. `latency_s`: that ring latency
+    (_latency(op, where, cluster, Algorithm.RING, Protocol.SIMPLE), which collective_time has)."""
     n, k = where.n, where.per_domain
     if op not in (Collective.REDUCE_SCATTER, Collective.ALL_GATHER) or k >= n or k < 2:
         return 0.0
-    if latency_s is None:
-        latency_s = _latency(op, where, cluster, Algorithm.RING, Protocol.SIMPLE)
     return latency_s + moved_bytes / plateau_bytes_per_s
 
 

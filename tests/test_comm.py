@@ -177,17 +177,19 @@ def test_a_ring_reduce_scatter_across_many_nodes_pays_its_steps():
     ring = 8.4e-6 + 168 * 3.4e-6 + 167 * 14e-6 + 335 / 336 * size / 94e9
     assert collective_time(Collective.REDUCE_SCATTER, size, where, H100) == pytest.approx(ring, rel=1e-9)
     assert collective_time(Collective.ALL_GATHER, size, where, H100) == pytest.approx(ring, rel=1e-9)
-    # ring_fill_seconds is that latency plus the bytes it is given at the plateau it is given
+    # that latency is NCCL's Simple ring's; ring_fill_seconds adds the bytes it is given at the plateau it
+    # is given to the latency it is given
     latency = 8.4e-6 + 168 * 3.4e-6 + 167 * 14e-6
-    assert comm.ring_fill_seconds(Collective.REDUCE_SCATTER, size, 94e9, where, H100) == pytest.approx(
+    ring_latency = comm._latency(Collective.REDUCE_SCATTER, where, H100, comm.Algorithm.RING, comm.Protocol.SIMPLE)
+    assert ring_latency == pytest.approx(latency, rel=1e-9)
+    assert comm.ring_fill_seconds(Collective.REDUCE_SCATTER, size, 94e9, where, latency_s=ring_latency) == pytest.approx(
         latency + size / 94e9, rel=1e-9)
-    # collective_time hands it the latency it already has: a latency given is taken as it is
-    assert comm.ring_fill_seconds(Collective.REDUCE_SCATTER, size, 94e9, where, H100, latency_s=1e-3) == pytest.approx(
+    assert comm.ring_fill_seconds(Collective.REDUCE_SCATTER, size, 94e9, where, latency_s=1e-3) == pytest.approx(
         1e-3 + size / 94e9, rel=1e-9)
     # not for an all-reduce (tree across nodes), one member a node (PAT), or inside one node
     for op, w in ((Collective.ALL_REDUCE, where), (Collective.REDUCE_SCATTER, placement(H100, 336, 8)),
                   (Collective.REDUCE_SCATTER, placement(H100, 8, 1))):
-        assert comm.ring_fill_seconds(op, size, 94e9, w, H100) == 0.0
+        assert comm.ring_fill_seconds(op, size, 94e9, w, latency_s=ring_latency) == 0.0
 
 
 def test_cross_node_all_to_all_goes_through_the_nics_at_the_measured_fraction():
