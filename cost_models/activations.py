@@ -32,12 +32,20 @@ FP32 = 4
 # other axis (quantizer.cpp:1205-1216), never the row-wise one reinterpreted.
 NVFP4_BYTES = 0.5 + 1 / 16
 FP8_BYTES = 1  # an fp8 (e4m3 / e5m2) element
+# Bytes per element of an MXFP8 tensor's one usage: the e4m3/e5m2 values and one e8m0 scale per
+# block of 32 along the quantised axis (MXFP8BlockScaling, block size 32), both all-gathered
+# (TransformerEngine@40c69e75 transformer_engine/pytorch/distributed.py:1449-1576 _all_gather_mxfp8:
+# the scale-inverses unpadded to rows x cols/32 row-wise, rows/32 x cols column-wise, then the data).
+MXFP8_BYTES = 1 + 1 / 32
 
 
-def operand_bytes(precision: Precision) -> float:
-    """Bytes per element of a quantised GEMM operand at the precision: FP8_BYTES for fp8,
-    NVFP4_BYTES for NVFP4, else the 16-bit ACT_BYTES."""
-    return {Precision.FP8: FP8_BYTES, Precision.FP4: NVFP4_BYTES}.get(precision, ACT_BYTES)
+def operand_bytes(precision: Precision, recipe: Fp8Recipe | None = None) -> float:
+    """Bytes per element of one usage of a quantised GEMM operand at the precision: FP8_BYTES for
+    fp8 (MXFP8_BYTES under the MXFP8 recipe, its scales with it), NVFP4_BYTES for NVFP4, else the
+    16-bit ACT_BYTES."""
+    if precision is Precision.FP8:
+        return MXFP8_BYTES if recipe is Fp8Recipe.MXFP8 else FP8_BYTES
+    return NVFP4_BYTES if precision is Precision.FP4 else ACT_BYTES
 
 MASK_BYTES = 1  # dropout masks are bytes (Korthikanti Sec. 4.1)
 INDEX_BYTES = 8  # int64 token ids
@@ -156,7 +164,8 @@ def saved_input_bytes(job: Job, conv: Convention) -> float:
     usage alone, its row-wise data dropped after the fprop (TransformerEngine@40c69e75
     transformer_engine/pytorch/module/linear.py:370-385 update_usage(rowwise_usage=False,
     columnwise_usage=True); layernorm_linear.py likewise), NVFP4_BYTES; else the 16-bit input."""
-    return operand_bytes(job.training.precision) if conv.fp8_saves_fp8_inputs else ACT_BYTES
+    tr = job.training
+    return operand_bytes(tr.precision, tr.fp8_recipe) if conv.fp8_saves_fp8_inputs else ACT_BYTES
 
 
 def block_output_mask(job: Job) -> bool:

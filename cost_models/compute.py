@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from cost_models import kernels as K
-from cost_models.activations import CONVENTIONS, NVFP4_BYTES, operand_bytes
+from cost_models.activations import CONVENTIONS, MXFP8_BYTES, NVFP4_BYTES, operand_bytes
 from cost_models.calibration import Calibration
 from cost_models.enums import (
     AttentionBackend,
@@ -1038,12 +1038,6 @@ def float8_tp(job: Job) -> bool:
     return (fp8_casts_separate(job) and not rowwise_linears(job) and tr.fp8_recipe is Fp8Recipe.TENSORWISE
             and job.layout.tp > 1 and job.sp)
 
-
-# Bytes per element of an MXFP8 tensor's one usage: the e4m3/e5m2 values and one e8m0 scale per
-# block of 32 along the quantised axis (MXFP8BlockScaling, block size 32), both all-gathered
-# (TransformerEngine@40c69e75 transformer_engine/pytorch/distributed.py:1449-1576 _all_gather_mxfp8:
-# the scale-inverses unpadded to rows x cols/32 row-wise, rows/32 x cols column-wise, then the data).
-MXFP8_BYTES = 1 + 1 / 32
 
 
 def te_quantized_gathers(job: Job) -> bool:

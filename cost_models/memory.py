@@ -644,13 +644,14 @@ def stage_buffers(job: Job, rank: int) -> Breakdown:
     if fw is Framework.MEGATRON and precision.low:
         # Transformer Engine caches each weight's quantised copy across micro-batches: under fp8 the
         # copy and its transpose, and with fp8 parameters (--fp8-param-gather) the weight is its own
-        # fp8 copy and only the transpose is kept (TE Float8Tensor's transpose cache); under NVFP4 the
+        # fp8 copy and only the transpose is kept (TE Float8Tensor's transpose cache), under MXFP8
+        # each usage with its e8m0 scales (activations.MXFP8_BYTES); under NVFP4 the
         # same cache (get_weight_workspace, cache_name "weight") holds the weight's row-wise usage for
         # the fprop and its column-wise one for the dgrad, NVFP4_BYTES per element each
         # (TransformerEngine@40c69e75 transformer_engine/pytorch/module/linear.py:237-263;
         # csrc/quantizer.cpp:1198-1217).
         per = 1 if precision is Precision.FP8 and job.training.fp8_param_gather else 2
-        fp8_cache = per * act.operand_bytes(precision) * (params.value("layers") + params.value("experts"))
+        fp8_cache = per * act.operand_bytes(precision, job.training.fp8_recipe) * (params.value("layers") + params.value("experts"))
     return Breakdown.of(
         "bytes",
         unsharded_params=unsharded_params,

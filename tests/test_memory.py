@@ -158,6 +158,22 @@ def test_nvfp4_keeps_quantised_weights_and_inputs():
     assert cache4 == pytest.approx(cache8 * 1.125 / 2)
 
 
+def test_mxfp8_keeps_each_usage_with_its_scales():
+    # Megatron under TE's MXFP8 recipe: a quantised usage carries one e8m0 scale byte per 32 values
+    # (1 + 1/32 bytes per element), in the cached weight copies and in the input fc2 saves for its wgrad
+    from cost_models.activations import layer_activations
+    from cost_models.enums import Recompute as R
+    from tests.helpers import LLAMA_TINY
+
+    fp8 = dict(seq_len=128, precision="fp8", global_batch_size=2)
+    delayed = make_job(LLAMA_TINY, gpus=2, tp=2, sp=True, cluster="dgx-b200", training={**fp8, "fp8_recipe": "delayed"})
+    mx = make_job(LLAMA_TINY, gpus=2, tp=2, sp=True, cluster="dgx-b200", training={**fp8, "fp8_recipe": "mxfp8"})
+    cache = [memory_estimate(j).stages[0].breakdown.value("buffers/fp8_weight_cache") for j in (delayed, mx)]
+    assert cache[1] == pytest.approx(cache[0] * (1 + 1 / 32))
+    fc2 = [layer_activations(j, 0, R.NONE).value("mlp/activation/fc2_input") for j in (delayed, mx)]
+    assert fc2 == [128 * 344, pytest.approx(128 * 344 * (1 + 1 / 32))]
+
+
 def test_bf16_gradient_buffer_halves_the_gradients_and_the_reduction():
     # Megatron --grad-reduce-in-bf16: the grad buffer is bf16 (2 bytes per parameter, not the fp32
     # main grads), and the data-parallel reduce-scatter moves half the bytes
