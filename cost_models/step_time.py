@@ -577,13 +577,13 @@ def float8_amax_seconds(job: Job, blocks: tuple[Block, ...]) -> tuple[float, flo
     return fwd * one, bwd * one
 
 
-def te_amax_group(job: Job) -> tuple[int, str]:
+def te_amax_group(job: Job) -> tuple[int, str | None]:
     """The ranks of TrainingSpec.te_amax_reduction's group and the communication kind its wait is
     booked as: tp; tp x cp, as context-parallel time where cp > 1; every rank of a pipeline stage
-    (tp x cp x dp) as data-parallel. No reduction: a group of one."""
+    (tp x cp x dp) as data-parallel. No reduction: a group of one, booked nowhere."""
     lay, group = job.layout, job.training.te_amax_reduction
     if group is AmaxGroup.NONE:
-        return 1, "tp"
+        return 1, None
     if group is AmaxGroup.TP:
         return lay.tp, "tp"
     if group is AmaxGroup.TP_CP:
@@ -989,9 +989,9 @@ def fsdp_copy_seconds(job: Job, layer_id: int, cal: Calibration, rank: int = 0) 
     match these bytes. They are priced on a shard group of one too, as the memory model counts FSDP's
     gathered buffers there: KempnerForge keeps a dp_shard dimension of size 1 in its mesh whenever tp or
     ep is on (KempnerForge@5666d0d kempnerforge/distributed/setup.py), and validate's worker wraps a
-    one-rank mesh, while torchtitan itself calls fully_shard only when its fsdp mesh has more than one
-    rank or ep is on (its models' parallelize functions: `if parallel_dims.fsdp_enabled or
-    parallel_dims.ep_enabled`). Under torch's pipelining (_pipelined_fsdp) pipeline rank `rank` gathers
+    one-rank mesh, and torchtitan calls fully_shard at every shard degree from pytorch/torchtitan@d92336fe
+    (0.3.0rc1), for its MixedPrecisionPolicy; 0.2 does not there, and a 0.2 launch refuses such layouts
+    (planner.launch.options.titan02_keeps_mixed_precision). Under torch's pipelining (_pipelined_fsdp) pipeline rank `rank` gathers
     as pipelined_gathers has it, and the one reduce-scatter of the step copies the accumulated
     gradient, already in the reduce dtype (pipelined_grad_accumulation_seconds): 4 + 4 bytes once
     per step, 1/m of it per micro-batch. torchtitan only; DeepSpeed and FSDP1 gather into flat
@@ -1801,7 +1801,9 @@ def stage_time(job: Job, rank: int, cal: Calibration, passes: dict[tuple[LayerKi
         if fsdp_copies:
             parts["sharding"] += fsdp_copy_seconds(job, layer_id, cal, rank)
     parts["elementwise"] += rank_memory_seconds(job, rank, cal)
-    comm[te_amax_group(job)[1]] += te_amax_reduction_seconds(job)  # booked by its group
+    amax_s = te_amax_reduction_seconds(job)
+    if amax_s:
+        comm[te_amax_group(job)[1]] += amax_s  # booked by its group
     if fsdp and gathers:
         counts = pipelined_gathers(job, rank) if _pipelined_fsdp(job) else fsdp_gathers(job)
         exposure = _fsdp_exposure(job, gathers, reduces, fwd_compute, bwd_compute, layer_params, cal, counts)
