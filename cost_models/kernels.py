@@ -160,7 +160,7 @@ def _fp8_attention(raw: dict | None) -> Fp8Attention | None:
                   for dtype, passes in body.items() for p, masks in passes.items() for mask, values in masks.items()}
         assert all(len(v) == len(seq_lens) for v in curves.values()) and len(curves) == 8, gpu
         speedups[gpu] = {(p, causal): tuple(f / b for f, b in zip(curves["fp8", p, causal], curves["bf16", p, causal]))
-                         for _, p, causal in curves}
+                         for p, causal in {(p, causal) for _, p, causal in curves}}
     assert raw["default"] in speedups
     return Fp8Attention(seq_lens, speedups, raw["default"], raw["source"])
 

@@ -17,7 +17,7 @@ from operator import attrgetter
 from cost_models import deepep, kernels, mamba_shard
 from cost_models.enums import AmaxGroup, AttentionBackend, AttentionKernel, Fp8Recipe, Framework, MoEDispatch, OptimizerKind, PositionKind, Precision, Recompute, Schedule, Zero
 from cost_models.errors import SpecError
-from cost_models.hardware import Cluster
+from cost_models.hardware import Cluster, GPUSpec
 from cost_models.job import Job
 from cost_models.pipeline_split import layout_errors, parse_pp_layout, stage_layer_counts
 from cost_models.layout import Layout
@@ -652,7 +652,7 @@ def _fp8_recipe(job: Job) -> str | None:
     return None
 
 
-def _gpu_is(gpu) -> str:  # type: ignore[no-untyped-def]
+def _gpu_is(gpu: GPUSpec) -> str:
     """"H100-SXM is hopper, 9.0": the GPU's name, generation and compute capability, as the hardware
     refusals say them."""
     return f"{gpu.name} is {gpu.architecture or 'another architecture'}, {'.'.join(map(str, gpu.compute_capability))}"
