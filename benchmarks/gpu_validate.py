@@ -4,9 +4,9 @@ is now against what they measured, term by term.
 Run: python benchmarks/gpu_validate.py [--write docs/accuracy.md]
 
 Each report keeps the plan, the slice that ran, the device and the measurements. The prediction is made
-again here, for the same slice and the GPU that ran it (planner/validate: native_job, choose_slice,
-match_device, compare.rows), so the table follows the cost model; the prediction a report stored is
-the model's of the day it ran.
+again here, for the same slice, device and dtype and the GPU that ran it, by the function `planner
+validate` calls after measuring (planner/validate/command.py: predict), so the table follows the cost
+model; the prediction a report stored is the model's of the day it ran.
 """
 
 from __future__ import annotations
@@ -20,11 +20,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from memory_accuracy import table_command  # noqa: E402
 
-from cost_models.step_time import time_estimate  # noqa: E402
-from planner import presets  # noqa: E402
 from planner.loaders import load_cluster, load_model  # noqa: E402
-from planner.validate.compare import Measured, Row, rows  # noqa: E402
-from planner.validate.device import match_device  # noqa: E402
+from planner.validate.command import predict  # noqa: E402
+from planner.validate.compare import Measured, Row  # noqa: E402
 from planner.validate.slices import choose_slice, native_job  # noqa: E402
 
 MEASURED = Path(__file__).parent / "data" / "measured"
@@ -51,11 +49,11 @@ def compare(name: str) -> tuple[list[Row], object]:
     """Rows of the cost model as it is now against the stored report's measurements, and the slice
     (the table and its introduction both read them)."""
     doc = _load(name)
-    p = doc["plan"]
+    p, run = doc["plan"], doc["run"]
     plan, _ = native_job(load_model(p["model"]), load_cluster(p["cluster"]), p["gpus"], p["training"], p["layout"])
-    meas = Measured.from_json(doc["measured"])
-    sl = match_device(choose_slice(plan, 1), meas.device, presets.gpus()).slice
-    return rows(sl, time_estimate(sl.job), meas, device="cuda", dtype="bfloat16"), sl
+    got = predict(choose_slice(plan, doc["slice"]["ranks"]), Measured.from_json(doc["measured"]),
+                  device=run["device"], dtype=run["dtype"])
+    return got.rows, got.slice
 
 
 def _value(term: str, v: float | None) -> str:
