@@ -64,8 +64,8 @@ def _value(term: str, v: float | None) -> str:
     return f"{v * 1e3:.1f} ms"
 
 
-def _label(doc: dict) -> str:
-    lay, gpu = doc["plan"]["layout"], doc["measured"]["device"]["name"].split()[1]
+def _label(doc: dict, gpu: str) -> str:
+    lay = doc["plan"]["layout"]
     return f"{doc['plan']['model']} tp{lay['tp']} {lay['recompute']}, {gpu}"
 
 
@@ -86,7 +86,7 @@ def table() -> str:
             if r is None:
                 continue
             err = "—" if r.error is None else f"{r.error:+.1%}"
-            lines.append(f"| {_label(doc)} | {term} | {_value(term, r.predicted)} | {_value(term, r.measured)} | {err} |")
+            lines.append(f"| {_label(doc, sl.job.cluster.gpu.name)} | {term} | {_value(term, r.predicted)} | {_value(term, r.measured)} | {err} |")
     return "\n".join(runs) + "\n\n" + "\n".join(lines)
 
 
