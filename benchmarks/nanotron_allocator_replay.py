@@ -184,7 +184,11 @@ class CachingAllocator:
 def replay(*, vocab: int, h: int, f: int, layers: int, tokens: int, pp: int, microbatches: int, dp: int, tp: int = 1,
            zero1: bool, iterations: int = 3, capacity_bytes: int | None = None, allocator=None):  # type: ignore[no-untyped-def]
     """Rank 0 of a nanotron pipeline (embedding and `layers` decoder layers), `iterations` steps, through
-    `allocator` (anything with malloc(nbytes) -> handle and release(handle); default the model above)."""
+    `allocator` (anything with malloc(nbytes) -> handle and release(handle); default the model above,
+    bounded by `capacity_bytes`)."""
+    if allocator is not None and capacity_bytes is not None:
+        raise ValueError("replay: capacity_bytes bounds the modelled allocator only; an allocator passed in "
+                         "brings its own capacity (pass one or the other)")
     a = CachingAllocator(capacity_bytes) if allocator is None else allocator
     params = [vocab * h // tp] + [n // tp for _ in range(layers) for n in (3 * h * h, h * h, 2 * f * h, h * f)]
     total = sum(params)
