@@ -26,11 +26,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 
 from gpu_kernels import device_info  # noqa: E402
-from memory_accuracy import rows  # noqa: E402
-from nanotron_allocator_replay import SMALL_BYTES, replay_run  # noqa: E402
-from published import load  # noqa: E402
+from nanotron_allocator_replay import SMALL_BYTES, pipeline_runs, replay_run  # noqa: E402
 
-GIB = 2**30
+from cost_models.units import GiB  # noqa: E402
 
 
 class Handle:
@@ -89,24 +87,21 @@ def main() -> int:
                         help="cap what the allocator may reserve (torch.cuda.set_per_process_memory_fraction)")
     args = parser.parse_args()
     if args.capacity_gib is not None:
-        torch.cuda.set_per_process_memory_fraction(args.capacity_gib * GIB / torch.cuda.get_device_properties(0).total_memory)
-    predicted = {r.id: r for r in rows("nanotron_ultrascale")}
+        torch.cuda.set_per_process_memory_fraction(args.capacity_gib * GiB / torch.cuda.get_device_properties(0).total_memory)
     results = []
     print("| run | measured GiB | modelled replay GiB | GPU replay reserved GiB | peak reserved | retries | error |")
     print("|---|---:|---:|---:|---:|---:|---:|")
-    for run in load()[0]:
-        if run.id not in predicted or run.layout.pp == 1:
-            continue
+    for run, predicted in pipeline_runs():
         model = replay_run(run, iterations=args.iterations)
         got = replay_on_gpu(run, args.iterations)
-        measured = predicted[run.id].measured_gib
+        measured = predicted.measured_gib
         row = {"run": run.id, "measured_gib": measured, "modelled_reserved_bytes": model.reserved,
                "modelled_peak_allocated_bytes": model.peak_allocated, **got}
         results.append(row)
-        err = "" if "out_of_memory" in got else f"{got['reserved_bytes'] / GIB / measured - 1:+.1%}"
+        err = "" if "out_of_memory" in got else f"{got['reserved_bytes'] / GiB / measured - 1:+.1%}"
         oom = " (out of memory)" if "out_of_memory" in got else ""
-        print(f"| {run.id} | {measured:.1f} | {model.reserved / GIB:.1f} | {got['reserved_bytes'] / GIB:.1f}{oom} | "
-              f"{got['max_reserved_bytes'] / GIB:.1f} | {got['alloc_retries']} | {err} |", flush=True)
+        print(f"| {run.id} | {measured:.1f} | {model.reserved / GiB:.1f} | {got['reserved_bytes'] / GiB:.1f}{oom} | "
+              f"{got['max_reserved_bytes'] / GiB:.1f} | {got['alloc_retries']} | {err} |", flush=True)
     if args.out:
         args.out.write_text(json.dumps({"device": device_info(), "command": " ".join(sys.argv), "iterations": args.iterations,
                                         "capacity_gib": args.capacity_gib, "rows": results}, indent=1) + "\n")
