@@ -11,7 +11,7 @@ pipeline rows of benchmarks/memory_accuracy.py. What differs from the published 
 communicator or CUDA context of the training job holds device memory beside the allocator, and the
 device is this one (its free memory is the capacity; a request that does not fit makes the allocator
 release its cached segments and retry, as it would there, and a second failure is an out-of-memory);
-`--capacity-gib` caps it below the device's memory.
+`--capacity-gib` caps it below the device's memory, and bounds the modelled replay the same way.
 """
 from __future__ import annotations
 
@@ -84,23 +84,30 @@ def main() -> int:
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--capacity-gib", type=float, default=None,
-                        help="cap what the allocator may reserve (torch.cuda.set_per_process_memory_fraction)")
+                        help="cap what the allocator may reserve (torch.cuda.set_per_process_memory_fraction), "
+                             "and the modelled allocator's capacity")
     args = parser.parse_args()
-    if args.capacity_gib is not None:
-        torch.cuda.set_per_process_memory_fraction(args.capacity_gib * GiB / torch.cuda.get_device_properties(0).total_memory)
+    # the same cap on both replays: the GPU's allocator and the model of it (its retry after a failed
+    # cudaMalloc, nanotron_allocator_replay.CachingAllocator)
+    cap = None if args.capacity_gib is None else int(args.capacity_gib * GiB)
+    if cap is not None:
+        torch.cuda.set_per_process_memory_fraction(cap / torch.cuda.get_device_properties(0).total_memory)
     results = []
     print("| run | measured GiB | modelled replay GiB | GPU replay reserved GiB | peak reserved | retries | error |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for run, predicted in pipeline_runs():
-        model = replay_run(run, iterations=args.iterations)
+        try:
+            model = replay_run(run, iterations=args.iterations, capacity_bytes=cap)
+            modelled = {"modelled_reserved_bytes": model.reserved, "modelled_peak_allocated_bytes": model.peak_allocated}
+            modelled_gib = f"{model.reserved / GiB:.1f}"
+        except MemoryError:
+            modelled, modelled_gib = {"modelled_out_of_memory": True}, "out of memory"
         got = replay_on_gpu(run, args.iterations)
         measured = predicted.measured_gib
-        row = {"run": run.id, "measured_gib": measured, "modelled_reserved_bytes": model.reserved,
-               "modelled_peak_allocated_bytes": model.peak_allocated, **got}
-        results.append(row)
+        results.append({"run": run.id, "measured_gib": measured, **modelled, **got})
         err = "" if "out_of_memory" in got else f"{got['reserved_bytes'] / GiB / measured - 1:+.1%}"
         oom = " (out of memory)" if "out_of_memory" in got else ""
-        print(f"| {run.id} | {measured:.1f} | {model.reserved / GiB:.1f} | {got['reserved_bytes'] / GiB:.1f}{oom} | "
+        print(f"| {run.id} | {measured:.1f} | {modelled_gib} | {got['reserved_bytes'] / GiB:.1f}{oom} | "
               f"{got['max_reserved_bytes'] / GiB:.1f} | {got['alloc_retries']} | {err} |", flush=True)
     if args.out:
         args.out.write_text(json.dumps({"device": device_info(), "command": " ".join(sys.argv), "iterations": args.iterations,
