@@ -15,18 +15,20 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-DEVICE = ("kernel", "gpu_memcpy", "gpu_memset")
-
 
 def summarize(path: Path) -> dict:
+    # the worker names the device categories and its step annotations; imported here, not at the top,
+    # as the worker imports torch, which a module reading this one need not have
+    from planner.validate.worker import GPU_CATEGORIES, is_step
+
     events = json.loads(path.read_text()).get("traceEvents", [])
-    steps = sum(1 for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith("step")
+    steps = sum(1 for e in events if e.get("ph") == "X" and is_step(str(e.get("name", "")))
                 and e.get("cat") == "user_annotation")
     by: dict[str, dict[str, list[float]]] = {"device": defaultdict(lambda: [0, 0.0]), "runtime": defaultdict(lambda: [0, 0.0])}
     for e in events:
         if e.get("ph") != "X":
             continue
-        kind = "device" if e.get("cat") in DEVICE else "runtime" if e.get("cat") == "cuda_runtime" else None
+        kind = "device" if e.get("cat") in GPU_CATEGORIES else "runtime" if e.get("cat") == "cuda_runtime" else None
         if kind is None:
             continue
         slot = by[kind][e["name"]]
