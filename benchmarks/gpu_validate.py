@@ -19,6 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from memory_accuracy import table_command  # noqa: E402
+from trace_summary import launches_per_step  # noqa: E402
 
 from planner.loaders import load_cluster, load_model  # noqa: E402
 from planner.validate.command import predict  # noqa: E402
@@ -96,7 +97,7 @@ def intro() -> str:
     traces = _load(TRACES)
     # the 8B shares' traces (the summary names each by the validate --out directory it was read from:
     # /tmp/gpt/... is the GPT plan's)
-    launches = [sum(r[1] for r in t["runtime"] if "Launch" in r[0]) / t["steps"] for p, t in traces.items() if "/gpt/" not in p]
+    launches = [launches_per_step(t) for p, t in traces.items() if "/gpt/" not in p]
     sel = docs[SELECTIVE_H200]["measured"]
     got = {n: {r.term: r for r in compare(n)[0]} for n in REPORTS}
     worst_mem = max(abs(r.error) for rs in got.values() for t, r in rs.items() if t.startswith("memory peak") and r.error is not None)

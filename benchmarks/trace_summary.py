@@ -18,7 +18,7 @@ from pathlib import Path
 
 def summarize(path: Path) -> dict:
     # the worker names the device categories and its step annotations; imported here, not at the top,
-    # as the worker imports torch, which a module reading this one need not have
+    # as the worker imports torch, which a module reading this one (gpu_validate: launches_per_step) need not have
     from planner.validate.worker import GPU_CATEGORIES, is_step
 
     events = json.loads(path.read_text()).get("traceEvents", [])
@@ -38,15 +38,20 @@ def summarize(path: Path) -> dict:
     return {"steps": steps, **table}
 
 
+def launches_per_step(summary: dict) -> float:
+    """The host's kernel launches (runtime calls named *Launch*, e.g. cudaLaunchKernel) a profiled step,
+    from one trace's summary."""
+    return sum(r[1] for r in summary["runtime"] if "Launch" in r[0]) / max(summary["steps"], 1)
+
+
 def main() -> int:
     out, traces = Path(sys.argv[1]), [Path(p) for p in sys.argv[2:]]
     doc = {str(p): summarize(p) for p in traces}
     out.write_text(json.dumps(doc, indent=1) + "\n")
     for p, d in doc.items():
         dev = sum(r[1] for r in d["device"])
-        launches = sum(r[1] for r in d["runtime"] if "Launch" in r[0])
         print(f"{p}: {d['steps']} profiled steps, {dev / max(d['steps'], 1):.0f} device operations and "
-              f"{launches / max(d['steps'], 1):.0f} kernel launches a step")
+              f"{launches_per_step(d):.0f} kernel launches a step")
     return 0
 
 
