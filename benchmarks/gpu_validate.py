@@ -36,6 +36,8 @@ REPORTS = (GPT_H100, "h100-validate-llama8b-tp8-onerank-none-2026-11-27c.json", 
            "h200-validate-llama8b-tp8-onerank-none-2026-11-27c.json", SELECTIVE_H200,
            "h200-validate-llama8b-tp8-onerank-full-2026-11-27c.json", "h200-validate-llama8b-tp4-onerank-2026-11-27c.json")
 TRACES = "h200-validate-trace-summary-2026-11-27c.json"
+# benchmarks/gpu_power.py on the GPU of each GPT report: an 8192^3 GEMM beside 0-8 1 GiB copies
+POWER = {GPT_H100: "h100-power-2026-11-27.json", GPT_H200: "h200-power-2026-11-27.json"}
 TERMS = ("step time", "compute", "compute: GEMM", "compute: attention", "compute: elementwise (memory-bound)", "bubble / idle",
          "optimizer", "memory peak allocated", "memory peak reserved")
 
@@ -91,6 +93,16 @@ def table() -> str:
     return "\n".join(runs) + "\n\n" + "\n".join(lines)
 
 
+def _power(name: str) -> tuple[dict, dict]:
+    """The gpu_power row whose GEMM share of the time is nearest the GPT report's measured GEMM share of
+    its step, and the row of the GEMM alone, on the report's GPU."""
+    r = {row.term: row for row in compare(name)[0]}
+    share = r["compute: GEMM"].measured / r["step time"].measured
+    power = _load(POWER[name])["rows"]
+    near = min((p for p in power if p["copies_per_gemm"] > 0), key=lambda p: abs(p["gemm_share"] - share))
+    return near, next(p for p in power if p["copies_per_gemm"] == 0)
+
+
 def intro() -> str:
     """The section's introduction, its figures read from the stored reports and the trace summary."""
     docs = {n: _load(n) for n in REPORTS}
@@ -102,6 +114,10 @@ def intro() -> str:
     got = {n: {r.term: r for r in compare(n)[0]} for n in REPORTS}
     worst_mem = max(abs(r.error) for rs in got.values() for t, r in rs.items() if t.startswith("memory peak") and r.error is not None)
     idle = [rs["bubble / idle"].measured for n, rs in got.items() if "llama8b" in n]
+
+    (h100, h100_alone), (h200, h200_alone) = _power(GPT_H100), _power(GPT_H200)
+    shares = sorted(p["gemm_share"] for p in (h100, h200))
+    gains = sorted(p["gemm_tflops"] / alone["gemm_tflops"] - 1 for p, alone in ((h100, h100_alone), (h200, h200_alone)))
 
     def gpt(name: str) -> str:
         r = got[name]
@@ -120,9 +136,12 @@ def intro() -> str:
         f"Peak memory, allocated and reserved, is within {worst_mem:.1%} on every run. The whole 1.7B GPT plan, whose\n"
         f"GPU never waits for the host, is close in sum and less so by kernel class: on the H100 {gpt(GPT_H100)};\n"
         f"on the H200 {gpt(GPT_H200)}. Its GEMMs fill about half the step and run faster\n"
-        "than the sustained, power-limited rate the model prices them at: an 8192^3 GEMM filling 43-50% of the\n"
-        "time ran 12-14% above its rate alone (H100 763.5 against 667.5 TFLOP/s at 50%, H200 730.5 against 652.0\n"
-        "at 43%: benchmarks/data/measured/h100-power-2026-11-27.json, h200-power-2026-11-27.json). The one-rank shares of\n"
+        f"than the sustained, power-limited rate the model prices them at: an 8192^3 GEMM filling "
+        f"{shares[0] * 100:.0f}-{shares[1]:.0%} of the\n"
+        f"time ran {gains[0] * 100:.0f}-{gains[1]:.0%} above its rate alone (H100 {h100['gemm_tflops']:.1f} against "
+        f"{h100_alone['gemm_tflops']:.1f} TFLOP/s at {h100['gemm_share']:.0%}, H200 {h200['gemm_tflops']:.1f} against "
+        f"{h200_alone['gemm_tflops']:.1f}\n"
+        f"at {h200['gemm_share']:.0%}: benchmarks/data/measured/{POWER[GPT_H100]}, {POWER[GPT_H200]}). The one-rank shares of\n"
         f"the 8B model are host-bound: the GPU waits {min(idle) * 1e3:.0f}-{max(idle) * 1e3:.0f} ms of each step "
         f"for the host, which launches {min(launches):.0f}-{max(launches):.0f}\n"
         f"kernels a step one by one in eager PyTorch (the H200 trace summary `{TRACES}`). The cost model\n"
