@@ -11,7 +11,7 @@ pipeline rows of benchmarks/memory_accuracy.py. What differs from the published 
 communicator or CUDA context of the training job holds device memory beside the allocator, and the
 device is this one (its free memory is the capacity; a request that does not fit makes the allocator
 release its cached segments and retry, as it would there, and a second failure is an out-of-memory);
-`--capacity-gib` caps it below the device's memory.
+`--capacity-gib` caps it below the device's memory, and bounds the modelled replay the same way.
 """
 from __future__ import annotations
 
@@ -26,11 +26,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 
 from gpu_kernels import device_info  # noqa: E402
-from memory_accuracy import rows  # noqa: E402
-from nanotron_allocator_replay import SMALL_BYTES, replay_run  # noqa: E402
-from published import load  # noqa: E402
+from nanotron_allocator_replay import SMALL_BYTES, pipeline_runs, replay_run  # noqa: E402
 
-GIB = 2**30
+from cost_models.units import GiB  # noqa: E402
 
 
 class Handle:
@@ -86,27 +84,31 @@ def main() -> int:
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--capacity-gib", type=float, default=None,
-                        help="cap what the allocator may reserve (torch.cuda.set_per_process_memory_fraction)")
+                        help="cap what the allocator may reserve (torch.cuda.set_per_process_memory_fraction), "
+                             "and the modelled allocator's capacity")
     args = parser.parse_args()
-    if args.capacity_gib is not None:
-        torch.cuda.set_per_process_memory_fraction(args.capacity_gib * GIB / torch.cuda.get_device_properties(0).total_memory)
-    predicted = {r.id: r for r in rows("nanotron_ultrascale")}
+    # the same cap on both replays: the GPU's allocator and the model of it (its retry after a failed
+    # cudaMalloc, nanotron_allocator_replay.CachingAllocator)
+    cap = None if args.capacity_gib is None else int(args.capacity_gib * GiB)
+    if cap is not None:
+        torch.cuda.set_per_process_memory_fraction(cap / torch.cuda.get_device_properties(0).total_memory)
     results = []
     print("| run | measured GiB | modelled replay GiB | GPU replay reserved GiB | peak reserved | retries | error |")
     print("|---|---:|---:|---:|---:|---:|---:|")
-    for run in load()[0]:
-        if run.id not in predicted or run.layout.pp == 1:
-            continue
-        model = replay_run(run, iterations=args.iterations)
+    for run, predicted in pipeline_runs():
+        try:
+            model = replay_run(run, iterations=args.iterations, capacity_bytes=cap)
+            modelled = {"modelled_reserved_bytes": model.reserved, "modelled_peak_allocated_bytes": model.peak_allocated}
+            modelled_gib = f"{model.reserved / GiB:.1f}"
+        except MemoryError:
+            modelled, modelled_gib = {"modelled_out_of_memory": True}, "out of memory"
         got = replay_on_gpu(run, args.iterations)
-        measured = predicted[run.id].measured_gib
-        row = {"run": run.id, "measured_gib": measured, "modelled_reserved_bytes": model.reserved,
-               "modelled_peak_allocated_bytes": model.peak_allocated, **got}
-        results.append(row)
-        err = "" if "out_of_memory" in got else f"{got['reserved_bytes'] / GIB / measured - 1:+.1%}"
+        measured = predicted.measured_gib
+        results.append({"run": run.id, "measured_gib": measured, **modelled, **got})
+        err = "" if "out_of_memory" in got else f"{got['reserved_bytes'] / GiB / measured - 1:+.1%}"
         oom = " (out of memory)" if "out_of_memory" in got else ""
-        print(f"| {run.id} | {measured:.1f} | {model.reserved / GIB:.1f} | {got['reserved_bytes'] / GIB:.1f}{oom} | "
-              f"{got['max_reserved_bytes'] / GIB:.1f} | {got['alloc_retries']} | {err} |", flush=True)
+        print(f"| {run.id} | {measured:.1f} | {modelled_gib} | {got['reserved_bytes'] / GiB:.1f}{oom} | "
+              f"{got['max_reserved_bytes'] / GiB:.1f} | {got['alloc_retries']} | {err} |", flush=True)
     if args.out:
         args.out.write_text(json.dumps({"device": device_info(), "command": " ".join(sys.argv), "iterations": args.iterations,
                                         "capacity_gib": args.capacity_gib, "rows": results}, indent=1) + "\n")

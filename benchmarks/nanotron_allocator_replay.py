@@ -184,7 +184,11 @@ class CachingAllocator:
 def replay(*, vocab: int, h: int, f: int, layers: int, tokens: int, pp: int, microbatches: int, dp: int, tp: int = 1,
            zero1: bool, iterations: int = 3, capacity_bytes: int | None = None, allocator=None):  # type: ignore[no-untyped-def]
     """Rank 0 of a nanotron pipeline (embedding and `layers` decoder layers), `iterations` steps, through
-    `allocator` (anything with malloc(nbytes) -> handle and release(handle); default the model above)."""
+    `allocator` (anything with malloc(nbytes) -> handle and release(handle); default the model above,
+    bounded by `capacity_bytes`)."""
+    if allocator is not None and capacity_bytes is not None:
+        raise ValueError("replay: capacity_bytes bounds the modelled allocator only; an allocator passed in "
+                         "brings its own capacity (pass one or the other)")
     a = CachingAllocator(capacity_bytes) if allocator is None else allocator
     params = [vocab * h // tp] + [n // tp for _ in range(layers) for n in (3 * h * h, h * h, 2 * f * h, h * f)]
     total = sum(params)
@@ -330,6 +334,19 @@ def replay_run(run, *, iterations: int = 3, capacity_bytes: int | None = None, a
                   capacity_bytes=capacity_bytes, allocator=allocator)
 
 
+def pipeline_runs(*, zero1_without_pipeline: bool = False):  # type: ignore[no-untyped-def]
+    """The published nanotron runs this replay covers, each with its row of benchmarks/memory_accuracy.py
+    (the measured and the predicted GiB): those with a pipeline and, with `zero1_without_pipeline`, the
+    ZeRO-1 runs with pp = 1."""
+    predicted = {r.id: r for r in rows("nanotron_ultrascale")}
+    for run in load()[0]:
+        if run.id not in predicted:
+            continue
+        if run.layout.pp == 1 and not (zero1_without_pipeline and run.job().zero is Zero.OPTIMIZER):
+            continue
+        yield run, predicted[run.id]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=3)
@@ -337,16 +354,10 @@ def main() -> None:
     parser.add_argument("--zero1-without-pipeline", action="store_true",
                         help="also the ZeRO-1 rows with pp = 1, replayed without their LM head and loss (from below)")
     args = parser.parse_args()
-    predicted = {r.id: r for r in rows("nanotron_ultrascale")}
     cap = None if args.capacity_gib is None else int(args.capacity_gib * GiB)
     print("| run | measured GiB | cost model GiB | replayed reserved GiB | error | replayed allocated GiB |")
     print("|---|---:|---:|---:|---:|---:|")
-    for run in load()[0]:
-        if run.id not in predicted:
-            continue
-        if run.layout.pp == 1 and not (args.zero1_without_pipeline and run.job().zero is Zero.OPTIMIZER):
-            continue
-        row = predicted[run.id]
+    for run, row in pipeline_runs(zero1_without_pipeline=args.zero1_without_pipeline):
         try:
             a = replay_run(run, iterations=args.iterations, capacity_bytes=cap)
         except MemoryError:

@@ -65,3 +65,10 @@ def test_the_replay_settles_after_the_first_step():
     kw = dict(vocab=4096, h=1024, f=4096, layers=2, tokens=2048, pp=2, microbatches=4, dp=4, zero1=True)
     one, three = replay(iterations=1, **kw), replay(iterations=3, **kw)
     assert one.reserved == three.reserved and three.reserved >= three.peak_allocated
+
+
+def test_a_capacity_beside_an_allocator_passed_in_is_refused():
+    # the capacity bounds only the modelled allocator; silently dropping it would replay unbounded
+    with pytest.raises(ValueError, match="capacity_bytes"):
+        replay(vocab=8, h=8, f=8, layers=1, tokens=8, pp=1, microbatches=1, dp=1, zero1=False,
+               capacity_bytes=100 * MiB, allocator=CachingAllocator())

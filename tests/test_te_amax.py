@@ -23,12 +23,26 @@ from tests.helpers import make_job
 # DGX H100: NVLink bus bandwidth 18 links x 20.6 GB/s (NCCL topo.h, cost_models.comm), against
 # 8 GPUs x 400 Gb/s NICs x 0.94 = 376 GB/s; the lower one carries a multi-node ring
 BUSBW = 18 * 20.6e9
+# one amax all-reduce over the 4 tp ranks of one NVLink domain: the single-domain curve starts at 1 KiB
+# with a share of 0.00015, and a smaller message takes what 1 KiB takes: 2·3/4 KiB at 0.00015 x
+# 370.8 GB/s = 27.6 µs
+NVLINK_4_RANKS_S = 2 * 3 / 4 * 1024 / (BUSBW * 0.00015)
 
 
 def mlperf_job(run_id: str, **training) -> Job:
     entry = next(e for e in entries() if e["id"] == run_id)
     model, cluster, spec, layout, _ = MAPPINGS[entry["group"]](entry)
     return resolve(model, cluster, spec.model_copy(update=training), layout)
+
+
+def _tree_ll_across_nodes_s(nodes: int, ll_cap_bytes_per_s: float) -> float:
+    """One amax all-reduce over whole DGX H100 nodes, by hand: NCCL's tree LL latency (nccl v2.30.7-1
+    tuning.cc:416, log2 of the node count rounded down as NCCL's log2i does) 6.8 + 2·(7·0.6 +
+    log2(nodes)·5.0) µs, at the InfiniBand ratio 47.60 / 25.2 of the measured 16-GPU point, plus 4
+    bytes at half the LL cap (llMaxBw's lower host row: 22.5 GB/s at 2 nodes, 19.0 beyond; the
+    citation at cost_models.comm.LL_MAX_BUSBW_BYTES_PER_S)."""
+    latency_s = (6.8 + 2 * (7 * 0.6 + math.floor(math.log2(nodes)) * 5.0)) * 1e-6 * 47.60 / 25.2
+    return latency_s + 4 / (0.5 * ll_cap_bytes_per_s)
 
 
 def test_v30_64_nodes_waits_for_3072_reductions_of_85_us():
@@ -42,7 +56,7 @@ def test_v30_64_nodes_waits_for_3072_reductions_of_85_us():
     job = mlperf_job("mlperf-v3.0-nvidia-gpt3-dgxh100-64x8")
     assert job.training.te_amax_reduction is AmaxGroup.TP_DP
     assert (job.num_microbatches, job.layout.vpp, job.layout.tp * job.dp) == (128, 12, 64)
-    one = 45.2e-6 * 47.60 / 25.2 + 4 / (0.5 * 19.0e9)
+    one = _tree_ll_across_nodes_s(8, 19.0e9)
     assert one == pytest.approx(85.38e-6, abs=0.01e-6)
     assert te_amax_reduction_seconds(job) == pytest.approx(24 * one, rel=1e-6)
     # the step: 128 micro-batches of the critical rank, and in the pipeline's fill and drain the
@@ -61,7 +75,7 @@ def test_v40_reduces_over_tp_inside_the_node():
     # 1 KiB takes: 2·3/4 KiB at 0.00015 x 370.8 GB/s = 27.6 µs.
     job = mlperf_job("mlperf-v4.0-nvidia-gpt3-dgxh100-1344x8")
     assert job.training.te_amax_reduction is AmaxGroup.TP
-    one = 2 * 3 / 4 * 1024 / (BUSBW * 0.00015)
+    one = NVLINK_4_RANKS_S
     assert te_amax_reduction_seconds(job) == pytest.approx(2 * 8 * one, rel=1e-9)
 
 
@@ -77,14 +91,6 @@ def test_message_size_below_the_curves_hardly_moves_the_price():
             collective_time(Collective.ALL_REDUCE, 96, where, cl), rel=1e-4)
 
 
-def _tree_ll_across_nodes_s(nodes: int) -> float:
-    """One amax all-reduce over whole DGX H100 nodes, by hand: NCCL's tree LL latency (nccl v2.30.7-1
-    tuning.cc:416, log2 of the node count rounded down as NCCL's log2i does) 6.8 + 2·(7·0.6 +
-    log2(nodes)·5.0) µs, at the InfiniBand ratio 47.60 / 25.2 of the measured 16-GPU point, plus 4
-    bytes at half the 19.0 GB/s LL cap (test_v30_64_nodes_waits_for_3072_reductions_of_85_us)."""
-    return (6.8 + 2 * (7 * 0.6 + math.floor(math.log2(nodes)) * 5.0)) * 1e-6 * 47.60 / 25.2 + 4 / (0.5 * 19.0e9)
-
-
 def test_mlperf_gpt3_rows_wait_for_what_their_te_reduces():
     # What each GPT-3 submission's Transformer Engine makes a micro-batch wait for, through the mapping
     # and the estimate (cited at MLPERF_TE_AMAX_REDUCTION): v3.0 (TE release_v0.8 defaults) reduces over
@@ -95,7 +101,6 @@ def test_mlperf_gpt3_rows_wait_for_what_their_te_reduces():
     # same tp ranks, cp being 1; v3.1 (NVTE_DP_AMAX_REDUCE_INTERVAL=0, NVTE_ASYNC_AMAX_REDUCTION=1:
     # waited for a chunk later) nothing. The rows' tp x dp spans 8 to 56 nodes, so the v3.0 price takes three
     # tree depths (85.4, 104.3, 123.2 µs); every v3.0 reduction costs more than any v4.0 one.
-    nvlink = 2 * 3 / 4 * 1024 / (BUSBW * 0.00015)
     per_reduction: dict[str, dict[str, float]] = {}
     for e in entries():
         if not (e["id"].startswith("mlperf-") and "-gpt3-" in e["id"]):
@@ -105,13 +110,13 @@ def test_mlperf_gpt3_rows_wait_for_what_their_te_reduces():
         one = te_amax_reduction_seconds(job) / (2 * lay.vpp)
         if version == "mlperf-v3.0-":
             nodes = lay.tp * job.dp // job.cluster.spec.gpus_per_node
-            assert one == pytest.approx(_tree_ll_across_nodes_s(nodes), rel=1e-6), e["id"]
+            assert one == pytest.approx(_tree_ll_across_nodes_s(nodes, 19.0e9), rel=1e-6), e["id"]  # 8 to 56 nodes
         elif version in ("mlperf-v4.0-", "mlperf-v4.1-"):
             assert lay.tp * lay.cp <= job.cluster.spec.gpus_per_node and lay.cp == 1
             if job.cluster.gpu.name == "H100-SXM":
-                assert one == pytest.approx(nvlink, rel=1e-9), e["id"]
+                assert one == pytest.approx(NVLINK_4_RANKS_S, rel=1e-9), e["id"]
             else:  # v4.1's B200 rows: NVLink 5's faster bus, a shorter wait
-                assert 0 < one < nvlink, e["id"]
+                assert 0 < one < NVLINK_4_RANKS_S, e["id"]
         else:
             assert one == 0.0, e["id"]
         per_reduction.setdefault(version, {})[e["id"]] = one
@@ -149,29 +154,28 @@ def test_tp_x_cp_at_cp_1_is_the_tp_group():
     # 96 layers over pp 8 x vpp 6, 12 reductions per micro-batch
     job = mlperf_job("mlperf-v4.1-nvidia-gpt3-dgxh100-64x8")
     assert job.training.te_amax_reduction is AmaxGroup.TP_CP and job.layout.cp == 1
-    one = 2 * 3 / 4 * 1024 / (BUSBW * 0.00015)
+    one = NVLINK_4_RANKS_S
     assert te_amax_reduction_seconds(job) == pytest.approx(2 * 6 * one, rel=1e-9)
     assert te_amax_reduction_seconds(job) == te_amax_reduction_seconds(
         mlperf_job("mlperf-v4.1-nvidia-gpt3-dgxh100-64x8", te_amax_reduction=AmaxGroup.TP))
 
 
 def test_mlperf_llama_rows_by_the_code_they_run():
-    # v5.0 H100 and H200: NeMo v2.2.0 + Megatron core_r0.11.0 with tp_only_amax_red, no CUDA graph (tp x cp);
-    # v5.0 GB200: the whole step in one CUDA graph (none); v5.1 Cisco: core_v0.13.1 with tp_only_amax_red
-    # (tp x cp), where tp 1 and cp 1 leave a group of one that TE does not reduce over; v5.1 NVIDIA,
-    # Oracle and University of Florida: current scaling or NVFP4 (none)
-    want = {"mlperf-v5.0-nvidia-llama405b-hgxh100-": AmaxGroup.TP_CP, "mlperf-v5.0-nebius-": AmaxGroup.TP_CP,
-            "mlperf-v5.0-nvidia-llama405b-gb200-": AmaxGroup.NONE, "mlperf-v5.0-ibm-coreweave-": AmaxGroup.NONE,
-            "mlperf-v5.1-cisco-": AmaxGroup.TP_CP, "mlperf-v5.1-nvidia-": AmaxGroup.NONE,
-            "mlperf-v5.1-oracle-": AmaxGroup.NONE, "mlperf-v5.1-uf-": AmaxGroup.NONE}
+    # The rows that wait for no amax reduction: v5.0 GB200 (NVIDIA's and IBM/CoreWeave's), the whole
+    # step in one CUDA graph; v5.1 NVIDIA, Oracle and University of Florida, current scaling or NVFP4.
+    # (The tp x cp rows are MLPERF_TE_AMAX_REDUCTION's own; one is priced by
+    # test_v50_llama405b_waits_over_tp_x_cp_across_two_nodes.) v5.1 Cisco: core_v0.13.1 with
+    # tp_only_amax_red (tp x cp), where tp 1 and cp 1 leave a group of one that TE does not reduce over.
+    none = ("mlperf-v5.0-nvidia-llama405b-gb200-", "mlperf-v5.0-ibm-coreweave-", "mlperf-v5.1-nvidia-",
+            "mlperf-v5.1-oracle-", "mlperf-v5.1-uf-")
     seen = set()
     for e in entries():
-        prefix = next((p for p in want if e["id"].startswith(p)), None)
+        prefix = next((p for p in none if e["id"].startswith(p)), None)
         if prefix is None:
             continue
-        assert MAPPINGS[e["group"]](e)[2].te_amax_reduction is want[prefix], e["id"]
+        assert MAPPINGS[e["group"]](e)[2].te_amax_reduction is AmaxGroup.NONE, e["id"]
         seen.add(prefix)
-    assert seen == set(want)
+    assert seen == set(none)
     assert te_amax_reduction_seconds(mlperf_job("mlperf-v5.1-cisco-llama8b-h100-8x8")) == 0.0
 
 

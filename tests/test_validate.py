@@ -26,7 +26,7 @@ from planner.files import load_calibration
 from planner.loaders import load_model
 from planner.validate import worker
 from planner.validate.calibrate import fit, write
-from planner.validate.command import Options, render, run_validate
+from planner.validate.command import Options, ValidateReport, render, run_validate
 from planner.validate.runner import TEARDOWN_LIMIT_S, failure_cause, find_processes
 from planner.validate.slices import choose_slice, native_job, read_plan, run_doc
 from tests.helpers import make_job
@@ -567,25 +567,38 @@ def test_calibration_lowers_the_held_out_error_and_feeds_estimate(validated):
     assert doc["time"]["step_s"] > time_estimate(report.slice.job).step_s  # CPU-fitted constants: slower
 
 
+def _no_comm() -> dict:
+    """A step's communication split as the worker writes it, every kind (worker.KIND_ORDER) at zero."""
+    return {k: {"busy_s": 0.0, "exposed_s": 0.0} for k in worker.KIND_ORDER}
+
+
+def _validate_one_fake_rank(out_dir: Path, monkeypatch: pytest.MonkeyPatch, *, step: dict, device: dict,
+                            **result: object) -> ValidateReport:
+    """run_validate of TINY on one rank of a dgx-h100, the launch replaced by that rank's result: one
+    step timed with the profiler (0.2 s), `step` its split (no communication), `device` the worker's
+    device_info; `result` adds to the result or replaces its keys."""
+    from planner.validate import command
+    from planner.validate.runner import LaunchResult
+
+    rank = {"rank": 0, "coord": {"pp": 0, "dp_replicate": 0, "dp_shard": 0, "cp": 0, "tp": 0}, "stage_ids": [0],
+            "step_times_s": [0.2], "losses": [4.8], "state_bytes": {"weights": 0, "gradients": 0, "optimizer_states": 0},
+            "peak_memory": {}, "split": {"steps": [{**step, "comm": _no_comm()}]}, "trace": None, "check": {},
+            "linear_dtypes": {}, "optimizer": {"class": "AdamW", "implementation": "fused", "fused": True, "foreach": None},
+            "device": device, **result}
+    monkeypatch.setattr(command, "launch", lambda *a, **k: LaunchResult(
+        ok=True, cause=None, returncode=0, wall_s=1.0, launch_id="fake", command=[], results={command.RUN_NAME: [rank]}))
+    return run_validate(TINY, cluster="dgx-h100", gpus=1, training=TRAINING, layout={}, out_dir=out_dir,
+                        options=Options(steps=1, warmup=0, backend="gloo", nproc=1))
+
+
 def test_validate_predicts_for_the_gpu_the_worker_reports(tmp_path, monkeypatch):
     """Through run_validate, with the launch replaced by one rank's result whose device is an H200
     (the worker's device_info on such a GPU): the prediction, the note and validate.json name the
     H200, while the plan stays the H100-SXM it was planned on."""
-    from planner.validate import command
-    from planner.validate.runner import LaunchResult
-
-    comm = {k: {"busy_s": 0.0, "exposed_s": 0.0} for k in ("tp", "cp", "ep", "dp", "pp", "unattributed")}
-    step = {"step_s": 0.2, "compute_s": 0.15, "optimizer_s": 0.03, "other_s": 0.02, "comm": comm,
+    step = {"step_s": 0.2, "compute_s": 0.15, "optimizer_s": 0.03, "other_s": 0.02,
             "classes": {"gemm_s": 0.1, "attention_s": 0.02, "elementwise_s": 0.03}}
-    rank = {"rank": 0, "coord": {"pp": 0, "dp_replicate": 0, "dp_shard": 0, "cp": 0, "tp": 0}, "stage_ids": [0],
-            "step_times_s": [0.2], "losses": [4.8], "state_bytes": {"weights": 0, "gradients": 0, "optimizer_states": 0},
-            "peak_memory": {}, "split": {"steps": [step]}, "trace": None, "check": {}, "linear_dtypes": {},
-            "optimizer": {"class": "AdamW", "implementation": "fused", "fused": True, "foreach": None},
-            "device": {"type": "cuda", "name": "NVIDIA H200", "total_memory_bytes": 150109880320, "sm_count": 132}}
-    monkeypatch.setattr(command, "launch", lambda *a, **k: LaunchResult(
-        ok=True, cause=None, returncode=0, wall_s=1.0, launch_id="fake", command=[], results={command.RUN_NAME: [rank]}))
-    report = run_validate(TINY, cluster="dgx-h100", gpus=1, training=TRAINING, layout={}, out_dir=tmp_path / "v",
-                          options=Options(steps=1, warmup=0, backend="gloo", nproc=1))
+    device = {"type": "cuda", "name": "NVIDIA H200", "total_memory_bytes": 150109880320, "sm_count": 132}
+    report = _validate_one_fake_rank(tmp_path / "v", monkeypatch, step=step, device=device)
     assert report.slice.plan.cluster.gpu.name == "H100-SXM" and report.slice.job.cluster.gpu.name == "H200"
     assert report.notes[-1] == "ran on NVIDIA H200 (GPU preset H200), not the plan's H100-SXM: predicted for the H200"
     assert report.prediction.time.step_s == pytest.approx(time_estimate(report.slice.job).step_s)
@@ -600,22 +613,11 @@ def test_validate_times_the_step_without_the_profiler_on_a_gpu(tmp_path, monkeyp
     of which 120 ms kernels and 80 ms idle): the step-time row reads 150 ms and the idle row 150 - 120
     = 30 ms, since the profiler slows the host, not the kernels; validate.json says the profiler was
     off for the step and keeps the profiled median."""
-    from planner.validate import command
-    from planner.validate.runner import LaunchResult
-
-    comm = {k: {"busy_s": 0.0, "exposed_s": 0.0} for k in ("tp", "cp", "ep", "dp", "pp", "unattributed")}
-    step = {"step_s": 0.2, "compute_s": 0.1, "optimizer_s": 0.02, "other_s": 0.08, "comm": comm,
+    step = {"step_s": 0.2, "compute_s": 0.1, "optimizer_s": 0.02, "other_s": 0.08,
             "classes": {"gemm_s": 0.06, "attention_s": 0.02, "elementwise_s": 0.02}}
-    rank = {"rank": 0, "coord": {"pp": 0, "dp_replicate": 0, "dp_shard": 0, "cp": 0, "tp": 0}, "stage_ids": [0],
-            "step_times_s": [0.2], "unprofiled_step_times_s": [0.15], "losses": [4.8, 4.7],
-            "state_bytes": {"weights": 0, "gradients": 0, "optimizer_states": 0},
-            "peak_memory": {}, "split": {"steps": [step]}, "trace": None, "check": {}, "linear_dtypes": {},
-            "optimizer": {"class": "AdamW", "implementation": "fused", "fused": True, "foreach": None},
-            "device": {"type": "cuda", "name": "NVIDIA H100 80GB HBM3", "total_memory_bytes": 85520809984, "sm_count": 132}}
-    monkeypatch.setattr(command, "launch", lambda *a, **k: LaunchResult(
-        ok=True, cause=None, returncode=0, wall_s=1.0, launch_id="fake", command=[], results={command.RUN_NAME: [rank]}))
-    run_validate(TINY, cluster="dgx-h100", gpus=1, training=TRAINING, layout={}, out_dir=tmp_path / "v",
-                 options=Options(steps=1, warmup=0, backend="gloo", nproc=1))
+    device = {"type": "cuda", "name": "NVIDIA H100 80GB HBM3", "total_memory_bytes": 85520809984, "sm_count": 132}
+    _validate_one_fake_rank(tmp_path / "v", monkeypatch, step=step, device=device,
+                            unprofiled_step_times_s=[0.15], losses=[4.8, 4.7])
     doc = json.loads((tmp_path / "v" / "validate.json").read_text())
     rows = {r["term"]: r for r in doc["comparison"]}
     assert rows["step time"]["measured"] == pytest.approx(0.15) and "without the profiler (200.0 ms with it" in rows["step time"]["note"]
@@ -858,8 +860,7 @@ def test_a_host_bound_step_is_named():
     from planner.validate.command import host_bound_note
     from planner.validate.compare import Measured
 
-    comm = {k: {"busy_s": 0.0, "exposed_s": 0.0} for k in ("tp", "cp", "ep", "dp", "pp", "unattributed")}
-    split = {"step_s": 0.2, "compute_s": 0.1, "optimizer_s": 0.02, "other_s": 0.08, "comm": comm}
+    split = {"step_s": 0.2, "compute_s": 0.1, "optimizer_s": 0.02, "other_s": 0.08, "comm": _no_comm()}
     m = Measured(steps_s=[0.15], critical_rank=0, split=split, split_steps=[split], state_bytes={}, stage_of_rank={0: 0},
                  peak={}, world=1, optimizer={}, device={}, profiled_steps_s=[0.2])
     assert m.idle_s == pytest.approx(0.03)

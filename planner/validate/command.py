@@ -163,6 +163,43 @@ def _partial(out_dir: Path, nproc: int) -> list[list[float]]:
     return [[e["seconds"] for e in rows if e.get("phase") == "end"] for rows in _progress(out_dir, nproc)]
 
 
+@dataclass(frozen=True)
+class Predicted:
+    """The cost model's prediction for the slice that ran, its rows against the measurements, and the
+    notes the comparison adds (the GPU the prediction moved to, a host-bound step)."""
+
+    slice: Slice
+    estimate: EstimateReport
+    rows: list[Row]
+    notes: list[str]
+
+
+def predict(slice_: Slice, measured: Measured | None, *, device: str, dtype: str,
+            calibration: Calibration = DEFAULT) -> Predicted:
+    """What follows the measurement in `planner validate`, also run on stored reports
+    (benchmarks/gpu_validate.py): the prediction moves to the GPU that ran where a preset names it
+    (planner/validate/device.py), is priced, and is compared term by term. Without a measurement (a
+    failed run) the slice keeps its GPU and there are no rows."""
+    notes: list[str] = []
+    if measured is not None:
+        matched = match_device(slice_, measured.device, presets.gpus())
+        slice_ = matched.slice
+        if matched.note:
+            notes.append(matched.note)
+    job = slice_.job
+    estimate = EstimateReport(
+        memory=MemoryReport(job=job, estimate=memory_estimate(job, headroom=DEFAULT_HEADROOM)),
+        time=time_estimate(job, calibration=calibration),
+    )
+    table: list[Row] = []
+    if measured is not None:
+        table = rows(slice_, estimate.time, measured, device=device, dtype=dtype)
+        host = host_bound_note(measured, estimate.time.bubble_s) if device == "cuda" else None
+        if host:
+            notes.append(host)
+    return Predicted(slice_, estimate, table, notes)
+
+
 def run_validate(
     target: str,
     *,
@@ -204,22 +241,10 @@ def run_validate(
     measured = states = fit = None
     if result.ok:
         measured = measure(result.results[RUN_NAME])
-        # the prediction is for the GPU that ran where a preset names it (planner/validate/device.py)
-        matched = match_device(slice_, measured.device, presets.gpus())
-        slice_ = matched.slice
-        if matched.note:
-            notes = [*notes, matched.note]
+    predicted = predict(slice_, measured, device=device, dtype=run["dtype"], calibration=options.calibration)
+    slice_, prediction, table, notes = predicted.slice, predicted.estimate, predicted.rows, [*notes, *predicted.notes]
     job = slice_.job
-    prediction = EstimateReport(
-        memory=MemoryReport(job=job, estimate=memory_estimate(job, headroom=DEFAULT_HEADROOM)),
-        time=time_estimate(job, calibration=options.calibration),
-    )
-    table: list[Row] = []
     if measured is not None:
-        table = rows(slice_, prediction.time, measured, device=device, dtype=run["dtype"])
-        host = host_bound_note(measured, prediction.time.bubble_s) if device == "cuda" else None
-        if host:
-            notes = [*notes, host]
         states = check_states(slice_, measured)
         if options.calibrate is not None:
             what = f"{job.model.name}, {slice_.ranks} ranks, {device}"
@@ -240,7 +265,15 @@ def run_validate(
     return report
 
 
-# the share of a step the GPU may stand idle beyond the predicted bubble before validate names it
+# The share of a step the GPU may stand idle beyond the predicted bubble before validate names it: a
+# chosen threshold, not a measured quantity. Measured.idle_s is the unprofiled steps' median less the
+# GPU's busy time in the profiled steps, so the step-to-step spread of the unprofiled steps reaches it.
+# On the two stored runs whose GPU never waits for the host (benchmarks/data/measured/
+# h100-validate-gpt1.7b-full-2026-11-27c.json and h200-validate-gpt1.7b-full-2026-11-27c.json) the five
+# unprofiled steps span 1.7% and 8.7% of their median (228.1-231.9 ms, 210.1-228.4 ms) and idle_s reads
+# 0; a tenth lies above that spread. The host-bound one-rank 8B shares stored beside them
+# (*-validate-llama8b-*-2026-11-27c.json, five runs) stand idle 30-63% of their step beyond a zero
+# bubble, three times the threshold and more.
 HOST_BOUND_SHARE = 0.1
 
 

@@ -68,6 +68,11 @@ class Measured:
         return statistics.median(self.steps_s)
 
     @property
+    def profiled_step_s(self) -> float | None:
+        """The median of the profiled steps, where steps_s were timed without the profiler (else None)."""
+        return statistics.median(self.profiled_steps_s) if self.profiled_steps_s else None
+
+    @property
     def unprofiled(self) -> bool:
         """Whether steps_s were timed without the profiler (and the split from other, profiled steps)."""
         return bool(self.profiled_steps_s)
@@ -89,7 +94,7 @@ class Measured:
         return {
             "step_s": {"median": self.step_s, "min": s[0], "max": s[-1], "steps": self.steps_s,
                        "profiler": "off" if self.unprofiled else "on"},
-            "profiled_step_s": ({"median": statistics.median(self.profiled_steps_s), "steps": self.profiled_steps_s}
+            "profiled_step_s": ({"median": self.profiled_step_s, "steps": self.profiled_steps_s}
                                 if self.profiled_steps_s else None),
             "critical_rank": self.critical_rank,
             "split": self.split,
@@ -212,7 +217,7 @@ def rows(slice_: Slice, time: TimeEstimate, measured: Measured, *, device: str, 
     sp = measured.split
     steps = (f"median of {len(measured.steps_s)} steps, {min(measured.steps_s) * 1e3:.1f}-{max(measured.steps_s) * 1e3:.1f} ms")
     if measured.unprofiled:
-        steps += (f", without the profiler ({statistics.median(measured.profiled_steps_s) * 1e3:.1f} ms with it, "
+        steps += (f", without the profiler ({measured.profiled_step_s * 1e3:.1f} ms with it, "
                   "the steps the split below is read from)")
     out = [Row("step time", "s", time.step_s, measured.step_s, steps)]
     if sp:

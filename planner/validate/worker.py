@@ -1542,6 +1542,12 @@ KIND_ORDER = ("tp", "cp", "ep", "dp", "pp", "unattributed")
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")  # kineto's device events: tid is the stream
 KERNEL_CLASSES = ("gemm", "attention", "elementwise")
 
+
+def is_step(name: str) -> bool:
+    """The annotation of one training step: record_function(f"step{step}") in the training loop."""
+    return name.startswith("step") and name[4:].isdigit()
+
+
 # Kernel and operator names by class, matched in lower case, attention first (a fused attention kernel
 # may carry "cutlass" in its name: fmha_cutlassF_*). Attention: PyTorch's flash (pytorch_flash::
 # flash_fwd_kernel), memory-efficient (fmha_cutlassF_*, fmha_cutlassB_*), cuDNN (*sdpa*) kernels and
@@ -1702,7 +1708,7 @@ def _device_events(events, main_tid, group_kind, steps, optim, comm, by_class, o
             if name == "record_param_comms":
                 comms_ops.setdefault(e.get("tid"), []).append(e)
             if e.get("tid") == main_tid:
-                if name.startswith("step") and name[4:].isdigit():
+                if is_step(name):
                     steps[int(name[4:])] = (float(e["ts"]), float(e["ts"]) + float(e["dur"]))
                 elif name == "optimizer":
                     optim.append([float(e["ts"]), float(e["ts"]) + float(e["dur"])])
@@ -1783,7 +1789,7 @@ def _host_events(events, main_tid, thread_kind, steps, optim, comm, by_class, co
         a, b = float(e["ts"]), float(e["ts"]) + float(e["dur"])
         tid, cat = e.get("tid"), e.get("cat", "")
         if tid == main_tid:
-            if name.startswith("step") and name[4:].isdigit():
+            if is_step(name):
                 steps[int(name[4:])] = (a, b)
             elif name == "optimizer":
                 optim.append([a, b])
